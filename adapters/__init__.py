@@ -1,0 +1,1 @@
+"""SafetyRepro model adapters: loading models once and the inference engine behind every package."""

@@ -1,0 +1,1 @@
+"""The cross-package anchor study (lm-eval, HELM, Inspect defaults) and its decomposition."""

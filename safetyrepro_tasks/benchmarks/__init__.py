@@ -1,0 +1,1 @@
+"""One module per benchmark; `registry` maps names to definitions."""
