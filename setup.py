@@ -1,0 +1,45 @@
+"""Only here to ship `safetyrepro_lm_eval.pth` (see safetyrepro/lm_eval_hook.py) into site-packages,
+for regular and editable installs alike; everything else is in pyproject.toml."""
+
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
+
+PTH = "safetyrepro_lm_eval.pth"
+
+
+class build_py_with_pth(build_py):
+    def run(self):
+        super().run()
+        self.copy_file(PTH, str(Path(self.build_lib) / PTH), preserve_mode=0)
+
+    def get_outputs(self, include_bytecode=1):
+        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH)]
+
+
+class _StrategyWithPth:
+    """Wraps setuptools' editable strategy so the editable wheel carries the hook too."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, wheel, files, mapping):
+        self.inner(wheel, files, mapping)
+        wheel.writestr(PTH, Path(PTH).read_bytes())
+
+    def __enter__(self):
+        self.inner.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.inner.__exit__(*exc)
+
+
+class editable_wheel_with_pth(editable_wheel):
+    def _select_strategy(self, *args, **kwargs):
+        return _StrategyWithPth(super()._select_strategy(*args, **kwargs))
+
+
+setup(cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth})
