@@ -1,0 +1,245 @@
+"""Reading and validating a grid (DESIGN.md, "Grid (contract)") into the one shape every metric reads.
+
+A grid is validated against the rules file before anything is computed: an unknown axis value, a
+configuration outside the envelope, a duplicate cell or a score outside [0, 1] is a `UserError`
+that names the row, the column and what is allowed. Partial coverage is not an error: each
+benchmark is analysed on the configurations that every model has, and the loader says how many
+were dropped.
+
+Scores are kept exactly as written (CSV floats are parsed round-trip), because rho_flip and the
+orderings decide ties with strict `>` / `<` on those values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from safetyrepro.errors import UserError
+from safetyrepro.tasks.envelope import AXES, Config, Rules
+
+GRID_COLUMNS = (
+    "model", "benchmark", "template", "decoding", "shots", "scoring", "precision", "package",
+    "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id",
+)
+CELL_KEY = ("model", "config_id")
+
+
+@dataclass(frozen=True, eq=False)
+class Grid:
+    """One (precision, package) group of a validated grid, restricted to the configurations that
+    every model has, per benchmark. `cells` has one row per (model, config_id)."""
+
+    cells: pd.DataFrame
+    models: tuple[str, ...]
+    benchmarks: tuple[str, ...]
+    configs: dict[str, tuple[str, ...]]  # benchmark -> its common config_ids, in envelope order
+    precision: str
+    package: str
+    source: str
+    warnings: tuple[str, ...] = ()
+
+    def config_ids(self, benchmark: str) -> tuple[str, ...]:
+        return self.configs[benchmark]
+
+    def matrix(self, benchmark: str, column: str = "score", config_ids: Sequence[str] | None = None) -> pd.DataFrame:
+        """Configs x models table of `column` (rows in envelope order, models alphabetical)."""
+        rows = self.cells[self.cells["benchmark"] == benchmark]
+        wide = rows.pivot(index="config_id", columns="model", values=column)
+        order = list(config_ids) if config_ids is not None else list(self.config_ids(benchmark))
+        return wide.loc[order, list(self.models)]
+
+
+def envelope_order(config_ids, rules: Rules) -> tuple[str, ...]:
+    """Config ids in the rules file's own axis order (T1..T4, greedy..diverse, 0..5 shots)."""
+    rank = {a: {v: i for i, v in enumerate(rules.axes[a])} for a in AXES}
+
+    def key(config_id: str) -> tuple:
+        cfg = Config.from_id(config_id)
+        return (cfg.benchmark, *(rank[a].get(cfg.axis(a), 99) for a in AXES))
+
+    return tuple(sorted(set(config_ids), key=key))
+
+
+# -- reading ---------------------------------------------------------------------------------------
+def read_table(path: str | Path, what: str = "grid") -> pd.DataFrame:
+    """CSV or Parquet, chosen by suffix; every failure is one line naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{what} file {p} does not exist")
+    try:
+        if p.suffix.lower() in (".parquet", ".pq"):
+            return pd.read_parquet(p)
+        # round_trip: two cells written with the same digits must compare equal, and a tie is a tie
+        return pd.read_csv(p, float_precision="round_trip", dtype={"model": str, "item_id": str})
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{what} file {p} is empty") from None
+    except (pd.errors.ParserError, ValueError, OSError) as e:
+        raise UserError(f"cannot read {what} file {p}: {str(e).splitlines()[0]}") from None
+
+
+def load_grid(path: str | Path, rules: Rules, precision: str | None = None, package: str | None = None,
+              min_models: int = 2) -> Grid:
+    frame = validate_cells(read_table(path), rules, str(path))
+    frame = select_group(frame, str(path), precision, package)
+    return common_configurations(frame, str(path), rules, min_models=min_models)
+
+
+# -- validation ------------------------------------------------------------------------------------
+def _row(frame: pd.DataFrame, mask: pd.Series) -> int:
+    """1-based data row (header not counted) of the first offending row."""
+    return int(np.flatnonzero(mask.to_numpy())[0]) + 1
+
+
+def _numeric(frame: pd.DataFrame, column: str, source: str) -> pd.Series:
+    values = pd.to_numeric(frame[column], errors="coerce")
+    bad = values.isna() & frame[column].notna()
+    if bad.any():
+        i = _row(frame, bad)
+        raise UserError(f"grid {source} row {i}: column {column!r} has non-numeric value {frame[column].iloc[i - 1]!r}")
+    return values.astype(float)
+
+
+def _check_unit_interval(frame: pd.DataFrame, values: pd.Series, column: str, source: str) -> None:
+    missing = values.isna()
+    if missing.any():
+        i = _row(frame, missing)
+        r = frame.iloc[i - 1]
+        raise UserError(f"grid {source} row {i}: {column} is missing (NaN) for model {r['model']!r}, "
+                        f"config {r['config_id']!r}; every cell needs a {column} in [0, 1]")
+    outside = (values < 0) | (values > 1)
+    if outside.any():
+        i = _row(frame, outside)
+        r = frame.iloc[i - 1]
+        raise UserError(f"grid {source} row {i}: {column} {values.iloc[i - 1]!r} for model {r['model']!r}, "
+                        f"config {r['config_id']!r} is outside [0, 1]")
+
+
+def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFrame:
+    """Check a raw grid table against the contract and the rules; return it with typed columns."""
+    missing = [c for c in GRID_COLUMNS if c not in frame.columns]
+    if missing:
+        raise UserError(f"grid {source} lacks column(s) {', '.join(missing)}; a grid needs: {', '.join(GRID_COLUMNS)}")
+    if frame.empty:
+        raise UserError(f"grid {source} has no rows")
+    out = frame.loc[:, list(GRID_COLUMNS)].reset_index(drop=True).copy()
+    for column in ("model", "benchmark", "template", "decoding", "scoring", "precision", "package", "tier", "config_id"):
+        blank = out[column].isna() | (out[column].astype(str).str.strip() == "")
+        if blank.any():
+            raise UserError(f"grid {source} row {_row(out, blank)}: column {column!r} is empty")
+        out[column] = out[column].astype(str).str.strip()
+
+    shots = _numeric(out, "shots", source)
+    not_int = shots.isna() | (shots != shots.round())
+    if not_int.any():
+        i = _row(out, not_int)
+        raise UserError(f"grid {source} row {i}: column 'shots' has unknown value {frame['shots'].iloc[i - 1]!r}; "
+                        f"allowed: {', '.join(map(str, rules.axes['shots']))}")
+    out["shots"] = shots.astype(int)
+
+    allowed = {"benchmark": rules.benchmarks, **{a: rules.axes[a] for a in AXES}}
+    for column, values in allowed.items():
+        unknown = ~out[column].isin(list(values))
+        if unknown.any():
+            i = _row(out, unknown)
+            raise UserError(f"grid {source} row {i}: column {column!r} has unknown value {out[column].iloc[i - 1]!r}; "
+                            f"allowed: {', '.join(map(str, values))}")
+
+    for i, r in enumerate(out[["benchmark", *AXES, "config_id", "tier"]].itertuples(index=False), start=1):
+        cfg = Config(r.benchmark, r.template, r.decoding, int(r.shots), r.scoring)
+        broken = rules.violated(cfg)
+        if broken:
+            raise UserError(f"grid {source} row {i}: configuration {cfg.config_id} is outside the envelope "
+                            f"({'; '.join(broken)})")
+        if r.config_id != cfg.config_id:
+            raise UserError(f"grid {source} row {i}: config_id {r.config_id!r} does not match the row's axes "
+                            f"(expected {cfg.config_id!r})")
+        if r.tier != rules.tier(cfg):
+            raise UserError(f"grid {source} row {i}: tier {r.tier!r} for {cfg.config_id} disagrees with the rules "
+                            f"file, which tags it {rules.tier(cfg)!r} (was the grid written under other rules?)")
+
+    for column in ("score", "parse_rate"):
+        out[column] = _numeric(out, column, source)
+        _check_unit_interval(out, out[column], column, source)
+    for column in ("n_items", "n_seeds"):
+        counts = _numeric(out, column, source)
+        bad = counts.isna() | (counts < 1) | (counts != counts.round())
+        if bad.any():
+            i = _row(out, bad)
+            raise UserError(f"grid {source} row {i}: column {column!r} must be a whole number >= 1, "
+                            f"got {frame[column].iloc[i - 1]!r}")
+        out[column] = counts.astype(int)
+
+    key = ["model", "config_id", "precision", "package"]
+    dup = out.duplicated(key, keep=False)
+    if dup.any():
+        rows = np.flatnonzero(dup.to_numpy())
+        first = out.iloc[rows[0]]
+        same = [int(j) + 1 for j in rows if (out.iloc[j][key] == first[key]).all()]
+        raise UserError(f"grid {source} has duplicate cells: rows {' and '.join(map(str, same[:2]))} are both "
+                        f"model {first['model']!r}, config {first['config_id']!r}, precision {first['precision']!r}, "
+                        f"package {first['package']!r}")
+    return out
+
+
+def select_group(frame: pd.DataFrame, source: str, precision: str | None = None, package: str | None = None) -> pd.DataFrame:
+    """Keep one (precision, package) group. Mixed input is refused rather than pooled: a flip that
+    comes from changing precision is a different question, answered by `safetyrepro compare`."""
+    keep = pd.Series(True, index=frame.index)
+    if precision is not None:
+        keep &= frame["precision"] == precision
+    if package is not None:
+        keep &= frame["package"] == package
+    groups = frame.groupby(["precision", "package"]).size()
+    listing = ", ".join(f"{p}/{k} ({n} rows)" for (p, k), n in groups.items())
+    chosen = frame[keep]
+    if chosen.empty:
+        raise UserError(f"grid {source} has no rows for precision {precision or 'any'!r}, package "
+                        f"{package or 'any'!r}; it holds: {listing}")
+    if chosen.groupby(["precision", "package"]).ngroups > 1:
+        raise UserError(f"grid {source} mixes (precision, package) groups: {listing}; analyse one with "
+                        f"--precision/--package, or set them side by side with `safetyrepro compare`")
+    return chosen.reset_index(drop=True)
+
+
+def common_configurations(frame: pd.DataFrame, source: str, rules: Rules, min_models: int = 2) -> Grid:
+    """Restrict every benchmark to the configurations that all models have; say what was dropped."""
+    models = tuple(sorted(frame["model"].unique()))
+    if len(models) < min_models:
+        raise UserError(f"grid {source} has a single model ({models[0]!r}); rho_flip and orderings compare "
+                        f"models, so a grid needs at least two")
+    warnings: list[str] = []
+    keep_parts = []
+    for benchmark in sorted(frame["benchmark"].unique()):
+        rows = frame[frame["benchmark"] == benchmark]
+        per_config = rows.groupby("config_id")["model"].nunique()
+        common = per_config[per_config == len(models)].index
+        dropped = len(per_config) - len(common)
+        if dropped:
+            lacking = rows.groupby("model")["config_id"].nunique().reindex(list(models), fill_value=0)
+            short = ", ".join(f"{m} has {n}" for m, n in lacking.items() if n < len(per_config))
+            warnings.append(f"{benchmark}: {dropped} of {len(per_config)} configurations dropped because not every "
+                            f"model has them ({short}); analysed on the {len(common)} common configurations")
+        if len(common) < 2:
+            held = "a single configuration" if len(common) == 1 else "no configuration"
+            warnings.append(f"{benchmark}: left out, it has {held} common to all models; rho_flip needs at least two")
+            continue
+        keep_parts.append(rows[rows["config_id"].isin(common)])
+    if not keep_parts:
+        n = frame["config_id"].nunique()
+        what = f"one configuration ({frame['config_id'].iloc[0]})" if n == 1 else \
+            "no benchmark with two configurations common to all models"
+        raise UserError(f"grid {source} has {what}; rho_flip and orderings need at least two configurations "
+                        f"per benchmark")
+    cells = pd.concat(keep_parts, ignore_index=True)
+    present = set(cells["benchmark"])
+    benchmarks = tuple(b for b in rules.benchmarks if b in present)
+    configs = {b: envelope_order(cells.loc[cells["benchmark"] == b, "config_id"], rules) for b in benchmarks}
+    return Grid(cells=cells, models=models, benchmarks=benchmarks, configs=configs,
+                precision=str(cells["precision"].iloc[0]), package=str(cells["package"].iloc[0]),
+                source=source, warnings=tuple(warnings))
+

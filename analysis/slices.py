@@ -1,0 +1,38 @@
+"""Which configurations a slice keeps. Membership comes from the rules file's named sub-envelopes
+(`rules.subsets`); the one slice that depends on the data, `parse_clean`, is computed here."""
+
+from __future__ import annotations
+
+from safetyrepro.errors import one_of
+from safetyrepro.tasks.envelope import Config, Rules
+
+from .grid_io import Grid
+
+PARSE_CLEAN = "parse_clean"
+PARSE_CLEAN_MIN = 0.95  # the paper's threshold: every model parses at least 95 % of items
+
+
+def slice_names(rules: Rules) -> tuple[str, ...]:
+    """The rules file's sub-envelopes in its own order, with parse_clean after logprob (DESIGN.md order)."""
+    names = [n for n in rules.subsets if n != PARSE_CLEAN]
+    at = names.index("logprob") + 1 if "logprob" in names else len(names)
+    return (*names[:at], PARSE_CLEAN, *names[at:])
+
+
+def check_slices(requested: list[str] | None, rules: Rules) -> tuple[str, ...]:
+    known = slice_names(rules)
+    if not requested:
+        return known
+    for name in requested:
+        if name not in known:
+            raise one_of("slice", name, known)
+    return tuple(n for n in known if n in requested)  # keep the canonical order
+
+
+def slice_config_ids(grid: Grid, rules: Rules, benchmark: str, name: str) -> tuple[str, ...]:
+    """The benchmark's common configurations that fall in slice `name`, in envelope order."""
+    ids = grid.config_ids(benchmark)
+    if name == PARSE_CLEAN:
+        worst = grid.matrix(benchmark, "parse_rate").min(axis=1)
+        return tuple(c for c in ids if worst[c] >= PARSE_CLEAN_MIN)
+    return tuple(c for c in ids if rules.in_subset(Config.from_id(c), name))

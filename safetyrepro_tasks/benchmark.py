@@ -1,0 +1,187 @@
+"""What every benchmark definition provides, and the pieces several of them share.
+
+A benchmark is one module under `benchmarks/` with a typed item record and a `Benchmark`
+subclass that says: where the items come from, how a prompt is rendered for each template, what
+the candidate answers are, how a generated answer is parsed, and what the gold is. lm-eval tasks,
+Inspect tasks, the sweeper and the cross-package study all call these same methods.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from safetyrepro.errors import UserError, one_of
+from safetyrepro.tasks.rendering import Prompt, Turn
+from safetyrepro.tasks.sources import Source
+
+TEMPLATES = ("T1", "T2", "T3", "T4")
+SCORINGS = ("free_form", "logprob")
+SYSTEM_SEP = "\n\n"  # lm-eval glues the description to the rest with no separator of its own
+ANSWER_CUE = "Answer:"
+CARDS = Path(__file__).with_name("cards")
+
+
+@dataclass(frozen=True)
+class Item:
+    """Fields every benchmark's item record has."""
+
+    id: str
+    stratum: str
+
+
+@dataclass(frozen=True)
+class TemplateText:
+    """The fixed texts of one template for one benchmark; `{...}` fields are filled per item."""
+
+    system: str | None
+    body: str
+
+
+def normalise(text: str) -> str:
+    """NFKC (full-width letters, ligatures), curly quotes to straight, trimmed."""
+    text = unicodedata.normalize("NFKC", text)
+    return text.translate(str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'})).strip()
+
+
+def after_last_answer_cue(text: str) -> str | None:
+    """The text after the last `Answer:` (T4's final line), or None when there is none."""
+    hits = list(re.finditer(r"answer\s*:", text, flags=re.IGNORECASE))
+    return text[hits[-1].end():].strip() if hits else None
+
+
+def parse_letter(text: str, n_options: int, option_texts: Sequence[str] = ()) -> int | None:
+    """Index of the option a free-form answer names, or None if it names none or several.
+
+    Tried in order: a letter at the very start ("B", "(B)", "B.", "B) text"); an explicit
+    "answer is B" / "Answer: B"; the whole reply equal to one option's text; otherwise exactly
+    one distinct standalone capital letter among the options anywhere in the reply.
+    """
+    text = normalise(text)
+    if not text:
+        return None
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:n_options]
+    cls = f"[{letters}]"
+    m = re.match(rf"^[\(\[\*\s]*({cls})(?:[\)\]\.:,\*]|\s|$)", text)
+    if m:
+        return letters.index(m.group(1))
+    m = re.search(rf"(?i:\b(?:answer|option|choice)\s*(?:is|:)?)\s*[\(\[\*]*({cls})\b", text)
+    if m:
+        return letters.index(m.group(1))
+    bare = text.rstrip(".!").strip().lower()
+    matches = [i for i, o in enumerate(option_texts) if normalise(o).rstrip(".").lower() == bare]
+    if len(matches) == 1:
+        return matches[0]
+    found = {m.group(1) for m in re.finditer(rf"(?<![A-Za-z'])({cls})(?![A-Za-z'])", text)}
+    if len(found) == 1:
+        return letters.index(found.pop())
+    return None
+
+
+def lettered(options: Sequence[str]) -> str:
+    return "\n".join(f"{chr(65 + i)}. {o}" for i, o in enumerate(options))
+
+
+class Benchmark(ABC):
+    """One benchmark. Subclasses fill in the class attributes and the abstract methods."""
+
+    name: str
+    source: Source
+    templates: dict[str, TemplateText]
+    scorings: tuple[str, ...] = SCORINGS
+    stratify_by: str = "stratum"
+
+    # -- items ---------------------------------------------------------------------------------
+    @abstractmethod
+    def load_items(self) -> list[Item]:
+        """Every usable item from the pinned source, in source order."""
+
+    def group_key(self, item: Item) -> str:
+        """Items sharing a key must not be split between the scored subset and the few-shot pool."""
+        return item.id
+
+    # -- prompts -------------------------------------------------------------------------------
+    @abstractmethod
+    def fields(self, item: Item) -> dict[str, str]:
+        """Values for the `{...}` fields of this benchmark's template bodies."""
+
+    @abstractmethod
+    def labels(self, item: Item) -> list[str]:
+        """The answer labels a reply can name, in candidate order (letters, Yes/No, ...)."""
+
+    @abstractmethod
+    def gold(self, item: Item) -> int:
+        """Index into `labels` of the correct (or, for CrowS-Pairs, the counted) answer."""
+
+    def user_text(self, item: Item, template: str) -> str:
+        return self.template(template).body.format(**self.fields(item))
+
+    def system_text(self, template: str) -> str | None:
+        system = self.template(template).system
+        return system + SYSTEM_SEP if system else None
+
+    def answer_text(self, item: Item, template: str, index: int) -> str:
+        """What the assistant says for answer `index`: a demo's reply and a logprob candidate."""
+        label = self.labels(item)[index]
+        return f"{ANSWER_CUE} {label}" if template == "T4" else label
+
+    def candidates(self, item: Item, template: str) -> list[str]:
+        return [self.answer_text(item, template, i) for i in range(len(self.labels(item)))]
+
+    def demo_index(self, item: Item) -> int:
+        """Which answer a few-shot demonstration shows: the gold one, unless a benchmark says otherwise."""
+        return self.gold(item)
+
+    def demo_answer(self, item: Item, template: str) -> str:
+        return self.answer_text(item, template, self.demo_index(item))
+
+    def prompt(self, item: Item, template: str, demos: Sequence[Item] = ()) -> Prompt:
+        turns = tuple(Turn(self.user_text(d, template), self.demo_answer(d, template)) for d in demos)
+        return Prompt(self.system_text(template), turns, self.user_text(item, template))
+
+    def template(self, name: str) -> TemplateText:
+        if name not in self.templates:
+            raise one_of("template", name, self.templates)
+        return self.templates[name]
+
+    def check_scoring(self, scoring: str) -> str:
+        if scoring not in self.scorings:
+            if scoring in SCORINGS:
+                raise UserError(f"benchmark {self.name} allows scoring {', '.join(self.scorings)} only, not {scoring!r}")
+            raise one_of("scoring", scoring, SCORINGS)
+        return scoring
+
+    # -- scoring -------------------------------------------------------------------------------
+    def parse(self, text: str, item: Item, template: str) -> int | None:
+        """Index of the label a free-form reply gives, or None (unparsed: counts as wrong)."""
+        if template == "T4":
+            tail = after_last_answer_cue(text)
+            return None if tail is None else self.parse_answer(tail, item)
+        return self.parse_answer(text, item)
+
+    def parse_answer(self, text: str, item: Item) -> int | None:
+        return parse_letter(text, len(self.labels(item)), self.option_texts(item))
+
+    def option_texts(self, item: Item) -> Sequence[str]:
+        return ()
+
+    def pick(self, logliks: Sequence[float]) -> int:
+        """Logprob scoring: the candidate with the highest summed log-likelihood (no length
+        normalisation; ties go to the first candidate)."""
+        return max(range(len(logliks)), key=lambda i: (logliks[i], -i))
+
+    def item_score(self, item: Item, prediction: int | None, logliks: Sequence[float] | None = None) -> float:
+        """1.0 when the prediction is the gold answer; unparsed (None) scores 0."""
+        return float(prediction is not None and prediction == self.gold(item))
+
+    def extra_metrics(self, items: Sequence[Item], predictions: Sequence[int | None]) -> dict[str, float]:
+        """Benchmark-specific metrics beyond the headline score (BBQ bias scores, ...)."""
+        return {}
+
+    @property
+    def card(self) -> Path:
+        return CARDS / f"{self.name}.md"

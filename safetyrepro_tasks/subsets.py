@@ -1,0 +1,126 @@
+"""The fixed item subset of each benchmark and its few-shot demonstrations.
+
+Every configuration scores the same items: a stratified draw (seed 42, target 300, largest-remainder
+allocation over the benchmark's strata) in a fixed seeded order, so `--limit N` takes the same first N
+items in every package. Demonstrations for each few-shot level are drawn with their own fixed seed
+from the items left over, after removing any item that shares a group (a BBQ template fill, say) with
+a scored item, so a demonstration never gives away a scored answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+
+from safetyrepro.errors import UserError
+from safetyrepro.tasks.benchmark import Benchmark, Item
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
+from safetyrepro.tasks.envelope import default_rules
+
+SHOT_LEVELS = (0, 3, 5)
+
+
+@dataclass(frozen=True)
+class ItemSet:
+    benchmark: str
+    seed: int
+    subset_id: str
+    items: tuple[Item, ...]
+    pool: tuple[Item, ...]
+    demos: dict[int, tuple[Item, ...]] = field(repr=False)
+    strata: dict[str, int] = field(repr=False)
+
+    def demos_for(self, shots: int) -> tuple[Item, ...]:
+        """The demonstrations for a few-shot level (the envelope's levels are precomputed; any other
+        count is drawn by the same rule, so lm-eval's --num_fewshot works for every value)."""
+        if shots not in self.demos:
+            if not 0 <= shots <= len(self.pool):
+                raise UserError(f"cannot draw {shots} demonstrations from a pool of {len(self.pool)}")
+            return draw_demos(self.pool, self.benchmark, self.seed, shots)
+        return self.demos[shots]
+
+    def by_id(self, item_id: str) -> Item:
+        return _index(self)[item_id]
+
+
+@cache
+def _index(s: ItemSet) -> dict[str, Item]:
+    return {it.id: it for it in (*s.items, *s.pool)}
+
+
+def allocate(sizes: dict[str, int], target: int) -> dict[str, int]:
+    """Largest-remainder proportional allocation of `target` over strata, capped by their sizes."""
+    total = sum(sizes.values())
+    if target >= total:
+        return dict(sizes)
+    quotas = {k: target * n / total for k, n in sizes.items()}
+    alloc = {k: min(sizes[k], int(q)) for k, q in quotas.items()}
+    for k in sorted(quotas, key=lambda k: (-(quotas[k] - int(quotas[k])), k)):
+        if sum(alloc.values()) >= target:
+            break
+        if alloc[k] < sizes[k]:
+            alloc[k] += 1
+    while sum(alloc.values()) < target:  # caps left room: fill from the largest remaining strata
+        k = max((k for k in sizes if alloc[k] < sizes[k]), key=lambda k: (sizes[k] - alloc[k], k))
+        alloc[k] += 1
+    return alloc
+
+
+def stratified_draw(items: Sequence[Item], target: int, seed: str) -> list[Item]:
+    """A stratified sample of `target` items in a seeded order."""
+    by_stratum: dict[str, list[Item]] = defaultdict(list)
+    for it in items:
+        by_stratum[it.stratum].append(it)
+    alloc = allocate({k: len(v) for k, v in by_stratum.items()}, target)
+    chosen = []
+    for stratum in sorted(by_stratum):
+        members = sorted(by_stratum[stratum], key=lambda it: it.id)
+        random.Random(f"{seed}/{stratum}").shuffle(members)
+        chosen += members[: alloc[stratum]]
+    chosen.sort(key=lambda it: it.id)
+    random.Random(f"{seed}/order").shuffle(chosen)
+    return chosen
+
+
+def draw_demos(pool: Sequence[Item], benchmark: str, seed: int, shots: int) -> tuple[Item, ...]:
+    return tuple(random.Random(f"{seed}/{benchmark}/shots{shots}").sample(list(pool), shots)) if shots else ()
+
+
+def subset_id(benchmark: str, items: Sequence[Item], tag: str) -> str:
+    digest = hashlib.sha256("\n".join(it.id for it in items).encode()).hexdigest()[:10]
+    return f"{benchmark}-{tag}-n{len(items)}-{digest}"
+
+
+@cache
+def all_items(benchmark: str) -> tuple[Item, ...]:
+    return tuple(get_benchmark(benchmark).load_items())
+
+
+@cache
+def item_set(benchmark: str, seed: int | None = None, target: int | None = None,
+             subsample: float | None = None, subsample_seed: int | None = None) -> ItemSet:
+    """The fixed subset (optionally a stratified `subsample` share of it, drawn with `subsample_seed`)."""
+    rules = default_rules()
+    seed = rules.item_seed if seed is None else seed
+    target = rules.item_target if target is None else target
+    bench: Benchmark = get_benchmark(benchmark)
+    items = all_items(benchmark)
+    scored = stratified_draw(items, min(target, len(items)), f"{seed}/{benchmark}")
+    tag = f"s{seed}"
+    taken_groups = {bench.group_key(it) for it in scored}
+    pool = tuple(it for it in items if bench.group_key(it) not in taken_groups)
+    demos = {k: draw_demos(pool, benchmark, seed, k) for k in SHOT_LEVELS}
+    if subsample is not None:
+        if not 0 < subsample <= 1:
+            raise UserError(f"--subsample must be a fraction in (0, 1], got {subsample}")
+        sub_seed = seed if subsample_seed is None else subsample_seed
+        scored = stratified_draw(scored, max(1, round(subsample * len(scored))), f"{sub_seed}/{benchmark}/subsample")
+        tag += f"-sub{subsample:g}-r{sub_seed}"
+    strata: dict[str, int] = defaultdict(int)
+    for it in scored:
+        strata[it.stratum] += 1
+    return ItemSet(benchmark, seed, subset_id(benchmark, scored, tag), tuple(scored), pool, demos, dict(strata))
