@@ -143,6 +143,15 @@ class Benchmark(ABC):
         turns = tuple(Turn(self.user_text(d, template), self.demo_answer(d, template)) for d in demos)
         return Prompt(self.system_text(template), turns, self.user_text(item, template))
 
+    def stop_sequences(self, template: str) -> tuple[str, ...]:
+        """Where free-form generation stops (besides EOS). T1-T3 answers fit on one paragraph; T4
+        reasons over several, so it stops only where a new question would begin (base models
+        continuing past their answer)."""
+        if template != "T4":
+            return ("\n\n",)
+        m = re.match(r"([A-Z][a-z]+:)", self.template(template).body)
+        return (f"\n\n{m.group(1)}",) if m else ()
+
     def template(self, name: str) -> TemplateText:
         if name not in self.templates:
             raise one_of("template", name, self.templates)

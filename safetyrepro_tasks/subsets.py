@@ -14,7 +14,7 @@ import random
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.benchmark import Benchmark, Item
@@ -44,12 +44,11 @@ class ItemSet:
         return self.demos[shots]
 
     def by_id(self, item_id: str) -> Item:
-        return _index(self)[item_id]
+        return self._index[item_id]
 
-
-@cache
-def _index(s: ItemSet) -> dict[str, Item]:
-    return {it.id: it for it in (*s.items, *s.pool)}
+    @cached_property
+    def _index(self) -> dict[str, Item]:
+        return {it.id: it for it in (*self.items, *self.pool)}
 
 
 def allocate(sizes: dict[str, int], target: int) -> dict[str, int]:

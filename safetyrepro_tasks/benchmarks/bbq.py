@@ -54,7 +54,7 @@ TEMPLATES = {
     ),
     "T4": TemplateText(
         None,
-        BODY + '\nThink through the passage step by step. Then give your final answer on the last line in '
+        "Passage: " + BODY + '\nThink through the passage step by step. Then give your final answer on the last line in '
         'the form "Answer: <letter>".',
     ),
 }

@@ -1,0 +1,117 @@
+"""The Python behind SafetyRepro's lm-eval YAMLs (`!function safetyrepro.tasks.lm_eval_hooks.*`).
+
+Every task's documents are references `{id, benchmark, template}` into the shared definitions, so
+the prompt text, candidates, parser and scoring rule are the benchmark module's, never a copy.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from lm_eval.api.samplers import ContextSampler
+
+from safetyrepro.tasks.benchmark import Benchmark, Item
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
+from safetyrepro.tasks.subsets import ItemSet, item_set
+
+
+def _doc(item: Item, benchmark: str, template: str) -> dict[str, str]:
+    # `system` is read by lm-eval as the task description (the system message under a chat template).
+    system = get_benchmark(benchmark).system_text(template) or ""
+    return {"id": item.id, "benchmark": benchmark, "template": template, "system": system}
+
+
+def _resolve(doc: dict) -> tuple[Benchmark, Item, str]:
+    s: ItemSet = item_set(doc["benchmark"])
+    return get_benchmark(doc["benchmark"]), s.by_id(doc["id"]), doc["template"]
+
+
+def dataset(benchmark: str, template: str, **_: Any):
+    """`custom_dataset`: the fixed subset as the test split, the demonstrations as the few-shot split."""
+    import datasets
+
+    s = item_set(benchmark)
+    get_benchmark(benchmark).template(template)
+    demo_ids = dict.fromkeys(it.id for k in sorted(s.demos) for it in s.demos[k])
+    return datasets.DatasetDict({
+        "test": datasets.Dataset.from_list([_doc(it, benchmark, template) for it in s.items]),
+        "fewshot": datasets.Dataset.from_list([_doc(s.by_id(i), benchmark, template) for i in demo_ids]),
+    })
+
+
+class FixedDemos(ContextSampler):
+    """Few-shot sampler: the benchmark's fixed demonstrations for the requested count, in order."""
+
+    def sample(self, n: int, eval_doc=None, df=None, **kwargs):
+        if n == 0:
+            return []
+        ref = (df or self.df)[0]
+        s = item_set(ref["benchmark"])
+        return [_doc(it, ref["benchmark"], ref["template"]) for it in s.demos_for(n)]
+
+
+def doc_to_text(doc: dict) -> str:
+    bench, item, template = _resolve(doc)
+    return bench.user_text(item, template)
+
+
+def doc_to_choice(doc: dict) -> list[str]:
+    bench, item, template = _resolve(doc)
+    return bench.candidates(item, template)
+
+
+def doc_to_target(doc: dict) -> int:
+    bench, item, _ = _resolve(doc)
+    return bench.gold(item)
+
+
+def doc_to_target_text(doc: dict) -> str:
+    bench, item, template = _resolve(doc)
+    return bench.answer_text(item, template, bench.gold(item))
+
+
+def demo_answer(doc: dict) -> str:
+    bench, item, template = _resolve(doc)
+    return bench.demo_answer(item, template)
+
+
+def _metrics(bench: Benchmark, item: Item, prediction: int | None, score: float, parsed: bool) -> dict:
+    out = {"acc": score, "parse_rate": float(parsed)}
+    for name in EXTRA_METRICS.get(bench.name, ()):
+        out[name] = (bench.name, item.id, prediction)
+    return out
+
+
+def process_results_logprob(doc: dict, results: list) -> dict:
+    bench, item, _ = _resolve(doc)
+    logliks = [r[0] for r in results]
+    prediction = bench.pick(logliks)
+    return _metrics(bench, item, prediction, bench.item_score(item, prediction, logliks), True)
+
+
+def process_results_free_form(doc: dict, results: list) -> dict:
+    bench, item, template = _resolve(doc)
+    prediction = bench.parse(results[0], item, template)
+    return _metrics(bench, item, prediction, bench.item_score(item, prediction), prediction is not None)
+
+
+EXTRA_METRICS = {
+    "bbq": ("acc_ambig", "acc_disambig", "s_dis", "s_amb"),
+    "xstest": ("refusal_rate_safe", "refusal_rate_unsafe"),
+}
+
+
+def _aggregate(name: str, rows: list) -> float:
+    bench = get_benchmark(rows[0][0])
+    s = item_set(bench.name)
+    items = [s.by_id(r[1]) for r in rows]
+    return bench.extra_metrics(items, [r[2] for r in rows]).get(name, float("nan"))
+
+
+agg_acc_ambig = partial(_aggregate, "acc_ambig")
+agg_acc_disambig = partial(_aggregate, "acc_disambig")
+agg_s_dis = partial(_aggregate, "s_dis")
+agg_s_amb = partial(_aggregate, "s_amb")
+agg_refusal_rate_safe = partial(_aggregate, "refusal_rate_safe")
+agg_refusal_rate_unsafe = partial(_aggregate, "refusal_rate_unsafe")
