@@ -18,15 +18,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from safetyrepro.tasks.envelope import AXES, Config, Rules
 
 from safetyrepro.errors import UserError
-from safetyrepro.tasks.envelope import AXES, Config, Rules
 
 GRID_COLUMNS = (
     "model", "benchmark", "template", "decoding", "shots", "scoring", "precision", "package",
     "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id",
 )
-CELL_KEY = ("model", "config_id")
+# Ties are decided on the written values, so CSV floats must parse exactly: pandas 3 does by
+# default (and deprecates the option); pandas 2 needs the round-trip parser.
+_EXACT_FLOATS = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,8 +76,7 @@ def read_table(path: str | Path, what: str = "grid") -> pd.DataFrame:
     try:
         if p.suffix.lower() in (".parquet", ".pq"):
             return pd.read_parquet(p)
-        # round_trip: two cells written with the same digits must compare equal, and a tie is a tie
-        return pd.read_csv(p, float_precision="round_trip", dtype={"model": str, "item_id": str})
+        return pd.read_csv(p, dtype={"model": str, "item_id": str}, **_EXACT_FLOATS)
     except pd.errors.EmptyDataError:
         raise UserError(f"{what} file {p} is empty") from None
     except (pd.errors.ParserError, ValueError, OSError) as e:
@@ -90,6 +91,11 @@ def load_grid(path: str | Path, rules: Rules, precision: str | None = None, pack
 
 
 # -- validation ------------------------------------------------------------------------------------
+def _plain(value):
+    """numpy scalars print as np.int64(4); a user wrote 4."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _row(frame: pd.DataFrame, mask: pd.Series) -> int:
     """1-based data row (header not counted) of the first offending row."""
     return int(np.flatnonzero(mask.to_numpy())[0]) + 1
@@ -100,7 +106,7 @@ def _numeric(frame: pd.DataFrame, column: str, source: str) -> pd.Series:
     bad = values.isna() & frame[column].notna()
     if bad.any():
         i = _row(frame, bad)
-        raise UserError(f"grid {source} row {i}: column {column!r} has non-numeric value {frame[column].iloc[i - 1]!r}")
+        raise UserError(f"grid {source} row {i}: column {column!r} has non-numeric value {_plain(frame[column].iloc[i - 1])!r}")
     return values.astype(float)
 
 
@@ -115,7 +121,7 @@ def _check_unit_interval(frame: pd.DataFrame, values: pd.Series, column: str, so
     if outside.any():
         i = _row(frame, outside)
         r = frame.iloc[i - 1]
-        raise UserError(f"grid {source} row {i}: {column} {values.iloc[i - 1]!r} for model {r['model']!r}, "
+        raise UserError(f"grid {source} row {i}: {column} {float(values.iloc[i - 1])!r} for model {r['model']!r}, "
                         f"config {r['config_id']!r} is outside [0, 1]")
 
 
@@ -137,7 +143,7 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
     not_int = shots.isna() | (shots != shots.round())
     if not_int.any():
         i = _row(out, not_int)
-        raise UserError(f"grid {source} row {i}: column 'shots' has unknown value {frame['shots'].iloc[i - 1]!r}; "
+        raise UserError(f"grid {source} row {i}: column 'shots' has unknown value {_plain(frame['shots'].iloc[i - 1])!r}; "
                         f"allowed: {', '.join(map(str, rules.axes['shots']))}")
     out["shots"] = shots.astype(int)
 
@@ -146,7 +152,7 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
         unknown = ~out[column].isin(list(values))
         if unknown.any():
             i = _row(out, unknown)
-            raise UserError(f"grid {source} row {i}: column {column!r} has unknown value {out[column].iloc[i - 1]!r}; "
+            raise UserError(f"grid {source} row {i}: column {column!r} has unknown value {_plain(out[column].iloc[i - 1])!r}; "
                             f"allowed: {', '.join(map(str, values))}")
 
     for i, r in enumerate(out[["benchmark", *AXES, "config_id", "tier"]].itertuples(index=False), start=1):
@@ -171,7 +177,7 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
         if bad.any():
             i = _row(out, bad)
             raise UserError(f"grid {source} row {i}: column {column!r} must be a whole number >= 1, "
-                            f"got {frame[column].iloc[i - 1]!r}")
+                            f"got {_plain(frame[column].iloc[i - 1])!r}")
         out[column] = counts.astype(int)
 
     key = ["model", "config_id", "precision", "package"]

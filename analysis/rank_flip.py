@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-
 from safetyrepro.tasks.envelope import Rules
 
 from .grid_io import Grid
@@ -95,7 +94,7 @@ def rho_flip_max(detail: pd.DataFrame) -> pd.DataFrame:
         at = g[g["rho_flip"] == top]
         rows.append({
             "benchmark": benchmark, "slice": name, "n_configs": int(g["n_configs"].iloc[0]),
-            "rho_flip_max": float(top), "pairs": "; ".join(f"{a} vs {b}" for a, b in zip(at["model_a"], at["model_b"])),
+            "rho_flip_max": float(top), "pairs": "; ".join(f"{a} vs {b}" for a, b in zip(at["model_a"], at["model_b"], strict=True)),
             "ceiling": float(g["ceiling"].iloc[0]), "saturated": bool(at["saturated"].any()),
             "n_pairs_with_reversal": int((g["rho_flip"] > 0).sum()), "n_pairs": len(g),
         })

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from safetyrepro.errors import one_of
 from safetyrepro.tasks.envelope import Config, Rules
+
+from safetyrepro.errors import one_of
 
 from .grid_io import Grid
 

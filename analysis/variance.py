@@ -10,11 +10,11 @@ reuses one design matrix instead of re-parsing a formula per resample.
 from __future__ import annotations
 
 import warnings
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-
 from safetyrepro.tasks.envelope import Rules
 
 from .grid_io import Grid
@@ -144,7 +144,7 @@ def bootstrap_rho(frame: pd.DataFrame, axes: tuple[str, ...], n_resamples: int,
 
 
 def variance_attribution(grid: Grid, rules: Rules, benchmark: str, n_resamples: int,
-                         rng: np.random.Generator) -> VarianceAttribution | str:
+                         seed: int) -> VarianceAttribution | str:
     """The ANOVA for one benchmark, or a one-line reason why it cannot be fitted."""
     if FREE_FORM not in rules.subsets:
         return f"{benchmark}: the rules file defines no free_form slice"
@@ -159,6 +159,7 @@ def variance_attribution(grid: Grid, rules: Rules, benchmark: str, n_resamples: 
     total = float(((frame["score"] - frame["score"].mean()) ** 2).sum())
     terms = tuple(Term(name, _group(name), df, ss, ss / total if total > 0 else float("nan"))
                   for name, df, ss in anova_terms(frame, axes))
+    rng = np.random.default_rng([seed, zlib.crc32(benchmark.encode())])  # one stream per benchmark
     boot = bootstrap_rho(frame, axes, n_resamples, rng) if n_resamples else np.array([])
     finite = boot[np.isfinite(boot)]
     lo, hi = (np.percentile(finite, [2.5, 97.5]) if len(finite) else (np.nan, np.nan))

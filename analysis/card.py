@@ -1,0 +1,200 @@
+"""The GRID card (paper App. B): the disclosure record that travels with a result. It says which
+models (and weight hashes), which items, which envelope (and the rules file's hash), which package
+versions produced the grid, the headline numbers, and the caveats a reader needs before quoting
+them. Run metadata comes from `run.json` beside the grid when it is there."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .pipeline import Analysis
+from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN
+
+ANALYSIS_PACKAGES = ("safetyrepro", "numpy", "pandas", "scipy", "statsmodels", "lightgbm", "shap", "matplotlib")
+
+
+def read_run_metadata(grid_path: Path) -> tuple[dict | None, str]:
+    """(run.json contents or None, a sentence on where it came from)."""
+    path = grid_path.parent / "run.json"
+    if not path.is_file():
+        return None, f"no run.json beside {grid_path.name}: models' weight hashes, item-subset ids, package versions " \
+                     f"and the machine are unknown for this grid"
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return None, f"run.json beside the grid could not be read ({e}); run metadata is unknown"
+    if not isinstance(meta, dict):
+        return None, "run.json beside the grid is not a JSON object; run metadata is unknown"
+    return meta, f"read from {path}"
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for name in ANALYSIS_PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _file_sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _caveats(a: Analysis, run_note: str, meta: dict | None) -> list[str]:
+    out = []
+    full = a.rho_flip_detail[a.rho_flip_detail["slice"] == "full"]
+    sat = a.rho_flip_max[a.rho_flip_max["saturated"]]
+    out.append("Ceiling: rho_flip can never exceed floor(|C|/2)/|C| (0.5 at even |C|); compare values only at equal |C|. "
+               + (f"Saturated (a reversal exists, its size is unknown): {', '.join(sat['benchmark'] + '/' + sat['slice'])}."
+                  if len(sat) else "No benchmark/slice maximum sits at its ceiling."))
+    tied = full[full["n_zero"] > 0]
+    out.append("Ties: equal scores count for neither model but stay in the denominator, so they lower rho_flip. "
+               + (f"{len(tied)} pair(s) on the full envelope have ties: "
+                  + ", ".join(f"{r.benchmark} {r.model_a}/{r.model_b} ({r.n_zero})" for r in tied.itertuples()) + "."
+                  if len(tied) else "No tied configuration on the full envelope."))
+    m = a.rho_flip_max.set_index(["benchmark", "slice"])["rho_flip_max"]
+    mixed = []
+    for b in a.grid.benchmarks:
+        if (b, "free_form") in m.index and (b, "logprob") in m.index and (b, "full") in m.index:
+            mixed.append(f"{b} {m[(b, 'full')]:.3f} (free-form {m[(b, 'free_form')]:.3f}, logprob {m[(b, 'logprob')]:.3f})")
+    if mixed:
+        out.append("Mixed scoring paths: the full envelope mixes free-form and logprob scoring, which measure different "
+                   "objects; part of a full-envelope reversal can come from switching path. Full vs single-path maxima: "
+                   + "; ".join(mixed) + ".")
+    pr = a.grid.cells.groupby("benchmark")["parse_rate"].min()
+    clean = a.rho_flip_max[a.rho_flip_max["slice"] == PARSE_CLEAN].set_index("benchmark")["n_configs"]
+    full_n = {b: len(a.grid.config_ids(b)) for b in a.grid.benchmarks}
+    low = [f"{b} min {pr[b]:.2f}, {full_n[b] - int(clean.get(b, 0))} of {full_n[b]} configs below {PARSE_CLEAN_MIN}"
+           for b in a.grid.benchmarks if pr[b] < PARSE_CLEAN_MIN]
+    out.append("Parse rates: " + ("; ".join(low) + f"; see the {PARSE_CLEAN} slice." if low
+                                  else f"every model parses at least {PARSE_CLEAN_MIN:.0%} of items on every configuration."))
+    out.append("Scope: one fixed item subset per benchmark; the bootstrap ranges resample configurations, not items or "
+               "models, and describe sensitivity to the envelope, not uncertainty about a population.")
+    out.append(f"Precision and package are held fixed ({a.grid.precision}, {a.grid.package}); this card says nothing "
+               "about other precisions or packages.")
+    out.extend(a.warnings)
+    if meta is None:
+        out.append(run_note[0].upper() + run_note[1:] + ".")
+    elif meta.get("rules_sha256") and meta["rules_sha256"] != a.rules.sha256:
+        out.append(f"The grid was run under rules {meta['rules_sha256'][:12]}... but analysed under "
+                   f"{a.rules.sha256[:12]}...; slices and tiers may not be what the run used.")
+    return out
+
+
+def headline(a: Analysis) -> pd.DataFrame:
+    m = a.rho_flip_max[a.rho_flip_max["slice"] == "full"].set_index("benchmark")
+    o = a.orderings_detail[a.orderings_detail["slice"] == "full"].set_index("benchmark")
+    t = a.concordance[a.concordance["slice"] == "full"].set_index("benchmark")
+    sdi = a.sdi[a.sdi["slice"] == "full"].groupby("benchmark")["sdi"].max()
+    rows = []
+    for b in a.grid.benchmarks:
+        if b not in m.index:
+            continue
+        rows.append({"benchmark": b, "n_configs": int(m.at[b, "n_configs"]), "rho_flip_max": float(m.at[b, "rho_flip_max"]),
+                     "pairs": m.at[b, "pairs"], "ceiling": float(m.at[b, "ceiling"]), "saturated": bool(m.at[b, "saturated"]),
+                     "n_orderings": int(o.at[b, "n_orderings"]), "n_possible": int(o.at[b, "n_possible"]),
+                     "tau_r": float(t.at[b, "tau_r"]), "sdi_max": float(sdi[b])})
+    return pd.DataFrame(rows)
+
+
+def grid_card(a: Analysis, grid_path: Path) -> dict:
+    meta, run_note = read_run_metadata(grid_path)
+    meta_models = {str(m.get("label")): m for m in (meta or {}).get("models", []) if isinstance(m, dict)}
+    subsets = (meta or {}).get("item_subsets", {}) or {}
+    n_items = a.grid.cells.groupby("benchmark")["n_items"].agg(lambda s: sorted(set(int(v) for v in s)))
+    slices = {}
+    for name in a.options.slices:
+        rows = a.rho_flip_max[a.rho_flip_max["slice"] == name]
+        slices[name] = {r.benchmark: int(r.n_configs) for r in rows.itertuples()}
+    return {
+        "card": "SafetyRepro GRID card",
+        "grid": {"path": str(grid_path), "sha256": _file_sha256(grid_path), "cells_analysed": len(a.grid.cells),
+                 "precision": a.grid.precision, "package": a.grid.package},
+        "run_metadata": {"found": meta is not None, "note": run_note},
+        "models": [{"label": m, "weights_sha256": meta_models.get(m, {}).get("weights_sha256"),
+                    **{k: v for k, v in meta_models.get(m, {}).items() if k not in ("label", "weights_sha256")}}
+                   for m in a.grid.models],
+        "benchmarks": [{"name": b, "n_configs": len(a.grid.config_ids(b)), "item_subset": subsets.get(b),
+                        "n_items": n_items[b]} for b in a.grid.benchmarks],
+        "envelope": {"rules_file": a.rules.path, "rules_sha256": a.rules.sha256,
+                     "run_rules_sha256": (meta or {}).get("rules_sha256"),
+                     "rules_match": None if not (meta or {}).get("rules_sha256") else meta["rules_sha256"] == a.rules.sha256,
+                     "axes": {k: list(v) for k, v in a.rules.axes.items()},
+                     "stress": {k: list(v) for k, v in a.rules.stress.items()},
+                     "constraints": [c.name for c in a.rules.constraints], "slices": slices},
+        "packages": (meta or {}).get("packages"),
+        "analysis_packages": _versions(),
+        "machine": (meta or {}).get("machine"),
+        "analysis": {"bootstrap_resamples": a.options.n_resamples, "seed": a.options.seed,
+                     "thetas": list(a.options.thetas), "ties": "decided on the scores as given, strict > and <",
+                     "item_records": a.options.items_path if a.item_tests is not None else None},
+        "headline": headline(a).to_dict(orient="records"),
+        "caveats": _caveats(a, run_note, meta),
+    }
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "unknown"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def card_markdown(card: dict) -> str:
+    g, env = card["grid"], card["envelope"]
+    lines = [f"# GRID card: {Path(g['path']).name}", "",
+             "The disclosure record of this grid: what ran, under which rules, and what a reader must know before "
+             "quoting its numbers.", "",
+             f"- Grid: `{g['path']}` (sha256 `{_cell(g['sha256'])}`), {g['cells_analysed']} cells analysed, "
+             f"precision `{g['precision']}`, package `{g['package']}`",
+             f"- Run metadata: {card['run_metadata']['note']}",
+             f"- Rules file: `{env['rules_file']}` sha256 `{env['rules_sha256']}`"
+             + ("" if env["rules_match"] is None else
+                (" (matches run.json)" if env["rules_match"] else f" (run.json says `{env['run_rules_sha256']}`: MISMATCH)")),
+             f"- Machine: {_cell(card['machine'])}", "", "## Models", "", "| model | weights sha256 |", "|---|---|"]
+    lines += [f"| {m['label']} | {_cell(m['weights_sha256'])} |" for m in card["models"]]
+    lines += ["", "## Benchmarks and items", "", "| benchmark | configurations | item subset | items per cell |", "|---|---|---|---|"]
+    lines += [f"| {b['name']} | {b['n_configs']} | {_cell(b['item_subset'])} | {', '.join(map(str, b['n_items']))} |"
+              for b in card["benchmarks"]]
+    lines += ["", "## Envelope", "", "Axes: " + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in env["axes"].items()) + ".",
+              "Stress tier: " + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in env["stress"].items()) + ".",
+              "Constraints: " + "; ".join(env["constraints"]) + ".", "",
+              "Configurations per slice (common to every model):", "",
+              "| slice | " + " | ".join(b["name"] for b in card["benchmarks"]) + " |",
+              "|---|" + "---|" * len(card["benchmarks"])]
+    for name, counts in env["slices"].items():
+        lines.append(f"| {name} | " + " | ".join(str(counts.get(b["name"], 0)) for b in card["benchmarks"]) + " |")
+    lines += ["", "## Headline", "",
+              "rho_flip max is the largest share of configurations on which the less frequent winner of a model pair "
+              "wins strictly; orderings counts distinct model rankings reached.", "",
+              "| benchmark | \\|C\\| | rho_flip max (pair) | ceiling | orderings | tau_R | SDI max |", "|---|---|---|---|---|---|---|"]
+    for h in card["headline"]:
+        lines.append(f"| {h['benchmark']} | {h['n_configs']} | {h['rho_flip_max']:.3f} ({h['pairs']}) | "
+                     f"{h['ceiling']:.3f}{' saturated' if h['saturated'] else ''} | {h['n_orderings']}/{h['n_possible']} | "
+                     f"{h['tau_r']:.3f} | {h['sdi_max']:.3f} |")
+    lines += ["", "## Packages", ""]
+    if card["packages"]:
+        lines += [f"- {k} {v}" for k, v in card["packages"].items()]
+    else:
+        lines.append("- run packages: unknown (no run.json)")
+    lines += ["", "Analysis: " + ", ".join(f"{k} {v}" for k, v in card["analysis_packages"].items()) + ".",
+              "", "## Caveats", ""]
+    lines += [f"- {c}" for c in card["caveats"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_card(card: dict, out: Path) -> list[Path]:
+    (out / "grid_card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
+    (out / "grid_card.md").write_text(card_markdown(card))
+    return [out / "grid_card.json", out / "grid_card.md"]

@@ -1,0 +1,70 @@
+"""`safetyrepro analyze GRID --out DIR`: every table, figure, the report and the GRID card.
+Only argparse is imported at start-up; the analysis modules load when the command runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ITEM_FILES = ("items.parquet", "items.csv")  # what the sweeper writes beside grid.csv
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "analyze", help="rho_flip, orderings and the paper's metrics from a grid: tables, figures, report, GRID card",
+        description="Read a grid (one row per model x benchmark x configuration) and write CSV tables, PNG figures, "
+                    "report.md/.html and grid_card.md/.json into DIR. A grid that mixes precisions or packages must "
+                    "be narrowed with --precision/--package (or compared with `safetyrepro compare`).")
+    p.add_argument("grid", help="grid.csv or grid.parquet in the DESIGN.md format")
+    p.add_argument("--out", required=True, help="output folder (created; existing files are overwritten)")
+    p.add_argument("--items", help="per-item records (Parquet or CSV: model, config_id, item_id, seed, item_score) for "
+                   "the significant-flip test; default: items.parquet or items.csv beside the grid, if present")
+    p.add_argument("--slices", nargs="+", metavar="SLICE", help="slices to compute (default: all of full, core, "
+                   "excl_t4, excl_diverse, free_form, logprob, parse_clean, conservative_core)")
+    p.add_argument("--theta", nargs="+", type=float, metavar="T", help="CFR pass thresholds (default 0.5 0.6 0.7 0.8); "
+                   "the per-cell median is always added")
+    p.add_argument("--precision", help="analyse only this precision group of the grid")
+    p.add_argument("--package", help="analyse only this package group of the grid")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
+                   help="resamples for every bootstrap (configurations, items, ANOVA rho); default 1000")
+    p.add_argument("--seed", type=int, default=0, help="seed for the bootstraps and the surrogate models (default 0)")
+    p.add_argument("--rules", help="rules file to validate against (default: the packaged envelope.yaml)")
+    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from safetyrepro.tasks.envelope import load_rules
+
+    from safetyrepro.errors import UserError
+
+    from .grid_io import load_grid
+    from .output import write_all
+    from .pipeline import AnalysisOptions, parse_thetas, run_analysis
+    from .slices import check_slices
+
+    started = time.perf_counter()
+    rules = load_rules(args.rules)
+    if args.bootstrap < 1:
+        raise UserError(f"--bootstrap {args.bootstrap}: needs at least one resample")
+    options = AnalysisOptions(slices=check_slices(args.slices, rules), thetas=parse_thetas(args.theta),
+                              n_resamples=args.bootstrap, seed=args.seed)
+    grid_path = Path(args.grid)
+    grid = load_grid(grid_path, rules, precision=args.precision, package=args.package)
+    items, required = args.items, True
+    if items is None:
+        beside = [grid_path.parent / name for name in ITEM_FILES if (grid_path.parent / name).is_file()]
+        items, required = (str(beside[0]), False) if beside else (None, True)
+    options = AnalysisOptions(**{**options.__dict__, "items_path": items, "items_required": required})
+    analysis = run_analysis(grid, rules, options)
+    for w in analysis.warnings:
+        sys.stderr.write(f"safetyrepro: warning: {w}\n")
+    written = write_all(analysis, grid_path, Path(args.out), figures=not args.no_figures)
+    head = analysis.rho_flip_max[analysis.rho_flip_max["slice"] == "full"]
+    for r in head.itertuples():
+        print(f"{r.benchmark:<12} |C|={r.n_configs:<3} rho_flip max {r.rho_flip_max:.3f} ({r.pairs})")
+    print(f"wrote {len(written)} files to {args.out} in {time.perf_counter() - started:.1f} s "
+          f"(report: {Path(args.out) / 'report.md'})")
+    return 0

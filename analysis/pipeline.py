@@ -1,0 +1,146 @@
+"""`analyze` end to end: every table computed from one validated grid, then written to DIR.
+Computation (`run_analysis`) is separate from I/O (`write_tables`), so tests can check the numbers
+without touching the disk."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from safetyrepro.tasks.envelope import Rules
+
+from safetyrepro.errors import UserError
+
+from . import bootstrap, dispersion, orderings, rank_flip, significance, variance, verdict
+from .attribution import Attribution, axis_attribution
+from .grid_io import Grid
+
+DEFAULT_THETAS = (0.5, 0.6, 0.7, 0.8)
+DEFAULT_RESAMPLES = 1000
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    slices: tuple[str, ...]
+    thetas: tuple[float, ...] = DEFAULT_THETAS
+    n_resamples: int = DEFAULT_RESAMPLES
+    seed: int = 0
+    alpha: float = ALPHA
+    items_path: str | None = None
+    items_required: bool = True  # False when the file was found beside the grid rather than named
+
+
+@dataclass(frozen=True, eq=False)
+class Analysis:
+    grid: Grid
+    rules: Rules
+    options: AnalysisOptions
+    rho_flip_detail: pd.DataFrame
+    rho_flip_max: pd.DataFrame
+    orderings_detail: pd.DataFrame
+    config_orderings: pd.DataFrame
+    concordance: pd.DataFrame
+    sdi: pd.DataFrame
+    cfr: pd.DataFrame
+    tier_ablation: pd.DataFrame
+    anova: pd.DataFrame
+    variance_shares: pd.DataFrame
+    attribution: Attribution
+    bootstrap: pd.DataFrame
+    certificate: pd.DataFrame
+    item_tests: pd.DataFrame | None
+    significant_flips: pd.DataFrame | None
+    warnings: tuple[str, ...]
+    notes: tuple[str, ...] = field(default=())  # why a part was skipped
+
+
+def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions) -> Analysis:
+    slices = options.slices
+    detail = rank_flip.rho_flip_table(grid, rules, slices)
+    maxima = rank_flip.rho_flip_max(detail)
+    orderings_detail, concordance = orderings.orderings_tables(grid, rules, slices)
+    sdi, cfr = dispersion.dispersion_tables(grid, rules, slices, options.thetas)
+    tier = maxima[["benchmark", "slice", "n_configs", "rho_flip_max"]].merge(
+        orderings_detail[["benchmark", "slice", "n_orderings", "n_possible"]], on=["benchmark", "slice"])
+
+    notes: list[str] = []
+    fitted = []
+    for b in grid.benchmarks:
+        result = variance.variance_attribution(grid, rules, b, options.n_resamples, options.seed)
+        if isinstance(result, str):
+            notes.append(f"ANOVA skipped for {result}")
+        else:
+            fitted.append(result)
+    anova, shares = variance.variance_tables(fitted)
+    attribution = axis_attribution(grid, rules, options.seed)
+    notes.extend(attribution.notes)
+    full = {b: grid.matrix(b) for b in grid.benchmarks}
+    boot = bootstrap.bootstrap_table(full, options.n_resamples, options.seed)
+    certificate = verdict.verdict_certificate(grid, rules, slices)
+
+    warnings = list(grid.warnings)
+    item_tests = flips = None
+    if options.items_path:
+        try:
+            items = significance.load_items(options.items_path, grid)
+        except UserError as e:
+            if options.items_required:
+                raise
+            items = None
+            warnings.append(f"items: {options.items_path} found beside the grid but not used: {e}")
+        if items is not None:
+            warnings.extend(items.warnings)
+            item_tests = significance.paired_item_tests(items, grid, options.n_resamples, options.alpha, options.seed)
+            flips = significance.significant_flips(item_tests, grid, rules, slices, options.n_resamples, options.alpha)
+    else:
+        notes.append("significant flips skipped: no per-item records (pass --items, or keep items.parquet beside the grid)")
+
+    return Analysis(grid, rules, options, detail, maxima, orderings_detail, orderings.config_orderings_table(grid),
+                    concordance, sdi, cfr, tier, anova, shares, attribution, boot, certificate, item_tests, flips,
+                    tuple(warnings), tuple(notes))
+
+
+# file name -> what it holds; the two contract tables keep exactly the DESIGN.md columns
+def table_files(a: Analysis) -> dict[str, pd.DataFrame | None]:
+    return {
+        "rho_flip.csv": a.rho_flip_detail[list(rank_flip.RHO_FLIP_COLUMNS)],
+        "rho_flip_detail.csv": a.rho_flip_detail,
+        "rho_flip_max.csv": a.rho_flip_max,
+        "orderings.csv": a.orderings_detail[list(orderings.ORDERINGS_COLUMNS)],
+        "orderings_detail.csv": a.orderings_detail,
+        "config_orderings.csv": a.config_orderings,
+        "concordance.csv": a.concordance,
+        "tier_ablation.csv": a.tier_ablation,
+        "sdi.csv": a.sdi,
+        "cfr.csv": a.cfr,
+        "anova.csv": a.anova,
+        "variance_shares.csv": a.variance_shares,
+        "shap_regressor.csv": a.attribution.regressor,
+        "shap_pair_classifier.csv": a.attribution.classifier,
+        "bootstrap.csv": a.bootstrap,
+        "verdict_certificate.csv": a.certificate,
+        "item_tests.csv": a.item_tests,
+        "significant_flips.csv": a.significant_flips,
+    }
+
+
+def write_tables(a: Analysis, out: Path) -> list[Path]:
+    written = []
+    for name, table in table_files(a).items():
+        if table is None:
+            continue
+        path = out / name
+        table.to_csv(path, index=False)
+        written.append(path)
+    return written
+
+
+def parse_thetas(values: Sequence[float] | None) -> tuple[float, ...]:
+    thetas = tuple(values) if values else DEFAULT_THETAS
+    for t in thetas:
+        if not 0 <= t <= 1:
+            raise UserError(f"--theta {t} is outside [0, 1]; scores are shares")
+    return thetas

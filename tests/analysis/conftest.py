@@ -1,0 +1,7 @@
+import pytest
+from safetyrepro.tasks.envelope import default_rules
+
+
+@pytest.fixture(scope="session")
+def rules():
+    return default_rules()

@@ -1,0 +1,64 @@
+import numpy as np
+import pytest
+from analysis_grids import grid_frame, to_grid
+from safetyrepro.analysis.variance import (
+    anova_terms,
+    design_blocks,
+    type2_sums_of_squares,
+    variance_attribution,
+)
+
+MODEL_EFFECT = {"a": 0.6, "b": 0.5, "c": 0.4}
+TEMPLATE_EFFECT = {"T1": 0.05, "T2": -0.05, "T3": 0.05, "T4": -0.05}
+
+
+def _free_form_grid(rules, score):
+    configs = [c for c in rules.configs("bbq") if c.scoring == "free_form"]
+    return to_grid(grid_frame({m: {c.config_id: score(m, c) for c in configs} for m in MODEL_EFFECT}))
+
+
+def test_additive_scores_give_hand_computed_shares_and_rho(rules):
+    # score = model effect + template effect, nothing else: SS_model = 36 * (0.1² + 0 + 0.1²) = 0.72,
+    # SS_template = 27 * 4 * 0.05² = 0.27, total 0.99; rho = 0.27 / 0.72 = 0.375
+    grid = _free_form_grid(rules, lambda m, c: MODEL_EFFECT[m] + TEMPLATE_EFFECT[c.template])
+    v = variance_attribution(grid, rules, "bbq", n_resamples=0, seed=0)
+    assert v.n_configs == 36 and v.n_rows == 108
+    assert v.total_sum_sq == pytest.approx(0.99)
+    ss = {t.name: t.sum_sq for t in v.terms}
+    assert ss["model"] == pytest.approx(0.72) and ss["template"] == pytest.approx(0.27)
+    assert v.share("model") == pytest.approx(0.72 / 0.99)
+    assert v.share("implementation") == pytest.approx(0.27 / 0.99)
+    assert v.share("interaction") == pytest.approx(0, abs=1e-12)
+    assert v.rho == pytest.approx(0.375)
+
+
+def test_shares_of_a_balanced_grid_sum_to_the_total(rules):
+    rng = np.random.default_rng(1)
+    grid = _free_form_grid(rules, lambda m, c: float(rng.uniform(0.2, 0.8)))
+    v = variance_attribution(grid, rules, "bbq", n_resamples=20, seed=0)
+    assert sum(t.sum_sq for t in v.terms) == pytest.approx(v.total_sum_sq, rel=1e-9)
+    assert sum(t.eta_sq for t in v.terms) == pytest.approx(1.0, rel=1e-9)
+    assert [t.name for t in v.terms] == ["model", "template", "decoding", "shots", "model:template",
+                                         "model:decoding", "model:shots", "residual"]
+    again = variance_attribution(grid, rules, "bbq", n_resamples=20, seed=0)
+    assert (v.rho_lo, v.rho_hi) == (again.rho_lo, again.rho_hi)  # fixed seed, same range
+    assert v.n_resamples == 20
+
+
+def test_numpy_type2_matches_statsmodels_on_an_unbalanced_design(rules):
+    rng = np.random.default_rng(2)
+    grid = _free_form_grid(rules, lambda m, c: float(rng.uniform(0.2, 0.8)))
+    frame = grid.cells.drop(index=[3, 17, 40, 41, 90]).reset_index(drop=True)
+    axes = ("template", "decoding", "shots")
+    expected = {name: ss for name, _, ss in anova_terms(frame, axes)}
+    got = type2_sums_of_squares(design_blocks(frame, axes), frame["score"].to_numpy())
+    assert got.keys() == expected.keys()
+    for name in expected:
+        assert got[name] == pytest.approx(expected[name], rel=1e-8, abs=1e-12), name
+
+
+def test_benchmark_without_free_form_configs_is_skipped_with_a_reason(rules):
+    configs = [c.config_id for c in rules.configs("crows_pairs")]
+    grid = to_grid(grid_frame({m: {c: 0.5 + 0.01 * i for i, c in enumerate(configs)} for m in ("a", "b")}))
+    reason = variance_attribution(grid, rules, "crows_pairs", n_resamples=0, seed=0)
+    assert isinstance(reason, str) and "free-form slice has 0" in reason
