@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for name, module in SUBCOMMANDS.items():
+    for module in SUBCOMMANDS.values():
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:
@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         sys.stderr.write(f"safetyrepro: error: {e}\n")
         return 2
+    except BrokenPipeError:  # `safetyrepro ... | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         sys.stderr.write("safetyrepro: interrupted; finished cells are kept, rerun the same command to resume\n")
         return 130

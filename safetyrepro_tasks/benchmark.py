@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from safetyrepro.errors import UserError, one_of
 from safetyrepro.tasks.rendering import Prompt, Turn
 from safetyrepro.tasks.sources import Source
+
+from safetyrepro.errors import UserError, one_of
 
 TEMPLATES = ("T1", "T2", "T3", "T4")
 SCORINGS = ("free_form", "logprob")
@@ -57,7 +58,7 @@ def after_last_answer_cue(text: str) -> str | None:
 def parse_letter(text: str, n_options: int, option_texts: Sequence[str] = ()) -> int | None:
     """Index of the option a free-form answer names, or None if it names none or several.
 
-    Tried in order: a letter at the very start ("B", "(B)", "B.", "B) text"); an explicit
+    Tried in order (after refusing "A or B"-style openings): a letter at the very start ("B", "(B)", "B.", "B) text"); an explicit
     "answer is B" / "Answer: B"; the whole reply equal to one option's text; otherwise exactly
     one distinct standalone capital letter among the options anywhere in the reply.
     """
@@ -66,6 +67,8 @@ def parse_letter(text: str, n_options: int, option_texts: Sequence[str] = ()) ->
         return None
     letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:n_options]
     cls = f"[{letters}]"
+    if re.match(rf"^\W*{cls}\W*(?:\s(?:or|and)\s|/|,|&)\W*{cls}\b", text):
+        return None  # "A or B", "A/B": several letters at once
     m = re.match(rf"^[\(\[\*\s]*({cls})(?:[\)\]\.:,\*]|\s|$)", text)
     if m:
         return letters.index(m.group(1))

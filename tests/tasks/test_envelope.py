@@ -1,0 +1,81 @@
+"""The rules file: sizes as the paper states them, the hash as a commit stamp, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+from safetyrepro.tasks.envelope import RULES_PATH, Config, load_rules, parse_rules
+
+from safetyrepro.errors import UserError
+
+RULES = load_rules()
+PAPER_SIZES = {  # subset: (non-CrowS benchmark, CrowS-Pairs)  -- PAPER.md "Envelope sizes"
+    "full": (48, 12), "core": (27, 9), "excl_t4": (36, 9), "excl_diverse": (36, 12),
+    "conservative_core": (4, 2), "free_form": (36, 0), "logprob": (12, 12),
+}
+
+
+@pytest.mark.parametrize("subset", PAPER_SIZES)
+def test_envelope_sizes_match_the_paper(subset):
+    other, crows = PAPER_SIZES[subset]
+    for b in ("truthfulqa", "bbq", "toxigen", "xstest"):
+        assert len(RULES.configs(b, subset)) == other
+    assert len(RULES.configs("crows_pairs", subset)) == crows
+
+
+def test_612_cells_for_three_models_and_tiers():
+    assert 3 * len(RULES.configs()) == 612
+    tiers = [RULES.tier(c) for c in RULES.configs("bbq")]
+    assert tiers.count("core") == 27 and tiers.count("stress") == 21
+
+
+def test_constraints_hold_on_every_config():
+    for c in RULES.configs():
+        assert c.scoring != "logprob" or c.decoding == "greedy"
+        assert c.benchmark != "crows_pairs" or c.scoring == "logprob"
+
+
+def test_config_id_round_trips_and_is_readable():
+    c = Config("bbq", "T3", "greedy", 3, "logprob")
+    assert c.config_id == "bbq/T3/greedy/3shot/logprob"
+    assert Config.from_id(c.config_id) == c
+
+
+def test_editing_a_rules_value_changes_the_hash():
+    text = RULES_PATH.read_bytes()
+    edited = text.replace(b"moderate: {temperature: 0.3", b"moderate: {temperature: 0.35")
+    assert edited != text
+    assert parse_rules(edited).sha256 != parse_rules(text).sha256 == RULES.sha256
+
+
+@pytest.mark.parametrize("old,new,message", [
+    (b"template: [T1, T2, T3, T4]", b"template: [T1, T2, T3, T9]", "decoding"),  # T9 stress entry unknown
+    (b"when: {scoring: [logprob]}", b"when: {scoring: [logprobz]}", "unknown scoring value 'logprobz'"),
+    (b"require: {decoding: [greedy]}", b"require: {decodingz: [greedy]}", "unknown axis 'decodingz'"),
+    (b"require: {scoring: [logprob]}", b"require: {scoring: [free_form]}", None),
+])
+def test_broken_rules_are_refused_with_the_bad_value(old, new, message):
+    text = RULES_PATH.read_bytes()
+    assert old in text
+    broken = text.replace(old, new)
+    if message is None:  # crows_pairs is then free-form-only while logprob is greedy-only: still valid
+        assert len(parse_rules(broken).configs("crows_pairs")) == 36
+        return
+    if old.startswith(b"template"):
+        broken = broken.replace(b"template: [T4]", b"template: [T4x]")
+        message = "unknown template value 'T4x'"
+    with pytest.raises(UserError, match=message.replace("(", r"\(")):
+        parse_rules(broken)
+
+
+def test_check_names_the_broken_constraint():
+    with pytest.raises(UserError, match="logprob is greedy-only"):
+        RULES.check(Config("bbq", "T1", "moderate", 0, "logprob"))
+    with pytest.raises(UserError, match="crows_pairs is logprob-only"):
+        RULES.check(Config("crows_pairs", "T1", "greedy", 0, "free_form"))
+    with pytest.raises(UserError, match="unknown template 'T7'"):
+        RULES.check(Config("bbq", "T7", "greedy", 0, "free_form"))
+
+
+def test_sampled_decodings_run_five_seeds():
+    assert len(RULES.seeds("moderate")) == len(RULES.seeds("diverse")) == 5
+    assert len(RULES.seeds("greedy")) == 1
