@@ -51,10 +51,12 @@ def _lgbm_params(n_rows: int, seed: int, n_estimators: int, num_leaves: int) -> 
 
 
 def _mean_abs_shap(model, x: pd.DataFrame) -> np.ndarray:
-    import shap
-
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # shap announces its binary-LightGBM output format on every call
+        # shap warns about matplotlib colour-map APIs on import and about its binary-LightGBM output
+        # format on every call; neither concerns the numbers read here
+        warnings.simplefilter("ignore")
+        import shap
+
         values = shap.TreeExplainer(model).shap_values(x)
     if isinstance(values, list):  # older shap: one array per class
         values = values[-1]

@@ -25,6 +25,7 @@ from .rank_flip import model_pairs, pair_counts
 
 PAIR_KEY = ["model", "benchmark", "config_id"]
 TOP_N = 5
+FLOAT_SLACK = 1e-9
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,9 @@ def compare_grids(groups: list[LabelledGrid], rules: Rules) -> Comparison:
 
 def _spread_stats(spread: pd.Series) -> dict:
     s = spread.to_numpy(dtype=float)
-    return {"n_cells": len(s), "median": float(np.median(s)), "mean": float(s.mean()), "max": float(s.max()),
-            "n_over_5pp": int((s > 0.05).sum()), "n_over_10pp": int((s > 0.10).sum())}
+    # 0.90 - 0.85 is 0.05000000000000004 in binary: a cell exactly 5 pp apart is not "over 5 pp"
+    over = {f"n_over_{pp}pp": int((s > pp / 100 + FLOAT_SLACK).sum()) for pp in (5, 10)}
+    return {"n_cells": len(s), "median": float(np.median(s)), "mean": float(s.mean()), "max": float(s.max()), **over}
 
 
 def _ordering_stability(cells: pd.DataFrame, labels: tuple[str, ...], score_cols: list[str],

@@ -91,7 +91,7 @@ def load_grid(path: str | Path, rules: Rules, precision: str | None = None, pack
 
 
 # -- validation ------------------------------------------------------------------------------------
-def _plain(value):
+def plain(value):
     """numpy scalars print as np.int64(4); a user wrote 4."""
     return value.item() if isinstance(value, np.generic) else value
 
@@ -106,7 +106,7 @@ def _numeric(frame: pd.DataFrame, column: str, source: str) -> pd.Series:
     bad = values.isna() & frame[column].notna()
     if bad.any():
         i = _row(frame, bad)
-        raise UserError(f"grid {source} row {i}: column {column!r} has non-numeric value {_plain(frame[column].iloc[i - 1])!r}")
+        raise UserError(f"grid {source} row {i}: column {column!r} has non-numeric value {plain(frame[column].iloc[i - 1])!r}")
     return values.astype(float)
 
 
@@ -143,7 +143,7 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
     not_int = shots.isna() | (shots != shots.round())
     if not_int.any():
         i = _row(out, not_int)
-        raise UserError(f"grid {source} row {i}: column 'shots' has unknown value {_plain(frame['shots'].iloc[i - 1])!r}; "
+        raise UserError(f"grid {source} row {i}: column 'shots' has unknown value {plain(frame['shots'].iloc[i - 1])!r}; "
                         f"allowed: {', '.join(map(str, rules.axes['shots']))}")
     out["shots"] = shots.astype(int)
 
@@ -152,7 +152,7 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
         unknown = ~out[column].isin(list(values))
         if unknown.any():
             i = _row(out, unknown)
-            raise UserError(f"grid {source} row {i}: column {column!r} has unknown value {_plain(out[column].iloc[i - 1])!r}; "
+            raise UserError(f"grid {source} row {i}: column {column!r} has unknown value {plain(out[column].iloc[i - 1])!r}; "
                             f"allowed: {', '.join(map(str, values))}")
 
     for i, r in enumerate(out[["benchmark", *AXES, "config_id", "tier"]].itertuples(index=False), start=1):
@@ -177,7 +177,7 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
         if bad.any():
             i = _row(out, bad)
             raise UserError(f"grid {source} row {i}: column {column!r} must be a whole number >= 1, "
-                            f"got {_plain(frame[column].iloc[i - 1])!r}")
+                            f"got {plain(frame[column].iloc[i - 1])!r}")
         out[column] = counts.astype(int)
 
     key = ["model", "config_id", "precision", "package"]

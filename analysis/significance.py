@@ -19,7 +19,7 @@ from safetyrepro.tasks.envelope import Config, Rules
 
 from safetyrepro.errors import UserError
 
-from .grid_io import Grid, read_table
+from .grid_io import Grid, plain, read_table
 from .rank_flip import model_pairs
 from .slices import slice_config_ids
 
@@ -54,7 +54,7 @@ def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
     bad = scores.isna() | (scores < 0) | (scores > 1)
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise UserError(f"items file {source} row {i + 1}: item_score {frame['item_score'].iloc[i]!r} is not a "
+        raise UserError(f"items file {source} row {i + 1}: item_score {plain(frame['item_score'].iloc[i])!r} is not a "
                         f"number in [0, 1]")
     frame = frame.assign(item_score=scores.astype(float), model=frame["model"].astype(str),
                          config_id=frame["config_id"].astype(str), item_id=frame["item_id"].astype(str))

@@ -156,6 +156,11 @@ def variance_attribution(grid: Grid, rules: Rules, benchmark: str, n_resamples: 
     dropped = tuple(a for a in AXES_IN_ANOVA if a not in axes)
     if not axes:
         return f"{benchmark}: no implementation axis varies on the free-form slice"
+    n_params = 1 + sum(frame[f].nunique() - 1 for f in ("model", *axes)) + \
+        sum((frame["model"].nunique() - 1) * (frame[a].nunique() - 1) for a in axes)
+    if len(frame) <= n_params:
+        return (f"{benchmark}: {len(frame)} free-form cells cannot fit {n_params} parameters with any residual "
+                "degrees of freedom")
     total = float(((frame["score"] - frame["score"].mean()) ** 2).sum())
     terms = tuple(Term(name, _group(name), df, ss, ss / total if total > 0 else float("nan"))
                   for name, df, ss in anova_terms(frame, axes))

@@ -1,0 +1,51 @@
+import json
+
+from analysis_grids import CC, grid_frame, write
+from safetyrepro.analysis.card import card_markdown, grid_card
+from safetyrepro.analysis.grid_io import load_grid
+from safetyrepro.analysis.pipeline import AnalysisOptions, run_analysis
+from safetyrepro.analysis.slices import slice_names
+
+
+def _analysis(rules, path):
+    frame = grid_frame({"a": dict(zip(CC, [0.6, 0.4, 0.7, 0.2], strict=True)),
+                        "b": dict(zip(CC, [0.5, 0.5, 0.6, 0.2], strict=True)),
+                        "c": dict(zip(CC, [0.1, 0.9, 0.8, 0.0], strict=True))},
+                       parse_rate={("a", CC[2]): 0.9})
+    write(frame, path)
+    return run_analysis(load_grid(path, rules), rules, AnalysisOptions(slices=slice_names(rules), n_resamples=10))
+
+
+def test_card_without_run_json_says_so(rules, tmp_path):
+    path = tmp_path / "grid.csv"
+    card = grid_card(_analysis(rules, path), path)
+    assert card["run_metadata"]["found"] is False
+    assert card["models"][:2] == [{"label": "a", "weights_sha256": None}, {"label": "b", "weights_sha256": None}]
+    text = card_markdown(card)
+    assert "No run.json beside grid.csv" in text and "| a | unknown |" in text
+    caveats = " ".join(card["caveats"])
+    # a vs c and b vs c split 2-2 at |C|=4: the maximum sits at the ceiling on full and conservative_core
+    assert "Saturated (a reversal exists, its size is unknown): truthfulqa/full, truthfulqa/core" in caveats
+    assert "1 pair(s) on the full envelope have ties: truthfulqa a/b (1)" in caveats  # config 4
+    assert "truthfulqa min 0.90, 1 of 4 configs below 0.95" in caveats
+    head = card["headline"][0]
+    # orderings: a>b>c, c>b>a, c>a>b, and a>b>c again (the a/b tie on config 4 broken alphabetically)
+    assert (head["benchmark"], head["n_configs"], head["rho_flip_max"], head["pairs"], head["n_orderings"]) == \
+        ("truthfulqa", 4, 0.5, "a vs c; b vs c", 3)
+
+
+def test_card_reads_run_json_and_flags_a_rules_mismatch(rules, tmp_path):
+    path = tmp_path / "grid.csv"
+    analysis = _analysis(rules, path)
+    meta = {"rules_sha256": rules.sha256, "models": [{"label": "a", "weights_sha256": "ab" * 32, "source": "hub/a"}],
+            "item_subsets": {"truthfulqa": "tqa-42-295"}, "packages": {"lm-eval": "0.4.8"}, "machine": "H200"}
+    (tmp_path / "run.json").write_text(json.dumps(meta))
+    card = grid_card(analysis, path)
+    assert card["envelope"]["rules_match"] is True and card["machine"] == "H200"
+    assert card["models"][0] == {"label": "a", "weights_sha256": "ab" * 32, "source": "hub/a"}
+    assert card["benchmarks"][0]["item_subset"] == "tqa-42-295" and card["packages"] == {"lm-eval": "0.4.8"}
+    assert "(matches run.json)" in card_markdown(card)
+    (tmp_path / "run.json").write_text(json.dumps({**meta, "rules_sha256": "0" * 64}))
+    card = grid_card(analysis, path)
+    assert card["envelope"]["rules_match"] is False
+    assert "MISMATCH" in card_markdown(card) and any("run under rules 000000000000" in c for c in card["caveats"])

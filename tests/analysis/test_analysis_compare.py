@@ -1,0 +1,73 @@
+import pandas as pd
+import pytest
+from analysis_grids import CC, grid_frame, write
+from safetyrepro.analysis.compare import compare_grids, load_groups
+
+from safetyrepro.cli import main
+from safetyrepro.errors import UserError
+
+A = {"a": [0.5, 0.6, 0.7, 0.8], "b": [0.4, 0.5, 0.6, 0.9]}
+DELTA = {"a": [0.01, -0.02, 0.03, 0.0], "b": [0.0, 0.1, 0.0, -0.05]}
+
+
+def _frame(scores, precision):
+    return grid_frame({m: dict(zip(CC, s, strict=True)) for m, s in scores.items()}, precision=precision)
+
+
+@pytest.fixture
+def nf4_bf16(tmp_path):
+    b = {m: [round(x + d, 4) for x, d in zip(A[m], DELTA[m], strict=True)] for m in A}
+    return write(_frame(A, "nf4"), tmp_path / "nf4" / "grid.csv"), write(_frame(b, "bf16"), tmp_path / "bf16" / "grid.csv")
+
+
+def test_two_grids_give_per_cell_deltas_and_ordering_stability(rules, nf4_bf16):
+    c = compare_grids(load_groups(nf4_bf16, rules), rules)
+    assert c.labels == ("nf4", "bf16")
+    # |delta| = .01 .02 .03 0 | 0 .1 0 .05 -> median (.01 + .02) / 2, mean .21 / 8, max .1
+    s = c.summary.iloc[0]
+    assert (s["n_cells"], s["n_over_5pp"], s["n_over_10pp"]) == (8, 1, 0)
+    assert s["median"] == pytest.approx(0.015) and s["mean"] == pytest.approx(0.02625) and s["max"] == pytest.approx(0.1)
+    top = c.top_cells.iloc[0]
+    assert (top["model"], top["config_id"], top["delta"]) == ("b", CC[1], pytest.approx(0.1))
+    # config 2: a .6 > b .5 under nf4, a .58 < b .6 under bf16: the only ordering change
+    assert list(c.orderings["invariant"]) == [True, False, True, True]
+    assert list(c.orderings["max_pair_flips"]) == [0, 1, 0, 0]
+    assert c.orderings.loc[1, "ordering_nf4"] == "a > b" and c.orderings.loc[1, "ordering_bf16"] == "b > a"
+    summary = c.ordering_summary.set_index(["template", "scoring"])
+    assert summary.loc[("T1", "logprob"), "n_invariant"] == 0 and summary["n_configs"].sum() == 4
+    ranges = c.ranges.set_index("model")
+    assert ranges.loc["a", "range_nf4"] == pytest.approx(0.3) and ranges.loc["b", "range_bf16"] == pytest.approx(0.45)
+
+
+def test_one_grid_holding_both_precisions_compares_the_same(rules, tmp_path, nf4_bf16):
+    both = pd.concat([pd.read_csv(p) for p in nf4_bf16])
+    c = compare_grids(load_groups([write(both, tmp_path / "both.csv")], rules), rules)
+    assert c.labels == ("bf16", "nf4")  # groups in sorted order
+    assert c.summary.iloc[0]["max"] == pytest.approx(0.1)
+
+
+def test_three_subsample_grids_give_per_cell_ranges(rules, tmp_path):
+    paths = []
+    for k, shift in enumerate((0.0, 0.02, -0.01)):
+        scores = {m: [x + shift * (m == "a") for x in A[m]] for m in A}
+        paths.append(write(_frame(scores, "nf4"), tmp_path / f"rs{43 + k}.csv"))
+    c = compare_grids(load_groups(paths, rules), rules)
+    assert c.labels == ("rs43", "rs44", "rs45")
+    assert "delta" not in c.cells.columns
+    a_range = c.cells.loc[c.cells["model"] == "a", "spread"]
+    assert a_range.tolist() == pytest.approx([0.03] * 4)  # +0.02 to -0.01
+    assert c.orderings["invariant"].all()  # a's lead of .1 (or its .1 deficit on config 4) survives .03
+
+
+def test_compare_cli_writes_tables_and_needs_two_groups(rules, nf4_bf16, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", *map(str, nf4_bf16), "--out", str(out), "--labels", "NF4", "BF16"]) == 0
+    printed = capsys.readouterr().out
+    assert "8 paired cells; per-cell |delta|: median 1.50 pp" in printed and "max 10.00 pp; 1 over 5 pp" in printed
+    assert "identical in every group on 3 of 4 configurations (75.0 %)" in printed
+    assert pd.read_csv(out / "compare_orderings.csv").columns.tolist()[4:6] == ["ordering_NF4", "ordering_BF16"]
+    assert (out / "compare_report.md").read_text().count("*How to read:*") == 6
+    assert main(["compare", str(nf4_bf16[0])]) == 2
+    assert "compare needs at least two grids" in capsys.readouterr().err
+    with pytest.raises(UserError, match="--labels gives 1 labels for 2"):
+        load_groups(nf4_bf16, rules, ["x"])

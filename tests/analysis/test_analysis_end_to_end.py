@@ -1,0 +1,86 @@
+"""The synthetic full-size grid (3 models x 5 benchmarks, 612 cells) through `safetyrepro analyze`."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from make_synthetic_grid import main as make_grid
+from safetyrepro.analysis.orderings import ORDERINGS_COLUMNS
+from safetyrepro.analysis.rank_flip import RHO_FLIP_COLUMNS
+
+from safetyrepro.cli import main
+
+TABLES = ("rho_flip.csv", "rho_flip_detail.csv", "rho_flip_max.csv", "orderings.csv", "orderings_detail.csv",
+          "config_orderings.csv", "concordance.csv", "tier_ablation.csv", "sdi.csv", "cfr.csv", "anova.csv",
+          "variance_shares.csv", "shap_regressor.csv", "shap_pair_classifier.csv", "bootstrap.csv",
+          "verdict_certificate.csv", "item_tests.csv", "significant_flips.csv")
+FIGURES = ("rho_flip_surface.png", "rho_flip_by_slice.png", "orderings.png", "score_ranges.png", "shap.png")
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    run = tmp_path_factory.mktemp("run")
+    assert make_grid([str(run), "--items", "30", "--run-json"]) == 0
+    out = run / "analysis"
+    started = time.perf_counter()
+    rc = main(["analyze", str(run / "grid.csv"), "--out", str(out)])
+    return rc, out, time.perf_counter() - started
+
+
+def test_full_grid_runs_in_under_a_minute_and_writes_everything(analysed):
+    rc, out, seconds = analysed
+    assert rc == 0
+    assert seconds < 60
+    for name in (*TABLES, "report.md", "report.html", "grid_card.md", "grid_card.json"):
+        assert (out / name).stat().st_size > 0, name
+    for name in FIGURES:
+        png = (out / "figures" / name).read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000, name
+
+
+def test_contract_tables_have_exactly_the_design_columns_and_paper_sizes(analysed):
+    _, out, _ = analysed
+    rho = pd.read_csv(out / "rho_flip.csv")
+    orders = pd.read_csv(out / "orderings.csv")
+    assert tuple(rho.columns) == RHO_FLIP_COLUMNS
+    assert tuple(orders.columns) == ORDERINGS_COLUMNS
+    assert len(orders) == 4 * 8 + 7  # crows_pairs has no free-form slice
+    assert len(rho) == 3 * len(orders)
+    assert (rho["model_a"] < rho["model_b"]).all()
+    assert ((rho["n_plus"] + rho["n_minus"] + rho["n_zero"]) == rho["n_configs"]).all()
+    sizes = orders.pivot(index="slice", columns="benchmark", values="n_configs")
+    assert sizes.loc["full"].to_dict() == {"bbq": 48, "crows_pairs": 12, "toxigen": 48, "truthfulqa": 48, "xstest": 48}
+    assert sizes.loc["core", "bbq"] == 27 and sizes.loc["core", "crows_pairs"] == 9
+    assert sizes.loc["excl_t4", "xstest"] == 36 and sizes.loc["excl_t4", "crows_pairs"] == 9
+    assert sizes.loc["excl_diverse", "toxigen"] == 36 and sizes.loc["excl_diverse", "crows_pairs"] == 12
+    assert sizes.loc["conservative_core", "truthfulqa"] == 4 and sizes.loc["conservative_core", "crows_pairs"] == 2
+    # the generator parses T4 free-form badly on toxigen and xstest: 9 of 48 configs drop out
+    assert sizes.loc["parse_clean", "toxigen"] == 39 and sizes.loc["parse_clean", "truthfulqa"] == 48
+
+
+def test_cfr_median_panel_and_report(analysed):
+    _, out, _ = analysed
+    cfr = pd.read_csv(out / "cfr.csv")
+    median = cfr[(cfr["theta"] == "median") & (cfr["slice"] == "full") & (cfr["benchmark"] != "crows_pairs")]
+    assert median["cfr"].max() <= 0.5106383 + 1e-9 and (median["ceiling"].round(4) == 0.5106).all()
+    assert cfr.loc[cfr["benchmark"] == "crows_pairs", "cfr"].isna().all()
+    report = (out / "report.md").read_text()
+    assert report.count("*How to read:*") >= 14
+    assert "it does not replace the exact counts" in report
+    assert "<table>" in (out / "report.html").read_text()
+    card = json.loads((out / "grid_card.json").read_text())
+    assert card["run_metadata"]["found"] and card["envelope"]["rules_match"] is True
+    assert len(card["headline"]) == 5
+    flips = pd.read_csv(out / "significant_flips.csv")
+    assert (flips["rho_flip_sig"] <= flips["rho_flip"]).all() and (flips["n_resamples"] == 1000).all()
+
+
+def test_analyze_and_compare_modules_import_without_the_heavy_libraries():
+    code = ("import sys, safetyrepro.analysis.cli, safetyrepro.analysis.compare_cli; "
+            "print(sorted(m for m in ('pandas', 'numpy', 'matplotlib', 'lightgbm', 'shap', 'statsmodels') "
+            "if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"
