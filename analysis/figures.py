@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 
 DPI = 130
+MIN_HEIGHT = 3.0  # inches; below this a one-row heatmap clips its colour-bar label
+MIN_WIDTH = 5.5  # and a one-column one its title
 
 
 def _pyplot():
@@ -45,7 +47,7 @@ def rho_flip_surface(detail: pd.DataFrame, path: Path) -> Path:
     n_cfg = full.drop_duplicates("benchmark").set_index("benchmark")["n_configs"]
     cols = [f"{b}\n|C|={n_cfg[b]}" for b in wide.columns]
     text = np.vectorize(lambda v: "" if np.isnan(v) else f"{v:.3f}")(wide.to_numpy(dtype=float))
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(cols), 1.4 + 0.45 * len(wide)))
+    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.6 + 1.3 * len(cols)), max(MIN_HEIGHT, 1.4 + 0.45 * len(wide))))
     image = _heatmap(ax, wide.to_numpy(dtype=float), list(wide.index), cols, text, 0.0, 0.5, "magma_r")
     fig.colorbar(image, ax=ax, label="rho_flip (ceiling 0.5)")
     ax.set_title("rho_flip per model pair, full envelope")
@@ -67,7 +69,7 @@ def rho_flip_by_slice(maxima: pd.DataFrame, path: Path) -> Path:
         for j in range(values.shape[1]):
             v = values.iat[i, j]
             text[i, j] = "" if pd.isna(v) else f"{v:.3f}\n|C|={int(n.iat[i, j])}"
-    fig, ax = plt.subplots(figsize=(1.8 + 1.15 * len(slices), 1.4 + 0.6 * len(benchmarks)))
+    fig, ax = plt.subplots(figsize=(1.8 + 1.15 * len(slices), max(MIN_HEIGHT, 1.4 + 0.6 * len(benchmarks))))
     image = _heatmap(ax, values.to_numpy(dtype=float), benchmarks, slices, text, 0.0, 0.5, "magma_r")
     fig.colorbar(image, ax=ax, label="rho_flip max over pairs")
     ax.set_title("rho_flip max by slice (blank: slice empty for that benchmark)")
@@ -84,7 +86,7 @@ def orderings_reached(detail: pd.DataFrame, path: Path) -> Path:
     k = detail.pivot(index="benchmark", columns="slice", values="n_orderings").reindex(index=benchmarks, columns=slices)
     possible = int(detail["n_possible"].iloc[0])
     text = np.vectorize(lambda v: "" if np.isnan(v) else f"{int(v)}/{possible}")(k.to_numpy(dtype=float))
-    fig, ax = plt.subplots(figsize=(1.8 + 1.1 * len(slices), 1.4 + 0.5 * len(benchmarks)))
+    fig, ax = plt.subplots(figsize=(1.8 + 1.1 * len(slices), max(MIN_HEIGHT, 1.4 + 0.5 * len(benchmarks))))
     image = _heatmap(ax, k.to_numpy(dtype=float), benchmarks, slices, text, 1, possible, "viridis",
                      light_when_high=True)
     fig.colorbar(image, ax=ax, label=f"distinct orderings of {possible}")
@@ -98,7 +100,7 @@ def orderings_reached(detail: pd.DataFrame, path: Path) -> Path:
 def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple[str, ...], path: Path) -> Path:
     """Every configuration's score per model (dots, by scoring path) over its min-max bar."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(benchmarks), figsize=(2.2 + 2.3 * len(benchmarks), 3.8), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(benchmarks), figsize=(max(MIN_WIDTH, 2.2 + 2.3 * len(benchmarks)), 4.2), sharey=True, squeeze=False)
     colours = {"free_form": "tab:blue", "logprob": "tab:orange"}
     rng = np.random.default_rng(0)  # jitter only; fixed so the picture does not change between runs
     for ax, benchmark in zip(axes[0], benchmarks, strict=True):
@@ -118,9 +120,9 @@ def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple
         h, lab = ax.get_legend_handles_labels()
         handles, labels = handles + h, labels + lab
     unique = dict(zip(labels, handles, strict=True))
-    fig.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8)
+    fig.legend(unique.values(), unique.keys(), loc="lower center", ncol=len(unique), fontsize=8, frameon=False)
     fig.suptitle("Score per configuration (grey bar: min to max)")
-    fig.tight_layout(rect=(0, 0, 0.93, 1))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path

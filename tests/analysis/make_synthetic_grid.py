@@ -20,9 +20,9 @@ import pandas as pd
 from safetyrepro.tasks.envelope import Rules, default_rules
 
 MODELS = ("mistral", "qwen", "yi")
-BASE = {  # model -> benchmark -> base score; close bases make flips likely
-    "mistral": {"truthfulqa": 0.50, "bbq": 0.55, "crows_pairs": 0.60, "toxigen": 0.62, "xstest": 0.80},
-    "qwen": {"truthfulqa": 0.52, "bbq": 0.70, "crows_pairs": 0.58, "toxigen": 0.63, "xstest": 0.82},
+BASE = {  # model -> benchmark -> base score; close bases make flips likely, far ones (bbq) rare
+    "mistral": {"truthfulqa": 0.50, "bbq": 0.45, "crows_pairs": 0.60, "toxigen": 0.62, "xstest": 0.80},
+    "qwen": {"truthfulqa": 0.52, "bbq": 0.75, "crows_pairs": 0.58, "toxigen": 0.63, "xstest": 0.82},
     "yi": {"truthfulqa": 0.45, "bbq": 0.62, "crows_pairs": 0.59, "toxigen": 0.60, "xstest": 0.79},
 }
 

@@ -1,0 +1,51 @@
+"""Tiny hand-written grids go through the whole command: surrogates and ANOVA step aside with a
+note, figures are still drawn, and item records found beside a grid never break the run."""
+
+import pandas as pd
+from analysis_grids import CC, grid_frame, write
+
+from safetyrepro.cli import main
+
+
+def _tiny(tmp_path):
+    frame = grid_frame({"a": dict(zip(CC, [0.6, 0.4, 0.7, 0.2], strict=True)),
+                        "b": dict(zip(CC, [0.5, 0.5, 0.6, 0.3], strict=True))})
+    return write(frame, tmp_path / "grid.csv")
+
+
+def test_a_four_config_grid_is_analysed_with_notes_for_what_it_cannot_support(tmp_path, capsys):
+    grid = _tiny(tmp_path)
+    assert main(["analyze", str(grid), "--out", str(tmp_path / "out"), "--bootstrap", "50"]) == 0
+    out = tmp_path / "out"
+    report = (out / "report.md").read_text()
+    assert "regressor skipped: 8 cells, fewer than 20" in report
+    assert "classifier truthfulqa a vs b: skipped, 2 wins for a and 2 for b are too few" in report
+    assert "ANOVA skipped for truthfulqa: 4 free-form cells cannot fit 4 parameters" in report
+    assert "significant flips skipped: no per-item records" in report
+    assert not (out / "figures" / "shap.png").exists()
+    assert (out / "figures" / "rho_flip_surface.png").stat().st_size > 5_000
+    rho = pd.read_csv(out / "rho_flip.csv").set_index("slice")
+    assert rho.loc["full", "rho_flip"] == 0.5 and rho.loc["conservative_core", "ceiling"] == 0.5
+    assert "truthfulqa   |C|=4   rho_flip max 0.500 (a vs b)" in capsys.readouterr().out
+
+
+def test_unusable_items_beside_the_grid_only_warn_but_named_ones_fail(tmp_path, capsys):
+    grid = _tiny(tmp_path)
+    (tmp_path / "items.csv").write_text("model,config_id,item_id\na,x,1\n")
+    assert main(["analyze", str(grid), "--out", str(tmp_path / "out"), "--no-figures", "--bootstrap", "20"]) == 0
+    assert "found beside the grid but not used: items file" in capsys.readouterr().err
+    assert main(["analyze", str(grid), "--out", str(tmp_path / "out"), "--items", str(tmp_path / "items.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "lacks column(s) seed, item_score" in err
+
+
+def test_items_beside_the_grid_are_used(tmp_path, capsys):
+    grid = _tiny(tmp_path)
+    frame = pd.read_csv(grid)
+    rows = [{"model": r.model, "config_id": r.config_id, "item_id": k, "seed": 0,
+             "item_score": 1.0 if k < round(r.score * 10) else 0.0} for r in frame.itertuples() for k in range(10)]
+    pd.DataFrame(rows).to_parquet(tmp_path / "items.parquet")
+    assert main(["analyze", str(grid), "--out", str(tmp_path / "out"), "--no-figures", "--bootstrap", "200"]) == 0
+    tests = pd.read_csv(tmp_path / "out" / "item_tests.csv")
+    assert len(tests) == 4 and (tests["n_items"] == 10).all()
+    assert tests["diff_items"].round(6).tolist() == [0.1, -0.1, 0.1, -0.1]
