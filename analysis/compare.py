@@ -63,7 +63,8 @@ def load_groups(paths: Sequence[str | Path], rules: Rules, labels: Sequence[str]
                         f"({', '.join(_auto_labels([(p, pr, pk) for p, pr, pk, _ in parts]))})")
     if len(set(names)) != len(names):
         raise UserError(f"labels must be distinct, got {', '.join(names)}")
-    return [LabelledGrid(name, common_configurations(g, f"{p} ({pr}/{pk})", rules, min_models=1))
+    return [LabelledGrid(name, common_configurations(g, f"{p} ({pr}/{pk})", rules, min_models=1,
+                                                             min_configs=1))
             for name, (p, pr, pk, g) in zip(names, parts, strict=True)]
 
 

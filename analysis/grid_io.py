@@ -212,8 +212,10 @@ def select_group(frame: pd.DataFrame, source: str, precision: str | None = None,
     return chosen.reset_index(drop=True)
 
 
-def common_configurations(frame: pd.DataFrame, source: str, rules: Rules, min_models: int = 2) -> Grid:
-    """Restrict every benchmark to the configurations that all models have; say what was dropped."""
+def common_configurations(frame: pd.DataFrame, source: str, rules: Rules, min_models: int = 2,
+                          min_configs: int = 2) -> Grid:
+    """Restrict every benchmark to the configurations that all models have; say what was dropped.
+    `analyze` needs two models and two configurations per benchmark; `compare` pairs single cells."""
     models = tuple(sorted(frame["model"].unique()))
     if len(models) < min_models:
         raise UserError(f"grid {source} has a single model ({models[0]!r}); rho_flip and orderings compare "
@@ -230,7 +232,7 @@ def common_configurations(frame: pd.DataFrame, source: str, rules: Rules, min_mo
             short = ", ".join(f"{m} has {n}" for m, n in lacking.items() if n < len(per_config))
             warnings.append(f"{benchmark}: {dropped} of {len(per_config)} configurations dropped because not every "
                             f"model has them ({short}); analysed on the {len(common)} common configurations")
-        if len(common) < 2:
+        if len(common) < min_configs:
             held = "a single configuration" if len(common) == 1 else "no configuration"
             warnings.append(f"{benchmark}: left out, it has {held} common to all models; rho_flip needs at least two")
             continue

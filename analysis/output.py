@@ -23,6 +23,8 @@ def draw_figures(a: Analysis, out: Path) -> dict[str, str]:
         "score_ranges": fig.score_ranges(a.grid.cells, a.grid.models, a.grid.benchmarks, folder / "score_ranges.png"),
         "shap": fig.shap_bars(a.attribution.regressor, a.attribution.classifier, folder / "shap.png"),
     }
+    if drawn["shap"] is None:
+        (folder / "shap.png").unlink(missing_ok=True)  # no surrogate this time: drop an earlier run's bars
     return {k: str(p.relative_to(out)) for k, p in drawn.items() if p is not None}
 
 

@@ -131,6 +131,7 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
     written = []
     for name, table in table_files(a).items():
         if table is None:
+            (out / name).unlink(missing_ok=True)  # a table from an earlier run must not pass for this one's
             continue
         path = out / name
         table.to_csv(path, index=False)

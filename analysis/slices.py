@@ -21,13 +21,14 @@ def slice_names(rules: Rules) -> tuple[str, ...]:
 
 
 def check_slices(requested: list[str] | None, rules: Rules) -> tuple[str, ...]:
+    """The slices to compute, in canonical order; `full` is always among them (the headline)."""
     known = slice_names(rules)
     if not requested:
         return known
     for name in requested:
         if name not in known:
             raise one_of("slice", name, known)
-    return tuple(n for n in known if n in requested)  # keep the canonical order
+    return tuple(n for n in known if n in requested or n == "full")
 
 
 def slice_config_ids(grid: Grid, rules: Rules, benchmark: str, name: str) -> tuple[str, ...]:

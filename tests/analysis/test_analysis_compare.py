@@ -71,3 +71,12 @@ def test_compare_cli_writes_tables_and_needs_two_groups(rules, nf4_bf16, tmp_pat
     assert "compare needs at least two grids" in capsys.readouterr().err
     with pytest.raises(UserError, match="--labels gives 1 labels for 2"):
         load_groups(nf4_bf16, rules, ["x"])
+
+
+def test_a_single_configuration_can_be_compared(rules, tmp_path):
+    one = {"a": {CC[0]: 0.5}, "b": {CC[0]: 0.4}}
+    paths = [write(grid_frame(one, precision="nf4"), tmp_path / "x.csv"),
+             write(grid_frame({"a": {CC[0]: 0.45}, "b": {CC[0]: 0.47}}, precision="bf16"), tmp_path / "y.csv")]
+    c = compare_grids(load_groups(paths, rules), rules)
+    assert c.cells["delta"].tolist() == pytest.approx([-0.05, 0.07])
+    assert c.orderings.iloc[0]["max_pair_flips"] == 1

@@ -39,3 +39,4 @@ def test_unknown_slice_names_the_allowed_ones(rules):
     with pytest.raises(UserError, match="unknown slice 'tiny'; allowed: full, core"):
         check_slices(["tiny"], rules)
     assert check_slices(["logprob", "full"], rules) == ("full", "logprob")
+    assert check_slices(["conservative_core"], rules) == ("full", "conservative_core")  # the headline needs full
