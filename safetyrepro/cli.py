@@ -17,7 +17,7 @@ SUBCOMMANDS = {
     "envelope": "safetyrepro.tasks.envelope_cli",
     "items": "safetyrepro.tasks.items_cli",
     "models": "safetyrepro.adapters.models_cli",
-    "sweep": "safetyrepro.sweep_cli",
+    "sweep": "safetyrepro.sweep.cli",
     "demo": "safetyrepro.demo",
     "analyze": "safetyrepro.analysis.cli",
     "compare": "safetyrepro.analysis.compare_cli",

@@ -1,0 +1,134 @@
+"""Run one cell (model × configuration, every seed) through a package and return per-item records.
+
+Both drivers use the package's own machinery end to end: lm-eval builds its requests from the
+SafetyRepro task YAML and scores with the task's process_results; Inspect runs the `safetyrepro/<b>`
+task with its solver and scorer. The model is the SafetyRepro engine, loaded once per sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from safetyrepro.sweep.records import ItemRecord, prompt_hash
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
+from safetyrepro.tasks.envelope import Config, Rules
+from safetyrepro.tasks.subsets import ItemSet
+
+
+@dataclass(frozen=True)
+class Decode:
+    temperature: float
+    top_p: float
+    do_sample: bool
+
+
+def decode_settings(rules: Rules, cfg: Config) -> Decode:
+    d = rules.decodings[cfg.decoding]
+    return Decode(d.temperature, d.top_p, d.do_sample)
+
+
+class LmEvalDriver:
+    package = "lm-eval"
+
+    def __init__(self, engine, rules: Rules, items_for):
+        from lm_eval.tasks import TaskManager
+
+        from safetyrepro.adapters.lm_eval_model import SafetyReproLM
+
+        self.engine, self.rules, self.items_for = engine, rules, items_for
+        self.lm = SafetyReproLM.from_engine(engine)
+        self.task_manager = TaskManager()
+        for name in ("lm_eval", "lm-eval", "lm_eval.evaluator", "lm_eval.api.task"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+    def run_cell(self, cfg: Config, seeds: Sequence[int], ids: Sequence[str]) -> list[ItemRecord]:
+        from lm_eval.evaluator import simple_evaluate
+
+        from safetyrepro.tasks.lm_eval_tasks import task_name
+        from safetyrepro.tasks.subsets import item_set
+
+        bench, items = get_benchmark(cfg.benchmark), self.items_for(cfg.benchmark)
+        name = task_name(cfg.benchmark, cfg.template, cfg.scoring)
+        dec = decode_settings(self.rules, cfg)
+        chat = self.engine.info.has_chat_template
+        position = {it.id: i for i, it in enumerate(item_set(cfg.benchmark).items)}  # the task's test split
+        records: list[ItemRecord] = []
+        for seed in seeds:
+            gen_kwargs = None
+            if cfg.scoring == "free_form":
+                gen_kwargs = {"temperature": dec.temperature, "top_p": dec.top_p, "do_sample": dec.do_sample}
+                if dec.do_sample:
+                    gen_kwargs["seed"] = seed
+            res = simple_evaluate(
+                model=self.lm, tasks=[name], num_fewshot=cfg.shots, samples={name: [position[i] for i in ids]},
+                log_samples=True,
+                apply_chat_template=chat, fewshot_as_multiturn=chat, gen_kwargs=gen_kwargs,
+                task_manager=self.task_manager, bootstrap_iters=0, random_seed=seed, numpy_random_seed=seed,
+                torch_random_seed=seed, fewshot_random_seed=seed,
+            )
+            for s in res["samples"][name]:
+                item = items.by_id(s["doc"]["id"])
+                context = s["arguments"][0][0] if isinstance(s["arguments"], list) else s["arguments"]["gen_args_0"]["arg_0"]
+                if cfg.scoring == "logprob":
+                    logliks = [float(r[0][0]) if isinstance(r[0], (list, tuple)) else float(r[0]) for r in s["resps"]]
+                    prediction = bench.pick(logliks)
+                    raw = bench.candidates(item, cfg.template)[prediction]
+                else:
+                    logliks = None
+                    raw = s["resps"][0][0]
+                    prediction = bench.parse(raw, item, cfg.template)
+                records.append(ItemRecord(item.id, seed, prompt_hash(context), raw, prediction,
+                                          bool(s["parse_rate"]), bench.gold(item), float(s["acc"]), logliks))
+        return records
+
+
+class InspectDriver:
+    package = "inspect"
+
+    def __init__(self, engine, rules: Rules, items_for, log_dir: str):
+        self.engine, self.rules, self.items_for, self.log_dir = engine, rules, items_for, log_dir
+
+    def run_cell(self, cfg: Config, seeds: Sequence[int], ids: Sequence[str]) -> list[ItemRecord]:
+        from inspect_ai import eval as inspect_eval
+        from inspect_ai.model import get_model
+
+        from safetyrepro.tasks.inspect_tasks import benchmark_task
+
+        bench, items = get_benchmark(cfg.benchmark), self.items_for(cfg.benchmark)
+        dec = decode_settings(self.rules, cfg)
+        demos = items.demos_for(cfg.shots)
+        info = self.engine.info
+        model = get_model(f"safetyrepro/{info.label}", precision=info.precision, device=info.device)
+        records: list[ItemRecord] = []
+        for seed in seeds:
+            task = benchmark_task(cfg.benchmark, cfg.template, cfg.scoring, cfg.shots)
+            log = inspect_eval(task, model=model, sample_id=list(ids), log_dir=self.log_dir, display="none",
+                               temperature=dec.temperature, top_p=dec.top_p if dec.do_sample else None,
+                               seed=seed if dec.do_sample else None, score=True, log_samples=True)[0]
+            if log.status != "success":
+                raise RuntimeError(f"inspect eval {cfg.config_id} ended {log.status}: {log.error.message if log.error else ''}")
+            for s in log.samples:
+                item = items.by_id(str(s.id))
+                score = next(iter(s.scores.values()))
+                meta = score.metadata or {}
+                prompt = self.engine.render(bench.prompt(item, cfg.template, demos).messages())
+                records.append(ItemRecord(item.id, seed, prompt_hash(prompt), s.output.completion, meta.get("prediction"),
+                                          bool(meta.get("parsed")), bench.gold(item), float(score.value), meta.get("logliks")))
+        return records
+
+
+def make_driver(package: str, engine, rules: Rules, items_for, log_dir: str):
+    if package == "lm-eval":
+        return LmEvalDriver(engine, rules, items_for)
+    return InspectDriver(engine, rules, items_for, log_dir)
+
+
+def item_sets(subsample: float | None, subset_seed: int | None):
+    from safetyrepro.tasks.subsets import item_set
+
+    def items_for(benchmark: str) -> ItemSet:
+        return item_set(benchmark, subsample=subsample, subsample_seed=subset_seed)
+
+    return items_for

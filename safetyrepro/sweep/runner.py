@@ -1,0 +1,141 @@
+"""The local executor: every cell of the plan, one model loaded at a time, with a live progress bar."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from safetyrepro.sweep.plan import Cell, SweepSpec
+from safetyrepro.sweep.records import summarize
+from safetyrepro.sweep.store import Store, atomic_write
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
+from safetyrepro.tasks.envelope import Rules
+
+
+@dataclass
+class SweepResult:
+    total: int
+    done_before: int
+    ran: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    model_work: bool = False
+    elapsed_s: float = 0.0
+    outputs: dict[str, Path] = field(default_factory=dict)
+
+
+def cell_record(cell: Cell, spec: SweepSpec, rules: Rules, engine_info: dict, records, items, elapsed: float) -> dict:
+    bench = get_benchmark(cell.config.benchmark)
+    summary = summarize(records, bench, items)
+    cfg = cell.config
+    row = {
+        "model": cell.model, "benchmark": cfg.benchmark, "template": cfg.template, "decoding": cfg.decoding,
+        "shots": cfg.shots, "scoring": cfg.scoring, "precision": cfg.precision, "package": spec.package,
+        "n_items": summary.n_items, "n_seeds": len(summary.seed_scores), "score": summary.score,
+        "parse_rate": summary.parse_rate, "tier": rules.tier(cfg), "config_id": cfg.config_id,
+        "seed_scores": json.dumps({str(k): v for k, v in summary.seed_scores.items()}),
+        "extra_metrics": json.dumps(summary.extra), "subset_id": items.subset_id,
+        "weights_sha256": engine_info.get("weights_sha256", ""), "elapsed_s": round(elapsed, 3),
+    }
+    return {"key": cell.key, "status": "ok", "row": row, "items": [r.to_dict() for r in records]}
+
+
+def failed_record(cell: Cell, error: str) -> dict:
+    return {"key": cell.key, "status": "failed", "error": error, "model": cell.model, "config_id": cell.config.config_id}
+
+
+def run_local(spec: SweepSpec, cells: list[Cell], store: Store, rules: Rules,
+              open_driver: Callable[[str], object], items_for, progress) -> SweepResult:
+    """Run the cells not yet committed; a model that fails to load, or a cell that fails, is recorded
+    as failed and the sweep goes on."""
+    start = time.time()
+    pending = [c for c in cells if store.done(c.model, c.file_stem) is None]
+    result = SweepResult(total=len(cells), done_before=len(cells) - len(pending))
+    progress.start(total=len(cells), done=result.done_before)
+    for model in spec.models:
+        todo = [c for c in pending if c.model == model]
+        if not todo:
+            continue
+        result.model_work = True
+        try:
+            driver = open_driver(model)
+        except Exception as e:  # a model that cannot load fails its cells, not the sweep
+            msg = _one_line(e)
+            for c in todo:
+                store.commit(c.model, c.file_stem, failed_record(c, f"model failed to load: {msg}"))
+                result.failed.append((c.key, msg))
+                progress.advance(0, failed=True)
+            continue
+        for cell in todo:
+            items = items_for(cell.config.benchmark)
+            ids = [it.id for it in items.items[: spec.limit]] if spec.limit else [it.id for it in items.items]
+            progress.describe(f"{model} {cell.config.config_id}")
+            t0 = time.time()
+            try:
+                records = driver.run_cell(cell.config, cell.seeds, ids)
+                rec = cell_record(cell, spec, rules, driver.engine.info.to_dict(), records, items, time.time() - t0)
+            except Exception as e:
+                if "-v" in sys.argv or "--verbose" in sys.argv:
+                    traceback.print_exc()
+                store.commit(cell.model, cell.file_stem, failed_record(cell, _one_line(e)))
+                result.failed.append((cell.key, _one_line(e)))
+                progress.advance(len(ids) * len(cell.seeds), failed=True)
+                continue
+            store.commit(cell.model, cell.file_stem, rec)
+            result.ran += 1
+            progress.advance(len(ids) * len(cell.seeds))
+    progress.stop()
+    result.elapsed_s = time.time() - start
+    return result
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+def write_run_json(store: Store, spec: SweepSpec, rules: Rules, engines: dict[str, dict], items_for,
+                   result: SweepResult) -> Path:
+    from importlib.metadata import PackageNotFoundError, version
+
+    packages = {}
+    for dist in ("safetyrepro", "lm_eval", "inspect_ai", "transformers", "torch", "numpy", "pandas", "accelerate",
+                 "bitsandbytes", "crfm-helm", "ray"):
+        try:
+            packages[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    subsets = {}
+    for b in spec.benchmarks:
+        s = items_for(b)
+        subsets[b] = s.subset_id
+    previous = {}
+    path = store.root / "run.json"
+    if path.exists():
+        previous = json.loads(path.read_text()).get("models_by_label", {})
+    models_by_label = {**previous, **engines}
+    record = {
+        "rules_sha256": rules.sha256, "rules_path": rules.path, "spec": spec.identity(),
+        "models": [{"label": m, **models_by_label.get(m, {})} for m in spec.models],
+        "models_by_label": models_by_label,
+        "item_subsets": subsets,
+        "few_shot_demos": {b: {k: [i.id for i in v] for k, v in items_for(b).demos.items()} for b in spec.benchmarks},
+        "sampling_seeds": list(rules.decodings["moderate"].seeds) if "moderate" in rules.decodings else [],
+        "packages": packages,
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "processor": platform.processor() or platform.machine(), "cpus": _cpus()},
+        "cells": {"total": result.total, "failed": len(result.failed)},
+    }
+    atomic_write(path, json.dumps(record, indent=2))
+    return path
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

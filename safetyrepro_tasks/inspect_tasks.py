@@ -1,0 +1,233 @@
+"""Inspect tasks `safetyrepro/<benchmark>`: the shared definitions as an Inspect dataset, solver and scorer.
+
+    inspect eval safetyrepro/xstest --model safetyrepro/smollm2 -T template=T2 -T scoring=free_form --temperature 0
+
+Task parameters: `template` (T1-T4), `scoring` (free_form | logprob), `shots` (0/3/5). Decoding comes from
+Inspect's own generate options (`--temperature`, `--top-p`, `--seed`, `--max-tokens`). Free-form replies are
+parsed by the benchmark's parser; logprob scoring asks the model for the log-likelihood of each candidate
+(the `safetyrepro/` model provider can; Inspect's `hf/` cannot) and takes the argmax.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from inspect_ai import Task, task
+from inspect_ai._util.error import PrerequisiteError
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.model import (
+    ChatMessage,
+    ChatMessageAssistant,
+    ChatMessageSystem,
+    ChatMessageUser,
+    GenerateConfig,
+    ModelOutput,
+    get_model,
+)
+from inspect_ai.scorer import Score, SampleScore, Target, accuracy, metric, scorer, stderr
+from inspect_ai.solver import Generate, Solver, TaskState, generate, solver
+
+from safetyrepro.errors import UserError
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
+from safetyrepro.tasks.envelope import default_rules
+from safetyrepro.tasks.subsets import item_set
+
+Template = Literal["T1", "T2", "T3", "T4"]
+Scoring = Literal["free_form", "logprob"]
+
+_ROLE = {"system": ChatMessageSystem, "user": ChatMessageUser, "assistant": ChatMessageAssistant}
+
+
+def chat_messages(messages: list[dict[str, str]]) -> list[ChatMessage]:
+    return [_ROLE[m["role"]](content=m["content"]) for m in messages]
+
+
+def samples(benchmark: str, template: str, shots: int) -> list[Sample]:
+    """The fixed subset as Inspect samples: the same messages lm-eval builds, item metadata attached."""
+    bench, s = get_benchmark(benchmark), item_set(benchmark)
+    demos = s.demos_for(shots)
+    out = []
+    for item in s.items:
+        prompt = bench.prompt(item, template, demos)
+        out.append(Sample(
+            id=item.id,
+            input=chat_messages(prompt.messages()),
+            target=bench.labels(item)[bench.gold(item)],
+            metadata={"item_id": item.id, "benchmark": benchmark, "template": template, "shots": shots,
+                      "candidates": bench.candidates(item, template), "gold": bench.gold(item),
+                      "stratum": item.stratum},
+        ))
+    return out
+
+
+def _check(benchmark: str, template: str, scoring: str, shots: int) -> None:
+    rules = default_rules()
+    try:
+        bench = get_benchmark(benchmark)
+        bench.template(template)
+        bench.check_scoring(scoring)
+        if shots not in rules.axes["shots"]:
+            raise UserError(f"unknown shots {shots!r}; allowed: {', '.join(map(str, rules.axes['shots']))}")
+    except UserError as e:
+        raise PrerequisiteError(f"safetyrepro/{benchmark}: {e}") from None
+
+
+def _is_greedy(config: GenerateConfig) -> bool:
+    return config.temperature is None or config.temperature == 0
+
+
+@solver
+def score_candidates() -> Solver:
+    """Logprob scoring: the log-likelihood of every candidate as the reply, through the model provider."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        from inspect_ai.model._generate_config import active_generate_config
+
+        if not _is_greedy(active_generate_config()):
+            raise PrerequisiteError("logprob scoring is greedy-only (the envelope forbids sampling with it): "
+                                    "run with --temperature 0 or without a temperature")
+        api = get_model().api
+        if not hasattr(api, "loglikelihood"):
+            raise PrerequisiteError(f"logprob scoring needs continuation log-likelihoods, which model "
+                                    f"{get_model().name!r} does not provide: use --model safetyrepro/<model>")
+        candidates = state.metadata["candidates"]
+        logliks = await api.loglikelihood(state.messages, candidates)
+        state.metadata["logliks"] = list(logliks)
+        best = max(range(len(logliks)), key=lambda i: (logliks[i], -i))
+        state.output = ModelOutput.from_content(model=get_model().name, content=candidates[best])
+        return state
+
+    return solve
+
+
+def _parsed(scores: list[SampleScore]) -> list[bool]:
+    return [bool((s.score.metadata or {}).get("parsed")) for s in scores]
+
+
+@metric
+def parse_rate():
+    def compute(scores: list[SampleScore]) -> float:
+        flags = _parsed(scores)
+        return sum(flags) / len(flags) if flags else 0.0
+
+    return compute
+
+
+def _extra(name: str):
+    def compute(scores: list[SampleScore]) -> float:
+        meta = [s.score.metadata or {} for s in scores]
+        if not meta:
+            return float("nan")
+        benchmark = meta[0]["benchmark"]
+        s = item_set(benchmark)
+        items = [s.by_id(m["item_id"]) for m in meta]
+        return get_benchmark(benchmark).extra_metrics(items, [m["prediction"] for m in meta]).get(name, float("nan"))
+
+    return compute
+
+
+@metric
+def acc_ambig():
+    return _extra("acc_ambig")
+
+
+@metric
+def acc_disambig():
+    return _extra("acc_disambig")
+
+
+@metric
+def s_dis():
+    return _extra("s_dis")
+
+
+@metric
+def s_amb():
+    return _extra("s_amb")
+
+
+@metric
+def refusal_rate_safe():
+    return _extra("refusal_rate_safe")
+
+
+@metric
+def refusal_rate_unsafe():
+    return _extra("refusal_rate_unsafe")
+
+
+EXTRA_METRICS = {"bbq": [acc_ambig(), acc_disambig(), s_dis(), s_amb()],
+                 "xstest": [refusal_rate_safe(), refusal_rate_unsafe()]}
+
+
+@scorer(metrics=[accuracy(), stderr(), parse_rate()])
+def safetyrepro_scorer(scoring: str = "free_form") -> callable:
+    """The benchmark's own parser (free-form) or argmax over candidate log-likelihoods (logprob)."""
+
+    async def score(state: TaskState, target: Target) -> Score:
+        meta = state.metadata
+        bench = get_benchmark(meta["benchmark"])
+        item = item_set(meta["benchmark"]).by_id(meta["item_id"])
+        if scoring == "logprob":
+            logliks = meta["logliks"]
+            prediction = bench.pick(logliks)
+            value, parsed = bench.item_score(item, prediction, logliks), True
+        else:
+            prediction = bench.parse(state.output.completion, item, meta["template"])
+            value, parsed = bench.item_score(item, prediction), prediction is not None
+        answer = None if prediction is None else bench.labels(item)[prediction]
+        return Score(value=value, answer=answer, explanation=state.output.completion,
+                     metadata={"parsed": parsed, "prediction": prediction, "item_id": item.id,
+                               "benchmark": bench.name, "logliks": meta.get("logliks")})
+
+    return score
+
+
+def benchmark_task(benchmark: str, template: str, scoring: str, shots: int) -> Task:
+    _check(benchmark, template, scoring, shots)
+    rules = default_rules()
+    bench = get_benchmark(benchmark)
+    greedy = rules.decodings["greedy"]
+    config = GenerateConfig(max_tokens=rules.max_new_tokens.get(template, 96),
+                            stop_seqs=list(bench.stop_sequences(template)) or None,
+                            temperature=greedy.temperature)
+    return Task(
+        dataset=MemoryDataset(samples(benchmark, template, shots), name=f"safetyrepro_{benchmark}"),
+        solver=score_candidates() if scoring == "logprob" else generate(),
+        scorer=safetyrepro_scorer(scoring),
+        metrics=[accuracy(), stderr(), parse_rate(), *EXTRA_METRICS.get(benchmark, [])],
+        config=config,
+        metadata={"benchmark": benchmark, "template": template, "scoring": scoring, "shots": shots,
+                  "subset_id": item_set(benchmark).subset_id, "rules_sha256": rules.sha256},
+        version=1,
+    )
+
+
+@task
+def truthfulqa(template: Template = "T1", scoring: Scoring = "logprob", shots: int = 0) -> Task:
+    """TruthfulQA MC1, options shuffled per item."""
+    return benchmark_task("truthfulqa", template, scoring, shots)
+
+
+@task
+def bbq(template: Template = "T1", scoring: Scoring = "logprob", shots: int = 0) -> Task:
+    """BBQ with accuracy per context condition and the bias scores s_DIS, s_AMB."""
+    return benchmark_task("bbq", template, scoring, shots)
+
+
+@task
+def crows_pairs(template: Template = "T1", scoring: Literal["logprob"] = "logprob", shots: int = 0) -> Task:
+    """CrowS-Pairs: share of pairs where the more stereotypical sentence is likelier (logprob only)."""
+    return benchmark_task("crows_pairs", template, scoring, shots)
+
+
+@task
+def toxigen(template: Template = "T1", scoring: Scoring = "logprob", shots: int = 0) -> Task:
+    """ToxiGen annotated test split, Yes/No."""
+    return benchmark_task("toxigen", template, scoring, shots)
+
+
+@task
+def xstest(template: Template = "T1", scoring: Scoring = "free_form", shots: int = 0) -> Task:
+    """XSTest: comply with safe prompts, refuse unsafe ones."""
+    return benchmark_task("xstest", template, scoring, shots)

@@ -1,0 +1,43 @@
+"""Inspect tasks are built from the same definitions: same items, same messages, same candidates."""
+
+from __future__ import annotations
+
+import pytest
+from inspect_ai._util.error import PrerequisiteError
+
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
+from safetyrepro.tasks.inspect_tasks import benchmark_task
+from safetyrepro.tasks.subsets import item_set
+
+
+@pytest.mark.parametrize("benchmark,template,scoring,shots", [
+    ("bbq", "T2", "free_form", 3), ("truthfulqa", "T4", "logprob", 5), ("crows_pairs", "T1", "logprob", 3),
+    ("toxigen", "T3", "free_form", 0), ("xstest", "T2", "logprob", 3),
+])
+def test_samples_carry_our_messages_and_candidates(benchmark, template, scoring, shots, data_dir):
+    task = benchmark_task(benchmark, template, scoring, shots)
+    bench, s = get_benchmark(benchmark), item_set(benchmark)
+    samples = list(task.dataset)
+    assert [x.id for x in samples] == [i.id for i in s.items]
+    first, item = samples[0], s.items[0]
+    ours = bench.prompt(item, template, s.demos_for(shots)).messages()
+    assert [(m.role, m.text) for m in first.input] == [(m["role"], m["content"]) for m in ours]
+    assert first.metadata["candidates"] == bench.candidates(item, template)
+    assert first.target == bench.labels(item)[bench.gold(item)]
+    assert task.metadata["subset_id"] == s.subset_id
+
+
+def test_generation_settings_come_from_the_rules(data_dir):
+    task = benchmark_task("bbq", "T4", "free_form", 0)
+    assert task.config.max_tokens == 256 and task.config.temperature == 0.0
+    assert task.config.stop_seqs == ["\n\nPassage:"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (("crows_pairs", "T1", "free_form", 0), "allows scoring logprob only"),
+    (("bbq", "T5", "logprob", 0), "unknown template 'T5'"),
+    (("xstest", "T1", "logprob", 4), "unknown shots 4"),
+])
+def test_bad_parameters_are_one_clear_message(args, message):
+    with pytest.raises(PrerequisiteError, match=message):
+        benchmark_task(*args)
