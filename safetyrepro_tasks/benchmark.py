@@ -15,10 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from safetyrepro.errors import UserError, one_of
 from safetyrepro.tasks.rendering import Prompt, Turn
 from safetyrepro.tasks.sources import Source
-
-from safetyrepro.errors import UserError, one_of
 
 TEMPLATES = ("T1", "T2", "T3", "T4")
 SCORINGS = ("free_form", "logprob")

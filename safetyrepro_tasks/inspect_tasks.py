@@ -24,7 +24,7 @@ from inspect_ai.model import (
     ModelOutput,
     get_model,
 )
-from inspect_ai.scorer import Score, SampleScore, Target, accuracy, metric, scorer, stderr
+from inspect_ai.scorer import SampleScore, Score, Target, accuracy, metric, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, generate, solver
 
 from safetyrepro.errors import UserError

@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any
 
 from lm_eval.api.samplers import ContextSampler
+
 from safetyrepro.tasks.benchmark import Benchmark, Item
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.subsets import ItemSet, item_set

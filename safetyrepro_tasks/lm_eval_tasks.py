@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import yaml
+
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.envelope import default_rules
 from safetyrepro.tasks.lm_eval_hooks import EXTRA_METRICS

@@ -16,11 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 
+from safetyrepro.errors import UserError
 from safetyrepro.tasks.benchmark import Benchmark, Item
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import default_rules
-
-from safetyrepro.errors import UserError
 
 SHOT_LEVELS = (0, 3, 5)
 

@@ -6,10 +6,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from safetyrepro.errors import UserError
 from safetyrepro.tasks.benchmark import Benchmark, Item, TemplateText, lettered
 from safetyrepro.tasks.sources import PinnedFile, Source, fetch, github_raw
-
-from safetyrepro.errors import UserError
 
 REPO, COMMIT = "nyu-mll/BBQ", "bea11bd97d79217245b5871acd247b9d6eb24598"
 FULL = {

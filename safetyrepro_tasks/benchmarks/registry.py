@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from functools import cache
 
+from safetyrepro.errors import one_of
 from safetyrepro.tasks.benchmark import Benchmark
 from safetyrepro.tasks.benchmarks.bbq import BBQ
 from safetyrepro.tasks.benchmarks.crows_pairs import CrowsPairs
 from safetyrepro.tasks.benchmarks.toxigen import ToxiGen
 from safetyrepro.tasks.benchmarks.truthfulqa import TruthfulQA
 from safetyrepro.tasks.benchmarks.xstest import XSTest
-
-from safetyrepro.errors import one_of
 
 BENCHMARKS: dict[str, type[Benchmark]] = {
     "truthfulqa": TruthfulQA,

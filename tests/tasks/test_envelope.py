@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from safetyrepro.tasks.envelope import RULES_PATH, Config, load_rules, parse_rules
 
 from safetyrepro.errors import UserError
+from safetyrepro.tasks.envelope import RULES_PATH, Config, load_rules, parse_rules
 
 RULES = load_rules()
 PAPER_SIZES = {  # subset: (non-CrowS benchmark, CrowS-Pairs)  -- PAPER.md "Envelope sizes"

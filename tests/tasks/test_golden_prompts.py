@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.subsets import item_set
 

@@ -9,12 +9,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from safetyrepro.lm_eval_hook import task_dir
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.lm_eval_tasks import stale, task_name
 from safetyrepro.tasks.rendering import continuation
 from safetyrepro.tasks.subsets import item_set
-
-from safetyrepro.lm_eval_hook import task_dir
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_TASKS = sorted(

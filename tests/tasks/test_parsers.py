@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from safetyrepro.tasks.benchmark import after_last_answer_cue, parse_letter
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.subsets import item_set

@@ -12,10 +12,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from safetyrepro.tasks.benchmarks.xstest import SOURCE as XSTEST
-from safetyrepro.tasks.sources import PinnedFile, Source, fetch
 
 from safetyrepro.errors import UserError
+from safetyrepro.tasks.benchmarks.xstest import SOURCE as XSTEST
+from safetyrepro.tasks.sources import PinnedFile, Source, fetch
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.subsets import all_items, allocate, item_set
 
