@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from safetyrepro.tasks.envelope import AXES, Rules
 
 from .grid_io import Grid

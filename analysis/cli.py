@@ -36,9 +36,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from safetyrepro.tasks.envelope import load_rules
-
     from safetyrepro.errors import UserError
+    from safetyrepro.tasks.envelope import load_rules
 
     from .grid_io import load_grid
     from .output import write_all

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from safetyrepro.tasks.envelope import Rules
 
 from safetyrepro.errors import UserError
+from safetyrepro.tasks.envelope import Rules
 
 from .grid_io import Grid, common_configurations, envelope_order, read_table, validate_cells
 from .orderings import induced_ordering, ordering_label

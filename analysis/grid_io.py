@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from safetyrepro.tasks.envelope import AXES, Config, Rules
 
 from safetyrepro.errors import UserError
+from safetyrepro.tasks.envelope import AXES, Config, Rules
 
 GRID_COLUMNS = (
     "model", "benchmark", "template", "decoding", "shots", "scoring", "precision", "package",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from safetyrepro.tasks.envelope import Rules
 
 from .grid_io import Grid

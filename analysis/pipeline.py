@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from safetyrepro.tasks.envelope import Rules
 
 from safetyrepro.errors import UserError
+from safetyrepro.tasks.envelope import Rules
 
 from . import bootstrap, dispersion, orderings, rank_flip, significance, variance, verdict
 from .attribution import Attribution, axis_attribution

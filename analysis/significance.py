@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from safetyrepro.tasks.envelope import Config, Rules
 
 from safetyrepro.errors import UserError
+from safetyrepro.tasks.envelope import Config, Rules
 
 from .grid_io import Grid, plain, read_table
 from .rank_flip import model_pairs

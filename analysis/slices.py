@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from safetyrepro.tasks.envelope import Config, Rules
-
 from safetyrepro.errors import one_of
+from safetyrepro.tasks.envelope import Config, Rules
 
 from .grid_io import Grid
 

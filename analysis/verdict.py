@@ -5,6 +5,7 @@ reader can re-run exactly those two cells and see the verdict move (or not)."""
 from __future__ import annotations
 
 import pandas as pd
+
 from safetyrepro.tasks.envelope import Rules
 
 from .grid_io import Grid

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+
 from safetyrepro.analysis.grid_io import common_configurations, validate_cells
 from safetyrepro.tasks.envelope import Config, default_rules
 

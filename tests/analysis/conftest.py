@@ -1,4 +1,5 @@
 import pytest
+
 from safetyrepro.tasks.envelope import default_rules
 
 

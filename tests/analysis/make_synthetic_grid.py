@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from safetyrepro.tasks.envelope import Rules, default_rules
 
 MODELS = ("mistral", "qwen", "yi")

@@ -1,6 +1,7 @@
 import json
 
 from analysis_grids import CC, grid_frame, write
+
 from safetyrepro.analysis.card import card_markdown, grid_card
 from safetyrepro.analysis.grid_io import load_grid
 from safetyrepro.analysis.pipeline import AnalysisOptions, run_analysis

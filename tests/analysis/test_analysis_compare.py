@@ -1,8 +1,8 @@
 import pandas as pd
 import pytest
 from analysis_grids import CC, grid_frame, write
-from safetyrepro.analysis.compare import compare_grids, load_groups
 
+from safetyrepro.analysis.compare import compare_grids, load_groups
 from safetyrepro.cli import main
 from safetyrepro.errors import UserError
 

@@ -8,9 +8,9 @@ import time
 import pandas as pd
 import pytest
 from make_synthetic_grid import main as make_grid
+
 from safetyrepro.analysis.orderings import ORDERINGS_COLUMNS
 from safetyrepro.analysis.rank_flip import RHO_FLIP_COLUMNS
-
 from safetyrepro.cli import main
 
 TABLES = ("rho_flip.csv", "rho_flip_detail.csv", "rho_flip_max.csv", "orderings.csv", "orderings_detail.csv",

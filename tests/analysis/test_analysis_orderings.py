@@ -4,13 +4,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from analysis_grids import grid_frame, to_grid
+from scipy.stats import kendalltau
+
 from safetyrepro.analysis.orderings import (
     induced_ordering,
     orderings_reached,
     orderings_tables,
     ranking_concordance,
 )
-from scipy.stats import kendalltau
 
 
 def test_ties_are_broken_alphabetically():

@@ -1,5 +1,6 @@
 import pytest
 from analysis_grids import CC, grid_frame, to_grid
+
 from safetyrepro.analysis.rank_flip import (
     RHO_FLIP_COLUMNS,
     pair_counts,

@@ -2,8 +2,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from analysis_grids import CC, grid_frame, to_grid
-from safetyrepro.analysis.significance import item_records, paired_item_tests, significant_flips
 
+from safetyrepro.analysis.significance import item_records, paired_item_tests, significant_flips
 from safetyrepro.errors import UserError
 
 N = 20
