@@ -1,0 +1,248 @@
+"""`lm_eval --model safetyrepro`: lm-eval on SafetyRepro's engine.
+
+    lm_eval --model safetyrepro --model_args model=smollm2,precision=bf16 --tasks ... --limit 8
+
+model_args: `model` (embedded label, .gguf file, HF folder or hub id; default smollm2),
+`precision` (bf16 | fp32 | nf4; `dtype=` is accepted as an alias), `device` (cpu | cuda | auto),
+`batch_size` (an int; "auto" means the engine default, 8), `seed` (base sampling seed, see below).
+
+Equivalence with `--model hf`: contexts and continuations are tokenised exactly as HFLM does
+(engine.encode_pair), and the model sees the same tokens, so the per-item choices agree. The
+numbers agree to the bit with `--model hf --model_args ...,softmax_dtype=float32,batch_size=1`
+(HFLM otherwise takes the log-softmax in the model dtype, and its right-padded batches move
+numbers slightly; this engine's results do not depend on batching).
+
+Sampling seeds: each generate_until request samples with its own seed,
+`derive_seed(base, context, gen_kwargs, k)`, where k counts earlier identical (context,
+gen_kwargs) requests in the same call (so `repeats` get different samples) and `base` is, in
+order: `seed` in gen_kwargs (`--gen_kwargs seed=3`), `seed` in model_args, or torch's initial
+seed, which lm-eval sets from `--seed` (third value; default 1234). Same seeds, same texts,
+regardless of batch size or which other requests run alongside.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from lm_eval.api.model import TemplateLM
+from tqdm import tqdm
+
+from safetyrepro.errors import UserError
+
+_UNSUPPORTED_GEN_KWARGS = ("top_k", "num_beams", "repetition_penalty", "min_p", "typical_p")
+_IGNORED_GEN_KWARGS = ("do_sample", "temperature", "top_p", "until", "max_gen_toks", "max_new_tokens",
+                       "max_tokens", "max_completion_tokens", "seed", "use_cache")
+
+
+def _in_lm_eval_cli() -> bool:
+    main = sys.modules.get("__main__")
+    return Path(sys.argv[0]).name in ("lm_eval", "lm-eval") or (
+        getattr(main, "__package__", None) or "").startswith("lm_eval")
+
+
+def _fail(e: UserError):
+    """Under lm-eval's command line, a bad model argument is one line and exit code 2."""
+    if _in_lm_eval_cli():
+        sys.stderr.write(f"safetyrepro: error: {e}\n")
+        raise SystemExit(2)
+    raise e
+
+
+def _batch_size(batch_size, max_batch_size, default: int | None = None) -> int:
+    from safetyrepro.adapters.engine import DEFAULT_BATCH_SIZE
+
+    bs = default or DEFAULT_BATCH_SIZE
+    if batch_size not in (None, "") and not str(batch_size).startswith("auto"):
+        try:
+            bs = int(batch_size)
+        except ValueError:
+            raise UserError(f"batch_size must be an integer or 'auto', got {batch_size!r}") from None
+        if bs < 1:
+            raise UserError(f"batch_size must be >= 1, got {bs}")
+    if max_batch_size:
+        bs = min(bs, int(max_batch_size))
+    return bs
+
+
+class SafetyReproLM(TemplateLM):
+    backend = "causal"
+
+    def __init__(self, model: str = "smollm2", precision: str | None = None, device: str | None = None,
+                 batch_size: int | str | None = None, max_batch_size: int | None = None,
+                 seed: int | None = None, dtype: str | None = None, pretrained: str | None = None,
+                 max_gen_toks: int = 256, **unknown):
+        super().__init__()
+        try:
+            if unknown:
+                raise UserError(f"unknown model_args for --model safetyrepro: {', '.join(sorted(unknown))}; "
+                                "allowed: model, precision, device, batch_size, seed, max_gen_toks")
+            from safetyrepro.adapters.engine import load_engine
+
+            bs = _batch_size(batch_size, max_batch_size)
+            engine = load_engine(pretrained or model, precision or dtype or "bf16", device, batch_size=bs)
+        except UserError as e:
+            _fail(e)
+        self._setup(engine, bs, seed, max_gen_toks)
+
+    @classmethod
+    def from_engine(cls, engine, batch_size: int | None = None, seed: int | None = None,
+                    max_gen_toks: int = 256) -> SafetyReproLM:
+        """An lm-eval model on an engine that is already loaded (or wrapped, e.g. in an output cache)."""
+        self = cls.__new__(cls)
+        TemplateLM.__init__(self)
+        self._setup(engine, _batch_size(batch_size, None, getattr(engine, "batch_size", None)), seed, max_gen_toks)
+        return self
+
+    def _setup(self, engine, batch_size: int, seed, max_gen_toks) -> None:
+        self.engine = engine
+        self._batch_size = batch_size
+        self._seed = None if seed in (None, "") else int(seed)
+        self._max_gen_toks = int(max_gen_toks)
+        self.tokenizer = engine.tokenizer
+        self._device = engine.info.device
+
+    # ----------------------------------------------------------------- properties lm-eval reads
+
+    @property
+    def eot_token_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def prefix_token_id(self) -> int:
+        from safetyrepro.adapters.engine import prefix_token_id
+
+        return prefix_token_id(self.tokenizer)
+
+    @property
+    def max_length(self) -> int:
+        return self.engine.max_length
+
+    @property
+    def max_gen_toks(self) -> int:
+        return self._max_gen_toks
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def tokenizer_name(self) -> str:
+        info = self.engine.info
+        return f"safetyrepro__{info.label}__{info.weights_sha256[:12]}".replace("/", "__")
+
+    def get_model_info(self) -> dict:
+        info = self.engine.info
+        return {"model_num_parameters": info.n_params, "model_dtype": info.precision,
+                "model_sha": info.weights_sha256, "model_source": info.source,
+                "safetyrepro_model": info.to_dict()}
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        if not chat_template or not self.engine.has_chat_template:
+            return None
+        return super().chat_template(chat_template)
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self.engine.apply_chat_template(chat_history, add_generation_prompt=add_generation_prompt)
+
+    # ----------------------------------------------------------------- tokens
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, left_truncate_len=None, **kwargs):
+        ids = self.engine.tok_encode(string, add_special_tokens)
+        return ids[-left_truncate_len:] if left_truncate_len else ids
+
+    def tok_decode(self, tokens, skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens)
+
+    # ----------------------------------------------------------------- scoring
+
+    def _chunks(self, n: int) -> list[range]:
+        step = max(1, self.batch_size) * 8
+        return [range(i, min(n, i + step)) for i in range(0, n, step)]
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        from safetyrepro.adapters.engine import LoglikRequest
+
+        reqs = [LoglikRequest(*req.args) for req in requests]
+        out: list[tuple[float, bool]] = []
+        with tqdm(total=len(reqs), disable=disable_tqdm, desc="Running loglikelihood requests") as bar:
+            for r in self._chunks(len(reqs)):
+                res = self.engine.loglikelihood([reqs[i] for i in r], batch_size=self.batch_size)
+                for i, ans in zip(r, res, strict=True):
+                    self.cache_hook.add_partial("loglikelihood", requests[i].args, ans)
+                out.extend(res)
+                bar.update(len(r))
+        return out
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+        return self.engine.loglikelihood_tokens([(list(c), list(k)) for _, c, k in requests],
+                                                batch_size=self.batch_size)
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        from lm_eval import utils
+
+        out = []
+        for req in tqdm(requests, disable=disable_tqdm, desc="Running loglikelihood_rolling requests"):
+            (string,) = req.args
+            windows = [utils.make_disjoint_window(w) for w in utils.get_rolling_token_windows(
+                token_list=self.tok_encode(string), prefix_token=self.prefix_token_id,
+                max_seq_len=self.max_length, context_len=1)]
+            res = self.engine.loglikelihood_tokens(windows, batch_size=self.batch_size)
+            total = sum(x[0] for x in res)
+            self.cache_hook.add_partial("loglikelihood_rolling", (string,), total)
+            out.append(total)
+        return out
+
+    # ----------------------------------------------------------------- generation
+
+    def _gen_request(self, context: str, gen_kwargs: dict, k: int):
+        import torch
+
+        from safetyrepro.adapters.engine import GenRequest, derive_seed
+
+        kw = dict(gen_kwargs or {})
+        bad = [name for name in _UNSUPPORTED_GEN_KWARGS if name in kw and kw[name] not in (None, 0, 1, 1.0)]
+        if bad:
+            raise UserError(f"--model safetyrepro does not support gen_kwargs {', '.join(bad)}; "
+                            "supported: until, max_gen_toks, do_sample, temperature, top_p, seed")
+        until = kw.get("until") or []
+        until = [until] if isinstance(until, str) else list(until)
+        max_new = next((int(kw[a]) for a in ("max_gen_toks", "max_new_tokens", "max_tokens",
+                                             "max_completion_tokens") if kw.get(a) is not None), self.max_gen_toks)
+        temperature = float(kw.get("temperature") or 0.0)
+        do_sample = kw.get("do_sample")
+        if do_sample is False or (do_sample is None and temperature == 0.0):
+            temperature = 0.0
+        top_p = float(kw["top_p"]) if kw.get("top_p") is not None else 1.0
+        seed = None
+        if temperature > 0:
+            base = kw.get("seed")
+            base = self._seed if base is None else int(base)
+            base = torch.initial_seed() if base is None else base
+            key = json.dumps({k2: v for k2, v in sorted(kw.items()) if k2 != "seed"}, default=str)
+            seed = derive_seed(base, context, key, k)
+        return GenRequest(prompt=context, max_new_tokens=max_new, temperature=temperature, top_p=top_p,
+                          seed=seed, stop=tuple(s for s in until if s))
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        seen: dict[str, int] = {}
+        gen_reqs = []
+        try:
+            for req in requests:
+                context, gen_kwargs = req.args
+                key = json.dumps([context, gen_kwargs], sort_keys=True, default=str)
+                k = seen.get(key, 0)
+                seen[key] = k + 1
+                gen_reqs.append(self._gen_request(context, gen_kwargs, k))
+        except UserError as e:
+            _fail(e)
+        out: list[str] = []
+        with tqdm(total=len(gen_reqs), disable=disable_tqdm, desc="Running generate_until requests") as bar:
+            for r in self._chunks(len(gen_reqs)):
+                texts = self.engine.generate([gen_reqs[i] for i in r], batch_size=self.batch_size)
+                for i, text in zip(r, texts, strict=True):
+                    self.cache_hook.add_partial("generate_until", requests[i].args, text)
+                out.extend(texts)
+                bar.update(len(r))
+        return out

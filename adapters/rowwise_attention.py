@@ -1,0 +1,92 @@
+"""Batch-invariant attention: padding never changes a row's numbers.
+
+With left padding, PyTorch's fused attention kernels give a padded row slightly different numbers
+than the same row run alone (bf16 on CPU: up to 0.2 nats per token on SmolLM2), because the
+kernel's blocking and its masked/causal code path depend on the padded length. Linear layers,
+norms and RoPE are row-wise and, on CPU in bf16, bitwise independent of the batch size.
+
+So this attention function takes each row's left-padding from the engine (the `sr_left_pad`
+and `sr_total_len` keyword arguments, which transformers passes through the model to the
+attention function), cuts the padding off, and runs Hugging Face's own SDPA path on the unpadded
+row with the mask a lone row would get: `None` (plain causal) when the row's mask is a pure
+causal or all-true pattern, the sliced mask otherwise (sliding windows). A batch without padding
+goes through one SDPA call, with the same mask canonicalisation, so batch size 1 and batch size
+8 take identical code paths per row.
+
+It is registered in transformers' AttentionInterface (and the SDPA mask creator under the same
+name) as "safetyrepro_rowwise"; `enable(model)` switches a loaded model to it.
+"""
+
+from __future__ import annotations
+
+NAME = "safetyrepro_rowwise"
+_registered = False
+
+
+def _canonical_mask(mask, q_len: int, kv_len: int):
+    """None when the mask says no more than plain causal attention (what a lone, unpadded row gets)."""
+    import torch
+
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    if q_len == 1 and bool(mask.all()):
+        return None
+    if q_len == kv_len:
+        tril = torch.ones(q_len, kv_len, dtype=torch.bool, device=mask.device).tril()
+        if bool((mask == tril).all()):
+            return None
+    return mask
+
+
+def rowwise_sdpa_forward(module, query, key, value, attention_mask, **kwargs):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    pads = kwargs.pop("sr_left_pad", None)
+    total = kwargs.pop("sr_total_len", None)
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if not pads or not any(pads):
+        mask = _canonical_mask(attention_mask, q_len, kv_len)
+        return sdpa_attention_forward(module, query, key, value, mask, **kwargs)
+
+    batch = query.shape[0]
+    total = kv_len if total is None else int(total)
+    kv_offset = total - kv_len  # absolute position of key index 0 (a sliding-window cache keeps the tail)
+    q_offset = total - q_len  # absolute position of the first query
+    out = query.new_zeros(batch, q_len, query.shape[1], value.shape[-1])
+    for i in range(batch):
+        kv_start = max(0, pads[i] - kv_offset)
+        q_start = max(0, pads[i] - q_offset)
+        q = query[i : i + 1, :, q_start:]
+        k = key[i : i + 1, :, kv_start:]
+        v = value[i : i + 1, :, kv_start:]
+        m = None
+        if attention_mask is not None:
+            m = attention_mask[i : i + 1, :, q_start:, kv_start:]
+            m = _canonical_mask(m, q.shape[2], k.shape[2])
+        o, _ = sdpa_attention_forward(module, q, k, v, m, **kwargs)
+        out[i, q_start:] = o[0]
+    return out, None
+
+
+def register() -> str:
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+        AttentionInterface.register(NAME, rowwise_sdpa_forward)
+        AttentionMaskInterface.register(NAME, sdpa_mask)
+        _registered = True
+    return NAME
+
+
+def enable(model) -> bool:
+    """Switch a loaded model to row-wise attention; False (model unchanged) if it cannot take it."""
+    register()
+    if getattr(model.config, "_attn_implementation", None) not in ("sdpa", "eager", NAME):
+        return False
+    try:
+        model.set_attn_implementation(NAME)
+    except Exception:  # an architecture whose attention does not go through the interface
+        return False
+    return model.config._attn_implementation == NAME
