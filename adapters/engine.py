@@ -187,6 +187,10 @@ class Engine:
                 eos.update(int(x) for x in e)
         self.eos_token_ids = frozenset(eos)
         self._rowwise = info.attention == "safetyrepro_rowwise"
+        import inspect
+
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.x
 
     # ----------------------------------------------------------------- text in, text out
 
@@ -248,8 +252,9 @@ class Engine:
         if self._rowwise:
             kwargs["sr_left_pad"] = pads
             kwargs["sr_total_len"] = width
-        out = self.model(input_ids=ids, use_cache=use_cache, past_key_values=cache,
-                         logits_to_keep=logits_to_keep, **kwargs)
+        if cache is not None:
+            kwargs[self._cache_kw] = cache
+        out = self.model(input_ids=ids, use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
         return out, pads, slots
 
     def _batches(self, n_rows_sorted: list[int], batch_size: int, lengths: list[int]) -> list[list[int]]:
@@ -389,7 +394,7 @@ class Engine:
         active = [i for i in range(n) if reqs[i].max_new_tokens > 0]
         if active:
             out, pads, slots = self._forward([prompts[i] for i in active], logits_to_keep=1, use_cache=True)
-            cache = out.past_key_values
+            cache = _output_cache(out)
             width = max(len(prompts[i]) for i in active)
             step = 0
             while True:
@@ -431,9 +436,10 @@ class Engine:
                 if self._rowwise:
                     kwargs["sr_left_pad"] = pads
                     kwargs["sr_total_len"] = width + step
+                kwargs[self._cache_kw] = cache
                 out = self.model(input_ids=torch.tensor([[t] for t in toks], device=device),
-                                 past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
-                cache = out.past_key_values
+                                 use_cache=True, logits_to_keep=1, **kwargs)
+                cache = _output_cache(out)
         results = []
         for i in range(n):
             text = self.tokenizer.decode(generated[i], skip_special_tokens=True)
@@ -443,6 +449,11 @@ class Engine:
             results.append(GenResult(text=text, n_prompt_tokens=len(prompts[i]), n_new_tokens=n_new[i],
                                      finish_reason=finish[i], seed=seeds[i]))
         return results
+
+
+def _output_cache(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def _select_cache_rows(cache, idx) -> None:

@@ -23,6 +23,7 @@ regardless of batch size or which other requests run alongside.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from tqdm import tqdm
 
 from safetyrepro.errors import UserError
 
+eval_logger = logging.getLogger(__name__)
 _UNSUPPORTED_GEN_KWARGS = ("top_k", "num_beams", "repetition_penalty", "min_p", "typical_p")
 _IGNORED_GEN_KWARGS = ("do_sample", "temperature", "top_p", "until", "max_gen_toks", "max_new_tokens",
                        "max_tokens", "max_completion_tokens", "seed", "use_cache")
@@ -48,6 +50,18 @@ def _fail(e: UserError):
         sys.stderr.write(f"safetyrepro: error: {e}\n")
         raise SystemExit(2)
     raise e
+
+
+def _device(device: str | None) -> str | None:
+    """lm-eval's CLI passes --device (default cuda:0) to every model; like HFLM, fall back to the CPU
+    when CUDA is not there."""
+    if device and str(device).startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            eval_logger.warning(f"device {device!r} is not available; using cpu")
+            return "cpu"
+    return device
 
 
 def _batch_size(batch_size, max_batch_size, default: int | None = None) -> int:
@@ -81,7 +95,7 @@ class SafetyReproLM(TemplateLM):
             from safetyrepro.adapters.engine import load_engine
 
             bs = _batch_size(batch_size, max_batch_size)
-            engine = load_engine(pretrained or model, precision or dtype or "bf16", device, batch_size=bs)
+            engine = load_engine(pretrained or model, precision or dtype or "bf16", _device(device), batch_size=bs)
         except UserError as e:
             _fail(e)
         self._setup(engine, bs, seed, max_gen_toks)
