@@ -1,0 +1,202 @@
+"""The engine on SmolLM2-135M (bf16, CPU): batch invariance, greedy and seeded sampling, stops,
+lm-eval equivalence with `--model hf`, NF4 against bf16, the Inspect provider, and errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from safetyrepro.adapters.engine import GenRequest, LoglikRequest
+
+pytestmark = pytest.mark.slow
+
+CONTEXTS = ["The capital of France is", "Question: What is 2+2?\nAnswer:",
+            "Once upon a time there was a little girl who lived in a village near the forest. She", "Hi", ""]
+CONTINUATIONS = [" Paris", " Berlin", " 4", " four", " went to the market.", " x"]
+QUESTIONS = ["What is the capital of France?", "Write a haiku about cats.", "List three colors.", "Hi!",
+             "Explain gravity in one sentence.", "What is 7 times 8?", "Name a fruit.", "Say something funny."]
+
+
+def _chat(engine, q: str) -> str:
+    return engine.render([{"role": "user", "content": q}])
+
+
+def test_info_and_render(smollm2):
+    info = smollm2.info
+    assert info.label == "smollm2" and info.precision == "bf16" and info.device == "cpu"
+    assert info.weights_sha256 == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert info.has_chat_template and 134_000_000 < info.n_params < 135_000_000
+    assert info.attention == "safetyrepro_rowwise" and info.max_length == 8192
+    prompt = smollm2.render([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+    assert prompt == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_loglik_does_not_depend_on_batching(smollm2):
+    import torch
+
+    reqs = [LoglikRequest(c, k) for c in CONTEXTS for k in CONTINUATIONS]
+    one = smollm2.loglikelihood(reqs, batch_size=1)
+    eight = smollm2.loglikelihood(reqs, batch_size=8)
+    diffs = [abs(a[0] - b[0]) for a, b in zip(one, eight, strict=True)]
+    print(f"\nloglik batch 1 vs 8: max |diff| = {max(diffs):.3g} over {len(reqs)} requests")
+    assert max(diffs) <= 1e-4 and [a[1] for a in one] == [b[1] for b in eight]
+    # and equal to a plain full-logits forward of each request alone (HFLM with batch size 1)
+    for r, (ll, _) in zip(reqs, one, strict=True):
+        ctx, cont = smollm2.encode_pair(r.context, r.continuation)
+        x = ctx + cont
+        if len(x) < 3:
+            continue  # a one-token input runs through the batched kernel path on purpose (engine docs)
+        with torch.inference_mode():
+            lp = smollm2.model(torch.tensor([x[:-1]])).logits[0, -len(cont):].float().log_softmax(-1)
+        ref = lp.gather(1, torch.tensor(cont)[:, None]).sum().item()
+        assert abs(ll - ref) <= 1e-4, (r, ll, ref)
+    by = {(r.context, r.continuation): v for r, v in zip(reqs, one, strict=True)}
+    assert by[("The capital of France is", " Paris")][0] > by[("The capital of France is", " Berlin")][0]
+    assert by[("Question: What is 2+2?\nAnswer:", " 4")][1] is True  # " 4" is the greedy answer
+
+
+def test_greedy_generation_does_not_depend_on_batching(smollm2):
+    import torch
+
+    reqs = [GenRequest(_chat(smollm2, q), 20) for q in QUESTIONS]
+    one = smollm2.generate(reqs, batch_size=1)
+    eight = smollm2.generate(reqs, batch_size=8)
+    assert one == eight
+    assert one[0] == "The capital of France is Paris."
+    assert len(set(one)) == len(one) and all(t.strip() for t in one)
+    # true greedy: the same text as transformers' generate(do_sample=False)
+    ids = torch.tensor([smollm2.tok_encode(reqs[0].prompt)])
+    with torch.inference_mode():
+        out = smollm2.model.generate(ids, do_sample=False, max_new_tokens=20)
+    assert smollm2.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True) == one[0]
+
+
+def test_seeded_sampling_is_reproducible(smollm2):
+    prompt = _chat(smollm2, "Write a haiku about cats.")
+    reqs = [GenRequest(prompt, 24, temperature=0.9, top_p=0.95, seed=s) for s in (1, 1, 2, 3)]
+    texts = smollm2.generate(reqs, batch_size=4)
+    assert texts[0] == texts[1]  # same seed, same text
+    assert len(set(texts[1:])) == 3  # different seeds, different texts
+    alone = smollm2.generate([reqs[2]], batch_size=1)
+    mixed = smollm2.generate([GenRequest(_chat(smollm2, "Hi!"), 8), reqs[2], GenRequest(prompt, 30)], batch_size=3)
+    assert alone[0] == texts[2] == mixed[1]  # independent of the batch around it
+    greedy = smollm2.generate([GenRequest(prompt, 24)])[0]
+    assert greedy not in texts
+    unseeded = smollm2.generate_detailed([GenRequest(prompt, 4, temperature=1.0)])[0]
+    assert unseeded.seed is not None  # a fresh seed, reported so that the run can be repeated
+    again = smollm2.generate_detailed([GenRequest(prompt, 4, temperature=1.0, seed=unseeded.seed)])[0]
+    assert again.text == unseeded.text
+
+
+def test_stop_strings_eos_and_lengths(smollm2):
+    prompt = _chat(smollm2, "List three colors.")
+    full = smollm2.generate_detailed([GenRequest(prompt, 40)])[0]
+    assert "\n" in full.text and full.finish_reason == "length" and full.n_new_tokens == 40
+    cut = smollm2.generate_detailed([GenRequest(prompt, 40, stop=("\n", "zzz"))])[0]
+    assert cut.text == full.text[: full.text.index("\n")] and cut.finish_reason == "stop"
+    assert cut.n_new_tokens < 40  # the row stopped early
+    short = smollm2.generate_detailed([GenRequest(_chat(smollm2, "What is the capital of France?"), 40)])[0]
+    assert short.finish_reason == "stop" and short.text == "The capital of France is Paris."  # EOS, excluded
+    assert "<|im_end|>" not in short.text and short.n_new_tokens == 8
+    assert smollm2.generate([GenRequest(prompt, 0)]) == [""]
+
+
+def _run_lm_eval(model, model_args, task_dir, **kw):
+    from lm_eval.evaluator import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    res = simple_evaluate(model=model, model_args=model_args, tasks=["sr_tiny_mc"], limit=8, log_samples=True,
+                          task_manager=TaskManager(include_path=str(task_dir)), bootstrap_iters=0, **kw)
+    return {s["doc_id"]: [float(r[0][0]) for r in s["resps"]] for s in res["samples"]["sr_tiny_mc"]}
+
+
+def test_lm_eval_safetyrepro_and_hf_choose_the_same(smollm2, smollm2_hf_folder, mc_task_dir):
+    """`--model safetyrepro` vs `--model hf` on the exported folder: same per-item choices; with
+    HFLM's log-softmax in float32 (as the engine takes it), the same numbers."""
+    from safetyrepro.adapters.lm_eval_model import SafetyReproLM
+
+    ours = _run_lm_eval(SafetyReproLM.from_engine(smollm2), None, mc_task_dir)
+    hf32 = _run_lm_eval("hf", f"pretrained={smollm2_hf_folder},softmax_dtype=float32", mc_task_dir, device="cpu")
+    hf = _run_lm_eval("hf", f"pretrained={smollm2_hf_folder}", mc_task_dir, device="cpu", batch_size=4)
+
+    def choice(v):
+        return max(range(len(v)), key=lambda i: v[i])
+
+    assert sorted(ours) == list(range(8))
+    print("\ndoc  safetyrepro  hf  hf(fp32 softmax)  max|diff| vs hf")
+    for d in sorted(ours):
+        gap = max(abs(a - b) for a, b in zip(ours[d], hf[d], strict=True))
+        print(f"{d:3d}  {choice(ours[d]):11d}  {choice(hf[d]):2d}  {choice(hf32[d]):16d}  {gap:.4f}")
+        assert choice(ours[d]) == choice(hf[d]) == choice(hf32[d])
+        assert max(abs(a - b) for a, b in zip(ours[d], hf32[d], strict=True)) <= 1e-4
+        assert gap < 0.5  # HFLM: bf16 log-softmax, and right-padded batches (batch_size=4) move numbers
+
+
+def test_nf4_scores_close_to_bf16(smollm2):
+    """NF4 (bitsandbytes, CPU) against bf16 on the same items: close, not equal."""
+    from safetyrepro.adapters.engine import load_engine
+
+    nf4 = load_engine("smollm2", "nf4", "cpu")
+    assert nf4.info.precision == "nf4" and nf4.info.weights_sha256 == smollm2.info.weights_sha256
+    assert any(type(m).__name__ == "Linear4bit" for m in nf4.model.modules())
+    items = [("Question: What is the capital of France?\nAnswer:", [" Paris", " London", " Berlin"]),
+             ("Question: How many legs does a spider have?\nAnswer:", [" eight", " six"]),
+             ("Question: What do bees make?\nAnswer:", [" honey", " milk"]),
+             (_chat(smollm2, "Is it safe to drink bleach?"), ["No", "Yes"])]
+    reqs = [LoglikRequest(c, k) for c, ks in items for k in ks]
+    b, q = smollm2.loglikelihood(reqs), nf4.loglikelihood(reqs)
+    diffs = [y[0] - x[0] for x, y in zip(b, q, strict=True)]
+    print("\ncontinuation        bf16      nf4   nf4-bf16")
+    for r, x, y, d in zip(reqs, b, q, diffs, strict=True):
+        print(f"{r.continuation!r:14} {x[0]:9.3f} {y[0]:8.3f} {d:+9.3f}")
+    mean_abs = sum(abs(d) for d in diffs) / len(diffs)
+    print(f"mean |nf4 - bf16| = {mean_abs:.3f} nats")
+    assert 0.01 < mean_abs < 1.5 and max(abs(d) for d in diffs) < 3.0
+    assert nf4.loglikelihood(reqs, batch_size=1) == q  # NF4 is batch-invariant too
+    text = nf4.generate([GenRequest(_chat(smollm2, "What is the capital of France?"), 12)])[0]
+    assert "Paris" in text
+
+
+def test_inspect_provider_greedy_seeds_and_logliks(smollm2):
+    import anyio
+    from inspect_ai.model import ChatMessageUser, GenerateConfig, get_model
+
+    from safetyrepro.adapters import inspect_provider  # noqa: F401  (registers the provider)
+
+    model = get_model("safetyrepro/smollm2", device="cpu", memoize=False)
+    assert model.api.engine is smollm2  # loaded once per process
+    msgs = [ChatMessageUser(content="Write a haiku about cats.")]
+    got = {}
+
+    async def main():
+        got["greedy"] = (await model.generate(msgs, config=GenerateConfig(temperature=0, max_tokens=16))).completion
+        cfg = GenerateConfig(temperature=0.9, top_p=0.95, seed=3, max_tokens=16)
+        got["s3"] = [(await model.generate(msgs, config=cfg)).completion for _ in range(2)]
+        got["s4"] = (await model.generate(msgs, config=cfg.merge(GenerateConfig(seed=4)))).completion
+        got["ll"] = await model.api.loglikelihood(msgs, ["In", "Cats", "zebra zebra"])
+
+    anyio.run(main)
+    model.api.close()
+    prompt = _chat(smollm2, "Write a haiku about cats.")
+    assert got["greedy"] == smollm2.generate([GenRequest(prompt, 16)])[0]
+    assert got["s3"][0] == got["s3"][1] != got["s4"]
+    assert got["s3"][0] == smollm2.generate([GenRequest(prompt, 16, temperature=0.9, top_p=0.95, seed=3)])[0]
+    want = [ll for ll, _ in smollm2.loglikelihood([LoglikRequest(prompt, c) for c in ["In", "Cats", "zebra zebra"]])]
+    assert got["ll"] == want and want[2] < want[0]
+
+
+@pytest.mark.parametrize("args, needle", [
+    ("model=nope", "unknown model 'nope'"),
+    ("model=smollm2,precision=int3", "unknown precision 'int3'"),
+    ("model=/nonexistent/w.gguf", "GGUF file not found"),
+])
+def test_lm_eval_cli_bad_model_args_are_one_line(args, needle, mc_task_dir):
+    p = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "safetyrepro", "--model_args", args,
+                        "--tasks", "sr_tiny_mc", "--include_path", str(mc_task_dir), "--limit", "1"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert p.returncode == 2, p.stderr[-2000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("safetyrepro: error:") and needle in last and "Traceback" not in p.stderr
