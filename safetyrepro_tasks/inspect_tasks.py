@@ -30,6 +30,7 @@ from inspect_ai.solver import Generate, Solver, TaskState, generate, solver
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import default_rules
+from safetyrepro.tasks.rendering import continuation
 from safetyrepro.tasks.subsets import item_set
 
 Template = Literal["T1", "T2", "T3", "T4"]
@@ -91,7 +92,8 @@ def score_candidates() -> Solver:
             raise PrerequisiteError(f"logprob scoring needs continuation log-likelihoods, which model "
                                     f"{get_model().name!r} does not provide: use --model safetyrepro/<model>")
         candidates = state.metadata["candidates"]
-        logliks = await api.loglikelihood(state.messages, candidates)
+        chat = api.engine.info.has_chat_template  # plain text puts lm-eval's target delimiter first
+        logliks = await api.loglikelihood(state.messages, [continuation(c, chat) for c in candidates])
         state.metadata["logliks"] = list(logliks)
         best = max(range(len(logliks)), key=lambda i: (logliks[i], -i))
         state.output = ModelOutput.from_content(model=get_model().name, content=candidates[best])
