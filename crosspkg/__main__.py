@@ -1,0 +1,5 @@
+import sys
+
+from safetyrepro.crosspkg.cli import main
+
+sys.exit(main())

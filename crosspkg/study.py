@@ -1,0 +1,130 @@
+"""The study, step by step (see cli.py for the command)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+from safetyrepro.crosspkg.anchor import Anchor, check_benchmarks, model_folder
+from safetyrepro.crosspkg.records import ItemRecord, read_records, write_records
+from safetyrepro.errors import UserError
+
+STACKS = ("lm-eval", "helm", "inspect", "inspect-greedy")
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for d in ("lm_eval", "inspect_ai", "transformers", "torch", "datasets", "safetyrepro"):
+        try:
+            out[d] = version(d)
+        except PackageNotFoundError:
+            out[d] = None
+    return out
+
+
+def native_step(anchor: Anchor, out: Path, packages, batch_size: int = 8, fresh: bool = False) -> dict:
+    """Run (or reload) each package's native stack. Returns {stack: {"records": {b: [...]}, "meta": {...}}}."""
+    from safetyrepro.crosspkg import native_data
+
+    folder = model_folder(anchor.model, anchor.precision)
+    datasets = native_data.local_datasets(out / "data")
+    results: dict[str, dict] = {}
+    todo = []
+    for pkg in packages:
+        todo += ["inspect", "inspect-greedy"] if pkg == "inspect" else [pkg]
+    for stack in todo:
+        rec_path, meta_path = out / "native" / f"{stack}.jsonl", out / "native" / f"{stack}.meta.json"
+        if not fresh and rec_path.is_file() and meta_path.is_file():
+            meta = json.loads(meta_path.read_text())
+            if meta.get("anchor") == _anchor_key(anchor):
+                recs = read_records(rec_path)
+                results[stack] = {"records": _by_benchmark(recs), "meta": meta}
+                print(f"crosspkg: {stack}: reusing {rec_path}", file=sys.stderr)
+                continue
+        print(f"crosspkg: {stack}: running ...", file=sys.stderr, flush=True)
+        t0 = time.time()
+        if stack == "lm-eval":
+            from safetyrepro.crosspkg.stacks import lm_eval_native as mod
+
+            res = mod.run(anchor, folder, datasets, out, batch_size=batch_size)
+        elif stack == "helm":
+            from safetyrepro.crosspkg.stacks import helm_native as mod
+
+            res = mod.run(anchor, folder, out)
+        else:
+            from safetyrepro.crosspkg.stacks import inspect_native as mod
+
+            res = mod.run(anchor, folder, datasets, out, variant="greedy" if stack.endswith("greedy") else "default")
+        gc.collect()
+        recs = [r for b in res["records"] for r in res["records"][b]]
+        meta = {k: v for k, v in res.items() if k != "records"}
+        meta.update({"anchor": _anchor_key(anchor), "model_folder": folder.to_dict(), "wall_s": time.time() - t0,
+                     "versions": _versions()})
+        write_records(rec_path, recs)
+        meta_path.write_text(json.dumps(meta, indent=1, default=str))
+        results[stack] = {"records": res["records"], "meta": json.loads(meta_path.read_text())}
+        print(f"crosspkg: {stack}: done in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    return results
+
+
+def _anchor_key(anchor: Anchor) -> dict:
+    d = anchor.to_dict()
+    d.pop("extra", None)
+    d["benchmarks"] = list(d["benchmarks"])
+    return d
+
+
+def _by_benchmark(recs: list[ItemRecord]) -> dict[str, list[ItemRecord]]:
+    out: dict[str, list[ItemRecord]] = {}
+    for r in recs:
+        out.setdefault(r.benchmark, []).append(r)
+    return out
+
+
+def run_study(args) -> int:
+    from safetyrepro.crosspkg import report, tables
+
+    benches = check_benchmarks(args.benchmarks)
+    for p in args.packages:
+        if p not in ("lm-eval", "helm", "inspect"):
+            raise UserError(f"unknown package {p!r}; allowed: lm-eval, helm, inspect")
+    if args.limit < 1:
+        raise UserError(f"--limit must be at least 1, got {args.limit}")
+    if "helm" in args.packages:
+        from safetyrepro.crosspkg.helm_env import helm_bin
+
+        helm_bin()  # fail early with the `make helm` hint
+    anchor = Anchor(model=args.model, precision=args.precision, max_new_tokens=args.max_new_tokens,
+                    limit=args.limit, seed=args.seed, benchmarks=benches, device=args.device)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    native = native_step(anchor, out, args.packages, batch_size=args.batch_size, fresh=args.fresh)
+    t_native = time.time() - t0
+    t7 = tables.table7(native, benches)
+    t8 = tables.table8(native, benches)
+    tables.write_tables(out, t7, t8)
+    decomposition = None
+    t_emulate = 0.0
+    if not args.no_decompose:
+        from safetyrepro.crosspkg import emulate, figures
+
+        t1 = time.time()
+        decomposition = emulate.decompose(anchor, native, benches, out, pairs=args.pairs,
+                                          batch_size=args.batch_size, fresh=args.fresh)
+        figures.waterfalls(decomposition, out)
+        t_emulate = time.time() - t1
+    run = {"anchor": _anchor_key(anchor), "versions": _versions(), "machine": platform.platform(),
+           "python": sys.version.split()[0], "wall_s": {"native": t_native, "emulate": t_emulate,
+                                                        "total": time.time() - t0},
+           "stack_wall_s": {s: native[s]["meta"].get("wall_s") for s in native}}
+    (out / "run.json").write_text(json.dumps(run, indent=1))
+    report.write_report(out, anchor, t7, t8, decomposition, run)
+    print(f"crosspkg: wrote {out / 'report.md'} ({time.time() - t0:.0f} s)")
+    return 0
