@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-quick lint yaml clean
+.PHONY: install demo test test-quick lint yaml clean helm
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -40,5 +40,13 @@ lint: $(STAMP)
 yaml: $(STAMP)
 	$(BIN)/python -m safetyrepro.tasks.lm_eval_tasks
 
+# HELM for `safetyrepro crosspkg` and the HELM plugin, in its own venv (crfm-helm cannot share one
+# resolve with inspect-ai, and a plain `pip install crfm-helm` replaces the CPU torch): see README.
+HELM_VENV ?= .venv-helm
+$(HELM_VENV)/.installed: pyproject.toml setup.py scripts/helm/constraints.txt scripts/helm/install_helm_venv.sh
+	PYTHON=$(PYTHON) bash scripts/helm/install_helm_venv.sh $(HELM_VENV) "$(TORCH)"
+
+helm: $(HELM_VENV)/.installed
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(HELM_VENV) build *.egg-info .pytest_cache
