@@ -43,16 +43,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=42, help="anchor seed (default 42)")
     p.add_argument("--max-new-tokens", type=int, default=96, help="anchor max_new_tokens (default 96)")
     p.add_argument("--batch-size", type=int, default=8, help="lm-eval and emulation batch size (default 8)")
-    p.add_argument("--pairs", nargs="+", default=["lm-eval:helm", "lm-eval:inspect", "helm:inspect"], metavar="A:B",
-                   help="stack pairs to decompose (default all three)")
+    p.add_argument("--pairs", nargs="+", default=["lm-eval:helm", "helm:inspect"], metavar="A:B",
+                   help="stack walks to decompose (default lm-eval:helm helm:inspect; lm-eval:inspect also works)")
     p.add_argument("--no-decompose", action="store_true", help="run the packages and write Tables 7/8 only")
     p.add_argument("--fresh", action="store_true", help="rerun every step even when its output exists")
+    p.add_argument("--helm-env", metavar="DIR",
+                   help="only write a helm-run working folder for SafetyRepro's HELM run entries (prod_env with the "
+                        "model under HELM's client and under SafetyRepro's engine) into DIR, print the commands, exit")
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.helm_env:
+        return write_helm_env(args)
     from safetyrepro.crosspkg.study import run_study
 
     return run_study(args)
+
+
+def write_helm_env(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from safetyrepro.crosspkg.helm_env import helm_bin, write_plugin_env
+
+    run_dir = Path(args.helm_env)
+    info = write_plugin_env(run_dir, args.model, args.precision, "cuda" if args.device.startswith("cuda") else "cpu")
+    b = helm_bin(required=False)
+    run = f"{b}/helm-run" if b else "helm-run"
+    summ = f"{b}/helm-summarize" if b else "helm-summarize"
+    m, e = info["model"], info["engine_deployment"]
+    print(f"wrote {run_dir}/prod_env (model {m}; deployments {m} = HELM's HuggingFaceClient, {e} = SafetyRepro engine)")
+    print(f"cd {run_dir} && export NLTK_DATA=$PWD/nltk_data HF_HUB_OFFLINE=1 SAFETYREPRO_DATA_DIR=${{SAFETYREPRO_DATA_DIR}}")
+    print(f"{run} --run-entries safetyrepro_bbq:template=T3,scoring=logprob,model={m},model_deployment={e} "
+          f"safetyrepro_bbq:template=T3,scoring=free_form,model={m},model_deployment={e} "
+          f"--suite safetyrepro --max-eval-instances 300")
+    print(f"{summ} --suite safetyrepro --auto-generate-schema")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -290,7 +290,7 @@ def agreement(real: list[ItemRecord], emulated: list[dict]) -> dict:
             "prompt_identical": prompt_same / n if n else float("nan"), "examples": diffs}
 
 
-def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm", "lm-eval:inspect", "helm:inspect"),
+def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm", "helm:inspect"),
               batch_size: int = 8, fresh: bool = False) -> dict:
     from safetyrepro.adapters.engine import load_engine
     from safetyrepro.crosspkg.anchor import model_folder
@@ -301,7 +301,8 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
     cache = em_dir / "cache.jsonl"
     if fresh and cache.exists():
         cache.unlink()
-    engine = load_engine(str(folder.path), anchor.precision, None if anchor.device == "auto" else anchor.device)
+    engine = load_engine(str(folder.path), anchor.precision, None if anchor.device == "auto" else anchor.device,
+                         batch_size=batch_size)
     emu = Emulator(engine, anchor.max_new_tokens, cache, batch_size=batch_size)
     pair_list = [tuple(p.split(":")) for p in pairs]
     result: dict = {"axes": list(AXES), "endpoints": ENDPOINTS, "benchmarks": {}}
@@ -346,7 +347,7 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
                     "real_score": sum(r.correct for r in native["inspect"]["records"][b]) / len(native["inspect"]["records"][b])}
         decomp = []
         for a, c, d in walks:
-            def v(s, a=a, c=c):
+            def v(s, a=a, c=c, values=values):
                 cfg = {ax: (ENDPOINTS[c][ax] if ax in s else ENDPOINTS[a][ax]) for ax in AXES}
                 return values[tuple(cfg[ax] for ax in AXES)]
 

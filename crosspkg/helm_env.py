@@ -101,3 +101,28 @@ def helm_environment(run_dir: Path) -> dict[str, str]:
     env["NLTK_DATA"] = str(run_dir / "nltk_data")
     env.pop("PYTHONPATH", None)
     return env
+
+
+def engine_deployment(name: str, folder: Path, max_length: int, precision: str = "bf16", device: str = "cpu") -> dict:
+    """A deployment of the same model served by SafetyRepro's engine (the plugin's client)."""
+    return {"name": f"{name}-engine", "model_name": name, "tokenizer_name": name, "max_sequence_length": int(max_length),
+            "client_spec": {"class_name": "safetyrepro.crosspkg.helm_plugin.client.SafetyReproEngineClient",
+                            "args": {"pretrained_model_name_or_path": str(folder), "precision": precision,
+                                     "device": device}}}
+
+
+def write_plugin_env(run_dir: Path, model: str, precision: str = "bf16", device: str = "cpu") -> dict:
+    """A helm-run working folder for SafetyRepro's run entries: prod_env with the model under HELM's own
+    HuggingFaceClient (`<name>`, chat handling auto) and under SafetyRepro's engine (`<name>-engine`)."""
+    from transformers import AutoTokenizer
+
+    from safetyrepro.crosspkg.anchor import model_folder
+
+    folder = model_folder(model, precision)
+    name = model_name(folder.label, folder.weights_sha256)
+    hf = helm_model_folder(folder.path, run_dir / "model", folder.max_length)
+    eos = AutoTokenizer.from_pretrained(hf).eos_token or ""
+    write_prod_env(run_dir / "prod_env", name, hf, folder.max_length, eos, precision, device,
+                   extra_deployments=[engine_deployment(name, folder.path, folder.max_length, precision, device)])
+    helm_environment(run_dir)
+    return {"model": name, "engine_deployment": f"{name}-engine", "folder": str(folder.path)}

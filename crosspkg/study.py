@@ -100,8 +100,11 @@ def run_study(args) -> int:
         from safetyrepro.crosspkg.helm_env import helm_bin
 
         helm_bin()  # fail early with the `make helm` hint
+    from safetyrepro.adapters.loading import resolve_device
+
+    device = resolve_device(args.device)
     anchor = Anchor(model=args.model, precision=args.precision, max_new_tokens=args.max_new_tokens,
-                    limit=args.limit, seed=args.seed, benchmarks=benches, device=args.device)
+                    limit=args.limit, seed=args.seed, benchmarks=benches, device=device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()

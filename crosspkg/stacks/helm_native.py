@@ -72,7 +72,7 @@ def run(anchor: Anchor, folder: ModelFolder, out: Path) -> dict:
         subprocess.run([str(bin_dir / "helm-summarize"), "--suite", SUITE, "-o", "benchmark_output",
                         "--auto-generate-schema"], cwd=run_dir, env=env, stdout=f, stderr=subprocess.STDOUT)
     records, specs = {}, {}
-    sent = sent_prompts(run_dir / "prod_env" / "cache")
+    sent, sent_keys = sent_prompts(run_dir / "prod_env" / "cache")
     chat = "Automatically set `apply_chat_template` to True" in log.read_text()
     tok = None
     for b in entries:
@@ -88,7 +88,10 @@ def run(anchor: Anchor, folder: ModelFolder, out: Path) -> dict:
             r.meta["prompt_in_request_cache"] = r.prompt in sent
         records[b] = recs
         specs[b] = spec
+    temps = sorted({k.get("temperature") for k in sent_keys if "temperature" in k})
     return {"records": records, "specs": specs, "entries": entries, "wall_s": wall, "chat_template_applied": chat,
+            "sent_temperature": temps[0] if len(temps) == 1 else temps,
+            "sent_request_keys": sorted({k for d in sent_keys for k in d if k != "prompt"}),
             "prepare": prep, "command": cmd, "log": str(log)}
 
 
@@ -99,20 +102,25 @@ def find_run_dir(suite_dir: Path, prefix: str) -> Path:
     return hits[-1]
 
 
-def sent_prompts(cache_dir: Path) -> set[str]:
-    """The prompts HELM's HF client actually tokenised (chat template applied), from its request cache."""
+def sent_prompts(cache_dir: Path) -> tuple[set[str], list[dict]]:
+    """The prompts HELM's HF client actually tokenised (chat template applied) and the raw request keys
+    (temperature as sent to transformers, max_new_tokens, ...), from its request cache."""
     out: set[str] = set()
+    keys: list[dict] = []
     for db in cache_dir.glob("*.sqlite"):
         con = sqlite3.connect(db)
         try:
             for (k,) in con.execute("select key from unnamed"):
                 try:
-                    out.add(json.loads(k).get("prompt", ""))
-                except (ValueError, AttributeError):
-                    pass
+                    d = json.loads(k)
+                except ValueError:
+                    continue
+                if isinstance(d, dict) and "prompt" in d:
+                    out.add(d["prompt"])
+                    keys.append(d)
         finally:
             con.close()
-    return out
+    return out, keys
 
 
 def _bbq_index() -> dict[tuple, str]:
