@@ -41,4 +41,4 @@ def run(args: argparse.Namespace) -> int:
     analyze_args = ["analyze", str(args.out / "grid.csv"), "--out", str(analysis_dir)]
     code = analysis_cli.run(parser.parse_args(analyze_args + (["--rules", args.rules] if args.rules else [])))
     print(f"demo finished in {time.time() - t0:.0f} s: grid {args.out / 'grid.csv'}, report {analysis_dir / 'report.md'}")
-    return code or (1 if result.failed else 0)
+    return code or (2 if result.failed else 0)

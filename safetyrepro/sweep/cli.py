@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     sweep = Sweep.from_args(args)
     result = sweep.run()
     sweep.print_summary(result)
-    return 1 if result.failed else 0
+    return 2 if result.failed else 0
 
 
 def main() -> int:  # `python -m safetyrepro.sweep.cli`

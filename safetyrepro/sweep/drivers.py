@@ -29,6 +29,27 @@ def decode_settings(rules: Rules, cfg: Config) -> Decode:
     return Decode(d.temperature, d.top_p, d.do_sample)
 
 
+def _quiet_git_hash() -> None:
+    """lm-eval shells out to `git describe` in the working directory on every evaluate call (printing
+    'fatal: not a git repository' outside one); the answer cannot change within a sweep, so ask once."""
+    import functools
+    import subprocess
+
+    import lm_eval.evaluator as evaluator
+
+    if getattr(evaluator.get_git_commit_hash, "cache_info", None):
+        return
+
+    @functools.cache
+    def git_hash():
+        try:
+            return subprocess.run(["git", "describe", "--always"], capture_output=True, text=True).stdout.strip() or None
+        except OSError:
+            return None
+
+    evaluator.get_git_commit_hash = git_hash
+
+
 class LmEvalDriver:
     package = "lm-eval"
 
@@ -39,6 +60,7 @@ class LmEvalDriver:
 
         self.engine, self.rules, self.items_for = engine, rules, items_for
         self.lm = SafetyReproLM.from_engine(engine)
+        _quiet_git_hash()
         self.task_manager = TaskManager()
         for name in ("lm_eval", "lm-eval", "lm_eval.evaluator", "lm_eval.api.task"):
             logging.getLogger(name).setLevel(logging.ERROR)

@@ -40,9 +40,11 @@ def cell_record(cell: Cell, spec: SweepSpec, rules: Rules, engine_info: dict, re
         "parse_rate": summary.parse_rate, "tier": rules.tier(cfg), "config_id": cfg.config_id,
         "seed_scores": json.dumps({str(k): v for k, v in summary.seed_scores.items()}),
         "extra_metrics": json.dumps(summary.extra), "subset_id": items.subset_id,
-        "weights_sha256": engine_info.get("weights_sha256", ""), "elapsed_s": round(elapsed, 3),
+        "weights_sha256": engine_info.get("weights_sha256", ""),
     }
-    return {"key": cell.key, "status": "ok", "row": row, "items": [r.to_dict() for r in records]}
+    # elapsed time stays out of the grid row, so a resumed sweep's grid is byte-identical to an uninterrupted one
+    return {"key": cell.key, "status": "ok", "row": row, "elapsed_s": round(elapsed, 3),
+            "items": [r.to_dict() for r in records]}
 
 
 def failed_record(cell: Cell, error: str) -> dict:

@@ -1,0 +1,143 @@
+"""The sweeper on a real model (SmolLM2): resume after kill -9, cached reruns, Ray, failures."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["--benchmarks", "toxigen", "xstest", "--tier", "conservative_core", "--limit", "3", "--no-progress"]
+
+
+def sweep_cmd(out: Path, *extra: str, models=("smollm2",)) -> list[str]:
+    return [sys.executable, "-m", "safetyrepro.cli", "sweep", "--models", *models, *SMALL, *extra, "--out", str(out)]
+
+
+def env_with_cache(cache: Path) -> dict:
+    return {**os.environ, "SAFETYREPRO_CACHE_DIR": str(cache), "TQDM_DISABLE": "1"}
+
+
+def run(cmd, env, timeout=900):
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, data_dir):
+    root = tmp_path_factory.mktemp("reference")
+    res = run(sweep_cmd(root / "out"), env_with_cache(root / "cache"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return root, res
+
+
+def test_grid_shape_and_columns(reference):
+    root, res = reference
+    grid = pd.read_csv(root / "out" / "grid.csv")
+    assert len(grid) == 8 and grid["config_id"].is_unique
+    assert list(grid.columns[:14]) == ["model", "benchmark", "template", "decoding", "shots", "scoring", "precision",
+                                       "package", "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id"]
+    assert set(grid["tier"]) == {"core"} and (grid["n_items"] == 3).all() and (grid["n_seeds"] == 1).all()
+    assert grid["score"].between(0, 1).all() and (grid.loc[grid.scoring == "logprob", "parse_rate"] == 1).all()
+    items = pd.read_parquet(root / "out" / "items.parquet")
+    assert len(items) == 8 * 3
+    means = items.groupby("config_id")["item_score"].mean()
+    assert (grid.set_index("config_id")["score"] - means).abs().max() < 1e-12
+    assert "8 of 8 cells in the grid, 8 run now" in res.stdout
+
+
+def test_rerun_does_no_model_work(reference):
+    root, _ = reference
+    before = (root / "out" / "grid.csv").read_bytes()
+    t0 = time.time()
+    res = run(sweep_cmd(root / "out"), env_with_cache(root / "cache"))
+    assert res.returncode == 0
+    assert "all 8 cells were already in" in res.stdout and "no model work" in res.stdout
+    assert (root / "out" / "grid.csv").read_bytes() == before
+    assert time.time() - t0 < 60  # no model is loaded
+
+
+def test_a_new_directory_is_served_from_the_output_cache(reference, tmp_path):
+    root, _ = reference
+    res = run(sweep_cmd(tmp_path / "again"), env_with_cache(root / "cache"))
+    assert res.returncode == 0
+    assert (tmp_path / "again" / "grid.csv").read_bytes() == (root / "out" / "grid.csv").read_bytes()
+
+
+def test_kill_9_at_random_points_then_resume(reference, tmp_path):
+    """SIGKILL the sweep while it works, several times, then finish it: the grid equals an
+    uninterrupted run's, byte for byte, with no duplicate or missing cell."""
+    root, _ = reference
+    out, env = tmp_path / "crashy", env_with_cache(tmp_path / "cache")
+    cells = out / "cells"
+    kills = 0
+    for wait_for in (0, 1, 3, 5):  # cell files present when we kill (0: during start-up)
+        proc = subprocess.Popen(sweep_cmd(out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 600
+        while time.time() < deadline and proc.poll() is None:
+            n = len(list(cells.glob("*/*.json"))) if cells.exists() else 0
+            if n >= wait_for and (wait_for or time.time() - deadline + 600 > 2):
+                break
+            time.sleep(0.2)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            kills += 1
+        assert not list(out.rglob("*.tmp")) or kills  # a torn temp file may remain, never a torn cell
+    assert kills >= 2
+    res = run(sweep_cmd(out), env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (out / "grid.csv").read_bytes() == (root / "out" / "grid.csv").read_bytes()
+    grid = pd.read_csv(out / "grid.csv")
+    assert not grid.duplicated(["model", "config_id"]).any() and len(grid) == 8
+
+
+def test_second_sweep_into_the_same_directory_is_refused(tmp_path, data_dir):
+    out, env = tmp_path / "busy", env_with_cache(tmp_path / "cache")
+    first = subprocess.Popen(sweep_cmd(out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (out / ".lock").exists() or not (out / ".lock").read_text():
+            assert time.time() < deadline and first.poll() is None
+            time.sleep(0.1)
+        second = run(sweep_cmd(out), env, timeout=120)
+        assert second.returncode == 2 and f"another sweep (pid {first.pid}) is writing to" in second.stderr
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_a_model_that_fails_to_load_is_recorded_and_the_sweep_goes_on(tmp_path, data_dir):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    res = run(sweep_cmd(tmp_path / "out", "--benchmarks", "xstest", models=(str(broken), "smollm2")),
+              env_with_cache(tmp_path / "cache"))
+    assert res.returncode == 2
+    grid = pd.read_csv(tmp_path / "out" / "grid.csv")
+    assert set(grid["model"]) == {"smollm2"} and len(grid) == 4
+    assert "4 failed" in res.stdout and "model failed to load" in res.stdout
+
+
+def test_ray_executor_gives_the_local_grid(reference, tmp_path):
+    """Two local Ray workers, one model each (the embedded SmolLM2 and an exported copy of it)."""
+    root, _ = reference
+    env = env_with_cache(tmp_path / "cache")
+    folder = tmp_path / "smol-hf"
+    exp = run([sys.executable, "-m", "safetyrepro.cli", "models", "export", "smollm2", "--out", str(folder)], env)
+    assert exp.returncode == 0, exp.stderr[-2000:]
+    models = ("smollm2", str(folder))
+    local = run(sweep_cmd(tmp_path / "local", models=models), env_with_cache(tmp_path / "cache-local"))
+    assert local.returncode == 0, local.stderr[-2000:]
+    ray = run(sweep_cmd(tmp_path / "ray", "--executor", "ray", "--workers", "2", models=models), env)
+    assert ray.returncode == 0, ray.stderr[-3000:]
+    assert (tmp_path / "ray" / "grid.csv").read_bytes() == (tmp_path / "local" / "grid.csv").read_bytes()
+    grid = pd.read_csv(tmp_path / "ray" / "grid.csv")
+    assert len(grid) == 16
+    smol = grid[grid.model == "smollm2"].set_index("config_id")["score"]
+    assert smol.equals(pd.read_csv(root / "out" / "grid.csv").set_index("config_id")["score"])

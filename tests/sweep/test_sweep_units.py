@@ -1,0 +1,145 @@
+"""Sweeper pieces without a model: plan, store, output cache, cell summaries, input errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from safetyrepro.errors import UserError
+from safetyrepro.sweep.outputs_cache import OutputsCache, cache_key
+from safetyrepro.sweep.plan import plan_cells, select_configs
+from safetyrepro.sweep.records import ItemRecord, summarize
+from safetyrepro.sweep.store import Store
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
+from safetyrepro.tasks.envelope import default_rules
+from safetyrepro.tasks.subsets import item_set
+
+RULES = default_rules()
+
+
+def test_plan_sizes_follow_the_envelope():
+    cfgs = select_configs(RULES, ["toxigen", "xstest"], "conservative_core", "bf16")
+    assert len(plan_cells(["a", "b", "c"], cfgs, RULES)) == 24
+    assert len(select_configs(RULES, ["crows_pairs"], "full", "bf16")) == 12
+    cells = plan_cells(["a"], select_configs(RULES, ["bbq"], "full", "bf16"), RULES)
+    assert sum(len(c.seeds) for c in cells) == 12 + 12 + 5 * 24  # greedy cells once, sampled cells 5 seeds
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"benchmarks": ["crows_pairs"], "filters": {"scoring": ["free_form"]}}, "crows_pairs allows scoring logprob only"),
+    ({"benchmarks": ["bbq"], "filters": {"template": ["T9"]}}, "unknown template 'T9'"),
+    ({"benchmarks": ["bbq"], "filters": {"decoding": ["moderate"], "scoring": ["logprob"]}}, "admit no full configuration of bbq with decoding=moderate, scoring=logprob"),
+    ({"benchmarks": ["mmlu"], "filters": {}}, "unknown benchmark 'mmlu'"),
+])
+def test_forbidden_selections_are_errors(kwargs, message):
+    with pytest.raises(UserError, match=message):
+        select_configs(RULES, kwargs["benchmarks"], "full", "bf16", kwargs["filters"])
+
+
+def test_outputs_cache_round_trip(tmp_path):
+    cache = OutputsCache(tmp_path / "o.sqlite")
+    k1, k2 = cache_key(prompt="a", seed=1), cache_key(prompt="a", seed=2)
+    assert k1 != k2 and cache_key(seed=1, prompt="a") == k1  # field order does not matter
+    cache.put_many({k1: {"text": "x"}})
+    assert cache.get_many([k1, k2]) == {k1: {"text": "x"}}
+    assert (cache.hits, cache.misses) == (1, 1)
+    assert OutputsCache(tmp_path / "o.sqlite").get_many([k1]) == {k1: {"text": "x"}}  # persisted
+
+
+def _rec(item_id, seed, score, parsed=True, prediction=0):
+    return ItemRecord(item_id, seed, "h", "x", prediction if parsed else None, parsed, 0, score)
+
+
+def test_cell_summary_is_the_mean_over_seeds_of_item_means(data_dir):
+    s = item_set("toxigen")
+    a, b = s.items[0].id, s.items[1].id
+    recs = [_rec(a, 1, 1.0), _rec(b, 1, 0.0, parsed=False), _rec(a, 2, 1.0), _rec(b, 2, 1.0)]
+    summary = summarize(recs, get_benchmark("toxigen"), s)
+    assert summary.seed_scores == {1: 0.5, 2: 1.0}
+    assert summary.score == 0.75 and summary.parse_rate == 0.75 and summary.n_items == 2
+
+
+def test_store_commits_atomically_and_reads_back(tmp_path):
+    store = Store(tmp_path / "out")
+    store.commit("org/model x", "bbq__T1", {"key": "k", "status": "ok", "row": {}, "items": []})
+    assert store.done("org/model x", "bbq__T1")["key"] == "k"
+    assert not list((tmp_path / "out").rglob("*.tmp"))
+    store.commit("m", "bbq__T2", {"key": "k2", "status": "failed", "error": "boom"})
+    assert store.done("m", "bbq__T2") is None  # a failed cell is retried on resume
+
+
+def test_second_writer_is_refused(tmp_path):
+    first = Store(tmp_path / "out")
+    first.lock()
+    try:
+        with pytest.raises(UserError, match=f"another sweep \\(pid {os.getpid()}\\) is writing"):
+            Store(tmp_path / "out").lock()
+    finally:
+        first.unlock()
+    Store(tmp_path / "out").lock()  # free again
+
+
+def test_other_rules_are_refused_unless_allowed(tmp_path):
+    store = Store(tmp_path)
+    ident = {"rules_sha256": "a" * 64, "models": ["m"], "limit": 3}
+    store.write_identity(ident, None)
+    assert store.check_identity(ident, False)["models"] == ["m"]
+    with pytest.raises(UserError, match="under other rules"):
+        store.check_identity({**ident, "rules_sha256": "b" * 64}, False)
+    assert store.check_identity({**ident, "rules_sha256": "b" * 64}, True)
+    with pytest.raises(UserError, match="other settings \\(limit: 3, now 4\\)"):
+        store.check_identity({**ident, "limit": 4}, False)
+
+
+def _cli(*args, cwd=None):
+    env = {**os.environ, "SAFETYREPRO_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "safetyrepro.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=cwd)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--models", "gpt-17"], "unknown model 'gpt-17'"),
+    (["--models", "smollm2", "--tier", "stresss"], "unknown tier 'stresss'"),
+    (["--models", "smollm2", "--benchmarks", "crows_pairs", "--scoring", "free_form"], "allows scoring logprob only"),
+    (["--models", "smollm2", "--precision", "int3"], "unknown precision 'int3'"),
+    (["--models", "smollm2", "--limit", "0"], "--limit must be a positive number"),
+])
+def test_sweep_input_errors_write_nothing(tmp_path, args, message, data_dir):
+    out = tmp_path / "out"
+    res = _cli("sweep", *args, "--out", str(out))
+    assert res.returncode == 2, res.stderr
+    assert message in res.stderr and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert not out.exists()
+
+
+def test_sweep_refuses_a_directory_from_other_rules(tmp_path, data_dir):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sweep.json").write_text(json.dumps({"rules_sha256": "0" * 64}))
+    (out / "grid.csv").write_text("model\n")
+    before = {p: p.read_bytes() for p in out.iterdir()}
+    res = _cli("sweep", "--models", "smollm2", "--benchmarks", "xstest", "--tier", "conservative_core", "--out", str(out))
+    assert res.returncode == 2 and "under other rules" in res.stderr and res.stderr.count("\n") == 1
+    assert {p: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_grid_without_sweep_record_is_not_overwritten(tmp_path, data_dir):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "grid.csv").write_text("model\nhand-made\n")
+    res = _cli("sweep", "--models", "smollm2", "--out", str(out))
+    assert res.returncode == 2 and "no SafetyRepro sweep recorded" in res.stderr
+    assert (out / "grid.csv").read_text() == "model\nhand-made\n"
+    assert sorted(p.name for p in out.iterdir()) == ["grid.csv"]
+
+
+def test_store_paths_are_safe_for_any_model_label(tmp_path):
+    store = Store(tmp_path)
+    p = store.cell_path("/abs/path/to/model.gguf", "x")
+    assert p.parent.parent == tmp_path / "cells" and ".." not in str(p.relative_to(tmp_path))
+    assert Path(p).name == "x.json"
