@@ -64,6 +64,8 @@ class Store:
         self._lock_file.truncate()
         self._lock_file.write(f"pid {os.getpid()}")
         self._lock_file.flush()
+        for stale in self.root.rglob("*.tmp"):  # half-written files of a killed run; we hold the lock
+            stale.unlink(missing_ok=True)
 
     def unlock(self) -> None:
         f = getattr(self, "_lock_file", None)

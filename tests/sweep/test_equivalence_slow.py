@@ -1,0 +1,43 @@
+"""The project's answer to package non-equivalence: one configuration, one measurement.
+
+For every benchmark × template × scoring (greedy), lm-eval and Inspect, both on the SafetyRepro
+engine with SmolLM2 and no output cache between them, must send the model the same input and get
+the same per-item predictions and cell score.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from safetyrepro.tasks.envelope import Config, default_rules
+
+pytestmark = pytest.mark.slow
+RULES = default_rules()
+CONFIGS = [c for c in RULES.configs() if c.decoding == "greedy" and c.shots == 3]
+
+
+@pytest.fixture(scope="module")
+def pair(data_dir):
+    from safetyrepro.adapters.engine import load_engine
+    from safetyrepro.equivalence import PackagePair
+
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    return PackagePair(load_engine("smollm2", "bf16"))
+
+
+def test_there_are_36_greedy_template_scoring_combinations():
+    assert len(CONFIGS) == 36
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.config_id)
+def test_lm_eval_and_inspect_agree(pair, cfg: Config):
+    report = pair.compare(cfg, n_items=2)
+    assert report.prompts_equal and report.predictions_equal, report.describe()
+    assert report.equivalent, report.describe()
+
+
+@pytest.mark.parametrize("config_id", ["bbq/T2/greedy/0shot/free_form", "xstest/T3/greedy/5shot/logprob"])
+def test_other_shot_counts_agree_too(pair, config_id):
+    assert pair.compare(Config.from_id(config_id), n_items=3).equivalent
