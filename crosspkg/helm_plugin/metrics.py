@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from helm.benchmark.metrics.metric import Metric, MetricMetadata
 from helm.benchmark.metrics.metric_name import MetricName
+from helm.benchmark.metrics.reference_metric import ReferenceMetric
 from helm.benchmark.metrics.statistic import Stat
 
 
@@ -15,7 +16,7 @@ def _item(benchmark: str, item_id: str):
     return item_set(benchmark).by_id(item_id)
 
 
-class SafetyReproMetric(Metric):
+class _Common:
     def __init__(self, benchmark: str, template: str, scoring: str):
         self.benchmark, self.template, self.scoring = benchmark, template, scoring
 
@@ -24,6 +25,13 @@ class SafetyReproMetric(Metric):
 
         return get_benchmark(self.benchmark)
 
+    def get_metadata(self) -> list[MetricMetadata]:
+        return METADATA
+
+
+class SafetyReproGenerationMetric(_Common, Metric):
+    """free_form: the benchmark's own parser on the completion; unparsed scores 0."""
+
     def evaluate_generation(self, adapter_spec, request_state, metric_service, eval_cache_path):
         bench = self._bench()
         item = _item(self.benchmark, request_state.instance.id)
@@ -31,6 +39,12 @@ class SafetyReproMetric(Metric):
         pred = bench.parse(text, item, self.template)
         return [Stat(MetricName("safetyrepro_accuracy")).add(bench.item_score(item, pred)),
                 Stat(MetricName("safetyrepro_parse_rate")).add(float(pred is not None))]
+
+
+
+class SafetyReproReferenceMetric(_Common, ReferenceMetric):
+    """logprob: one request per candidate; argmax of the summed log-likelihoods (`completion.logprob`
+    from the SafetyRepro engine client)."""
 
     def evaluate_references(self, adapter_spec, reference_request_states, metric_service, eval_cache_path):
         bench = self._bench()
@@ -43,13 +57,14 @@ class SafetyReproMetric(Metric):
                 Stat(MetricName("safetyrepro_parse_rate")).add(1.0),
                 Stat(MetricName("safetyrepro_predicted_index")).add(pred)]
 
-    def get_metadata(self) -> list[MetricMetadata]:
-        return [MetricMetadata(name="safetyrepro_accuracy", display_name="SafetyRepro score",
-                               description="the benchmark's headline score, SafetyRepro's scoring",
-                               lower_is_better=False, group="accuracy"),
-                MetricMetadata(name="safetyrepro_parse_rate", display_name="Parse rate",
-                               description="share of replies with a parsed label (1 for logprob)",
-                               lower_is_better=False, group="accuracy"),
-                MetricMetadata(name="safetyrepro_predicted_index", display_name="Predicted index",
-                               description="logprob: index of the picked candidate", lower_is_better=None,
-                               group="accuracy")]
+
+METADATA = [
+    MetricMetadata(name="safetyrepro_accuracy", display_name="SafetyRepro score",
+                   description="the benchmark's headline score, SafetyRepro's scoring", lower_is_better=False,
+                   group="accuracy"),
+    MetricMetadata(name="safetyrepro_parse_rate", display_name="Parse rate",
+                   description="share of replies with a parsed label (1 for logprob)", lower_is_better=False,
+                   group="accuracy"),
+    MetricMetadata(name="safetyrepro_predicted_index", display_name="Predicted index",
+                   description="logprob: index of the picked candidate", lower_is_better=None, group="accuracy"),
+]

@@ -47,7 +47,8 @@ def safetyrepro_spec(benchmark: str, template: str = "T3", scoring: str = "logpr
         scenario_spec=ScenarioSpec(class_name=f"{PKG}.scenario.SafetyReproScenario",
                                    args={**args, "shots": int(shots), "limit": int(limit)}),
         adapter_spec=adapter,
-        metric_specs=[MetricSpec(class_name=f"{PKG}.metrics.SafetyReproMetric", args=args)],
+        metric_specs=[MetricSpec(class_name=f"{PKG}.metrics.SafetyRepro"
+                                 f"{'Reference' if scoring == 'logprob' else 'Generation'}Metric", args=args)],
         groups=[f"safetyrepro_{benchmark}"],
     )
 
