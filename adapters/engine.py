@@ -228,15 +228,15 @@ class Engine:
     def _forward(self, rows: list[list[int]], logits_to_keep: int, cache=None, use_cache: bool = False):
         """One left-padded forward over rows of token ids: (model output, left pads, slots).
 
-        A batch of one row is run as two copies of it (`slots` = [0, 0]): CPU matmul kernels take a
-        different path for a single token row (bf16 GEMV vs GEMM, which differ in the last bit), so a
-        lone row would otherwise not match the same row inside a batch. The output's first rows are
-        the requested ones."""
+        A lone one-token row is run as two copies of it (`slots` = [0, 0]): CPU matmul kernels take
+        a different path for a single token row (bf16 GEMV vs GEMM, which differ in the last bit), so
+        it would otherwise not match the same row inside a batch. The output's first rows are the
+        requested ones."""
         import torch
 
         device = self.model.device
         slots = list(range(len(rows)))
-        if len(rows) == 1:
+        if len(rows) == 1 and len(rows[0]) == 1:
             rows, slots = rows * 2, [0, 0]
         width = max(len(r) for r in rows)
         pads = [width - len(r) for r in rows]
@@ -250,8 +250,7 @@ class Engine:
             kwargs["position_ids"] = (torch.arange(width, device=device)[None, :]
                                       - torch.tensor(pads, device=device)[:, None]).clamp(min=0)
         if self._rowwise:
-            kwargs["sr_left_pad"] = pads
-            kwargs["sr_total_len"] = width
+            kwargs.update(sr_left_pad=pads, sr_total_len=width, sr_mask_memo={})
         if cache is not None:
             kwargs[self._cache_kw] = cache
         out = self.model(input_ids=ids, use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
@@ -376,8 +375,8 @@ class Engine:
 
     def _generate_batch(self, prompts: list[list[int]], reqs: list[GenRequest],
                         seeds: list[int | None]) -> list[GenResult]:
-        """Generate for one batch. `slots` maps cache rows to requests; a lone active row is kept
-        twice (see `_forward`) so that no forward pass ever has a single token row."""
+        """Generate for one batch. `slots` maps cache rows to active requests; a lone active row is
+        held twice while decoding (see `_forward`) so that no forward pass has a single token row."""
         import torch
 
         n = len(prompts)
@@ -423,7 +422,7 @@ class Engine:
                 if rows != current:
                     _select_cache_rows(cache, torch.tensor(rows, device=self.model.device))
                     pads = [pads[b] for b in rows]
-                slots = list(range(len(rows))) if len(rows) > 1 and len(keep) > 1 else [0, 0]
+                slots = list(range(len(rows))) if len(keep) > 1 else [0, 0]
                 active = [active[b] for b in keep]
                 toks = [toks[b] for b in rows]
                 lengths = [len(prompts[i]) for i in (active if len(active) > 1 else active * 2)]
@@ -434,8 +433,7 @@ class Engine:
                         [[0] * p + [1] * (width + step - p) for p in pads], device=device)
                     kwargs["position_ids"] = torch.tensor([[ln + step - 1] for ln in lengths], device=device)
                 if self._rowwise:
-                    kwargs["sr_left_pad"] = pads
-                    kwargs["sr_total_len"] = width + step
+                    kwargs.update(sr_left_pad=pads, sr_total_len=width + step, sr_mask_memo={})
                 kwargs[self._cache_kw] = cache
                 out = self.model(input_ids=torch.tensor([[t] for t in toks], device=device),
                                  use_cache=True, logits_to_keep=1, **kwargs)

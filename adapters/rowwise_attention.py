@@ -43,10 +43,21 @@ def rowwise_sdpa_forward(module, query, key, value, attention_mask, **kwargs):
 
     pads = kwargs.pop("sr_left_pad", None)
     total = kwargs.pop("sr_total_len", None)
+    memo = kwargs.pop("sr_mask_memo", None)  # per forward pass: every layer shares the same mask tensors
+    memo = {} if memo is None else memo
     q_len, kv_len = query.shape[2], key.shape[2]
+
+    def canonical(mask, row: int | None, q_start: int = 0, kv_start: int = 0):
+        if mask is None:
+            return None
+        key_ = (mask.data_ptr(), tuple(mask.shape), row, q_start, kv_start)
+        if key_ not in memo:
+            m = mask if row is None else mask[row : row + 1, :, q_start:, kv_start:]
+            memo[key_] = _canonical_mask(m, q_len - q_start, m.shape[-1])
+        return memo[key_]
+
     if not pads or not any(pads):
-        mask = _canonical_mask(attention_mask, q_len, kv_len)
-        return sdpa_attention_forward(module, query, key, value, mask, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, canonical(attention_mask, None), **kwargs)
 
     batch = query.shape[0]
     total = kv_len if total is None else int(total)
@@ -59,10 +70,7 @@ def rowwise_sdpa_forward(module, query, key, value, attention_mask, **kwargs):
         q = query[i : i + 1, :, q_start:]
         k = key[i : i + 1, :, kv_start:]
         v = value[i : i + 1, :, kv_start:]
-        m = None
-        if attention_mask is not None:
-            m = attention_mask[i : i + 1, :, q_start:, kv_start:]
-            m = _canonical_mask(m, q.shape[2], k.shape[2])
+        m = canonical(attention_mask, i, q_start, kv_start)
         o, _ = sdpa_attention_forward(module, q, k, v, m, **kwargs)
         out[i, q_start:] = o[0]
     return out, None
