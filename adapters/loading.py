@@ -90,7 +90,6 @@ def _first_line(e: BaseException) -> str:
 
 def load_hf(resolved: ResolvedModel, precision: str = "bf16", device: str = "cpu"):
     """(model, tokenizer) in eval mode on `device`."""
-    import torch
     from transformers import AutoModelForCausalLM
 
     precision = check_precision(precision)
@@ -118,7 +117,6 @@ def load_hf(resolved: ResolvedModel, precision: str = "bf16", device: str = "cpu
     if precision != "nf4":
         model = model.to(device)
     model.eval()
-    torch.set_grad_enabled(False)
     return model, tokenizer
 
 
