@@ -185,8 +185,27 @@ def safetyrepro_scorer(scoring: str = "free_form") -> callable:
     return score
 
 
-def benchmark_task(benchmark: str, template: str, scoring: str, shots: int) -> Task:
+def _check_model_for_logprob() -> None:
+    """Inspect makes the eval's model and generate options active before it builds the tasks, so an
+    impossible combination is refused here, as one line, before any sample runs."""
+    from inspect_ai.model._generate_config import active_generate_config
+    from inspect_ai.model._model import active_model
+
+    if not _is_greedy(active_generate_config()):
+        raise PrerequisiteError("logprob scoring is greedy-only (the envelope forbids sampling with it): "
+                                "run with --temperature 0 or without a temperature")
+    model = active_model()
+    if model is not None and not hasattr(model.api, "loglikelihood"):
+        raise PrerequisiteError(f"logprob scoring needs continuation log-likelihoods, which model {model.name!r} "
+                                "does not provide: use --model safetyrepro/<model>, or -T scoring=free_form")
+
+
+def benchmark_task(benchmark: str, template: str, scoring: str, shots: int, check_active: bool = True) -> Task:
+    """The task for one configuration. `check_active=False` skips the check of Inspect's active model and
+    options, for callers (the sweeper) that build the task outside `inspect eval` and set both themselves."""
     _check(benchmark, template, scoring, shots)
+    if scoring == "logprob" and check_active:
+        _check_model_for_logprob()
     rules = default_rules()
     bench = get_benchmark(benchmark)
     greedy = rules.decodings["greedy"]

@@ -125,7 +125,7 @@ class InspectDriver:
         model = get_model(f"safetyrepro/{info.label}", precision=info.precision, device=info.device)
         records: list[ItemRecord] = []
         for seed in seeds:
-            task = benchmark_task(cfg.benchmark, cfg.template, cfg.scoring, cfg.shots)
+            task = benchmark_task(cfg.benchmark, cfg.template, cfg.scoring, cfg.shots, check_active=False)
             log = inspect_eval(task, model=model, sample_id=list(ids), log_dir=self.log_dir, display="none",
                                temperature=dec.temperature, top_p=dec.top_p if dec.do_sample else None,
                                seed=seed if dec.do_sample else None, score=True, log_samples=True)[0]

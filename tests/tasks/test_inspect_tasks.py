@@ -41,3 +41,22 @@ def test_generation_settings_come_from_the_rules(data_dir):
 def test_bad_parameters_are_one_clear_message(args, message):
     with pytest.raises(PrerequisiteError, match=message):
         benchmark_task(*args)
+
+
+def test_inspect_cli_refuses_logprob_with_sampling_in_one_line(tmp_path, data_dir):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    inspect = Path(sys.executable).with_name("inspect")
+    res = subprocess.run([str(inspect), "eval", "safetyrepro/xstest", "--model", "mockllm/model", "--limit", "1",
+                          "-T", "scoring=logprob", "--temperature", "0.7", "--log-dir", str(tmp_path), "--display", "plain"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert res.returncode != 0
+    out = res.stdout + res.stderr
+    assert "logprob scoring is greedy-only" in out and "Traceback" not in out
+    res = subprocess.run([str(inspect), "eval", "safetyrepro/xstest", "--model", "mockllm/model", "--limit", "1",
+                          "-T", "scoring=logprob", "--log-dir", str(tmp_path), "--display", "plain"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert res.returncode != 0 and "use --model safetyrepro/<model>" in res.stdout + res.stderr
