@@ -44,6 +44,7 @@ def native_step(anchor: Anchor, out: Path, packages, batch_size: int = 8, fresh:
             meta = json.loads(meta_path.read_text())
             if meta.get("anchor") == _anchor_key(anchor):
                 recs = read_records(rec_path)
+                meta.setdefault("datasets", _dataset_names(datasets))
                 results[stack] = {"records": _by_benchmark(recs), "meta": meta}
                 print(f"crosspkg: {stack}: reusing {rec_path}", file=sys.stderr)
                 continue
@@ -65,12 +66,17 @@ def native_step(anchor: Anchor, out: Path, packages, batch_size: int = 8, fresh:
         recs = [r for b in res["records"] for r in res["records"][b]]
         meta = {k: v for k, v in res.items() if k != "records"}
         meta.update({"anchor": _anchor_key(anchor), "model_folder": folder.to_dict(), "wall_s": time.time() - t0,
+                     "datasets": _dataset_names(datasets),
                      "versions": _versions()})
         write_records(rec_path, recs)
         meta_path.write_text(json.dumps(meta, indent=1, default=str))
         results[stack] = {"records": res["records"], "meta": json.loads(meta_path.read_text())}
         print(f"crosspkg: {stack}: done in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     return results
+
+
+def _dataset_names(datasets: dict) -> dict:
+    return {b: f"{d['native']}, rebuilt from the mirror ({d['rows']} rows)" for b, d in datasets.items()}
 
 
 def _anchor_key(anchor: Anchor) -> dict:

@@ -217,7 +217,9 @@ def table8(native: dict, benchmarks, tokenizer=None) -> list[dict]:
 
 
 def _norm_cell(v: str) -> str:
-    return re.sub(r"\d+ (docs|samples|of the eval)", "N", v)
+    """The part of a cell that names the value (before any parenthesised or `;` detail)."""
+    head = re.split(r" \(|; ", v, maxsplit=1)[0]
+    return re.sub(r"\d+ (docs|samples|of the eval)", "N", head)
 
 
 def _tokenizer_for(native: dict):

@@ -48,9 +48,12 @@ def truthfulqa_task(parquet: str, shuffle_seed: int = 42):
                       target=[chr(ord("A") + i) for i, v in enumerate(labels) if v == 1],
                       metadata={"question": record["question"]})
 
+    from inspect_ai.dataset import MemoryDataset
+
     dataset = hf_dataset(path="parquet", split="validation", data_files={"validation": parquet},
                          sample_fields=record_to_sample, shuffle=True, seed=shuffle_seed,
                          shuffle_choices=shuffle_seed, auto_id=True, cached=False)
+    dataset = MemoryDataset(samples=list(dataset), name="truthfulqa/truthful_qa", location=parquet, shuffled=True)
     return Task(dataset=dataset, solver=[multiple_choice(multiple_correct=False)], scorer=choice(),
                 name="truthfulqa")
 
