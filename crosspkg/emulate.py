@@ -337,7 +337,10 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
         for s in stacks:
             rows = emu.evaluate(b, ENDPOINTS[s], sets[s])
             (em_dir / f"{b}.{s}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-            checks[s] = {"real_stack": REAL[s], **agreement(native[REAL[s]]["records"][b], rows),
+            real_recs = native[REAL[s]]["records"][b]
+            verified = [r.meta.get("prompt_in_request_cache") for r in real_recs if "prompt_in_request_cache" in r.meta]
+            checks[s] = {"real_stack": REAL[s], **agreement(real_recs, rows),
+                         "real_prompt_verified": (sum(map(bool, verified)) / len(verified)) if verified else None,
                          "emulated_score": _score(rows),
                          "real_score": sum(r.correct for r in native[REAL[s]]["records"][b]) / len(native[REAL[s]]["records"][b])}
             if s == "inspect" and native.get("inspect", {}).get("records", {}).get(b):

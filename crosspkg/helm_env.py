@@ -23,10 +23,14 @@ ENV_VAR = "SAFETYREPRO_HELM_VENV"
 
 def helm_bin(required: bool = True) -> Path | None:
     """The folder holding `helm-run` and `helm-summarize` (and the HELM venv's python)."""
-    candidates = []
     if os.environ.get(ENV_VAR):
-        candidates.append(Path(os.environ[ENV_VAR]).expanduser() / "bin")
-    candidates.append(Path(sys.executable).parent)
+        b = Path(os.environ[ENV_VAR]).expanduser() / "bin"
+        if (b / "helm-run").is_file():
+            return b
+        if required:
+            raise UserError(f"${ENV_VAR}={os.environ[ENV_VAR]} has no bin/helm-run; run `make helm` or fix the variable")
+        return None
+    candidates = [Path(sys.executable).parent]
     candidates.append(Path.cwd() / ".venv-helm" / "bin")
     candidates.append(Path(__file__).resolve().parents[1] / ".venv-helm" / "bin")
     for c in candidates:

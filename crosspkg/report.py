@@ -44,7 +44,12 @@ def write_report(out: Path, anchor, t7, t8, decomposition, run) -> Path:
             for s, c in r["checks"].items():
                 lines.append(f"| {b} | {s} | {c['real_stack']} | {c['n']} | {c['agree']} | {_pp(c['agreement'])} % | "
                              f"{_pp(c['prompt_identical'])} % | {_pp(c['real_score'])} | {_pp(c['emulated_score'])} |")
-        lines += ["", "## Decomposition (exact Shapley values over the axis switches, pp)", ""]
+        lines += ["", "The real prompt of lm-eval is its logged context; of Inspect, its logged messages rendered with the "
+                  "model's chat template (what its hf provider does); of HELM, its adapter prompt rendered with the chat "
+                  "template and found verbatim in HELM's request cache for "
+                  + ", ".join(f"{_pp(c.get('real_prompt_verified'))} % ({b})" for b, r in decomposition["benchmarks"].items()
+                              for s, c in r["checks"].items() if s == "helm") + " of the items.",
+                  "", "## Decomposition (exact Shapley values over the axis switches, pp)", ""]
         lines.append((out / "decomposition.md").read_text() if (out / "decomposition.md").is_file() else "")
         for b in decomposition["benchmarks"]:
             if (out / f"waterfall_{b}.png").is_file():
