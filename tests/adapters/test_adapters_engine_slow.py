@@ -200,3 +200,15 @@ def test_lm_eval_cli_bad_model_args_are_one_line(args, needle, mc_task_dir):
     assert p.returncode == 2, p.stderr[-2000:]
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("safetyrepro: error:") and needle in last and "Traceback" not in p.stderr
+
+
+def test_lm_eval_rolling_loglik_equals_the_empty_context_score(smollm2):
+    from types import SimpleNamespace
+
+    from safetyrepro.adapters.lm_eval_model import SafetyReproLM
+
+    lm = SafetyReproLM.from_engine(smollm2)
+    text = "The quick brown fox jumps over the lazy dog. It was a sunny day."
+    (rolling,) = lm.loglikelihood_rolling([SimpleNamespace(args=(text,))], disable_tqdm=True)
+    (scored, _), = smollm2.loglikelihood([LoglikRequest("", text)])
+    assert rolling == scored and -120 < rolling < -20
