@@ -42,7 +42,7 @@ def native_step(anchor: Anchor, out: Path, packages, batch_size: int = 8, fresh:
         rec_path, meta_path = out / "native" / f"{stack}.jsonl", out / "native" / f"{stack}.meta.json"
         if not fresh and rec_path.is_file() and meta_path.is_file():
             meta = json.loads(meta_path.read_text())
-            if meta.get("anchor") == _anchor_key(anchor):
+            if _same_anchor(meta.get("anchor"), _anchor_key(anchor)):
                 recs = read_records(rec_path)
                 meta.setdefault("datasets", _dataset_names(datasets))
                 results[stack] = {"records": _by_benchmark(recs), "meta": meta}
@@ -73,6 +73,14 @@ def native_step(anchor: Anchor, out: Path, packages, batch_size: int = 8, fresh:
         results[stack] = {"records": res["records"], "meta": json.loads(meta_path.read_text())}
         print(f"crosspkg: {stack}: done in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     return results
+
+
+def _same_anchor(a: dict | None, b: dict) -> bool:
+    """Whether recorded native runs answer this anchor (the device is not part of the nominal anchor)."""
+    if not a:
+        return False
+    strip = lambda d: {k: v for k, v in d.items() if k != "device"}  # noqa: E731
+    return strip(a) == strip(b)
 
 
 def _dataset_names(datasets: dict) -> dict:
