@@ -12,12 +12,13 @@ numbers agree to the bit with `--model hf --model_args ...,softmax_dtype=float32
 (HFLM otherwise takes the log-softmax in the model dtype, and its right-padded batches move
 numbers slightly; this engine's results do not depend on batching).
 
-Sampling seeds: each generate_until request samples with its own seed,
-`derive_seed(base, context, gen_kwargs, k)`, where k counts earlier identical (context,
-gen_kwargs) requests in the same call (so `repeats` get different samples) and `base` is, in
-order: `seed` in gen_kwargs (`--gen_kwargs seed=3`), `seed` in model_args, or torch's initial
-seed, which lm-eval sets from `--seed` (third value; default 1234). Same seeds, same texts,
-regardless of batch size or which other requests run alongside.
+Sampling seeds: a generate_until request samples with the base seed itself, as Inspect's provider
+does with `--seed` (so both packages give the same text for the same seed, and share cached
+outputs); a repeat of an identical (context, gen_kwargs) request in the same call (lm-eval's
+`repeats`) gets `derive_seed(base, context, gen_kwargs, k)` instead, k counting earlier repeats, so
+repeats differ. `base` is, in order: `seed` in gen_kwargs (`--gen_kwargs seed=3`), `seed` in
+model_args, or torch's initial seed, which lm-eval sets from `--seed` (third value; default 1234).
+Same seeds, same texts, regardless of batch size or which other requests run alongside.
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ class SafetyReproLM(TemplateLM):
         self._setup(engine, _batch_size(batch_size, None, getattr(engine, "batch_size", None)), seed, max_gen_toks)
         return self
 
+    progress_bars = True  # the sweeper turns them off: it has its own
+
     def _setup(self, engine, batch_size: int, seed, max_gen_toks) -> None:
         self.engine = engine
         self._batch_size = batch_size
@@ -180,7 +183,7 @@ class SafetyReproLM(TemplateLM):
 
         reqs = [LoglikRequest(*req.args) for req in requests]
         out: list[tuple[float, bool]] = []
-        with tqdm(total=len(reqs), disable=disable_tqdm, desc="Running loglikelihood requests") as bar:
+        with tqdm(total=len(reqs), disable=disable_tqdm or not self.progress_bars, desc="Running loglikelihood requests") as bar:
             for r in self._chunks(len(reqs)):
                 res = self.engine.loglikelihood([reqs[i] for i in r], batch_size=self.batch_size)
                 for i, ans in zip(r, res, strict=True):
@@ -197,7 +200,7 @@ class SafetyReproLM(TemplateLM):
         from lm_eval import utils
 
         out = []
-        for req in tqdm(requests, disable=disable_tqdm, desc="Running loglikelihood_rolling requests"):
+        for req in tqdm(requests, disable=disable_tqdm or not self.progress_bars, desc="Running loglikelihood_rolling requests"):
             (string,) = req.args
             windows = [utils.make_disjoint_window(w) for w in utils.get_rolling_token_windows(
                 token_list=self.tok_encode(string), prefix_token=self.prefix_token_id,
@@ -235,7 +238,7 @@ class SafetyReproLM(TemplateLM):
             base = self._seed if base is None else int(base)
             base = torch.initial_seed() if base is None else base
             key = json.dumps({k2: v for k2, v in sorted(kw.items()) if k2 != "seed"}, default=str)
-            seed = derive_seed(base, context, key, k)
+            seed = int(base) if k == 0 else derive_seed(base, context, key, k)
         return GenRequest(prompt=context, max_new_tokens=max_new, temperature=temperature, top_p=top_p,
                           seed=seed, stop=tuple(s for s in until if s))
 
@@ -252,7 +255,7 @@ class SafetyReproLM(TemplateLM):
         except UserError as e:
             _fail(e)
         out: list[str] = []
-        with tqdm(total=len(gen_reqs), disable=disable_tqdm, desc="Running generate_until requests") as bar:
+        with tqdm(total=len(gen_reqs), disable=disable_tqdm or not self.progress_bars, desc="Running generate_until requests") as bar:
             for r in self._chunks(len(gen_reqs)):
                 texts = self.engine.generate([gen_reqs[i] for i in r], batch_size=self.batch_size)
                 for i, text in zip(r, texts, strict=True):

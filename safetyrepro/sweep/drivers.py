@@ -60,6 +60,7 @@ class LmEvalDriver:
 
         self.engine, self.rules, self.items_for = engine, rules, items_for
         self.lm = SafetyReproLM.from_engine(engine)
+        self.lm.progress_bars = False
         _quiet_git_hash()
         self.task_manager = TaskManager()
         for name in ("lm_eval", "lm-eval", "lm_eval.evaluator", "lm_eval.api.task"):

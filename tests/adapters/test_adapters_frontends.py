@@ -74,9 +74,10 @@ def test_lm_eval_generate_until_maps_gen_kwargs_and_seeds():
     g, s1, s2, d = reqs
     assert (g.temperature, g.seed, g.stop, g.max_new_tokens) == (0.0, None, ("\n\n", "Question:"), 12)
     assert (s1.temperature, s1.top_p, s1.stop) == (0.3, 0.9, ("\n",))
-    # a repeated request gets its own seed, derived from (base seed, prompt, gen_kwargs, repeat index)
+    # the first request samples with the base seed itself (as Inspect's provider does with --seed);
+    # a repeat gets its own seed, derived from (base seed, prompt, gen_kwargs, repeat index)
     key = '{"do_sample": true, "temperature": 0.3, "top_p": 0.9, "until": "\\n"}'
-    assert s1.seed == derive_seed(7, "p2", key, 0) and s2.seed == derive_seed(7, "p2", key, 1)
+    assert s1.seed == 7 and s2.seed == derive_seed(7, "p2", key, 1)
     assert (d.temperature, d.max_new_tokens) == (0.0, 256)
     # the same call again gives the same seeds; lm-eval's torch seed is the base when gen_kwargs has none
     lm.generate_until(_instances(("p2", sampled)), disable_tqdm=True)
