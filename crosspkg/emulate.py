@@ -291,7 +291,9 @@ def agreement(real: list[ItemRecord], emulated: list[dict]) -> dict:
 
 
 def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm", "helm:inspect"),
-              batch_size: int = 8, fresh: bool = False) -> dict:
+              batch_size: int = 8, fresh: bool = False, limit: int | None = None) -> dict:
+    """Emulate the endpoints, check them against the real runs, decompose the walks. `limit` keeps the
+    first N items of each stack's item set (cheaper; the agreement is then measured on those N)."""
     from safetyrepro.adapters.engine import load_engine
     from safetyrepro.crosspkg.anchor import model_folder
 
@@ -305,13 +307,13 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
                          batch_size=batch_size)
     emu = Emulator(engine, anchor.max_new_tokens, cache, batch_size=batch_size)
     pair_list = [tuple(p.split(":")) for p in pairs]
-    result: dict = {"axes": list(AXES), "endpoints": ENDPOINTS, "benchmarks": {}}
+    result: dict = {"axes": list(AXES), "endpoints": ENDPOINTS, "benchmarks": {}, "limit": limit}
     for b in benchmarks:
         stacks = [s for s in ENDPOINTS if native.get(REAL[s], {}).get("records", {}).get(b)]
         if not stacks:
             continue  # a single stack (ToxiGen: lm-eval only) is still checked; walks need two
         fields = _source_fields(b)
-        sets = {s: item_set(s, b, native[REAL[s]]["records"][b], fields) for s in stacks}
+        sets = {s: item_set(s, b, native[REAL[s]]["records"][b], fields)[:limit] for s in stacks}
         # every configuration any walk visits
         configs: dict[tuple, dict] = {}
         walks = []

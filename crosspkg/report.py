@@ -37,7 +37,10 @@ def write_report(out: Path, anchor, t7, t8, decomposition, run) -> Path:
              "## Table 8: what differs between the stacks (generated from what each package ran)", "",
              table8_markdown(t8), "", "## Caveats", "", CAVEATS]
     if decomposition:
+        lim = decomposition.get("limit")
         lines += ["## Emulated endpoints against the real packages (per-item agreement)", "",
+                  (f"Emulation and decomposition on the first {lim} items of each stack (`--decompose-limit`)."
+                   if lim else "Emulation and decomposition on all items of each stack."), "",
                   "| benchmark | endpoint | real run | items | same choice | agreement | identical prompt | "
                   "real score | emulated score |", "|---|---|---|---|---|---|---|---|---|"]
         for b, r in decomposition["benchmarks"].items():

@@ -134,7 +134,8 @@ def run_study(args) -> int:
 
         t1 = time.time()
         decomposition = emulate.decompose(anchor, native, benches, out, pairs=args.pairs,
-                                          batch_size=args.batch_size, fresh=args.fresh)
+                                          batch_size=args.batch_size, fresh=args.fresh,
+                                          limit=getattr(args, "decompose_limit", None))
         figures.waterfalls(decomposition, out)
         t_emulate = time.time() - t1
     run = {"anchor": _anchor_key(anchor), "versions": _versions(), "machine": platform.platform(),

@@ -32,7 +32,7 @@ def test_crosspkg_end_to_end(tmp_path):
     args = argparse.Namespace(model="smollm2", benchmarks=["truthfulqa", "bbq", "toxigen"], limit=2, out=str(tmp_path),
                               packages=["lm-eval", "helm", "inspect"], precision="bf16", device="cpu", seed=42,
                               max_new_tokens=16, batch_size=8, pairs=["lm-eval:helm", "helm:inspect"],
-                              no_decompose=False, fresh=False, helm_env=None)
+                              no_decompose=False, fresh=False, helm_env=None, decompose_limit=None)
     assert run_study(args) == 0
     for f in ("table7.md", "table8.md", "decomposition.md", "report.md", "waterfall_truthfulqa.png", "run.json"):
         assert (tmp_path / f).is_file(), f
