@@ -11,6 +11,8 @@ which is then loaded with the BitsAndBytesConfig; the recorded weights hash stay
 
 from __future__ import annotations
 
+import struct
+
 import json
 import os
 import shutil
@@ -79,7 +81,7 @@ def load_tokenizer(resolved: ResolvedModel):
         if resolved.kind == "gguf":
             return AutoTokenizer.from_pretrained(resolved.path.parent, gguf_file=resolved.path.name)
         return AutoTokenizer.from_pretrained(resolved.path)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, struct.error) as e:  # struct.error: a truncated GGUF
         raise UserError(f"cannot load a tokenizer from {resolved.path}: {_first_line(e)}") from None
 
 
@@ -112,7 +114,7 @@ def load_hf(resolved: ResolvedModel, precision: str = "bf16", device: str = "cpu
             model = AutoModelForCausalLM.from_pretrained(resolved.path, **kwargs)
     except UserError:
         raise
-    except (OSError, ValueError, KeyError, RuntimeError) as e:
+    except (OSError, ValueError, KeyError, RuntimeError, struct.error) as e:
         raise UserError(f"cannot load model weights from {resolved.path} ({precision}): {_first_line(e)}") from None
     if precision != "nf4":
         model = model.to(device)

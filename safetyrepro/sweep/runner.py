@@ -67,9 +67,9 @@ def run_local(spec: SweepSpec, cells: list[Cell], store: Store, rules: Rules,
         try:
             driver = open_driver(model)
         except Exception as e:  # a model that cannot load fails its cells, not the sweep
-            msg = _one_line(e)
+            msg = f"model failed to load: {_one_line(e)}"
             for c in todo:
-                store.commit(c.model, c.file_stem, failed_record(c, f"model failed to load: {msg}"))
+                store.commit(c.model, c.file_stem, failed_record(c, msg))
                 result.failed.append((c.key, msg))
                 progress.advance(0, failed=True)
             continue
@@ -97,8 +97,11 @@ def run_local(spec: SweepSpec, cells: list[Cell], store: Store, rules: Rules,
 
 
 def _one_line(e: BaseException) -> str:
+    from safetyrepro.errors import UserError
+
     text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"
+    first = text[0] if text else ""
+    return first if isinstance(e, UserError) else f"{type(e).__module__}.{type(e).__name__}: {first}"
 
 
 def write_run_json(store: Store, spec: SweepSpec, rules: Rules, engines: dict[str, dict], items_for,

@@ -109,7 +109,7 @@ class Sweep:
         import pandas as pd
         from rich.console import Console
 
-        console = Console(stderr=False, highlight=False)
+        console = Console(highlight=False, soft_wrap=True)
         grid = pd.read_csv(result.outputs["grid"])
         if not result.model_work:
             console.print(f"all {result.total} cells were already in {self.store.root}: no model work")
