@@ -11,11 +11,10 @@ which is then loaded with the BitsAndBytesConfig; the recorded weights hash stay
 
 from __future__ import annotations
 
-import struct
-
 import json
 import os
 import shutil
+import struct
 import sys
 from pathlib import Path
 
