@@ -143,15 +143,20 @@ class SafetyReproModelAPI(ModelAPI):
                  config: GenerateConfig | None = None, **model_args: Any):
         super().__init__(model_name=model_name, base_url=base_url, api_key=api_key,
                          config=config if config is not None else GenerateConfig())
-        unknown = sorted(set(model_args) - set(_MODEL_ARGS))
-        if unknown:
-            raise UserError(f"unknown model args for safetyrepro/: {', '.join(unknown)}; "
-                            f"allowed: {', '.join(_MODEL_ARGS)}")
+        from inspect_ai._util.error import PrerequisiteError
+
         from safetyrepro.adapters.engine import DEFAULT_BATCH_SIZE, load_engine
 
-        bs = int(model_args.get("batch_size") or DEFAULT_BATCH_SIZE)
-        self.engine = load_engine(model_name, str(model_args.get("precision") or "bf16"),
-                                  model_args.get("device"), batch_size=bs)
+        try:  # Inspect prints a PrerequisiteError as one message, without a traceback
+            unknown = sorted(set(model_args) - set(_MODEL_ARGS))
+            if unknown:
+                raise UserError(f"unknown model args for safetyrepro/: {', '.join(unknown)}; "
+                                f"allowed: {', '.join(_MODEL_ARGS)}")
+            bs = int(model_args.get("batch_size") or DEFAULT_BATCH_SIZE)
+            self.engine = load_engine(model_name, str(model_args.get("precision") or "bf16"),
+                                      model_args.get("device"), batch_size=bs)
+        except UserError as e:
+            raise PrerequisiteError(f"safetyrepro/{model_name}: {e}") from None
         self.batch_size = bs
         self._batcher = _Batcher(self.engine, bs)
 
