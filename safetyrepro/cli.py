@@ -32,7 +32,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="safetyrepro", description=__doc__.split(".")[0] + ".")
+    parser = _Parser(prog="safetyrepro", description="SafetyRepro: does 'model A is safer than model B' survive "
+                     "ordinary evaluation choices? Benchmarks, sweeps, rank-flip analysis, cross-package study.")
     parser.add_argument("--data-dir", help="local benchmark mirror laid out like shared/data "
                         "(default: $SAFETYREPRO_DATA_DIR, else download the pinned sources into the cache)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and tracebacks")
