@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", nargs="+", default=["lm-eval:helm", "helm:inspect"], metavar="A:B",
                    help="stack walks to decompose (default lm-eval:helm helm:inspect; lm-eval:inspect also works)")
     p.add_argument("--decompose-limit", type=int, default=None, metavar="N",
-                   help="emulate and decompose on the first N items of each stack only (default: all --limit items)")
+                   help="walk the decomposition on the first N items of each stack (default: all); the agreement check uses all")
     p.add_argument("--no-decompose", action="store_true", help="run the packages and write Tables 7/8 only")
     p.add_argument("--fresh", action="store_true", help="rerun every step even when its output exists")
     p.add_argument("--helm-env", metavar="DIR",

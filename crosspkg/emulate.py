@@ -292,8 +292,9 @@ def agreement(real: list[ItemRecord], emulated: list[dict]) -> dict:
 
 def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm", "helm:inspect"),
               batch_size: int = 8, fresh: bool = False, limit: int | None = None) -> dict:
-    """Emulate the endpoints, check them against the real runs, decompose the walks. `limit` keeps the
-    first N items of each stack's item set (cheaper; the agreement is then measured on those N)."""
+    """Emulate the endpoints, check them against the real runs on all their items, and decompose the
+    walks. `limit` keeps the first N items of each stack's item set for the walks only (the 2^k corners
+    are the expensive part); the agreement check always uses every item."""
     from safetyrepro.adapters.engine import load_engine
     from safetyrepro.crosspkg.anchor import model_folder
 
@@ -313,7 +314,8 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
         if not stacks:
             continue  # a single stack (ToxiGen: lm-eval only) is still checked; walks need two
         fields = _source_fields(b)
-        sets = {s: item_set(s, b, native[REAL[s]]["records"][b], fields)[:limit] for s in stacks}
+        full = {s: item_set(s, b, native[REAL[s]]["records"][b], fields) for s in stacks}
+        sets = {s: v[:limit] for s, v in full.items()}
         # every configuration any walk visits
         configs: dict[tuple, dict] = {}
         walks = []
@@ -330,6 +332,10 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
             g, l_ = emu.requests(b, cfg, sets[cfg["item_set"]])
             gens |= g
             lls |= l_
+        for s in stacks:
+            g, l_ = emu.requests(b, ENDPOINTS[s], full[s])
+            gens |= g
+            lls |= l_
         print(f"crosspkg: emulate {b}: {len(configs)} configurations, {len(gens)} distinct generations, "
               f"{len(lls)} distinct log-likelihoods", file=sys.stderr, flush=True)
         emu.fill(gens, lls)
@@ -337,7 +343,7 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
         # the agreement check: each endpoint against its real package run, item by item
         checks = {}
         for s in stacks:
-            rows = emu.evaluate(b, ENDPOINTS[s], sets[s])
+            rows = emu.evaluate(b, ENDPOINTS[s], full[s])
             (em_dir / f"{b}.{s}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
             real_recs = native[REAL[s]]["records"][b]
             verified = [r.meta.get("prompt_in_request_cache") for r in real_recs if "prompt_in_request_cache" in r.meta]
@@ -362,7 +368,8 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
                            "real_from": checks[a]["real_score"], "real_to": checks[c]["real_score"],
                            "corners": {"+".join(sorted(s)) or "(none)": v(s) for s in subsets(d)}})
         result["benchmarks"][b] = {"checks": checks, "walks": decomp,
-                                   "items": {s: len(v) for s, v in sets.items()}}
+                                   "items": {s: len(v) for s, v in full.items()},
+                                   "walk_items": {s: len(v) for s, v in sets.items()}}
     (out / "decomposition.json").write_text(json.dumps(result, indent=1, default=str))
     write_decomposition_table(out, result)
     return result

@@ -39,8 +39,9 @@ def write_report(out: Path, anchor, t7, t8, decomposition, run) -> Path:
     if decomposition:
         lim = decomposition.get("limit")
         lines += ["## Emulated endpoints against the real packages (per-item agreement)", "",
-                  (f"Emulation and decomposition on the first {lim} items of each stack (`--decompose-limit`)."
-                   if lim else "Emulation and decomposition on all items of each stack."), "",
+                  "Agreement on every item of each stack; " + (
+                      f"the decomposition walks on the first {lim} items of each stack (`--decompose-limit`)."
+                      if lim else "the decomposition walks on all of them."), "",
                   "| benchmark | endpoint | real run | items | same choice | agreement | identical prompt | "
                   "real score | emulated score |", "|---|---|---|---|---|---|---|---|---|"]
         for b, r in decomposition["benchmarks"].items():
