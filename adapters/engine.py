@@ -9,15 +9,34 @@ Reproducibility rules (tests hold the engine to them):
   trailing whitespace of the context into the continuation, encodes context+continuation whole and
   splits at the length of the encoded context; an empty context is the BOS token (else EOS).
   Inputs longer than the model's context are cut from the left, as HFLM does.
-- A request's numbers never depend on the other requests in its batch: batches are left-padded
-  and the attention runs row by row on the unpadded row (`rowwise_attention`); everything else in
-  the model is row-wise. On CPU in bf16 this is bitwise: batch size 1 and 8 give identical
-  greedy texts and log-likelihoods (tested). In fp32, and on CUDA, matrix kernels chosen by batch
-  shape can still move the last bits (about 1e-6 relative).
-- Log-likelihoods take the log-softmax in float32 and only at the continuation positions (the
-  model is asked for logits of the last k positions only, `logits_to_keep`), which is what makes
-  150-260k vocabularies cheap. lm-eval's HFLM takes its log-softmax in the model dtype unless
-  `softmax_dtype=float32` is passed; with it, the two agree.
+- The canonical computation is a chunked prefill: a prompt (or context+continuation) is cut into
+  chunks of C = `chunk_size` tokens at absolute positions 0..C-1, C..2C-1, ... (the last one
+  partial; C = 32 unless SAFETYREPRO_PREFILL_CHUNK says otherwise), and chunk j's queries attend,
+  in one SDPA call of their own, to the keys of positions 0 .. end of chunk j; decoding then
+  appends one token at a time. Every other operation (embeddings, norms, RoPE, linear layers) is
+  token-wise, and on CPU in bf16 a matrix product's row does not depend on the other rows (a
+  single-row product takes a GEMV path that can differ in the last bit, so no forward pass ever
+  has a single token row: a lone one is run with an idle second row). Hence a request's numbers
+  never depend on the other requests in its batch, nor on what was computed before: batch size 1
+  and 8 give bit-identical greedy texts, sampled texts and log-likelihoods (tested). In fp32, and
+  on CUDA, matrix kernels chosen by shape can still move the last bits (about 1e-6 relative).
+- Prefix reuse never changes a number. Since chunk j's key/value states depend only on the tokens
+  up to its end, requests that share a chunk-aligned prefix (the few-shot demonstrations of a
+  cell, the prompt of a request's sampled seeds, the context of a multiple-choice item) compute
+  it once, and the states of full chunks are kept in a bounded LRU store (`prefix_cache`; 384 MB
+  unless SAFETYREPRO_PREFIX_CACHE_MB says otherwise) for later calls. SAFETYREPRO_PREFIX_CACHE=0
+  (or `Engine(prefix_cache=False)`) turns reuse off: every request then prefills every chunk
+  itself, with bit-identical results (tested).
+- Relation to lm-eval's HFLM (one forward over the whole input): inputs of at most C tokens are
+  computed exactly as HFLM computes them (with `softmax_dtype=float32`, bit-identical
+  log-likelihoods, tested). Longer inputs attend chunk by chunk, which moves bf16 results: on
+  SmolLM2 up to ~0.4 nats on a multi-token continuation after a 230-token context, as far from
+  the float32 model as HFLM's own bf16 numbers are (in fp32 the two agree to ~4e-5). The
+  per-item choices agree (tested).
+- Log-likelihoods take the log-softmax in float32 and only at the continuation positions (the LM
+  head runs on those positions' hidden states only), which is what makes 150-260k vocabularies
+  cheap. lm-eval's HFLM takes its log-softmax in the model dtype unless `softmax_dtype=float32`
+  is passed.
 - temperature == 0 is true greedy (argmax, first index on ties). temperature > 0 samples from
   softmax(logits / temperature) restricted to the top-p nucleus (the smallest set of tokens whose
   probability reaches top_p, as transformers' TopPLogitsWarper), with a torch.Generator seeded
@@ -25,7 +44,8 @@ Reproducibility rules (tests hold the engine to them):
   max_new_tokens. A sampled request without a seed gets a fresh random one, reported in
   `GenResult.seed`.
 - Generated text excludes the prompt and EOS, and is cut at the earliest stop string (excluded).
-  A row stops at EOS, at a stop string, or at max_new_tokens; the batch stops when all rows have.
+  A row stops at EOS, at a stop string, or at max_new_tokens. Decoding is continuously batched:
+  a finished row's place goes to the next waiting prompt (`Engine._generate`).
 """
 
 from __future__ import annotations
@@ -33,12 +53,21 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
+from safetyrepro.adapters.prefix_cache import (
+    PrefixStore,
+    chunk_keys,
+    chunk_size_from_env,
+    enabled_from_env,
+    max_bytes_from_env,
+)
 from safetyrepro.errors import UserError
 
 DEFAULT_BATCH_SIZE = 8
+DECODE_ROWS_PER_PROMPT = 8  # decoding: up to batch_size distinct prompts, batch_size x this rows
 DEFAULT_MAX_LENGTH = 2048
 _TOKENIZER_INFINITY = 1000000000000000019884624838656
 
@@ -170,7 +199,9 @@ def check_gen_request(r: GenRequest) -> None:
 class Engine:
     """A loaded model with batched generation and continuation log-likelihoods."""
 
-    def __init__(self, model, tokenizer, info: ModelInfo, batch_size: int = DEFAULT_BATCH_SIZE):
+    def __init__(self, model, tokenizer, info: ModelInfo, batch_size: int = DEFAULT_BATCH_SIZE,
+                 chunk_size: int | None = None, prefix_cache: bool | None = None,
+                 prefix_cache_bytes: int | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.info = info
@@ -187,10 +218,12 @@ class Engine:
                 eos.update(int(x) for x in e)
         self.eos_token_ids = frozenset(eos)
         self._rowwise = info.attention == "safetyrepro_rowwise"
-        import inspect
-
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.x
+        self.chunk_size = int(chunk_size) if chunk_size else chunk_size_from_env()
+        if self.chunk_size < 2:
+            raise ValueError(f"chunk_size must be >= 2, got {self.chunk_size}")
+        self.prefix_cache = enabled_from_env() if prefix_cache is None else bool(prefix_cache)
+        self.prefix_store = PrefixStore(max_bytes_from_env() if prefix_cache_bytes is None else prefix_cache_bytes)
+        self._kv_layout()
 
     # ----------------------------------------------------------------- text in, text out
 
@@ -223,38 +256,187 @@ class Engine:
     def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         return encode_pair(self.tokenizer, context, continuation)
 
-    # ----------------------------------------------------------------- forward passes
+    # ----------------------------------------------------------------- chunked prefill
 
-    def _forward(self, rows: list[list[int]], logits_to_keep: int, cache=None, use_cache: bool = False):
-        """One left-padded forward over rows of token ids: (model output, left pads, slots).
+    def _kv_layout(self) -> None:
+        """Base model, LM head and softcap, and the keyword the cache goes under (renamed in 5.x)."""
+        import inspect
 
-        A lone one-token row is run as two copies of it (`slots` = [0, 0]): CPU matmul kernels take
-        a different path for a single token row (bf16 GEMV vs GEMM, which differ in the last bit), so
-        it would otherwise not match the same row inside a batch. The output's first rows are the
-        requested ones."""
+        self._base = self.model.base_model
+        self._head = self.model.get_output_embeddings()
+        cfg = self.model.config
+        text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        self._softcap = getattr(text, "final_logit_softcapping", None)
+        params = inspect.signature(self._base.forward).parameters
+        self._base_cache_kw = "cache" if "cache" in params else "past_key_values"
+        heads = text.num_attention_heads
+        self._kv_dims = (text.num_hidden_layers, getattr(text, "num_key_value_heads", None) or heads,
+                         getattr(text, "head_dim", None) or text.hidden_size // heads)
+        self._kv_dtype = self.model.get_input_embeddings().weight.dtype
+
+    def _logits(self, hidden):
+        """LM head on hidden states [M, H] -> logits [M, V], as the model's own head computes them. A
+        single row is run as two copies (see `_run`)."""
         import torch
 
-        device = self.model.device
-        slots = list(range(len(rows)))
-        if len(rows) == 1 and len(rows[0]) == 1:
-            rows, slots = rows * 2, [0, 0]
-        width = max(len(r) for r in rows)
-        pads = [width - len(r) for r in rows]
-        ids = torch.tensor([[self.pad_token_id] * p + r for p, r in zip(pads, rows, strict=True)], device=device)
-        kwargs = {}
-        if any(pads):
-            if not self._rowwise:
-                raise RuntimeError("padded batch without row-wise attention")
-            kwargs["attention_mask"] = torch.tensor([[0] * p + [1] * len(r) for p, r in zip(pads, rows, strict=True)],
-                                                    device=device)
-            kwargs["position_ids"] = (torch.arange(width, device=device)[None, :]
-                                      - torch.tensor(pads, device=device)[:, None]).clamp(min=0)
+        m = hidden.shape[0]
+        if m == 1:
+            hidden = torch.cat([hidden, hidden])
+        logits = self._head(hidden)
+        if self._softcap is not None:  # Gemma's final logit softcapping, as its ForCausalLM does it
+            logits = logits / self._softcap
+            logits = torch.tanh(logits)
+            logits = logits * self._softcap
+        return logits[:m]
+
+    def _run(self, ids, attention_mask, position_ids, cache, spans):
+        """One forward of the base model: last hidden states [batch, T, hidden]. Every row's span is
+        given to the row-wise attention (see rowwise_attention); the caller keeps single-token
+        forwards at two rows or more (CPU bf16 GEMV and GEMM differ in the last bit)."""
+        kwargs = {self._base_cache_kw: cache, "attention_mask": attention_mask, "position_ids": position_ids}
         if self._rowwise:
-            kwargs.update(sr_left_pad=pads, sr_total_len=width, sr_mask_memo={})
-        if cache is not None:
-            kwargs[self._cache_kw] = cache
-        out = self.model(input_ids=ids, use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
-        return out, pads, slots
+            kwargs.update(sr_spans=spans, sr_mask_memo={})
+        return self._base(input_ids=ids, use_cache=True, **kwargs).last_hidden_state
+
+    def _prefill(self, rows: Sequence[_Row], want_kv: bool = False) -> _Prefilled:
+        """Chunked prefill of token rows: the logits at each row's wanted positions and (want_kv) the
+        key/value states of each row's chunks.
+
+        The canonical computation: row r is cut into chunks of C = `chunk_size` tokens at absolute
+        positions (the last one partial), and chunk j's queries attend, in one SDPA call of their
+        own, to the keys of positions 0 .. end of chunk j. Everything else in the network is
+        token-wise, so the chunks of any number of rows are packed into one sequence per forward
+        pass (no padding); each chunk writes its keys/values into its row of a KVSlab and reads its
+        keys from there (see rowwise_attention and kv_slab). A chunk's states thus depend on the
+        tokens up to its end only, and are computed the same way whatever the batch.
+
+        With `prefix_cache` on, a chunk is identified by the whole prefix up to its end: rows sharing
+        it compute it once (the other rows copy its states before their later chunks run, one
+        forward pass later), and full chunks before the chunk holding a row's first wanted position
+        are taken from the prefix store when there (`prefix_cache.PrefixStore`). Off, every row
+        computes every chunk itself. The numbers are the same either way."""
+        import torch
+
+        C = self.chunk_size
+        share = self.prefix_cache
+        store = self.prefix_store
+        R = len(rows)
+        lens = [len(row.tokens) for row in rows]
+        n_chunks = [-(-n // C) for n in lens]
+        node_of: list[list] = []  # per row, per chunk: the chunk's identity
+        for r, row in enumerate(rows):
+            if share:
+                ids: list = list(chunk_keys(row.tokens, C))
+                if len(ids) < n_chunks[r]:
+                    ids.append((ids[-1] if ids else b"", tuple(row.tokens[len(ids) * C:])))
+            else:
+                ids = [(r, j) for j in range(n_chunks[r])]
+            node_of.append(ids)
+        stored: dict = {}  # chunk identity -> states from the store
+        first = [0] * R  # each row's first chunk not taken from the store
+        if share:
+            for r, row in enumerate(rows):
+                keys = node_of[r][: row.need_from // C]
+                found = store.longest_prefix(keys) if keys else []
+                stored.update(zip(keys, found))
+                first[r] = len(found)
+        # items: the chunks computed here, each by the first row that needs it computed
+        owner: dict = {}  # identity -> (row, j)
+        wanted: dict = {}  # identity -> offsets whose logits some row wants
+        for r, row in enumerate(rows):
+            for j in range(first[r], n_chunks[r]):
+                node = node_of[r][j]
+                owner.setdefault(node, (r, j))
+                lo, hi = max(j * C, row.need_from), min(lens[r], (j + 1) * C)
+                if hi > lo:
+                    wanted.setdefault(node, set()).update(range(lo - j * C, hi - j * C))
+        # an item runs in the pass after every item of another row that it needs (0: none)
+        rnd: dict = {}
+        for node, (r, j) in owner.items():
+            t = 0
+            for i in range(j):
+                src = owner.get(node_of[r][i])
+                if src is not None:
+                    t = max(t, rnd[node_of[r][i]] + (src[0] != r))
+            rnd[node] = t
+        slab_row = {r: k for k, r in enumerate(sorted({r for r, _ in owner.values()}))}
+        buf = None
+        if owner:
+            n_layers, kv_heads, head_dim = self._kv_dims
+            cap = max(lens[r] for r in slab_row)
+            buf = torch.empty(len(slab_row), n_layers, 2, kv_heads, cap, head_dim, dtype=self._kv_dtype,
+                              device=self.model.device)
+
+        def states(r: int, j: int):
+            node = node_of[r][j]
+            src = owner.get(node)
+            if src is None:
+                return stored[node]
+            r2, _ = src
+            return buf[slab_row[r2], :, :, :, j * C: min(lens[r2], (j + 1) * C)]
+
+        wanted_logits: dict = {}  # (identity, offset) -> logits [V]
+        copied: set = set()  # (row, j) whose states are in the row's slab line
+        passes = sorted(set(rnd.values()))
+        for t in passes:
+            items = [(node, rj) for node, rj in owner.items() if rnd[node] == t]
+            for _, (r, j) in items:  # the states each item reads that other rows made, into its line
+                for i in range(j):
+                    if (r, i) not in copied and owner.get(node_of[r][i], (None,))[0] != r:
+                        buf[slab_row[r], :, :, :, i * C:(i + 1) * C] = states(r, i)
+                        copied.add((r, i))
+            groups = [items] if self._rowwise else [[it] for it in items]
+            for group in groups:
+                self._prefill_pass(group, rows, lens, buf, slab_row, wanted, wanted_logits)
+        if share:
+            puts = []
+            for node, (r, j) in owner.items():
+                if isinstance(node, bytes) and (j + 1) * C <= max(
+                        rows[q].store_upto for q in range(R) if j < n_chunks[q] and node_of[q][j] == node):
+                    puts.append((j, node, states(r, j).clone()))
+            store.put_prefix([(node, v) for _, node, v in sorted(puts, key=lambda p: p[0])])
+        logits = [torch.stack([wanted_logits[(node_of[r][p // C], p % C)] for p in range(row.need_from, lens[r])])
+                  for r, row in enumerate(rows)]
+        chunks = [[states(r, j) for j in range(n_chunks[r])] for r in range(R)] if want_kv else None
+        return _Prefilled(logits, chunks)
+
+    def _prefill_pass(self, items: list, rows: Sequence[_Row], lens: list[int], buf, slab_row: dict,
+                      wanted: dict, wanted_logits: dict) -> None:
+        """One forward over `items` ((identity, (row, j)): chunk j of a row), packed into one sequence
+        (row-wise attention) or, without it, one chunk alone on a one-row cache."""
+        import torch
+
+        from safetyrepro.adapters.kv_slab import KVSlab
+
+        C, device = self.chunk_size, self.model.device
+        toks: list[int] = []
+        pos: list[int] = []
+        spans, writes, sel_t, sel_key = [], [], [], []
+        for node, (r, j) in items:
+            lo, hi = j * C, min(lens[r], (j + 1) * C)
+            off = len(toks)
+            toks += rows[r].tokens[lo:hi]
+            pos += range(lo, hi)
+            spans.append((0, off, off + hi - lo, slab_row[r], 0, hi))
+            writes.append((slab_row[r], lo, off, off + hi - lo))
+            for o in sorted(wanted.get(node, ())):
+                sel_t.append(off + o)
+                sel_key.append((node, o))
+        if self._rowwise:
+            if len(toks) == 1:  # never a one-token forward (see _run): an idle second token
+                toks.append(self.pad_token_id)
+                pos.append(0)
+            hidden = self._run(torch.tensor([toks], device=device), None, torch.tensor([pos], device=device),
+                               KVSlab(buf, 0, writes).cache, spans)
+        else:
+            ((_, (r, j)),) = items
+            line = buf[slab_row[r]: slab_row[r] + 1]
+            hidden = self._run(torch.tensor([toks], device=device), None, torch.tensor([pos], device=device),
+                               KVSlab(line, j * C).cache, None)
+        if sel_key:
+            logits = self._logits(hidden[0, torch.tensor(sel_t, device=device)])
+            for k, key in enumerate(sel_key):
+                wanted_logits[key] = logits[k]
 
     def _batches(self, n_rows_sorted: list[int], batch_size: int, lengths: list[int]) -> list[list[int]]:
         """Chunks of row indices; without row-wise attention, only equal lengths share a batch."""
@@ -290,19 +472,22 @@ class Engine:
             inp = tuple((list(ctx) + list(cont))[-(self.max_length + 1):][:-1])
             groups.setdefault(inp, []).append(i)
         inputs = list(groups)
-        order = sorted(range(len(inputs)), key=lambda k: (-len(inputs[k]), inputs[k]))
-        lengths = [len(x) for x in inputs]
+        # in token order, so that requests sharing a context (the candidates of an item, the items of
+        # a few-shot cell) sit in the same batch and share its chunks
+        order = sorted(range(len(inputs)), key=lambda k: inputs[k])
         with self._lock, torch.inference_mode():
-            for chunk in self._batches(order, bs, lengths):
-                rows = [list(inputs[k]) for k in chunk]
-                keep = max(len(pairs[i][1]) for k in chunk for i in groups[inputs[k]])
-                out, _, _ = self._forward(rows, logits_to_keep=keep)
-                logits = out.logits
+            for chunk in self._batches(order, bs, [1] * len(inputs)):
+                keeps = [max(len(pairs[i][1]) for i in groups[inputs[k]]) for k in chunk]
+                rows = [_Row(list(inputs[k]), max(0, len(inputs[k]) - keep), max(1, len(inputs[k]) - keep + 1))
+                        for k, keep in zip(chunk, keeps, strict=True)]
+                pre = self._prefill(rows)
                 for b, k in enumerate(chunk):
+                    logits = pre.logits[b]
+                    keep = logits.shape[0]
                     for i in groups[inputs[k]]:
                         cont = list(pairs[i][1])
                         n = len(cont)
-                        lp = torch.log_softmax(logits[b, keep - n:].float(), dim=-1)
+                        lp = torch.log_softmax(logits[keep - n:].float(), dim=-1)
                         target = torch.tensor(cont, device=lp.device)
                         score = lp.gather(1, target[:, None]).sum().item()
                         greedy = bool((lp.argmax(dim=-1) == target).all())
@@ -335,20 +520,20 @@ class Engine:
             prompts.append(ids[-room:])
             seeds.append(None if r.temperature == 0 else (r.seed if r.seed is not None else secrets.randbits(63)))
         results: list[GenResult | None] = [None] * len(requests)
-        order = sorted(range(len(requests)), key=lambda i: (-len(prompts[i]), i))
+        order = sorted(range(len(requests)), key=lambda i: (-len(prompts[i]), prompts[i], i))
         bar = None
         if progress:
             from tqdm import tqdm
 
             bar = tqdm(total=len(requests), desc="generate", unit="req")
+
+        def done(i: int, res: GenResult) -> None:
+            results[i] = res
+            if bar is not None:
+                bar.update(1)
+
         with self._lock, torch.inference_mode():
-            for chunk in self._batches(order, bs, [len(p) for p in prompts]):
-                for i, res in zip(chunk, self._generate_batch([prompts[i] for i in chunk],
-                                                              [requests[i] for i in chunk],
-                                                              [seeds[i] for i in chunk]), strict=True):
-                    results[i] = res
-                if bar is not None:
-                    bar.update(len(chunk))
+            self._generate(order, prompts, list(requests), seeds, bs, done)
         if bar is not None:
             bar.close()
         return results  # type: ignore[return-value]
@@ -373,92 +558,196 @@ class Engine:
             out.append(int(torch.multinomial(probs, 1, generator=gens[b]).item()))
         return out
 
-    def _generate_batch(self, prompts: list[list[int]], reqs: list[GenRequest],
-                        seeds: list[int | None]) -> list[GenResult]:
-        """Generate for one batch. `slots` maps cache rows to active requests; a lone active row is
-        held twice while decoding (see `_forward`) so that no forward pass has a single token row."""
+    def _generate(self, order: list[int], prompts: list[list[int]], reqs: list[GenRequest],
+                  seeds: list[int | None], batch_size: int, done) -> None:
+        """Continuous batching. Requests are admitted in `order` by prompt groups (identical prompts,
+        e.g. the seeds of a sampled request): whenever fewer than `batch_size` distinct prompts are
+        decoding, the next groups are prefilled (chunked, through the prefix store) and join the
+        decoding rows, up to `DECODE_ROWS_PER_PROMPT` x batch_size rows. Decoding runs on a
+        left-padded KVSlab (one row per request, each row attending to its own span only); finished
+        rows stay in it, idle, until half of its rows are idle or new rows come in, then it is
+        laid out anew. A lone decoding row always has a second (idle) row beside it: no forward pass
+        has a single token row. Without row-wise attention, a group is admitted only into an empty
+        slab and only with groups of its prompt length (no padding)."""
         import torch
 
-        n = len(prompts)
-        gens = []
-        for s in seeds:
-            g = None
-            if s is not None:
-                g = torch.Generator(device="cpu")
-                g.manual_seed(int(s))
-            gens.append(g)
-        generated: list[list[int]] = [[] for _ in range(n)]
-        n_new = [0] * n
-        finish = ["length"] * n
-        active = [i for i in range(n) if reqs[i].max_new_tokens > 0]
-        if active:
-            out, pads, slots = self._forward([prompts[i] for i in active], logits_to_keep=1, use_cache=True)
-            cache = _output_cache(out)
-            width = max(len(prompts[i]) for i in active)
-            step = 0
-            while True:
-                logits = out.logits[: len(active), -1, :]
-                toks = self._next_tokens(logits, [reqs[i] for i in active], [gens[i] for i in active])
-                keep: list[int] = []
-                for b, i in enumerate(active):
-                    t = toks[b]
-                    n_new[i] += 1
-                    if t in self.eos_token_ids:
-                        finish[i] = "stop"
-                        continue
-                    generated[i].append(t)
-                    if reqs[i].stop and first_stop(self.tokenizer.decode(generated[i], skip_special_tokens=True),
-                                                   reqs[i].stop) >= 0:
-                        finish[i] = "stop"
-                        continue
-                    if len(generated[i]) < reqs[i].max_new_tokens:
-                        keep.append(b)
-                if not keep:
-                    break
-                step += 1
-                # cache row b holds active position b (a lone row is held twice: [0, 0])
-                current = slots
-                rows = keep if len(keep) > 1 else keep * 2
-                if rows != current:
-                    _select_cache_rows(cache, torch.tensor(rows, device=self.model.device))
-                    pads = [pads[b] for b in rows]
-                slots = list(range(len(rows))) if len(keep) > 1 else [0, 0]
-                active = [active[b] for b in keep]
-                toks = [toks[b] for b in rows]
-                lengths = [len(prompts[i]) for i in (active if len(active) > 1 else active * 2)]
-                device = self.model.device
-                kwargs = {}
-                if any(pads):
-                    kwargs["attention_mask"] = torch.tensor(
-                        [[0] * p + [1] * (width + step - p) for p in pads], device=device)
-                    kwargs["position_ids"] = torch.tensor([[ln + step - 1] for ln in lengths], device=device)
-                if self._rowwise:
-                    kwargs.update(sr_left_pad=pads, sr_total_len=width + step, sr_mask_memo={})
-                kwargs[self._cache_kw] = cache
-                out = self.model(input_ids=torch.tensor([[t] for t in toks], device=device),
-                                 use_cache=True, logits_to_keep=1, **kwargs)
-                cache = _output_cache(out)
-        results = []
-        for i in range(n):
-            text = self.tokenizer.decode(generated[i], skip_special_tokens=True)
-            cut = first_stop(text, reqs[i].stop)
-            if cut >= 0:
-                text = text[:cut]
-            results.append(GenResult(text=text, n_prompt_tokens=len(prompts[i]), n_new_tokens=n_new[i],
-                                     finish_reason=finish[i], seed=seeds[i]))
-        return results
+        max_rows = DECODE_ROWS_PER_PROMPT * batch_size
+        groups: list[list[int]] = []
+        for i in order:
+            if reqs[i].max_new_tokens == 0:
+                done(i, GenResult(text="", n_prompt_tokens=len(prompts[i]), n_new_tokens=0, finish_reason="length",
+                                  seed=seeds[i]))
+            elif groups and prompts[groups[-1][0]] == prompts[i] and len(groups[-1]) < max_rows:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        pending = deque(groups)
+        rows: list[_GenRow | None] = []  # slab rows; None: idle
+        slab = None
+        logits: dict[int, object] = {}  # slab row -> logits of the row's next token
+        device = self.model.device
+        while pending or any(r is not None for r in rows):
+            live = [b for b, r in enumerate(rows) if r is not None]
+            n_groups = len({rows[b].group for b in live})
+            if pending and n_groups < batch_size and (self._rowwise or not live):
+                admit: list[list[int]] = []
+                n_rows = len(live)
+                while pending and n_groups + len(admit) < batch_size and (
+                        n_rows + len(pending[0]) <= max_rows or not (admit or live)):
+                    if not self._rowwise and admit and len(prompts[pending[0][0]]) != len(prompts[admit[0][0]]):
+                        break
+                    n_rows += len(pending[0])
+                    admit.append(pending.popleft())
+                if admit:
+                    slab, rows, logits = self._admit(admit, prompts, reqs, seeds, slab, rows, logits)
+                    live = [b for b, r in enumerate(rows) if r is not None]
+            # sample every live row's next token
+            active = [rows[b] for b in live]
+            toks = self._next_tokens(torch.stack([logits[b] for b in live]), [reqs[r.i] for r in active],
+                                     [r.gen for r in active])
+            feed: dict[int, int] = {}
+            for b, r, t in zip(live, active, toks, strict=True):
+                r.n_new += 1
+                stop = t in self.eos_token_ids
+                if not stop:
+                    r.generated.append(t)
+                    stop = bool(reqs[r.i].stop) and first_stop(
+                        self.tokenizer.decode(r.generated, skip_special_tokens=True), reqs[r.i].stop) >= 0
+                if stop or len(r.generated) >= reqs[r.i].max_new_tokens:
+                    done(r.i, self._result(r, prompts, reqs, seeds, "stop" if stop else "length"))
+                    rows[b] = None
+                else:
+                    feed[b] = t
+            logits = {}
+            if not feed:
+                rows, slab = [], None
+                continue
+            idle = len(rows) - len(feed)
+            if idle and (2 * idle >= len(rows)) and len(rows) > 2:
+                slab, rows, kept = self._relayout(slab, rows, sorted(feed), [])
+                feed = {kept[b]: t for b, t in feed.items()}
+            if slab.n + 1 > slab.capacity:
+                slab, rows, kept = self._relayout(slab, rows, [b for b, r in enumerate(rows) if r is not None], [])
+                feed = {kept[b]: t for b, t in feed.items()}
+            # one decode step for the rows being fed; idle rows get a pad token and an empty span
+            total = slab.n + 1
+            pos, spans, ids = [], [], []
+            for b, r in enumerate(rows):
+                if b in feed:
+                    r.length += 1
+                    pos.append([r.length - 1])
+                    spans.append((b, 0, 1, b, total - r.length, total))
+                    ids.append([feed[b]])
+                else:
+                    pos.append([0])
+                    ids.append([self.pad_token_id])
+            mask = None
+            if not self._rowwise:  # (no padding then: one prompt length per slab)
+                mask = torch.ones(len(rows), total, dtype=torch.long, device=device)
+            hidden = self._run(torch.tensor(ids, device=device), mask, torch.tensor(pos, device=device), slab.cache,
+                               spans)
+            fed = sorted(feed)
+            out = self._logits(hidden[torch.tensor(fed, device=device), -1])
+            logits = {b: out[k] for k, b in enumerate(fed)}
+
+    def _result(self, r: _GenRow, prompts, reqs, seeds, finish: str) -> GenResult:
+        text = self.tokenizer.decode(r.generated, skip_special_tokens=True)
+        cut = first_stop(text, reqs[r.i].stop)
+        if cut >= 0:
+            text = text[:cut]
+        return GenResult(text=text, n_prompt_tokens=len(prompts[r.i]), n_new_tokens=r.n_new, finish_reason=finish,
+                         seed=seeds[r.i])
+
+    def _admit(self, admit: list[list[int]], prompts, reqs, seeds, slab, rows, logits):
+        """Prefill the admitted groups and add one slab row per request (the slab is laid out anew)."""
+        import torch
+
+        if self.prefix_cache:  # one prefill row per distinct prompt
+            members = admit
+        else:  # the unoptimised path: every request prefills its own prompt
+            members = [[i] for g in admit for i in g]
+        pre = self._prefill([_Row(prompts[m[0]], len(prompts[m[0]]) - 1, len(prompts[m[0]])) for m in members],
+                            want_kv=True)
+        group_of = {}
+        for g in admit:
+            key = object()
+            for i in g:
+                group_of[i] = key
+        new = []
+        for p, m in enumerate(members):
+            for i in m:
+                g = None
+                if seeds[i] is not None:
+                    g = torch.Generator(device="cpu")
+                    g.manual_seed(int(seeds[i]))
+                new.append((_GenRow(i=i, group=group_of[i], gen=g, length=len(prompts[i]), max_new=reqs[i].max_new_tokens),
+                            pre.chunks[p],
+                            pre.logits[p][-1]))
+        keep = [b for b, r in enumerate(rows) if r is not None]
+        slab, rows, kept = self._relayout(slab, rows, keep, [(r, c) for r, c, _ in new])
+        logits = {kept[b]: t for b, t in logits.items() if b in kept}
+        for k, (_, _, t) in enumerate(new):
+            logits[len(keep) + k] = t
+        return slab, rows, logits
+
+    def _relayout(self, slab, rows, keep: list[int], new: list):
+        """A fresh slab holding the kept rows (then the new ones: (row, prompt chunks)), right-aligned
+        on the longest row, with room to decode every row to its max_new_tokens; at least two rows
+        (an idle one is added beside a lone row). Returns (slab, rows, old index -> new index)."""
+        import torch
+
+        from safetyrepro.adapters.kv_slab import KVSlab
+
+        out_rows: list[_GenRow | None] = [rows[b] for b in keep] + [r for r, _ in new]
+        width = max(r.length for r in out_rows)
+        room = max(r.room for r in out_rows)
+        if len(out_rows) == 1:
+            out_rows.append(None)
+        sample = slab.buf if slab is not None else new[0][1][0][None]
+        n_layers, _, kv_heads, _, head_dim = sample.shape[1:]
+        buf = torch.empty(len(out_rows), n_layers, 2, kv_heads, width + room, head_dim, dtype=sample.dtype,
+                          device=sample.device)  # padding is never read (each row attends to its own span)
+        for b, old in enumerate(keep):
+            r = rows[old]
+            buf[b, :, :, :, width - r.length: width] = slab.buf[old, :, :, :, slab.n - r.length: slab.n]
+        for k, (r, chunks) in enumerate(new):
+            at = width - r.length
+            for t in chunks:
+                buf[len(keep) + k, :, :, :, at: at + t.shape[3]] = t
+                at += t.shape[3]
+        return KVSlab(buf, width), out_rows, {old: b for b, old in enumerate(keep)}
+
+@dataclass
+class _Row:
+    """A prefill row: logits are wanted at positions need_from..len(tokens)-1; its full chunks
+    ending at or before position store_upto go into the prefix store."""
+
+    tokens: list[int]
+    need_from: int
+    store_upto: int
 
 
-def _output_cache(out):
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
+@dataclass
+class _Prefilled:
+    logits: list  # per row: [len(tokens) - need_from, vocab], the model's dtype
+    chunks: list | None  # per row: each chunk's states [layers, 2, kv_heads, n, head_dim]
 
 
-def _select_cache_rows(cache, idx) -> None:
-    if hasattr(cache, "batch_select_indices"):
-        cache.batch_select_indices(idx)
-    else:  # pragma: no cover - older cache classes
-        cache.reorder_cache(idx)
+@dataclass(eq=False)
+class _GenRow:
+    """A decoding request: its index, prompt group, sampling generator, and state."""
+
+    i: int
+    group: object
+    gen: object
+    length: int  # tokens in its cache row (prompt + tokens fed back)
+    generated: list = field(default_factory=list)
+    n_new: int = 0
+    max_new: int = 0
+
+    @property
+    def room(self) -> int:
+        return max(1, self.max_new - len(self.generated))
 
 
 # --------------------------------------------------------------------------- loading, once per process

@@ -13,6 +13,16 @@ causal or all-true pattern, the sliced mask otherwise (sliding windows). A batch
 goes through one SDPA call, with the same mask canonicalisation, so batch size 1 and batch size
 8 take identical code paths per row.
 
+The engine passes spans instead (`sr_spans`): a list of query blocks
+`(q_row, q_lo, q_hi, kv_row, k_lo, k_hi)`, each the queries query[q_row, :, q_lo:q_hi] attending
+to key[kv_row, :, k_lo:k_hi], the block being the last q_hi - q_lo positions of its keys. Every
+block is run alone: one SDPA call on exactly its queries and keys, with the mask built from its
+shape alone (`span_mask`: causal, the layer's sliding window if any; the model's own batch mask is
+not used). So a block's output is a function of its own queries and keys, whatever else the
+forward pass holds. The engine's chunked prefill packs the chunks of many prompts into one
+sequence and reads each chunk's keys from its prompt's cache row (written by the same layer
+moments before); decode steps use one block per row over the row's unpadded keys.
+
 It is registered in transformers' AttentionInterface (and the SDPA mask creator under the same
 name) as "safetyrepro_rowwise"; `enable(model)` switches a loaded model to it.
 """
@@ -43,8 +53,11 @@ def rowwise_sdpa_forward(module, query, key, value, attention_mask, **kwargs):
 
     pads = kwargs.pop("sr_left_pad", None)
     total = kwargs.pop("sr_total_len", None)
+    spans = kwargs.pop("sr_spans", None)
     memo = kwargs.pop("sr_mask_memo", None)  # per forward pass: every layer shares the same mask tensors
     memo = {} if memo is None else memo
+    if spans is not None:
+        return _spans_forward(module, query, key, value, spans, memo, sdpa_attention_forward, kwargs)
     q_len, kv_len = query.shape[2], key.shape[2]
 
     def canonical(mask, row: int | None, q_start: int = 0, kv_start: int = 0):
@@ -74,6 +87,61 @@ def rowwise_sdpa_forward(module, query, key, value, attention_mask, **kwargs):
         o, _ = sdpa_attention_forward(module, q, k, v, m, **kwargs)
         out[i, q_start:] = o[0]
     return out, None
+
+
+def span_mask(q_len: int, kv_len: int, window: int | None, memo: dict, device):
+    """The mask of a query block that is the last q_len of kv_len keys (causal, and within a sliding
+    window when the layer has one: query position p sees keys k with p - window < k <= p), as a
+    lone row gets it: None when it is plain causal over the whole span (q_len == kv_len: SDPA's
+    `is_causal`), else a boolean [1, 1, q_len, kv_len] tensor. A single query always gets a boolean
+    mask (all true without a window): transformers then packs the query heads onto the key/value
+    heads (`pack_gqa`), 4-8x faster on CPU than the `enable_gqa` path a None mask selects."""
+    import torch
+
+    if window is not None and window >= kv_len:
+        window = None
+    if q_len == kv_len and q_len > 1 and window is None:
+        return None
+    key_ = ("mask", q_len, kv_len, window)
+    if key_ not in memo:
+        q_pos = torch.arange(kv_len - q_len, kv_len, device=device)[:, None]
+        k_pos = torch.arange(kv_len, device=device)[None, :]
+        m = k_pos <= q_pos
+        if window is not None:
+            m &= k_pos > q_pos - window
+        memo[key_] = m[None, None].contiguous()
+    return memo[key_]
+
+
+def _spans_forward(module, query, key, value, spans, memo, sdpa, kwargs):
+    """Each span alone (see the module docstring); query positions outside every span stay zero."""
+    window = kwargs.pop("sliding_window", None) or getattr(module, "sliding_window", None)
+    out = query.new_zeros(query.shape[0], query.shape[2], query.shape[1], value.shape[-1])
+    for (q_row, q_lo, q_hi, kv_row, k_lo, k_hi), n in _runs(spans):
+        m = span_mask(q_hi - q_lo, k_hi - k_lo, window, memo, query.device)
+        o, _ = sdpa(module, query[q_row: q_row + n, :, q_lo:q_hi], key[kv_row: kv_row + n, :, k_lo:k_hi],
+                    value[kv_row: kv_row + n, :, k_lo:k_hi], m, **kwargs)
+        out[q_row: q_row + n, q_lo:q_hi] = o
+    return out, None
+
+
+def _runs(spans):
+    """Spans as (first span, count): single-query spans of consecutive rows with the same key range
+    (a prompt's sampled seeds while decoding) go into one SDPA call over those rows; SDPA computes
+    every (row, head) on its own, so a row's numbers are those of the call with it alone (tested).
+    Empty spans are dropped."""
+    out: list = []
+    for sp in spans:
+        q_row, q_lo, q_hi, kv_row, k_lo, k_hi = sp
+        if q_hi <= q_lo:
+            continue
+        if out and q_hi - q_lo == 1:
+            (q0, ql0, qh0, kv0, kl0, kh0), n = out[-1]
+            if (qh0 - ql0 == 1 and (q_lo, k_lo, k_hi) == (ql0, kl0, kh0) and q_row == q0 + n and kv_row == kv0 + n):
+                out[-1] = (out[-1][0], n + 1)
+                continue
+        out.append((sp, 1))
+    return out
 
 
 def register() -> str:

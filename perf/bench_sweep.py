@@ -116,8 +116,11 @@ def bench_bcd(model: str, benchmark: str, limit: int, tmp: Path) -> None:
     ids = [it.id for it in items_for(benchmark).items[:limit]]
     driver = LmEvalDriver(engine, rules, items_for)
 
-    def fresh(name: str) -> None:  # an empty output cache for each timed run
+    def fresh(name: str) -> None:  # an empty output cache and an empty prefix KV store for each timed run
         engine.cache = OutputsCache(tmp / f"bcd-{name}.sqlite")
+        store = getattr(engine.inner, "prefix_store", None)
+        if store is not None:  # else a timed cell would reuse the prompts the cell before it prefilled
+            store.clear()
 
     fresh("warm")
     driver.run_cell(Config(benchmark, "T3", "greedy", 0, "free_form"), (0,), ids[:2])  # warm-up
@@ -159,6 +162,8 @@ def bench_d(engine, benchmark: str, limit: int, ids) -> None:
     pairs = [engine.encode_pair(r.context, r.continuation) for r in reqs]
     n_tokens = sum(len(c) + len(k) for c, k in pairs)
     engine.loglikelihood(reqs[:4])  # warm-up
+    if getattr(engine, "prefix_store", None) is not None:
+        engine.prefix_store.clear()  # cold: what it reuses, it finds within these requests
     t0 = time.time()
     engine.loglikelihood(reqs)
     t_engine = time.time() - t0

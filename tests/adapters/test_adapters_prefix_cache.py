@@ -1,0 +1,190 @@
+"""The prefix KV store (keys, LRU, memory bound), the KV slab, and the span attention: fast, no model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from safetyrepro.adapters.prefix_cache import (
+    DEFAULT_CHUNK_SIZE,
+    ENV_CHUNK,
+    ENV_ENABLED,
+    ENV_MAX_MB,
+    PrefixStore,
+    chunk_keys,
+    chunk_size_from_env,
+    enabled_from_env,
+    max_bytes_from_env,
+)
+
+
+def _t(n_bytes: int) -> torch.Tensor:
+    return torch.zeros(n_bytes // 2, dtype=torch.bfloat16)
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def test_chunk_keys_cover_full_chunks_only():
+    toks = list(range(10))
+    assert len(chunk_keys(toks, 4)) == 2  # 0-3, 4-7; the partial 8-9 gets no key
+    assert len(chunk_keys(toks, 5)) == 2 and len(chunk_keys(toks, 11)) == 0
+    assert len(chunk_keys(toks, 4, n_chunks=1)) == 1
+    assert all(isinstance(k, bytes) and len(k) == 16 for k in chunk_keys(toks, 2))
+
+
+def test_a_key_names_the_whole_prefix():
+    a = chunk_keys([1, 2, 3, 4, 5, 6], 2)
+    b = chunk_keys([1, 2, 3, 4, 9, 9], 2)
+    c = chunk_keys([9, 2, 3, 4, 5, 6], 2)
+    assert a[:2] == b[:2] and a[2] != b[2]  # same prefix, same keys, up to where they part
+    assert all(x != y for x, y in zip(a, c, strict=True))  # a different first token changes every key
+    assert chunk_keys([1, 2, 3, 4], 2)[1] != chunk_keys([3, 4, 1, 2], 2)[1]  # order matters
+    assert chunk_keys([1, 2, 3, 4], 2)[1] != chunk_keys([1, 2, 3, 4], 4)[0]  # the chunk size is in the key
+    assert chunk_keys([12, 3], 2) != chunk_keys([1, 23], 2)  # token boundaries are in the key
+
+
+def test_env_settings(monkeypatch):
+    for v, want in (("", True), ("1", True), ("0", False), ("off", False), ("False", False), ("no", False)):
+        monkeypatch.setenv(ENV_ENABLED, v)
+        assert enabled_from_env() is want
+    monkeypatch.delenv(ENV_ENABLED)
+    assert enabled_from_env() is True
+    monkeypatch.setenv(ENV_MAX_MB, "1.5")
+    assert max_bytes_from_env() == int(1.5 * 2**20)
+    monkeypatch.delenv(ENV_CHUNK, raising=False)
+    assert chunk_size_from_env() == DEFAULT_CHUNK_SIZE
+    monkeypatch.setenv(ENV_CHUNK, "16")
+    assert chunk_size_from_env() == 16
+    monkeypatch.setenv(ENV_CHUNK, "1")
+    with pytest.raises(ValueError):
+        chunk_size_from_env()
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def test_longest_prefix_stops_at_the_first_missing_chunk():
+    s = PrefixStore(max_bytes=10_000)
+    k = chunk_keys(list(range(8)), 2)
+    vals = [_t(100) for _ in k]
+    s.put(k[0], vals[0])
+    s.put(k[1], vals[1])
+    s.put(k[3], vals[3])  # chunk 2 missing: chunk 3 is useless on its own
+    got = s.longest_prefix(k)
+    assert len(got) == 2 and got[0] is vals[0] and got[1] is vals[1]
+    assert s.stats.hits == 2 and s.stats.misses == 1
+    assert s.longest_prefix([]) == [] and s.get(b"nope") is None
+
+
+def test_memory_bound_and_lru_order():
+    s = PrefixStore(max_bytes=1000)
+    for i in range(5):
+        s.put(bytes([i]), _t(300))
+        assert s.nbytes <= 1000
+    assert len(s) == 3 and s.nbytes == 900 and s.stats.evictions == 2
+    assert bytes([0]) not in s and bytes([1]) not in s
+    s.get(bytes([2]))  # touched: now the most recent
+    s.put(bytes([9]), _t(300))
+    assert bytes([2]) in s and bytes([3]) not in s and bytes([4]) in s
+    s.put(bytes([9]), _t(200))  # replacing a key re-counts its bytes
+    assert s.nbytes == 800 and len(s) == 3
+    s.put(b"huge", _t(2000))  # larger than the whole bound: not kept, nothing evicted for it
+    assert b"huge" not in s and len(s) == 3
+    s.clear()
+    assert len(s) == 0 and s.nbytes == 0
+
+
+def test_a_prefix_is_evicted_from_its_deep_end():
+    """put_prefix and longest_prefix leave shallow chunks most recent: under pressure a prefix
+    loses its deep end first, and its start stays usable."""
+    s = PrefixStore(max_bytes=4 * 100)
+    keys = chunk_keys(list(range(8)), 2)  # 4 chunks
+    s.put_prefix([(k, _t(100)) for k in keys])
+    assert len(s.longest_prefix(keys)) == 4
+    s.put(b"other", _t(100))  # one chunk must go: the deepest
+    assert keys[3] not in s and all(k in s for k in keys[:3])
+    assert len(s.longest_prefix(keys)) == 3
+    s.put(b"other2", _t(200))  # the least recent ("other", untouched since), then the deepest chunk
+    assert b"other" not in s and keys[2] not in s and len(s.longest_prefix(keys)) == 2
+
+
+# --------------------------------------------------------------------------- slab and span attention
+
+
+def test_kv_slab_writes_in_place_and_returns_views():
+    from safetyrepro.adapters.kv_slab import KVSlab
+
+    buf = torch.zeros(2, 3, 2, 1, 6, 4)  # batch, layers, k/v, heads, capacity, dim
+    slab = KVSlab(buf, 2)
+    k = torch.ones(2, 1, 3, 4)
+    keys, values = slab.cache.layers[1].update(k, 2 * k)
+    assert keys.shape == (2, 1, 5, 4) and torch.equal(buf[:, 1, 0, :, 2:5], k) and torch.equal(buf[:, 1, 1, :, 2:5], 2 * k)
+    assert keys.data_ptr() == buf[:, 1, 0].data_ptr()  # a view, no copy
+    assert slab.cache.layers[1].get_seq_length() == 5 and slab.cache.layers[0].get_seq_length() == 2
+    with pytest.raises(RuntimeError, match="full"):
+        slab.cache.layers[1].update(k, k)
+    # packed writes: token ranges of row 0 into given slab rows and columns
+    buf = torch.zeros(2, 1, 2, 1, 6, 1)
+    slab = KVSlab(buf, 0, writes=[(1, 3, 0, 2), (0, 0, 2, 3)])
+    toks = torch.arange(1.0, 4.0).view(1, 1, 3, 1)
+    keys, _ = slab.cache.layers[0].update(toks, toks)
+    assert buf[1, 0, 0, 0, 3:5, 0].tolist() == [1.0, 2.0] and buf[0, 0, 0, 0, 0, 0].item() == 3.0
+    assert keys.shape == (2, 1, 6, 1)
+
+
+def test_span_mask_is_causal_bottom_right_with_window():
+    from safetyrepro.adapters.rowwise_attention import span_mask
+
+    memo: dict = {}
+    assert span_mask(4, 4, None, memo, "cpu") is None  # plain causal: SDPA's is_causal
+    m = span_mask(2, 5, None, memo, "cpu")[0, 0]
+    assert m.tolist() == [[True] * 4 + [False], [True] * 5]
+    one = span_mask(1, 7, None, memo, "cpu")
+    assert one.shape == (1, 1, 1, 7) and bool(one.all())
+    w = span_mask(3, 6, 2, memo, "cpu")[0, 0]  # query positions 3, 4, 5 see (p-2, p]
+    assert w.tolist() == [[False, False, True, True, False, False], [False, False, False, True, True, False],
+                          [False, False, False, False, True, True]]
+    assert span_mask(4, 4, 8, memo, "cpu") is None  # a window wider than the span changes nothing
+
+
+class _Module(torch.nn.Module):
+    def __init__(self, heads: int, kv_heads: int):
+        super().__init__()
+        self.num_key_value_groups = heads // kv_heads
+        self.is_causal = True
+
+
+def test_span_attention_equals_each_block_alone():
+    """Query blocks packed in one sequence, keys read from other rows, several decode rows in one
+    call: each block's output equals the block run alone, to the bit."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from safetyrepro.adapters.rowwise_attention import rowwise_sdpa_forward, span_mask
+
+    torch.manual_seed(0)
+    heads, kv_heads, dim, dt = 6, 2, 16, torch.bfloat16
+    module = _Module(heads, kv_heads)
+    q = torch.randn(1, heads, 11, dim, dtype=dt)
+    k = torch.randn(3, kv_heads, 9, dim, dtype=dt)
+    v = torch.randn(3, kv_heads, 9, dim, dtype=dt)
+    spans = [(0, 0, 4, 0, 0, 4), (0, 4, 7, 2, 0, 9), (0, 7, 8, 1, 0, 5), (0, 8, 11, 1, 2, 5)]
+    out, _ = rowwise_sdpa_forward(module, q, k, v, None, sr_spans=spans, scaling=dim**-0.5)
+    for q_row, q_lo, q_hi, kv_row, k_lo, k_hi in spans:
+        m = span_mask(q_hi - q_lo, k_hi - k_lo, None, {}, "cpu")
+        alone, _ = sdpa_attention_forward(module, q[q_row:q_row + 1, :, q_lo:q_hi].clone(),
+                                          k[kv_row:kv_row + 1, :, k_lo:k_hi].clone(),
+                                          v[kv_row:kv_row + 1, :, k_lo:k_hi].clone(), m, scaling=dim**-0.5)
+        assert torch.equal(out[q_row, q_lo:q_hi], alone[0])
+    # decode: one query per row, rows 1-3 share a key range (one SDPA call), row 0 idle
+    q = torch.randn(4, heads, 1, dim, dtype=dt)
+    k = torch.randn(4, kv_heads, 30, dim, dtype=dt)
+    v = torch.randn(4, kv_heads, 30, dim, dtype=dt)
+    spans = [(0, 0, 0, 0, 0, 0)] + [(b, 0, 1, b, 7, 30) for b in (1, 2, 3)]
+    out, _ = rowwise_sdpa_forward(module, q, k, v, None, sr_spans=spans, scaling=dim**-0.5)
+    assert torch.count_nonzero(out[0]) == 0
+    for b in (1, 2, 3):
+        alone, _ = sdpa_attention_forward(module, q[b:b + 1].clone(), k[b:b + 1, :, 7:].clone(),
+                                          v[b:b + 1, :, 7:].clone(), span_mask(1, 23, None, {}, "cpu"),
+                                          scaling=dim**-0.5)
+        assert torch.equal(out[b], alone[0])
