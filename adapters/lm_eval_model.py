@@ -7,10 +7,13 @@ model_args: `model` (embedded label, .gguf file, HF folder or hub id; default sm
 `batch_size` (an int; "auto" means the engine default, 8), `seed` (base sampling seed, see below).
 
 Equivalence with `--model hf`: contexts and continuations are tokenised exactly as HFLM does
-(engine.encode_pair), and the model sees the same tokens, so the per-item choices agree. The
-numbers agree to the bit with `--model hf --model_args ...,softmax_dtype=float32,batch_size=1`
-(HFLM otherwise takes the log-softmax in the model dtype, and its right-padded batches move
-numbers slightly; this engine's results do not depend on batching).
+(engine.encode_pair), and the model sees the same tokens, so the per-item choices agree. Inputs
+that fit in one prefill chunk (32 tokens) agree to the bit with `--model hf --model_args
+...,softmax_dtype=float32,batch_size=1`; longer ones are prefilled chunk by chunk (the engine's
+canonical computation, which is what lets it reuse shared prefixes), which moves bf16 numbers by
+up to a few tenths of a nat on SmolLM2 (see engine.py). HFLM otherwise takes the log-softmax in
+the model dtype, and its right-padded batches move numbers slightly; this engine's results do not
+depend on batching.
 
 Sampling seeds: a generate_until request samples with the base seed itself, as Inspect's provider
 does with `--seed` (so both packages give the same text for the same seed, and share cached
