@@ -9,8 +9,10 @@ loaded weights, in one process. Not a test: it prints times and ratios.
 Requests look like multiple-choice scoring: a ~220-token context (deterministic pseudo-text)
 and four short continuations per item.
 
-- engine: `Engine.loglikelihood` (batched, left padding with row-wise attention, logits of the
-  continuation positions only, float32 log-softmax there, identical inputs run once);
+- engine: `Engine.loglikelihood` (chunked prefill packed into one forward per pass, the four
+  continuations of an item sharing their context's chunks, logits of the continuation positions
+  only, float32 log-softmax there, identical inputs run once), from an empty prefix store each
+  round;
 - plain: right-padded batches of the same size, full logits at every position, float32
   log-softmax over the whole [batch, length, vocab] tensor, then a gather;
 - hflm: `lm_eval.models.huggingface.HFLM(pretrained=<the same model object>)` with its defaults
@@ -128,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         baseline = not name.startswith("engine")
         if baseline:
             engine.model.set_attn_implementation("sdpa")  # baselines on the model's stock attention
+        elif getattr(engine, "prefix_store", None) is not None:
+            engine.prefix_store.clear()  # no reuse across rounds: each round starts cold
         try:
             t, c = time.perf_counter(), time.process_time()
             out = runners[name]()

@@ -188,3 +188,19 @@ def test_span_attention_equals_each_block_alone():
                                           v[b:b + 1, :, 7:].clone(), span_mask(1, 23, None, {}, "cpu"),
                                           scaling=dim**-0.5)
         assert torch.equal(out[b], alone[0])
+
+
+@pytest.mark.parametrize("shape", [(576, 1536), (1536, 576), (576, 192)])
+def test_bf16_matmul_rows_do_not_depend_on_the_other_rows(shape):
+    """What packing chunks of many prompts into one forward pass relies on: on this CPU a bf16
+    linear layer computes each row the same way whatever the number of rows (from two up: the
+    engine never runs a single row, see engine._run)."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(*shape, bias=False).to(torch.bfloat16)
+    x = torch.randn(300, shape[0]).to(torch.bfloat16)
+    with torch.inference_mode():
+        ref = layer(x)
+        for m in (2, 3, 7, 31, 32, 33, 64, 97, 256):
+            for start in (0, 300 - m):
+                assert torch.equal(layer(x[start:start + m]), ref[start:start + m]), (m, start)
+        assert torch.equal(layer(x[None, 5:40])[0], ref[5:40])  # [1, N, H], as a packed forward has it
