@@ -7,6 +7,8 @@ task with its solver and scorer. The model is the SafetyRepro engine, loaded onc
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +34,6 @@ def decode_settings(rules: Rules, cfg: Config) -> Decode:
 def _quiet_git_hash() -> None:
     """lm-eval shells out to `git describe` in the working directory on every evaluate call (printing
     'fatal: not a git repository' outside one); the answer cannot change within a sweep, so ask once."""
-    import functools
     import subprocess
 
     import lm_eval.evaluator as evaluator
@@ -48,6 +49,20 @@ def _quiet_git_hash() -> None:
             return None
 
     evaluator.get_git_commit_hash = git_hash
+
+
+@contextlib.contextmanager
+def _no_request_building_bar():
+    """lm-eval draws a tqdm bar per task while it builds requests; in a sweep that is one bar per cell
+    and seed under our own progress bar, so switch that one off for the duration of the call."""
+    import lm_eval.api.task as task_module
+
+    original = task_module.tqdm
+    task_module.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        task_module.tqdm = original
 
 
 class LmEvalDriver:
@@ -84,13 +99,14 @@ class LmEvalDriver:
                 gen_kwargs = {"temperature": dec.temperature, "top_p": dec.top_p, "do_sample": dec.do_sample}
                 if dec.do_sample:
                     gen_kwargs["seed"] = seed
-            res = simple_evaluate(
-                model=self.lm, tasks=[name], num_fewshot=cfg.shots, samples={name: [position[i] for i in ids]},
-                log_samples=True,
-                apply_chat_template=chat, fewshot_as_multiturn=chat, gen_kwargs=gen_kwargs,
-                task_manager=self.task_manager, bootstrap_iters=0, random_seed=seed, numpy_random_seed=seed,
-                torch_random_seed=seed, fewshot_random_seed=seed,
-            )
+            with _no_request_building_bar():
+                res = simple_evaluate(
+                    model=self.lm, tasks=[name], num_fewshot=cfg.shots, samples={name: [position[i] for i in ids]},
+                    log_samples=True,
+                    apply_chat_template=chat, fewshot_as_multiturn=chat, gen_kwargs=gen_kwargs,
+                    task_manager=self.task_manager, bootstrap_iters=0, random_seed=seed, numpy_random_seed=seed,
+                    torch_random_seed=seed, fewshot_random_seed=seed,
+                )
             for s in res["samples"][name]:
                 item = items.by_id(s["doc"]["id"])
                 context = s["arguments"][0][0] if isinstance(s["arguments"], list) else s["arguments"]["gen_args_0"]["arg_0"]
