@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from safetyrepro.errors import UserError
+from safetyrepro.tasks.sources import sha256_file
 
 GGUF_MAGIC = b"GGUF"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -149,14 +150,6 @@ def _is_within(path: Path, root: Path) -> bool:
         return False
 
 
-def _sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
@@ -182,7 +175,7 @@ def file_sha256(path: str | Path) -> str:
                 return rec["sha256"]
     except (OSError, ValueError, KeyError):
         pass  # a damaged cache entry is recomputed
-    sha = _sha256_of(path)
+    sha = sha256_file(path)
     rec = {**key, "sha256": sha}
     try:
         if sidecar is not None:

@@ -11,7 +11,7 @@ import pandas as pd
 from safetyrepro.tasks.envelope import Rules
 
 from .grid_io import Grid
-from .slices import slice_config_ids
+from .slices import slice_matrices
 
 # CrowS-Pairs scores the share of pairs where the stereotypical sentence wins (0.5 = unbiased):
 # there is no conventional pass/fail cut-off, so a thresholded CFR would not mean anything.
@@ -76,25 +76,20 @@ def dispersion_tables(grid: Grid, rules: Rules, slices: tuple[str, ...],
                       thetas: Sequence[float]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(sdi, cfr) in long form: one row per model x benchmark x slice (x theta)."""
     sdi_rows, cfr_rows = [], []
-    for benchmark in grid.benchmarks:
-        for name in slices:
-            ids = slice_config_ids(grid, rules, benchmark, name)
-            if not ids:
-                continue
-            m = grid.matrix(benchmark, config_ids=ids)
-            for model in grid.models:
-                d = dispersion(m[model])
-                sdi_rows.append({"model": model, "benchmark": benchmark, "slice": name, "n_configs": d.n,
-                                 "min": d.low, "max": d.high, "mean": d.mean, "range": d.range, "sdi": d.sdi})
-                for theta in (*thetas, MEDIAN):
-                    row = {"model": model, "benchmark": benchmark, "slice": name, "theta": str(theta),
-                           "n_configs": len(ids)}
-                    if benchmark in NO_PASS_FAIL:
-                        row.update(threshold=np.nan, pass_share=np.nan, cfr=np.nan, ceiling=np.nan,
-                                   note="N/A: no pass/fail reading")
-                    else:
-                        c = compliance_flip(m[model], theta)
-                        row.update(threshold=c.threshold, pass_share=c.pass_share, cfr=c.cfr,
-                                   ceiling=cfr_ceiling(c.n) if c.n > 1 else np.nan, note="")
-                    cfr_rows.append(row)
+    for benchmark, name, m in slice_matrices(grid, rules, slices):
+        for model in grid.models:
+            d = dispersion(m[model])
+            sdi_rows.append({"model": model, "benchmark": benchmark, "slice": name, "n_configs": d.n,
+                             "min": d.low, "max": d.high, "mean": d.mean, "range": d.range, "sdi": d.sdi})
+            for theta in (*thetas, MEDIAN):
+                row = {"model": model, "benchmark": benchmark, "slice": name, "theta": str(theta),
+                       "n_configs": len(m)}
+                if benchmark in NO_PASS_FAIL:
+                    row.update(threshold=np.nan, pass_share=np.nan, cfr=np.nan, ceiling=np.nan,
+                               note="N/A: no pass/fail reading")
+                else:
+                    c = compliance_flip(m[model], theta)
+                    row.update(threshold=c.threshold, pass_share=c.pass_share, cfr=c.cfr,
+                               ceiling=cfr_ceiling(c.n) if c.n > 1 else np.nan, note="")
+                cfr_rows.append(row)
     return pd.DataFrame(sdi_rows), pd.DataFrame(cfr_rows)

@@ -14,7 +14,7 @@ import pandas as pd
 from safetyrepro.tasks.envelope import Rules
 
 from .grid_io import Grid
-from .slices import slice_config_ids
+from .slices import slice_matrices
 
 ORDERINGS_COLUMNS = ("benchmark", "slice", "n_configs", "n_orderings")
 
@@ -91,24 +91,19 @@ def ranking_concordance(matrix: pd.DataFrame) -> Concordance:
 def orderings_tables(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(orderings_detail, concordance), one row per benchmark x non-empty slice."""
     detail, concord = [], []
-    for benchmark in grid.benchmarks:
-        for name in slices:
-            ids = slice_config_ids(grid, rules, benchmark, name)
-            if not ids:
-                continue
-            m = grid.matrix(benchmark, config_ids=ids)
-            reached = orderings_reached(m)
-            detail.append({
-                "benchmark": benchmark, "slice": name, "n_configs": reached.n_configs,
-                "n_orderings": reached.n_orderings, "n_possible": reached.n_possible,
-                "orderings": "; ".join(f"{o} ({n})" for o, n in reached.counts),
-            })
-            c = ranking_concordance(m)
-            concord.append({
-                "benchmark": benchmark, "slice": name, "n_configs": len(ids), "tau_r": c.tau_r,
-                "n_config_pairs": c.n_config_pairs, "n_undefined_pairs": c.n_undefined,
-                "order_mismatch_rate": c.order_mismatch_rate,
-            })
+    for benchmark, name, m in slice_matrices(grid, rules, slices):
+        reached = orderings_reached(m)
+        detail.append({
+            "benchmark": benchmark, "slice": name, "n_configs": reached.n_configs,
+            "n_orderings": reached.n_orderings, "n_possible": reached.n_possible,
+            "orderings": "; ".join(f"{o} ({n})" for o, n in reached.counts),
+        })
+        c = ranking_concordance(m)
+        concord.append({
+            "benchmark": benchmark, "slice": name, "n_configs": len(m), "tau_r": c.tau_r,
+            "n_config_pairs": c.n_config_pairs, "n_undefined_pairs": c.n_undefined,
+            "order_mismatch_rate": c.order_mismatch_rate,
+        })
     return pd.DataFrame(detail), pd.DataFrame(concord)
 
 

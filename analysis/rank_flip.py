@@ -16,7 +16,7 @@ import pandas as pd
 from safetyrepro.tasks.envelope import Rules
 
 from .grid_io import Grid
-from .slices import slice_config_ids
+from .slices import slice_matrices
 
 RHO_FLIP_COLUMNS = ("benchmark", "slice", "model_a", "model_b", "n_plus", "n_minus", "n_zero",
                     "n_configs", "rho_flip", "ceiling")
@@ -74,16 +74,11 @@ def model_pairs(models: tuple[str, ...]) -> list[tuple[str, str]]:
 def rho_flip_table(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> pd.DataFrame:
     """One row per benchmark x slice x pair, detail columns included; empty slices have no rows."""
     rows = []
-    for benchmark in grid.benchmarks:
-        for name in slices:
-            ids = slice_config_ids(grid, rules, benchmark, name)
-            if not ids:
-                continue
-            m = grid.matrix(benchmark, config_ids=ids)
-            for a, b in model_pairs(grid.models):
-                c = pair_counts(m[a].to_numpy(), m[b].to_numpy())
-                rows.append((benchmark, name, a, b, c.n_plus, c.n_minus, c.n_zero, c.n_configs,
-                             c.rho_flip, c.ceiling, c.saturated, c.d1, c.d2))
+    for benchmark, name, m in slice_matrices(grid, rules, slices):
+        for a, b in model_pairs(grid.models):
+            c = pair_counts(m[a].to_numpy(), m[b].to_numpy())
+            rows.append((benchmark, name, a, b, c.n_plus, c.n_minus, c.n_zero, c.n_configs,
+                         c.rho_flip, c.ceiling, c.saturated, c.d1, c.d2))
     return pd.DataFrame(rows, columns=list(RHO_FLIP_DETAIL_COLUMNS))
 
 

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pandas as pd
+
 from safetyrepro.errors import one_of
 from safetyrepro.tasks.envelope import Config, Rules
 
@@ -37,3 +41,12 @@ def slice_config_ids(grid: Grid, rules: Rules, benchmark: str, name: str) -> tup
         worst = grid.matrix(benchmark, "parse_rate").min(axis=1)
         return tuple(c for c in ids if worst[c] >= PARSE_CLEAN_MIN)
     return tuple(c for c in ids if rules.in_subset(Config.from_id(c), name))
+
+
+def slice_matrices(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> Iterator[tuple[str, str, pd.DataFrame]]:
+    """(benchmark, slice, configs x models score matrix) for every benchmark and non-empty slice."""
+    for benchmark in grid.benchmarks:
+        for name in slices:
+            ids = slice_config_ids(grid, rules, benchmark, name)
+            if ids:
+                yield benchmark, name, grid.matrix(benchmark, config_ids=ids)

@@ -10,7 +10,7 @@ from safetyrepro.tasks.envelope import Rules
 
 from .grid_io import Grid
 from .rank_flip import model_pairs
-from .slices import slice_config_ids
+from .slices import slice_matrices
 
 CERTIFICATE_COLUMNS = ("benchmark", "slice", "model_a", "model_b", "extreme", "config_id", "score_a",
                        "score_b", "diff", "precision", "package")
@@ -20,15 +20,10 @@ def verdict_certificate(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> pd
     """Two rows per benchmark x slice x pair: extreme "max" (largest A - B) and "min" (smallest).
     Among equal differences the first configuration in envelope order is named."""
     rows = []
-    for benchmark in grid.benchmarks:
-        for name in slices:
-            ids = slice_config_ids(grid, rules, benchmark, name)
-            if not ids:
-                continue
-            m = grid.matrix(benchmark, config_ids=ids)
-            for a, b in model_pairs(grid.models):
-                diff = m[a] - m[b]
-                for extreme, cid in (("max", diff.idxmax()), ("min", diff.idxmin())):
-                    rows.append((benchmark, name, a, b, extreme, cid, float(m.at[cid, a]), float(m.at[cid, b]),
-                                 float(diff[cid]), grid.precision, grid.package))
+    for benchmark, name, m in slice_matrices(grid, rules, slices):
+        for a, b in model_pairs(grid.models):
+            diff = m[a] - m[b]
+            for extreme, cid in (("max", diff.idxmax()), ("min", diff.idxmin())):
+                rows.append((benchmark, name, a, b, extreme, cid, float(m.at[cid, a]), float(m.at[cid, b]),
+                             float(diff[cid]), grid.precision, grid.package))
     return pd.DataFrame(rows, columns=list(CERTIFICATE_COLUMNS))
