@@ -49,5 +49,5 @@ def run(args: argparse.Namespace) -> int:
             for c in per[b]:
                 console.print(f"{c.config_id}  [dim]{rules.tier(c)}[/dim]", highlight=False)
     console.print(f"cells for 3 models: {3 * total}", highlight=False)
-    console.print(f"rules: {rules.path}\nrules sha256: {rules.sha256}", highlight=False)
+    console.print(f"rules: {rules.path}\nrules sha256: {rules.sha256}", highlight=False, soft_wrap=True)  # paths stay copyable
     return 0
