@@ -140,8 +140,30 @@ def bench_bcd(model: str, benchmark: str, limit: int, tmp: Path) -> None:
     engine.prefetch_seeds = tuple(seeds)
     t5 = _time_cell(driver, cfg, seeds, ids)
     print(f"(c) RESULT 5 seeds {t5:.2f} s vs 1 seed {t1:.2f} s = {t5 / t1:.2f}x (target <= 2x)", flush=True)
+    decode_floor(engine.inner, engine.inner.batch_size, len(seeds))
+
 
     bench_d(engine.inner, benchmark, limit, ids)
+
+
+def decode_floor(engine, rows: int, seeds: int, context: int = 300, steps: int = 20) -> None:
+    """What (c) cannot beat: one decoding step of the model's stock forward for `seeds` x `rows` rows
+    against `rows` rows, same context length (5 seeds decode 5 distinct continuations)."""
+    import torch
+
+    per_step = {}
+    with torch.inference_mode():
+        for n in (rows, seeds * rows):
+            ids = torch.randint(100, 10_000, (n, context), device=engine.model.device)
+            cache = engine.model(ids, use_cache=True).past_key_values
+            tok = ids[:, -1:]
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                cache = engine.model(tok, past_key_values=cache, use_cache=True).past_key_values
+            per_step[n] = (time.perf_counter() - t0) / steps
+    a, b = per_step[rows], per_step[seeds * rows]
+    print(f"(c) floor: one decoding step for {seeds * rows} rows {1000 * b:.0f} ms vs {rows} rows {1000 * a:.0f} ms "
+          f"= {b / a:.2f}x (the model's own forward; the prefill is what the 5 seeds share)", flush=True)
 
 
 def bench_d(engine, benchmark: str, limit: int, ids) -> None:
