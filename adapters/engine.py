@@ -438,16 +438,6 @@ class Engine:
             for k, key in enumerate(sel_key):
                 wanted_logits[key] = logits[k]
 
-    def _batches(self, n_rows_sorted: list[int], batch_size: int, lengths: list[int]) -> list[list[int]]:
-        """Chunks of row indices; without row-wise attention, only equal lengths share a batch."""
-        out: list[list[int]] = []
-        for i in n_rows_sorted:
-            if out and len(out[-1]) < batch_size and (self._rowwise or lengths[out[-1][0]] == lengths[i]):
-                out[-1].append(i)
-            else:
-                out.append([i])
-        return out
-
     # ----------------------------------------------------------------- log-likelihood
 
     def loglikelihood(self, requests: Sequence[LoglikRequest], batch_size: int | None = None) -> list[tuple[float, bool]]:
@@ -476,7 +466,7 @@ class Engine:
         # a few-shot cell) sit in the same batch and share its chunks
         order = sorted(range(len(inputs)), key=lambda k: inputs[k])
         with self._lock, torch.inference_mode():
-            for chunk in self._batches(order, bs, [1] * len(inputs)):
+            for chunk in (order[i:i + bs] for i in range(0, len(order), bs)):
                 keeps = [max(len(pairs[i][1]) for i in groups[inputs[k]]) for k in chunk]
                 rows = [_Row(list(inputs[k]), max(0, len(inputs[k]) - keep), max(1, len(inputs[k]) - keep + 1))
                         for k, keep in zip(chunk, keeps, strict=True)]
@@ -622,12 +612,11 @@ class Engine:
             if not feed:
                 rows, slab = [], None
                 continue
+            # the rows still decoding are exactly those being fed: lay them out anew when half the slab
+            # is idle or it has no column left (a fresh slab has room for every row's next token)
             idle = len(rows) - len(feed)
-            if idle and (2 * idle >= len(rows)) and len(rows) > 2:
+            if (idle and 2 * idle >= len(rows) and len(rows) > 2) or slab.n + 1 > slab.capacity:
                 slab, rows, kept = self._relayout(slab, rows, sorted(feed), [])
-                feed = {kept[b]: t for b, t in feed.items()}
-            if slab.n + 1 > slab.capacity:
-                slab, rows, kept = self._relayout(slab, rows, [b for b, r in enumerate(rows) if r is not None], [])
                 feed = {kept[b]: t for b, t in feed.items()}
             # one decode step for the rows being fed; idle rows get a pad token and an empty span
             total = slab.n + 1

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         baseline = not name.startswith("engine")
         if baseline:
             engine.model.set_attn_implementation("sdpa")  # baselines on the model's stock attention
-        elif getattr(engine, "prefix_store", None) is not None:
+        else:
             engine.prefix_store.clear()  # no reuse across rounds: each round starts cold
         try:
             t, c = time.perf_counter(), time.process_time()
