@@ -63,14 +63,11 @@ def samples(benchmark: str, template: str, shots: int) -> list[Sample]:
 
 def _check(benchmark: str, template: str, scoring: str, shots: int) -> None:
     rules = default_rules()
-    try:
-        bench = get_benchmark(benchmark)
-        bench.template(template)
-        bench.check_scoring(scoring)
-        if shots not in rules.axes["shots"]:
-            raise UserError(f"unknown shots {shots!r}; allowed: {', '.join(map(str, rules.axes['shots']))}")
-    except UserError as e:
-        raise PrerequisiteError(f"safetyrepro/{benchmark}: {e}") from None
+    bench = get_benchmark(benchmark)
+    bench.template(template)
+    bench.check_scoring(scoring)
+    if shots not in rules.axes["shots"]:
+        raise UserError(f"unknown shots {shots!r}; allowed: {', '.join(map(str, rules.axes['shots']))}")
 
 
 def _is_greedy(config: GenerateConfig) -> bool:
@@ -203,9 +200,15 @@ def _check_model_for_logprob() -> None:
 def benchmark_task(benchmark: str, template: str, scoring: str, shots: int, check_active: bool = True) -> Task:
     """The task for one configuration. `check_active=False` skips the check of Inspect's active model and
     options, for callers (the sweeper) that build the task outside `inspect eval` and set both themselves."""
-    _check(benchmark, template, scoring, shots)
-    if scoring == "logprob" and check_active:
-        _check_model_for_logprob()
+    # Inspect prints a PrerequisiteError as one message; anything else (a bad name, a missing mirror
+    # file, a checksum mismatch) would reach the user as a traceback
+    try:
+        _check(benchmark, template, scoring, shots)
+        if scoring == "logprob" and check_active:
+            _check_model_for_logprob()
+        dataset = MemoryDataset(samples(benchmark, template, shots), name=f"safetyrepro_{benchmark}")
+    except UserError as e:
+        raise PrerequisiteError(f"safetyrepro/{benchmark}: {e}") from None
     rules = default_rules()
     bench = get_benchmark(benchmark)
     greedy = rules.decodings["greedy"]
@@ -213,7 +216,7 @@ def benchmark_task(benchmark: str, template: str, scoring: str, shots: int, chec
                             stop_seqs=list(bench.stop_sequences(template)) or None,
                             temperature=greedy.temperature)
     return Task(
-        dataset=MemoryDataset(samples(benchmark, template, shots), name=f"safetyrepro_{benchmark}"),
+        dataset=dataset,
         solver=score_candidates() if scoring == "logprob" else generate(),
         scorer=safetyrepro_scorer(scoring),
         metrics=[accuracy(), stderr(), parse_rate(), *EXTRA_METRICS.get(benchmark, [])],

@@ -60,3 +60,21 @@ def test_inspect_cli_refuses_logprob_with_sampling_in_one_line(tmp_path, data_di
                           "-T", "scoring=logprob", "--log-dir", str(tmp_path), "--display", "plain"],
                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert res.returncode != 0 and "use --model safetyrepro/<model>" in res.stdout + res.stderr
+
+
+def test_inspect_cli_reports_a_missing_mirror_in_one_line(tmp_path):
+    """Data problems surface while Inspect builds the task: one message, not a traceback."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    inspect = Path(sys.executable).with_name("inspect")
+    missing = tmp_path / "no-mirror"
+    res = subprocess.run([str(inspect), "eval", "safetyrepro/xstest", "--model", "mockllm/model", "--limit", "1",
+                          "--log-dir", str(tmp_path), "--display", "plain"], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "COLUMNS": "400", "SAFETYREPRO_DATA_DIR": str(missing)})
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert f"safetyrepro/xstest: data mirror {missing}" in out and "is not a directory" in out
+    assert "Traceback" not in out
