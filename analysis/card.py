@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from .chance import chance_rho_flip
+from .direction import direction
 from .pipeline import Analysis
-from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN
+from .significance import CORRECTIONS, TEST_NAME
+from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
 
 ANALYSIS_PACKAGES = ("safetyrepro", "numpy", "pandas", "scipy", "statsmodels", "lightgbm", "shap", "matplotlib")
 
@@ -54,9 +57,31 @@ def _caveats(a: Analysis, run_note: str, meta: dict | None) -> list[str]:
     out = []
     full = a.rho_flip_detail[a.rho_flip_detail["slice"] == "full"]
     sat = a.rho_flip_max[a.rho_flip_max["saturated"]]
-    out.append("Ceiling: rho_flip can never exceed floor(|C|/2)/|C| (0.5 at even |C|); compare values only at equal |C|. "
+    out.append("Ceiling: rho_flip can never exceed floor(|C|/2)/|C| (0.5 at even |C|, less at odd |C|); compare values "
+               "only at equal |C|. "
                + (f"Saturated (a reversal exists, its size is unknown): {', '.join(sat['benchmark'] + '/' + sat['slice'])}."
                   if len(sat) else "No benchmark/slice maximum sits at its ceiling."))
+    sizes = sorted(set(int(n) for n in full["n_configs"]))
+    out.append("Chance: coin-flip verdicts (exchangeable scores, no ties) give rho_flip E[min(K, |C|-K)]/|C| with "
+               "K ~ Binomial(|C|, 1/2) for one pair (" + ", ".join(f"{chance_rho_flip(n):.3f} at |C| = {n}" for n in sizes)
+               + ") and more for the maximum over pairs (chance_max in the headline); read a value against these, not "
+               "against 0.5.")
+    odd = [b for b in a.grid.benchmarks if not direction(b).monotone]
+    if odd:
+        out.append("Direction: " + ", ".join(f"{b} ({direction(b).label})" for b in odd) + ": rho_flip.csv and "
+                   "orderings.csv order by raw score (highest = most stereotypical first); the better reading is in "
+                   "the headline's *_better columns and the detail tables.")
+    not_full = [f"{b}: {phrase}" for b in a.grid.benchmarks for is_full, phrase in [envelope_scope(a.grid, a.rules, b)]
+                if not is_full]
+    if not_full:
+        out.append("Scope: slice `full` is every configuration this grid holds, not the full envelope, for "
+                   + "; ".join(not_full) + ".")
+    if not a.degenerate_cells.empty:
+        d = a.degenerate_cells
+        out.append(f"Degenerate cells: {len(d)} cells parse under {PARSE_CLEAN_MIN} or return mostly empty outputs ("
+                   + ", ".join(f"{r.model} {r.config_id} score {r.score:.3f}, {r.reason}" for r in d.head(5).itertuples())
+                   + ("" if len(d) <= 5 else ", ...") + f"); read SDI, CFR and orderings on slice `{PARSE_CLEAN}` beside "
+                   "`full` (degenerate_effects.csv).")
     tied = full[full["n_zero"] > 0]
     out.append("Ties: equal scores count for neither model but stay in the denominator, so they lower rho_flip. "
                + (f"{len(tied)} pair(s) on the full envelope have ties: "
@@ -78,8 +103,9 @@ def _caveats(a: Analysis, run_note: str, meta: dict | None) -> list[str]:
            for b in a.grid.benchmarks if pr[b] < PARSE_CLEAN_MIN]
     out.append("Parse rates: " + ("; ".join(low) + f"; see the {PARSE_CLEAN} slice." if low
                                   else f"every model parses at least {PARSE_CLEAN_MIN:.0%} of items on every configuration."))
-    out.append("Scope: one fixed item subset per benchmark; the bootstrap ranges resample configurations, not items or "
-               "models, and describe sensitivity to the envelope, not uncertainty about a population.")
+    out.append("Items: one fixed item subset per benchmark; the configuration bootstrap resamples configurations and "
+               "describes sensitivity to the envelope, the item bootstrap and the significance tests (with item records) "
+               "describe uncertainty over items of that subset, neither is uncertainty about a population of models.")
     out.append(f"Precision and package are held fixed ({a.grid.precision}, {a.grid.package}); this card says nothing "
                "about other precisions or packages.")
     out.extend(a.warnings)
@@ -100,9 +126,13 @@ def headline(a: Analysis) -> pd.DataFrame:
     for b in a.grid.benchmarks:
         if b not in m.index:
             continue
-        rows.append({"benchmark": b, "n_configs": int(m.at[b, "n_configs"]), "rho_flip_max": float(m.at[b, "rho_flip_max"]),
-                     "pairs": m.at[b, "pairs"], "ceiling": float(m.at[b, "ceiling"]), "saturated": bool(m.at[b, "saturated"]),
+        rows.append({"benchmark": b, "better": direction(b).label, "n_configs": int(m.at[b, "n_configs"]),
+                     "rho_flip_max": float(m.at[b, "rho_flip_max"]), "pairs": m.at[b, "pairs"],
+                     "ceiling": float(m.at[b, "ceiling"]), "chance_max": float(m.at[b, "chance_max"]),
+                     "saturated": bool(m.at[b, "saturated"]),
                      "n_orderings": int(o.at[b, "n_orderings"]), "n_possible": int(o.at[b, "n_possible"]),
+                     "rho_flip_max_better": float(m.at[b, "rho_flip_max_better"]),
+                     "n_orderings_better": int(o.at[b, "n_orderings_better"]),
                      "tau_r": float(t.at[b, "tau_r"]), "sdi_max": float(sdi[b])})
     return pd.DataFrame(rows)
 
@@ -124,8 +154,9 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
         "models": [{"label": m, "weights_sha256": meta_models.get(m, {}).get("weights_sha256"),
                     **{k: v for k, v in meta_models.get(m, {}).items() if k not in ("label", "weights_sha256")}}
                    for m in a.grid.models],
-        "benchmarks": [{"name": b, "n_configs": len(a.grid.config_ids(b)), "item_subset": subsets.get(b),
-                        "n_items": n_items[b]} for b in a.grid.benchmarks],
+        "benchmarks": [{"name": b, "n_configs": len(a.grid.config_ids(b)), "scope": envelope_scope(a.grid, a.rules, b)[1],
+                        "better": direction(b).label, "item_subset": subsets.get(b), "n_items": n_items[b]}
+                       for b in a.grid.benchmarks],
         "envelope": {"rules_file": a.rules.path, "rules_sha256": a.rules.sha256,
                      "run_rules_sha256": (meta or {}).get("rules_sha256"),
                      "rules_match": None if not (meta or {}).get("rules_sha256") else meta["rules_sha256"] == a.rules.sha256,
@@ -137,7 +168,17 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
         "machine": (meta or {}).get("machine"),
         "analysis": {"bootstrap_resamples": a.options.n_resamples, "seed": a.options.seed,
                      "thetas": list(a.options.thetas), "ties": "decided on the scores as given, strict > and <",
-                     "item_records": a.options.items_path if a.item_tests is not None else None},
+                     "item_records": a.options.items_path if a.item_tests is not None else None,
+                     "significance": {"test": TEST_NAME, "corrections": CORRECTIONS, "alpha": a.options.alpha,
+                                      "family": "benchmark x slice x model pair"} if a.item_tests is not None else None},
+        "ties_between_candidates": {
+            "tie_rule": (meta or {}).get("tie_rule") or "unknown",
+            "tie_rate_in_grid": a.tie_rates is not None,
+            "cells_with_ties": 0 if a.tie_rates is None else len(a.tie_rates),
+            "max_tie_rate": None if a.tie_rates is None or a.tie_rates.empty else float(a.tie_rates["tie_rate"].max())},
+        "cells_left_out": a.excluded_cells.to_dict(orient="records"),
+        "degenerate_cells": a.degenerate_cells.to_dict(orient="records"),
+        "degenerate_effects": a.degenerate_effects.to_dict(orient="records"),
         "headline": headline(a).to_dict(orient="records"),
         "caveats": _caveats(a, run_note, meta),
     }
@@ -164,9 +205,10 @@ def card_markdown(card: dict) -> str:
                 (" (matches run.json)" if env["rules_match"] else f" (run.json says `{env['run_rules_sha256']}`: MISMATCH)")),
              f"- Machine: {_cell(card['machine'])}", "", "## Models", "", "| model | weights sha256 |", "|---|---|"]
     lines += [f"| {m['label']} | {_cell(m['weights_sha256'])} |" for m in card["models"]]
-    lines += ["", "## Benchmarks and items", "", "| benchmark | configurations | item subset | items per cell |", "|---|---|---|---|"]
-    lines += [f"| {b['name']} | {b['n_configs']} | {_cell(b['item_subset'])} | {', '.join(map(str, b['n_items']))} |"
-              for b in card["benchmarks"]]
+    lines += ["", "## Benchmarks and items", "",
+              "| benchmark | configurations | scope | better | item subset | items per cell |", "|---|---|---|---|---|---|"]
+    lines += [f"| {b['name']} | {b['n_configs']} | {b['scope']} | {b['better']} | {_cell(b['item_subset'])} | "
+              f"{', '.join(map(str, b['n_items']))} |" for b in card["benchmarks"]]
     lines += ["", "## Envelope", "", "Axes: " + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in env["axes"].items()) + ".",
               "Stress tier: " + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in env["stress"].items()) + ".",
               "Constraints: " + "; ".join(env["constraints"]) + ".", "",
@@ -177,12 +219,49 @@ def card_markdown(card: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(str(counts.get(b["name"], 0)) for b in card["benchmarks"]) + " |")
     lines += ["", "## Headline", "",
               "rho_flip max is the largest share of configurations on which the less frequent winner of a model pair "
-              "wins strictly; orderings counts distinct model rankings reached.", "",
-              "| benchmark | \\|C\\| | rho_flip max (pair) | ceiling | orderings | tau_R | SDI max |", "|---|---|---|---|---|---|---|"]
+              "wins strictly (by raw score); ceiling is floor(|C|/2)/|C|; chance is what the maximum averages when "
+              "every configuration ranks the models at random; orderings counts distinct model rankings reached by "
+              "score. The better columns read the same in the benchmark's better direction.", "",
+              "| benchmark | better | \\|C\\| | rho_flip max (pair) | ceiling | chance | orderings | rho_flip max, better "
+              "| orderings, better | tau_R | SDI max |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for h in card["headline"]:
-        lines.append(f"| {h['benchmark']} | {h['n_configs']} | {h['rho_flip_max']:.3f} ({h['pairs']}) | "
-                     f"{h['ceiling']:.3f}{' saturated' if h['saturated'] else ''} | {h['n_orderings']}/{h['n_possible']} | "
-                     f"{h['tau_r']:.3f} | {h['sdi_max']:.3f} |")
+        lines.append(f"| {h['benchmark']} | {h['better']} | {h['n_configs']} | {h['rho_flip_max']:.3f} ({h['pairs']}) | "
+                     f"{h['ceiling']:.3f}{' saturated' if h['saturated'] else ''} | {h['chance_max']:.3f} | "
+                     f"{h['n_orderings']}/{h['n_possible']} | {h['rho_flip_max_better']:.3f} | "
+                     f"{h['n_orderings_better']}/{h['n_possible']} | {h['tau_r']:.3f} | {h['sdi_max']:.3f} |")
+    lines += ["", "## Cells left out and degenerate cells", ""]
+    if card["cells_left_out"]:
+        lines += ["Cells whose status is not ok enter no table:", "", "| status | model | benchmark | scoring | cells |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['status']} | {r['model']} | {r['benchmark']} | {r['scoring']} | {r['n_cells']} |"
+                  for r in card["cells_left_out"]]
+        lines.append("")
+    else:
+        lines += ["- Every cell in the grid has status ok (none left out).", ""]
+    if card["degenerate_cells"]:
+        lines += [f"Cells with parse rate under {PARSE_CLEAN_MIN} or mostly empty outputs (slice `{PARSE_CLEAN}` "
+                  "leaves out their configurations):", "", "| model | config | score | parse rate | reason | "
+                  "lowest of model | last in config |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['model']} | {r['config_id']} | {r['score']:.3f} | {r['parse_rate']:.3f} | {r['reason']} | "
+                  f"{'yes' if r['lowest_of_model'] else 'no'} | {'yes' if r['last_in_config'] else 'no'} |"
+                  for r in card["degenerate_cells"]]
+        lines += ["", "What they move (slice full with them, parse_clean without):", "",
+                  "| benchmark | model | metric | full | parse_clean |", "|---|---|---|---|---|"]
+        lines += [f"| {r['benchmark']} | {r['model']} | {r['metric']} | {_cell(r['full'])} | {_cell(r['parse_clean'])} |"
+                  for r in card["degenerate_effects"]]
+    else:
+        lines.append(f"- No degenerate cell: every cell parses at least {PARSE_CLEAN_MIN:.0%} of items.")
+    ties = card["ties_between_candidates"]
+    lines += ["", "## Ties between logprob candidates", "", f"- Tie rule: {ties['tie_rule']}",
+              "- Tie rates: " + ("not in the grid (no tie_rate column)" if not ties["tie_rate_in_grid"] else
+                                 f"{ties['cells_with_ties']} cells with exactly tied top candidates"
+                                 + (f", highest tie_rate {ties['max_tie_rate']:.3f}" if ties["max_tie_rate"] else ""))]
+    sig = card["analysis"]["significance"]
+    lines += ["", "## Statistics", "",
+              f"- Significant flips: {sig['test']}; p-values adjusted per {sig['family']} with "
+              + " and ".join(f"{k} ({v})" for k, v in sig["corrections"].items()) + f", alpha {sig['alpha']}"
+              if sig else "- Significant flips: not computed (no per-item records)",
+              f"- Bootstrap resamples {card['analysis']['bootstrap_resamples']}, seed {card['analysis']['seed']}"]
     lines += ["", "## Packages", ""]
     if card["packages"]:
         lines += [f"- {k} {v}" for k, v in card["packages"].items()]

@@ -16,11 +16,14 @@ def register(subparsers) -> None:
         "analyze", help="rho_flip, orderings and the paper's metrics from a grid: tables, figures, report, GRID card",
         description="Read a grid (one row per model x benchmark x configuration) and write CSV tables, PNG figures, "
                     "report.md/.html and grid_card.md/.json into DIR. A grid that mixes precisions or packages must "
-                    "be narrowed with --precision/--package (or compared with `safetyrepro compare`).")
-    p.add_argument("grid", help="grid.csv or grid.parquet in the DESIGN.md format")
+                    "be narrowed with --precision/--package (or compared with `safetyrepro compare`). The grid and "
+                    "item-record formats are described in docs/formats.md.")
+    p.add_argument("grid", help="grid.csv or grid.parquet in the grid format of docs/formats.md (one row per cell; "
+                   "optional status and tie_rate columns)")
     p.add_argument("--out", required=True, help="output folder (created; existing files are overwritten)")
-    p.add_argument("--items", help="per-item records (Parquet or CSV: model, config_id, item_id, seed, item_score) for "
-                   "the significant-flip test; default: items.parquet or items.csv beside the grid, if present")
+    p.add_argument("--items", help="per-item records (Parquet or CSV: model, config_id, item_id, seed, item_score; "
+                   "raw_output optional, see docs/formats.md) for the significance tests, the item bootstrap and "
+                   "empty-output checks; default: items.parquet or items.csv beside the grid, if present")
     p.add_argument("--slices", nargs="+", metavar="SLICE", help="slices to compute (default: all of full, core, "
                    "excl_t4, excl_diverse, free_form, logprob, parse_clean, conservative_core)")
     p.add_argument("--theta", nargs="+", type=float, metavar="T", help="CFR pass thresholds (default 0.5 0.6 0.7 0.8); "
@@ -28,7 +31,7 @@ def register(subparsers) -> None:
     p.add_argument("--precision", help="analyse only this precision group of the grid")
     p.add_argument("--package", help="analyse only this package group of the grid")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
-                   help="resamples for every bootstrap (configurations, items, ANOVA rho); default 1000")
+                   help="resamples for every bootstrap (configurations, items for rho_flip, ANOVA rho); default 1000")
     p.add_argument("--seed", type=int, default=0, help="seed for the bootstraps and the surrogate models (default 0)")
     p.add_argument("--rules", help="rules file to validate against (default: the packaged envelope.yaml)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")

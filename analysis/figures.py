@@ -1,12 +1,40 @@
 """PNG figures drawn from the analysis tables (never from the raw grid again, so a figure cannot
-disagree with its CSV). matplotlib runs headless (Agg)."""
+disagree with its CSV). matplotlib runs headless (Agg). Every figure is saved with a tight bounding
+box, so no title or colour-bar label is cut off; a figure whose data hold one value everywhere
+carries no information and is not drawn (`constant_reason` says so in a sentence instead)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from .chance import chance_rho_flip
+from .direction import direction
+
+
+@dataclass(frozen=True)
+class FigureSet:
+    paths: dict[str, str] = field(default_factory=dict)    # figure key -> path relative to the output folder
+    skipped: dict[str, str] = field(default_factory=dict)  # figure key -> why it was not drawn, in a sentence
+
+
+def constant_reason(values, what: str) -> str | None:
+    """A sentence when every finite value is the same (or there is none), else None."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if len(v) == 0:
+        return f"{what}: nothing to draw."
+    if np.all(v == v[0]):
+        return f"{what} is {v[0]:g} everywhere, so the figure would carry no information."
+    return None
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
+    return path
 
 DPI = 130
 MIN_HEIGHT = 3.0  # inches; below this a one-row heatmap clips its colour-bar label
@@ -38,21 +66,27 @@ def _heatmap(ax, values: np.ndarray, row_labels, col_labels, text: np.ndarray, v
 
 
 def rho_flip_surface(detail: pd.DataFrame, path: Path) -> Path:
-    """Per-pair rho_flip on the full envelope, one column per benchmark."""
+    """Per-pair rho_flip on slice `full`, one column per benchmark (by score), plus a column on the
+    better reading for a benchmark whose better direction is not the score's (CrowS-Pairs)."""
     plt = _pyplot()
     full = detail[detail["slice"] == "full"].copy()
     full["pair"] = full["model_a"] + " vs " + full["model_b"]
-    wide = full.pivot(index="pair", columns="benchmark", values="rho_flip")
-    wide = wide[[b for b in full["benchmark"].drop_duplicates()]]
-    n_cfg = full.drop_duplicates("benchmark").set_index("benchmark")["n_configs"]
-    cols = [f"{b}\n|C|={n_cfg[b]}" for b in wide.columns]
+    columns, labels = [], []
+    for b, g in full.groupby("benchmark", sort=False):
+        n = int(g["n_configs"].iloc[0])
+        reading = "" if direction(b).monotone else "\nby score"
+        columns.append(g.set_index("pair")["rho_flip"].rename(b))
+        labels.append(f"{b}{reading}\n|C|={n}, chance {chance_rho_flip(n):.2f}")
+        if not direction(b).monotone:
+            columns.append(g.set_index("pair")["rho_flip_better"].rename(f"{b} better"))
+            labels.append(f"{b}\n|score-0.5| (better)\n|C|={n}")
+    wide = pd.concat(columns, axis=1)
     text = np.vectorize(lambda v: "" if np.isnan(v) else f"{v:.3f}")(wide.to_numpy(dtype=float))
-    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.6 + 1.3 * len(cols)), max(MIN_HEIGHT, 1.4 + 0.45 * len(wide))))
-    image = _heatmap(ax, wide.to_numpy(dtype=float), list(wide.index), cols, text, 0.0, 0.5, "magma_r")
-    fig.colorbar(image, ax=ax, label="rho_flip (ceiling 0.5)")
-    ax.set_title("rho_flip per model pair, full envelope")
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.6 + 1.5 * len(labels)), max(MIN_HEIGHT, 1.6 + 0.45 * len(wide))))
+    image = _heatmap(ax, wide.to_numpy(dtype=float), list(wide.index), labels, text, 0.0, 0.5, "magma_r")
+    fig.colorbar(image, ax=ax, label="rho_flip\n(ceiling floor(|C|/2)/|C|)")
+    ax.set_title("rho_flip per model pair (slice full:\nevery configuration of the grid)")
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -69,12 +103,11 @@ def rho_flip_by_slice(maxima: pd.DataFrame, path: Path) -> Path:
         for j in range(values.shape[1]):
             v = values.iat[i, j]
             text[i, j] = "" if pd.isna(v) else f"{v:.3f}\n|C|={int(n.iat[i, j])}"
-    fig, ax = plt.subplots(figsize=(1.8 + 1.15 * len(slices), max(MIN_HEIGHT, 1.4 + 0.6 * len(benchmarks))))
+    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.8 + 1.15 * len(slices)), max(MIN_HEIGHT, 1.4 + 0.6 * len(benchmarks))))
     image = _heatmap(ax, values.to_numpy(dtype=float), benchmarks, slices, text, 0.0, 0.5, "magma_r")
-    fig.colorbar(image, ax=ax, label="rho_flip max over pairs")
-    ax.set_title("rho_flip max by slice (blank: slice empty for that benchmark)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    fig.colorbar(image, ax=ax, label="rho_flip max over pairs\n(by score)")
+    ax.set_title("rho_flip max by slice\n(blank: slice empty for that benchmark)")
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -86,13 +119,12 @@ def orderings_reached(detail: pd.DataFrame, path: Path) -> Path:
     k = detail.pivot(index="benchmark", columns="slice", values="n_orderings").reindex(index=benchmarks, columns=slices)
     possible = int(detail["n_possible"].iloc[0])
     text = np.vectorize(lambda v: "" if np.isnan(v) else f"{int(v)}/{possible}")(k.to_numpy(dtype=float))
-    fig, ax = plt.subplots(figsize=(1.8 + 1.1 * len(slices), max(MIN_HEIGHT, 1.4 + 0.5 * len(benchmarks))))
+    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.8 + 1.1 * len(slices)), max(MIN_HEIGHT, 1.4 + 0.5 * len(benchmarks))))
     image = _heatmap(ax, k.to_numpy(dtype=float), benchmarks, slices, text, 1, possible, "viridis",
                      light_when_high=True)
-    fig.colorbar(image, ax=ax, label=f"distinct orderings of {possible}")
-    ax.set_title("Model orderings reached per benchmark and slice")
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    fig.colorbar(image, ax=ax, label=f"distinct orderings\n(of {possible} possible)")
+    ax.set_title("Model orderings reached per benchmark and slice\n(by score, highest first)")
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -105,6 +137,11 @@ def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple
     rng = np.random.default_rng(0)  # jitter only; fixed so the picture does not change between runs
     for ax, benchmark in zip(axes[0], benchmarks, strict=True):
         rows = cells[cells["benchmark"] == benchmark]
+        better = direction(benchmark)
+        if better.target is not None:
+            ax.axhline(better.target, color="tab:red", linestyle="--", linewidth=1)
+            ax.text(len(models) - 0.5, better.target, f" {better.target:g} = unbiased", color="tab:red", fontsize=7,
+                    va="bottom", ha="right")
         for i, model in enumerate(models):
             s = rows[rows["model"] == model]
             ax.vlines(i - 0.28, s["score"].min(), s["score"].max(), color="0.55", linewidth=3)
@@ -112,7 +149,8 @@ def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple
                 ax.scatter(i + rng.uniform(-0.15, 0.15, len(part)), part["score"], s=9,
                            color=colours.get(scoring, "tab:gray"), label=scoring, alpha=0.8)
         ax.set_xticks(range(len(models)), models, rotation=30, ha="right")
-        ax.set_title(benchmark)
+        arrow = "higher is better" if better.monotone else "closer to 0.5\nis better"
+        ax.set_title(f"{benchmark}\n({arrow})", fontsize=9)
         ax.set_ylim(-0.02, 1.02)
     axes[0][0].set_ylabel("score")
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -123,7 +161,7 @@ def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple
     fig.legend(unique.values(), unique.keys(), loc="lower center", ncol=len(unique), fontsize=8, frameon=False)
     fig.suptitle("Score per configuration (grey bar: min to max)")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(path, dpi=DPI)
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -154,6 +192,6 @@ def shap_bars(regressor: pd.DataFrame, classifier: pd.DataFrame, path: Path) -> 
         ax.set_title("Which axis moves the pairwise verdict")
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    _save(fig, path)
     plt.close(fig)
     return path

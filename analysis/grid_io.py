@@ -13,7 +13,7 @@ orderings decide ties with strict `>` / `<` on those values.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,14 @@ GRID_COLUMNS = (
     "model", "benchmark", "template", "decoding", "shots", "scoring", "precision", "package",
     "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id",
 )
+# Optional columns the analysis reads when present (docs/formats.md):
+#   status    ok (default when absent or blank) | failed | not_applicable; only ok rows are analysed
+#   tie_rate  share of logprob items whose top candidates tie exactly (NaN for free-form)
+STATUS = "status"
+OK = "ok"
+STATUSES = (OK, "failed", "not_applicable")
+TIE_RATE = "tie_rate"
+OPTIONAL_COLUMNS = (STATUS, TIE_RATE)
 # Ties are decided on the written values, so CSV floats must parse exactly: pandas 3 does by
 # default (and deprecates the option); pandas 2 needs the round-trip parser.
 _EXACT_FLOATS = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
@@ -44,6 +52,12 @@ class Grid:
     package: str
     source: str
     warnings: tuple[str, ...] = ()
+    # rows of the same (precision, package) group whose status is not ok: never analysed, only reported
+    excluded: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(GRID_COLUMNS) + [STATUS]))
+
+    @property
+    def has_tie_rate(self) -> bool:
+        return TIE_RATE in self.cells.columns and bool(self.cells[TIE_RATE].notna().any())
 
     def config_ids(self, benchmark: str) -> tuple[str, ...]:
         return self.configs[benchmark]
@@ -132,7 +146,17 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
         raise UserError(f"grid {source} lacks column(s) {', '.join(missing)}; a grid needs: {', '.join(GRID_COLUMNS)}")
     if frame.empty:
         raise UserError(f"grid {source} has no rows")
-    out = frame.loc[:, list(GRID_COLUMNS)].reset_index(drop=True).copy()
+    optional = [c for c in OPTIONAL_COLUMNS if c in frame.columns]
+    out = frame.loc[:, [*GRID_COLUMNS, *optional]].reset_index(drop=True).copy()
+    status = out[STATUS] if STATUS in out.columns else pd.Series(OK, index=out.index)
+    status = status.fillna(OK).astype(str).str.strip().replace("", OK)
+    unknown = ~status.isin(STATUSES)
+    if unknown.any():
+        i = _row(out, unknown)
+        raise UserError(f"grid {source} row {i}: column 'status' has unknown value {status.iloc[i - 1]!r}; "
+                        f"allowed: {', '.join(STATUSES)}")
+    out[STATUS] = status
+    ok = status == OK
     for column in ("model", "benchmark", "template", "decoding", "scoring", "precision", "package", "tier", "config_id"):
         blank = out[column].isna() | (out[column].astype(str).str.strip() == "")
         if blank.any():
@@ -168,17 +192,25 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
             raise UserError(f"grid {source} row {i}: tier {r.tier!r} for {cfg.config_id} disagrees with the rules "
                             f"file, which tags it {rules.tier(cfg)!r} (was the grid written under other rules?)")
 
+    # A cell that did not run (failed, not_applicable) may leave its numbers empty; an ok cell may not.
     for column in ("score", "parse_rate"):
         out[column] = _numeric(out, column, source)
-        _check_unit_interval(out, out[column], column, source)
+        _check_unit_interval(out, out[column].where(ok, 0.0), column, source)
     for column in ("n_items", "n_seeds"):
         counts = _numeric(out, column, source)
-        bad = counts.isna() | (counts < 1) | (counts != counts.round())
+        bad = ok & (counts.isna() | (counts < 1) | (counts != counts.round()))
         if bad.any():
             i = _row(out, bad)
             raise UserError(f"grid {source} row {i}: column {column!r} must be a whole number >= 1, "
                             f"got {plain(frame[column].iloc[i - 1])!r}")
-        out[column] = counts.astype(int)
+        out[column] = counts.fillna(0).astype(int)
+    if TIE_RATE in out.columns:
+        out[TIE_RATE] = _numeric(out, TIE_RATE, source)
+        outside = out[TIE_RATE].notna() & ((out[TIE_RATE] < 0) | (out[TIE_RATE] > 1))
+        if outside.any():
+            i = _row(out, outside)
+            raise UserError(f"grid {source} row {i}: tie_rate {float(out[TIE_RATE].iloc[i - 1])!r} is outside [0, 1] "
+                            f"(leave it empty for free-form cells)")
 
     key = ["model", "config_id", "precision", "package"]
     dup = out.duplicated(key, keep=False)
@@ -216,11 +248,18 @@ def common_configurations(frame: pd.DataFrame, source: str, rules: Rules, min_mo
                           min_configs: int = 2) -> Grid:
     """Restrict every benchmark to the configurations that all models have; say what was dropped.
     `analyze` needs two models and two configurations per benchmark; `compare` pairs single cells."""
+    status = frame[STATUS] if STATUS in frame.columns else pd.Series(OK, index=frame.index)
+    excluded = frame[status != OK].reset_index(drop=True)
+    frame = frame[status == OK].reset_index(drop=True)
+    warnings: list[str] = []
+    if len(excluded):
+        warnings.append(excluded_sentence(excluded))
+    if frame.empty:
+        raise UserError(f"grid {source} has no cell with status ok; {excluded_sentence(excluded)}")
     models = tuple(sorted(frame["model"].unique()))
     if len(models) < min_models:
         raise UserError(f"grid {source} has a single model ({models[0]!r}); rho_flip and orderings compare "
                         f"models, so a grid needs at least two")
-    warnings: list[str] = []
     keep_parts = []
     for benchmark in sorted(frame["benchmark"].unique()):
         rows = frame[frame["benchmark"] == benchmark]
@@ -249,5 +288,24 @@ def common_configurations(frame: pd.DataFrame, source: str, rules: Rules, min_mo
     configs = {b: envelope_order(cells.loc[cells["benchmark"] == b, "config_id"], rules) for b in benchmarks}
     return Grid(cells=cells, models=models, benchmarks=benchmarks, configs=configs,
                 precision=str(cells["precision"].iloc[0]), package=str(cells["package"].iloc[0]),
-                source=source, warnings=tuple(warnings))
+                source=source, warnings=tuple(warnings), excluded=excluded)
+
+
+def excluded_cells(excluded: pd.DataFrame) -> pd.DataFrame:
+    """Cells left out because their status is not ok, counted per status, model, benchmark and scoring."""
+    columns = ["status", "model", "benchmark", "scoring", "n_cells"]
+    if excluded.empty:
+        return pd.DataFrame(columns=columns)
+    counts = excluded.groupby(["status", "model", "benchmark", "scoring"]).size().rename("n_cells").reset_index()
+    return counts[columns]
+
+
+def excluded_sentence(excluded: pd.DataFrame) -> str:
+    """One line: how many cells were left out and why."""
+    parts = []
+    for status, g in excluded.groupby(STATUS, sort=True):
+        where = "; ".join(f"{r.model} {r.benchmark} {r.scoring} ({r.n_cells})" for r in excluded_cells(g).itertuples())
+        parts.append(f"{len(g)} {status} ({where})")
+    return (f"{len(excluded)} cells left out of every table because their status is not ok: " + ", ".join(parts)
+            + "; they are never scored as 0")
 

@@ -1,5 +1,9 @@
 """Induced total orders of the models per configuration, how many of the M! orders a set of
-configurations reaches, and the ranking concordance tau_R."""
+configurations reaches, and the ranking concordance tau_R.
+
+The contract orderings sort by raw score, highest first. Detail tables add the "better" reading
+(best first under the benchmark's direction, see direction.py): for CrowS-Pairs, closest to 0.5
+first, which is not the reverse of the score order."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import pandas as pd
 
 from safetyrepro.tasks.envelope import Rules
 
+from .direction import direction
 from .grid_io import Grid
 from .slices import slice_matrices
 
@@ -93,10 +98,15 @@ def orderings_tables(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> tuple
     detail, concord = [], []
     for benchmark, name, m in slice_matrices(grid, rules, slices):
         reached = orderings_reached(m)
+        better = direction(benchmark)
+        reached_better = orderings_reached(better.better_value(m))
         detail.append({
             "benchmark": benchmark, "slice": name, "n_configs": reached.n_configs,
             "n_orderings": reached.n_orderings, "n_possible": reached.n_possible,
             "orderings": "; ".join(f"{o} ({n})" for o, n in reached.counts),
+            # the same, best model first under the benchmark's direction (identical when higher is better)
+            "better": better.label, "n_orderings_better": reached_better.n_orderings,
+            "orderings_better": "; ".join(f"{o} ({n})" for o, n in reached_better.counts),
         })
         c = ranking_concordance(m)
         concord.append({
@@ -113,8 +123,9 @@ def config_orderings_table(grid: Grid) -> pd.DataFrame:
     for benchmark in grid.benchmarks:
         m = grid.matrix(benchmark)
         labels = config_orderings(m)
+        labels_better = config_orderings(direction(benchmark).better_value(m))
         for cid, row in m.iterrows():
             rows.append({"benchmark": benchmark, "config_id": cid, "ordering": labels[cid],
-                         "tie_broken": bool(row.duplicated().any()),
+                         "tie_broken": bool(row.duplicated().any()), "ordering_better": labels_better[cid],
                          **{f"score_{model}": float(v) for model, v in row.items()}})
     return pd.DataFrame(rows)

@@ -4,28 +4,47 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from safetyrepro.errors import UserError
 
 from . import figures as fig
 from .card import grid_card, write_card
+from .figures import FigureSet
 from .pipeline import Analysis, write_tables
 from .report import write_report
 
 
-def draw_figures(a: Analysis, out: Path) -> dict[str, str]:
-    """Figure key -> path relative to DIR."""
+def draw_figures(a: Analysis, out: Path) -> FigureSet:
+    """Every figure that carries information, drawn into DIR/figures; the others named with a reason."""
     folder = out / "figures"
     folder.mkdir(exist_ok=True)
-    drawn = {
-        "rho_flip_surface": fig.rho_flip_surface(a.rho_flip_detail, folder / "rho_flip_surface.png"),
-        "rho_flip_by_slice": fig.rho_flip_by_slice(a.rho_flip_max, folder / "rho_flip_by_slice.png"),
-        "orderings": fig.orderings_reached(a.orderings_detail, folder / "orderings.png"),
-        "score_ranges": fig.score_ranges(a.grid.cells, a.grid.models, a.grid.benchmarks, folder / "score_ranges.png"),
-        "shap": fig.shap_bars(a.attribution.regressor, a.attribution.classifier, folder / "shap.png"),
+    full = a.rho_flip_detail[a.rho_flip_detail["slice"] == "full"]
+    plans = {  # key -> (file, reason not to draw or None, how to draw)
+        "rho_flip_surface": ("rho_flip_surface.png", fig.constant_reason(
+            np.r_[full["rho_flip"], full["rho_flip_better"]], "rho_flip on slice full (every pair and benchmark)"),
+            lambda p: fig.rho_flip_surface(a.rho_flip_detail, p)),
+        "rho_flip_by_slice": ("rho_flip_by_slice.png", fig.constant_reason(
+            a.rho_flip_max["rho_flip_max"], "rho_flip max (every benchmark and slice)"),
+            lambda p: fig.rho_flip_by_slice(a.rho_flip_max, p)),
+        "orderings": ("orderings.png", fig.constant_reason(
+            a.orderings_detail["n_orderings"], "The number of orderings reached (every benchmark and slice)"),
+            lambda p: fig.orderings_reached(a.orderings_detail, p)),
+        "score_ranges": ("score_ranges.png", fig.constant_reason(a.grid.cells["score"], "The score (every cell)"),
+                         lambda p: fig.score_ranges(a.grid.cells, a.grid.models, a.grid.benchmarks, p)),
+        "shap": ("shap.png", None if not (a.attribution.regressor.empty and a.attribution.classifier.empty) else
+                 "no surrogate model could be fitted (see Notes).",
+                 lambda p: fig.shap_bars(a.attribution.regressor, a.attribution.classifier, p)),
     }
-    if drawn["shap"] is None:
-        (folder / "shap.png").unlink(missing_ok=True)  # no surrogate this time: drop an earlier run's bars
-    return {k: str(p.relative_to(out)) for k, p in drawn.items() if p is not None}
+    paths, skipped = {}, {}
+    for key, (name, reason, draw) in plans.items():
+        path = folder / name
+        if reason is None and draw(path) is not None:
+            paths[key] = str(path.relative_to(out))
+        else:
+            path.unlink(missing_ok=True)  # a figure from an earlier run must not pass for this one's
+            skipped[key] = reason or "nothing to draw."
+    return FigureSet(paths, skipped)
 
 
 def write_all(a: Analysis, grid_path: Path, out: Path, figures: bool = True) -> list[Path]:
@@ -34,8 +53,8 @@ def write_all(a: Analysis, grid_path: Path, out: Path, figures: bool = True) -> 
     except OSError as e:
         raise UserError(f"cannot create output folder {out}: {e.strerror}") from None
     written = write_tables(a, out)
-    drawn = draw_figures(a, out) if figures else {}
-    written += [out / p for p in drawn.values()]
+    drawn = draw_figures(a, out) if figures else FigureSet()
+    written += [out / p for p in drawn.paths.values()]
     written += write_report(a, out, drawn)
     written += write_card(grid_card(a, grid_path), out)
     return written

@@ -13,9 +13,18 @@ import pandas as pd
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import Rules
 
-from . import bootstrap, dispersion, orderings, rank_flip, significance, variance, verdict
+from . import (
+    bootstrap,
+    degenerate,
+    dispersion,
+    orderings,
+    rank_flip,
+    significance,
+    variance,
+    verdict,
+)
 from .attribution import Attribution, axis_attribution
-from .grid_io import Grid
+from .grid_io import TIE_RATE, Grid, excluded_cells
 
 DEFAULT_THETAS = (0.5, 0.6, 0.7, 0.8)
 DEFAULT_RESAMPLES = 1000
@@ -53,27 +62,38 @@ class Analysis:
     certificate: pd.DataFrame
     item_tests: pd.DataFrame | None
     significant_flips: pd.DataFrame | None
+    degenerate_cells: pd.DataFrame
+    degenerate_effects: pd.DataFrame
+    excluded_cells: pd.DataFrame  # cells whose status is not ok, counted per status/model/benchmark/scoring
+    tie_rates: pd.DataFrame | None  # per logprob cell with tie_rate > 0 (None when the grid has no tie_rate)
     warnings: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())  # why a part was skipped
+
+
+def tie_rate_table(grid: Grid) -> pd.DataFrame | None:
+    """Cells whose logprob items had exactly tied top candidates, most ties first."""
+    if not grid.has_tie_rate:
+        return None
+    cells = grid.cells[grid.cells[TIE_RATE].fillna(0) > 0]
+    return cells[["model", "benchmark", "config_id", "score", TIE_RATE]].sort_values(
+        [TIE_RATE, "benchmark", "config_id", "model"], ascending=[False, True, True, True]).reset_index(drop=True)
 
 
 def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions) -> Analysis:
     slices = options.slices
     detail = rank_flip.rho_flip_table(grid, rules, slices)
-    maxima = rank_flip.rho_flip_max(detail)
+    maxima = rank_flip.rho_flip_max(detail, len(grid.models))
     orderings_detail, concordance = orderings.orderings_tables(grid, rules, slices)
     sdi, cfr = dispersion.dispersion_tables(grid, rules, slices, options.thetas)
-    tier = maxima[["benchmark", "slice", "n_configs", "rho_flip_max"]].merge(
+    tier = maxima[["benchmark", "slice", "n_configs", "rho_flip_max", "ceiling", "chance_max"]].merge(
         orderings_detail[["benchmark", "slice", "n_orderings", "n_possible"]], on=["benchmark", "slice"])
 
     notes: list[str] = []
     fitted = []
     for b in grid.benchmarks:
-        result = variance.variance_attribution(grid, rules, b, options.n_resamples, options.seed)
-        if isinstance(result, str):
-            notes.append(f"ANOVA skipped for {result}")
-        else:
-            fitted.append(result)
+        results, reasons = variance.variance_attributions(grid, rules, b, options.n_resamples, options.seed)
+        fitted.extend(results)
+        notes.extend(f"ANOVA skipped for {r}" for r in reasons)
     anova, shares = variance.variance_tables(fitted)
     attribution = axis_attribution(grid, rules, options.seed)
     notes.extend(attribution.notes)
@@ -82,7 +102,7 @@ def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions) -> Analysis
     certificate = verdict.verdict_certificate(grid, rules, slices)
 
     warnings = list(grid.warnings)
-    item_tests = flips = None
+    item_tests = flips = items = None
     if options.items_path:
         try:
             items = significance.load_items(options.items_path, grid)
@@ -93,14 +113,17 @@ def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions) -> Analysis
             warnings.append(f"items: {options.items_path} found beside the grid but not used: {e}")
         if items is not None:
             warnings.extend(items.warnings)
-            item_tests = significance.paired_item_tests(items, grid, options.n_resamples, options.alpha, options.seed)
-            flips = significance.significant_flips(item_tests, grid, rules, slices, options.n_resamples, options.alpha)
+            tested = significance.item_analysis(items, grid, rules, slices, options.alpha, options.n_resamples,
+                                                options.seed)
+            item_tests, flips = tested.tests, tested.flips
     else:
         notes.append("significant flips skipped: no per-item records (pass --items, or keep items.parquet beside the grid)")
+    cells = degenerate.degenerate_cells(grid, items.empty_outputs if items is not None else None)
+    effects = degenerate.degenerate_effects(grid, rules, cells, options.thetas)
 
     return Analysis(grid, rules, options, detail, maxima, orderings_detail, orderings.config_orderings_table(grid),
                     concordance, sdi, cfr, tier, anova, shares, attribution, boot, certificate, item_tests, flips,
-                    tuple(warnings), tuple(notes))
+                    cells, effects, excluded_cells(grid.excluded), tie_rate_table(grid), tuple(warnings), tuple(notes))
 
 
 # file name -> what it holds; the two contract tables keep exactly the DESIGN.md columns
@@ -124,6 +147,10 @@ def table_files(a: Analysis) -> dict[str, pd.DataFrame | None]:
         "verdict_certificate.csv": a.certificate,
         "item_tests.csv": a.item_tests,
         "significant_flips.csv": a.significant_flips,
+        "degenerate_cells.csv": a.degenerate_cells,
+        "degenerate_effects.csv": a.degenerate_effects,
+        "excluded_cells.csv": a.excluded_cells,
+        "tie_rates.csv": a.tie_rates,
     }
 
 

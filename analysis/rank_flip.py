@@ -15,12 +15,17 @@ import pandas as pd
 
 from safetyrepro.tasks.envelope import Rules
 
+from .chance import chance_rho_flip, chance_rho_flip_max
+from .direction import direction
 from .grid_io import Grid
 from .slices import slice_matrices
 
 RHO_FLIP_COLUMNS = ("benchmark", "slice", "model_a", "model_b", "n_plus", "n_minus", "n_zero",
                     "n_configs", "rho_flip", "ceiling")
-RHO_FLIP_DETAIL_COLUMNS = (*RHO_FLIP_COLUMNS, "saturated", "d1", "d2")
+# Detail: Proposition 1's flags, the chance reference at this |C|, and the "better" reading (the
+# same counts when better is a monotone function of the score; for CrowS-Pairs, closer to 0.5).
+RHO_FLIP_DETAIL_COLUMNS = (*RHO_FLIP_COLUMNS, "saturated", "d1", "d2", "chance", "better", "n_plus_better",
+                           "n_minus_better", "n_zero_better", "rho_flip_better")
 
 
 @dataclass(frozen=True)
@@ -75,23 +80,37 @@ def rho_flip_table(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> pd.Data
     """One row per benchmark x slice x pair, detail columns included; empty slices have no rows."""
     rows = []
     for benchmark, name, m in slice_matrices(grid, rules, slices):
+        better = direction(benchmark)
+        mb = better.better_value(m)
         for a, b in model_pairs(grid.models):
             c = pair_counts(m[a].to_numpy(), m[b].to_numpy())
+            cb = pair_counts(mb[a].to_numpy(), mb[b].to_numpy())
             rows.append((benchmark, name, a, b, c.n_plus, c.n_minus, c.n_zero, c.n_configs,
-                         c.rho_flip, c.ceiling, c.saturated, c.d1, c.d2))
+                         c.rho_flip, c.ceiling, c.saturated, c.d1, c.d2, chance_rho_flip(c.n_configs), better.label,
+                         cb.n_plus, cb.n_minus, cb.n_zero, cb.rho_flip))
     return pd.DataFrame(rows, columns=list(RHO_FLIP_DETAIL_COLUMNS))
 
 
-def rho_flip_max(detail: pd.DataFrame) -> pd.DataFrame:
-    """The per benchmark x slice maximum over pairs, with every pair that attains it."""
+def _pairs_at(g: pd.DataFrame, column: str) -> str:
+    at = g[g[column] == g[column].max()]
+    return "; ".join(f"{a} vs {b}" for a, b in zip(at["model_a"], at["model_b"], strict=True))
+
+
+def rho_flip_max(detail: pd.DataFrame, n_models: int | None = None) -> pd.DataFrame:
+    """The per benchmark x slice maximum over pairs, with every pair that attains it, the chance
+    reference of that maximum, and the same maximum on the "better" reading."""
     rows = []
     for (benchmark, name), g in detail.groupby(["benchmark", "slice"], sort=False):
         top = g["rho_flip"].max()
         at = g[g["rho_flip"] == top]
+        n = int(g["n_configs"].iloc[0])
+        models = n_models or len(set(g["model_a"]) | set(g["model_b"]))
         rows.append({
             "benchmark": benchmark, "slice": name, "n_configs": int(g["n_configs"].iloc[0]),
             "rho_flip_max": float(top), "pairs": "; ".join(f"{a} vs {b}" for a, b in zip(at["model_a"], at["model_b"], strict=True)),
             "ceiling": float(g["ceiling"].iloc[0]), "saturated": bool(at["saturated"].any()),
             "n_pairs_with_reversal": int((g["rho_flip"] > 0).sum()), "n_pairs": len(g),
+            "chance_max": chance_rho_flip_max(n, models), "better": g["better"].iloc[0],
+            "rho_flip_max_better": float(g["rho_flip_better"].max()), "pairs_better": _pairs_at(g, "rho_flip_better"),
         })
     return pd.DataFrame(rows)

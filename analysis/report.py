@@ -1,9 +1,11 @@
 """The human-readable report. It is built once as a list of blocks (heading, paragraph, table,
-figure) and rendered twice, to Markdown and to a self-contained HTML page, so the two never drift.
-Every table comes with one sentence on how to read it, for a reader who has not read the paper."""
+figure) and rendered twice, to Markdown and to a self-contained HTML page (figures embedded as
+data URIs, so the file can be moved or mailed alone), so the two never drift. Every table comes
+with one sentence on how to read it, for a reader who has not read the paper."""
 
 from __future__ import annotations
 
+import base64
 import html
 import math
 import re
@@ -12,8 +14,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from .card import headline
+from .card import headline, read_run_metadata
+from .chance import ceiling, chance_rho_flip
+from .degenerate import EMPTY_SHARE_MAX
+from .direction import direction
+from .dispersion import NO_PASS_FAIL, cfr_ceiling
+from .figures import FigureSet
 from .pipeline import Analysis
+from .significance import TEST_NAME
+from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
+from .variance import FREE_FORM
 
 
 @dataclass(frozen=True)
@@ -87,7 +97,12 @@ def _inline_html(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
-def to_html(blocks: list[Block], title: str) -> str:
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def to_html(blocks: list[Block], title: str, base: Path) -> str:
+    """One self-contained page: every figure is read from `base` / its path and embedded."""
     parts = []
     for b in blocks:
         if isinstance(b, Heading):
@@ -103,7 +118,7 @@ def to_html(blocks: list[Block], title: str) -> str:
             parts.append(f'<p class="how"><em>How to read:</em> {_inline_html(b.how_to_read)}</p>'
                          f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif isinstance(b, Figure):
-            parts.append(f'<figure><img src="{html.escape(b.path)}" alt="{html.escape(b.alt)}">'
+            parts.append(f'<figure><img src="{_data_uri(base / b.path)}" alt="{html.escape(b.alt)}">'
                          f"<figcaption>{html.escape(b.alt)}</figcaption></figure>")
     style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.45}"
              "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}"
@@ -118,115 +133,332 @@ def _full(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["slice"] == "full"]
 
 
+def _list(values, last: str = "and") -> str:
+    values = [str(v) for v in values]
+    return values[0] if len(values) == 1 else ", ".join(values[:-1]) + f" {last} " + values[-1]
+
+
+def ceiling_phrase(ns) -> str:
+    """The rho_flip ceiling and the one-pair chance reference at every |C| given, in words."""
+    return "; ".join(f"|C| = {n}: ceiling {ceiling(n):.3f}, chance {chance_rho_flip(n):.3f}" for n in sorted(set(ns)))
+
+
+def _scope_blocks(a: Analysis) -> list[Block]:
+    scopes = {b: envelope_scope(a.grid, a.rules, b) for b in a.grid.benchmarks}
+    lines = [f"{b}: {phrase}" for b, (_, phrase) in scopes.items()]
+    if all(full for full, _ in scopes.values()):
+        note = "Every benchmark holds its full envelope, so the slice called `full` below is the full envelope."
+    else:
+        note = ("The slice called `full` in the tables means every configuration this grid holds for a benchmark; "
+                "where that is not the whole envelope (above), its numbers are not the paper's full-envelope numbers "
+                "and must not be quoted as such.")
+    return [Heading("Scope"), Bullets(tuple(lines)), Para(note)]
+
+
+def _direction_sentence(benchmarks) -> str:
+    odd = [b for b in benchmarks if not direction(b).monotone]
+    text = "Which way is better: a higher score on " + _list([b for b in benchmarks if direction(b).monotone] or ["-"])
+    if odd:
+        text += ("; on " + _list(odd) + " the score is the share of pairs where the stereotypical sentence wins, 0.5 is "
+                 "unbiased and a model is better the closer it sits to 0.5. Tables keyed by score (rho_flip.csv, "
+                 "orderings.csv) order models by raw score, highest (most stereotypical) first; the columns and rows "
+                 "labelled `better` read them by closeness to 0.5.")
+    return text + "."
+
+
+def _pair_rows(a: Analysis) -> pd.DataFrame:
+    """Per pair on `full`; a benchmark whose better reading differs from the score gets a second row."""
+    d = _full(a.rho_flip_detail)
+    rows = []
+    for r in d.itertuples():
+        base = {"benchmark": r.benchmark, "model_a": r.model_a, "model_b": r.model_b}
+        reading = "score (higher is better)" if direction(r.benchmark).monotone else "score (higher = more stereotypical)"
+        rows.append({**base, "reading": reading, "n_plus": r.n_plus, "n_minus": r.n_minus, "n_zero": r.n_zero,
+                     "n_configs": r.n_configs, "rho_flip": r.rho_flip, "ceiling": r.ceiling, "chance": r.chance,
+                     "saturated": r.saturated, "d1": r.d1, "d2": r.d2})
+        if not direction(r.benchmark).monotone:
+            rows.append({**base, "reading": "better: " + r.better, "n_plus": r.n_plus_better,
+                         "n_minus": r.n_minus_better, "n_zero": r.n_zero_better, "n_configs": r.n_configs,
+                         "rho_flip": r.rho_flip_better, "ceiling": r.ceiling, "chance": r.chance,
+                         "saturated": r.n_configs >= 2 and min(r.n_plus_better, r.n_minus_better) == r.n_configs // 2,
+                         "d1": r.n_plus_better == 0 or r.n_minus_better == 0,
+                         "d2": sum(n > 0 for n in (r.n_plus_better, r.n_minus_better, r.n_zero_better)) == 1})
+    return pd.DataFrame(rows)
+
+
+def _ordering_rows(a: Analysis, slice_name: str = "full") -> pd.DataFrame:
+    d = a.orderings_detail[a.orderings_detail["slice"] == slice_name]
+    rows = []
+    for r in d.itertuples():
+        monotone = direction(r.benchmark).monotone
+        first = "best first (higher score)" if monotone else "highest score first (most stereotypical first)"
+        rows.append({"benchmark": r.benchmark, "slice": slice_name, "reading": first, "n_configs": r.n_configs,
+                     "n_orderings": r.n_orderings, "n_possible": r.n_possible, "orderings": r.orderings})
+        if not monotone:
+            rows.append({"benchmark": r.benchmark, "slice": slice_name, "reading": "best first: " + r.better,
+                         "n_configs": r.n_configs, "n_orderings": r.n_orderings_better, "n_possible": r.n_possible,
+                         "orderings": r.orderings_better})
+    return pd.DataFrame(rows)
+
+
 def _wide_ablation(a: Analysis) -> pd.DataFrame:
     t = a.tier_ablation
-    cells = t.assign(cell=[f"{r.rho_flip_max:.3f} · {r.n_orderings}/{r.n_possible} · |C|={r.n_configs}"
-                           for r in t.itertuples()])
+    cells = t.assign(cell=[f"{r.rho_flip_max:.3f} · {r.n_orderings}/{r.n_possible} · |C|={r.n_configs} "
+                           f"(ceil {r.ceiling:.3f}, chance {r.chance_max:.3f})" for r in t.itertuples()])
     wide = cells.pivot(index="benchmark", columns="slice", values="cell")
     wide = wide.reindex(index=list(a.grid.benchmarks), columns=[s for s in a.options.slices if s in wide.columns])
     return wide.fillna("—").reset_index()
 
 
-def _cfr_wide(a: Analysis, theta: str) -> pd.DataFrame:
-    c = _full(a.cfr)
-    c = c[c["theta"] == theta]
-    wide = c.pivot(index="model", columns="benchmark", values="cfr").reindex(columns=list(a.grid.benchmarks))
+def _two_slices(frame: pd.DataFrame, value: str, benchmarks, index: str = "model") -> pd.DataFrame:
+    """index x (benchmark, slice) for slices full and parse_clean, columns named `benchmark (slice)`."""
+    parts = []
+    for name in ("full", PARSE_CLEAN):
+        part = frame[frame["slice"] == name]
+        if part.empty:
+            continue
+        wide = part.pivot(index=index, columns="benchmark", values=value)
+        wide.columns = [f"{b} ({name})" for b in wide.columns]
+        parts.append(wide)
+    out = pd.concat(parts, axis=1)
+    order = [f"{b} ({s})" for b in benchmarks for s in ("full", PARSE_CLEAN) if f"{b} ({s})" in out.columns]
+    return out[order].reset_index()
+
+
+def _cfr_table(a: Analysis, slice_name: str) -> pd.DataFrame:
+    c = a.cfr[(a.cfr["slice"] == slice_name) & ~a.cfr["benchmark"].isin(list(NO_PASS_FAIL))]
+    if c.empty:
+        return c
+    wide = c.pivot_table(index=["benchmark", "model"], columns="theta", values="cfr", sort=False)
+    thetas = [str(t) for t in a.options.thetas] + ["median"]
+    wide = wide.reindex(columns=[t for t in thetas if t in wide.columns])
+    wide.columns = [f"theta {t}" for t in wide.columns]
+    n = c.drop_duplicates(["benchmark", "model"]).set_index(["benchmark", "model"])["n_configs"]
+    wide.insert(0, "n_configs", n)
+    wide["ceiling"] = [cfr_ceiling(int(v)) if v > 1 else float("nan") for v in n.reindex(wide.index)]
     return wide.reset_index()
 
 
-def build_blocks(a: Analysis, figures: dict[str, str]) -> list[Block]:
+def _median_caption(a: Analysis) -> str:
+    c = a.cfr[(a.cfr["theta"] == "median") & a.cfr["cfr"].notna()]
+    if c.empty:
+        return "CFR with theta at each model's own median score: nothing to show."
+    below = c[c["cfr"] < c["ceiling"] - 1e-12]
+    ns = sorted(set(int(v) for v in c["n_configs"]))
+    text = ("CFR with theta at each model's own median score. It reaches its ceiling 2n/(n-1)·1/4 ("
+            + ", ".join(f"{cfr_ceiling(n):.3f} at n = {n}" for n in ns if n > 1)
+            + ") only when n is even and the two middle scores differ, so that exactly half the configurations pass; "
+            "with odd n (p = (n+1)/(2n), CFR = (n+1)/(2n)) or ties at the median it falls below. ")
+    if below.empty:
+        return text + "Here every value sits at its ceiling, so this row checks the identity rather than finding anything."
+    return text + (f"Here {len(below)} of {len(c)} values (model x benchmark x slice) sit below it, e.g. "
+                   + ", ".join(f"{r.model} on {r.benchmark}/{r.slice}: {r.cfr:.3f} < {r.ceiling:.3f} (n = {r.n_configs})"
+                               for r in below.head(3).itertuples()) + ".")
+
+
+def _figure_or_sentence(figures: FigureSet, key: str, alt: str) -> list[Block]:
+    if key in figures.paths:
+        return [Figure(figures.paths[key], alt)]
+    if key in figures.skipped:
+        return [Para(f"(Figure left out: {figures.skipped[key]})")]
+    return []
+
+
+def _degenerate_blocks(a: Analysis) -> list[Block]:
+    blocks: list[Block] = [Heading("Degenerate cells")]
+    cells = a.degenerate_cells
+    if cells.empty:
+        return blocks + [Para(f"No cell has a parse rate below {PARSE_CLEAN_MIN} or more than "
+                              f"{100 * EMPTY_SHARE_MAX:.0f} % empty outputs; slice parse_clean equals slice full.")]
+    empties = int((cells["n_empty"].fillna(0) == cells["n_outputs"].fillna(-1)).sum())
+    blocks.append(Para(
+        f"{len(cells)} cells have a parse rate below {PARSE_CLEAN_MIN} or more than {100 * EMPTY_SHARE_MAX:.0f} % empty "
+        f"outputs ({empties} returned an empty output on every item). An unparsed answer counts as wrong, so such a "
+        "cell scores low because of the parser or the template, not the model's judgement. lowest_of_model marks a "
+        "cell that is the model's lowest score on the benchmark (it then sets that model's SDI and score range); "
+        "last_in_config one that puts the model last in that configuration (it then moves orderings and pair "
+        f"verdicts). The slice `{PARSE_CLEAN}` leaves out every configuration holding such a cell."))
+    shown = cells.drop(columns=[c for c in ("n_empty", "n_outputs") if cells[c].isna().all()])
+    blocks.append(Table(shown, "one row per degenerate cell; reason says what was wrong (parse rate, empty outputs "
+                        "from the per-item records)."))
+    if not a.degenerate_effects.empty:
+        blocks.append(Table(a.degenerate_effects, f"each metric the degenerate cells can move, read on slice `full` "
+                            f"(with them) and on slice `{PARSE_CLEAN}` (without the configurations that hold them); "
+                            "per model for its lowest score, SDI and CFR, per benchmark (model `all`) for rho_flip max "
+                            "and the number of orderings. A large change means the headline number rests on those "
+                            "cells."))
+    return blocks
+
+
+def _variance_blocks(a: Analysis) -> list[Block]:
+    blocks: list[Block] = [Heading("Variance attribution (free-form slice)")]
+    shares = a.variance_shares
+    if shares.empty:
+        return blocks + [Para("No benchmark has a free-form slice large enough for the ANOVA.")]
+    main = shares[(shares["slice"] == FREE_FORM) & (shares["anova_type"] == "II")]
+    blocks.append(Table(main[["benchmark", "n_configs", "model_share", "implementation_share", "interaction_share",
+                              "residual_share", "sum_of_shares", "rho", "rho_lo", "rho_hi"]],
+                        "a Type-II ANOVA splits each benchmark's score variance into the model's share, the "
+                        "implementation axes' share (template + decoding + shots), the model x axis interactions and "
+                        "the rest (eta² = sum of squares / total). rho = implementation share / model share: above 1, "
+                        "harness choices move scores more than model identity does. rho_lo-rho_hi is the 2.5-97.5 % "
+                        f"range over {a.options.n_resamples} configuration resamples; with large interaction shares "
+                        "read rho as a direction, not a precise ratio. Terms are in anova.csv."))
+    wide = shares.assign(fit=shares["anova_type"].map({"II": "Type II", "III": "Type III"}) + ", " + shares["slice"])
+    robust = wide[["benchmark", "fit", "n_configs", "model_share", "implementation_share", "rho", "model_omega_sq",
+                   "implementation_omega_sq", "rho_omega_sq"]]
+    blocks.append(Table(robust, "the paper's robustness checks side by side: Type-III sums of squares (sum-to-zero "
+                        "contrasts; each term adjusted for every other, interactions included), omega² = (SS - df·MS_res) "
+                        "/ (SS_total + MS_res) per group of terms (eta² less what a term's degrees of freedom would "
+                        f"explain by chance; negative means no effect beyond noise), and the same fits on the "
+                        f"free-form configurations that are also in `{PARSE_CLEAN}`. If rho keeps its side of 1 across "
+                        "the rows, the reading does not hinge on the sums-of-squares type or on badly parsed cells."))
+    return blocks
+
+
+def _significance_blocks(a: Analysis) -> list[Block]:
+    blocks: list[Block] = [Heading("Significant flips")]
+    if a.significant_flips is None or a.significant_flips.empty:
+        return blocks + [Para("Not computed: no usable per-item records were given.")]
+    f = _full(a.significant_flips)
+    blocks.append(Para(
+        f"Each configuration's A - B difference was tested on the items with an {TEST_NAME}: under the null that "
+        "the two models are interchangeable on each item, every item's difference is equally likely to have either "
+        "sign (for 0/1 item scores this is the exact McNemar test). A flip needs a win each way among |C| tests, so "
+        "the p-values of one benchmark x slice x pair are adjusted together, with Holm (controls the chance of any "
+        "false win, familywise) and with Benjamini-Hochberg (controls the expected share of false wins, FDR). A win "
+        f"counts as significant when its adjusted p-value is at most alpha = {a.options.alpha}. Wins are by raw score "
+        "(as in rho_flip.csv)."))
+    shown = f[["benchmark", "model_a", "model_b", "n_configs", "n_plus", "n_minus", "rho_flip", "rho_flip_lo",
+               "rho_flip_hi", "correction", "n_plus_sig", "n_minus_sig", "rho_flip_sig"]]
+    blocks.append(Table(shown, "correction names the multiple-testing adjustment (holm: familywise; fdr_bh: "
+                        "false discovery rate); n_plus_sig and n_minus_sig count the wins that survive it, and "
+                        "rho_flip_sig = min of the two / n_configs beside the plain rho_flip on the same "
+                        f"configurations. rho_flip_lo-rho_flip_hi is the 2.5-97.5 % range of rho_flip over "
+                        f"{a.options.n_resamples} item resamples (items redrawn within each configuration, the same "
+                        "draw for every model). Every slice is in significant_flips.csv, per-configuration p-values "
+                        "(raw and adjusted) in item_tests.csv."))
+    return blocks
+
+
+def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) -> list[Block]:
     g = a.grid
     m = len(g.models)
     null_mismatch = 1 - 1 / math.factorial(m)
+    sizes = sorted(set(int(n) for n in a.rho_flip_max["n_configs"]))
+    full_sizes = sorted(set(int(n) for n in _full(a.rho_flip_max)["n_configs"]))
     blocks: list[Block] = [
         Heading(f"SafetyRepro analysis of {Path(g.source).name}", 1),
         Para(f"Models: {', '.join(g.models)}. Benchmarks: {', '.join(g.benchmarks)}. Precision `{g.precision}`, "
              f"package `{g.package}`. {len(g.cells)} cells analysed."),
+        *_scope_blocks(a),
         Para("The question: if one evaluator picks a prompt template, decoding setting, number of worked examples and "
              "scoring path, and another picks differently but just as reasonably, do they agree on which model is "
              "better? For each pair of models, rho_flip is the share of configurations on which the less frequent "
-             "winner wins strictly: 0 means one model is never strictly behind, and 0.5 (its ceiling) means the "
-             "configurations split evenly. Ties count for neither model but stay in the denominator. Scores are "
-             "compared exactly as written in the grid."),
+             "winner wins strictly: 0 means one model is never strictly behind. Its ceiling is floor(|C|/2)/|C|, "
+             "reached when the configurations split as evenly as they can: 0.5 at even |C|, less at odd |C|. Ties count "
+             "for neither model but stay in the denominator. Scores are compared exactly as written in the grid."),
+        Para("Chance reference: if the configurations were coin flips for which of two models wins (exchangeable "
+             "scores, no ties), rho_flip would average E[min(K, |C|-K)]/|C| with K ~ Binomial(|C|, 1/2), well below the "
+             "ceiling; the headline's maximum over the model pairs would average more (chance_max). A value near "
+             "chance says the verdict is as mixed as coin flips. At the sizes in this report: "
+             + ceiling_phrase(sizes) + "."),
+        Para(_direction_sentence(g.benchmarks)),
     ]
     if a.warnings:
         blocks += [Heading("Warnings"), Bullets(a.warnings)]
+    if not a.excluded_cells.empty:
+        blocks += [Heading("Cells left out"),
+                   Table(a.excluded_cells, "cells whose status is not ok, counted per status, model, benchmark and "
+                         "scoring: `failed` cells did not finish, `not_applicable` ones cannot be computed by that "
+                         "backend (a logprob cell without log-likelihoods). They enter no table and are never scored "
+                         "as 0; a configuration that lacks one model's cell is dropped for every model.")]
+    blocks += _degenerate_blocks(a)
 
     blocks += [Heading("Headline"),
-               Table(headline(a), "one row per benchmark on the full envelope; rho_flip max is the largest value over "
-                     "model pairs (the pair is named), the ceiling is floor(|C|/2)/|C|, orderings counts the distinct "
-                     f"rankings of the {m} models reached out of {math.factorial(m)}, tau_R is the mean rank agreement "
-                     "between configurations (1 = identical rankings everywhere), SDI max the largest relative score "
-                     "range of any model.")]
+               Table(headline(a), "one row per benchmark on slice `full` (scope above); better says which way is "
+                     "better. rho_flip max is the largest value over model pairs (by raw score, as in rho_flip.csv; the "
+                     "pair is named), ceiling floor(|C|/2)/|C| and chance_max what the maximum averages when every "
+                     f"configuration ranks the {m} models at random (chance per pair: "
+                     + ceiling_phrase(full_sizes) + "). rho_flip_max_better and n_orderings_better read the verdicts "
+                     "in the better direction and equal the raw ones wherever higher is better. Orderings counts the "
+                     f"distinct rankings of the {m} models reached out of {math.factorial(m)}, tau_R is the mean rank "
+                     "agreement between configurations (1 = identical rankings everywhere), SDI max the largest "
+                     "relative score range of any model.")]
 
-    pairs = _full(a.rho_flip_detail)[["benchmark", "model_a", "model_b", "n_plus", "n_minus", "n_zero", "n_configs",
-                                      "rho_flip", "ceiling", "saturated", "d1", "d2"]]
     blocks += [Heading("rho_flip per model pair"),
-               Table(pairs, "n_plus counts configurations where model_a scores strictly higher, n_minus where it "
-                     "scores strictly lower, n_zero ties; rho_flip = min(n_plus, n_minus)/n_configs. d1 (no strict "
-                     "reversal) holds exactly when rho_flip is 0; d2 (one single verdict: only one of the three counts "
-                     "is non-zero) is stricter. Saturated means the value sits at its ceiling, which proves a reversal "
-                     "but not its size. Every slice is in rho_flip_detail.csv.")]
-    if "rho_flip_surface" in figures:
-        blocks.append(Figure(figures["rho_flip_surface"], "rho_flip per model pair and benchmark, full envelope"))
+               Table(_pair_rows(a), "n_plus counts configurations where model_a is strictly ahead in the row's "
+                     "reading, n_minus where it is strictly behind, n_zero ties; rho_flip = min(n_plus, "
+                     "n_minus)/n_configs, to be read against its ceiling and its chance value at that |C|. d1 (no "
+                     "strict reversal) holds exactly when rho_flip is 0; d2 (one single verdict: only one of the three "
+                     "counts is non-zero) is stricter. Saturated means the value sits at its ceiling, which proves a "
+                     "reversal but not its size. Every slice is in rho_flip_detail.csv.")]
+    blocks += _figure_or_sentence(figures, "rho_flip_surface", "rho_flip per model pair and benchmark, slice full")
 
-    full_orders = _full(a.orderings_detail)[["benchmark", "n_configs", "n_orderings", "n_possible", "orderings"]]
     blocks += [Heading("Orderings reached"),
-               Table(full_orders, "each configuration ranks the models by score (an exact tie is broken "
-                     "alphabetically); the table counts how many distinct rankings the configurations produce and "
-                     "lists them with how many configurations give each. Per-configuration orderings are in "
-                     "config_orderings.csv.")]
-    if "orderings" in figures:
-        blocks.append(Figure(figures["orderings"], "Distinct orderings reached per benchmark and slice"))
+               Table(_ordering_rows(a), "each configuration ranks the models (an exact tie is broken "
+                     "alphabetically); reading says which way round each ordering is written. The table counts how "
+                     "many distinct rankings the configurations produce and lists them with how many configurations "
+                     "give each. Per-configuration orderings are in config_orderings.csv.")]
+    if PARSE_CLEAN in set(a.orderings_detail["slice"]) and not a.degenerate_cells.empty:
+        blocks.append(Table(_ordering_rows(a, PARSE_CLEAN), f"the same on slice `{PARSE_CLEAN}` (configurations "
+                            "where every model parses at least 95 % of items), to read the orderings without the "
+                            "degenerate cells."))
+    blocks += _figure_or_sentence(figures, "orderings", "Distinct orderings reached per benchmark and slice")
 
     blocks += [Heading("Slices and tier ablation"),
                Para("Slices restrict the configurations: core drops the stress-tier values (template T4, diverse "
                     "decoding), excl_t4 and excl_diverse drop one each, free_form and logprob keep one scoring path, "
-                    "parse_clean keeps configurations where every model parses at least 95 % of items, "
-                    "conservative_core keeps T1 and T3, greedy, 0-shot."),
+                    f"{PARSE_CLEAN} keeps configurations where every model parses at least 95 % of items, "
+                    "conservative_core keeps T1 and T3, greedy, 0-shot, both scorings."),
                Table(_wide_ablation(a), "each cell reads rho_flip max · orderings reached/possible · number of "
-                     "configurations; compare values only at similar |C|, because small slices saturate (at |C|=4 any "
-                     "2-2 split gives 0.5). A dash means the slice is empty for that benchmark.")]
-    if "rho_flip_by_slice" in figures:
-        blocks.append(Figure(figures["rho_flip_by_slice"], "rho_flip max per benchmark and slice"))
+                     "configurations, with the ceiling and the chance value of the maximum at that |C|; compare "
+                     "values only at similar |C|, because small slices saturate (at |C|=4 any 2-2 split gives 0.5). A "
+                     "dash means the slice is empty for that benchmark.")]
+    blocks += _figure_or_sentence(figures, "rho_flip_by_slice", "rho_flip max per benchmark and slice")
 
     conc = _full(a.concordance)[["benchmark", "n_configs", "tau_r", "order_mismatch_rate", "n_undefined_pairs"]]
     blocks += [Heading("Ranking concordance"),
-               Table(conc, "tau_R is the mean Kendall tau (ties as average ranks) between the model rankings of every "
-                     "pair of configurations: 1 means all configurations agree, 0 is what random rankings give. "
-                     "order_mismatch_rate is the share of configuration pairs whose full rankings differ; random "
+               Table(conc, "tau_R is the mean Kendall tau (ties as average ranks) between the model rankings by score "
+                     "of every pair of configurations: 1 means all configurations agree, 0 is what random rankings "
+                     "give. order_mismatch_rate is the share of configuration pairs whose full rankings differ; random "
                      f"rankings of {m} models would give {null_mismatch:.3f}.")]
 
-    sdi = _full(a.sdi).pivot(index="model", columns="benchmark", values="sdi").reindex(columns=list(g.benchmarks)).reset_index()
     blocks += [Heading("Score dispersion (SDI)"),
-               Table(sdi, "SDI = (highest score - lowest score) / mean score of one model on one benchmark across the "
-                     "full envelope; 0.5 means the configurations move the score by half its average. Ranges and means "
-                     "are in sdi.csv.")]
-    if "score_ranges" in figures:
-        blocks.append(Figure(figures["score_ranges"], "Score of every configuration per model and benchmark"))
+               Table(_two_slices(a.sdi, "sdi", g.benchmarks),
+                     "SDI = (highest score - lowest score) / mean score of one model on one benchmark; 0.5 means the "
+                     "configurations move the score by half its average. Each benchmark is shown on slice `full` and on "
+                     f"slice `{PARSE_CLEAN}` (without configurations where some model parses under 95 % of items): a "
+                     "large drop means a degenerate cell set the range. Ranges and means are in sdi.csv.")]
+    blocks += _figure_or_sentence(figures, "score_ranges", "Score of every configuration per model and benchmark")
 
     blocks += [Heading("Compliance flip rate (CFR)"),
                Para("A model passes a configuration when its score is at least theta. CFR is the probability that two "
                     "different configurations disagree on pass/fail, 2n/(n-1)·p(1-p) with p the pass share over n "
-                    "configurations. CrowS-Pairs has no pass/fail reading (N/A).")]
-    for theta in (*[str(t) for t in a.options.thetas], "median"):
-        how = (f"CFR at theta = {theta} per model (rows) and benchmark (columns)." if theta != "median" else
-               "CFR with theta at each cell's own median: it sits at the algebraic ceiling 2n/(n-1)/4 (51.06 % at "
-               "n = 48, 54.55 % at n = 12) by construction, so it is a check of the identity, not a finding.")
-        blocks.append(Table(_cfr_wide(a, theta), how))
+                    "configurations; its ceiling is 2n/(n-1)·1/4 at p = 1/2. "
+                    + ", ".join(b for b in g.benchmarks if b in NO_PASS_FAIL)
+                    + (" has no pass/fail reading and is left out. " if any(b in NO_PASS_FAIL for b in g.benchmarks)
+                       else "") + _median_caption(a))]
+    for name in ("full", PARSE_CLEAN):
+        table = _cfr_table(a, name)
+        if not table.empty:
+            blocks.append(Table(table, f"CFR per benchmark and model on slice `{name}` at each theta (columns) and at "
+                                "the model's median; ceiling is 2n/(n-1)/4 at this n."))
 
-    blocks.append(Heading("Variance attribution (free-form slice)"))
-    if a.variance_shares.empty:
-        blocks.append(Para("No benchmark has a free-form slice large enough for the ANOVA."))
-    else:
-        shares = a.variance_shares[["benchmark", "n_configs", "model_share", "implementation_share", "interaction_share",
-                                    "residual_share", "sum_of_shares", "rho", "rho_lo", "rho_hi"]]
-        blocks.append(Table(shares, "a Type-II ANOVA splits each benchmark's score variance into the model's share, "
-                            "the implementation axes' share (template + decoding + shots), the model x axis interactions "
-                            "and the rest (eta² = sum of squares / total). rho = implementation share / model share: "
-                            f"above 1, harness choices move scores more than model identity does. rho_lo-rho_hi is the "
-                            f"2.5-97.5 % range over {a.options.n_resamples} configuration resamples; with large "
-                            "interaction shares read rho as a direction, not a precise ratio. Terms are in anova.csv."))
+    if a.tie_rates is not None:
+        blocks.append(Heading("Ties between logprob candidates"))
+        rule = (run_meta or {}).get("tie_rule") or "unknown"
+        if a.tie_rates.empty:
+            blocks.append(Para(f"No logprob cell had exactly tied top candidates (tie rule: {rule})."))
+        else:
+            blocks += [Para(f"Tie rule of the run: `{rule}` (expected: credit 1/k when the gold answer is among k "
+                            "exactly tied winners; first: the first candidate wins, lm-eval's rule). "
+                            f"{len(a.tie_rates)} cells had ties."),
+                       Table(a.tie_rates, "tie_rate is the share of the cell's items whose top log-likelihoods tie "
+                             "exactly; under the `first` rule such items are scored by candidate order, not by the "
+                             "model.")]
+
+    blocks += _variance_blocks(a)
 
     blocks += [Heading("Axis attribution (SHAP)"),
                Para("A small LightGBM regressor predicts scores from the axes, model and benchmark; per benchmark and "
@@ -246,31 +478,21 @@ def build_blocks(a: Analysis, figures: dict[str, str]) -> list[Block]:
         blocks.append(Table(top.rename(columns={"axis": "top_axis"}), "for each pair with a strict reversal, the axis "
                             "with the largest share of the classifier's mean |SHAP|, the wins on each side, and how well "
                             "the classifier fits (in sample). All axes are in shap_pair_classifier.csv."))
-    if "shap" in figures:
-        blocks.append(Figure(figures["shap"], "Mean |SHAP| per feature and per axis"))
+    blocks += _figure_or_sentence(figures, "shap", "Mean |SHAP| per feature and per axis")
 
     boot = a.bootstrap[["benchmark", "statistic", "point", "low", "high"]]
     blocks += [Heading("Configuration bootstrap"),
                Table(boot, f"configurations were resampled with replacement {a.options.n_resamples} times (seed "
                      f"{a.options.seed}); low-high is the 2.5-97.5 % range of the statistic. It shows how much the "
-                     "maxima depend on which configurations are in the envelope, not uncertainty over items.")]
+                     "maxima depend on which configurations are in the envelope, not uncertainty over items (that is "
+                     "the item bootstrap under Significant flips).")]
 
-    blocks.append(Heading("Significant flips"))
-    if a.significant_flips is None or a.significant_flips.empty:
-        blocks.append(Para("Not computed: no usable per-item records were given."))
-    else:
-        f = _full(a.significant_flips)[["benchmark", "model_a", "model_b", "n_configs", "n_plus", "n_minus", "rho_flip",
-                                        "n_plus_sig", "n_minus_sig", "rho_flip_sig"]]
-        blocks.append(Table(f, f"each configuration's A - B difference was tested with a {a.options.n_resamples}-"
-                            f"resample paired bootstrap over items (two-sided, alpha {a.options.alpha}); n_plus_sig and "
-                            "n_minus_sig count only strict wins whose interval excludes zero, and rho_flip_sig = "
-                            "min of the two / n_configs, beside the plain rho_flip on the same configurations. "
-                            "Per-configuration intervals are in item_tests.csv."))
+    blocks += _significance_blocks(a)
 
     cert = _full(a.certificate)[["benchmark", "model_a", "model_b", "extreme", "config_id", "score_a", "score_b", "diff"]]
     blocks += [Heading("Verdict certificate"),
-               Table(cert, "for each pair, the configuration where model_a leads most (max) and the one where it "
-                     "trails most (min); if the two diffs have opposite signs, running just these two config_ids "
+               Table(cert, "for each pair, the configuration where model_a's score leads most (max) and the one where "
+                     "it trails most (min); if the two diffs have opposite signs, running just these two config_ids "
                      "reproduces the reversal. Every slice is in verdict_certificate.csv.")]
 
     if a.notes:
@@ -278,8 +500,9 @@ def build_blocks(a: Analysis, figures: dict[str, str]) -> list[Block]:
     return blocks
 
 
-def write_report(a: Analysis, out: Path, figures: dict[str, str]) -> list[Path]:
-    blocks = build_blocks(a, figures)
+def write_report(a: Analysis, out: Path, figures: FigureSet) -> list[Path]:
+    meta, _ = read_run_metadata(Path(a.grid.source))
+    blocks = build_blocks(a, figures, meta)
     (out / "report.md").write_text(to_markdown(blocks))
-    (out / "report.html").write_text(to_html(blocks, f"SafetyRepro analysis of {Path(a.grid.source).name}"))
+    (out / "report.html").write_text(to_html(blocks, f"SafetyRepro analysis of {Path(a.grid.source).name}", out))
     return [out / "report.md", out / "report.html"]

@@ -1,10 +1,22 @@
-"""Significant flips (beyond the paper): which strict wins survive a paired bootstrap over items.
+"""Significant flips (beyond the paper): which strict wins the items support, with error control.
 
-With per-item records, each configuration's A - B difference gets a paired percentile bootstrap
-over items: items are drawn with replacement and every model's answer to a drawn item comes
-along. A strict win for A counts as significant when the two-sided (1 - alpha) interval of the
-mean difference lies above zero (below zero for B). rho_flip_sig = min(significant A wins,
-significant B wins) / |C| then counts only reversals that the items support in both directions.
+With per-item records, each configuration's A - B difference gets an exact paired sign-flip test
+over items: under the null that the two models are exchangeable on every item, each item's
+difference d_i is as likely to be +|d_i| as -|d_i|, so the p-value of the observed sum is read
+off the exact law of sum(+-|d_i|). For 0/1 item scores this is the exact McNemar test on the
+discordant items; seed-averaged item scores (multiples of 1/5) are handled exactly on their
+lattice. The test is the same in every configuration and needs no resampling.
+
+One configuration's test is one of many: a benchmark x slice x pair has |C| of them, and a flip
+needs a win each way. Per such family, the p-values are adjusted with Holm (familywise error) and
+with Benjamini-Hochberg (false discovery rate), and a win counts as significant only when its
+adjusted p-value is at most alpha and the grid and the items agree on its sign.
+rho_flip_sig = min(significant A wins, significant B wins) / |C| is reported per correction, named
+in the table.
+
+rho_flip itself gets an item-bootstrap interval: items are redrawn with replacement within each
+configuration, the same draw for every model (paired), and rho_flip is recomputed on the
+resampled means.
 """
 
 from __future__ import annotations
@@ -12,9 +24,11 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
+from scipy.stats import binom
 
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import Config, Rules
@@ -24,17 +38,27 @@ from .rank_flip import model_pairs
 from .slices import slice_config_ids
 
 ITEM_COLUMNS = ("model", "config_id", "item_id", "seed", "item_score")
-TEST_NAME = "paired percentile bootstrap over items"
+TEST_NAME = "exact paired sign-flip test over items (two-sided)"
+CORRECTIONS = {"holm": "Holm (familywise error)", "fdr_bh": "Benjamini-Hochberg (false discovery rate)"}
+FAMILY = "one benchmark x slice x model pair (its |C| configurations)"
 SCORE_TOLERANCE = 1e-6  # items averaged back to a cell should reproduce the grid's score
+LATTICE_MAX = 120       # seed-averaged scores are multiples of 1/n_seeds; 120 covers lcm(1..5) twice over
+FALLBACK_LATTICE = 1000  # differences on no small lattice are rounded to 0.001 (the test stays exact for them)
 
 
 @dataclass(frozen=True)
 class ItemRecords:
-    """Per (model, config_id) item means over seeds: a frame indexed by item_id, one column per model."""
+    """Per configuration, the items x models array of item scores (each item's mean over its seeds),
+    columns in `models` order; only items that every model answered."""
 
-    by_config: dict[str, pd.DataFrame]
+    models: tuple[str, ...]
+    by_config: dict[str, np.ndarray]
     warnings: tuple[str, ...]
     source: str
+    empty_outputs: pd.DataFrame | None = None  # model, config_id, n_outputs, n_empty (free-form; None without raw_output)
+
+    def column(self, model: str) -> int:
+        return self.models.index(model)
 
 
 def load_items(path: str, grid: Grid) -> ItemRecords:
@@ -47,6 +71,17 @@ def load_items(path: str, grid: Grid) -> ItemRecords:
         if column in frame.columns:  # optional: keep the grid's own group when the records say
             frame = frame[frame[column].astype(str) == value]
     return item_records(frame, grid, path)
+
+
+def _empty_outputs(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """Free-form records whose raw output is empty (or only whitespace), per cell."""
+    if "raw_output" not in frame.columns:
+        return None
+    free = frame[frame["config_id"].str.endswith("/free_form")]
+    text = free["raw_output"].fillna("").astype(str).str.strip()
+    counts = free.assign(empty=(text == "")).groupby(["model", "config_id"])["empty"].agg(["size", "sum"])
+    return counts.rename(columns={"size": "n_outputs", "sum": "n_empty"}).reset_index().astype(
+        {"n_outputs": int, "n_empty": int})
 
 
 def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
@@ -62,78 +97,250 @@ def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
         Config.from_id(cid)  # a malformed id is a one-line error
     known = set(grid.cells["config_id"])
     frame = frame[frame["config_id"].isin(known) & frame["model"].isin(grid.models)]
+    warnings = []
     # Seeds first, then items: an item's score is its mean over the seeds it was run with.
-    per_item = frame.groupby(["config_id", "model", "item_id"])["item_score"].mean()
-    by_config, warnings, mismatched, partial = {}, [], [], 0
-    grid_scores = grid.cells.set_index(["config_id", "model"])["score"]
     cell_means = frame.groupby(["config_id", "model", "seed"])["item_score"].mean().groupby(level=[0, 1]).mean()
-    for (cid, model), value in cell_means.items():
-        if abs(value - grid_scores[(cid, model)]) > SCORE_TOLERANCE:
-            mismatched.append(f"{model} on {cid}")
-    for cid, block in per_item.groupby(level="config_id"):
-        wide = block.droplevel("config_id").unstack("model")
-        if wide.shape[1] < len(grid.models):
-            continue
-        complete = wide.dropna()
-        partial += len(wide) - len(complete)
-        by_config[cid] = complete[list(grid.models)]
+    grid_scores = grid.cells.set_index(["config_id", "model"])["score"].reindex(cell_means.index)
+    mismatched = cell_means.index[(cell_means - grid_scores).abs().to_numpy() > SCORE_TOLERANCE]
+    wide = frame.groupby(["config_id", "item_id", "model"])["item_score"].mean().unstack("model")
+    wide = wide.reindex(columns=list(grid.models))
+    present = frame.groupby("config_id")["model"].nunique()
+    wide = wide[wide.index.get_level_values(0).isin(present.index[present == len(grid.models)])]
+    complete = wide.dropna()
+    partial = len(wide) - len(complete)
+    ids = complete.index.get_level_values(0).to_numpy()
+    values = complete.to_numpy(dtype=float)
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.array([], dtype=int)
+    by_config = {str(ids[s]): values[s:e] for s, e in zip(starts, np.r_[starts[1:], len(ids)], strict=True)}
     if partial:
         warnings.append(f"items: {partial} (config, item) records lack some model and were left out of the "
-                        f"paired bootstrap")
-    if mismatched:
+                        f"paired tests")
+    if len(mismatched):
+        cid, model = mismatched[0]
         warnings.append(f"items: {len(mismatched)} cells' item means differ from the grid score by more than "
-                        f"{SCORE_TOLERANCE:g} (first: {mismatched[0]}); the tests use the items, the counts the grid")
+                        f"{SCORE_TOLERANCE:g} (first: {model} on {cid}); the tests use the items, the counts the grid")
     if not by_config:
         warnings.append(f"items: {source} holds no records for this grid's models and configurations")
-    return ItemRecords(by_config, tuple(warnings), source)
+    return ItemRecords(tuple(grid.models), by_config, tuple(warnings), source, _empty_outputs(frame))
 
 
-def paired_item_tests(items: ItemRecords, grid: Grid, n_resamples: int, alpha: float, seed: int) -> pd.DataFrame:
-    """One row per configuration x pair: the grid's difference, the bootstrap interval, the verdict."""
+# -- the per-configuration test -------------------------------------------------------------------
+def _integer_weights(magnitudes: np.ndarray) -> np.ndarray:
+    """|d_i| as whole numbers on the smallest lattice 1/L that holds them all exactly (L <= LATTICE_MAX);
+    otherwise rounded to multiples of 1/FALLBACK_LATTICE."""
+    values = np.unique(magnitudes)
+    for lattice in range(1, LATTICE_MAX + 1):
+        scaled = values * lattice
+        if np.all(np.abs(scaled - np.rint(scaled)) < 1e-6):
+            return np.rint(magnitudes * lattice).astype(np.int64)
+    return np.rint(magnitudes * FALLBACK_LATTICE).astype(np.int64)
+
+
+@lru_cache(maxsize=4096)
+def _fair_binomial(n: int) -> np.ndarray:
+    """P(K = k) for K ~ Binomial(n, 1/2), k = 0..n (cached: the same n recurs across configurations)."""
+    law = binom.pmf(np.arange(n + 1), n, 0.5)
+    law.setflags(write=False)
+    return law
+
+
+def _subset_sum_law(weights: np.ndarray) -> np.ndarray:
+    """Law of U = sum of w_i over a random subset (each item in with probability 1/2): index u -> P(U = u)."""
+    law = np.ones(1)
+    values, counts = np.unique(weights, return_counts=True)
+    for v, c in zip(values, counts, strict=True):
+        if len(values) == 1 and v == 1:
+            return _fair_binomial(int(c))  # 0/1 items: U is the number of discordant items won, Bin(c, 1/2)
+        part = np.zeros(v * c + 1)
+        part[::v] = _fair_binomial(int(c))
+        if len(law) * len(part) > 4_000_000:
+            from scipy.signal import fftconvolve
+
+            law = np.clip(fftconvolve(law, part), 0.0, None)
+        else:
+            law = np.convolve(law, part)
+    return law
+
+
+def sign_flip_p_value(differences) -> float:
+    """Two-sided exact p-value of sum(d_i) under random signs: P(|sum(+-|d_i|)| >= |sum(d_i)|).
+    For 0/1 scores this is the exact McNemar (binomial) test on the items where the models differ."""
+    d = np.asarray(differences, dtype=float)
+    d = d[d != 0]
+    if len(d) == 0:
+        return 1.0
+    w = _integer_weights(np.abs(d))
+    keep = w > 0
+    w, positive = w[keep], d[keep] > 0
+    total = int(w.sum())
+    if total == 0:
+        return 1.0
+    law = _subset_sum_law(w)  # sum(d) = 2U - total, with U the weight of the positive items
+    observed = abs(2 * int(w[positive].sum()) - total)
+    extreme = np.abs(2 * np.arange(total + 1) - total) >= observed
+    return float(min(1.0, law[extreme].sum()))
+
+
+TEST_COLUMNS = ("benchmark", "config_id", "model_a", "model_b", "n_items", "n_differing", "diff_grid", "diff_items",
+                "p_value")
+
+
+def paired_item_tests(items: ItemRecords, grid: Grid) -> pd.DataFrame:
+    """One row per configuration x pair: the grid's difference, the items' difference, the raw p-value."""
     rows = []
-    grid_scores = grid.cells.set_index(["config_id", "model"])["score"]
+    grid_scores = dict(zip(zip(grid.cells["config_id"], grid.cells["model"], strict=True), grid.cells["score"],
+                           strict=True))
     for cid in sorted(items.by_config):
-        x = items.by_config[cid].to_numpy(dtype=float)  # items x models
-        n = len(x)
-        if n == 0:
+        block = items.by_config[cid]
+        if len(block) == 0:
             continue
-        rng = np.random.default_rng([seed, zlib.crc32(cid.encode())])
-        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples)
-        means = weights @ x / n  # resamples x models
-        col = {m: i for i, m in enumerate(items.by_config[cid].columns)}
         for a, b in model_pairs(grid.models):
-            diff = means[:, col[a]] - means[:, col[b]]
-            lo, hi = np.percentile(diff, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-            grid_diff = grid_scores[(cid, a)] - grid_scores[(cid, b)]
-            if grid_diff > 0 and lo > 0:
-                verdict = a
-            elif grid_diff < 0 and hi < 0:
-                verdict = b
-            else:
-                verdict = "tie" if grid_diff == 0 else "n.s."
-            rows.append({"benchmark": Config.from_id(cid).benchmark, "config_id": cid, "model_a": a, "model_b": b,
-                         "n_items": n, "diff_grid": grid_diff, "diff_items": float(x[:, col[a]].mean() - x[:, col[b]].mean()),
-                         "ci_low": float(lo), "ci_high": float(hi), "significant_winner": verdict})
-    return pd.DataFrame(rows, columns=["benchmark", "config_id", "model_a", "model_b", "n_items", "diff_grid",
-                                       "diff_items", "ci_low", "ci_high", "significant_winner"])
+            d = block[:, items.column(a)] - block[:, items.column(b)]
+            rows.append((Config.from_id(cid).benchmark, cid, a, b, len(d), int(np.count_nonzero(d)),
+                         float(grid_scores[(cid, a)] - grid_scores[(cid, b)]), float(d.mean()), sign_flip_p_value(d)))
+    return pd.DataFrame(rows, columns=list(TEST_COLUMNS))
 
 
-def significant_flips(tests: pd.DataFrame, grid: Grid, rules: Rules, slices: Sequence[str],
-                      n_resamples: int, alpha: float) -> pd.DataFrame:
-    """Per benchmark x slice x pair: plain and significance-filtered rho_flip on the configurations
-    that have item records (the plain one is recomputed there so the two sit on the same |C|)."""
-    rows = []
+def _winner(reject: np.ndarray, diff_grid: np.ndarray, diff_items: np.ndarray, a: str, b: str) -> np.ndarray:
+    """a or b where the adjusted test rejects and grid and items agree on the sign; else tie / n.s."""
+    out = np.where(diff_grid == 0, "tie", "n.s.").astype(object)
+    out[reject & (diff_grid > 0) & (diff_items > 0)] = a
+    out[reject & (diff_grid < 0) & (diff_items < 0)] = b
+    return out
+
+
+def holm(p_values, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Holm's step-down adjustment: (reject, adjusted p). The k-th smallest p-value is multiplied by
+    m - k + 1 and made monotone. Same numbers as statsmodels' multipletests(method="holm") (tested),
+    whose Holm branch calls gc.collect() on every call: 0.4 s each inside a full analysis."""
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p, kind="stable")
+    m = len(p)
+    adjusted_sorted = np.minimum(np.maximum.accumulate(p[order] * np.arange(m, 0, -1)), 1.0)
+    adjusted = np.empty(m)
+    adjusted[order] = adjusted_sorted
+    return adjusted <= alpha, adjusted
+
+
+def benjamini_hochberg(p_values, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Benjamini-Hochberg step-up adjustment (statsmodels' fdrcorrection): (reject, adjusted p)."""
+    from statsmodels.stats.multitest import fdrcorrection
+
+    reject, adjusted = fdrcorrection(np.asarray(p_values, dtype=float), alpha=alpha, method="indep")
+    return reject, np.minimum(adjusted, 1.0)
+
+
+ADJUST = {"holm": holm, "fdr_bh": benjamini_hochberg}
+
+
+def adjusted_item_tests(tests: pd.DataFrame, grid: Grid, rules: Rules, slices: Sequence[str],
+                        alpha: float) -> pd.DataFrame:
+    """The per-configuration tests once per slice, with Holm and BH p-values adjusted within each
+    benchmark x slice x pair (the family) and the significant winner under each."""
+    parts = []
     for benchmark in grid.benchmarks:
+        mine = tests[tests["benchmark"] == benchmark]
         for name in slices:
             ids = set(slice_config_ids(grid, rules, benchmark, name))
-            for (a, b), g in tests[tests["config_id"].isin(ids)].groupby(["model_a", "model_b"]):
-                n = len(g)
-                plus, minus = int((g["diff_grid"] > 0).sum()), int((g["diff_grid"] < 0).sum())
-                plus_sig = int((g["significant_winner"] == a).sum())
-                minus_sig = int((g["significant_winner"] == b).sum())
-                rows.append({"benchmark": benchmark, "slice": name, "model_a": a, "model_b": b,
-                             "n_configs": n, "n_configs_slice": len(ids), "n_plus": plus, "n_minus": minus,
-                             "rho_flip": min(plus, minus) / n, "n_plus_sig": plus_sig, "n_minus_sig": minus_sig,
-                             "rho_flip_sig": min(plus_sig, minus_sig) / n, "test": TEST_NAME,
-                             "alpha": alpha, "n_resamples": n_resamples})
-    return pd.DataFrame(rows)
+            for (a, b), g in mine[mine["config_id"].isin(ids)].groupby(["model_a", "model_b"], sort=True):
+                g = g.assign(slice=name, family_size=len(g))
+                for method in CORRECTIONS:
+                    reject, adjusted = ADJUST[method](g["p_value"].to_numpy(), alpha)
+                    g[f"p_{method}"] = adjusted
+                    g[f"winner_{method}"] = _winner(reject, g["diff_grid"].to_numpy(), g["diff_items"].to_numpy(), a, b)
+                parts.append(g)
+    columns = ["benchmark", "slice", "config_id", "model_a", "model_b", "n_items", "n_differing", "diff_grid",
+               "diff_items", "p_value", "family_size", *(f"p_{m}" for m in CORRECTIONS),
+               *(f"winner_{m}" for m in CORRECTIONS)]
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(parts, ignore_index=True)[columns]
+
+
+# -- item bootstrap of rho_flip -------------------------------------------------------------------
+def resampled_means(items: ItemRecords, config_ids: Sequence[str], n_resamples: int, seed: int) -> np.ndarray:
+    """resamples x configs x models: each configuration's items drawn with replacement, the same draw
+    for every model (paired). One random stream per configuration, so the draws do not depend on
+    which other configurations are present."""
+    out = []
+    for cid in config_ids:
+        x = items.by_config[cid]  # items x models
+        n = len(x)
+        rng = np.random.default_rng([seed, zlib.crc32(cid.encode())])
+        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples)
+        out.append(weights @ x / n)
+    return np.stack(out, axis=1)
+
+
+def rho_flip_item_bootstrap(items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence[str], n_resamples: int,
+                            seed: int) -> pd.DataFrame:
+    """Per benchmark x slice x pair: the 2.5-97.5 % range of rho_flip over item resamples."""
+    columns = ["benchmark", "slice", "model_a", "model_b", "rho_flip_lo", "rho_flip_hi"]
+    rows = []
+    col = {m: items.column(m) for m in grid.models}
+    for benchmark in grid.benchmarks:
+        ids = [c for c in grid.config_ids(benchmark) if c in items.by_config and len(items.by_config[c])]
+        if not ids or n_resamples < 1:
+            continue
+        means = resampled_means(items, ids, n_resamples, seed)
+        where = {c: i for i, c in enumerate(ids)}
+        for name in slices:
+            keep = [where[c] for c in slice_config_ids(grid, rules, benchmark, name) if c in where]
+            if not keep:
+                continue
+            sample = means[:, keep, :]
+            for a, b in model_pairs(grid.models):
+                diff = sample[:, :, col[a]] - sample[:, :, col[b]]
+                rho = np.minimum((diff > 0).sum(axis=1), (diff < 0).sum(axis=1)) / len(keep)
+                lo, hi = np.percentile(rho, [2.5, 97.5])
+                rows.append((benchmark, name, a, b, float(lo), float(hi)))
+    return pd.DataFrame(rows, columns=columns)
+
+
+# -- the table -----------------------------------------------------------------------------------
+def significant_flips(adjusted: pd.DataFrame, intervals: pd.DataFrame | None, grid: Grid, rules: Rules,
+                      slices: Sequence[str], alpha: float, n_resamples: int) -> pd.DataFrame:
+    """Per benchmark x slice x pair x correction: plain and significance-filtered rho_flip on the
+    configurations that have item records (the plain one is recomputed there, so both sit on the
+    same |C|), with the item-bootstrap range of the plain one."""
+    rows = []
+    for (benchmark, name, a, b), g in adjusted.groupby(["benchmark", "slice", "model_a", "model_b"], sort=False):
+        n = len(g)
+        plus, minus = int((g["diff_grid"] > 0).sum()), int((g["diff_grid"] < 0).sum())
+        n_slice = len(slice_config_ids(grid, rules, benchmark, name))
+        for method, label in CORRECTIONS.items():
+            plus_sig = int((g[f"winner_{method}"] == a).sum())
+            minus_sig = int((g[f"winner_{method}"] == b).sum())
+            rows.append({"benchmark": benchmark, "slice": name, "model_a": a, "model_b": b, "n_configs": n,
+                         "n_configs_slice": n_slice, "n_plus": plus, "n_minus": minus, "rho_flip": min(plus, minus) / n,
+                         "correction": method, "correction_controls": label, "n_plus_sig": plus_sig,
+                         "n_minus_sig": minus_sig, "rho_flip_sig": min(plus_sig, minus_sig) / n, "test": TEST_NAME,
+                         "alpha": alpha})
+    flips = pd.DataFrame(rows)
+    if flips.empty:
+        return flips
+    if intervals is not None and not intervals.empty:
+        flips = flips.merge(intervals, on=["benchmark", "slice", "model_a", "model_b"], how="left")
+    else:
+        flips = flips.assign(rho_flip_lo=np.nan, rho_flip_hi=np.nan)
+    flips["n_resamples"] = n_resamples
+    order = ["benchmark", "slice", "model_a", "model_b", "n_configs", "n_configs_slice", "n_plus", "n_minus",
+             "rho_flip", "rho_flip_lo", "rho_flip_hi", "correction", "correction_controls", "n_plus_sig",
+             "n_minus_sig", "rho_flip_sig", "test", "alpha", "n_resamples"]
+    return flips[order]
+
+
+@dataclass(frozen=True)
+class ItemAnalysis:
+    tests: pd.DataFrame     # item_tests.csv: per slice x config x pair, raw and adjusted p-values
+    flips: pd.DataFrame     # significant_flips.csv
+    records: ItemRecords
+
+
+def item_analysis(items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence[str], alpha: float,
+                  n_resamples: int, seed: int) -> ItemAnalysis:
+    raw = paired_item_tests(items, grid)
+    adjusted = adjusted_item_tests(raw, grid, rules, slices, alpha)
+    intervals = rho_flip_item_bootstrap(items, grid, rules, slices, n_resamples, seed)
+    return ItemAnalysis(adjusted, significant_flips(adjusted, intervals, grid, rules, slices, alpha, n_resamples),
+                        items)

@@ -50,3 +50,17 @@ def slice_matrices(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> Iterato
             ids = slice_config_ids(grid, rules, benchmark, name)
             if ids:
                 yield benchmark, name, grid.matrix(benchmark, config_ids=ids)
+
+
+def envelope_scope(grid: Grid, rules: Rules, benchmark: str) -> tuple[bool, str]:
+    """(whether the grid holds the benchmark's whole envelope, a phrase naming what it holds), e.g.
+    "the full envelope (48 configurations)" or "the logprob sub-envelope (12 of 48 configurations)"."""
+    have = set(grid.config_ids(benchmark))
+    envelope = [c.config_id for c in rules.configs(benchmark)]
+    n, total = len(have), len(envelope)
+    if have == set(envelope):
+        return True, f"the full envelope ({total} configurations)"
+    for name in rules.subsets:
+        if name != "full" and have == {c.config_id for c in rules.configs(benchmark, subset=name)}:
+            return False, f"the {name} sub-envelope ({n} of {total} configurations)"
+    return False, f"{n} of the envelope's {total} configurations"

@@ -2,9 +2,15 @@
 model, template, decoding, shots and the model x axis interactions; raw eta^2 shares; and
 rho = implementation share / model share, with a configuration-bootstrap range.
 
-The point estimate comes from statsmodels. The bootstrap refits the same linear model a thousand
+The paper's robustness checks sit beside it (App. F-H, D): the same model under Type-III sums of
+squares with sum-to-zero contrasts, omega^2 per term (eta^2 corrected for the degrees of freedom
+a term spends, so it does not reward noise), and the whole ANOVA rerun on the parse-clean
+free-form configurations (every model parses at least 95 % of items).
+
+The point estimates come from statsmodels. The bootstrap refits the same linear model a thousand
 times per benchmark, so it uses a small numpy Type-II routine (tested equal to statsmodels) that
-reuses one design matrix instead of re-parsing a formula per resample.
+reuses one design matrix instead of re-parsing a formula per resample; it is run for the headline
+(Type-II, free-form) only.
 """
 
 from __future__ import annotations
@@ -19,9 +25,12 @@ import pandas as pd
 from safetyrepro.tasks.envelope import Rules
 
 from .grid_io import Grid
-from .slices import slice_config_ids
+from .slices import PARSE_CLEAN, slice_config_ids
 
 FREE_FORM = "free_form"
+FREE_FORM_PARSE_CLEAN = "free_form & parse_clean"  # the rerun on parse-clean configurations
+ANOVA_SLICES = (FREE_FORM, FREE_FORM_PARSE_CLEAN)
+ANOVA_TYPES = ("II", "III")
 AXES_IN_ANOVA = ("template", "decoding", "shots")  # scoring is constant on the free-form slice
 
 
@@ -32,6 +41,7 @@ class Term:
     df: float
     sum_sq: float
     eta_sq: float  # sum_sq / total sum of squares of the scores
+    omega_sq: float = float("nan")  # (SS - df MS_residual) / (SS_total + MS_residual); NaN with no residual df
 
 
 @dataclass(frozen=True)
@@ -46,14 +56,25 @@ class VarianceAttribution:
     n_resamples: int
     n_finite: int
     dropped_axes: tuple[str, ...]
+    slice: str = FREE_FORM
+    anova_type: str = "II"
 
     def share(self, group: str) -> float:
         return sum(t.eta_sq for t in self.terms if t.group == group)
+
+    def omega_share(self, group: str) -> float:
+        return sum(t.omega_sq for t in self.terms if t.group == group)
 
     @property
     def rho(self) -> float:
         model = self.share("model")
         return self.share("implementation") / model if model > 0 else float("inf")
+
+    @property
+    def rho_omega_sq(self) -> float:
+        """rho on omega^2 (implementation over model); NaN when the model's omega^2 is not positive."""
+        model = self.omega_share("model")
+        return self.omega_share("implementation") / model if model > 0 else float("nan")
 
 
 def _group(term: str) -> str:
@@ -64,21 +85,35 @@ def _group(term: str) -> str:
     return "model" if term == "model" else "implementation"
 
 
-def anova_terms(frame: pd.DataFrame, axes: tuple[str, ...]) -> list[tuple[str, float, float]]:
-    """statsmodels Type-II ANOVA: (term, df, sum_sq) for each main effect, each model x axis, residual."""
+def anova_terms(frame: pd.DataFrame, axes: tuple[str, ...], anova_type: str = "II") -> list[tuple[str, float, float]]:
+    """statsmodels ANOVA: (term, df, sum_sq) for each main effect, each model x axis, residual.
+    Type II uses treatment coding (its sums of squares do not depend on the coding); Type III uses
+    sum-to-zero contrasts, without which its main-effect tests are not meaningful."""
     import statsmodels.formula.api as smf
     from statsmodels.stats.anova import anova_lm
 
-    mains = ["C(model)", *(f"C({a})" for a in axes)]
-    formula = "score ~ " + " + ".join(mains + [f"C(model):C({a})" for a in axes])
+    coding = ", Sum" if anova_type == "III" else ""
+    mains = [f"C(model{coding})", *(f"C({a}{coding})" for a in axes)]
+    formula = "score ~ " + " + ".join(mains + [f"C(model{coding}):C({a}{coding})" for a in axes])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # exact fits make F undefined; the sums of squares are what we read
-        table = anova_lm(smf.ols(formula, data=frame).fit(), typ=2)
+        table = anova_lm(smf.ols(formula, data=frame).fit(), typ=2 if anova_type == "II" else 3)
     out = []
     for label, row in table.iterrows():
-        name = "residual" if label == "Residual" else label.replace("C(", "").replace(")", "")
+        if label == "Intercept":
+            continue
+        name = "residual" if label == "Residual" else label.replace(", Sum", "").replace("C(", "").replace(")", "")
         out.append((name, float(row["df"]), max(float(row["sum_sq"]), 0.0)))
     return out
+
+
+def omega_squared(terms: list[tuple[str, float, float]], total_sum_sq: float) -> dict[str, float]:
+    """omega^2 = (SS_term - df_term * MS_residual) / (SS_total + MS_residual) for every term but the
+    residual; NaN when the fit leaves no residual degrees of freedom."""
+    residual = {name: (df, ss) for name, df, ss in terms}["residual"]
+    ms_residual = residual[1] / residual[0] if residual[0] > 0 else float("nan")
+    return {name: (ss - df * ms_residual) / (total_sum_sq + ms_residual)
+            for name, df, ss in terms if name != "residual"}
 
 
 # -- the numpy path used by the bootstrap ------------------------------------------------------------
@@ -144,46 +179,80 @@ def bootstrap_rho(frame: pd.DataFrame, axes: tuple[str, ...], n_resamples: int,
     return out
 
 
-def variance_attribution(grid: Grid, rules: Rules, benchmark: str, n_resamples: int,
-                         seed: int) -> VarianceAttribution | str:
+def anova_config_ids(grid: Grid, rules: Rules, benchmark: str, slice_name: str) -> tuple[str, ...]:
+    ids = slice_config_ids(grid, rules, benchmark, FREE_FORM)
+    if slice_name == FREE_FORM_PARSE_CLEAN:
+        clean = set(slice_config_ids(grid, rules, benchmark, PARSE_CLEAN))
+        ids = tuple(c for c in ids if c in clean)
+    return ids
+
+
+def variance_attribution(grid: Grid, rules: Rules, benchmark: str, n_resamples: int, seed: int,
+                         slice_name: str = FREE_FORM, anova_type: str = "II") -> VarianceAttribution | str:
     """The ANOVA for one benchmark, or a one-line reason why it cannot be fitted."""
     if FREE_FORM not in rules.subsets:
         return f"{benchmark}: the rules file defines no free_form slice"
-    ids = slice_config_ids(grid, rules, benchmark, FREE_FORM)
+    ids = anova_config_ids(grid, rules, benchmark, slice_name)
+    what = "free-form slice" if slice_name == FREE_FORM else f"{slice_name} slice"
     if len(ids) < 2:
-        return f"{benchmark}: the free-form slice has {len(ids)} configuration(s); an ANOVA needs several"
+        return f"{benchmark}: the {what} has {len(ids)} configuration(s); an ANOVA needs several"
     frame = grid.cells[grid.cells["config_id"].isin(ids)].copy()
     axes = tuple(a for a in AXES_IN_ANOVA if frame[a].nunique() > 1)
     dropped = tuple(a for a in AXES_IN_ANOVA if a not in axes)
     if not axes:
-        return f"{benchmark}: no implementation axis varies on the free-form slice"
+        return f"{benchmark}: no implementation axis varies on the {what}"
     n_params = 1 + sum(frame[f].nunique() - 1 for f in ("model", *axes)) + \
         sum((frame["model"].nunique() - 1) * (frame[a].nunique() - 1) for a in axes)
     if len(frame) <= n_params:
-        return (f"{benchmark}: {len(frame)} free-form cells cannot fit {n_params} parameters with any residual "
+        cells = "free-form cells" if slice_name == FREE_FORM else f"cells on the {what}"
+        return (f"{benchmark}: {len(frame)} {cells} cannot fit {n_params} parameters with any residual "
                 "degrees of freedom")
     total = float(((frame["score"] - frame["score"].mean()) ** 2).sum())
-    terms = tuple(Term(name, _group(name), df, ss, ss / total if total > 0 else float("nan"))
-                  for name, df, ss in anova_terms(frame, axes))
+    raw = anova_terms(frame, axes, anova_type)
+    omega = omega_squared(raw, total) if total > 0 else {}
+    terms = tuple(Term(name, _group(name), df, ss, ss / total if total > 0 else float("nan"),
+                       omega.get(name, float("nan")))
+                  for name, df, ss in raw)
+    headline = slice_name == FREE_FORM and anova_type == "II"  # the bootstrap is for the headline rho only
+    resamples = n_resamples if headline else 0
     rng = np.random.default_rng([seed, zlib.crc32(benchmark.encode())])  # one stream per benchmark
-    boot = bootstrap_rho(frame, axes, n_resamples, rng) if n_resamples else np.array([])
+    boot = bootstrap_rho(frame, axes, resamples, rng) if resamples else np.array([])
     finite = boot[np.isfinite(boot)]
     lo, hi = (np.percentile(finite, [2.5, 97.5]) if len(finite) else (np.nan, np.nan))
     return VarianceAttribution(benchmark, len(ids), len(frame), terms, total, float(lo), float(hi),
-                               n_resamples, len(finite), dropped)
+                               resamples, len(finite), dropped, slice_name, anova_type)
+
+
+def variance_attributions(grid: Grid, rules: Rules, benchmark: str, n_resamples: int,
+                          seed: int) -> tuple[list[VarianceAttribution], list[str]]:
+    """Type-II and Type-III on the free-form slice and on its parse-clean part; a note for each fit
+    that cannot be made (the free-form Type-II reason stands for the Type-III one)."""
+    fitted, notes = [], []
+    for slice_name in ANOVA_SLICES:
+        for anova_type in ANOVA_TYPES:
+            result = variance_attribution(grid, rules, benchmark, n_resamples, seed, slice_name, anova_type)
+            if isinstance(result, str):
+                if anova_type == "II":
+                    notes.append(result if slice_name == FREE_FORM else f"parse-clean rerun: {result}")
+                continue
+            fitted.append(result)
+    return fitted, notes
 
 
 def variance_tables(results: list[VarianceAttribution]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(anova: one row per benchmark x term, variance_shares: one row per benchmark)."""
-    terms = pd.DataFrame([{"benchmark": r.benchmark, "term": t.name, "group": t.group, "df": t.df,
-                           "sum_sq": t.sum_sq, "eta_sq": t.eta_sq} for r in results for t in r.terms],
-                         columns=["benchmark", "term", "group", "df", "sum_sq", "eta_sq"])
+    columns = ["benchmark", "slice", "anova_type", "term", "group", "df", "sum_sq", "eta_sq", "omega_sq"]
+    terms = pd.DataFrame([{"benchmark": r.benchmark, "slice": r.slice, "anova_type": r.anova_type, "term": t.name,
+                           "group": t.group, "df": t.df, "sum_sq": t.sum_sq, "eta_sq": t.eta_sq,
+                           "omega_sq": t.omega_sq} for r in results for t in r.terms], columns=columns)
     shares = pd.DataFrame([{
-        "benchmark": r.benchmark, "n_configs": r.n_configs, "n_rows": r.n_rows,
-        "model_share": r.share("model"), "implementation_share": r.share("implementation"),
+        "benchmark": r.benchmark, "slice": r.slice, "anova_type": r.anova_type, "n_configs": r.n_configs,
+        "n_rows": r.n_rows, "model_share": r.share("model"), "implementation_share": r.share("implementation"),
         "interaction_share": r.share("interaction"), "residual_share": r.share("residual"),
         "sum_of_shares": sum(t.eta_sq for t in r.terms), "rho": r.rho,
-        "rho_lo": r.rho_lo, "rho_hi": r.rho_hi, "n_resamples": r.n_resamples,
-        "n_finite_resamples": r.n_finite, "axes_left_out": ",".join(r.dropped_axes),
+        "rho_lo": r.rho_lo, "rho_hi": r.rho_hi, "model_omega_sq": r.omega_share("model"),
+        "implementation_omega_sq": r.omega_share("implementation"),
+        "interaction_omega_sq": r.omega_share("interaction"), "rho_omega_sq": r.rho_omega_sq,
+        "n_resamples": r.n_resamples, "n_finite_resamples": r.n_finite, "axes_left_out": ",".join(r.dropped_axes),
     } for r in results])
     return terms, shares

@@ -1,12 +1,26 @@
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
 from analysis_grids import CC, grid_frame, to_grid
+from statsmodels.stats.multitest import multipletests
 
-from safetyrepro.analysis.significance import item_records, paired_item_tests, significant_flips
+from safetyrepro.analysis.grid_io import common_configurations, validate_cells
+from safetyrepro.analysis.significance import (
+    adjusted_item_tests,
+    benjamini_hochberg,
+    holm,
+    item_analysis,
+    item_records,
+    paired_item_tests,
+    sign_flip_p_value,
+    significant_flips,
+)
 from safetyrepro.errors import UserError
 
 N = 20
+ALPHA = 0.05
 
 
 def _items(per_config: dict[str, tuple[list[float], list[float]]]) -> pd.DataFrame:
@@ -28,35 +42,171 @@ ELEVEN = [1.0] * 11 + [0.0] * 9  # one item more than TEN: a 0.05 lead carried b
 TEN = [1.0] * 10 + [0.0] * 10
 
 
-def test_only_item_supported_wins_count_and_both_counts_sit_side_by_side(rules):
+# -- the per-configuration test, by hand ------------------------------------------------------------
+def test_binary_items_give_the_exact_mcnemar_p_value():
+    # 10 discordant items, 9 for A and 1 for B (the 5 concordant ones do not count):
+    # two-sided P(K <= 1 or K >= 9), K ~ Bin(10, 1/2) = 2 * (1 + 10) / 1024
+    d = [1.0] * 9 + [-1.0] + [0.0] * 5
+    assert sign_flip_p_value(d) == pytest.approx(22 / 1024)
+    assert sign_flip_p_value([0.0] * 7) == 1.0
+    assert sign_flip_p_value([1.0] * 20) == pytest.approx(2 * 0.5 ** 20)
+
+
+def test_fractional_item_scores_are_tested_exactly_on_their_lattice():
+    # |d| = 0.5, 0.5, 1 -> weights 1, 1, 2 (lattice 1/2); total 4. The positive weight U of a random
+    # sign pattern takes 0,1,1,2,2,3,3,4 with probability 1/8 each.
+    # all positive: U = 4, |2U - 4| = 4 is reached only by U in {0, 4}: p = 2/8
+    assert sign_flip_p_value([0.5, 0.5, 1.0]) == pytest.approx(0.25)
+    # one 0.5 negative: U = 3, |2U - 4| = 2, reached by U in {0, 1, 1, 3, 3, 4}: p = 6/8
+    assert sign_flip_p_value([0.5, -0.5, 1.0]) == pytest.approx(0.75)
+    # five-seed means (multiples of 1/5) against a single greedy run: lattice 1/5, same answer as integers
+    assert sign_flip_p_value([0.2, 0.4, -0.2, 1.0]) == pytest.approx(sign_flip_p_value([1, 2, -1, 5]))
+
+
+def test_holm_and_benjamini_hochberg_by_hand_and_against_statsmodels():
+    p = [0.01, 0.04, 0.03, 0.005]
+    # sorted 0.005, 0.01, 0.03, 0.04; Holm multiplies by 4, 3, 2, 1 and keeps it monotone:
+    # 0.02, 0.03, 0.06, max(0.04, 0.06) -> only the two smallest survive alpha 0.05
+    reject, adjusted = holm(p, ALPHA)
+    assert adjusted.tolist() == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert reject.tolist() == [True, False, False, True]
+    # BH: p * 4 / rank = 0.02, 0.02, 0.04, 0.04 -> every one survives
+    reject, adjusted = benjamini_hochberg(p, ALPHA)
+    assert adjusted.tolist() == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    assert reject.all()
+    rng = np.random.default_rng(0)
+    for _ in range(8):  # statsmodels' Holm calls gc.collect() each time: keep this loop short
+        q = rng.random(rng.integers(1, 49)) ** 3
+        for ours, method in ((holm, "holm"), (benjamini_hochberg, "fdr_bh")):
+            r, adj = ours(q, ALPHA)
+            r_sm, adj_sm, _, _ = multipletests(q, ALPHA, method=method)
+            assert (r == r_sm).all() and adj == pytest.approx(adj_sm)
+
+
+# -- verdicts ---------------------------------------------------------------------------------------
+def _flips(items, rules, n_resamples=200, slices=("full",)):
+    grid = _grid_from(items)
+    return item_analysis(item_records(items, grid, "t"), grid, rules, slices, ALPHA, n_resamples, seed=0)
+
+
+def test_only_item_supported_wins_count_under_either_correction(rules):
     # config 1: a wins on every item; 2: b wins on every item; 3 and 4: a one-item lead each way
     items = _items({CC[0]: (ONES, ZEROS), CC[1]: (ZEROS, ONES), CC[2]: (ELEVEN, TEN), CC[3]: (TEN, ELEVEN)})
-    grid = _grid_from(items)
-    tests = paired_item_tests(item_records(items, grid, "t"), grid, n_resamples=500, alpha=0.05, seed=0)
-    assert list(tests["significant_winner"]) == ["a", "b", "n.s.", "n.s."]
-    # one drawn-or-not item decides configs 3 and 4: P(not drawn) = 0.95**20 = 0.36 > 0.025, so 0 is inside
-    assert tests.loc[2, "ci_low"] == 0.0 and tests.loc[2, "diff_items"] == pytest.approx(0.05)
-    flips = significant_flips(tests, grid, rules, ("full",), 500, 0.05).iloc[0]
-    assert (flips["n_plus"], flips["n_minus"], flips["rho_flip"]) == (2, 2, 0.5)
-    assert (flips["n_plus_sig"], flips["n_minus_sig"], flips["rho_flip_sig"]) == (1, 1, 0.25)
-    assert flips["test"] == "paired percentile bootstrap over items" and flips["n_resamples"] == 500
+    result = _flips(items, rules)
+    tests = result.tests
+    # 20 of 20 discordant items one way: p = 2 / 2**20; one discordant item: p = 1
+    assert tests["p_value"].tolist() == pytest.approx([2 ** -19, 2 ** -19, 1.0, 1.0])
+    # Holm: the two equal smallest p-values get x4 and x3, then monotone: both 4p
+    assert tests["p_holm"].tolist() == pytest.approx([4 * 2 ** -19, 4 * 2 ** -19, 1.0, 1.0])
+    assert tests["family_size"].eq(4).all()
+    assert list(tests["winner_holm"]) == ["a", "b", "n.s.", "n.s."] == list(tests["winner_fdr_bh"])
+    flips = result.flips.set_index("correction")
+    assert list(flips.index) == ["holm", "fdr_bh"]
+    for method in ("holm", "fdr_bh"):
+        f = flips.loc[method]
+        assert (f["n_plus"], f["n_minus"], f["rho_flip"]) == (2, 2, 0.5)
+        assert (f["n_plus_sig"], f["n_minus_sig"], f["rho_flip_sig"]) == (1, 1, 0.25)
+    assert flips.loc["holm", "correction_controls"] == "Holm (familywise error)"
+    assert flips.loc["holm", "test"] == "exact paired sign-flip test over items (two-sided)"
 
 
 def test_a_reversal_significant_in_one_direction_only_gives_zero(rules):
     items = _items({CC[0]: (ONES, ZEROS), CC[1]: (TEN, ELEVEN), CC[2]: (ONES, ZEROS), CC[3]: (TEN, ELEVEN)})
-    grid = _grid_from(items)
-    tests = paired_item_tests(item_records(items, grid, "t"), grid, 300, 0.05, 0)
-    flips = significant_flips(tests, grid, rules, ("full",), 300, 0.05).iloc[0]
-    assert (flips["rho_flip"], flips["n_plus_sig"], flips["n_minus_sig"], flips["rho_flip_sig"]) == (0.5, 2, 0, 0.0)
+    f = _flips(items, rules).flips.iloc[0]
+    assert (f["rho_flip"], f["n_plus_sig"], f["n_minus_sig"], f["rho_flip_sig"]) == (0.5, 2, 0, 0.0)
 
 
+def test_holm_is_stricter_than_bh_on_a_family_of_moderate_wins(rules):
+    # 12 vs 4 discordant items: p = 2 P(K <= 4 | 16) = 0.0768 / ... each config tested alone
+    def lead(k_a, k_b):  # k_a items only a gets right, k_b only b, the rest both wrong
+        a = [1.0] * k_a + [0.0] * k_b + [0.0] * (N - k_a - k_b)
+        b = [0.0] * k_a + [1.0] * k_b + [0.0] * (N - k_a - k_b)
+        return a, b
+    items = _items({CC[0]: lead(10, 0), CC[1]: lead(0, 10), CC[2]: lead(9, 0), CC[3]: lead(0, 9)})
+    tests = _flips(items, rules).tests
+    p10, p9 = 2 * 0.5 ** 10, 2 * 0.5 ** 9  # 0.00195, 0.0039
+    assert tests["p_value"].tolist() == pytest.approx([p10, p10, p9, p9])
+    # Holm: 4*p10 = 0.0078, 3*p10, 2*p9 = 0.0078, p9 -> all under 0.05; BH likewise
+    assert tests["winner_holm"].tolist() == ["a", "b", "a", "b"]
+
+
+def test_item_bootstrap_of_rho_flip_is_paired_and_reproducible(rules):
+    # a dominates two configs on every item, b the other two: every resample keeps the 2-2 split
+    items = _items({CC[0]: (ONES, ZEROS), CC[1]: (ZEROS, ONES), CC[2]: (ONES, ZEROS), CC[3]: (ZEROS, ONES)})
+    f = _flips(items, rules).flips.iloc[0]
+    assert (f["rho_flip"], f["rho_flip_lo"], f["rho_flip_hi"]) == (0.5, 0.5, 0.5)
+    # one-item leads: an item redraw can tie or turn each config, so the range is wide and covers 0
+    rng = np.random.default_rng(0)
+    items = _items({c: (list(rng.integers(0, 2, N).astype(float)), list(rng.integers(0, 2, N).astype(float)))
+                    for c in CC})
+    first, second = _flips(items, rules).flips, _flips(items, rules).flips
+    pd.testing.assert_frame_equal(first, second)
+    assert first["rho_flip_lo"].iloc[0] == 0.0 and first["rho_flip_hi"].iloc[0] == 0.5
+
+
+# -- calibration under the null ---------------------------------------------------------------------
+def _null_items(rng: np.random.Generator, configs: list, n_items: int) -> pd.DataFrame:
+    """Two models with the same true accuracy on every configuration (drawn per configuration);
+    sampled decodings average five 0/1 draws per item, greedy ones take one."""
+    scores = []
+    for cfg in configs:
+        p = rng.uniform(0.2, 0.9)
+        seeds = 1 if cfg.decoding == "greedy" else 5
+        scores.append((rng.random((2, seeds, n_items)) < p).mean(axis=1))  # models x items
+    score = np.stack(scores)  # configs x models x items
+    c, m, i = np.meshgrid(np.arange(len(configs)), np.arange(2), np.arange(n_items), indexing="ij")
+    return pd.DataFrame({"model": np.array(["a", "b"])[m.ravel()],
+                         "config_id": np.array([cfg.config_id for cfg in configs])[c.ravel()],
+                         "item_id": np.array([f"q{k:02d}" for k in range(n_items)])[i.ravel()],
+                         "seed": 0, "item_score": score.ravel()})
+
+
+def test_null_grids_give_a_significant_flip_at_most_alpha_of_the_time(rules):
+    """200 grids where the two models are equally good on all 48 configurations: the share of grids
+    with any significant flip stays within alpha plus two Monte-Carlo standard errors under both
+    corrections, while counting unadjusted per-configuration wins (the old verdict) does not."""
+    configs = rules.configs("truthfulqa")
+    template = validate_cells(grid_frame({m: {c.config_id: 0.5 for c in configs} for m in ("a", "b")}), rules, "null")
+    rng = np.random.default_rng(12)
+    n_grids = 200
+    flagged = {"holm": 0, "fdr_bh": 0, "unadjusted": 0}
+    for _ in range(n_grids):
+        items = _null_items(rng, configs, n_items=30)
+        means = items.groupby(["model", "config_id"])["item_score"].mean().to_dict()
+        frame = template.assign(score=[means[key] for key in zip(template["model"], template["config_id"], strict=True)])
+        grid = common_configurations(frame, "null", rules)
+        tests = adjusted_item_tests(paired_item_tests(item_records(items, grid, "null"), grid), grid, rules,
+                                    ("full",), ALPHA)
+        flips = significant_flips(tests, None, grid, rules, ("full",), ALPHA, 0).set_index("correction")
+        for method in ("holm", "fdr_bh"):
+            flagged[method] += bool(flips.loc[method, "rho_flip_sig"] > 0)
+        raw = tests["p_value"] <= ALPHA
+        flagged["unadjusted"] += bool((raw & (tests["diff_grid"] > 0)).any() and (raw & (tests["diff_grid"] < 0)).any())
+    bound = ALPHA + 2 * math.sqrt(ALPHA * (1 - ALPHA) / n_grids)  # 0.081
+    assert flagged["holm"] / n_grids <= bound and flagged["fdr_bh"] / n_grids <= bound, flagged
+    assert flagged["unadjusted"] / n_grids > bound, flagged  # why the adjustment is needed
+
+
+# -- records ----------------------------------------------------------------------------------------
 def test_item_scores_are_averaged_over_seeds_and_checked_against_the_grid(rules):
     items = _items({c: (ONES, ZEROS) for c in CC})
     reseeded = pd.concat([items, items.assign(seed=1, item_score=items["item_score"] * 0.5)])
     grid = _grid_from(items)  # a = 1.0, but the items now average to 0.75
     records = item_records(reseeded, grid, "t")
-    assert records.by_config[CC[0]]["a"].tolist() == [0.75] * N
+    assert records.by_config[CC[0]][:, records.column("a")].tolist() == [0.75] * N
     assert any("differ from the grid score" in w and "4 cells" in w for w in records.warnings)
+    assert records.empty_outputs is None  # no raw_output column
+
+
+def test_empty_free_form_outputs_are_counted_per_cell(rules):
+    items = _items({c: (ONES, ZEROS) for c in CC})
+    items["raw_output"] = "Answer: A"
+    items.loc[(items["model"] == "b") & (items["config_id"] == CC[0]), "raw_output"] = ""
+    items.loc[(items["model"] == "a") & (items["config_id"] == CC[2]) & (items["item_id"] == "q3"), "raw_output"] = "  "
+    items.loc[items["config_id"] == CC[1], "raw_output"] = ""  # logprob: nothing generated, not counted
+    empty = item_records(items, _grid_from(items), "t").empty_outputs.set_index(["model", "config_id"])
+    assert empty.loc[("b", CC[0]), "n_empty"] == N and empty.loc[("a", CC[2]), "n_empty"] == 1
+    assert empty["n_outputs"].eq(N).all() and len(empty) == 4  # two free-form configs x two models
 
 
 def test_out_of_range_item_scores_are_a_user_error():
@@ -65,12 +215,3 @@ def test_out_of_range_item_scores_are_a_user_error():
     grid = _grid_from(_items({c: (ONES, ZEROS) for c in CC}))
     with pytest.raises(UserError, match=r"row 4: item_score 2.0 is not a number in \[0, 1\]"):
         item_records(items, grid, "t")
-
-
-def test_fixed_seed_gives_the_same_intervals(rules):
-    rng = np.random.default_rng(0)
-    items = _items({c: (list(rng.integers(0, 2, N).astype(float)), list(rng.integers(0, 2, N).astype(float))) for c in CC})
-    grid = _grid_from(items)
-    first = paired_item_tests(item_records(items, grid, "t"), grid, 200, 0.05, 7)
-    second = paired_item_tests(item_records(items, grid, "t"), grid, 200, 0.05, 7)
-    pd.testing.assert_frame_equal(first, second)

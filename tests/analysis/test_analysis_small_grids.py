@@ -23,7 +23,10 @@ def test_a_four_config_grid_is_analysed_with_notes_for_what_it_cannot_support(tm
     assert "ANOVA skipped for truthfulqa: 4 free-form cells cannot fit 4 parameters" in report
     assert "significant flips skipped: no per-item records" in report
     assert not (out / "figures" / "shap.png").exists()
-    assert (out / "figures" / "rho_flip_surface.png").stat().st_size > 5_000
+    # one pair, one benchmark: rho_flip is 0.5 everywhere, so its surface would show nothing; a sentence says so
+    assert not (out / "figures" / "rho_flip_surface.png").exists()
+    assert "(Figure left out: rho_flip on slice full (every pair and benchmark) is 0.5 everywhere" in report
+    assert (out / "figures" / "score_ranges.png").stat().st_size > 5_000
     rho = pd.read_csv(out / "rho_flip.csv").set_index("slice")
     assert rho.loc["full", "rho_flip"] == 0.5 and rho.loc["conservative_core", "ceiling"] == 0.5
     assert "truthfulqa   |C|=4   rho_flip max 0.500 (a vs b)" in capsys.readouterr().out
@@ -47,5 +50,8 @@ def test_items_beside_the_grid_are_used(tmp_path, capsys):
     pd.DataFrame(rows).to_parquet(tmp_path / "items.parquet")
     assert main(["analyze", str(grid), "--out", str(tmp_path / "out"), "--no-figures", "--bootstrap", "200"]) == 0
     tests = pd.read_csv(tmp_path / "out" / "item_tests.csv")
-    assert len(tests) == 4 and (tests["n_items"] == 10).all()
-    assert tests["diff_items"].round(6).tolist() == [0.1, -0.1, 0.1, -0.1]
+    full = tests[tests["slice"] == "full"]
+    assert len(full) == 4 and (full["n_items"] == 10).all() and (full["family_size"] == 4).all()
+    assert full["diff_items"].round(6).tolist() == [0.1, -0.1, 0.1, -0.1]
+    assert set(tests["slice"]) == {"full", "core", "excl_t4", "excl_diverse", "free_form", "logprob", "parse_clean",
+                                   "conservative_core"}
