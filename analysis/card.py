@@ -84,17 +84,17 @@ def _caveats(a: Analysis, run_note: str, meta: dict | None) -> list[str]:
                    "`full` (degenerate_effects.csv).")
     tied = full[full["n_zero"] > 0]
     out.append("Ties: equal scores count for neither model but stay in the denominator, so they lower rho_flip. "
-               + (f"{len(tied)} pair(s) on the full envelope have ties: "
+               + (f"{len(tied)} pair(s) on slice full have ties: "
                   + ", ".join(f"{r.benchmark} {r.model_a}/{r.model_b} ({r.n_zero})" for r in tied.itertuples()) + "."
-                  if len(tied) else "No tied configuration on the full envelope."))
+                  if len(tied) else "No tied configuration on slice full."))
     m = a.rho_flip_max.set_index(["benchmark", "slice"])["rho_flip_max"]
     mixed = []
     for b in a.grid.benchmarks:
         if (b, "free_form") in m.index and (b, "logprob") in m.index and (b, "full") in m.index:
             mixed.append(f"{b} {m[(b, 'full')]:.3f} (free-form {m[(b, 'free_form')]:.3f}, logprob {m[(b, 'logprob')]:.3f})")
     if mixed:
-        out.append("Mixed scoring paths: the full envelope mixes free-form and logprob scoring, which measure different "
-                   "objects; part of a full-envelope reversal can come from switching path. Full vs single-path maxima: "
+        out.append("Mixed scoring paths: slice full mixes free-form and logprob scoring, which measure different "
+                   "objects; part of a reversal on it can come from switching path. Full vs single-path maxima: "
                    + "; ".join(mixed) + ".")
     pr = a.grid.cells.groupby("benchmark")["parse_rate"].min()
     clean = a.rho_flip_max[a.rho_flip_max["slice"] == PARSE_CLEAN].set_index("benchmark")["n_configs"]

@@ -19,6 +19,7 @@ import pandas as pd
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import Rules
 
+from .chance import chance_rho_flip
 from .grid_io import Grid, common_configurations, envelope_order, read_table, validate_cells
 from .orderings import induced_ordering, ordering_label
 from .rank_flip import model_pairs, pair_counts
@@ -157,5 +158,6 @@ def _rho_flip_per_group(cells: pd.DataFrame, labels: tuple[str, ...], score_cols
                 c = pair_counts(wide[a].to_numpy(), wide[b].to_numpy())
                 rows.append({"group": label, "benchmark": benchmark, "model_a": a, "model_b": b,
                              "n_plus": c.n_plus, "n_minus": c.n_minus, "n_zero": c.n_zero,
-                             "n_configs": c.n_configs, "rho_flip": c.rho_flip, "ceiling": c.ceiling})
+                             "n_configs": c.n_configs, "rho_flip": c.rho_flip, "ceiling": c.ceiling,
+                             "chance": chance_rho_flip(c.n_configs)})
     return pd.DataFrame(rows)

@@ -40,6 +40,12 @@ def _blocks(c: Comparison) -> list:
                          "exactly the same model ordering in every group (ties broken alphabetically)."),
                    Table(c.orderings, "the ordering in each group per configuration; max_pair_flips counts model pairs "
                          "placed in opposite order between the two most different groups.")]
+    if not c.rho_flip.empty:
+        blocks.append(Table(c.rho_flip, "rho_flip of every model pair within each group, on the configurations that "
+                            "are paired across groups (by raw score; n_plus counts configurations where model_a is "
+                            "strictly higher): if a group's value differs, what differs between the groups moves "
+                            "the pairwise verdicts, not only the scores. ceiling is floor(|C|/2)/|C|, chance what "
+                            "coin-flip verdicts would average."))
     blocks.append(Table(c.ranges, "within-envelope score range (max - min over the paired configurations) of each "
                         "model and benchmark in each group: does the spread that configurations cause persist?"))
     if c.warnings:

@@ -98,15 +98,17 @@ def rho_flip_by_slice(maxima: pd.DataFrame, path: Path) -> Path:
     benchmarks = list(maxima["benchmark"].drop_duplicates())
     values = maxima.pivot(index="benchmark", columns="slice", values="rho_flip_max").reindex(index=benchmarks, columns=slices)
     n = maxima.pivot(index="benchmark", columns="slice", values="n_configs").reindex(index=benchmarks, columns=slices)
+    chance = maxima.pivot(index="benchmark", columns="slice", values="chance_max").reindex(index=benchmarks, columns=slices)
     text = np.empty(values.shape, dtype=object)
     for i in range(values.shape[0]):
         for j in range(values.shape[1]):
             v = values.iat[i, j]
-            text[i, j] = "" if pd.isna(v) else f"{v:.3f}\n|C|={int(n.iat[i, j])}"
-    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.8 + 1.15 * len(slices)), max(MIN_HEIGHT, 1.4 + 0.6 * len(benchmarks))))
+            text[i, j] = "" if pd.isna(v) else f"{v:.3f}\n|C|={int(n.iat[i, j])}\nchance {chance.iat[i, j]:.2f}"
+    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.8 + 1.15 * len(slices)), max(MIN_HEIGHT, 1.4 + 0.75 * len(benchmarks))))
     image = _heatmap(ax, values.to_numpy(dtype=float), benchmarks, slices, text, 0.0, 0.5, "magma_r")
     fig.colorbar(image, ax=ax, label="rho_flip max over pairs\n(by score)")
-    ax.set_title("rho_flip max by slice\n(blank: slice empty for that benchmark)")
+    ax.set_title("rho_flip max over pairs by slice, with |C| and the chance value of the maximum\n"
+                 "(blank: slice empty for that benchmark)")
     _save(fig, path)
     plt.close(fig)
     return path
@@ -140,8 +142,8 @@ def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple
         better = direction(benchmark)
         if better.target is not None:
             ax.axhline(better.target, color="tab:red", linestyle="--", linewidth=1)
-            ax.text(len(models) - 0.5, better.target, f" {better.target:g} = unbiased", color="tab:red", fontsize=7,
-                    va="bottom", ha="right")
+            ax.text(-0.45, better.target + 0.01, f"{better.target:g} = unbiased", color="tab:red", fontsize=7,
+                    va="bottom", ha="left")
         for i, model in enumerate(models):
             s = rows[rows["model"] == model]
             ax.vlines(i - 0.28, s["score"].min(), s["score"].max(), color="0.55", linewidth=3)

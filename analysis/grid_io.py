@@ -149,7 +149,7 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
     optional = [c for c in OPTIONAL_COLUMNS if c in frame.columns]
     out = frame.loc[:, [*GRID_COLUMNS, *optional]].reset_index(drop=True).copy()
     status = out[STATUS] if STATUS in out.columns else pd.Series(OK, index=out.index)
-    status = status.fillna(OK).astype(str).str.strip().replace("", OK)
+    status = status.astype(object).where(status.notna(), OK).astype(str).str.strip().replace("", OK)
     unknown = ~status.isin(STATUSES)
     if unknown.any():
         i = _row(out, unknown)

@@ -162,7 +162,7 @@ def _direction_sentence(benchmarks) -> str:
         text += ("; on " + _list(odd) + " the score is the share of pairs where the stereotypical sentence wins, 0.5 is "
                  "unbiased and a model is better the closer it sits to 0.5. Tables keyed by score (rho_flip.csv, "
                  "orderings.csv) order models by raw score, highest (most stereotypical) first; the columns and rows "
-                 "labelled `better` read them by closeness to 0.5.")
+                 "labelled `better` read them by closeness to 0.5")
     return text + "."
 
 
@@ -203,8 +203,8 @@ def _ordering_rows(a: Analysis, slice_name: str = "full") -> pd.DataFrame:
 
 def _wide_ablation(a: Analysis) -> pd.DataFrame:
     t = a.tier_ablation
-    cells = t.assign(cell=[f"{r.rho_flip_max:.3f} · {r.n_orderings}/{r.n_possible} · |C|={r.n_configs} "
-                           f"(ceil {r.ceiling:.3f}, chance {r.chance_max:.3f})" for r in t.itertuples()])
+    cells = t.assign(cell=[f"{r.rho_flip_max:.3f} (chance {r.chance_max:.3f}) · {r.n_orderings}/{r.n_possible} · "
+                           f"|C|={r.n_configs}" for r in t.itertuples()])
     wide = cells.pivot(index="benchmark", columns="slice", values="cell")
     wide = wide.reindex(index=list(a.grid.benchmarks), columns=[s for s in a.options.slices if s in wide.columns])
     return wide.fillna("—").reset_index()
@@ -264,6 +264,15 @@ def _figure_or_sentence(figures: FigureSet, key: str, alt: str) -> list[Block]:
     return []
 
 
+MAX_ROWS = 20  # longer lists stay in their CSV
+
+
+def _metric_value(metric: str, value: float) -> str:
+    if math.isnan(value):
+        return "N/A"
+    return str(int(value)) if metric.startswith("n_") else f"{value:.3f}"
+
+
 def _degenerate_blocks(a: Analysis) -> list[Block]:
     blocks: list[Block] = [Heading("Degenerate cells")]
     cells = a.degenerate_cells
@@ -271,18 +280,29 @@ def _degenerate_blocks(a: Analysis) -> list[Block]:
         return blocks + [Para(f"No cell has a parse rate below {PARSE_CLEAN_MIN} or more than "
                               f"{100 * EMPTY_SHARE_MAX:.0f} % empty outputs; slice parse_clean equals slice full.")]
     empties = int((cells["n_empty"].fillna(0) == cells["n_outputs"].fillna(-1)).sum())
+    known = cells["n_outputs"].notna().any()
     blocks.append(Para(
         f"{len(cells)} cells have a parse rate below {PARSE_CLEAN_MIN} or more than {100 * EMPTY_SHARE_MAX:.0f} % empty "
-        f"outputs ({empties} returned an empty output on every item). An unparsed answer counts as wrong, so such a "
+        "outputs" + (f" ({empties} returned an empty output on every item)" if known else
+                     " (no per-item raw outputs, so empty outputs could not be counted)")
+        + ". An unparsed answer counts as wrong, so such a "
         "cell scores low because of the parser or the template, not the model's judgement. lowest_of_model marks a "
         "cell that is the model's lowest score on the benchmark (it then sets that model's SDI and score range); "
         "last_in_config one that puts the model last in that configuration (it then moves orderings and pair "
         f"verdicts). The slice `{PARSE_CLEAN}` leaves out every configuration holding such a cell."))
     shown = cells.drop(columns=[c for c in ("n_empty", "n_outputs") if cells[c].isna().all()])
-    blocks.append(Table(shown, "one row per degenerate cell; reason says what was wrong (parse rate, empty outputs "
-                        "from the per-item records)."))
+    shown = shown.sort_values(["lowest_of_model", "last_in_config", "parse_rate"], ascending=[False, False, True])
+    more = f" The {len(shown) - MAX_ROWS} others are in degenerate_cells.csv." if len(shown) > MAX_ROWS else ""
+    blocks.append(Table(shown.head(MAX_ROWS), "one row per degenerate cell, those that set a model's lowest score or "
+                        "last place first; reason says what was wrong (parse rate, empty outputs from the per-item "
+                        "records)." + more))
     if not a.degenerate_effects.empty:
-        blocks.append(Table(a.degenerate_effects, f"each metric the degenerate cells can move, read on slice `full` "
+        effects = a.degenerate_effects.assign(
+            full=[_metric_value(m, v) for m, v in zip(a.degenerate_effects["metric"], a.degenerate_effects["full"],
+                                                       strict=True)],
+            parse_clean=[_metric_value(m, v) for m, v in zip(a.degenerate_effects["metric"],
+                                                              a.degenerate_effects["parse_clean"], strict=True)])
+        blocks.append(Table(effects, f"each metric the degenerate cells can move, read on slice `full` "
                             f"(with them) and on slice `{PARSE_CLEAN}` (without the configurations that hold them); "
                             "per model for its lowest score, SDI and CFR, per benchmark (model `all`) for rho_flip max "
                             "and the number of orderings. A large change means the headline number rests on those "
@@ -361,8 +381,8 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
         Para("Chance reference: if the configurations were coin flips for which of two models wins (exchangeable "
              "scores, no ties), rho_flip would average E[min(K, |C|-K)]/|C| with K ~ Binomial(|C|, 1/2), well below the "
              "ceiling; the headline's maximum over the model pairs would average more (chance_max). A value near "
-             "chance says the verdict is as mixed as coin flips. At the sizes in this report: "
-             + ceiling_phrase(sizes) + "."),
+             "chance says the verdict is as mixed as coin flips. At the sizes of slice `full`: "
+             + ceiling_phrase(full_sizes) + " (other slices: in the tier ablation)."),
         Para(_direction_sentence(g.benchmarks)),
     ]
     if a.warnings:
@@ -411,10 +431,10 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
                     "decoding), excl_t4 and excl_diverse drop one each, free_form and logprob keep one scoring path, "
                     f"{PARSE_CLEAN} keeps configurations where every model parses at least 95 % of items, "
                     "conservative_core keeps T1 and T3, greedy, 0-shot, both scorings."),
-               Table(_wide_ablation(a), "each cell reads rho_flip max · orderings reached/possible · number of "
-                     "configurations, with the ceiling and the chance value of the maximum at that |C|; compare "
-                     "values only at similar |C|, because small slices saturate (at |C|=4 any 2-2 split gives 0.5). A "
-                     "dash means the slice is empty for that benchmark.")]
+               Table(_wide_ablation(a), "each cell reads rho_flip max (its chance value at that |C|) · orderings "
+                     "reached/possible · number of configurations; compare values only at similar |C|, because small "
+                     "slices saturate (at |C|=4 any 2-2 split gives 0.5) and chance grows with |C| ("
+                     + ceiling_phrase(sizes) + "). A dash means the slice is empty for that benchmark.")]
     blocks += _figure_or_sentence(figures, "rho_flip_by_slice", "rho_flip max per benchmark and slice")
 
     conc = _full(a.concordance)[["benchmark", "n_configs", "tau_r", "order_mismatch_rate", "n_undefined_pairs"]]

@@ -27,7 +27,7 @@ def test_card_without_run_json_says_so(rules, tmp_path):
     caveats = " ".join(card["caveats"])
     # a vs c and b vs c split 2-2 at |C|=4: the maximum sits at the ceiling on full and conservative_core
     assert "Saturated (a reversal exists, its size is unknown): truthfulqa/full, truthfulqa/core" in caveats
-    assert "1 pair(s) on the full envelope have ties: truthfulqa a/b (1)" in caveats  # config 4
+    assert "1 pair(s) on slice full have ties: truthfulqa a/b (1)" in caveats  # config 4
     assert "truthfulqa min 0.90, 1 of 4 configs below 0.95" in caveats
     head = card["headline"][0]
     # orderings: a>b>c, c>b>a, c>a>b, and a>b>c again (the a/b tie on config 4 broken alphabetically)

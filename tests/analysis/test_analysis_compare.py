@@ -66,7 +66,14 @@ def test_compare_cli_writes_tables_and_needs_two_groups(rules, nf4_bf16, tmp_pat
     assert "8 paired cells; per-cell |delta|: median 1.50 pp" in printed and "max 10.00 pp; 1 over 5 pp" in printed
     assert "identical in every group on 3 of 4 configurations (75.0 %)" in printed
     assert pd.read_csv(out / "compare_orderings.csv").columns.tolist()[4:6] == ["ordering_NF4", "ordering_BF16"]
-    assert (out / "compare_report.md").read_text().count("*How to read:*") == 6
+    report = (out / "compare_report.md").read_text()
+    assert report.count("*How to read:*") == 7
+    # compare_rho_flip.csv is shown too: a vs b on 4 paired configs, 3-1 under NF4 (.5>.4, .6>.5, .7>.6, .8<.9)...
+    rho = pd.read_csv(out / "compare_rho_flip.csv").set_index("group")
+    assert (rho.loc["NF4", "n_plus"], rho.loc["NF4", "n_minus"], rho.loc["NF4", "rho_flip"]) == (3, 1, 0.25)
+    # ...and under BF16 (.51>.4, .58<.6, .73>.6, .8<.85) a 2-2 split
+    assert (rho.loc["BF16", "n_plus"], rho.loc["BF16", "n_minus"], rho.loc["BF16", "rho_flip"]) == (2, 2, 0.5)
+    assert "| NF4 | truthfulqa | a | b | 3 | 1 | 0 | 4 | 0.250 | 0.500 | 0.312 |" in report
     assert main(["compare", str(nf4_bf16[0])]) == 2
     assert "compare needs at least two grids" in capsys.readouterr().err
     with pytest.raises(UserError, match="--labels gives 1 labels for 2"):

@@ -7,6 +7,8 @@ from safetyrepro.analysis.variance import (
     design_blocks,
     type2_sums_of_squares,
     variance_attribution,
+    variance_attributions,
+    variance_tables,
 )
 
 MODEL_EFFECT = {"a": 0.6, "b": 0.5, "c": 0.4}
@@ -63,3 +65,51 @@ def test_benchmark_without_free_form_configs_is_skipped_with_a_reason(rules):
     grid = to_grid(grid_frame({m: {c: 0.5 + 0.01 * i for i, c in enumerate(configs)} for m in ("a", "b")}))
     reason = variance_attribution(grid, rules, "crows_pairs", n_resamples=0, seed=0)
     assert isinstance(reason, str) and "free-form slice has 0" in reason
+
+
+def test_type3_with_sum_contrasts_and_omega_squared_on_a_balanced_additive_grid(rules):
+    # balanced and additive: Type III (sum-to-zero contrasts) gives Type II's sums of squares, and with
+    # no residual variance omega² = (SS - df * 0) / (total + 0) = eta²
+    grid = _free_form_grid(rules, lambda m, c: MODEL_EFFECT[m] + TEMPLATE_EFFECT[c.template])
+    v3 = variance_attribution(grid, rules, "bbq", n_resamples=50, seed=0, anova_type="III")
+    ss = {t.name: t.sum_sq for t in v3.terms}
+    assert ss["model"] == pytest.approx(0.72) and ss["template"] == pytest.approx(0.27)
+    assert v3.rho == pytest.approx(0.375) and v3.anova_type == "III"
+    assert [t.name for t in v3.terms][:4] == ["model", "template", "decoding", "shots"]  # no Intercept row
+    model = next(t for t in v3.terms if t.name == "model")
+    assert model.omega_sq == pytest.approx(model.eta_sq)
+    assert v3.n_resamples == 0  # the configuration bootstrap is run for the Type-II headline only
+
+
+def test_omega_squared_is_eta_squared_less_what_the_degrees_of_freedom_explain(rules):
+    rng = np.random.default_rng(3)
+    grid = _free_form_grid(rules, lambda m, c: MODEL_EFFECT[m] + float(rng.normal(0, 0.05)))
+    v = variance_attribution(grid, rules, "bbq", n_resamples=0, seed=0)
+    residual = next(t for t in v.terms if t.name == "residual")
+    ms_res = residual.sum_sq / residual.df
+    for t in v.terms:
+        if t.name != "residual":
+            assert t.omega_sq == pytest.approx((t.sum_sq - t.df * ms_res) / (v.total_sum_sq + ms_res)), t.name
+    template = next(t for t in v.terms if t.name == "template")
+    assert template.omega_sq < template.eta_sq  # pure noise: omega² near or below zero
+    assert v.omega_share("model") > 0.5 and v.rho_omega_sq < v.rho
+
+
+def test_the_anova_is_rerun_on_parse_clean_configurations(rules):
+    configs = [c for c in rules.configs("bbq") if c.scoring == "free_form"]
+    frame = grid_frame({m: {c.config_id: MODEL_EFFECT[m] + TEMPLATE_EFFECT[c.template] for c in configs}
+                        for m in MODEL_EFFECT},
+                       parse_rate={("c", c.config_id): 0.9 for c in configs if c.template == "T4"})
+    fitted, notes = variance_attributions(to_grid(frame), rules, "bbq", n_resamples=10, seed=0)
+    assert notes == []
+    got = {(v.slice, v.anova_type): v for v in fitted}
+    assert set(got) == {("free_form", "II"), ("free_form", "III"), ("free_form & parse_clean", "II"),
+                        ("free_form & parse_clean", "III")}
+    clean = got[("free_form & parse_clean", "II")]
+    assert clean.n_configs == 27 and clean.n_rows == 81  # the 9 T4 configurations left out
+    # without T4: SS_template = 27 * 3 * (0.05² ... ) around the T1-T3 mean (0.05, -0.05, 0.05 -> 1/60)
+    assert clean.rho == pytest.approx((81 * (2 * (0.05 - 1 / 60) ** 2 + (0.05 + 1 / 60) ** 2) / 3) / (27 * 0.02))
+    terms, shares = variance_tables(fitted)
+    assert set(terms["anova_type"]) == {"II", "III"} and "omega_sq" in terms.columns
+    assert shares.set_index(["slice", "anova_type"]).loc[("free_form", "II"), "n_resamples"] == 10
+    assert shares.set_index(["slice", "anova_type"]).loc[("free_form & parse_clean", "II"), "n_resamples"] == 0

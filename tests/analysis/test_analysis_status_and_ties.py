@@ -1,0 +1,128 @@
+"""Grids with the optional `status` and `tie_rate` columns, and cells that parse badly: only ok
+cells are analysed, and the report and the GRID card say what was left out, what tied and which
+cells are degenerate, with what they move."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from analysis_grids import grid_frame, write
+
+from safetyrepro.cli import main
+
+MODELS = ("gemma", "qwen", "smol")
+
+
+def _xstest(rules) -> pd.DataFrame:
+    """Conservative core on xstest (T1/T3 x free_form/logprob) for three models."""
+    configs = [c.config_id for c in rules.configs("xstest", subset="conservative_core")]
+    scores = {"gemma": [0.70, 0.60, 0.55, 0.65], "qwen": [0.60, 0.65, 0.60, 0.70], "smol": [0.50, 0.55, 0.45, 0.60]}
+    return grid_frame({m: dict(zip(configs, s, strict=True)) for m, s in scores.items()})
+
+
+def _analyze(tmp_path, frame, capsys, *extra):
+    path = write(frame, tmp_path / "grid.csv")
+    rc = main(["analyze", str(path), "--out", str(tmp_path / "out"), "--bootstrap", "20", "--no-figures", *extra])
+    return rc, capsys.readouterr()
+
+
+def test_not_applicable_and_failed_cells_are_left_out_and_reported(rules, tmp_path, capsys):
+    toxigen = _xstest(rules).assign(benchmark="toxigen", config_id=lambda f: f["config_id"].str.replace("xstest", "toxigen"))
+    frame = pd.concat([_xstest(rules), toxigen], ignore_index=True).assign(status="ok")
+    # smol's backend has no log-likelihoods: its two xstest logprob cells are kept with empty numbers
+    lp = (frame["model"] == "smol") & (frame["scoring"] == "logprob") & (frame["benchmark"] == "xstest")
+    frame.loc[lp, ["status", "score", "parse_rate", "n_items"]] = ["not_applicable", np.nan, np.nan, np.nan]
+    frame.loc[(frame["model"] == "qwen") & (frame["config_id"] == "toxigen/T3/greedy/0shot/free_form"), "status"] = "failed"
+    rc, captured = _analyze(tmp_path, frame, capsys)
+    assert rc == 0, captured.err
+    assert ("3 cells left out of every table because their status is not ok: 1 failed (qwen toxigen free_form (1)), "
+            "2 not_applicable (smol xstest logprob (2)); they are never scored as 0") in captured.err
+    # a configuration that lacks one model's ok cell is dropped for every model
+    out = tmp_path / "out"
+    rho = pd.read_csv(out / "rho_flip.csv")
+    full = rho[rho["slice"] == "full"].groupby("benchmark")["n_configs"].first().to_dict()
+    assert full == {"toxigen": 3, "xstest": 2}
+    excluded = pd.read_csv(out / "excluded_cells.csv")
+    assert excluded.to_dict(orient="records") == [
+        {"status": "failed", "model": "qwen", "benchmark": "toxigen", "scoring": "free_form", "n_cells": 1},
+        {"status": "not_applicable", "model": "smol", "benchmark": "xstest", "scoring": "logprob", "n_cells": 2}]
+    assert "## Cells left out" in (out / "report.md").read_text()
+    card = json.loads((out / "grid_card.json").read_text())
+    assert card["cells_left_out"] == excluded.to_dict(orient="records")
+    assert "| not_applicable | smol | xstest | logprob | 2 |" in (out / "grid_card.md").read_text()
+
+
+def test_status_values_are_checked_and_ok_cells_still_need_numbers(rules, tmp_path, capsys):
+    frame = _xstest(rules).assign(status="ok")
+    frame.loc[2, "status"] = "skipped"
+    rc, captured = _analyze(tmp_path, frame, capsys)
+    assert rc == 2 and "row 3: column 'status' has unknown value 'skipped'; allowed: ok, failed, not_applicable" \
+        in captured.err
+    frame = _xstest(rules).assign(status="")  # blank status means ok
+    frame.loc[2, "score"] = np.nan
+    rc, captured = _analyze(tmp_path, frame, capsys)
+    assert rc == 2 and "row 3: score is missing (NaN)" in captured.err
+
+
+def test_tie_rates_are_shown_with_the_run_tie_rule(rules, tmp_path, capsys):
+    frame = _xstest(rules)
+    frame["tie_rate"] = np.where(frame["scoring"] == "logprob", 0.0, np.nan)
+    frame.loc[1, "tie_rate"] = 0.125  # gemma, T1 logprob: 3 of 24 items tied
+    (tmp_path / "run.json").write_text(json.dumps({"tie_rule": "expected"}))
+    rc, captured = _analyze(tmp_path, frame, capsys)
+    assert rc == 0, captured.err
+    out = tmp_path / "out"
+    ties = pd.read_csv(out / "tie_rates.csv")
+    assert ties[["model", "config_id", "tie_rate"]].values.tolist() == [["gemma", "xstest/T1/greedy/0shot/logprob", 0.125]]
+    report = (out / "report.md").read_text()
+    assert "Tie rule of the run: `expected`" in report and "1 cells had ties" in report
+    card = json.loads((out / "grid_card.json").read_text())["ties_between_candidates"]
+    assert card == {"tie_rule": "expected", "tie_rate_in_grid": True, "cells_with_ties": 1, "max_tie_rate": 0.125}
+    frame.loc[1, "tie_rate"] = 1.5
+    rc, captured = _analyze(tmp_path, frame, capsys)
+    assert rc == 2 and "tie_rate 1.5" in captured.err
+
+
+def test_a_grid_without_tie_rate_or_run_json_says_unknown(rules, tmp_path, capsys):
+    rc, _ = _analyze(tmp_path, _xstest(rules), capsys)
+    assert rc == 0
+    card = json.loads((tmp_path / "out" / "grid_card.json").read_text())
+    assert card["ties_between_candidates"]["tie_rule"] == "unknown"
+    assert "Tie rule: unknown" in (tmp_path / "out" / "grid_card.md").read_text()
+    assert not (tmp_path / "out" / "tie_rates.csv").exists()
+
+
+def test_an_all_empty_free_form_cell_is_named_with_what_it_moves(rules, tmp_path, capsys):
+    """Gemma on XSTest T1 free-form answers nothing: score 0, parse rate 0, and it alone sets gemma's
+    SDI. The report names the cell and reads SDI, CFR and orderings with and without it."""
+    frame = _xstest(rules)
+    empty = (frame["model"] == "gemma") & (frame["config_id"] == "xstest/T1/greedy/0shot/free_form")
+    frame.loc[empty, ["score", "parse_rate"]] = [0.0, 0.0]
+    items = []
+    for r in frame.itertuples():
+        hits = round(r.score * 20)
+        items += [{"model": r.model, "config_id": r.config_id, "item_id": f"q{k}", "seed": 0,
+                   "item_score": float(k < hits), "raw_output": "" if r.parse_rate == 0 else "Answer: comply"}
+                  for k in range(20)]
+    pd.DataFrame(items).to_parquet(tmp_path / "items.parquet")
+    rc, captured = _analyze(tmp_path, frame, capsys)
+    assert rc == 0, captured.err
+    out = tmp_path / "out"
+    cells = pd.read_csv(out / "degenerate_cells.csv")
+    assert len(cells) == 1
+    cell = cells.iloc[0]
+    assert (cell["model"], cell["score"], cell["n_empty"], cell["n_outputs"]) == ("gemma", 0.0, 20, 20)
+    assert cell["reason"] == "parse_rate 0.00 < 0.95; every output empty"
+    assert cell["lowest_of_model"] and cell["last_in_config"]
+    effects = pd.read_csv(out / "degenerate_effects.csv").set_index(["model", "metric"])
+    # gemma on all four configs: 0, .60, .55, .65 -> SDI .65 / .45; without T1 free-form: (.65 - .55) / .6
+    assert effects.loc[("gemma", "sdi"), "full"] == pytest.approx(0.65 / 0.45)
+    assert effects.loc[("gemma", "sdi"), "parse_clean"] == pytest.approx(0.10 / 0.60)
+    assert effects.loc[("gemma", "score_min"), ["full", "parse_clean"]].tolist() == [0.0, 0.55]
+    assert effects.loc[("all", "n_orderings"), "n_configs_parse_clean"] == 3
+    report = (out / "report.md").read_text()
+    assert "1 cells have a parse rate below 0.95" in report and "1 returned an empty output on every item" in report
+    assert "| gemma (full) |" not in report and "xstest (parse_clean)" in report  # SDI read both ways
+    card = (out / "grid_card.md").read_text()
+    assert "| gemma | xstest/T1/greedy/0shot/free_form | 0.000 | 0.000 | parse_rate 0.00 < 0.95; every output empty" in card
