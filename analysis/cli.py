@@ -38,7 +38,11 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def analyze_grid(grid_path: Path, out: Path, rules_path: str | None = None, *, slices: list[str] | None = None,
+                 thetas: list[float] | None = None, precision: str | None = None, package: str | None = None,
+                 bootstrap: int = 1000, seed: int = 0, items: str | None = None, figures: bool = True):
+    """Validate the grid, run every analysis and write DIR; returns (Analysis, written paths).
+    Item records beside the grid are used when `items` is not given (and only warn if unusable)."""
     from safetyrepro.errors import UserError
     from safetyrepro.tasks.envelope import load_rules
 
@@ -47,26 +51,33 @@ def run(args: argparse.Namespace) -> int:
     from .pipeline import AnalysisOptions, parse_thetas, run_analysis
     from .slices import check_slices
 
-    started = time.perf_counter()
-    rules = load_rules(args.rules)
-    if args.bootstrap < 1:
-        raise UserError(f"--bootstrap {args.bootstrap}: needs at least one resample")
-    options = AnalysisOptions(slices=check_slices(args.slices, rules), thetas=parse_thetas(args.theta),
-                              n_resamples=args.bootstrap, seed=args.seed)
-    grid_path = Path(args.grid)
-    grid = load_grid(grid_path, rules, precision=args.precision, package=args.package)
-    items, required = args.items, True
+    rules = load_rules(rules_path)
+    if bootstrap < 1:
+        raise UserError(f"--bootstrap {bootstrap}: needs at least one resample")
+    chosen_slices, chosen_thetas = check_slices(slices, rules), parse_thetas(thetas)
+    grid = load_grid(grid_path, rules, precision=precision, package=package)
+    required = True
     if items is None:
         beside = [grid_path.parent / name for name in ITEM_FILES if (grid_path.parent / name).is_file()]
         items, required = (str(beside[0]), False) if beside else (None, True)
-    options = AnalysisOptions(**{**options.__dict__, "items_path": items, "items_required": required})
+    options = AnalysisOptions(slices=chosen_slices, thetas=chosen_thetas, n_resamples=bootstrap, seed=seed,
+                              items_path=items, items_required=required)
     analysis = run_analysis(grid, rules, options)
     for w in analysis.warnings:
         sys.stderr.write(f"safetyrepro: warning: {w}\n")
-    written = write_all(analysis, grid_path, Path(args.out), figures=not args.no_figures)
+    return analysis, write_all(analysis, grid_path, out, figures=figures)
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    analysis, written = analyze_grid(Path(args.grid), Path(args.out), args.rules, slices=args.slices,
+                                     thetas=args.theta, precision=args.precision, package=args.package,
+                                     bootstrap=args.bootstrap, seed=args.seed, items=args.items,
+                                     figures=not args.no_figures)
     head = analysis.rho_flip_max[analysis.rho_flip_max["slice"] == "full"]
     for r in head.itertuples():
-        print(f"{r.benchmark:<12} |C|={r.n_configs:<3} rho_flip max {r.rho_flip_max:.3f} ({r.pairs})")
+        print(f"{r.benchmark:<12} |C|={r.n_configs:<3} rho_flip max {r.rho_flip_max:.3f} ({r.pairs}); "
+              f"ceiling {r.ceiling:.3f}, chance {r.chance_max:.3f}")
     print(f"wrote {len(written)} files to {args.out} in {time.perf_counter() - started:.1f} s "
           f"(report: {Path(args.out) / 'report.md'})")
     return 0

@@ -1,5 +1,6 @@
 """`safetyrepro demo`: the embedded demo. Three small real models from PyPI, a slice of the envelope
-chosen to finish in about ten minutes on two CPU cores, the grid, then the analysis report."""
+wide enough for verdicts to move and small enough to finish in a few minutes on two CPU cores,
+the grid, the analysis, and a closing summary in words of what flipped."""
 
 from __future__ import annotations
 
@@ -7,24 +8,102 @@ import argparse
 import time
 from pathlib import Path
 
-DEMO_BENCHMARKS = ("toxigen", "xstest")
-DEMO_TIER = "conservative_core"
+# The logprob tier: 12 configurations per benchmark (T1-T4 x 0/3/5 shots, greedy), the cheapest
+# cells (one forward pass per candidate, no generation). CrowS-Pairs is logprob-only and shows the
+# "closer to 0.5 is better" reading; XSTest is where the paper finds all orderings reachable.
+DEMO_BENCHMARKS = ("crows_pairs", "xstest")
+DEMO_TIER = "logprob"
 DEMO_LIMIT = 24
+DEMO_OUT = Path("runs/demo")
+DESCRIPTION = (
+    "Run the three embedded small models (SmolLM2-135M, Gemma 3 270M, Qwen2.5-Coder-0.5B) over the logprob tier "
+    f"(12 configurations per benchmark) of {' and '.join(DEMO_BENCHMARKS)}, on the first {DEMO_LIMIT} items of each "
+    "fixed subset, then analyse the grid and say what flipped. About five minutes on two CPU cores from an empty "
+    "cache. Every sweep option below can change the slice; finished cells are reused.")
+# the sweep options whose demo default differs from the sweep's: their help must say the demo's
+DEMO_HELP = {
+    "models": "embedded names, HF folders, .gguf files or hub ids (demo default: the three embedded small models)",
+    "benchmarks": f"benchmarks to run (demo default: {' '.join(DEMO_BENCHMARKS)})",
+    "tier": f"sub-envelope (demo default: {DEMO_TIER}, 12 configurations per benchmark); also full, core, "
+            "excl_t4, excl_diverse, free_form, conservative_core",
+    "limit": f"score only the first N items of each fixed subset (demo default: {DEMO_LIMIT})",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     from safetyrepro.sweep.cli import add_sweep_arguments
 
     p = sub.add_parser("demo", help="run the embedded demo: three small models, a slice of the envelope, the report",
-                       description=__doc__)
-    p.add_argument("--out", type=Path, default=Path("runs/demo"), help="output directory (default: runs/demo)")
+                       description=DESCRIPTION)
+    p.add_argument("--out", type=Path, default=DEMO_OUT, help=f"output directory (demo default: {DEMO_OUT})")
     add_sweep_arguments(p, require_out=False)
     p.set_defaults(func=run, models=None, benchmarks=None, tier=DEMO_TIER, limit=DEMO_LIMIT)
+    for action in p._actions:  # argparse keeps no public handle on an added argument's help
+        if action.dest in DEMO_HELP:
+            action.help = DEMO_HELP[action.dest]
+
+
+# -- the closing summary ------------------------------------------------------------------------
+def _pair_sentence(r, better_label: str, monotone: bool) -> str:
+    a, b = r.model_a, r.model_b
+    if monotone:
+        counts = f"{a} scores higher on {r.n_plus}, {b} on {r.n_minus}"
+    else:
+        counts = f"{a} is closer to 0.5 (less biased) on {r.n_plus_better}, {b} on {r.n_minus_better}"
+    ties = r.n_zero if monotone else r.n_zero_better
+    return f"{a} vs {b}: {counts}" + (f", {ties} tied" if ties else "") + f" of {r.n_configs} configurations"
+
+
+def summary_lines(analysis) -> list[str]:
+    """What flipped, in words: per benchmark, the pairs whose better-reading verdict changes with the
+    configuration, the orderings reached, and whether the items support the flips."""
+    from safetyrepro.analysis.direction import direction
+
+    lines = []
+    detail = analysis.rho_flip_detail[analysis.rho_flip_detail["slice"] == "full"]
+    orders = analysis.orderings_detail[analysis.orderings_detail["slice"] == "full"].set_index("benchmark")
+    any_flip = False
+    for benchmark in analysis.grid.benchmarks:
+        rows = detail[detail["benchmark"] == benchmark]
+        if rows.empty:
+            continue
+        better = direction(benchmark)
+        n = int(rows["n_configs"].iloc[0])
+        flipped = rows[rows["rho_flip_better"] > 0]
+        o = orders.loc[benchmark]
+        reached = f"{int(o['n_orderings_better'])} of {int(o['n_possible'])} orderings of the models reached"
+        if flipped.empty:
+            lines.append(f"{benchmark} ({better.label}, {n} configurations): no verdict flipped; {reached}.")
+            continue
+        any_flip = True
+        lines.append(f"{benchmark} ({better.label}, {n} configurations): {len(flipped)} of {len(rows)} pairwise "
+                     f"verdicts flip with the configuration; {reached}.")
+        for r in flipped.sort_values("rho_flip_better", ascending=False).itertuples():
+            lines.append(f"  {_pair_sentence(r, better.label, better.monotone)} (rho_flip {r.rho_flip_better:.3f}, "
+                         f"chance {r.chance:.3f})")
+    if not any_flip:
+        lines.append("Nothing flipped: in every pair one model was never strictly behind (ties aside). The models "
+                     "differ by more than these configurations move their scores; a wider slice (--tier full) or more "
+                     "items (--limit) gives the configurations more room.")
+    flips = analysis.significant_flips
+    if flips is not None and not flips.empty:
+        holm = flips[(flips["slice"] == "full") & (flips["correction"] == "holm")]
+        supported = holm[holm["rho_flip_sig"] > 0]
+        if any_flip and supported.empty:
+            n_items = sorted(set(int(v) for v in analysis.grid.cells["n_items"]))
+            lines.append(f"With {', '.join(map(str, n_items))} items per cell, no flip has a significant win each way "
+                         "after Holm correction: the flips show how fragile a one-configuration verdict is, but the "
+                         "items are too few to call any single configuration's winner.")
+        elif not supported.empty:
+            lines.append("Flips with a significant win each way after Holm correction: "
+                         + "; ".join(f"{r.benchmark} {r.model_a} vs {r.model_b} ({r.n_plus_sig} and {r.n_minus_sig} "
+                                     "configurations)" for r in supported.itertuples()) + ".")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
     from safetyrepro.adapters.registry import DEFAULT_MODELS
-    from safetyrepro.analysis import cli as analysis_cli
+    from safetyrepro.analysis.cli import analyze_grid
     from safetyrepro.sweep.sweeper import Sweep
 
     t0 = time.time()
@@ -36,9 +115,10 @@ def run(args: argparse.Namespace) -> int:
     result = sweep.run()
     sweep.print_summary(result)
     analysis_dir = args.out / "analysis"
-    parser = argparse.ArgumentParser()
-    analysis_cli.register(parser.add_subparsers())
-    analyze_args = ["analyze", str(args.out / "grid.csv"), "--out", str(analysis_dir)]
-    code = analysis_cli.run(parser.parse_args(analyze_args + (["--rules", args.rules] if args.rules else [])))
-    print(f"demo finished in {time.time() - t0:.0f} s: grid {args.out / 'grid.csv'}, report {analysis_dir / 'report.md'}")
-    return code or (2 if result.failed else 0)
+    analysis, _ = analyze_grid(args.out / "grid.csv", analysis_dir, args.rules)
+    print()
+    for line in summary_lines(analysis):
+        print(line)
+    print(f"\ndemo finished in {time.time() - t0:.0f} s. Report: {analysis_dir / 'report.html'} (one self-contained "
+          f"page; also report.md), GRID card: {analysis_dir / 'grid_card.md'}, grid: {args.out / 'grid.csv'}")
+    return 2 if result.failed else 0
