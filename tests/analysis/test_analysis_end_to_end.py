@@ -78,6 +78,38 @@ def test_cfr_median_panel_and_report(analysed):
     assert (flips["rho_flip_sig"] <= flips["rho_flip"]).all() and (flips["n_resamples"] == 1000).all()
 
 
+def test_significance_direction_and_chance_are_named_everywhere(analysed):
+    _, out, _ = analysed
+    flips = pd.read_csv(out / "significant_flips.csv")
+    assert set(flips["correction"]) == {"holm", "fdr_bh"}
+    assert set(flips["test"]) == {"exact paired sign-flip test over items (two-sided)"}
+    assert (flips["rho_flip_lo"] <= flips["rho_flip_hi"]).all()
+    # Holm controls more than BH: it never finds more significant wins on the same family
+    wide = flips.pivot_table(index=["benchmark", "slice", "model_a", "model_b"], columns="correction",
+                             values="n_plus_sig")
+    assert (wide["holm"] <= wide["fdr_bh"]).all()
+    tests = pd.read_csv(out / "item_tests.csv")
+    assert {"p_value", "p_holm", "p_fdr_bh", "winner_holm", "winner_fdr_bh", "family_size"} <= set(tests.columns)
+    assert (tests["p_holm"] >= tests["p_value"]).all() and (tests["p_fdr_bh"] >= tests["p_value"] - 1e-12).all()
+    report = (out / "report.md").read_text()
+    assert "Holm (controls the chance of any false win, familywise)" in report and "Benjamini-Hochberg" in report
+    assert "closer to 0.5 is better (0.5 = unbiased)" in report and "|C| = 48: ceiling 0.500, chance 0.443" in report
+    assert "the full envelope (48 configurations)" in report
+    html = (out / "report.html").read_text()
+    assert 'src="figures/' not in html and html.count('src="data:image/png;base64,') == 5
+    card = json.loads((out / "grid_card.json").read_text())
+    crows = next(h for h in card["headline"] if h["benchmark"] == "crows_pairs")
+    assert crows["better"] == "closer to 0.5 is better (0.5 = unbiased)" and round(crows["chance_max"], 3) == 0.455
+    assert card["analysis"]["significance"]["corrections"]["holm"] == "Holm (familywise error)"
+    variance = pd.read_csv(out / "variance_shares.csv")
+    assert set(zip(variance["slice"], variance["anova_type"])) == {
+        ("free_form", "II"), ("free_form", "III"), ("free_form & parse_clean", "II"), ("free_form & parse_clean", "III")}
+    # toxigen and xstest lose their 9 badly parsed T4 free-form configurations in the rerun
+    clean = variance[(variance["slice"] == "free_form & parse_clean") & (variance["anova_type"] == "II")]
+    assert clean.set_index("benchmark")["n_configs"].to_dict() == {"truthfulqa": 36, "bbq": 36, "toxigen": 27,
+                                                                   "xstest": 27}
+
+
 def test_analyze_and_compare_modules_import_without_the_heavy_libraries():
     code = ("import sys, safetyrepro.analysis.cli, safetyrepro.analysis.compare_cli; "
             "print(sorted(m for m in ('pandas', 'numpy', 'matplotlib', 'lightgbm', 'shap', 'statsmodels') "
