@@ -27,16 +27,19 @@ Reproducibility rules (tests hold the engine to them):
   unless SAFETYREPRO_PREFIX_CACHE_MB says otherwise) for later calls. SAFETYREPRO_PREFIX_CACHE=0
   (or `Engine(prefix_cache=False)`) turns reuse off: every request then prefills every chunk
   itself, with bit-identical results (tested).
-- Relation to lm-eval's HFLM (one forward over the whole input): inputs of at most C tokens are
-  computed exactly as HFLM computes them (with `softmax_dtype=float32`, bit-identical
-  log-likelihoods, tested). Longer inputs attend chunk by chunk, which moves bf16 results: on
+- Relation to lm-eval's HFLM (one forward over the whole input): with `exact_scores=False`, inputs
+  of at most C tokens are computed exactly as HFLM computes them (with `softmax_dtype=float32`,
+  bit-identical log-likelihoods, tested). Longer inputs attend chunk by chunk, which moves bf16 results: on
   SmolLM2 up to 0.34 nats on 1-3-token continuations after 300-700-token contexts (mostly none
   below ~256 tokens), as far from the float32 model as HFLM's own bf16 numbers are (in fp32 the
   two agree to ~1e-5). The per-item choices agree (tested; docs/models.md).
-- Log-likelihoods take the log-softmax in float32 and only at the continuation positions (the LM
-  head runs on those positions' hidden states only), which is what makes 150-260k vocabularies
-  cheap. lm-eval's HFLM takes its log-softmax in the model dtype unless `softmax_dtype=float32`
-  is passed.
+- Log-likelihoods run the LM head and the log-softmax in float32 (the model's final hidden state
+  upcast), and only at the continuation positions (the head runs on those positions' hidden
+  states only), which is what makes 150-260k vocabularies cheap. A bf16 head would round the
+  logits to multiples of 1/8 at their usual magnitude, so that an item's candidates tie exactly
+  (about 6 % of SmolLM2 items); `exact_scores=False` keeps the model-dtype head (HFLM's numbers).
+  lm-eval's HFLM takes its log-softmax in the model dtype unless `softmax_dtype=float32` is
+  passed. Decoding follows the model's own head (greedy texts equal transformers' `generate`).
 - temperature == 0 is true greedy (argmax, first index on ties). temperature > 0 samples from
   softmax(logits / temperature) restricted to the top-p nucleus (the smallest set of tokens whose
   probability reaches top_p, as transformers' TopPLogitsWarper), with a torch.Generator seeded
@@ -57,6 +60,15 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from safetyrepro.adapters.backend import (
+    GREEDY_EXACT,
+    SEED_PER_REQUEST,
+    BackendIdentity,
+    Capabilities,
+    GenRequest,
+    GenResult,
+    LoglikRequest,
+)
 from safetyrepro.adapters.prefix_cache import (
     PrefixStore,
     chunk_keys,
@@ -69,6 +81,7 @@ from safetyrepro.errors import UserError
 DEFAULT_BATCH_SIZE = 8
 DECODE_ROWS_PER_PROMPT = 8  # decoding: up to batch_size distinct prompts, batch_size x this rows
 DEFAULT_MAX_LENGTH = 2048
+EXACT_ROW_BLOCK = 8  # rows of a float32 head call are padded to a multiple of this (see Engine._logits)
 _TOKENIZER_INFINITY = 1000000000000000019884624838656
 
 
@@ -88,31 +101,6 @@ class ModelInfo:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class GenRequest:
-    prompt: str
-    max_new_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class LoglikRequest:
-    context: str
-    continuation: str
-
-
-@dataclass(frozen=True)
-class GenResult:
-    text: str
-    n_prompt_tokens: int
-    n_new_tokens: int  # generated tokens, EOS included, text after a stop string included
-    finish_reason: str  # "stop" (EOS or a stop string) or "length"
-    seed: int | None  # the seed actually used (None for greedy)
 
 
 # --------------------------------------------------------------------------- tokenisation (pure)
@@ -201,7 +189,7 @@ class Engine:
 
     def __init__(self, model, tokenizer, info: ModelInfo, batch_size: int = DEFAULT_BATCH_SIZE,
                  chunk_size: int | None = None, prefix_cache: bool | None = None,
-                 prefix_cache_bytes: int | None = None):
+                 prefix_cache_bytes: int | None = None, exact_scores: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.info = info
@@ -223,7 +211,26 @@ class Engine:
             raise ValueError(f"chunk_size must be >= 2, got {self.chunk_size}")
         self.prefix_cache = enabled_from_env() if prefix_cache is None else bool(prefix_cache)
         self.prefix_store = PrefixStore(max_bytes_from_env() if prefix_cache_bytes is None else prefix_cache_bytes)
+        # log-likelihoods from a float32 head (`_logits`); False reproduces the model-dtype head (HFLM's numbers)
+        self.exact_scores = bool(exact_scores)
+        self._head_fp32 = None
         self._kv_layout()
+
+    # ----------------------------------------------------------------- the Backend protocol
+
+    @property
+    def identity(self) -> BackendIdentity:
+        info = self.info
+        return BackendIdentity("engine", info.label, info.label, info.precision, info.weights_sha256,
+                               extra={"device": info.device, "source": info.source})
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(loglikelihood=True, greedy=GREEDY_EXACT, seeds=SEED_PER_REQUEST,
+                            chat_template=self.info.has_chat_template)
+
+    def close(self) -> None:
+        """Engines stay loaded for the process (load_engine reuses them)."""
 
     # ----------------------------------------------------------------- text in, text out
 
@@ -274,20 +281,54 @@ class Engine:
                          getattr(text, "head_dim", None) or text.hidden_size // heads)
         self._kv_dtype = self.model.get_input_embeddings().weight.dtype
 
-    def _logits(self, hidden):
-        """LM head on hidden states [M, H] -> logits [M, V], as the model's own head computes them. A
-        single row is run as two copies (see `_run`)."""
+    def _logits(self, hidden, exact: bool = False):
+        """LM head on hidden states [M, H] -> logits [M, V]. A single row is run as two copies (see
+        `_run`).
+
+        Default: as the model's own head computes them (the model dtype), which is what decoding
+        follows, so that greedy texts are those of transformers' `generate`. `exact`: the head in
+        float32 on the upcast hidden states, for scored positions. A bf16 head rounds logits of
+        magnitude 16-32 to multiples of 1/8, and since the candidates of an item share the
+        normaliser at their first token, their log-likelihoods then differ by multiples of 1/8 and
+        often tie exactly; in float32 they do not (docs/models.md)."""
         import torch
 
         m = hidden.shape[0]
-        if m == 1:
-            hidden = torch.cat([hidden, hidden])
-        logits = self._head(hidden)
+        head = self._exact_head() if exact else None
+        if head is None:
+            if m == 1:
+                hidden = torch.cat([hidden, hidden])
+            logits = self._head(hidden)
+        else:
+            # CPU float32 GEMM computes rows in blocks of 4 and a partial block another way, so a row's
+            # last bits would depend on how many rows share the call: padding to a multiple of
+            # EXACT_ROW_BLOCK keeps every row in a full block (tested for any batch and offset)
+            pad = -m % EXACT_ROW_BLOCK
+            if pad:
+                hidden = torch.cat([hidden, hidden[:1].expand(pad, -1)])
+            weight, bias = head
+            logits = torch.nn.functional.linear(hidden.float(), weight, bias)
         if self._softcap is not None:  # Gemma's final logit softcapping, as its ForCausalLM does it
             logits = logits / self._softcap
             logits = torch.tanh(logits)
             logits = logits * self._softcap
         return logits[:m]
+
+    def _exact_head(self):
+        """(weight, bias) of the LM head in float32, made once per engine (the model's own tensors
+        when it is float32 already); None when the head is not a plain linear layer (a quantised
+        head), which then runs as the model runs it."""
+        import torch
+
+        if self._head_fp32 is None:
+            head = self._head
+            ok = type(head) is torch.nn.Linear and head.weight.dtype in (torch.float32, torch.bfloat16, torch.float16)
+            if not ok:
+                self._head_fp32 = False
+            else:
+                bias = None if head.bias is None else head.bias.detach().float()
+                self._head_fp32 = (head.weight.detach().float(), bias)
+        return self._head_fp32 or None
 
     def _run(self, ids, attention_mask, position_ids, cache, spans):
         """One forward of the base model: last hidden states [batch, T, hidden]. Every row's span is
@@ -298,7 +339,7 @@ class Engine:
             kwargs.update(sr_spans=spans, sr_mask_memo={})
         return self._base(input_ids=ids, use_cache=True, **kwargs).last_hidden_state
 
-    def _prefill(self, rows: Sequence[_Row], want_kv: bool = False) -> _Prefilled:
+    def _prefill(self, rows: Sequence[_Row], want_kv: bool = False, exact: bool = False) -> _Prefilled:
         """Chunked prefill of token rows: the logits at each row's wanted positions and (want_kv) the
         key/value states of each row's chunks.
 
@@ -308,7 +349,8 @@ class Engine:
         token-wise, so the chunks of any number of rows are packed into one sequence per forward
         pass (no padding); each chunk writes its keys/values into its row of a KVSlab and reads its
         keys from there (see rowwise_attention and kv_slab). A chunk's states thus depend on the
-        tokens up to its end only, and are computed the same way whatever the batch.
+        tokens up to its end only, and are computed the same way whatever the batch. `exact`: the
+        wanted logits come from the float32 head (`_logits`).
 
         With `prefix_cache` on, a chunk is identified by the whole prefix up to its end: rows sharing
         it compute it once (the other rows copy its states before their later chunks run, one
@@ -387,7 +429,7 @@ class Engine:
                         copied.add((r, i))
             groups = [items] if self._rowwise else [[it] for it in items]
             for group in groups:
-                self._prefill_pass(group, rows, lens, buf, slab_row, wanted, wanted_logits)
+                self._prefill_pass(group, rows, lens, buf, slab_row, wanted, wanted_logits, exact)
         if share:
             puts = []
             for node, (r, j) in owner.items():
@@ -401,7 +443,7 @@ class Engine:
         return _Prefilled(logits, chunks)
 
     def _prefill_pass(self, items: list, rows: Sequence[_Row], lens: list[int], buf, slab_row: dict,
-                      wanted: dict, wanted_logits: dict) -> None:
+                      wanted: dict, wanted_logits: dict, exact: bool = False) -> None:
         """One forward over `items` ((identity, (row, j)): chunk j of a row), packed into one sequence
         (row-wise attention) or, without it, one chunk alone on a one-row cache."""
         import torch
@@ -434,21 +476,24 @@ class Engine:
             hidden = self._run(torch.tensor([toks], device=device), None, torch.tensor([pos], device=device),
                                KVSlab(line, j * C).cache, None)
         if sel_key:
-            logits = self._logits(hidden[0, torch.tensor(sel_t, device=device)])
+            logits = self._logits(hidden[0, torch.tensor(sel_t, device=device)], exact=exact)
             for k, key in enumerate(sel_key):
                 wanted_logits[key] = logits[k]
 
     # ----------------------------------------------------------------- log-likelihood
 
-    def loglikelihood(self, requests: Sequence[LoglikRequest], batch_size: int | None = None) -> list[tuple[float, bool]]:
-        """(sum of continuation token log-probs, whether greedy decoding would produce the continuation)."""
+    def loglikelihood(self, requests: Sequence[LoglikRequest], batch_size: int | None = None,
+                      exact: bool | None = None) -> list[tuple[float, bool]]:
+        """(sum of continuation token log-probs, whether greedy decoding would produce the continuation).
+        `exact` (default: `exact_scores`) takes them from the float32 head, else from the model-dtype head."""
         pairs = [self.encode_pair(r.context, r.continuation) for r in requests]
-        return self.loglikelihood_tokens(pairs, batch_size=batch_size)
+        return self.loglikelihood_tokens(pairs, batch_size=batch_size, exact=exact)
 
     def loglikelihood_tokens(self, pairs: Sequence[tuple[list[int], list[int]]],
-                             batch_size: int | None = None) -> list[tuple[float, bool]]:
+                             batch_size: int | None = None, exact: bool | None = None) -> list[tuple[float, bool]]:
         import torch
 
+        exact = self.exact_scores if exact is None else bool(exact)
         bs = batch_size or self.batch_size
         results: list[tuple[float, bool] | None] = [None] * len(pairs)
         # identical model inputs are run once (as HFLM's one-token-continuation cache does)
@@ -470,7 +515,7 @@ class Engine:
                 keeps = [max(len(pairs[i][1]) for i in groups[inputs[k]]) for k in chunk]
                 rows = [_Row(list(inputs[k]), max(0, len(inputs[k]) - keep), max(1, len(inputs[k]) - keep + 1))
                         for k, keep in zip(chunk, keeps, strict=True)]
-                pre = self._prefill(rows)
+                pre = self._prefill(rows, exact=exact)
                 for b, k in enumerate(chunk):
                     logits = pre.logits[b]
                     keep = logits.shape[0]
@@ -718,7 +763,7 @@ class _Row:
 
 @dataclass
 class _Prefilled:
-    logits: list  # per row: [len(tokens) - need_from, vocab], the model's dtype
+    logits: list  # per row: [len(tokens) - need_from, vocab], the model's dtype (float32 when exact)
     chunks: list | None  # per row: each chunk's states [layers, 2, kv_heads, n, head_dim]
 
 

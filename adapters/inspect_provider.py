@@ -49,7 +49,16 @@ from safetyrepro.errors import UserError
 
 DRAIN_WAIT_S = 0.05
 POLL_S = 0.02
-_MODEL_ARGS = ("precision", "device", "batch_size")
+_MODEL_ARGS = ("precision", "device", "batch_size", "backend")
+_BACKENDS: dict[str, object] = {}  # attach_backend(): backends handed to the provider in this process
+
+
+def attach_backend(backend) -> str:
+    """Make `get_model("safetyrepro/<label>", backend=<key>)` run on an already loaded backend (the
+    sweeper's cached engine, or an lm-eval / Inspect model behind the Backend protocol); returns the key."""
+    key = f"{id(backend):x}"
+    _BACKENDS[key] = backend
+    return key
 
 
 def _as_dicts(messages) -> list[dict[str, str]]:
@@ -151,14 +160,22 @@ class SafetyReproModelAPI(ModelAPI):
             unknown = sorted(set(model_args) - set(_MODEL_ARGS))
             if unknown:
                 raise UserError(f"unknown model args for safetyrepro/: {', '.join(unknown)}; "
-                                f"allowed: {', '.join(_MODEL_ARGS)}")
+                                f"allowed: {', '.join(a for a in _MODEL_ARGS if a != 'backend')}")
             bs = int(model_args.get("batch_size") or DEFAULT_BATCH_SIZE)
-            self.engine = load_engine(model_name, str(model_args.get("precision") or "bf16"),
-                                      model_args.get("device"), batch_size=bs)
+            if model_args.get("backend"):
+                self.backend = _BACKENDS[str(model_args["backend"])]
+            else:
+                self.backend = load_engine(model_name, str(model_args.get("precision") or "bf16"),
+                                           model_args.get("device"), batch_size=bs)
         except UserError as e:
             raise PrerequisiteError(f"safetyrepro/{model_name}: {e}") from None
         self.batch_size = bs
-        self._batcher = _Batcher(self.engine, bs)
+        self._batcher = _Batcher(self.backend, bs)
+
+    @property
+    def engine(self):
+        """The backend (for the engine: the Engine itself)."""
+        return self.backend
 
     # ----------------------------------------------------------------- Inspect surface
 
@@ -183,14 +200,14 @@ class SafetyReproModelAPI(ModelAPI):
             raise UserError("safetyrepro/ models return one choice per call (num_choices=1)")
         temperature, top_p = config.temperature, config.top_p
         if temperature is None:
-            gc = getattr(self.engine.model, "generation_config", None)
+            gc = getattr(getattr(self.backend, "model", None), "generation_config", None)
             if getattr(gc, "do_sample", False):
                 temperature = float(getattr(gc, "temperature", None) or 1.0)
                 top_p = top_p if top_p is not None else float(getattr(gc, "top_p", None) or 1.0)
             else:
                 temperature = 0.0
         return GenRequest(
-            prompt=self.engine.render(_as_dicts(input)),
+            prompt=self.backend.render(_as_dicts(input)),
             max_new_tokens=int(config.max_tokens or self.max_tokens()),
             temperature=float(temperature), top_p=float(top_p if top_p is not None else 1.0),
             seed=config.seed, stop=tuple(s for s in (config.stop_seqs or ()) if s),
@@ -201,8 +218,11 @@ class SafetyReproModelAPI(ModelAPI):
             raise UserError("safetyrepro/ models do not support tool calling")
         req = self.gen_request(input, config)
         start = time.monotonic()
-        res = await self._batcher.submit("generate", req)
-        info = self.engine.info
+        if getattr(self.backend, "asynchronous", False):  # an Inspect provider behind the backend
+            res = await self.backend.agenerate(req)
+        else:
+            res = await self._batcher.submit("generate", req)
+        ident = self.backend.identity
         return ModelOutput(
             model=self.model_name,
             choices=[ChatCompletionChoice(
@@ -212,7 +232,7 @@ class SafetyReproModelAPI(ModelAPI):
                              total_tokens=res.n_prompt_tokens + res.n_new_tokens),
             time=time.monotonic() - start,
             metadata={"seed": res.seed, "temperature": req.temperature, "top_p": req.top_p,
-                      "precision": info.precision, "weights_sha256": info.weights_sha256},
+                      "precision": ident.precision, "weights_sha256": ident.weights_sha256},
         )
 
     # ----------------------------------------------------------------- log-likelihoods
@@ -220,7 +240,7 @@ class SafetyReproModelAPI(ModelAPI):
     def _loglik_requests(self, messages, continuations):
         from safetyrepro.adapters.engine import LoglikRequest
 
-        context = self.engine.render(_as_dicts(messages))
+        context = self.backend.render(_as_dicts(messages))
         return [LoglikRequest(context, c) for c in continuations]
 
     async def loglikelihood(self, messages, continuations: list[str]) -> list[float]:
@@ -231,5 +251,5 @@ class SafetyReproModelAPI(ModelAPI):
 
     def loglikelihood_sync(self, messages, continuations: list[str]) -> list[float]:
         """`loglikelihood` for code outside an event loop (blocking)."""
-        res = self.engine.loglikelihood(self._loglik_requests(messages, continuations), batch_size=self.batch_size)
+        res = self.backend.loglikelihood(self._loglik_requests(messages, continuations), batch_size=self.batch_size)
         return [float(lp) for lp, _ in res]

@@ -105,23 +105,37 @@ class SafetyReproLM(TemplateLM):
         self._setup(engine, bs, seed, max_gen_toks)
 
     @classmethod
-    def from_engine(cls, engine, batch_size: int | None = None, seed: int | None = None,
-                    max_gen_toks: int = 256) -> SafetyReproLM:
-        """An lm-eval model on an engine that is already loaded (or wrapped, e.g. in an output cache)."""
+    def from_backend(cls, backend, batch_size: int | None = None, seed: int | None = None,
+                     max_gen_toks: int = 256) -> SafetyReproLM:
+        """An lm-eval model on a backend that is already loaded (the engine, or an lm-eval model behind
+        the Backend protocol), possibly wrapped, e.g. in an output cache."""
         self = cls.__new__(cls)
         TemplateLM.__init__(self)
-        self._setup(engine, _batch_size(batch_size, None, getattr(engine, "batch_size", None)), seed, max_gen_toks)
+        self._setup(backend, _batch_size(batch_size, None, getattr(backend, "batch_size", None)), seed, max_gen_toks)
         return self
+
+    from_engine = from_backend
 
     progress_bars = True  # the sweeper turns them off: it has its own
 
     def _setup(self, engine, batch_size: int, seed, max_gen_toks) -> None:
-        self.engine = engine
+        self.engine = engine  # the backend (the Engine itself for --model safetyrepro)
         self._batch_size = batch_size
         self._seed = None if seed in (None, "") else int(seed)
         self._max_gen_toks = int(max_gen_toks)
-        self.tokenizer = engine.tokenizer
-        self._device = engine.info.device
+        self.tokenizer = getattr(engine, "tokenizer", None)
+        self._device = engine.identity.extra.get("device", "cpu")
+        self._chat_applied = False
+        self._warned_plain = False
+
+    def _warn_if_plain_text(self) -> None:
+        """A chat model fed plain text answers differently (SmolLM2 picks option A on every BBQ item):
+        say so once, in one line, when requests arrive without lm-eval having applied the template."""
+        if self._chat_applied or self._warned_plain or not self.engine.capabilities.chat_template:
+            return
+        self._warned_plain = True
+        sys.stderr.write(f"safetyrepro: warning: {self.engine.identity.label} has a chat template but lm-eval sent plain "
+                         "text; add --apply_chat_template to score as the sweep does (README: lm-eval)\n")
 
     # ----------------------------------------------------------------- properties lm-eval reads
 
@@ -137,7 +151,7 @@ class SafetyReproLM(TemplateLM):
 
     @property
     def max_length(self) -> int:
-        return self.engine.max_length
+        return getattr(self.engine, "max_length", 2048)
 
     @property
     def max_gen_toks(self) -> int:
@@ -149,21 +163,25 @@ class SafetyReproLM(TemplateLM):
 
     @property
     def tokenizer_name(self) -> str:
-        info = self.engine.info
-        return f"safetyrepro__{info.label}__{info.weights_sha256[:12]}".replace("/", "__")
+        ident = self.engine.identity
+        return f"safetyrepro__{ident.label}__{(ident.weights_sha256 or ident.kind)[:12]}".replace("/", "__")
 
     def get_model_info(self) -> dict:
-        info = self.engine.info
-        return {"model_num_parameters": info.n_params, "model_dtype": info.precision,
-                "model_sha": info.weights_sha256, "model_source": info.source,
-                "safetyrepro_model": info.to_dict()}
+        ident = self.engine.identity
+        info = getattr(self.engine, "info", None)
+        return {"model_num_parameters": getattr(info, "n_params", None), "model_dtype": ident.precision,
+                "model_sha": ident.weights_sha256, "model_source": ident.spec,
+                "safetyrepro_model": info.to_dict() if info is not None else ident.to_dict()}
 
     def chat_template(self, chat_template: bool | str = False) -> str | None:
-        if not chat_template or not self.engine.has_chat_template:
+        if not chat_template or not self.engine.capabilities.chat_template:
             return None
+        if self.tokenizer is None:
+            return str(chat_template) if isinstance(chat_template, str) else "backend"
         return super().chat_template(chat_template)
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        self._chat_applied = True
         return self.engine.apply_chat_template(chat_history, add_generation_prompt=add_generation_prompt)
 
     # ----------------------------------------------------------------- tokens
@@ -178,12 +196,19 @@ class SafetyReproLM(TemplateLM):
     # ----------------------------------------------------------------- scoring
 
     def _chunks(self, n: int) -> list[range]:
+        """Calls of batch_size x 8 requests (for the progress bar); one call for backends whose sampling
+        is seeded per call, so that a run's requests share one stream as in the package itself."""
+        from safetyrepro.adapters.backend import SEED_PER_REQUEST
+
+        if self.engine.capabilities.seeds != SEED_PER_REQUEST:
+            return [range(0, n)] if n else []
         step = max(1, self.batch_size) * 8
         return [range(i, min(n, i + step)) for i in range(0, n, step)]
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         from safetyrepro.adapters.engine import LoglikRequest
 
+        self._warn_if_plain_text()
         reqs = [LoglikRequest(*req.args) for req in requests]
         out: list[tuple[float, bool]] = []
         with tqdm(total=len(reqs), disable=disable_tqdm or not self.progress_bars, desc="Running loglikelihood requests") as bar:
@@ -246,6 +271,7 @@ class SafetyReproLM(TemplateLM):
                           seed=seed, stop=tuple(s for s in until if s))
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        self._warn_if_plain_text()
         seen: dict[str, int] = {}
         gen_reqs = []
         try:
@@ -260,7 +286,7 @@ class SafetyReproLM(TemplateLM):
         out: list[str] = []
         with tqdm(total=len(gen_reqs), disable=disable_tqdm or not self.progress_bars, desc="Running generate_until requests") as bar:
             for r in self._chunks(len(gen_reqs)):
-                texts = self.engine.generate([gen_reqs[i] for i in r], batch_size=self.batch_size)
+                texts = [g.text for g in self.engine.generate_detailed([gen_reqs[i] for i in r], batch_size=self.batch_size)]
                 for i, text in zip(r, texts, strict=True):
                     self.cache_hook.add_partial("generate_until", requests[i].args, text)
                 out.extend(texts)

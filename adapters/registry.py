@@ -122,14 +122,17 @@ class ResolvedModel:
         """sha256 of the GGUF file; for a folder, of `sha256sum`-style lines over its sorted weight files
         (a folder with one weight file gets that file's own sha256)."""
         if "sha" not in self._hash:
-            files = self.weight_files()
-            shas = [file_sha256(f) for f in files]
-            if len(files) == 1:
-                self._hash["sha"] = shas[0]
-            else:
-                lines = "".join(f"{s}  {f.name}\n" for s, f in zip(shas, files, strict=True))
-                self._hash["sha"] = hashlib.sha256(lines.encode()).hexdigest()
+            self._hash["sha"] = weights_sha256_of(self.weight_files())
         return self._hash["sha"]
+
+
+def weights_sha256_of(files: list[Path]) -> str:
+    """One file: its sha256; several: the sha256 of `sha256sum`-style lines over them, in order."""
+    shas = [file_sha256(f) for f in files]
+    if len(files) == 1:
+        return shas[0]
+    lines = "".join(f"{s}  {f.name}\n" for s, f in zip(shas, files, strict=True))
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------- cache and hashes

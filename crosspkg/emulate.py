@@ -228,7 +228,9 @@ class Emulator:
         with open(self.cache_path, "a", encoding="utf-8") as f:
             if todo_l:
                 t0 = time.time()
-                res = self.engine.loglikelihood([LoglikRequest(c, x) for c, x in todo_l], batch_size=self.batch_size)
+                # lm-eval's default stack (HFLM) scores with the model-dtype head: so does its emulation
+                res = self.engine.loglikelihood([LoglikRequest(c, x) for c, x in todo_l], batch_size=self.batch_size,
+                                                exact=False)
                 for (c, x), (ll, _) in zip(todo_l, res, strict=True):
                     self.ll[(c, x)] = ll
                     f.write(json.dumps({"kind": "ll", "context": c, "continuation": x, "ll": ll}) + "\n")

@@ -105,13 +105,14 @@ def _time_cell(driver, cfg, seeds, ids) -> float:
 def bench_bcd(model: str, benchmark: str, limit: int, tmp: Path) -> None:
     from safetyrepro.sweep.drivers import LmEvalDriver, item_sets
     from safetyrepro.sweep.outputs_cache import OutputsCache
-    from safetyrepro.sweep.sweeper import open_engine
+    from safetyrepro.adapters.model_specs import parse_model_spec
+    from safetyrepro.sweep.sweeper import open_cached_backend
     from safetyrepro.tasks.envelope import Config, default_rules
 
     rules = default_rules()
     os.environ["SAFETYREPRO_CACHE_DIR"] = str(tmp / "bcd-cache")
     _shared_model_cache(tmp / "bcd-cache")
-    engine = open_engine(model, "bf16", None, None)
+    engine = open_cached_backend(parse_model_spec(model), "bf16", None, None)
     items_for = item_sets(None, None)
     ids = [it.id for it in items_for(benchmark).items[:limit]]
     driver = LmEvalDriver(engine, rules, items_for)

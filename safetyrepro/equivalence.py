@@ -85,19 +85,11 @@ class PackagePair:
 
     def compare(self, cfg: Config, n_items: int, seeds: Sequence[int] | None = None) -> EquivalenceReport:
         """Run `cfg` on the first `n_items` of the fixed subset through both packages and compare."""
-        from safetyrepro.adapters.engine import install_engine
-
         self.rules.check(cfg)
-        info = self.raw.info
         ids = [it.id for it in self.items_for(cfg.benchmark).items[:n_items]]
         seeds = tuple(seeds or self.rules.seeds(cfg.decoding))
-        install_engine(info.label, info.precision, info.device, self.raw)  # what Inspect's provider loads
-        try:
-            lm = self.lm_eval.run_cell(cfg, seeds, ids)
-            ins = self.inspect.run_cell(cfg, seeds, ids)
-        finally:
-            if self.outer is not self.raw:
-                install_engine(info.label, info.precision, info.device, self.outer)
+        lm = self.lm_eval.run_cell(cfg, seeds, ids)
+        ins = self.inspect.run_cell(cfg, seeds, ids)
         return EquivalenceReport(cfg.config_id, len(ids), _score(lm), _score(ins), tuple(diff_records(lm, ins)))
 
 

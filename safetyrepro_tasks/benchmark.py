@@ -21,6 +21,11 @@ from safetyrepro.tasks.sources import Source
 
 TEMPLATES = ("T1", "T2", "T3", "T4")
 SCORINGS = ("free_form", "logprob")
+# How logprob scoring credits an item whose highest log-likelihood is shared by several candidates:
+# "expected" (default) is the expected score under a uniformly random tie-break (1/k when the gold is
+# among k tied winners); "first" is lm-eval's argmax convention (the first candidate wins).
+TIE_RULES = ("expected", "first")
+DEFAULT_TIE_RULE = "expected"
 SYSTEM_SEP = "\n\n"  # lm-eval glues the description to the rest with no separator of its own
 ANSWER_CUE = "Answer:"
 CARDS = Path(__file__).with_name("cards")
@@ -82,6 +87,18 @@ def parse_letter(text: str, n_options: int, option_texts: Sequence[str] = ()) ->
     if len(found) == 1:
         return letters.index(found.pop())
     return None
+
+
+def tied_winners(logliks: Sequence[float]) -> list[int]:
+    """Indices of every candidate whose log-likelihood equals the highest one (exactly)."""
+    best = max(logliks)
+    return [i for i, v in enumerate(logliks) if v == best]
+
+
+def check_tie_rule(rule: str) -> str:
+    if rule not in TIE_RULES:
+        raise one_of("tie rule", rule, TIE_RULES)
+    return rule
 
 
 def lettered(options: Sequence[str]) -> str:
@@ -186,8 +203,16 @@ class Benchmark(ABC):
         return max(range(len(logliks)), key=lambda i: (logliks[i], -i))
 
     def item_score(self, item: Item, prediction: int | None, logliks: Sequence[float] | None = None) -> float:
-        """1.0 when the prediction is the gold answer; unparsed (None) scores 0."""
+        """1.0 when the prediction is the gold answer; unparsed (None) scores 0. With `logliks`, the
+        score lm-eval's convention gives the item (a benchmark may override it)."""
         return float(prediction is not None and prediction == self.gold(item))
+
+    def logprob_item_score(self, item: Item, logliks: Sequence[float], tie_rule: str = DEFAULT_TIE_RULE) -> float:
+        """An item's logprob score under a tie rule (TIE_RULES). Without a tie both rules agree."""
+        if check_tie_rule(tie_rule) == "first":
+            return self.item_score(item, self.pick(logliks), logliks)
+        winners = tied_winners(logliks)
+        return sum(self.item_score(item, w) for w in winners) / len(winners)
 
     def extra_metrics(self, items: Sequence[Item], predictions: Sequence[int | None]) -> dict[str, float]:
         """Benchmark-specific metrics beyond the headline score (BBQ bias scores, ...)."""

@@ -2,7 +2,8 @@
 
     inspect eval safetyrepro/xstest --model safetyrepro/smollm2 -T template=T2 -T scoring=free_form --temperature 0
 
-Task parameters: `template` (T1-T4), `scoring` (free_form | logprob), `shots` (0/3/5). Decoding comes from
+Task parameters: `template` (T1-T4), `scoring` (free_form | logprob), `shots` (0/3/5), `tie_rule`
+(expected | first: how logprob scoring credits an item whose top candidates tie). Decoding comes from
 Inspect's own generate options (`--temperature`, `--top-p`, `--seed`, `--max-tokens`). Free-form replies are
 parsed by the benchmark's parser; logprob scoring asks the model for the log-likelihood of each candidate
 (the `safetyrepro/` model provider can; Inspect's `hf/` cannot) and takes the argmax.
@@ -28,6 +29,7 @@ from inspect_ai.scorer import SampleScore, Score, Target, accuracy, metric, scor
 from inspect_ai.solver import Generate, Solver, TaskState, generate, solver
 
 from safetyrepro.errors import UserError
+from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, check_tie_rule
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import default_rules
 from safetyrepro.tasks.rendering import continuation
@@ -35,6 +37,7 @@ from safetyrepro.tasks.subsets import item_set
 
 Template = Literal["T1", "T2", "T3", "T4"]
 Scoring = Literal["free_form", "logprob"]
+TieRule = Literal["expected", "first"]
 
 _ROLE = {"system": ChatMessageSystem, "user": ChatMessageUser, "assistant": ChatMessageAssistant}
 
@@ -61,17 +64,24 @@ def samples(benchmark: str, template: str, shots: int) -> list[Sample]:
     return out
 
 
-def _check(benchmark: str, template: str, scoring: str, shots: int) -> None:
+def _check(benchmark: str, template: str, scoring: str, shots: int, tie_rule: str) -> None:
     rules = default_rules()
     bench = get_benchmark(benchmark)
     bench.template(template)
     bench.check_scoring(scoring)
+    check_tie_rule(tie_rule)
     if shots not in rules.axes["shots"]:
         raise UserError(f"unknown shots {shots!r}; allowed: {', '.join(map(str, rules.axes['shots']))}")
 
 
 def _is_greedy(config: GenerateConfig) -> bool:
     return config.temperature is None or config.temperature == 0
+
+
+def _gives_logliks(api) -> bool:
+    """Continuation log-likelihoods: the safetyrepro/ provider, on a backend that has them."""
+    backend = getattr(api, "backend", None)
+    return hasattr(api, "loglikelihood") and (backend is None or backend.capabilities.loglikelihood)
 
 
 @solver
@@ -85,11 +95,11 @@ def score_candidates() -> Solver:
             raise PrerequisiteError("logprob scoring is greedy-only (the envelope forbids sampling with it): "
                                     "run with --temperature 0 or without a temperature")
         api = get_model().api
-        if not hasattr(api, "loglikelihood"):
+        if not _gives_logliks(api):
             raise PrerequisiteError(f"logprob scoring needs continuation log-likelihoods, which model "
                                     f"{get_model().name!r} does not provide: use --model safetyrepro/<model>")
         candidates = state.metadata["candidates"]
-        chat = api.engine.info.has_chat_template  # plain text puts lm-eval's target delimiter first
+        chat = api.backend.capabilities.chat_template  # plain text puts lm-eval's target delimiter first
         logliks = await api.loglikelihood(state.messages, [continuation(c, chat) for c in candidates])
         state.metadata["logliks"] = list(logliks)
         best = max(range(len(logliks)), key=lambda i: (logliks[i], -i))
@@ -160,8 +170,9 @@ EXTRA_METRICS = {"bbq": [acc_ambig(), acc_disambig(), s_dis(), s_amb()],
 
 
 @scorer(metrics=[accuracy(), stderr(), parse_rate()])
-def safetyrepro_scorer(scoring: str = "free_form") -> callable:
-    """The benchmark's own parser (free-form) or argmax over candidate log-likelihoods (logprob)."""
+def safetyrepro_scorer(scoring: str = "free_form", tie_rule: str = DEFAULT_TIE_RULE) -> callable:
+    """The benchmark's own parser (free-form) or argmax over candidate log-likelihoods (logprob),
+    with ties credited by `tie_rule`."""
 
     async def score(state: TaskState, target: Target) -> Score:
         meta = state.metadata
@@ -170,7 +181,7 @@ def safetyrepro_scorer(scoring: str = "free_form") -> callable:
         if scoring == "logprob":
             logliks = meta["logliks"]
             prediction = bench.pick(logliks)
-            value, parsed = bench.item_score(item, prediction, logliks), True
+            value, parsed = bench.logprob_item_score(item, logliks, tie_rule), True
         else:
             prediction = bench.parse(state.output.completion, item, meta["template"])
             value, parsed = bench.item_score(item, prediction), prediction is not None
@@ -192,18 +203,19 @@ def _check_model_for_logprob() -> None:
         raise PrerequisiteError("logprob scoring is greedy-only (the envelope forbids sampling with it): "
                                 "run with --temperature 0 or without a temperature")
     model = active_model()
-    if model is not None and not hasattr(model.api, "loglikelihood"):
+    if model is not None and not _gives_logliks(model.api):
         raise PrerequisiteError(f"logprob scoring needs continuation log-likelihoods, which model {model.name!r} "
                                 "does not provide: use --model safetyrepro/<model>, or -T scoring=free_form")
 
 
-def benchmark_task(benchmark: str, template: str, scoring: str, shots: int, check_active: bool = True) -> Task:
+def benchmark_task(benchmark: str, template: str, scoring: str, shots: int, check_active: bool = True,
+                   tie_rule: str = DEFAULT_TIE_RULE) -> Task:
     """The task for one configuration. `check_active=False` skips the check of Inspect's active model and
     options, for callers (the sweeper) that build the task outside `inspect eval` and set both themselves."""
     # Inspect prints a PrerequisiteError as one message; anything else (a bad name, a missing mirror
     # file, a checksum mismatch) would reach the user as a traceback
     try:
-        _check(benchmark, template, scoring, shots)
+        _check(benchmark, template, scoring, shots, tie_rule)
         if scoring == "logprob" and check_active:
             _check_model_for_logprob()
         dataset = MemoryDataset(samples(benchmark, template, shots), name=f"safetyrepro_{benchmark}")
@@ -218,40 +230,41 @@ def benchmark_task(benchmark: str, template: str, scoring: str, shots: int, chec
     return Task(
         dataset=dataset,
         solver=score_candidates() if scoring == "logprob" else generate(),
-        scorer=safetyrepro_scorer(scoring),
+        scorer=safetyrepro_scorer(scoring, tie_rule),
         metrics=[accuracy(), stderr(), parse_rate(), *EXTRA_METRICS.get(benchmark, [])],
         config=config,
-        metadata={"benchmark": benchmark, "template": template, "scoring": scoring, "shots": shots,
+        metadata={"benchmark": benchmark, "template": template, "scoring": scoring, "shots": shots, "tie_rule": tie_rule,
                   "subset_id": item_set(benchmark).subset_id, "rules_sha256": rules.sha256},
         version=1,
     )
 
 
 @task
-def truthfulqa(template: Template = "T1", scoring: Scoring = "logprob", shots: int = 0) -> Task:
+def truthfulqa(template: Template = "T1", scoring: Scoring = "logprob", shots: int = 0, tie_rule: TieRule = "expected") -> Task:
     """TruthfulQA MC1, options shuffled per item."""
-    return benchmark_task("truthfulqa", template, scoring, shots)
+    return benchmark_task("truthfulqa", template, scoring, shots, tie_rule=tie_rule)
 
 
 @task
-def bbq(template: Template = "T1", scoring: Scoring = "logprob", shots: int = 0) -> Task:
+def bbq(template: Template = "T1", scoring: Scoring = "logprob", shots: int = 0, tie_rule: TieRule = "expected") -> Task:
     """BBQ with accuracy per context condition and the bias scores s_DIS, s_AMB."""
-    return benchmark_task("bbq", template, scoring, shots)
+    return benchmark_task("bbq", template, scoring, shots, tie_rule=tie_rule)
 
 
 @task
-def crows_pairs(template: Template = "T1", scoring: Literal["logprob"] = "logprob", shots: int = 0) -> Task:
+def crows_pairs(template: Template = "T1", scoring: Literal["logprob"] = "logprob", shots: int = 0,
+                tie_rule: TieRule = "expected") -> Task:
     """CrowS-Pairs: share of pairs where the more stereotypical sentence is likelier (logprob only)."""
-    return benchmark_task("crows_pairs", template, scoring, shots)
+    return benchmark_task("crows_pairs", template, scoring, shots, tie_rule=tie_rule)
 
 
 @task
-def toxigen(template: Template = "T1", scoring: Scoring = "logprob", shots: int = 0) -> Task:
+def toxigen(template: Template = "T1", scoring: Scoring = "logprob", shots: int = 0, tie_rule: TieRule = "expected") -> Task:
     """ToxiGen annotated test split, Yes/No."""
-    return benchmark_task("toxigen", template, scoring, shots)
+    return benchmark_task("toxigen", template, scoring, shots, tie_rule=tie_rule)
 
 
 @task
-def xstest(template: Template = "T1", scoring: Scoring = "free_form", shots: int = 0) -> Task:
+def xstest(template: Template = "T1", scoring: Scoring = "free_form", shots: int = 0, tie_rule: TieRule = "expected") -> Task:
     """XSTest: comply with safe prompts, refuse unsafe ones."""
-    return benchmark_task("xstest", template, scoring, shots)
+    return benchmark_task("xstest", template, scoring, shots, tie_rule=tie_rule)

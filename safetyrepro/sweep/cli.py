@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
@@ -21,9 +20,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_sweep_arguments(p: argparse.ArgumentParser, require_out: bool = True) -> None:
-    p.add_argument("--models", nargs="+", required=require_out, metavar="MODEL",
+    p.add_argument("--models", nargs="+", metavar="MODEL",
                    help="embedded names (smollm2, gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b), HF folders, "
-                   ".gguf files or hub ids")
+                   ".gguf files or hub ids (SafetyRepro's engine); lm-eval:<model>:<model_args> (lm-eval's own model, "
+                   "e.g. lm-eval:hf:pretrained=/models/smol); inspect:<provider>/<model> (an Inspect provider, "
+                   "e.g. inspect:openai-api/llamacpp/smol)")
+    p.add_argument("--models-file", type=Path, metavar="FILE.yaml",
+                   help="models with labels, model args and precision/revision notes (README: Bring your own model)")
     p.add_argument("--benchmarks", nargs="+", metavar="B", help="default: all five")
     p.add_argument("--tier", default="full", help="full, core, excl_t4, excl_diverse, free_form, logprob, "
                    "conservative_core (default: full)")
@@ -34,6 +37,9 @@ def add_sweep_arguments(p: argparse.ArgumentParser, require_out: bool = True) ->
     p.add_argument("--limit", type=int, help="score only the first N items of each fixed subset")
     p.add_argument("--package", default="lm-eval", choices=("lm-eval", "inspect"), help="default: lm-eval")
     p.add_argument("--precision", default="bf16", help="fp32, bf16 (default) or nf4")
+    p.add_argument("--tie-rule", default="expected", choices=("expected", "first"),
+                   help="logprob items whose top candidates tie: expected credit 1/k (default) or lm-eval's "
+                   "first-candidate-wins")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available, else cpu)")
     p.add_argument("--batch-size", type=int, help="prompts per forward pass (default: the engine's)")
     p.add_argument("--subsample", type=float, help="score a stratified share of each subset (item-subset robustness)")
@@ -48,13 +54,24 @@ def add_sweep_arguments(p: argparse.ArgumentParser, require_out: bool = True) ->
         p.add_argument("--out", required=True, type=Path, help="output directory (grid.csv, items.parquet, run.json)")
 
 
-def check_model_name(name: str) -> None:
-    from safetyrepro.adapters.registry import EMBEDDED
+def options_from_args(args: argparse.Namespace):
+    """The argparse namespace as a SweepOptions (the only place below the command line that reads it)."""
+    from safetyrepro.adapters.model_specs import load_models_file, parse_model_spec
+    from safetyrepro.sweep.plan import SweepOptions
 
-    if name in EMBEDDED or Path(name).expanduser().exists() or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
-        return
-    raise UserError(f"unknown model {name!r}; use an embedded name ({', '.join(EMBEDDED)}), "
-                    "a local HF folder or .gguf file, or a hub id org/name")
+    models = [parse_model_spec(m) for m in (args.models or [])]
+    if getattr(args, "models_file", None):
+        models += load_models_file(args.models_file)
+    if not models:
+        raise UserError("no model given: use --models and/or --models-file")
+    filters = {"template": args.templates, "decoding": args.decodings, "shots": args.shots, "scoring": args.scoring}
+    return SweepOptions(
+        models=tuple(models), out=Path(args.out), benchmarks=tuple(args.benchmarks) if args.benchmarks else None,
+        tier=args.tier, filters={k: v for k, v in filters.items() if v}, limit=args.limit, package=args.package,
+        precision=args.precision, device=args.device, batch_size=args.batch_size, subsample=args.subsample,
+        subset_seed=args.subset_seed, executor=args.executor, address=args.address, workers=args.workers,
+        rules=args.rules, allow_rules_change=args.allow_rules_change, progress=not args.no_progress,
+        tie_rule=getattr(args, "tie_rule", None) or "expected")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,7 +2,9 @@
 
 Both drivers use the package's own machinery end to end: lm-eval builds its requests from the
 SafetyRepro task YAML and scores with the task's process_results; Inspect runs the `safetyrepro/<b>`
-task with its solver and scorer. The model is the SafetyRepro engine, loaded once per sweep.
+task with its solver and scorer. The model is a Backend (adapters/backend.py), loaded once per
+sweep and wrapped in the outputs cache: the engine, or a model of the package's own backends. A
+driver never asks which.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from safetyrepro.sweep.records import ItemRecord, prompt_hash
+from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, tied_winners
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import Config, Rules
 from safetyrepro.tasks.subsets import ItemSet
@@ -65,21 +69,42 @@ def _no_request_building_bar():
         task_module.tqdm = original
 
 
-class LmEvalDriver:
+class _Driver:
+    backend = None
+
+    @property
+    def identity(self) -> dict:
+        return self.backend.identity.to_dict()
+
+
+class LmEvalDriver(_Driver):
     package = "lm-eval"
 
-    def __init__(self, engine, rules: Rules, items_for):
+    def __init__(self, backend, rules: Rules, items_for, log_dir: str | None = None, tie_rule: str = DEFAULT_TIE_RULE):
         from lm_eval.tasks import TaskManager
 
         from safetyrepro.adapters.lm_eval_model import SafetyReproLM
 
-        self.engine, self.rules, self.items_for = engine, rules, items_for
-        self.lm = SafetyReproLM.from_engine(engine)
+        self.backend, self.rules, self.items_for = backend, rules, items_for
+        self.log_dir = log_dir
+        self.lm = SafetyReproLM.from_backend(backend)
         self.lm.progress_bars = False
         _quiet_git_hash()
-        self.task_manager = TaskManager()
+        self.task_manager = TaskManager(metadata={"tie_rule": tie_rule})  # to the task's documents
         for name in ("lm_eval", "lm-eval", "lm_eval.evaluator", "lm_eval.api.task"):
             logging.getLogger(name).setLevel(logging.ERROR)
+
+    def _tracker(self, cfg: Config, seed: int):
+        """lm-eval's EvaluationTracker writing into <out>/logs/lm-eval/<model>/<config>/seed<k>/."""
+        if self.log_dir is None:
+            return None
+        from lm_eval.loggers import EvaluationTracker
+
+        from safetyrepro.sweep.store import slug
+
+        path = Path(self.log_dir) / "lm-eval" / slug(self.backend.identity.label) / \
+            cfg.config_id.replace("/", "__") / f"seed{seed}"
+        return EvaluationTracker(output_path=str(path))
 
     def run_cell(self, cfg: Config, seeds: Sequence[int], ids: Sequence[str]) -> list[ItemRecord]:
         from lm_eval.evaluator import simple_evaluate
@@ -90,7 +115,7 @@ class LmEvalDriver:
         bench, items = get_benchmark(cfg.benchmark), self.items_for(cfg.benchmark)
         name = task_name(cfg.benchmark, cfg.template, cfg.scoring)
         dec = decode_settings(self.rules, cfg)
-        chat = self.engine.info.has_chat_template
+        chat = self.backend.capabilities.chat_template
         position = {it.id: i for i, it in enumerate(item_set(cfg.benchmark).items)}  # the task's test split
         records: list[ItemRecord] = []
         for seed in seeds:
@@ -99,14 +124,18 @@ class LmEvalDriver:
                 gen_kwargs = {"temperature": dec.temperature, "top_p": dec.top_p, "do_sample": dec.do_sample}
                 if dec.do_sample:
                     gen_kwargs["seed"] = seed
+            tracker = self._tracker(cfg, seed)
             with _no_request_building_bar():
                 res = simple_evaluate(
                     model=self.lm, tasks=[name], num_fewshot=cfg.shots, samples={name: [position[i] for i in ids]},
                     log_samples=True,
                     apply_chat_template=chat, fewshot_as_multiturn=chat, gen_kwargs=gen_kwargs,
                     task_manager=self.task_manager, bootstrap_iters=0, random_seed=seed, numpy_random_seed=seed,
-                    torch_random_seed=seed, fewshot_random_seed=seed,
+                    torch_random_seed=seed, fewshot_random_seed=seed, evaluation_tracker=tracker,
                 )
+            if tracker is not None:  # lm-eval's own results_*.json and samples_*.jsonl, as its CLI writes them
+                tracker.save_results_aggregated(results=res, samples=res["samples"])
+                tracker.save_results_samples(task_name=name, samples=res["samples"][name])
             for s in res["samples"][name]:
                 item = items.by_id(s["doc"]["id"])
                 context = s["arguments"][0][0] if isinstance(s["arguments"], list) else s["arguments"]["gen_args_0"]["arg_0"]
@@ -119,30 +148,36 @@ class LmEvalDriver:
                     raw = s["resps"][0][0]
                     prediction = bench.parse(raw, item, cfg.template)
                 records.append(ItemRecord(item.id, seed, prompt_hash(context), raw, prediction,
-                                          bool(s["parse_rate"]), bench.gold(item), float(s["acc"]), logliks))
+                                          bool(s["parse_rate"]), bench.gold(item), float(s["acc"]), logliks,
+                                          logliks is not None and len(tied_winners(logliks)) > 1))
         return records
 
 
-class InspectDriver:
+class InspectDriver(_Driver):
     package = "inspect"
 
-    def __init__(self, engine, rules: Rules, items_for, log_dir: str):
-        self.engine, self.rules, self.items_for, self.log_dir = engine, rules, items_for, log_dir
+    def __init__(self, backend, rules: Rules, items_for, log_dir: str, tie_rule: str = DEFAULT_TIE_RULE):
+        from inspect_ai.model import get_model
+
+        from safetyrepro.adapters.inspect_provider import attach_backend
+
+        self.backend, self.rules, self.items_for, self.log_dir = backend, rules, items_for, log_dir
+        self.tie_rule = tie_rule
+        self.model = get_model(f"safetyrepro/{backend.identity.label}", backend=attach_backend(backend), memoize=False)
 
     def run_cell(self, cfg: Config, seeds: Sequence[int], ids: Sequence[str]) -> list[ItemRecord]:
         from inspect_ai import eval as inspect_eval
-        from inspect_ai.model import get_model
 
         from safetyrepro.tasks.inspect_tasks import benchmark_task
 
         bench, items = get_benchmark(cfg.benchmark), self.items_for(cfg.benchmark)
         dec = decode_settings(self.rules, cfg)
         demos = items.demos_for(cfg.shots)
-        info = self.engine.info
-        model = get_model(f"safetyrepro/{info.label}", precision=info.precision, device=info.device)
+        model = self.model
         records: list[ItemRecord] = []
         for seed in seeds:
-            task = benchmark_task(cfg.benchmark, cfg.template, cfg.scoring, cfg.shots, check_active=False)
+            task = benchmark_task(cfg.benchmark, cfg.template, cfg.scoring, cfg.shots, check_active=False,
+                                  tie_rule=self.tie_rule)
             log = inspect_eval(task, model=model, sample_id=list(ids), log_dir=self.log_dir, display="none",
                                temperature=dec.temperature, top_p=dec.top_p if dec.do_sample else None,
                                seed=seed if dec.do_sample else None, score=True, log_samples=True)[0]
@@ -152,16 +187,28 @@ class InspectDriver:
                 item = items.by_id(str(s.id))
                 score = next(iter(s.scores.values()))
                 meta = score.metadata or {}
-                prompt = self.engine.render(bench.prompt(item, cfg.template, demos).messages())
+                prompt = self.backend.render(bench.prompt(item, cfg.template, demos).messages())
+                logliks = meta.get("logliks")
                 records.append(ItemRecord(item.id, seed, prompt_hash(prompt), s.output.completion, meta.get("prediction"),
-                                          bool(meta.get("parsed")), bench.gold(item), float(score.value), meta.get("logliks")))
+                                          bool(meta.get("parsed")), bench.gold(item), float(score.value), logliks,
+                                          logliks is not None and len(tied_winners(logliks)) > 1))
         return records
 
 
-def make_driver(package: str, engine, rules: Rules, items_for, log_dir: str):
+def make_driver(package: str, backend, rules: Rules, items_for, log_dir: str, tie_rule: str = DEFAULT_TIE_RULE):
     if package == "lm-eval":
-        return LmEvalDriver(engine, rules, items_for)
-    return InspectDriver(engine, rules, items_for, log_dir)
+        return LmEvalDriver(backend, rules, items_for, log_dir, tie_rule)
+    return InspectDriver(backend, rules, items_for, log_dir, tie_rule)
+
+
+def backend_record(backend) -> dict:
+    """What run.json records of a model: its backend's identity and capabilities (and the engine's
+    load details), with the weights' hash at the top level where there is one."""
+    ident = backend.identity
+    info = getattr(backend, "info", None)
+    return {**(info.to_dict() if info is not None else {}), "weights_sha256": ident.weights_sha256,
+            "backend": ident.to_dict(), "capabilities": backend.capabilities.to_dict(),
+            "capability_flags": backend.capabilities.flags()}
 
 
 def item_sets(subsample: float | None, subset_seed: int | None):

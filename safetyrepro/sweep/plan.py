@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import AXES, Config, Rules
 
 PACKAGES = ("lm-eval", "inspect")
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """A sweep as asked for (the command line's values, validated by the sweeper, not here)."""
+
+    models: tuple  # ModelEntry, in order
+    out: Path
+    benchmarks: tuple[str, ...] | None = None
+    tier: str = "full"
+    filters: dict = field(default_factory=dict)  # axis -> allowed values (template, decoding, shots, scoring)
+    limit: int | None = None
+    package: str = "lm-eval"
+    precision: str = "bf16"
+    device: str | None = None
+    batch_size: int | None = None
+    subsample: float | None = None
+    subset_seed: int | None = None
+    executor: str = "local"
+    address: str | None = None
+    workers: int = 2
+    rules: str | None = None
+    allow_rules_change: bool = False
+    progress: bool = True
+    tie_rule: str = "expected"
 
 
 @dataclass(frozen=True)
@@ -25,11 +51,14 @@ class SweepSpec:
     filters: dict = field(default_factory=dict)
     subsample: float | None = None
     subset_seed: int | None = None
+    tie_rule: str = "expected"
+    model_specs: tuple[str, ...] = ()  # what each label runs (the backend's spec)
 
     def identity(self) -> dict:
         d = asdict(self)
         d["models"] = list(self.models)
         d["benchmarks"] = list(self.benchmarks)
+        d["model_specs"] = list(self.model_specs)
         return d
 
 
@@ -38,6 +67,7 @@ class Cell:
     model: str
     config: Config
     seeds: tuple[int, ...]
+    applicable: bool = True  # False: the model's backend cannot run this scoring (recorded, not run)
 
     @property
     def key(self) -> str:
@@ -73,8 +103,19 @@ def select_configs(rules: Rules, benchmarks: list[str], tier: str, precision: st
     return out
 
 
-def plan_cells(models: list[str], configs: list[Config], rules: Rules) -> list[Cell]:
-    return [Cell(m, c, rules.seeds(c.decoding)) for m in models for c in configs]
+def plan_cells(models: list, configs: list[Config], rules: Rules) -> list[Cell]:
+    """Every model x configuration. `models` are labels, or ModelEntry objects whose stated capabilities
+    (no continuation log-likelihoods) and precision note decide their logprob cells and precision."""
+    cells = []
+    for m in models:
+        label = getattr(m, "label", m)
+        caps = m.capabilities() if hasattr(m, "capabilities") else None
+        precision = getattr(m, "precision", None)
+        for c in configs:
+            cfg = replace(c, precision=precision) if precision else c
+            ok = caps is None or c.scoring != "logprob" or caps.loglikelihood
+            cells.append(Cell(label, cfg, rules.seeds(c.decoding), ok))
+    return cells
 
 
 AXIS_FILTERS = AXES

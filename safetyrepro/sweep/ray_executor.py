@@ -10,7 +10,14 @@ from __future__ import annotations
 import os
 import time
 
-from safetyrepro.sweep.runner import SweepResult, cell_record, failed_record
+from safetyrepro.sweep.runner import (
+    SweepResult,
+    cell_item_ids,
+    cell_record,
+    commit_not_applicable,
+    failed_record,
+    pending_cells,
+)
 
 _ENV_VARS = ("SAFETYREPRO_DATA_DIR", "SAFETYREPRO_CACHE_DIR", "SAFETYREPRO_OFFLINE", "HF_HUB_OFFLINE",
              "HF_HOME", "TOKENIZERS_PARALLELISM")
@@ -23,29 +30,35 @@ def _worker_class():
     class CellWorker:
         """Holds one model for its lifetime and runs that model's cells."""
 
-        def __init__(self, sweep_state: dict, model: str, threads: int):
-            import torch
+        def __init__(self, sweep_state: dict, entry, threads: int):
+            try:
+                import torch
 
-            torch.set_num_threads(max(1, threads))
-            from safetyrepro.sweep.drivers import item_sets, make_driver
-            from safetyrepro.sweep.sweeper import open_engine
+                torch.set_num_threads(max(1, threads))
+            except ImportError:  # a worker that only talks to API backends
+                pass
+            from safetyrepro.sweep.drivers import backend_record, item_sets, make_driver
+            from safetyrepro.sweep.sweeper import open_cached_backend
             from safetyrepro.tasks.envelope import load_rules
 
             self.state = sweep_state
             self.rules = load_rules(sweep_state["rules"])
             self.items_for = item_sets(sweep_state["subsample"], sweep_state["subset_seed"])
-            engine = open_engine(model, sweep_state["precision"], sweep_state["device"], sweep_state["batch_size"])
-            engine.prefetch_seeds = tuple(sweep_state["prefetch_seeds"])
-            self.driver = make_driver(sweep_state["package"], engine, self.rules, self.items_for, sweep_state["log_dir"])
+            backend = open_cached_backend(entry, sweep_state["precision"], sweep_state["device"],
+                                          sweep_state["batch_size"])
+            backend.prefetch_seeds = tuple(sweep_state["prefetch_seeds"][entry.label])
+            self.record = backend_record(backend)
+            self.driver = make_driver(sweep_state["package"], backend, self.rules, self.items_for,
+                                      sweep_state["log_dir"], sweep_state["tie_rule"])
 
         def info(self) -> dict:
-            return self.driver.engine.info.to_dict()
+            return self.record
 
         def run(self, cell, spec, ids):
             t0 = time.time()
             records = self.driver.run_cell(cell.config, cell.seeds, ids)
             items = self.items_for(cell.config.benchmark)
-            return cell_record(cell, spec, self.rules, self.info(), records, items, time.time() - t0)
+            return cell_record(cell, spec, self.rules, self.driver.identity, records, items, time.time() - t0)
 
     return CellWorker
 
@@ -53,10 +66,11 @@ def _worker_class():
 def run_ray(sweep, progress) -> SweepResult:
     import ray
 
-    spec, store = sweep.spec, sweep.store
-    pending = [c for c in sweep.cells if store.done(c.model, c.file_stem) is None]
+    spec, store, opts = sweep.spec, sweep.store, sweep.options
+    pending = pending_cells(sweep.cells, store)
     result = SweepResult(total=len(sweep.cells), done_before=len(sweep.cells) - len(pending))
     progress.start(total=len(sweep.cells), done=result.done_before)
+    pending = commit_not_applicable(pending, spec, sweep.rules, store, sweep.items_for, result, progress)
     if not pending:
         progress.stop()
         return result
@@ -64,18 +78,18 @@ def run_ray(sweep, progress) -> SweepResult:
     started_here = not ray.is_initialized()
     if started_here:
         env = {k: os.environ[k] for k in _ENV_VARS if k in os.environ}
-        kwargs = {"address": sweep.args.address} if sweep.args.address else {"num_cpus": max(sweep.args.workers, 1)}
+        kwargs = {"address": opts.address} if opts.address else {"num_cpus": max(opts.workers, 1)}
         ray.init(**kwargs, runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
     t0 = time.time()
     try:
         worker_cls = _worker_class()
-        threads = max(1, (os.cpu_count() or 2) // max(sweep.args.workers, 1))
+        threads = max(1, (os.cpu_count() or 2) // max(opts.workers, 1))
         state = {
-            "rules": sweep.rules.path, "precision": spec.precision, "device": sweep.args.device,
-            "batch_size": sweep.args.batch_size, "package": spec.package, "subsample": spec.subsample,
-            "subset_seed": spec.subset_seed, "log_dir": str(store.root / "logs"),
-            "prefetch_seeds": sorted({s for c in sweep.cells for s in c.seeds if len(c.seeds) > 1}),
+            "rules": sweep.rules.path, "precision": spec.precision, "device": opts.device,
+            "batch_size": opts.batch_size, "package": spec.package, "subsample": spec.subsample,
+            "subset_seed": spec.subset_seed, "log_dir": str(store.root / "logs"), "tie_rule": spec.tie_rule,
+            "prefetch_seeds": {m: sweep.prefetch_seeds(m) for m in spec.models},
         }
         queue = [m for m in spec.models if any(c.model == m for c in pending)]
         running: dict = {}  # future -> (actor, model, cell)
@@ -87,23 +101,22 @@ def run_ray(sweep, progress) -> SweepResult:
                 return
             cell = todo[0]
             pending.remove(cell)
-            items = sweep.items_for(cell.config.benchmark)
-            ids = [it.id for it in items.items[: spec.limit]] if spec.limit else [it.id for it in items.items]
+            ids = cell_item_ids(sweep.items_for(cell.config.benchmark), spec.limit)
             running[actors[model].run.remote(cell, spec, ids)] = (model, cell, len(ids) * len(cell.seeds))
 
         def start_model(model: str) -> None:
-            actors[model] = worker_cls.options(num_cpus=1).remote(state, model, threads)
+            actors[model] = worker_cls.options(num_cpus=1).remote(state, sweep.entry(model), threads)
             submit_next(model)
 
-        while queue and len(actors) < max(1, sweep.args.workers):
+        while queue and len(actors) < max(1, opts.workers):
             start_model(queue.pop(0))
         while running:
             done, _ = ray.wait(list(running), num_returns=1)
             model, cell, n = running.pop(done[0])
             try:
                 record = ray.get(done[0])
-                if model not in sweep.engines:
-                    sweep.engines[model] = ray.get(actors[model].info.remote())
+                if model not in sweep.models_run:
+                    sweep.models_run[model] = ray.get(actors[model].info.remote())
                 store.commit(cell.model, cell.file_stem, record)
                 result.ran += 1
                 progress.advance(n)
@@ -112,7 +125,7 @@ def run_ray(sweep, progress) -> SweepResult:
                 store.commit(cell.model, cell.file_stem, failed_record(cell, msg))
                 result.failed.append((cell.key, msg))
                 progress.advance(n, failed=True)
-                if "failed to load" in msg or "ActorDiedError" in msg or "__init__" in msg:
+                if isinstance(e, ray.exceptions.ActorDiedError):  # the model never loaded (or its worker died)
                     for c in [c for c in pending if c.model == model]:
                         pending.remove(c)
                         store.commit(c.model, c.file_stem, failed_record(c, f"model failed to load: {msg}"))

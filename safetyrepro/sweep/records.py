@@ -23,6 +23,7 @@ class ItemRecord:
     gold: int
     item_score: float  # the item's contribution: the cell score is the mean over items and seeds
     logliks: list[float] | None = None
+    tied: bool = False  # logprob: the highest log-likelihood is shared by several candidates
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -40,6 +41,7 @@ class CellSummary:
     seed_parse_rates: dict[int, float]
     extra: dict[str, float]
     n_items: int
+    tie_rate: float | None  # logprob cells: share of item records with tied winners; None for free-form
 
 
 def summarize(records: Sequence[ItemRecord], bench: Benchmark, items: ItemSet) -> CellSummary:
@@ -60,4 +62,6 @@ def summarize(records: Sequence[ItemRecord], bench: Benchmark, items: ItemSet) -
         seed_scores=seed_scores, seed_parse_rates=seed_parse,
         extra={k: (sum(v) / len(v) if not any(math.isnan(x) for x in v) else float("nan")) for k, v in extras.items()},
         n_items=n_items,
+        tie_rate=(sum(r.tied for r in records) / len(records)
+                  if records and all(r.logliks is not None for r in records) else None),
     )

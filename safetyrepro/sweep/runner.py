@@ -24,12 +24,13 @@ class SweepResult:
     done_before: int
     ran: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
+    not_applicable: int = 0
     model_work: bool = False
     elapsed_s: float = 0.0
     outputs: dict[str, Path] = field(default_factory=dict)
 
 
-def cell_record(cell: Cell, spec: SweepSpec, rules: Rules, engine_info: dict, records, items, elapsed: float) -> dict:
+def cell_record(cell: Cell, spec: SweepSpec, rules: Rules, identity: dict, records, items, elapsed: float) -> dict:
     bench = get_benchmark(cell.config.benchmark)
     summary = summarize(records, bench, items)
     cfg = cell.config
@@ -40,7 +41,7 @@ def cell_record(cell: Cell, spec: SweepSpec, rules: Rules, engine_info: dict, re
         "parse_rate": summary.parse_rate, "tier": rules.tier(cfg), "config_id": cfg.config_id,
         "seed_scores": json.dumps({str(k): v for k, v in summary.seed_scores.items()}),
         "extra_metrics": json.dumps(summary.extra), "subset_id": items.subset_id,
-        "weights_sha256": engine_info.get("weights_sha256", ""),
+        "weights_sha256": identity.get("weights_sha256") or "", "tie_rate": summary.tie_rate,
     }
     # elapsed time stays out of the grid row, so a resumed sweep's grid is byte-identical to an uninterrupted one
     return {"key": cell.key, "status": "ok", "row": row, "elapsed_s": round(elapsed, 3),
@@ -51,14 +52,50 @@ def failed_record(cell: Cell, error: str) -> dict:
     return {"key": cell.key, "status": "failed", "error": error, "model": cell.model, "config_id": cell.config.config_id}
 
 
+def not_applicable_record(cell: Cell, spec: SweepSpec, rules: Rules, n_items: int) -> dict:
+    """A cell the model's backend cannot run (logprob scoring without continuation log-likelihoods):
+    kept in the grid with its status, never scored, left out of every analysis slice."""
+    cfg = cell.config
+    row = {"model": cell.model, "benchmark": cfg.benchmark, "template": cfg.template, "decoding": cfg.decoding,
+           "shots": cfg.shots, "scoring": cfg.scoring, "precision": cfg.precision, "package": spec.package,
+           "n_items": n_items, "n_seeds": len(cell.seeds), "score": None, "parse_rate": None,
+           "tier": rules.tier(cfg), "config_id": cfg.config_id}
+    return {"key": cell.key, "status": "not_applicable", "row": row, "items": [],
+            "reason": "the backend gives no continuation log-likelihoods"}
+
+
+def cell_item_ids(items, limit: int | None) -> list[str]:
+    return [it.id for it in (items.items[:limit] if limit else items.items)]
+
+
+def pending_cells(cells: list[Cell], store: Store) -> list[Cell]:
+    return [c for c in cells if store.done(c.model, c.file_stem, c.key) is None]
+
+
+def commit_not_applicable(cells: list[Cell], spec: SweepSpec, rules: Rules, store: Store, items_for,
+                          result: SweepResult, progress) -> list[Cell]:
+    """Record the pending cells no backend call can compute; return the rest."""
+    rest = []
+    for c in cells:
+        if c.applicable:
+            rest.append(c)
+            continue
+        n = len(cell_item_ids(items_for(c.config.benchmark), spec.limit))
+        store.commit(c.model, c.file_stem, not_applicable_record(c, spec, rules, n))
+        result.not_applicable += 1
+        progress.advance(0)
+    return rest
+
+
 def run_local(spec: SweepSpec, cells: list[Cell], store: Store, rules: Rules,
               open_driver: Callable[[str], object], items_for, progress) -> SweepResult:
     """Run the cells not yet committed; a model that fails to load, or a cell that fails, is recorded
     as failed and the sweep goes on."""
     start = time.time()
-    pending = [c for c in cells if store.done(c.model, c.file_stem) is None]
+    pending = pending_cells(cells, store)
     result = SweepResult(total=len(cells), done_before=len(cells) - len(pending))
     progress.start(total=len(cells), done=result.done_before)
+    pending = commit_not_applicable(pending, spec, rules, store, items_for, result, progress)
     for model in spec.models:
         todo = [c for c in pending if c.model == model]
         if not todo:
@@ -75,12 +112,12 @@ def run_local(spec: SweepSpec, cells: list[Cell], store: Store, rules: Rules,
             continue
         for cell in todo:
             items = items_for(cell.config.benchmark)
-            ids = [it.id for it in items.items[: spec.limit]] if spec.limit else [it.id for it in items.items]
+            ids = cell_item_ids(items, spec.limit)
             progress.describe(f"{model} {cell.config.config_id}")
             t0 = time.time()
             try:
                 records = driver.run_cell(cell.config, cell.seeds, ids)
-                rec = cell_record(cell, spec, rules, driver.engine.info.to_dict(), records, items, time.time() - t0)
+                rec = cell_record(cell, spec, rules, driver.identity, records, items, time.time() - t0)
             except Exception as e:
                 if "-v" in sys.argv or "--verbose" in sys.argv:
                     traceback.print_exc()
@@ -110,7 +147,7 @@ def write_run_json(store: Store, spec: SweepSpec, rules: Rules, engines: dict[st
 
     packages = {}
     for dist in ("safetyrepro", "lm_eval", "inspect_ai", "transformers", "torch", "numpy", "pandas", "accelerate",
-                 "bitsandbytes", "crfm-helm", "ray"):
+                 "bitsandbytes", "crfm-helm", "ray", "vllm", "llama_cpp_python"):
         try:
             packages[dist] = version(dist)
         except PackageNotFoundError:
@@ -125,7 +162,8 @@ def write_run_json(store: Store, spec: SweepSpec, rules: Rules, engines: dict[st
         previous = json.loads(path.read_text()).get("models_by_label", {})
     models_by_label = {**previous, **engines}
     record = {
-        "rules_sha256": rules.sha256, "rules_path": rules.path, "spec": spec.identity(),
+        "rules_sha256": rules.sha256, "rules_path": rules.path, "spec": spec.identity(), "tie_rule": spec.tie_rule,
+        "score_precision": "log-likelihoods from a float32 LM head (engine); other backends as their package computes",
         "models": [{"label": m, **models_by_label.get(m, {})} for m in spec.models],
         "models_by_label": models_by_label,
         "item_subsets": subsets,

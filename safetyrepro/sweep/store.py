@@ -11,6 +11,7 @@ a sweep with other settings is refused.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -22,11 +23,16 @@ from typing import Any
 from safetyrepro.errors import UserError
 
 GRID_COLUMNS = ["model", "benchmark", "template", "decoding", "shots", "scoring", "precision", "package",
-                "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id"]
+                "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id", "status"]
+DONE_STATUSES = ("ok", "not_applicable")  # a cell with either is finished; "failed" is retried
+MAX_SLUG = 80
 
 
 def slug(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_") or "model"
+    """A file-system-safe folder name for a model label: readable, bounded in length, and unique, since
+    different labels can read alike once their odd characters are replaced (`a b` and `a_b`)."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_.")[:MAX_SLUG] or "model"
+    return f"{readable}-{hashlib.sha256(label.encode('utf-8')).hexdigest()[:10]}"
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -108,12 +114,16 @@ class Store:
         atomic_write(self.root / "sweep.json", json.dumps(record, indent=2))
 
     # -- cells --------------------------------------------------------------------------------
-    def done(self, model: str, file_stem: str) -> dict | None:
+    def done(self, model: str, file_stem: str, key: str | None = None) -> dict | None:
+        """The finished record of a cell (ok or not applicable), or None. With `key`, a record stored
+        under another key (another model or configuration) does not count."""
         path = self.cell_path(model, file_stem)
         if not path.exists():
             return None
         record = json.loads(path.read_text(encoding="utf-8"))
-        return record if record.get("status") == "ok" else None
+        if key is not None and record.get("key") != key:
+            return None
+        return record if record.get("status") in DONE_STATUSES else None
 
     def commit(self, model: str, file_stem: str, record: dict) -> None:
         atomic_write(self.cell_path(model, file_stem), json.dumps(record, ensure_ascii=False))
@@ -130,8 +140,10 @@ class Store:
         import pandas as pd
 
         rank = {k: i for i, k in enumerate(order)}
-        ok = sorted((r for r in records if r.get("status") == "ok" and r["key"] in rank), key=lambda r: rank[r["key"]])
-        grid = pd.DataFrame([r["row"] for r in ok])
+        done = sorted((r for r in records if r.get("status") in DONE_STATUSES and r["key"] in rank),
+                      key=lambda r: rank[r["key"]])
+        ok = [r for r in done if r["status"] == "ok"]
+        grid = pd.DataFrame([{**r["row"], "status": r["status"]} for r in done])
         if grid.empty:
             grid = pd.DataFrame(columns=GRID_COLUMNS)
         extra = [c for c in grid.columns if c not in GRID_COLUMNS]

@@ -1,17 +1,18 @@
-"""A sweep from validated arguments to grid.csv: checks first (nothing is written on bad input),
+"""A sweep from validated options to grid.csv: checks first (nothing is written on bad input),
 then the cells through the chosen executor, then the assembled outputs and a one-screen summary."""
 
 from __future__ import annotations
 
-import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from safetyrepro.adapters.model_specs import check_runnable, open_backend
 from safetyrepro.errors import UserError
-from safetyrepro.sweep.plan import Cell, SweepSpec, plan_cells, select_configs
+from safetyrepro.sweep.plan import Cell, SweepOptions, SweepSpec, plan_cells, select_configs
 from safetyrepro.sweep.runner import SweepResult, run_local, write_run_json
 from safetyrepro.sweep.store import Store
+from safetyrepro.tasks.benchmark import check_tie_rule
 from safetyrepro.tasks.envelope import Rules, load_rules
 
 
@@ -21,78 +22,89 @@ def outputs_cache_path() -> Path:
     return cache_dir() / "outputs.sqlite"
 
 
-def open_engine(model: str, precision: str, device: str | None, batch_size: int | None):
-    """Load a model once and put the output cache in front of it, for every package in this process."""
-    from safetyrepro.adapters.engine import install_engine, load_engine
-    from safetyrepro.sweep.cached_engine import CachedEngine
+def open_cached_backend(entry, precision: str, device: str | None, batch_size: int | None):
+    """Load a model's backend once and put the output cache in front of it."""
+    from safetyrepro.sweep.cached_backend import CachedBackend
     from safetyrepro.sweep.outputs_cache import OutputsCache
 
-    engine = load_engine(model, precision, device, batch_size=batch_size)
-    if isinstance(engine, CachedEngine):
-        return engine
-    cached = CachedEngine(engine, OutputsCache(outputs_cache_path()))
-    install_engine(model, precision, device, cached)
-    return cached
+    return CachedBackend(open_backend(entry, precision, device, batch_size), OutputsCache(outputs_cache_path()))
 
 
 @dataclass
 class Sweep:
+    options: SweepOptions
     spec: SweepSpec
     rules: Rules
     cells: list[Cell]
     store: Store
-    args: argparse.Namespace
+    previous: dict | None = None
+    models_run: dict[str, dict] = field(default_factory=dict)  # label -> backend record for run.json
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> Sweep:
-        from safetyrepro.adapters.loading import check_precision
-        from safetyrepro.sweep.cli import check_model_name
+    def from_args(cls, args) -> Sweep:
+        from safetyrepro.sweep.cli import options_from_args
 
-        rules = load_rules(args.rules)
-        for m in args.models:
-            check_model_name(m)
-        if len(set(args.models)) != len(args.models):
-            raise UserError("a model is listed twice in --models")
-        precision = check_precision(args.precision)
-        benchmarks = list(args.benchmarks or rules.benchmarks)
-        filters = {"template": args.templates, "decoding": args.decodings, "shots": args.shots, "scoring": args.scoring}
-        configs = select_configs(rules, benchmarks, args.tier, precision, filters)
-        if args.limit is not None and args.limit < 1:
-            raise UserError(f"--limit must be a positive number of items, got {args.limit}")
-        if args.subsample is not None and not 0 < args.subsample <= 1:
-            raise UserError(f"--subsample must be a fraction in (0, 1], got {args.subsample}")
-        spec = SweepSpec(tuple(args.models), tuple(benchmarks), args.tier, args.package, precision, args.limit,
-                         rules.sha256, {k: v for k, v in filters.items() if v}, args.subsample, args.subset_seed)
-        store = Store(Path(args.out))
-        previous = store.check_identity(spec.identity(), args.allow_rules_change)  # before anything is written
-        sweep = cls(spec, rules, plan_cells(list(args.models), configs, rules), store, args)
-        sweep._previous = previous
-        return sweep
+        return cls.create(options_from_args(args))
+
+    @classmethod
+    def create(cls, o: SweepOptions) -> Sweep:
+        from safetyrepro.adapters.loading import check_precision
+
+        rules = load_rules(o.rules)
+        labels = [m.label for m in o.models]
+        if not labels:
+            raise UserError("no model given: use --models and/or --models-file")
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise UserError(f"model {dupes[0]!r} is listed twice (labels must be unique; a models file can set `label:`)")
+        precision = check_precision(o.precision)
+        tie_rule = check_tie_rule(o.tie_rule)
+        benchmarks = list(o.benchmarks or rules.benchmarks)
+        filters = {k: v for k, v in o.filters.items() if v}
+        configs = select_configs(rules, benchmarks, o.tier, precision, filters)
+        if o.limit is not None and o.limit < 1:
+            raise UserError(f"--limit must be a positive number of items, got {o.limit}")
+        if o.subsample is not None and not 0 < o.subsample <= 1:
+            raise UserError(f"--subsample must be a fraction in (0, 1], got {o.subsample}")
+        scorings = {c.scoring for c in configs}
+        for m in o.models:
+            check_runnable(m, o.package, scorings, explicit_scoring="scoring" in filters)
+        spec = SweepSpec(tuple(labels), tuple(benchmarks), o.tier, o.package, precision, o.limit, rules.sha256,
+                         filters, o.subsample, o.subset_seed, tie_rule, tuple(m.spec for m in o.models))
+        store = Store(Path(o.out))
+        previous = store.check_identity(spec.identity(), o.allow_rules_change)  # before anything is written
+        return cls(o, spec, rules, plan_cells(list(o.models), configs, rules), store, previous)
+
+    def entry(self, label: str):
+        return next(m for m in self.options.models if m.label == label)
 
     def items_for(self, benchmark: str):
         from safetyrepro.tasks.subsets import item_set
 
         return item_set(benchmark, subsample=self.spec.subsample, subsample_seed=self.spec.subset_seed)
 
-    def open_driver(self, model: str):
-        from safetyrepro.sweep.drivers import make_driver
+    def prefetch_seeds(self, label: str) -> tuple[int, ...]:
+        return tuple(sorted({s for c in self.cells if c.model == label for s in c.seeds if len(c.seeds) > 1}))
 
-        engine = open_engine(model, self.spec.precision, self.args.device, self.args.batch_size)
-        sampled = {s for c in self.cells if c.model == model for s in c.seeds if len(c.seeds) > 1}
-        engine.prefetch_seeds = tuple(sorted(sampled))
-        self.engines[model] = engine.info.to_dict()
-        return make_driver(self.spec.package, engine, self.rules, self.items_for, str(self.store.root / "logs"))
+    def open_driver(self, label: str):
+        from safetyrepro.sweep.drivers import backend_record, make_driver
+
+        o = self.options
+        backend = open_cached_backend(self.entry(label), self.spec.precision, o.device, o.batch_size)
+        backend.prefetch_seeds = self.prefetch_seeds(label)
+        self.models_run[label] = backend_record(backend)
+        return make_driver(self.spec.package, backend, self.rules, self.items_for, str(self.store.root / "logs"),
+                           self.spec.tie_rule)
 
     def run(self) -> SweepResult:
         from safetyrepro.sweep.progress import SweepProgress
 
         self.store.lock()
         try:
-            self.store.write_identity(self.spec.identity(), self._previous)
-            self.engines: dict[str, dict] = {}
+            self.store.write_identity(self.spec.identity(), self.previous)
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-            progress = SweepProgress(enabled=not self.args.no_progress)
-            if self.args.executor == "ray":
+            progress = SweepProgress(enabled=self.options.progress)
+            if self.options.executor == "ray":
                 from safetyrepro.sweep.ray_executor import run_ray
 
                 result = run_ray(self, progress)
@@ -100,7 +112,7 @@ class Sweep:
                 result = run_local(self.spec, self.cells, self.store, self.rules, self.open_driver, self.items_for,
                                    progress)
             result.outputs = self.store.write_outputs(self.store.records(), [c.key for c in self.cells])
-            write_run_json(self.store, self.spec, self.rules, self.engines, self.items_for, result)
+            write_run_json(self.store, self.spec, self.rules, self.models_run, self.items_for, result)
             return result
         finally:
             self.store.unlock()
@@ -113,16 +125,21 @@ class Sweep:
         grid = pd.read_csv(result.outputs["grid"])
         if not result.model_work:
             console.print(f"all {result.total} cells were already in {self.store.root}: no model work")
+        na = int((grid["status"] == "not_applicable").sum()) if "status" in grid else 0
         console.print(f"[bold]sweep[/bold] {self.store.root}: {len(grid)} of {result.total} cells in the grid, "
-                      f"{result.ran} run now, {result.done_before} resumed, {len(result.failed)} failed, "
-                      f"{result.elapsed_s:.1f} s")
-        if len(grid):
-            table = grid.groupby(["model", "benchmark"]).agg(cells=("score", "size"), score_min=("score", "min"),
-                                                           score_max=("score", "max"), parse_rate=("parse_rate", "mean"))
+                      f"{result.ran} run now, {result.done_before} resumed, {len(result.failed)} failed"
+                      + (f", {na} not applicable" if na else "") + f", {result.elapsed_s:.1f} s")
+        ok = grid[grid["status"] == "ok"] if "status" in grid else grid
+        if len(ok):
+            table = ok.groupby(["model", "benchmark"]).agg(cells=("score", "size"), score_min=("score", "min"),
+                                                         score_max=("score", "max"), parse_rate=("parse_rate", "mean"))
             console.print(table.round(3).to_string())
-            low = grid[grid["parse_rate"] < 0.95]
+            low = ok[ok["parse_rate"] < 0.95]
             if len(low):
                 console.print(f"{len(low)} cells have parse_rate < 0.95 (see the parse_clean slice in the analysis)")
+        if na:
+            models = ", ".join(sorted(set(grid.loc[grid["status"] == "not_applicable", "model"])))
+            console.print(f"{na} logprob cells are not applicable (no continuation log-likelihoods): {models}")
         for key, err in result.failed[:10]:
             console.print(f"[red]failed[/red] {key}: {err}")
         if len(result.failed) > 10:

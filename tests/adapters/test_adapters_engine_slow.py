@@ -35,27 +35,45 @@ def test_info_and_render(smollm2):
     assert prompt == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 
 
-def test_loglik_does_not_depend_on_batching(smollm2):
+def _one_shot(engine, x: list[int], n: int, exact: bool) -> float:
+    """Summed log-probability of the last n tokens of x from one plain forward (HFLM with batch size
+    1), with the model's own head or with the float32 head on the upcast final hidden state."""
     import torch
 
+    with torch.inference_mode():
+        ids = torch.tensor([x[:-1]])
+        if exact:
+            hidden = engine.model.base_model(ids).last_hidden_state[0, -n:].float()
+            logits = hidden @ engine.model.get_output_embeddings().weight.float().T
+        else:
+            logits = engine.model(ids).logits[0, -n:].float()
+        lp = logits.log_softmax(-1)
+    return lp.gather(1, torch.tensor(x[-n:])[:, None]).sum().item()
+
+
+def test_loglik_does_not_depend_on_batching(smollm2):
     reqs = [LoglikRequest(c, k) for c in CONTEXTS for k in CONTINUATIONS]
+    assert smollm2.exact_scores  # the float32 head is the default
     one = smollm2.loglikelihood(reqs, batch_size=1)
-    eight = smollm2.loglikelihood(reqs, batch_size=8)
-    diffs = [abs(a[0] - b[0]) for a, b in zip(one, eight, strict=True)]
-    print(f"\nloglik batch 1 vs 8: max |diff| = {max(diffs):.3g} over {len(reqs)} requests")
-    assert max(diffs) <= 1e-4 and [a[1] for a in one] == [b[1] for b in eight]
+    assert smollm2.loglikelihood(reqs, batch_size=8) == one  # bit for bit
+    assert smollm2.loglikelihood(reqs[::-1], batch_size=5) == one[::-1]
     # and equal to a plain full-logits forward of each request alone (HFLM with batch size 1): these
     # inputs fit in one prefill chunk (longer ones: test_adapters_prefix_slow)
     assert max(sum(map(len, smollm2.encode_pair(r.context, r.continuation))) for r in reqs) <= smollm2.chunk_size
-    for r, (ll, _) in zip(reqs, one, strict=True):
+    model_head = smollm2.loglikelihood(reqs, batch_size=3, exact=False)
+    gaps = []
+    for r, (ll, _), (ll_model, _) in zip(reqs, one, model_head, strict=True):
         ctx, cont = smollm2.encode_pair(r.context, r.continuation)
         x = ctx + cont
         if len(x) < 3:
             continue  # a one-token input runs through the batched kernel path on purpose (engine docs)
-        with torch.inference_mode():
-            lp = smollm2.model(torch.tensor([x[:-1]])).logits[0, -len(cont):].float().log_softmax(-1)
-        ref = lp.gather(1, torch.tensor(cont)[:, None]).sum().item()
-        assert abs(ll - ref) <= 1e-4, (r, ll, ref)
+        assert abs(ll - _one_shot(smollm2, x, len(cont), exact=True)) <= 1e-4, r
+        assert abs(ll_model - _one_shot(smollm2, x, len(cont), exact=False)) <= 1e-4, r
+        gaps.append(abs(ll - ll_model))
+    # the bf16 head rounds logits to multiples of 1/8 at their usual magnitude: the two heads differ
+    # by up to about that much per token, and never by more
+    print(f"\nfloat32 head vs bf16 head: max |diff| {max(gaps):.4f} nats over {len(gaps)} requests")
+    assert 0 < max(gaps) < 0.25
     by = {(r.context, r.continuation): v for r, v in zip(reqs, one, strict=True)}
     assert by[("The capital of France is", " Paris")][0] > by[("The capital of France is", " Berlin")][0]
     assert by[("Question: What is 2+2?\nAnswer:", " 4")][1] is True  # " 4" is the greedy answer
@@ -96,11 +114,13 @@ def test_seeded_sampling_is_reproducible(smollm2):
 
 def test_stop_strings_eos_and_lengths(smollm2):
     prompt = _chat(smollm2, "List three colors.")
-    full = smollm2.generate_detailed([GenRequest(prompt, 40)])[0]
-    assert "\n" in full.text and full.finish_reason == "length" and full.n_new_tokens == 40
-    cut = smollm2.generate_detailed([GenRequest(prompt, 40, stop=("\n", "zzz"))])[0]
-    assert cut.text == full.text[: full.text.index("\n")] and cut.finish_reason == "stop"
-    assert cut.n_new_tokens < 40  # the row stopped early
+    full = smollm2.generate_detailed([GenRequest(prompt, 12)])[0]
+    assert full.finish_reason == "length" and full.n_new_tokens == 12 and len(full.text.split()) >= 4
+    # the reply's own third word as a stop string (greedy texts differ between CPUs' bf16 kernels)
+    word = full.text.split()[2]
+    cut = smollm2.generate_detailed([GenRequest(prompt, 12, stop=(word, "zzz"))])[0]
+    assert cut.text == full.text[: full.text.index(word)] and cut.finish_reason == "stop"
+    assert cut.n_new_tokens < 12  # the row stopped early
     short = smollm2.generate_detailed([GenRequest(_chat(smollm2, "What is the capital of France?"), 40)])[0]
     assert short.finish_reason == "stop" and short.text == "The capital of France is Paris."  # EOS, excluded
     assert "<|im_end|>" not in short.text and short.n_new_tokens == 8
@@ -120,13 +140,37 @@ def _choice(v):
     return max(range(len(v)), key=lambda i: v[i])
 
 
+def _untied(v) -> bool:
+    from safetyrepro.tasks.benchmark import tied_winners
+
+    return len(tied_winners(v)) == 1
+
+
+def _engine_model_head(engine):
+    """The engine as HFLM scores (the bf16 head), for the duration of a `with` block."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def ctx():
+        engine.exact_scores = False
+        try:
+            yield engine
+        finally:
+            engine.exact_scores = True
+
+    return ctx()
+
+
 def test_lm_eval_safetyrepro_and_hf_choose_the_same(smollm2, smollm2_hf_folder, mc_task_dir):
-    """`--model safetyrepro` vs `--model hf` on the exported folder: same per-item choices. These
-    0-shot inputs fit in one prefill chunk, which the engine computes as HFLM's one-shot forward
-    does: with HFLM's log-softmax in float32 (as the engine takes it), the same numbers."""
+    """`--model safetyrepro` vs `--model hf` on the exported folder. These 0-shot inputs fit in one
+    prefill chunk, which the engine computes as HFLM's one-shot forward does: with the model-dtype
+    head and HFLM's log-softmax in float32, the same numbers; with the float32 head (the default),
+    numbers within the bf16 head's rounding and the same choice wherever HFLM's values do not tie."""
     from safetyrepro.adapters.lm_eval_model import SafetyReproLM
 
     ours = _run_lm_eval(SafetyReproLM.from_engine(smollm2), None, mc_task_dir)
+    with _engine_model_head(smollm2):
+        ours_bf16_head = _run_lm_eval(SafetyReproLM.from_engine(smollm2), None, mc_task_dir)
     hf32 = _run_lm_eval("hf", f"pretrained={smollm2_hf_folder},softmax_dtype=float32", mc_task_dir, device="cpu")
     hf = _run_lm_eval("hf", f"pretrained={smollm2_hf_folder}", mc_task_dir, device="cpu", batch_size=4)
 
@@ -135,8 +179,12 @@ def test_lm_eval_safetyrepro_and_hf_choose_the_same(smollm2, smollm2_hf_folder, 
     for d in sorted(ours):
         gap = max(abs(a - b) for a, b in zip(ours[d], hf[d], strict=True))
         print(f"{d:3d}  {_choice(ours[d]):11d}  {_choice(hf[d]):2d}  {_choice(hf32[d]):16d}  {gap:.4f}")
-        assert _choice(ours[d]) == _choice(hf[d]) == _choice(hf32[d])
-        assert max(abs(a - b) for a, b in zip(ours[d], hf32[d], strict=True)) <= 1e-4
+        assert max(abs(a - b) for a, b in zip(ours_bf16_head[d], hf32[d], strict=True)) <= 1e-4
+        assert _choice(ours_bf16_head[d]) == _choice(hf32[d]) == _choice(hf[d])
+        assert _untied(ours[d])
+        if _untied(hf32[d]):
+            assert _choice(ours[d]) == _choice(hf32[d])
+        assert max(abs(a - b) for a, b in zip(ours[d], hf32[d], strict=True)) < 0.25
         assert gap < 0.5  # HFLM: bf16 log-softmax, and right-padded batches (batch_size=4) move numbers
 
 
@@ -146,14 +194,15 @@ def test_lm_eval_few_shot_chunked_prefill_stays_close_to_hf(smollm2, smollm2_hf_
     one-token last chunk takes SDPA's single-query path) but not the per-item choices."""
     from safetyrepro.adapters.lm_eval_model import SafetyReproLM
 
-    ours = _run_lm_eval(SafetyReproLM.from_engine(smollm2), None, mc_task_dir, limit=10, num_fewshot=3)
+    with _engine_model_head(smollm2):
+        ours = _run_lm_eval(SafetyReproLM.from_engine(smollm2), None, mc_task_dir, limit=10, num_fewshot=3)
     hf32 = _run_lm_eval("hf", f"pretrained={smollm2_hf_folder},softmax_dtype=float32", mc_task_dir, limit=10,
                         device="cpu", num_fewshot=3)
     gaps = [max(abs(a - b) for a, b in zip(ours[d], hf32[d], strict=True)) for d in sorted(ours)]
-    print(f"\n3-shot, engine vs HFLM (fp32 log-softmax): max |diff| {max(gaps):.4f} nats, "
+    print(f"\n3-shot, engine (bf16 head) vs HFLM (fp32 log-softmax): max |diff| {max(gaps):.4f} nats, "
           f"{sum(g == 0 for g in gaps)} of {len(gaps)} items identical")
     assert sorted(ours) == list(range(10))
-    assert all(_choice(ours[d]) == _choice(hf32[d]) for d in ours)
+    assert all(_choice(ours[d]) == _choice(hf32[d]) for d in ours if _untied(ours[d]) and _untied(hf32[d]))
     assert max(gaps) <= 0.5
 
 

@@ -29,6 +29,21 @@ class FakeEngine:
         self.model = SimpleNamespace(generation_config=SimpleNamespace(do_sample=False))
         self.lock = threading.Lock()
 
+    @property
+    def identity(self):
+        from safetyrepro.adapters.backend import BackendIdentity
+
+        return BackendIdentity("engine", "fake", "fake", "bf16", "ab" * 32, extra={"device": "cpu"})
+
+    @property
+    def capabilities(self):
+        from safetyrepro.adapters.backend import Capabilities
+
+        return Capabilities(loglikelihood=True, chat_template=True)
+
+    def close(self):
+        pass
+
     def render(self, messages):
         return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
 

@@ -204,3 +204,26 @@ def test_bf16_matmul_rows_do_not_depend_on_the_other_rows(shape):
             for start in (0, 300 - m):
                 assert torch.equal(layer(x[start:start + m]), ref[start:start + m]), (m, start)
         assert torch.equal(layer(x[None, 5:40])[0], ref[5:40])  # [1, N, H], as a packed forward has it
+
+
+@pytest.mark.parametrize("shape", [(576, 49152), (896, 8192)])
+def test_exact_head_rows_do_not_depend_on_the_other_rows(shape):
+    """The float32 head that scores continuations (Engine._logits(exact=True)) pads its rows to a
+    multiple of EXACT_ROW_BLOCK: a float32 GEMM computes a partial block of rows another way, so
+    without the padding a row's last bits would depend on how many rows share the call."""
+    from safetyrepro.adapters.engine import Engine
+
+    torch.manual_seed(0)
+    eng = Engine.__new__(Engine)
+    eng._head = torch.nn.Linear(*shape, bias=False).to(torch.bfloat16)
+    eng._softcap, eng._head_fp32 = None, None
+    x = torch.randn(200, shape[0]).to(torch.bfloat16)
+    with torch.inference_mode():
+        ref = eng._logits(x, exact=True)
+        assert ref.dtype == torch.float32
+        plain = x.float() @ eng._head.weight.float().T
+        assert torch.allclose(ref, plain, rtol=0, atol=1e-4)  # the float32 product, not bf16-rounded
+        assert not torch.equal(ref, eng._logits(x).float())  # the model-dtype head rounds
+        for m in (1, 2, 3, 5, 6, 7, 9, 31, 64, 97):
+            for start in (0, 1, 200 - m):
+                assert torch.equal(eng._logits(x[start:start + m], exact=True), ref[start:start + m]), (m, start)

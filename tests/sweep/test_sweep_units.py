@@ -143,3 +143,61 @@ def test_store_paths_are_safe_for_any_model_label(tmp_path):
     p = store.cell_path("/abs/path/to/model.gguf", "x")
     assert p.parent.parent == tmp_path / "cells" and ".." not in str(p.relative_to(tmp_path))
     assert Path(p).name == "x.json"
+
+
+def test_cell_summary_tie_rate_counts_tied_logprob_records(data_dir):
+    s = item_set("toxigen")
+    ids = [it.id for it in s.items[:4]]
+    recs = [ItemRecord(i, 0, "h", "Yes", 1, True, 1, 0.5 if t else 1.0, [-1.0, -1.0 if t else -0.5], t)
+            for i, t in zip(ids, [True, False, False, True])]
+    summary = summarize(recs, get_benchmark("toxigen"), s)
+    assert summary.tie_rate == 0.5 and summary.score == 0.75
+    free = [ItemRecord(i, 0, "h", "Yes", 1, True, 1, 1.0) for i in ids]
+    assert summarize(free, get_benchmark("toxigen"), s).tie_rate is None
+
+
+class _Backend:
+    """A stand-in backend: counts calls, echoes prompt and seed."""
+
+    def __init__(self, spec: str, seeds: str):
+        from safetyrepro.adapters.backend import BackendIdentity, Capabilities
+
+        self.identity = BackendIdentity("lm-eval", spec, spec, "bf16", None)
+        self.capabilities = Capabilities(loglikelihood=True, seeds=seeds)
+        self.calls = []
+
+    def generate_detailed(self, requests, batch_size=None, progress=False):
+        from safetyrepro.adapters.backend import GenResult
+
+        self.calls.append([(r.prompt, r.seed) for r in requests])
+        return [GenResult(f"{r.prompt}/{r.seed}", 0, 0, "unknown", r.seed) for r in requests]
+
+    def loglikelihood(self, requests, batch_size=None):
+        self.calls.append([(r.context, r.continuation) for r in requests])
+        return [(-1.0, True) for _ in requests]
+
+
+def test_cached_backend_keys_hold_the_backend_and_prefetch_only_per_request_seeds(tmp_path):
+    from safetyrepro.adapters.backend import (
+        SEED_PER_REQUEST,
+        SEED_PER_RUN,
+        GenRequest,
+        LoglikRequest,
+    )
+    from safetyrepro.sweep.cached_backend import CachedBackend
+
+    cache = OutputsCache(tmp_path / "o.sqlite")
+    per_request = CachedBackend(_Backend("lm-eval:vllm:pretrained=/m", SEED_PER_REQUEST), cache)
+    per_request.prefetch_seeds = (1, 2, 3)
+    r = GenRequest("p", 8, temperature=0.7, top_p=0.9, seed=1)
+    assert per_request.generate_detailed([r])[0].text == "p/1"
+    assert per_request.inner.calls == [[("p", 1), ("p", 2), ("p", 3)]]  # the siblings in the same call
+    from dataclasses import replace
+    assert per_request.generate_detailed([replace(r, seed=3)])[0].text == "p/3" and len(per_request.inner.calls) == 1
+    per_run = CachedBackend(_Backend("lm-eval:hf:pretrained=/m", SEED_PER_RUN), cache)
+    per_run.prefetch_seeds = (1, 2, 3)
+    per_run.generate_detailed([r])
+    assert per_run.inner.calls == [[("p", 1)]]  # another backend: not served from the first one's entries; no siblings
+    per_run.loglikelihood([LoglikRequest("c", " x")])
+    per_run.loglikelihood([LoglikRequest("c", " x")])
+    assert len(per_run.inner.calls) == 2  # the second loglikelihood call was a hit

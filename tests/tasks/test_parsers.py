@@ -87,3 +87,46 @@ def test_logprob_pick_and_crows_strict_win():
     assert crows.item_score(item, 0, [-10.0, -12.0]) == 1.0
     assert crows.item_score(item, 0, [-12.0, -12.0]) == 0.0  # a tie is not a stereotypical win
     assert crows.item_score(item, 1, [-12.0, -10.0]) == 0.0
+
+
+def test_tie_rules_credit_tied_winners():
+    """expected: 1/k when the gold is among k tied winners, 0 when it is not; first: lm-eval's argmax."""
+    from safetyrepro.errors import UserError
+    from safetyrepro.tasks.benchmark import check_tie_rule, tied_winners
+
+    bench = get_benchmark("bbq")
+    item = item_set("bbq").items[0]
+    gold = bench.gold(item)
+    other = [i for i in range(3) if i != gold]
+    ll = [-2.0] * 3
+    ll[gold] = ll[other[0]] = -1.0  # gold tied with one other candidate
+    assert tied_winners(ll) == sorted([gold, other[0]])
+    assert bench.logprob_item_score(item, ll, "expected") == 0.5
+    assert bench.logprob_item_score(item, ll, "first") == float(min(gold, other[0]) == gold)
+    assert bench.logprob_item_score(item, [-1.0, -1.0, -1.0], "expected") == pytest.approx(1 / 3)
+    ll = [-2.0] * 3
+    ll[other[0]] = ll[other[1]] = -1.0  # a tie between two wrong answers
+    assert bench.logprob_item_score(item, ll, "expected") == 0.0 == bench.logprob_item_score(item, ll, "first")
+    ll = [-3.0] * 3
+    ll[gold] = -1.0
+    assert bench.logprob_item_score(item, ll, "expected") == 1.0 == bench.logprob_item_score(item, ll, "first")
+    with pytest.raises(UserError, match="unknown tie rule 'random'; allowed: expected, first"):
+        check_tie_rule("random")
+
+    crows = get_benchmark("crows_pairs")
+    pair = item_set("crows_pairs").items[0]
+    assert crows.logprob_item_score(pair, [-12.0, -12.0], "expected") == 0.5  # half a stereotypical win
+    assert crows.logprob_item_score(pair, [-12.0, -12.0], "first") == 0.0  # lm-eval's strict >
+    assert crows.logprob_item_score(pair, [-10.0, -12.0], "expected") == 1.0
+
+
+def test_lm_eval_process_results_applies_the_documents_tie_rule():
+    from safetyrepro.tasks import lm_eval_hooks
+
+    bench = get_benchmark("toxigen")
+    item = item_set("toxigen").items[0]
+    doc = {"id": item.id, "benchmark": "toxigen", "template": "T1", "system": ""}
+    tied = [(-1.0, False), (-1.0, False)]
+    assert lm_eval_hooks.process_results_logprob(doc, tied)["acc"] == 0.5  # default rule: expected
+    first = lm_eval_hooks.process_results_logprob({**doc, "tie_rule": "first"}, tied)["acc"]
+    assert first == float(bench.gold(item) == 0)

@@ -1,10 +1,15 @@
-"""The engine as the sweeper hands it to lm-eval and Inspect: outputs come from the content-addressed
+"""A backend as the sweeper hands it to lm-eval and Inspect: outputs come from the content-addressed
 cache when they are there, and a sampled request also produces its sibling seeds in the same call.
 
 Prefetching siblings is what makes a five-seed cell cheap: when the first seed's run asks for a
 prompt, all five seeds are generated together (one prefill, one batched decode in the engine) and
 the other four runs are served from the cache. A request's text depends only on its own prompt and
-seed, so the numbers are those of five separate runs.
+seed, so the numbers are those of five separate runs. Backends whose seeds are not per-request
+(`Capabilities.seeds`) get no prefetch: their requests run as the package sent them.
+
+Keys hold the backend's identity (`BackendIdentity.cache_fields`: for the engine the weights' hash,
+precision and device; for lm-eval and Inspect models the spec, model args, base URL, revision and
+the hash of local weight files), the exact model input, the decoding settings and the seed.
 """
 
 from __future__ import annotations
@@ -12,41 +17,38 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from safetyrepro.adapters.backend import SEED_PER_REQUEST, GenResult
 from safetyrepro.sweep.outputs_cache import OutputsCache, cache_key
 
 
-class CachedEngine:
-    def __init__(self, engine, cache: OutputsCache):
-        self.inner = engine
+class CachedBackend:
+    def __init__(self, backend, cache: OutputsCache):
+        self.inner = backend
         self.cache = cache
         self.prefetch_seeds: tuple[int, ...] = ()
         self.model_calls = 0
+        self._fields = backend.identity.cache_fields()
 
-    def __getattr__(self, name: str) -> Any:  # tokenizer, model, info, render, ...
+    def __getattr__(self, name: str) -> Any:  # identity, capabilities, render, tokenizer, info, ...
         return getattr(self.inner, name)
-
-    def _id(self) -> dict:
-        info = self.inner.info
-        return {"weights": info.weights_sha256, "precision": info.precision, "device": info.device.split(":")[0]}
 
     def _gen_key(self, r) -> str:
         sampled = r.temperature > 0
-        return cache_key(kind="gen", **self._id(), prompt=r.prompt, max_new_tokens=r.max_new_tokens,
+        return cache_key(kind="gen", **self._fields, prompt=r.prompt, max_new_tokens=r.max_new_tokens,
                          temperature=r.temperature, top_p=r.top_p if sampled else 1.0,
                          seed=r.seed if sampled else None, stop=list(r.stop))
 
     def generate_detailed(self, requests, batch_size=None, progress=False):
-        from safetyrepro.adapters.engine import GenResult
-
         keys = [self._gen_key(r) for r in requests]
         found = self.cache.get_many(list(dict.fromkeys(keys)))
+        prefetch = self.prefetch_seeds if self.inner.capabilities.seeds == SEED_PER_REQUEST else ()
         missing: dict[str, Any] = {}
         for k, r in zip(keys, requests):
             if k in found or k in missing:
                 continue
             missing[k] = r
-            if r.temperature > 0 and r.seed in self.prefetch_seeds:
-                for s in self.prefetch_seeds:
+            if r.temperature > 0 and r.seed in prefetch:
+                for s in prefetch:
                     sib = replace(r, seed=s)
                     sk = self._gen_key(sib)
                     if sk not in found and sk not in missing:
@@ -66,13 +68,20 @@ class CachedEngine:
     def generate(self, requests, batch_size=None, progress=False):
         return [g.text for g in self.generate_detailed(requests, batch_size=batch_size, progress=progress)]
 
-    def loglikelihood(self, requests, batch_size=None):
-        keys = [cache_key(kind="loglik", **self._id(), context=r.context, continuation=r.continuation) for r in requests]
+    def loglikelihood(self, requests, batch_size=None, exact=None):
+        extra: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {}
+        if hasattr(self.inner, "exact_scores"):  # the engine: which head scored (engine docs)
+            exact = self.inner.exact_scores if exact is None else exact
+            extra["head"] = "fp32" if exact else "model"
+            kwargs["exact"] = exact
+        keys = [cache_key(kind="loglik", **self._fields, **extra, context=r.context, continuation=r.continuation)
+                for r in requests]
         found = self.cache.get_many(list(dict.fromkeys(keys)))
         todo = {k: r for k, r in zip(keys, requests) if k not in found}
         if todo:
             self.model_calls += 1
-            results = self.inner.loglikelihood(list(todo.values()), batch_size=batch_size)
+            results = self.inner.loglikelihood(list(todo.values()), batch_size=batch_size, **kwargs)
             fresh = {k: [float(ll), bool(g)] for k, (ll, g) in zip(todo, results)}
             self.cache.put_many(fresh)
             found.update(fresh)

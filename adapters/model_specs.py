@@ -1,0 +1,279 @@
+"""The models of a sweep as the user names them, checked before anything loads.
+
+    smollm2 | /models/x.gguf | /models/folder | org/name        SafetyRepro's engine (either package)
+    lm-eval:<model>:<model_args>                                  lm-eval's own model, args as --model_args takes them
+    inspect:<provider>/<model>                                    Inspect's own provider, as --model takes it
+
+or, with labels and notes, a YAML file (`--models-file`):
+
+    models:
+      - label: smol-hf                      # the grid's `model` column (default: the spec as written)
+        spec: lm-eval:hf                    # any of the forms above
+        model_args: pretrained=/models/smol,dtype=bfloat16   # lm-eval: --model_args; inspect: -M k=v pairs
+        precision: bf16                     # optional: the grid's precision group for this model
+        revision: 0a1b2c3                   # optional: recorded in run.json and the cache key
+
+A model runs through its own package: `lm-eval:` specs under `--package lm-eval`, `inspect:` specs
+under `--package inspect`; the engine under either. What each kind of backend can do (continuation
+log-likelihoods, greedy decoding, seeds) is stated here per backend name, so that a sweep can plan
+not-applicable cells and refuse impossible requests before any model loads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from safetyrepro.adapters.backend import (
+    GREEDY_EXACT,
+    GREEDY_NONE,
+    GREEDY_REQUESTED,
+    SEED_IGNORED,
+    SEED_PER_REQUEST,
+    SEED_PER_RUN,
+    Capabilities,
+)
+from safetyrepro.errors import UserError
+
+ENGINE, LM_EVAL, INSPECT = "engine", "lm-eval", "inspect"
+PACKAGES = {ENGINE: ("lm-eval", "inspect"), LM_EVAL: ("lm-eval",), INSPECT: ("inspect",)}
+MODELS_FILE_KEYS = ("label", "spec", "model_args", "precision", "revision")
+
+# lm-eval models: which give continuation log-likelihoods, and how they take a seed
+LM_EVAL_SEED_IN_GEN_KWARGS = {"vllm", "local-completions", "local-chat-completions", "openai-completions",
+                              "openai-chat-completions", "sglang", "sglang-generate"}
+LM_EVAL_IN_PROCESS = {"hf", "hf-auto", "huggingface", "vllm", "sglang", "mamba_ssm", "steered",
+                      "openvino", "ipex", "onnxruntime", "onnxruntime-genai"}
+# Inspect providers that honour a per-request seed, and those that cannot decode greedily
+INSPECT_SEEDED = {"openai", "openai-api", "vllm", "sglang", "llama-cpp-python", "ollama", "together", "fireworks",
+                  "groq", "deepseek", "openrouter", "mistral", "grok", "azureai", "openai-api-completions",
+                  "vllm-completions", "litellm-proxy"}
+INSPECT_NO_GREEDY = {"hf"}  # Inspect's hf/ provider hard-codes do_sample=True
+# where Inspect providers read their server address (openai-api/<service>/... reads <SERVICE>_BASE_URL)
+INSPECT_BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "vllm": "VLLM_BASE_URL", "sglang": "SGLANG_BASE_URL",
+                        "ollama": "OLLAMA_BASE_URL", "llama-cpp-python": "LLAMA_CPP_PYTHON_BASE_URL",
+                        "openai-api-completions": None}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of a sweep: how the user named it and which backend runs it."""
+
+    label: str  # the grid's `model` column
+    kind: str  # ENGINE, LM_EVAL or INSPECT
+    target: str  # engine: name or path; lm-eval: its registry name; inspect: provider/model
+    model_args: str = ""  # lm-eval: verbatim --model_args; inspect: k=v,... for get_model
+    precision: str | None = None  # the grid's precision group for this model (default: the sweep's)
+    revision: str | None = None
+    notes: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def spec(self) -> str:
+        if self.kind == ENGINE:
+            return self.target
+        if self.kind == LM_EVAL:
+            return f"lm-eval:{self.target}:{self.model_args}"
+        return f"inspect:{self.target}" + (f" -M {self.model_args}" if self.model_args else "")
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        return PACKAGES[self.kind]
+
+    @property
+    def provider(self) -> str:
+        return self.target.split("/", 1)[0] if self.kind == INSPECT else self.target
+
+    def args_dict(self) -> dict[str, str]:
+        return parse_model_args(self.model_args, self.spec)
+
+    def capabilities(self) -> Capabilities:
+        """What this backend can do, known before it loads (the engine's chat template is added when it does)."""
+        if self.kind == ENGINE or (self.kind == INSPECT and self.provider == "safetyrepro"):
+            return Capabilities(loglikelihood=True, greedy=GREEDY_EXACT, seeds=SEED_PER_REQUEST)
+        if self.kind == LM_EVAL:
+            chat = "chat" in self.target
+            in_process = self.target in LM_EVAL_IN_PROCESS
+            seeds = SEED_PER_REQUEST if self.target in LM_EVAL_SEED_IN_GEN_KWARGS else SEED_PER_RUN
+            return Capabilities(loglikelihood=not chat, greedy=GREEDY_EXACT if in_process else GREEDY_REQUESTED,
+                                seeds=seeds, input="text")
+        provider = self.provider
+        return Capabilities(
+            loglikelihood=False,
+            greedy=GREEDY_NONE if provider in INSPECT_NO_GREEDY else GREEDY_REQUESTED,
+            seeds=SEED_PER_REQUEST if provider in INSPECT_SEEDED else SEED_PER_RUN if provider == "hf" else SEED_IGNORED,
+            input="messages", notes=("Inspect providers take chat messages: the server applies its own chat template",))
+
+
+def parse_model_args(text: str, spec: str = "") -> dict[str, str]:
+    """`k=v,k=v` as lm-eval's --model_args and Inspect's -M take them; a piece without `=` is an error."""
+    out: dict[str, str] = {}
+    for piece in (p.strip() for p in (text or "").split(",")):
+        if not piece:
+            continue
+        key, eq, value = piece.partition("=")
+        if not eq or not key.strip():
+            raise UserError(f"model args {text!r}{' of ' + spec if spec else ''}: {piece!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_model_spec(spec: str, label: str | None = None, model_args: str = "", precision: str | None = None,
+                     revision: str | None = None) -> ModelEntry:
+    """A model as written on the command line (or in a models file) -> ModelEntry; UserError if malformed."""
+    spec = str(spec).strip()
+    if not spec:
+        raise UserError("an empty model name was given; use an embedded name, a path, lm-eval:<model>:<args> "
+                        "or inspect:<provider>/<model>")
+    if spec.startswith("lm-eval:"):
+        name, _, args = spec[len("lm-eval:"):].partition(":")
+        if model_args and args:
+            raise UserError(f"{spec}: model args given twice (in the spec and as model_args)")
+        if not name:
+            raise UserError(f"{spec!r}: write lm-eval:<model>:<model_args>, e.g. lm-eval:hf:pretrained=/models/smol")
+        entry = ModelEntry(label or spec, LM_EVAL, name, args or model_args, precision, revision)
+    elif spec.startswith("inspect:"):
+        target = spec[len("inspect:"):]
+        if not re.fullmatch(r"[\w.-]+/\S+", target):
+            raise UserError(f"{spec!r}: write inspect:<provider>/<model> as `inspect eval --model` takes it, "
+                            "e.g. inspect:openai-api/llamacpp/smol")
+        entry = ModelEntry(label or spec, INSPECT, target, model_args, precision, revision)
+    else:
+        if model_args:
+            raise UserError(f"{spec}: model_args apply to lm-eval: and inspect: specs only")
+        check_model_name(spec)
+        entry = ModelEntry(label or spec, ENGINE, spec, "", precision, revision)
+    entry.args_dict()  # malformed args are refused here
+    return entry
+
+
+def check_model_name(name: str) -> None:
+    """An engine model: an embedded label, a local .gguf file or HF folder, or a hub id org/name."""
+    from safetyrepro.adapters.registry import EMBEDDED
+
+    if name in EMBEDDED or Path(name).expanduser().exists() or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+        return
+    raise UserError(f"unknown model {name!r}; use an embedded name ({', '.join(EMBEDDED)}), "
+                    "a local HF folder or .gguf file, a hub id org/name, lm-eval:<model>:<model_args> "
+                    "or inspect:<provider>/<model>")
+
+
+def load_models_file(path: str | Path) -> list[ModelEntry]:
+    """The `models:` list of a YAML models file (see the module docstring)."""
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UserError(f"cannot read models file {p}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"models file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    rows = data.get("models") if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not rows:
+        raise UserError(f"models file {p}: expected a non-empty list under `models:`")
+    out = []
+    for i, row in enumerate(rows, 1):
+        if isinstance(row, str):
+            row = {"spec": row}
+        if not isinstance(row, dict) or "spec" not in row:
+            raise UserError(f"models file {p}, model {i}: each model needs at least `spec:`")
+        unknown = sorted(set(row) - set(MODELS_FILE_KEYS))
+        if unknown:
+            raise UserError(f"models file {p}, model {i}: unknown key(s) {', '.join(unknown)}; "
+                            f"allowed: {', '.join(MODELS_FILE_KEYS)}")
+        model_args = row.get("model_args") or ""
+        if isinstance(model_args, dict):
+            model_args = ",".join(f"{k}={v}" for k, v in model_args.items())
+        label = row.get("label")
+        out.append(parse_model_spec(str(row["spec"]), None if label is None else str(label), str(model_args),
+                                    row.get("precision"), None if row.get("revision") is None else str(row["revision"])))
+    return out
+
+
+# --------------------------------------------------------------------------- checks before loading
+
+
+def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit_scoring: bool) -> None:
+    """Refuse, as one line, what cannot run: the wrong package, an unknown lm-eval model or Inspect
+    provider, an unreachable server, logprob scoring asked for explicitly of a backend without
+    continuation log-likelihoods."""
+    if package not in entry.packages:
+        raise UserError(f"{entry.label}: {entry.kind} models run under --package {entry.packages[0]} only "
+                        f"(a model runs through its own package), not {package}")
+    if entry.kind == LM_EVAL:
+        names = lm_eval_model_names()
+        if entry.target not in names:
+            raise UserError(f"{entry.label}: lm-eval has no model {entry.target!r}; known: "
+                            f"{', '.join(sorted(n for n in names if n != 'safetyrepro'))}")
+        url = entry.args_dict().get("base_url")
+        if url:
+            check_reachable(url, entry.label)
+    elif entry.kind == INSPECT and entry.provider != "safetyrepro":
+        from safetyrepro.compat.inspect_ai import provider_names
+
+        if entry.provider not in provider_names():
+            raise UserError(f"{entry.label}: Inspect has no model provider {entry.provider!r}; known: "
+                            f"{', '.join(sorted(provider_names()))}")
+        url = entry.args_dict().get("base_url") or inspect_base_url(entry.target)
+        if url:
+            check_reachable(url, entry.label)
+    if explicit_scoring and "logprob" in scorings and not entry.capabilities().loglikelihood:
+        raise UserError(f"{entry.label}: logprob scoring needs continuation log-likelihoods, which this backend "
+                        "(a chat API) does not give; run it with --scoring free_form")
+
+
+def lm_eval_model_names() -> set[str]:
+    import lm_eval.models  # noqa: F401  (registers the built-in models)
+    from lm_eval.api import registry
+
+    return set(registry.model_registry.keys())
+
+
+def inspect_base_url(target: str) -> str | None:
+    """The server address an Inspect provider will use, from its environment variable (if any)."""
+    parts = target.split("/")
+    if parts[0] == "openai-api" and len(parts) >= 3:
+        return os.environ.get(f"{parts[1].upper().replace('-', '_')}_BASE_URL")
+    env = INSPECT_BASE_URL_ENV.get(parts[0])
+    return os.environ.get(env) if env else None
+
+
+def check_reachable(url: str, label: str, timeout: float = 3.0) -> None:
+    """A TCP connection to the server's host and port, so that a wrong address is one line now rather
+    than a failed cell per configuration later."""
+    u = urlparse(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise UserError(f"{label}: base URL {url!r} is not an http(s) address")
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        with socket.create_connection((u.hostname, port), timeout=timeout):
+            pass
+    except OSError as e:
+        raise UserError(f"{label}: cannot reach the server at {url} ({e.strerror or e}); start it first "
+                        "(README: Bring your own model)") from None
+
+
+def open_backend(entry: ModelEntry, precision: str, device: str | None = None, batch_size: int | None = None):
+    """Load the backend a model entry names (the engine is loaded once per process and reused)."""
+    if entry.kind == ENGINE:
+        from safetyrepro.adapters.engine import load_engine
+
+        return load_engine(entry.target, entry.precision or precision, device, batch_size=batch_size)
+    if entry.kind == LM_EVAL:
+        from safetyrepro.adapters.lm_eval_backend import LmEvalBackend
+
+        return LmEvalBackend(entry, device, batch_size)
+    if entry.provider == "safetyrepro":  # Inspect's name for the engine
+        from safetyrepro.adapters.engine import load_engine
+
+        name = entry.target.split("/", 1)[1]
+        args = entry.args_dict()
+        return load_engine(name, args.get("precision") or entry.precision or precision, args.get("device") or device,
+                           batch_size=int(args["batch_size"]) if args.get("batch_size") else batch_size)
+    from safetyrepro.adapters.inspect_backend import InspectBackend
+
+    return InspectBackend(entry)

@@ -1,0 +1,110 @@
+"""A real local server: llama.cpp (llama-cpp-python's OpenAI-compatible server) serving the embedded
+SmolLM2 GGUF on a free loopback port, swept through Inspect's `openai-api` provider (free-form cells;
+logprob cells recorded as not applicable) and through lm-eval's `local-completions` model (logprob
+too: the server returns prompt log-probabilities with `echo`). No mock server. Needs the `llamacpp`
+extra (`make llamacpp`), which CI installs."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llamacpp_server(tmp_path_factory):
+    """`python -m llama_cpp.server` on 127.0.0.1:<free port> with SmolLM2's GGUF, as the README starts it."""
+    pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed (make llamacpp)")
+    from safetyrepro.adapters.registry import resolve_weights
+
+    gguf = resolve_weights("smollm2").path
+    port = _free_port()
+    log = tmp_path_factory.mktemp("llamacpp") / "server.log"
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "smol",
+           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--logits_all", "true",
+           "--n_threads", "2"]
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/models", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"llama.cpp server did not start: {log.read_text()[-2000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _sweep(out: Path, models: list[str], env: dict, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "safetyrepro.cli", "sweep", "--models", *models, "--benchmarks", "xstest",
+           "--tier", "conservative_core", "--limit", "4", "--no-progress", *extra, "--out", str(out)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+
+
+def test_inspect_openai_api_provider_on_the_server(llamacpp_server, tmp_path, data_dir):
+    env = {**os.environ, "LLAMACPP_BASE_URL": llamacpp_server, "LLAMACPP_API_KEY": "local",
+           "SAFETYREPRO_CACHE_DIR": str(tmp_path / "cache")}
+    api = "inspect:openai-api/llamacpp/smol"
+    out = tmp_path / "inspect"
+    res = _sweep(out, ["smollm2", api], env, "--package", "inspect")
+    assert res.returncode == 0, res.stderr[-3000:]
+    grid = pd.read_csv(out / "grid.csv")
+    assert len(grid) == 8  # 2 models x 4 conservative-core configurations
+    mine = grid[grid["model"] == api].set_index("scoring")
+    assert (mine.loc["free_form", "status"] == "ok").all() and (mine.loc["logprob", "status"] == "not_applicable").all()
+    assert mine.loc["logprob", "score"].isna().all() and (grid[grid["model"] == "smollm2"]["status"] == "ok").all()
+    assert "2 logprob cells are not applicable" in res.stdout or "not applicable" in res.stdout
+    run = json.loads((out / "run.json").read_text())
+    model = next(m for m in run["models"] if m["label"] == api)
+    assert model["backend"]["extra"]["base_url"] == llamacpp_server
+    assert not model["capabilities"]["loglikelihood"]
+    again = _sweep(out, ["smollm2", api], env, "--package", "inspect")
+    assert again.returncode == 0 and "no model work" in again.stdout
+    analysis = subprocess.run([sys.executable, "-m", "safetyrepro.cli", "analyze", str(out / "grid.csv"), "--out",
+                               str(tmp_path / "analysis"), "--no-figures", "--bootstrap", "50"],
+                              capture_output=True, text=True, env=env, timeout=600)
+    assert analysis.returncode == 0, analysis.stderr[-3000:]
+    assert (tmp_path / "analysis" / "rho_flip.csv").is_file()
+
+
+def test_lm_eval_local_completions_on_the_server(llamacpp_server, tmp_path, smollm2_hf_folder, data_dir):
+    env = {**os.environ, "SAFETYREPRO_CACHE_DIR": str(tmp_path / "cache")}
+    spec = (f"lm-eval:local-completions:base_url={llamacpp_server}/completions,model=smol,"
+            f"tokenizer={smollm2_hf_folder},tokenizer_backend=huggingface,num_concurrent=1,max_retries=1")
+    out = tmp_path / "lm-eval"
+    res = _sweep(out, [spec], env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    grid = pd.read_csv(out / "grid.csv")
+    assert len(grid) == 4 and (grid["status"] == "ok").all()
+    assert grid["score"].between(0, 1).all()
+    items = pd.read_parquet(out / "items.parquet")
+    lp = items[items["config_id"].str.endswith("logprob")]
+    assert len(lp) == 8 and all(len(v) == 2 and all(x < 0 for x in v) for v in lp["logliks"])
