@@ -29,12 +29,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from pathlib import Path
 
 from lm_eval.api.model import TemplateLM
 from tqdm import tqdm
 
-from safetyrepro.errors import UserError
+from safetyrepro.errors import UserError, refuse
 
 eval_logger = logging.getLogger(__name__)
 _UNSUPPORTED_GEN_KWARGS = ("top_k", "num_beams", "repetition_penalty", "min_p", "typical_p")
@@ -42,18 +41,8 @@ _IGNORED_GEN_KWARGS = ("do_sample", "temperature", "top_p", "until", "max_gen_to
                        "max_tokens", "max_completion_tokens", "seed", "use_cache")
 
 
-def _in_lm_eval_cli() -> bool:
-    main = sys.modules.get("__main__")
-    return Path(sys.argv[0]).name in ("lm_eval", "lm-eval") or (
-        getattr(main, "__package__", None) or "").startswith("lm_eval")
-
-
 def _fail(e: UserError):
-    """Under lm-eval's command line, a bad model argument is one line and exit code 2."""
-    if _in_lm_eval_cli():
-        sys.stderr.write(f"safetyrepro: error: {e}\n")
-        raise SystemExit(2)
-    raise e
+    refuse(e)
 
 
 def _device(device: str | None) -> str | None:

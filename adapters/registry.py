@@ -221,7 +221,75 @@ def check_gguf(path: Path) -> Path:
         raise UserError(f"cannot read GGUF file {path}: {e.strerror or e}") from None
     if magic != GGUF_MAGIC:
         raise UserError(f"not a GGUF file (bad magic {magic!r}, expected {GGUF_MAGIC!r}): {path}")
+    size = path.stat().st_size
+    try:
+        need = gguf_data_end(path)
+    except (ValueError, EOFError, KeyError, OSError) as e:
+        raise UserError(f"damaged GGUF file (its header cannot be read: {e}): {path}") from None
+    if size < need:
+        raise UserError(f"truncated GGUF file ({size:,} bytes, its tensors need {need:,}): {path}; "
+                        "fetch it again (safetyrepro models fetch) or copy it whole")
     return path
+
+
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def gguf_data_end(path: Path) -> int:
+    """The byte offset where a GGUF file's last tensor ends, read from its header alone (a few
+    milliseconds, whatever the file's size): a file shorter than this is truncated."""
+    import struct
+
+    import gguf
+
+    with open(path, "rb") as f:
+        def read(fmt: str):
+            n = struct.calcsize(fmt)
+            b = f.read(n)
+            if len(b) < n:
+                raise EOFError("the header ends early")
+            return struct.unpack(fmt, b)[0]
+
+        def skip_value(vtype: int) -> None:
+            if vtype == 8:  # string
+                f.seek(read("<Q"), 1)
+            elif vtype == 9:  # array
+                inner, count = read("<I"), read("<Q")
+                if inner in _SCALAR:
+                    f.seek(struct.calcsize(_SCALAR[inner]) * count, 1)
+                else:
+                    for _ in range(count):
+                        skip_value(inner)
+            elif vtype in _SCALAR:
+                f.seek(struct.calcsize(_SCALAR[vtype]), 1)
+            else:
+                raise ValueError(f"unknown metadata type {vtype}")
+
+        f.seek(4)
+        version = read("<I")
+        if version < 2:
+            raise ValueError(f"GGUF version {version} is not supported")
+        n_tensors, n_kv = read("<Q"), read("<Q")
+        alignment = 32
+        for _ in range(n_kv):
+            key = f.read(read("<Q")).decode("utf-8", "replace")
+            vtype = read("<I")
+            if key == "general.alignment" and vtype == 4:
+                alignment = read("<I")
+            else:
+                skip_value(vtype)
+        end = 0
+        for _ in range(n_tensors):
+            f.seek(read("<Q"), 1)  # name
+            dims = [read("<Q") for _ in range(read("<I"))]
+            qtype, offset = read("<I"), read("<Q")
+            block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(qtype)]
+            n = 1
+            for d in dims:
+                n *= d
+            end = max(end, offset + n // block * nbytes)
+        start = -(-f.tell() // alignment) * alignment
+    return start + end
 
 
 def check_hf_folder(path: Path) -> Path:

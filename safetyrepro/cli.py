@@ -5,6 +5,7 @@ handlers so that `safetyrepro --help` and input errors answer at once."""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -50,6 +51,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# optional dependencies: the import name -> what installs it
+OPTIONAL = {"ray": "pip install 'safetyrepro[ray]'", "bitsandbytes": "pip install 'safetyrepro[nf4]'",
+            "llama_cpp": "pip install 'safetyrepro[llamacpp]' (make llamacpp)", "helm": "make helm",
+            "vllm": "pip install 'lm-eval[vllm]' (on a GPU machine)"}
+
+
+def os_error_message(e: OSError) -> str:
+    """An operating-system error as one line that names the file and what to do."""
+    what = e.strerror or str(e)
+    path = e.filename
+    hint = {errno.ENOSPC: "free disk space and rerun (finished work is kept)",
+            errno.EACCES: "check the permissions, or choose another location",
+            errno.EROFS: "the file system is read-only: choose another location",
+            errno.ENAMETOOLONG: "use a shorter path or --out",
+            errno.ENOENT: "check the path", errno.ENOTDIR: "a part of the path is a file, not a folder",
+            errno.EISDIR: "a folder is in the way of a file"}.get(e.errno or -1, "")
+    return f"{what}{f': {path}' if path else ''}" + (f"; {hint}" if hint else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -57,18 +77,37 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["SAFETYREPRO_DATA_DIR"] = args.data_dir
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at interpreter exit
+        return code
     except UserError as e:
         if args.verbose:
             raise
-        sys.stderr.write(f"safetyrepro: error: {e}\n")
-        return 2
-    except BrokenPipeError:  # `safetyrepro ... | head`
-        sys.stderr.close()
+        return _error(str(e))
+    except BrokenPipeError:  # `safetyrepro ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
         sys.stderr.write("safetyrepro: interrupted; finished cells are kept, rerun the same command to resume\n")
         return 130
+    except OSError as e:
+        if args.verbose:
+            raise
+        return _error(os_error_message(e))
+    except Exception as e:  # a missing optional package, or a defect: still one line; -v shows the traceback
+        if args.verbose:
+            raise
+        top = (getattr(e, "name", None) or "").split(".")[0] if isinstance(e, ModuleNotFoundError) else ""
+        if top in OPTIONAL:
+            return _error(f"this needs the optional dependency {top}: {OPTIONAL[top]}")
+        _error(f"internal error: {type(e).__name__}: {e} (rerun with -v for the traceback, and please report it)")
+        return 1
+
+
+def _error(message: str) -> int:
+    first = message.strip().splitlines()[0] if message.strip() else "failed"
+    sys.stderr.write(f"safetyrepro: error: {first}\n")
+    return 2
 
 
 if __name__ == "__main__":

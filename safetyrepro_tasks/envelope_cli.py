@@ -30,8 +30,9 @@ def run(args: argparse.Namespace) -> int:
             "configs": [{"config_id": c.config_id, "tier": rules.tier(c)} for b in benches for c in per[b]],
         }, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from safetyrepro.console import console as make_console
 
     table = Table(title=f"envelope ({args.tier})", title_justify="left")
     for col in ("benchmark", "configs", "free_form", "logprob", "core", "stress"):
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
                       str(sum(rules.tier(c) == "stress" for c in cfgs)))
     total = sum(len(c) for c in per.values())
     table.add_row("total", str(total), "", "", "", "", end_section=True)
-    console = Console()
+    console = make_console()
     console.print(table)
     if args.list:
         for b in benches:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import default_rules
 
 
@@ -24,11 +25,14 @@ def run(args: argparse.Namespace) -> int:
 
     rules = default_rules()
     benches = [rules.check_benchmark(b) for b in args.benchmark] if args.benchmark else list(rules.benchmarks)
+    if args.shots not in rules.axes["shots"]:
+        raise UserError(f"--shots {args.shots} is outside the envelope; allowed: "
+                        f"{', '.join(map(str, rules.axes['shots']))}")
     sets = {b: item_set(b) for b in benches}
     if args.show is not None:
         for b, s in sets.items():
             bench = get_benchmark(b)
-            item = s.items[int(args.show)] if args.show.isdigit() else s.by_id(args.show)
+            item = _pick(s, args.show)
             for t in rules.axes["template"]:
                 print(f"===== {b} {item.id} {t} ({args.shots}-shot, plain text) =====")
                 print(bench.prompt(item, t, s.demos_for(args.shots)).plain())
@@ -42,3 +46,15 @@ def run(args: argparse.Namespace) -> int:
     for b, s in sets.items():
         print(f"{b}: {len(s.items)} items ({s.subset_id}), {len(s.strata)} strata, few-shot pool {len(s.pool)}")
     return 0
+
+
+def _pick(s, show: str):
+    """A scored item by its index in the subset or by its id."""
+    if show.isdigit():
+        if int(show) >= len(s.items):
+            raise UserError(f"--show {show}: {s.benchmark} has {len(s.items)} scored items (indices 0-{len(s.items) - 1})")
+        return s.items[int(show)]
+    if show not in {it.id for it in s.items}:
+        raise UserError(f"--show {show!r}: no scored {s.benchmark} item has this id (`safetyrepro items --json "
+                        f"--benchmark {s.benchmark}` lists them)")
+    return s.by_id(show)

@@ -11,8 +11,10 @@ from typing import Any
 
 from lm_eval.api.samplers import ContextSampler
 
+from safetyrepro.errors import UserError, refuse
 from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, Benchmark, Item, check_tie_rule
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
+from safetyrepro.tasks.envelope import default_rules
 from safetyrepro.tasks.subsets import ItemSet, item_set
 
 
@@ -47,6 +49,10 @@ class FixedDemos(ContextSampler):
     """Few-shot sampler: the benchmark's fixed demonstrations for the requested count, in order."""
 
     def sample(self, n: int, eval_doc=None, df=None, **kwargs):
+        allowed = default_rules().axes["shots"]
+        if n not in allowed:  # --num_fewshot outside the envelope: refused, as Inspect's -T shots= is
+            refuse(UserError(f"--num_fewshot {n} is outside SafetyRepro's envelope; allowed: "
+                             f"{', '.join(map(str, allowed))}"))
         if n == 0:
             return []
         ref = (df or self.df)[0]

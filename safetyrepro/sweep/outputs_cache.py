@@ -15,6 +15,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from safetyrepro.errors import UserError
+
+
+class OutputsCacheError(UserError):
+    """The outputs cache cannot be read or written: the sweep stops (its finished cells are kept)."""
+
 
 def cache_key(**fields: Any) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
@@ -23,11 +29,40 @@ def cache_key(**fields: Any) -> str:
 class OutputsCache:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        with self._conn() as c:
-            c.execute("CREATE TABLE IF NOT EXISTS outputs (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         self.hits = self.misses = 0
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._conn() as c:
+                c.execute("CREATE TABLE IF NOT EXISTS outputs (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        except (sqlite3.Error, OSError) as e:
+            raise self._error(e) from None
+
+    def _error(self, e: BaseException) -> OutputsCacheError:
+        text = str(e).strip() or type(e).__name__
+        low = text.lower()
+        if "not a database" in low or "malformed" in low or "corrupt" in low:
+            fix = f"move it aside (mv {self.path} {self.path}.damaged) and rerun: it only saves model work"
+        elif "readonly" in low or "read-only" in low or "permission" in low or "unable to open" in low:
+            fix = "make it writable, or point $SAFETYREPRO_CACHE_DIR at a writable folder"
+        elif "full" in low or "no space" in low:
+            fix = "free disk space and rerun (finished cells are kept)"
+        else:
+            fix = f"move it aside (mv {self.path} {self.path}.damaged) and rerun"
+        return OutputsCacheError(f"the outputs cache {self.path} failed ({text}); {fix}")
+
+    def check(self) -> None:
+        """Readable, intact and writable, before any model loads (a quick integrity check and a write
+        transaction that is rolled back)."""
+        try:
+            conn = self._conn()
+            bad = conn.execute("PRAGMA quick_check").fetchone()
+            if bad and bad[0] != "ok":
+                raise sqlite3.DatabaseError(f"database disk image is malformed ({bad[0]})")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as e:
+            raise self._error(e) from None
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -40,11 +75,15 @@ class OutputsCache:
 
     def get_many(self, keys: list[str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        conn = self._conn()
-        for i in range(0, len(keys), 500):
-            chunk = keys[i : i + 500]
-            rows = conn.execute(f"SELECT key, value FROM outputs WHERE key IN ({','.join('?' * len(chunk))})", chunk)
-            out.update((k, json.loads(v)) for k, v in rows)
+        try:
+            conn = self._conn()
+            for i in range(0, len(keys), 500):
+                chunk = keys[i : i + 500]
+                rows = conn.execute(f"SELECT key, value FROM outputs WHERE key IN ({','.join('?' * len(chunk))})",
+                                    chunk)
+                out.update((k, json.loads(v)) for k, v in rows)
+        except sqlite3.Error as e:
+            raise self._error(e) from None
         self.hits += len(out)
         self.misses += len(set(keys) - set(out))
         return out
@@ -53,7 +92,12 @@ class OutputsCache:
         if not items:
             return
         conn = self._conn()
-        conn.execute("BEGIN")
-        conn.executemany("INSERT OR REPLACE INTO outputs (key, value) VALUES (?, ?)",
-                         [(k, json.dumps(v, ensure_ascii=False)) for k, v in items.items()])
-        conn.execute("COMMIT")
+        try:
+            conn.execute("BEGIN")
+            conn.executemany("INSERT OR REPLACE INTO outputs (key, value) VALUES (?, ?)",
+                             [(k, json.dumps(v, ensure_ascii=False)) for k, v in items.items()])
+            conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise self._error(e) from None

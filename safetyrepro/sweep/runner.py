@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from safetyrepro.sweep.outputs_cache import OutputsCacheError
 from safetyrepro.sweep.plan import Cell, SweepSpec
 from safetyrepro.sweep.records import summarize
 from safetyrepro.sweep.store import Store, atomic_write
@@ -103,6 +104,8 @@ def run_local(spec: SweepSpec, cells: list[Cell], store: Store, rules: Rules,
         result.model_work = True
         try:
             driver = open_driver(model)
+        except OutputsCacheError:
+            raise  # the cache, not the model: stop the sweep (finished cells are kept)
         except Exception as e:  # a model that cannot load fails its cells, not the sweep
             msg = f"model failed to load: {_one_line(e)}"
             for c in todo:
@@ -118,6 +121,8 @@ def run_local(spec: SweepSpec, cells: list[Cell], store: Store, rules: Rules,
             try:
                 records = driver.run_cell(cell.config, cell.seeds, ids)
                 rec = cell_record(cell, spec, rules, driver.identity, records, items, time.time() - t0)
+            except OutputsCacheError:
+                raise  # every later cell would fail the same way: stop the sweep, finished cells are kept
             except Exception as e:
                 if "-v" in sys.argv or "--verbose" in sys.argv:
                     traceback.print_exc()

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +36,28 @@ def slug(label: str) -> str:
     return f"{readable}-{hashlib.sha256(label.encode('utf-8')).hexdigest()[:10]}"
 
 
+def _umask_mode(mode: int = 0o666) -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mode & ~mask
+
+
 def atomic_write(path: Path, text: str) -> None:
+    """Write a whole file or nothing: a temporary file in the same folder, fsynced, renamed into place
+    (with the mode a plain open() would give, not the temporary file's 0600); on any error the
+    temporary file is removed and the old file, if any, is untouched."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(f.name, path)
+    f = tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8")
+    try:
+        with f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(f.name, _umask_mode())
+        os.replace(f.name, path)
+    except BaseException:
+        Path(f.name).unlink(missing_ok=True)
+        raise
 
 
 @dataclass
@@ -84,6 +100,8 @@ class Store:
         """Compare with a sweep already in the directory (before anything is written); returns the
         stored identity, or None for a fresh directory."""
         path = self.root / "sweep.json"
+        if self.root.exists() and not self.root.is_dir():
+            raise UserError(f"--out {self.root} is a file, not a folder; choose another --out")
         if not path.exists():
             if self.root.exists() and (self.root / "grid.csv").exists():
                 raise UserError(f"{self.root} holds a grid that no SafetyRepro sweep recorded (no sweep.json); "
@@ -91,8 +109,13 @@ class Store:
             return None
         try:
             stored = json.loads(path.read_text())
-        except ValueError:
-            raise UserError(f"{path} is not valid JSON; choose another --out or remove the directory") from None
+            if not isinstance(stored, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise UserError(f"{path} is damaged ({e}); it records the sweep's settings: move it aside (mv {path} "
+                            f"{path}.damaged) and rerun the sweep's own command") from None
+        if not self.has_cells():  # nothing was computed under those settings: a new start may replace them
+            return None
         if stored.get("rules_sha256") != identity["rules_sha256"] and not allow_rules_change:
             raise UserError(
                 f"{self.root} holds a sweep made under other rules (sha256 {stored.get('rules_sha256', '?')[:12]}, "
@@ -103,6 +126,19 @@ class Store:
             raise UserError(f"{self.root} holds a sweep with other settings ({k}: {stored.get(k)!r}, "
                             f"now {identity[k]!r}); rerun with the same settings to resume, or choose another --out")
         return stored
+
+    def check_run_record(self) -> None:
+        """run.json, if there, must be readable: the sweep adds to it."""
+        path = self.root / "run.json"
+        if not path.is_file():
+            return
+        try:
+            if not isinstance(json.loads(path.read_text()), dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise UserError(f"{path} is damaged ({e}); move it aside (mv {path} {path}.damaged) and rerun: the "
+                            "sweep writes it anew from its cells (the models of earlier runs are recorded again "
+                            "when they run)") from None
 
     def write_identity(self, identity: dict[str, Any], previous: dict[str, Any] | None) -> None:
         record = dict(identity)
@@ -116,14 +152,38 @@ class Store:
     # -- cells --------------------------------------------------------------------------------
     def done(self, model: str, file_stem: str, key: str | None = None) -> dict | None:
         """The finished record of a cell (ok or not applicable), or None. With `key`, a record stored
-        under another key (another model or configuration) does not count."""
+        under another key (another model or configuration) does not count. A damaged file is set
+        aside (see `_read_cell`) and its cell counts as not done."""
         path = self.cell_path(model, file_stem)
         if not path.exists():
             return None
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if key is not None and record.get("key") != key:
+        record = self._read_cell(path)
+        if record is None or (key is not None and record.get("key") != key):
             return None
         return record if record.get("status") in DONE_STATUSES else None
+
+    def _read_cell(self, path: Path) -> dict | None:
+        """A cell file's record; a file that is not a whole record (truncated, edited, zero bytes) is
+        renamed to `<name>.damaged-<n>` beside it, never deleted, and said so on stderr: its cell is
+        recomputed."""
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(record, dict) and isinstance(record.get("key"), str) and "status" in record and (
+                    record["status"] not in DONE_STATUSES or isinstance(record.get("row"), dict)):
+                return record
+            problem = "not a cell record"
+        except UnicodeDecodeError:
+            problem = "not UTF-8 text"
+        except ValueError as e:
+            problem = f"not valid JSON ({e})"
+        n = 1
+        while path.with_name(f"{path.name}.damaged-{n}").exists():
+            n += 1
+        aside = path.with_name(f"{path.name}.damaged-{n}")
+        os.replace(path, aside)
+        sys.stderr.write(f"safetyrepro: warning: cell file {path} was {problem}; set aside as {aside.name}, "
+                         "the cell is recomputed\n")
+        return None
 
     def commit(self, model: str, file_stem: str, record: dict) -> None:
         atomic_write(self.cell_path(model, file_stem), json.dumps(record, ensure_ascii=False))
@@ -131,8 +191,13 @@ class Store:
     def records(self) -> list[dict]:
         out = []
         for p in sorted(self.cells_dir.glob("*/*.json")):
-            out.append(json.loads(p.read_text(encoding="utf-8")))
+            record = self._read_cell(p)
+            if record is not None:
+                out.append(record)
         return out
+
+    def has_cells(self) -> bool:
+        return self.cells_dir.is_dir() and any(self.cells_dir.glob("*/*.json"))
 
     # -- assembled outputs --------------------------------------------------------------------
     def write_outputs(self, records: list[dict], order: list[str]) -> dict[str, Path]:
@@ -163,5 +228,10 @@ class Store:
 
 def _atomic_parquet(df, path: Path) -> None:
     tmp = path.with_suffix(".parquet.tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    try:
+        df.to_parquet(tmp, index=False)
+        os.chmod(tmp, _umask_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

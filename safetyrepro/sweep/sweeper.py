@@ -66,14 +66,20 @@ class Sweep:
             raise UserError(f"--limit must be a positive number of items, got {o.limit}")
         if o.subsample is not None and not 0 < o.subsample <= 1:
             raise UserError(f"--subsample must be a fraction in (0, 1], got {o.subsample}")
+        if o.batch_size is not None and o.batch_size < 1:
+            raise UserError(f"--batch-size must be at least 1, got {o.batch_size}")
+        if o.workers < 1:
+            raise UserError(f"--workers must be at least 1, got {o.workers}")
         scorings = {c.scoring for c in configs}
         for m in o.models:
             check_runnable(m, o.package, scorings, explicit_scoring="scoring" in filters)
+        _check_before_loading(o, configs)
         spec = SweepSpec(tuple(labels), tuple(benchmarks), o.tier, o.package, precision, o.limit, rules.sha256,
                          filters, o.subsample, o.subset_seed, tie_rule, tuple(m.spec for m in o.models))
         store = Store(Path(o.out))
-        previous = store.check_identity(spec.identity(), o.allow_rules_change)  # before anything is written
-        return cls(o, spec, rules, plan_cells(list(o.models), configs, rules), store, previous)
+        store.check_identity(spec.identity(), o.allow_rules_change)  # early, read-only; again under the lock
+        store.check_run_record()
+        return cls(o, spec, rules, plan_cells(list(o.models), configs, rules), store)
 
     def entry(self, label: str):
         return next(m for m in self.options.models if m.label == label)
@@ -97,10 +103,15 @@ class Sweep:
                            self.spec.tie_rule)
 
     def run(self) -> SweepResult:
+        from safetyrepro.sweep.outputs_cache import OutputsCache
         from safetyrepro.sweep.progress import SweepProgress
 
+        if any(c.applicable for c in self.cells):  # a bad cache is found here, not after a model load
+            OutputsCache(outputs_cache_path()).check()
         self.store.lock()
         try:
+            # under the lock: a sweep that finished meanwhile with other settings is seen here
+            self.previous = self.store.check_identity(self.spec.identity(), self.options.allow_rules_change)
             self.store.write_identity(self.spec.identity(), self.previous)
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
             progress = SweepProgress(enabled=self.options.progress)
@@ -119,9 +130,10 @@ class Sweep:
 
     def print_summary(self, result: SweepResult) -> None:
         import pandas as pd
-        from rich.console import Console
 
-        console = Console(highlight=False, soft_wrap=True)
+        from safetyrepro.console import console as make_console
+
+        console = make_console(highlight=False, soft_wrap=True)
         grid = pd.read_csv(result.outputs["grid"])
         if not result.model_work:
             console.print(f"all {result.total} cells were already in {self.store.root}: no model work")
@@ -146,3 +158,35 @@ class Sweep:
             console.print(f"... and {len(result.failed) - 10} more failed cells (listed in the cell files)")
         console.print(f"grid: {result.outputs['grid']}\nitems: {result.outputs['items']}\n"
                       f"run record: {self.store.root / 'run.json'}")
+
+
+def _check_before_loading(o: SweepOptions, configs) -> None:
+    """What can be known wrong without loading a model: the engine's weights (a missing or truncated
+    file, an unknown name), the device, the item count, the Ray executor's package."""
+    from safetyrepro.adapters.model_specs import ENGINE
+    from safetyrepro.adapters.registry import resolve_weights
+
+    for m in o.models:
+        if m.kind == ENGINE:
+            resolve_weights(m.target)
+            if m.precision:
+                from safetyrepro.adapters.loading import check_precision
+
+                check_precision(m.precision)
+    if any(m.kind == ENGINE for m in o.models) or o.device:
+        from safetyrepro.adapters.loading import resolve_device
+
+        resolve_device(o.device)
+    if o.limit is not None:
+        from safetyrepro.tasks.subsets import item_set
+
+        for b in sorted({c.benchmark for c in configs}):
+            n = len(item_set(b, subsample=o.subsample, subsample_seed=o.subset_seed).items)
+            if o.limit > n:
+                raise UserError(f"--limit {o.limit} is more than the {n} items of the {b} subset; "
+                                f"use --limit {n} or less (or leave it out for all {n})")
+    if o.executor == "ray":
+        try:
+            import ray  # noqa: F401
+        except ModuleNotFoundError:
+            raise UserError("--executor ray needs Ray: pip install 'safetyrepro[ray]'") from None
