@@ -27,6 +27,8 @@ DEMO_HELP = {
     "tier": f"sub-envelope (demo default: {DEMO_TIER}, 12 configurations per benchmark); also full, core, "
             "excl_t4, excl_diverse, free_form, conservative_core",
     "limit": f"score only the first N items of each fixed subset (demo default: {DEMO_LIMIT})",
+    "precision": "fp32, bf16 or nf4 (demo default: bf16 on a GPU or a CPU with native bf16 (AVX512-BF16, AMX), "
+                 "else fp32: on an AVX2-only CPU bf16 matrix products are several times slower than fp32)",
 }
 
 
@@ -37,10 +39,29 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=DESCRIPTION)
     p.add_argument("--out", type=Path, default=DEMO_OUT, help=f"output directory (demo default: {DEMO_OUT})")
     add_sweep_arguments(p, require_out=False)
-    p.set_defaults(func=run, models=None, benchmarks=None, tier=DEMO_TIER, limit=DEMO_LIMIT)
+    p.set_defaults(func=run, models=None, benchmarks=None, tier=DEMO_TIER, limit=DEMO_LIMIT, precision=None)
     for action in p._actions:  # argparse keeps no public handle on an added argument's help
         if action.dest in DEMO_HELP:
             action.help = DEMO_HELP[action.dest]
+
+
+def native_bf16_cpu(cpuinfo: str | None = None) -> bool:
+    """Whether the CPU multiplies bf16 natively (AVX512-BF16 or AMX); without it torch emulates bf16."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = set(cpuinfo.split())
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def demo_precision(device: str | None) -> str:
+    """bf16 where it is fast (a GPU, a CPU with native bf16), else fp32."""
+    import torch
+
+    on_gpu = device.startswith("cuda") if device else torch.cuda.is_available()
+    return "bf16" if on_gpu or native_bf16_cpu() else "fp32"
 
 
 # -- the closing summary ------------------------------------------------------------------------
@@ -109,8 +130,9 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.time()
     args.models = args.models or list(DEFAULT_MODELS)
     args.benchmarks = args.benchmarks or list(DEMO_BENCHMARKS)
-    print(f"demo: {', '.join(args.models)} on {', '.join(args.benchmarks)}, tier {args.tier}, "
-          f"first {args.limit} items of each fixed subset -> {args.out}", flush=True)
+    args.precision = args.precision or demo_precision(args.device)
+    print(f"demo: {', '.join(args.models)} on {', '.join(args.benchmarks)}, tier {args.tier}, precision "
+          f"{args.precision}, first {args.limit} items of each fixed subset -> {args.out}", flush=True)
     sweep = Sweep.from_args(args)
     result = sweep.run()
     sweep.print_summary(result)

@@ -8,7 +8,7 @@ from safetyrepro.analysis.grid_io import common_configurations, validate_cells
 from safetyrepro.analysis.pipeline import AnalysisOptions, run_analysis
 from safetyrepro.analysis.slices import slice_names
 from safetyrepro.cli import build_parser, main
-from safetyrepro.demo import DEMO_BENCHMARKS, DEMO_LIMIT, DEMO_TIER, summary_lines
+from safetyrepro.demo import DEMO_BENCHMARKS, DEMO_LIMIT, DEMO_TIER, native_bf16_cpu, summary_lines
 from safetyrepro.tasks.envelope import Config, default_rules
 
 
@@ -20,12 +20,20 @@ def test_demo_help_shows_the_demo_defaults_not_the_sweeps(capsys):
     assert "demo default: crows_pairs xstest" in text and "demo default: logprob, 12 configurations" in text
     assert f"demo default: {DEMO_LIMIT}" in text and "demo default: the three embedded small models" in text
     assert "default: all five" not in text and "(default: full)" not in text
+    assert "demo default: bf16 on a GPU or a CPU with native bf16" in text and "bf16 (default)" not in text
     args = build_parser().parse_args(["demo"])
-    assert (args.tier, args.limit, args.models, args.benchmarks) == (DEMO_TIER, DEMO_LIMIT, None, None)
+    assert (args.tier, args.limit, args.models, args.benchmarks, args.precision) == (DEMO_TIER, DEMO_LIMIT, None, None,
+                                                                                     None)
     assert tuple(DEMO_BENCHMARKS) == ("crows_pairs", "xstest")
     # the demo's slice spans 12 configurations per benchmark (the report needs at least one such)
     rules = default_rules()
     assert all(len(rules.configs(b, subset=DEMO_TIER)) == 12 for b in DEMO_BENCHMARKS)
+
+
+def test_bf16_is_the_demo_precision_only_where_the_cpu_multiplies_it_natively():
+    assert native_bf16_cpu("flags : fpu sse avx2 fma avx512f avx512_bf16")
+    assert native_bf16_cpu("flags : fpu amx_bf16 amx_tile")
+    assert not native_bf16_cpu("flags : fpu sse avx2 fma")
 
 
 def _analysis(scores: dict[str, dict[str, list[float]]]):
