@@ -78,7 +78,8 @@ def _caveats(a: Analysis, run_note: str, meta: dict | None) -> list[str]:
                    + "; ".join(not_full) + ".")
     if not a.degenerate_cells.empty:
         d = a.degenerate_cells
-        out.append(f"Degenerate cells: {len(d)} cells parse under {PARSE_CLEAN_MIN} or return mostly empty outputs ("
+        out.append(f"Degenerate cells: {len(d)} {'cell parses' if len(d) == 1 else 'cells parse'} under "
+                   f"{PARSE_CLEAN_MIN} or return mostly empty outputs ("
                    + ", ".join(f"{r.model} {r.config_id} score {r.score:.3f}, {r.reason}" for r in d.head(5).itertuples())
                    + ("" if len(d) <= 5 else ", ...") + f"); read SDI, CFR and orderings on slice `{PARSE_CLEAN}` beside "
                    "`full` (degenerate_effects.csv).")
@@ -192,6 +193,12 @@ def _cell(v) -> str:
     return str(v)
 
 
+def _metric(name: str, value) -> str:
+    if value is None or value != value:  # NaN
+        return "N/A"
+    return str(int(value)) if name.startswith("n_") else f"{value:.3f}"
+
+
 def card_markdown(card: dict) -> str:
     g, env = card["grid"], card["envelope"]
     lines = [f"# GRID card: {Path(g['path']).name}", "",
@@ -247,8 +254,8 @@ def card_markdown(card: dict) -> str:
                   for r in card["degenerate_cells"]]
         lines += ["", "What they move (slice full with them, parse_clean without):", "",
                   "| benchmark | model | metric | full | parse_clean |", "|---|---|---|---|---|"]
-        lines += [f"| {r['benchmark']} | {r['model']} | {r['metric']} | {_cell(r['full'])} | {_cell(r['parse_clean'])} |"
-                  for r in card["degenerate_effects"]]
+        lines += [f"| {r['benchmark']} | {r['model']} | {r['metric']} | {_metric(r['metric'], r['full'])} | "
+                  f"{_metric(r['metric'], r['parse_clean'])} |" for r in card["degenerate_effects"]]
     else:
         lines.append(f"- No degenerate cell: every cell parses at least {PARSE_CLEAN_MIN:.0%} of items.")
     ties = card["ties_between_candidates"]

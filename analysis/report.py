@@ -138,6 +138,10 @@ def _list(values, last: str = "and") -> str:
     return values[0] if len(values) == 1 else ", ".join(values[:-1]) + f" {last} " + values[-1]
 
 
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def ceiling_phrase(ns) -> str:
     """The rho_flip ceiling and the one-pair chance reference at every |C| given, in words."""
     return "; ".join(f"|C| = {n}: ceiling {ceiling(n):.3f}, chance {chance_rho_flip(n):.3f}" for n in sorted(set(ns)))
@@ -245,7 +249,9 @@ def _median_caption(a: Analysis) -> str:
         return "CFR with theta at each model's own median score: nothing to show."
     below = c[c["cfr"] < c["ceiling"] - 1e-12]
     ns = sorted(set(int(v) for v in c["n_configs"]))
-    text = ("CFR with theta at each model's own median score. It reaches its ceiling 2n/(n-1)·1/4 ("
+    below = below.assign(_full=below["slice"] != "full").sort_values(["_full", "benchmark", "model"])
+    text = ("With theta at each model's own median score (column `theta median`), CFR reaches its ceiling "
+            "2n/(n-1)·1/4 ("
             + ", ".join(f"{cfr_ceiling(n):.3f} at n = {n}" for n in ns if n > 1)
             + ") only when n is even and the two middle scores differ, so that exactly half the configurations pass; "
             "with odd n (p = (n+1)/(2n), CFR = (n+1)/(2n)) or ties at the median it falls below. ")
@@ -282,8 +288,9 @@ def _degenerate_blocks(a: Analysis) -> list[Block]:
     empties = int((cells["n_empty"].fillna(0) == cells["n_outputs"].fillna(-1)).sum())
     known = cells["n_outputs"].notna().any()
     blocks.append(Para(
-        f"{len(cells)} cells have a parse rate below {PARSE_CLEAN_MIN} or more than {100 * EMPTY_SHARE_MAX:.0f} % empty "
-        "outputs" + (f" ({empties} returned an empty output on every item)" if known else
+        f"{_count(len(cells), 'cell has', 'cells have')} a parse rate below {PARSE_CLEAN_MIN} or more than "
+        f"{100 * EMPTY_SHARE_MAX:.0f} % empty outputs"
+        + (f" ({empties} returned an empty output on every item)" if known else
                      " (no per-item raw outputs, so empty outputs could not be counted)")
         + ". An unparsed answer counts as wrong, so such a "
         "cell scores low because of the parser or the template, not the model's judgement. lowest_of_model marks a "
@@ -473,7 +480,7 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
         else:
             blocks += [Para(f"Tie rule of the run: `{rule}` (expected: credit 1/k when the gold answer is among k "
                             "exactly tied winners; first: the first candidate wins, lm-eval's rule). "
-                            f"{len(a.tie_rates)} cells had ties."),
+                            f"{_count(len(a.tie_rates), 'cell', 'cells')} had ties."),
                        Table(a.tie_rates, "tie_rate is the share of the cell's items whose top log-likelihoods tie "
                              "exactly; under the `first` rule such items are scored by candidate order, not by the "
                              "model.")]

@@ -76,7 +76,7 @@ def test_tie_rates_are_shown_with_the_run_tie_rule(rules, tmp_path, capsys):
     ties = pd.read_csv(out / "tie_rates.csv")
     assert ties[["model", "config_id", "tie_rate"]].values.tolist() == [["gemma", "xstest/T1/greedy/0shot/logprob", 0.125]]
     report = (out / "report.md").read_text()
-    assert "Tie rule of the run: `expected`" in report and "1 cells had ties" in report
+    assert "Tie rule of the run: `expected`" in report and "1 cell had ties" in report
     card = json.loads((out / "grid_card.json").read_text())["ties_between_candidates"]
     assert card == {"tie_rule": "expected", "tie_rate_in_grid": True, "cells_with_ties": 1, "max_tie_rate": 0.125}
     frame.loc[1, "tie_rate"] = 1.5
@@ -122,7 +122,7 @@ def test_an_all_empty_free_form_cell_is_named_with_what_it_moves(rules, tmp_path
     assert effects.loc[("gemma", "score_min"), ["full", "parse_clean"]].tolist() == [0.0, 0.55]
     assert effects.loc[("all", "n_orderings"), "n_configs_parse_clean"] == 3
     report = (out / "report.md").read_text()
-    assert "1 cells have a parse rate below 0.95" in report and "1 returned an empty output on every item" in report
+    assert "1 cell has a parse rate below 0.95" in report and "1 returned an empty output on every item" in report
     assert "| gemma (full) |" not in report and "xstest (parse_clean)" in report  # SDI read both ways
     card = (out / "grid_card.md").read_text()
     assert "| gemma | xstest/T1/greedy/0shot/free_form | 0.000 | 0.000 | parse_rate 0.00 < 0.95; every output empty" in card
