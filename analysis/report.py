@@ -339,7 +339,9 @@ def _variance_blocks(a: Analysis) -> list[Block]:
                         "/ (SS_total + MS_res) per group of terms (eta² less what a term's degrees of freedom would "
                         f"explain by chance; negative means no effect beyond noise), and the same fits on the "
                         f"free-form configurations that are also in `{PARSE_CLEAN}`. If rho keeps its side of 1 across "
-                        "the rows, the reading does not hinge on the sums-of-squares type or on badly parsed cells."))
+                        "the rows, the reading does not hinge on the sums-of-squares type or on badly parsed cells. (On a "
+                        "complete, balanced design Type II and Type III coincide, as they must; they part when the "
+                        "slice leaves the template x decoding x shots design incomplete.)"))
     return blocks
 
 
