@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-quick lint yaml clean helm
+.PHONY: install demo test test-quick lint yaml clean helm llamacpp
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,13 @@ $(HELM_VENV)/.installed: pyproject.toml setup.py scripts/helm/constraints.txt sc
 	PYTHON=$(PYTHON) bash scripts/helm/install_helm_venv.sh $(HELM_VENV) "$(TORCH)"
 
 helm: $(HELM_VENV)/.installed
+
+# llama.cpp's server in .venv, for local GGUF models behind an OpenAI-compatible API (README: Bring your own model).
+$(VENV)/.llamacpp: $(STAMP)
+	$(BIN)/python -m pip install -q "llama-cpp-python[server]==0.3.36"
+	touch $(VENV)/.llamacpp
+
+llamacpp: $(VENV)/.llamacpp
 
 clean:
 	rm -rf $(VENV) $(HELM_VENV) build *.egg-info .pytest_cache

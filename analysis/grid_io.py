@@ -22,6 +22,8 @@ import pandas as pd
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import AXES, Config, Rules
 
+MAX_COUNT = 10**9  # items or seeds per cell
+
 GRID_COLUMNS = (
     "model", "benchmark", "template", "decoding", "shots", "scoring", "precision", "package",
     "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id",
@@ -198,10 +200,11 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
         _check_unit_interval(out, out[column].where(ok, 0.0), column, source)
     for column in ("n_items", "n_seeds"):
         counts = _numeric(out, column, source)
-        bad = ok & (counts.isna() | (counts < 1) | (counts != counts.round()))
+        # an item count beyond any real subset (or int64) is a damaged value, not a big one
+        bad = ok & (counts.isna() | (counts < 1) | (counts != counts.round()) | (counts > MAX_COUNT))
         if bad.any():
             i = _row(out, bad)
-            raise UserError(f"grid {source} row {i}: column {column!r} must be a whole number >= 1, "
+            raise UserError(f"grid {source} row {i}: column {column!r} must be a whole number from 1 to {MAX_COUNT:,}, "
                             f"got {plain(frame[column].iloc[i - 1])!r}")
         out[column] = counts.fillna(0).astype(int)
     if TIE_RATE in out.columns:

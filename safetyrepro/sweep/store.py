@@ -92,6 +92,8 @@ class Store:
     def unlock(self) -> None:
         f = getattr(self, "_lock_file", None)
         if f is not None:
+            f.seek(0)
+            f.truncate()  # no stale pid for the next holder's message
             fcntl.flock(f, fcntl.LOCK_UN)
             f.close()
             self._lock_file = None

@@ -188,5 +188,5 @@ def _check_before_loading(o: SweepOptions, configs) -> None:
     if o.executor == "ray":
         try:
             import ray  # noqa: F401
-        except ModuleNotFoundError:
+        except ImportError:
             raise UserError("--executor ray needs Ray: pip install 'safetyrepro[ray]'") from None
