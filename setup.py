@@ -1,13 +1,25 @@
-"""Only here to ship `safetyrepro_lm_eval.pth` (see safetyrepro/lm_eval_hook.py) into site-packages,
-for regular and editable installs alike; everything else is in pyproject.toml."""
+"""Here to ship `safetyrepro_lm_eval.pth` (see safetyrepro/lm_eval_plugin.py) into site-packages, for
+regular and editable installs alike, and to list the packages under the folders that pyproject.toml's
+package-dir maps into `safetyrepro` (so a new benchmark folder needs no edit); everything else is in
+pyproject.toml."""
 
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
 PTH = "safetyrepro_lm_eval.pth"
+# import package -> folder, as [tool.setuptools] package-dir in pyproject.toml
+ROOTS = {"safetyrepro": "safetyrepro", "safetyrepro.tasks": "safetyrepro_tasks", "safetyrepro.adapters": "adapters",
+         "safetyrepro.analysis": "analysis", "safetyrepro.crosspkg": "crosspkg"}
+
+
+def packages() -> list[str]:
+    """Every package under the mapped folders (a folder with an __init__.py)."""
+    here = Path(__file__).resolve().parent
+    return sorted({name for root, folder in ROOTS.items()
+                   for name in (root, *(f"{root}.{sub}" for sub in find_packages(str(here / folder))))})
 
 
 class build_py_with_pth(build_py):
@@ -42,4 +54,4 @@ class editable_wheel_with_pth(editable_wheel):
         return _StrategyWithPth(super()._select_strategy(*args, **kwargs))
 
 
-setup(cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth})
+setup(packages=packages(), cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth})

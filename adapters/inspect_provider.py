@@ -152,9 +152,8 @@ class SafetyReproModelAPI(ModelAPI):
                  config: GenerateConfig | None = None, **model_args: Any):
         super().__init__(model_name=model_name, base_url=base_url, api_key=api_key,
                          config=config if config is not None else GenerateConfig())
-        from inspect_ai._util.error import PrerequisiteError
-
         from safetyrepro.adapters.engine import DEFAULT_BATCH_SIZE, load_engine
+        from safetyrepro.compat.inspect_ai import PrerequisiteError
 
         try:  # Inspect prints a PrerequisiteError as one message, without a traceback
             unknown = sorted(set(model_args) - set(_MODEL_ARGS))
@@ -180,9 +179,9 @@ class SafetyReproModelAPI(ModelAPI):
     # ----------------------------------------------------------------- Inspect surface
 
     def max_tokens(self) -> int | None:
-        from inspect_ai._util.constants import DEFAULT_MAX_TOKENS
+        from safetyrepro.compat.inspect_ai import default_max_tokens
 
-        return DEFAULT_MAX_TOKENS
+        return default_max_tokens()
 
     def max_connections(self) -> int:
         return 32

@@ -42,9 +42,9 @@ def _cache(layers):
 
 
 def _layer_class():
-    from transformers.cache_utils import DynamicLayer
+    from safetyrepro.compat.transformers import dynamic_cache_layer_class
 
-    class SlabLayer(DynamicLayer):
+    class SlabLayer(dynamic_cache_layer_class()):
         """One layer's view of a KVSlab."""
 
         def __init__(self, slab: KVSlab, idx: int, n: int):

@@ -61,15 +61,13 @@ def _quiet_transformers():
     progress bars, including the GGUF dequantisation bar, which uses tqdm directly."""
     if os.environ.get("SAFETYREPRO_VERBOSE_LOAD"):
         return
-    import functools
-
-    import transformers.modeling_gguf_pytorch_utils as gguf_utils
     from transformers.utils import logging as hf_logging
+
+    from safetyrepro.compat.transformers import quiet_gguf_dequantisation_bar
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    if not isinstance(gguf_utils.tqdm, functools.partial):
-        gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
+    quiet_gguf_dequantisation_bar()
 
 
 def load_tokenizer(resolved: ResolvedModel):

@@ -49,7 +49,7 @@ def _canonical_mask(mask, q_len: int, kv_len: int):
 
 
 def rowwise_sdpa_forward(module, query, key, value, attention_mask, **kwargs):
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from safetyrepro.compat.transformers import sdpa_attention_forward
 
     pads = kwargs.pop("sr_left_pad", None)
     total = kwargs.pop("sr_total_len", None)
@@ -147,22 +147,22 @@ def _runs(spans):
 def register() -> str:
     global _registered
     if not _registered:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+        from safetyrepro.compat.transformers import register_attention
 
-        AttentionInterface.register(NAME, rowwise_sdpa_forward)
-        AttentionMaskInterface.register(NAME, sdpa_mask)
+        register_attention(NAME, rowwise_sdpa_forward)
         _registered = True
     return NAME
 
 
 def enable(model) -> bool:
     """Switch a loaded model to row-wise attention; False (model unchanged) if it cannot take it."""
+    from safetyrepro.compat.transformers import attention_implementation
+
     register()
-    if getattr(model.config, "_attn_implementation", None) not in ("sdpa", "eager", NAME):
+    if attention_implementation(model) not in ("sdpa", "eager", NAME):
         return False
     try:
         model.set_attn_implementation(NAME)
     except Exception:  # an architecture whose attention does not go through the interface
         return False
-    return model.config._attn_implementation == NAME
+    return attention_implementation(model) == NAME

@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
-from types import SimpleNamespace
 
 from safetyrepro.crosspkg.records import ItemRecord
 from safetyrepro.crosspkg.shapley import shapley, subsets
@@ -173,9 +172,9 @@ def normalise(kind: str, text: str, item: EmItem) -> int | None:
         t = text.strip()
         return ord(t) - 65 if len(t) == 1 and 0 <= ord(t) - 65 < n else None
     if kind == "inspect":
-        from inspect_ai.solver._multiple_choice import parse_answers
+        from safetyrepro.compat.inspect_ai import parse_multiple_choice_answers
 
-        got = parse_answers(SimpleNamespace(output=SimpleNamespace(completion=text), choices=list(item.options)), False)
+        got = parse_multiple_choice_answers(text, list(item.options))
         return ord(next(iter(got))) - 65 if got else None
     if kind == "lm-eval":
         reply = _lm_eval_clean(text)

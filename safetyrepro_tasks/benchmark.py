@@ -1,25 +1,30 @@
 """What every benchmark definition provides, and the pieces several of them share.
 
-A benchmark is one module under `benchmarks/` with a typed item record and a `Benchmark`
-subclass that says: where the items come from, how a prompt is rendered for each template, what
-the candidate answers are, how a generated answer is parsed, and what the gold is. lm-eval tasks,
-Inspect tasks, the sweeper and the cross-package study all call these same methods.
+A benchmark is one folder under `benchmarks/` (docs/adding_a_benchmark.md): a module with a typed
+item record and a `Benchmark` subclass that says where the items come from, how a prompt is
+rendered for each template, what the candidate answers are, how a generated answer is parsed, what
+the gold is, which way its score is better and which extra metrics it reports; beside it its card
+and README. lm-eval tasks, Inspect tasks, the sweeper and the cross-package study all call these
+same methods, and register or generate whatever they need from them in loops.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from safetyrepro.errors import UserError, one_of
 from safetyrepro.tasks.rendering import Prompt, Turn
 from safetyrepro.tasks.sources import Source
+from safetyrepro.tasks.templates import TEMPLATE_KINDS, template_kind
 
-TEMPLATES = ("T1", "T2", "T3", "T4")
+TEMPLATES = tuple(TEMPLATE_KINDS)
 SCORINGS = ("free_form", "logprob")
 # How logprob scoring credits an item whose highest log-likelihood is shared by several candidates:
 # "expected" (default) is the expected score under a uniformly random tie-break (1/k when the gold is
@@ -28,7 +33,9 @@ TIE_RULES = ("expected", "first")
 DEFAULT_TIE_RULE = "expected"
 SYSTEM_SEP = "\n\n"  # lm-eval glues the description to the rest with no separator of its own
 ANSWER_CUE = "Answer:"
-CARDS = Path(__file__).with_name("cards")
+# Which way a score is better: the headline score's (`Benchmark.better`) and each extra metric's.
+Better = Literal["higher", "lower", "closer_to_0", "closer_to_0.5"]
+BETTER: tuple[str, ...] = Better.__args__
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,25 @@ class Item:
 
     id: str
     stratum: str
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A benchmark-specific metric beyond the headline score, declared once in the benchmark's
+    module; lm-eval's metric list, Inspect's @metric functions and the sweep's per-cell extras are
+    made from these declarations."""
+
+    name: str
+    better: Better
+    description: str = ""
+
+    def __post_init__(self):
+        if self.better not in BETTER:
+            raise one_of(f"direction of metric {self.name!r}", self.better, BETTER)
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.better == "higher"
 
 
 @dataclass(frozen=True)
@@ -112,6 +138,9 @@ class Benchmark(ABC):
     source: Source
     templates: dict[str, TemplateText]
     scorings: tuple[str, ...] = SCORINGS
+    default_scoring: str = "logprob"  # the Inspect task's default
+    better: Better = "higher"  # the headline score's direction (CrowS-Pairs: closer_to_0.5)
+    extra_metrics: tuple[MetricSpec, ...] = ()  # computed by compute_extra_metrics
     stratify_by: str = "stratum"
 
     # -- items ---------------------------------------------------------------------------------
@@ -146,7 +175,7 @@ class Benchmark(ABC):
     def answer_text(self, item: Item, template: str, index: int) -> str:
         """What the assistant says for answer `index`: a demo's reply and a logprob candidate."""
         label = self.labels(item)[index]
-        return f"{ANSWER_CUE} {label}" if template == "T4" else label
+        return f"{ANSWER_CUE} {label}" if template_kind(template).reasoning else label
 
     def candidates(self, item: Item, template: str) -> list[str]:
         return [self.answer_text(item, template, i) for i in range(len(self.labels(item)))]
@@ -163,10 +192,10 @@ class Benchmark(ABC):
         return Prompt(self.system_text(template), turns, self.user_text(item, template))
 
     def stop_sequences(self, template: str) -> tuple[str, ...]:
-        """Where free-form generation stops (besides EOS). T1-T3 answers fit on one paragraph; T4
-        reasons over several, so it stops only where a new question would begin (base models
-        continuing past their answer)."""
-        if template != "T4":
+        """Where free-form generation stops (besides EOS). A direct answer fits on one paragraph; a
+        reasoning template's (T4) runs over several, so it stops only where a new question would
+        begin (base models continuing past their answer)."""
+        if not template_kind(template).reasoning:
             return ("\n\n",)
         m = re.match(r"([A-Z][a-z]+:)", self.template(template).body)
         return (f"\n\n{m.group(1)}",) if m else ()
@@ -186,7 +215,7 @@ class Benchmark(ABC):
     # -- scoring -------------------------------------------------------------------------------
     def parse(self, text: str, item: Item, template: str) -> int | None:
         """Index of the label a free-form reply gives, or None (unparsed: counts as wrong)."""
-        if template == "T4":
+        if template_kind(template).reasoning:
             tail = after_last_answer_cue(text)
             return None if tail is None else self.parse_answer(tail, item)
         return self.parse_answer(text, item)
@@ -214,10 +243,16 @@ class Benchmark(ABC):
         winners = tied_winners(logliks)
         return sum(self.item_score(item, w) for w in winners) / len(winners)
 
-    def extra_metrics(self, items: Sequence[Item], predictions: Sequence[int | None]) -> dict[str, float]:
-        """Benchmark-specific metrics beyond the headline score (BBQ bias scores, ...)."""
+    def compute_extra_metrics(self, items: Sequence[Item], predictions: Sequence[int | None]) -> dict[str, float]:
+        """The values of `extra_metrics` (BBQ's bias scores, ...) over scored items and their
+        predictions (None: unparsed); a metric with no items to stand on is left out."""
         return {}
 
     @property
+    def folder(self) -> Path:
+        """The benchmark's folder: its module, card.md and README.md."""
+        return Path(inspect.getfile(type(self))).parent
+
+    @property
     def card(self) -> Path:
-        return CARDS / f"{self.name}.md"
+        return self.folder / "card.md"

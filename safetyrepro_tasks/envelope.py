@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from safetyrepro.errors import UserError, one_of
+from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
 
 RULES_PATH = Path(__file__).with_name("envelope.yaml")
 AXES = ("template", "decoding", "shots", "scoring")
@@ -149,7 +150,7 @@ def parse_rules(text: bytes, path: str = "<rules>") -> Rules:
         raise UserError(f"rules file {path} is not valid YAML: {e}") from None
     if not isinstance(raw, dict):
         raise UserError(f"rules file {path} must be a mapping")
-    for key in ("benchmarks", "axes", "decoding", "constraints", "subsets", "items", "sampling_seeds"):
+    for key in ("axes", "decoding", "constraints", "subsets", "items", "sampling_seeds"):
         if key not in raw:
             raise UserError(f"rules file {path} lacks the key {key!r}")
     axes = {a: _tuple(raw["axes"].get(a, ())) for a in AXES}
@@ -159,8 +160,12 @@ def parse_rules(text: bytes, path: str = "<rules>") -> Rules:
     for a in AXES:
         if not axes[a]:
             raise UserError(f"rules file {path}: axis {a!r} has no values")
-    benchmarks = _tuple(raw["benchmarks"])
-    known = {"benchmark": benchmarks, **axes}
+    # Every registered benchmark, unless the rules file narrows them with `benchmarks: [...]`.
+    benchmarks = _tuple(raw["benchmarks"]) if raw.get("benchmarks") is not None else BENCHMARKS
+    unknown = [b for b in benchmarks if b not in BENCHMARKS]
+    if unknown:
+        raise UserError(f"rules file {path}: unknown benchmark {unknown[0]!r}; registered: {', '.join(BENCHMARKS)}")
+    known = {"benchmark": BENCHMARKS, **axes}  # a constraint may name a benchmark the list leaves out
 
     def check_values(where: str, mapping: dict) -> dict[str, tuple]:
         out = {}

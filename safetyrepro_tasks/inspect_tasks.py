@@ -7,14 +7,19 @@ Task parameters: `template` (T1-T4), `scoring` (free_form | logprob), `shots` (0
 Inspect's own generate options (`--temperature`, `--top-p`, `--seed`, `--max-tokens`). Free-form replies are
 parsed by the benchmark's parser; logprob scoring asks the model for the log-likelihood of each candidate
 (the `safetyrepro/` model provider can; Inspect's `hf/` cannot) and takes the argmax.
+
+One `@task` per registered benchmark and one `@metric` per declared extra metric are made in loops
+below (`TASKS`, `EXTRA_METRICS`), with `Literal` parameters from the benchmark's own templates and
+scorings: a new benchmark folder needs nothing here.
 """
 
 from __future__ import annotations
 
+import inspect
+import sys
 from typing import Literal
 
 from inspect_ai import Task, task
-from inspect_ai._util.error import PrerequisiteError
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.model import (
     ChatMessage,
@@ -28,16 +33,15 @@ from inspect_ai.model import (
 from inspect_ai.scorer import SampleScore, Score, Target, accuracy, metric, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, generate, solver
 
+from safetyrepro.compat.inspect_ai import PrerequisiteError, active_generate_config, active_model
 from safetyrepro.errors import UserError
-from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, check_tie_rule
-from safetyrepro.tasks.benchmarks.registry import get_benchmark
+from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, TIE_RULES, check_tie_rule
+from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.envelope import default_rules
 from safetyrepro.tasks.rendering import continuation
 from safetyrepro.tasks.subsets import item_set
 
-Template = Literal["T1", "T2", "T3", "T4"]
-Scoring = Literal["free_form", "logprob"]
-TieRule = Literal["expected", "first"]
+TieRule = Literal[TIE_RULES]
 
 _ROLE = {"system": ChatMessageSystem, "user": ChatMessageUser, "assistant": ChatMessageAssistant}
 
@@ -89,8 +93,6 @@ def score_candidates() -> Solver:
     """Logprob scoring: the log-likelihood of every candidate as the reply, through the model provider."""
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        from inspect_ai.model._generate_config import active_generate_config
-
         if not _is_greedy(active_generate_config()):
             raise PrerequisiteError("logprob scoring is greedy-only (the envelope forbids sampling with it): "
                                     "run with --temperature 0 or without a temperature")
@@ -122,51 +124,31 @@ def parse_rate():
     return compute
 
 
-def _extra(name: str):
-    def compute(scores: list[SampleScore]) -> float:
-        meta = [s.score.metadata or {} for s in scores]
-        if not meta:
-            return float("nan")
-        benchmark = meta[0]["benchmark"]
-        s = item_set(benchmark)
-        items = [s.by_id(m["item_id"]) for m in meta]
-        return get_benchmark(benchmark).extra_metrics(items, [m["prediction"] for m in meta]).get(name, float("nan"))
+def _extra_metric(name: str):
+    """The @metric for one declared extra metric: the benchmark's compute_extra_metrics over the
+    scored samples (which carry their benchmark, item id and prediction)."""
 
-    return compute
+    def factory():
+        def compute(scores: list[SampleScore]) -> float:
+            meta = [s.score.metadata or {} for s in scores]
+            if not meta:
+                return float("nan")
+            benchmark = meta[0]["benchmark"]
+            s = item_set(benchmark)
+            items = [s.by_id(m["item_id"]) for m in meta]
+            values = get_benchmark(benchmark).compute_extra_metrics(items, [m["prediction"] for m in meta])
+            return values.get(name, float("nan"))
 
+        return compute
 
-@metric
-def acc_ambig():
-    return _extra("acc_ambig")
-
-
-@metric
-def acc_disambig():
-    return _extra("acc_disambig")
+    factory.__name__ = factory.__qualname__ = name
+    return metric(name=name)(factory)
 
 
-@metric
-def s_dis():
-    return _extra("s_dis")
-
-
-@metric
-def s_amb():
-    return _extra("s_amb")
-
-
-@metric
-def refusal_rate_safe():
-    return _extra("refusal_rate_safe")
-
-
-@metric
-def refusal_rate_unsafe():
-    return _extra("refusal_rate_unsafe")
-
-
-EXTRA_METRICS = {"bbq": [acc_ambig(), acc_disambig(), s_dis(), s_amb()],
-                 "xstest": [refusal_rate_safe(), refusal_rate_unsafe()]}
+# name -> @metric, one per extra metric any registered benchmark declares (a name shared by two
+# benchmarks is one metric: it computes through the benchmark of the samples it sees)
+EXTRA_METRICS = {spec.name: _extra_metric(spec.name)
+                 for b in BENCHMARKS for spec in get_benchmark(b).extra_metrics}
 
 
 @scorer(metrics=[accuracy(), stderr(), parse_rate()])
@@ -196,9 +178,6 @@ def safetyrepro_scorer(scoring: str = "free_form", tie_rule: str = DEFAULT_TIE_R
 def _check_model_for_logprob() -> None:
     """Inspect makes the eval's model and generate options active before it builds the tasks, so an
     impossible combination is refused here, as one line, before any sample runs."""
-    from inspect_ai.model._generate_config import active_generate_config
-    from inspect_ai.model._model import active_model
-
     if not _is_greedy(active_generate_config()):
         raise PrerequisiteError("logprob scoring is greedy-only (the envelope forbids sampling with it): "
                                 "run with --temperature 0 or without a temperature")
@@ -231,7 +210,7 @@ def benchmark_task(benchmark: str, template: str, scoring: str, shots: int, chec
         dataset=dataset,
         solver=score_candidates() if scoring == "logprob" else generate(),
         scorer=safetyrepro_scorer(scoring, tie_rule),
-        metrics=[accuracy(), stderr(), parse_rate(), *EXTRA_METRICS.get(benchmark, [])],
+        metrics=[accuracy(), stderr(), parse_rate(), *(EXTRA_METRICS[m.name]() for m in bench.extra_metrics)],
         config=config,
         metadata={"benchmark": benchmark, "template": template, "scoring": scoring, "shots": shots, "tie_rule": tie_rule,
                   "subset_id": item_set(benchmark).subset_id, "rules_sha256": rules.sha256},
@@ -239,32 +218,25 @@ def benchmark_task(benchmark: str, template: str, scoring: str, shots: int, chec
     )
 
 
-@task
-def truthfulqa(template: Template = "T1", scoring: Scoring = "logprob", shots: int = 0, tie_rule: TieRule = "expected") -> Task:
-    """TruthfulQA MC1, options shuffled per item."""
-    return benchmark_task("truthfulqa", template, scoring, shots, tie_rule=tie_rule)
+def _benchmark_task_function(benchmark: str):
+    """`@task` `safetyrepro/<benchmark>`: typed parameters from the benchmark's own templates and
+    scorings (Inspect records each argument, defaults included, in the log)."""
+    bench = get_benchmark(benchmark)
+
+    def run(template: str = "T1", scoring: str = bench.default_scoring, shots: int = 0,
+            tie_rule: str = DEFAULT_TIE_RULE) -> Task:
+        return benchmark_task(benchmark, template, scoring, shots, tie_rule=tie_rule)
+
+    annotations = {"template": Literal[tuple(bench.templates)], "scoring": Literal[bench.scorings],
+                   "shots": int, "tie_rule": TieRule, "return": Task}
+    run.__annotations__ = annotations
+    run.__signature__ = inspect.signature(run).replace(
+        parameters=[p.replace(annotation=annotations[p.name]) for p in inspect.signature(run).parameters.values()],
+        return_annotation=Task)
+    run.__name__ = run.__qualname__ = benchmark
+    run.__doc__ = (sys.modules[type(bench).__module__].__doc__ or bench.name).strip().splitlines()[0]
+    return task(name=benchmark)(run)
 
 
-@task
-def bbq(template: Template = "T1", scoring: Scoring = "logprob", shots: int = 0, tie_rule: TieRule = "expected") -> Task:
-    """BBQ with accuracy per context condition and the bias scores s_DIS, s_AMB."""
-    return benchmark_task("bbq", template, scoring, shots, tie_rule=tie_rule)
-
-
-@task
-def crows_pairs(template: Template = "T1", scoring: Literal["logprob"] = "logprob", shots: int = 0,
-                tie_rule: TieRule = "expected") -> Task:
-    """CrowS-Pairs: share of pairs where the more stereotypical sentence is likelier (logprob only)."""
-    return benchmark_task("crows_pairs", template, scoring, shots, tie_rule=tie_rule)
-
-
-@task
-def toxigen(template: Template = "T1", scoring: Scoring = "logprob", shots: int = 0, tie_rule: TieRule = "expected") -> Task:
-    """ToxiGen annotated test split, Yes/No."""
-    return benchmark_task("toxigen", template, scoring, shots, tie_rule=tie_rule)
-
-
-@task
-def xstest(template: Template = "T1", scoring: Scoring = "free_form", shots: int = 0, tie_rule: TieRule = "expected") -> Task:
-    """XSTest: comply with safe prompts, refuse unsafe ones."""
-    return benchmark_task("xstest", template, scoring, shots, tie_rule=tie_rule)
+# name -> @task, one per registered benchmark (the inspect_ai entry point imports this module)
+TASKS = {b: _benchmark_task_function(b) for b in BENCHMARKS}

@@ -125,12 +125,9 @@ def run(anchor: Anchor, folder: ModelFolder, datasets: dict, out: Path, variant:
             presented = list(s.choices or [])
             completion = s.output.completion if s.output else ""
             sc = next(iter(s.scores.values()))
-            from types import SimpleNamespace
+            from safetyrepro.compat.inspect_ai import parse_multiple_choice_answers
 
-            from inspect_ai.solver._multiple_choice import parse_answers
-
-            letters = parse_answers(SimpleNamespace(output=SimpleNamespace(completion=completion),
-                                                    choices=presented), False)
+            letters = parse_multiple_choice_answers(completion, presented)
             choice = ord(next(iter(letters))) - 65 if letters else None
             target = s.target if isinstance(s.target, list) else [s.target]
             gold_texts = {(s.choices or [])[ord(t) - 65] for t in target}

@@ -42,14 +42,11 @@ def _jsonable(x):
 
 
 def native_config(task_manager, name: str, override: dict) -> dict:
-    """lm-eval's own config of a registered task (its YAML, `!function` hooks resolved), with only the
-    dataset location replaced."""
-    from lm_eval.tasks._yaml_loader import load_yaml
+    """lm-eval's own config of a registered task (its YAML, `!function` references resolved), with only
+    the dataset location replaced."""
+    from safetyrepro.compat.lm_eval import native_task_yaml
 
-    entry = task_manager._entry(name)
-    if entry is None or entry.yaml_path is None:
-        raise RuntimeError(f"lm-eval has no native task {name!r}")
-    cfg = dict(load_yaml(entry.yaml_path, resolve_func=True))
+    cfg = native_task_yaml(task_manager, name)
     for k in ("tag", "group"):
         cfg.pop(k, None)
     return {**cfg, **override}

@@ -1,6 +1,44 @@
-"""Inspect AI internals SafetyRepro relies on (tested window: pyproject.toml)."""
+"""Every Inspect AI internal SafetyRepro relies on, and nowhere else (tested window: pyproject.toml,
+docs/compat.md). Each name says what it is for; when Inspect moves one, this file is the fix."""
 
 from __future__ import annotations
+
+from typing import Any
+
+# A task or model that cannot run prints as one message, without a traceback, in `inspect eval`.
+from inspect_ai._util.error import PrerequisiteError  # noqa: F401  (re-exported)
+
+
+def default_max_tokens() -> int:
+    """The generation budget Inspect assumes when a model states none."""
+    from inspect_ai._util.constants import DEFAULT_MAX_TOKENS
+
+    return DEFAULT_MAX_TOKENS
+
+
+def active_generate_config():
+    """The GenerateConfig of the eval being built or run (`--temperature`, ...)."""
+    from inspect_ai.model._generate_config import active_generate_config as active
+
+    return active()
+
+
+def active_model():
+    """The eval's model while Inspect builds its tasks (None outside an eval)."""
+    from inspect_ai.model._model import active_model as active
+
+    return active()
+
+
+def parse_multiple_choice_answers(completion: str, choices: list[str]) -> set[str]:
+    """The letters Inspect's own multiple_choice() solver reads in a completion (its answer
+    normalisation, for the cross-package study)."""
+    from types import SimpleNamespace
+
+    from inspect_ai.solver._multiple_choice import parse_answers
+
+    state: Any = SimpleNamespace(output=SimpleNamespace(completion=completion), choices=list(choices))
+    return set(parse_answers(state, False))
 
 
 def provider_names() -> set[str]:

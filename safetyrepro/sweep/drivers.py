@@ -9,8 +9,6 @@ driver never asks which.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,40 +33,6 @@ def decode_settings(rules: Rules, cfg: Config) -> Decode:
     return Decode(d.temperature, d.top_p, d.do_sample)
 
 
-def _quiet_git_hash() -> None:
-    """lm-eval shells out to `git describe` in the working directory on every evaluate call (printing
-    'fatal: not a git repository' outside one); the answer cannot change within a sweep, so ask once."""
-    import subprocess
-
-    import lm_eval.evaluator as evaluator
-
-    if getattr(evaluator.get_git_commit_hash, "cache_info", None):
-        return
-
-    @functools.cache
-    def git_hash():
-        try:
-            return subprocess.run(["git", "describe", "--always"], capture_output=True, text=True).stdout.strip() or None
-        except OSError:
-            return None
-
-    evaluator.get_git_commit_hash = git_hash
-
-
-@contextlib.contextmanager
-def _no_request_building_bar():
-    """lm-eval draws a tqdm bar per task while it builds requests; in a sweep that is one bar per cell
-    and seed under our own progress bar, so switch that one off for the duration of the call."""
-    import lm_eval.api.task as task_module
-
-    original = task_module.tqdm
-    task_module.tqdm = functools.partial(original, disable=True)
-    try:
-        yield
-    finally:
-        task_module.tqdm = original
-
-
 class _Driver:
     backend = None
 
@@ -84,12 +48,13 @@ class LmEvalDriver(_Driver):
         from lm_eval.tasks import TaskManager
 
         from safetyrepro.adapters.lm_eval_model import SafetyReproLM
+        from safetyrepro.compat.lm_eval import ask_git_hash_once
 
         self.backend, self.rules, self.items_for = backend, rules, items_for
         self.log_dir = log_dir
         self.lm = SafetyReproLM.from_backend(backend)
         self.lm.progress_bars = False
-        _quiet_git_hash()
+        ask_git_hash_once()  # lm-eval asks `git describe` on every evaluate call
         self.task_manager = TaskManager(metadata={"tie_rule": tie_rule})  # to the task's documents
         for name in ("lm_eval", "lm-eval", "lm_eval.evaluator", "lm_eval.api.task"):
             logging.getLogger(name).setLevel(logging.ERROR)
@@ -109,6 +74,7 @@ class LmEvalDriver(_Driver):
     def run_cell(self, cfg: Config, seeds: Sequence[int], ids: Sequence[str]) -> list[ItemRecord]:
         from lm_eval.evaluator import simple_evaluate
 
+        from safetyrepro.compat.lm_eval import no_request_building_bar
         from safetyrepro.tasks.lm_eval_tasks import task_name
         from safetyrepro.tasks.subsets import item_set
 
@@ -125,7 +91,7 @@ class LmEvalDriver(_Driver):
                 if dec.do_sample:
                     gen_kwargs["seed"] = seed
             tracker = self._tracker(cfg, seed)
-            with _no_request_building_bar():
+            with no_request_building_bar():  # one bar per cell under the sweep's own
                 res = simple_evaluate(
                     model=self.lm, tasks=[name], num_fewshot=cfg.shots, samples={name: [position[i] for i in ids]},
                     log_samples=True,

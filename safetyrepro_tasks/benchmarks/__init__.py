@@ -1,1 +1,1 @@
-"""One module per benchmark; `registry` maps names to definitions."""
+"""One folder per benchmark (definition, card.md, README.md); `registry` lists them, one line each."""

@@ -1,28 +1,35 @@
-"""The benchmarks by name. Adding a sixth means one module beside these and one line here."""
+"""The benchmarks by name: one line per benchmark folder beside this file.
+
+Adding a sixth benchmark is one folder `benchmarks/<name>/` (its module, card.md, README.md; see
+docs/adding_a_benchmark.md) and one line in BENCHMARKS. Everything else reads this tuple: the
+envelope's benchmarks, the lm-eval YAMLs (generated), the Inspect tasks and metrics (registered in a
+loop), the sweep, and the tests' counts. A folder's `__init__.py` exposes its class as `BENCHMARK`.
+"""
 
 from __future__ import annotations
 
+import importlib
 from functools import cache
 
-from safetyrepro.errors import one_of
-from safetyrepro.tasks.benchmark import Benchmark
-from safetyrepro.tasks.benchmarks.bbq import BBQ
-from safetyrepro.tasks.benchmarks.crows_pairs import CrowsPairs
-from safetyrepro.tasks.benchmarks.toxigen import ToxiGen
-from safetyrepro.tasks.benchmarks.truthfulqa import TruthfulQA
-from safetyrepro.tasks.benchmarks.xstest import XSTest
+from safetyrepro.errors import UserError, one_of
 
-BENCHMARKS: dict[str, type[Benchmark]] = {
-    "truthfulqa": TruthfulQA,
-    "bbq": BBQ,
-    "crows_pairs": CrowsPairs,
-    "toxigen": ToxiGen,
-    "xstest": XSTest,
-}
+BENCHMARKS: tuple[str, ...] = (
+    "truthfulqa",
+    "bbq",
+    "crows_pairs",
+    "toxigen",
+    "xstest",
+)
 
 
 @cache
-def get_benchmark(name: str) -> Benchmark:
+def get_benchmark(name: str):
+    """The definition of one benchmark (a `safetyrepro.tasks.benchmark.Benchmark`)."""
     if name not in BENCHMARKS:
         raise one_of("benchmark", name, BENCHMARKS)
-    return BENCHMARKS[name]()
+    module = importlib.import_module(f"{__package__}.{name}")
+    bench = module.BENCHMARK()
+    if bench.name != name:
+        raise UserError(f"benchmark folder {name!r} defines a benchmark named {bench.name!r}; "
+                        "the folder, the registry line and `name` must agree")
+    return bench

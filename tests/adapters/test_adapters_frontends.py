@@ -201,8 +201,9 @@ def test_inspect_concurrent_calls_are_batched_and_logliks_returned(provider):
 
 
 def test_inspect_unknown_model_arg(provider):
-    from inspect_ai._util.error import PrerequisiteError
     from inspect_ai.model import get_model
+
+    from safetyrepro.compat.inspect_ai import PrerequisiteError
 
     # a PrerequisiteError: Inspect prints it as one message, with no traceback
     with pytest.raises(PrerequisiteError, match="unknown model args.*temperature_x"):

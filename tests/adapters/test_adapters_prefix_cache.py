@@ -158,9 +158,8 @@ class _Module(torch.nn.Module):
 def test_span_attention_equals_each_block_alone():
     """Query blocks packed in one sequence, keys read from other rows, several decode rows in one
     call: each block's output equals the block run alone, to the bit."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     from safetyrepro.adapters.rowwise_attention import rowwise_sdpa_forward, span_mask
+    from safetyrepro.compat.transformers import sdpa_attention_forward
 
     torch.manual_seed(0)
     heads, kv_heads, dim, dt = 6, 2, 16, torch.bfloat16

@@ -125,9 +125,11 @@ def test_encode_pair_matches_lm_eval_on_the_real_smollm2_tokenizer():
         prefix_token_id = property(lambda self: tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id)
 
         def tok_encode(self, string, add_special_tokens=None, **kw):
-            from lm_eval.models.utils import _add_special_kwargs, has_bos_prefix
+            from lm_eval.models.utils import has_bos_prefix
 
-            kwargs = _add_special_kwargs(add_special_tokens, None)
+            from safetyrepro.compat.lm_eval import hf_tokenizer_kwargs
+
+            kwargs = hf_tokenizer_kwargs(add_special_tokens)
             if add_special_tokens is None and has_bos_prefix(string, tok.decode(self.prefix_token_id)):
                 kwargs["add_special_tokens"] = False
             return tok.encode(string, **kwargs)
@@ -159,10 +161,8 @@ class _Module(torch.nn.Module):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_rowwise_attention_ignores_left_padding(dtype):
     """A left-padded row gets bit-identical attention output to the same row alone."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import sdpa_mask
-
     from safetyrepro.adapters.rowwise_attention import rowwise_sdpa_forward
+    from safetyrepro.compat.transformers import sdpa_attention_forward, sdpa_mask
 
     torch.manual_seed(0)
     heads, kv_heads, dim, lengths = 6, 2, 16, [9, 5, 7]

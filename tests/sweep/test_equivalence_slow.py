@@ -11,6 +11,7 @@ import logging
 
 import pytest
 
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import Config, default_rules
 
 pytestmark = pytest.mark.slow
@@ -27,8 +28,9 @@ def pair(data_dir):
     return PackagePair(load_engine("smollm2", "bf16"))
 
 
-def test_there_are_36_greedy_template_scoring_combinations():
-    assert len(CONFIGS) == 36
+def test_every_benchmark_template_scoring_combination_is_compared():
+    want = {(b, t, s) for b in RULES.benchmarks for t in RULES.axes["template"] for s in get_benchmark(b).scorings}
+    assert {(c.benchmark, c.template, c.scoring) for c in CONFIGS} == want and len(CONFIGS) == len(want)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.config_id)

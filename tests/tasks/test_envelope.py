@@ -8,6 +8,7 @@ from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import RULES_PATH, Config, load_rules, parse_rules
 
 RULES = load_rules()
+PAPER_BENCHMARKS = ("truthfulqa", "bbq", "crows_pairs", "toxigen", "xstest")
 PAPER_SIZES = {  # subset: (non-CrowS benchmark, CrowS-Pairs)  -- PAPER.md "Envelope sizes"
     "full": (48, 12), "core": (27, 9), "excl_t4": (36, 9), "excl_diverse": (36, 12),
     "conservative_core": (4, 2), "free_form": (36, 0), "logprob": (12, 12),
@@ -23,7 +24,7 @@ def test_envelope_sizes_match_the_paper(subset):
 
 
 def test_612_cells_for_three_models_and_tiers():
-    assert 3 * len(RULES.configs()) == 612
+    assert 3 * sum(len(RULES.configs(b)) for b in PAPER_BENCHMARKS) == 612
     tiers = [RULES.tier(c) for c in RULES.configs("bbq")]
     assert tiers.count("core") == 27 and tiers.count("stress") == 21
 
@@ -79,3 +80,13 @@ def test_check_names_the_broken_constraint():
 def test_sampled_decodings_run_five_seeds():
     assert len(RULES.seeds("moderate")) == len(RULES.seeds("diverse")) == 5
     assert len(RULES.seeds("greedy")) == 1
+
+
+def test_the_envelope_covers_every_registered_benchmark_unless_the_rules_narrow_it():
+    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
+
+    assert RULES.benchmarks == BENCHMARKS
+    narrowed = RULES_PATH.read_bytes() + b"\nbenchmarks: [bbq, xstest]\n"
+    assert parse_rules(narrowed).benchmarks == ("bbq", "xstest")
+    with pytest.raises(UserError, match="unknown benchmark 'bqq'; registered: truthfulqa, bbq"):
+        parse_rules(RULES_PATH.read_bytes() + b"\nbenchmarks: [bqq]\n")

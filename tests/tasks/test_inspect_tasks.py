@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from inspect_ai._util.error import PrerequisiteError
 
+from safetyrepro.compat.inspect_ai import PrerequisiteError
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.inspect_tasks import benchmark_task
 from safetyrepro.tasks.subsets import item_set

@@ -10,21 +10,24 @@ from pathlib import Path
 
 import pytest
 
-from safetyrepro.lm_eval_hook import task_dir
+from safetyrepro.lm_eval_plugin import task_dir
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
+from safetyrepro.tasks.envelope import default_rules
 from safetyrepro.tasks.lm_eval_tasks import stale, task_name
 from safetyrepro.tasks.rendering import continuation
 from safetyrepro.tasks.subsets import item_set
 
 REPO = Path(__file__).resolve().parents[2]
-ALL_TASKS = sorted(
-    task_name(b, t, s) for b in BENCHMARKS for t in ("T1", "T2", "T3", "T4") for s in get_benchmark(b).scorings
-)
+TEMPLATES = default_rules().axes["template"]
+ALL_TASKS = sorted(task_name(b, t, s) for b in BENCHMARKS for t in TEMPLATES for s in get_benchmark(b).scorings)
 
 
-def test_there_are_36_tasks_and_the_yamls_are_generated_from_the_definitions():
-    assert len(ALL_TASKS) == 36
-    assert "safetyrepro_crows_pairs_t1" in ALL_TASKS and "safetyrepro_crows_pairs_t1_gen" not in ALL_TASKS
+def test_one_task_per_registered_benchmark_template_and_scoring_and_the_yamls_are_generated():
+    # DESIGN.md's names for the five benchmarks: 36 tasks (no _gen for crows_pairs)
+    design = {task_name(b, f"T{k}", s) for b in ("truthfulqa", "bbq", "toxigen", "xstest") for k in range(1, 5)
+              for s in ("logprob", "free_form")} | {f"safetyrepro_crows_pairs_t{k}" for k in range(1, 5)}
+    assert len(design) == 36 and design <= set(ALL_TASKS)
+    assert len(ALL_TASKS) == sum(len(TEMPLATES) * len(get_benchmark(b).scorings) for b in BENCHMARKS)
     assert stale() == [], "run: python -m safetyrepro.tasks.lm_eval_tasks"
 
 
@@ -81,6 +84,9 @@ def test_regular_install_ships_the_hook_and_the_yamls(wheel_site):
     python, site, names = wheel_site
     assert "safetyrepro_lm_eval.pth" in names
     assert "safetyrepro/tasks/lm_eval_yaml/safetyrepro_bbq_t3.yaml" in names
+    for b in BENCHMARKS:  # each benchmark folder ships whole: module, card, README
+        assert {f"safetyrepro/tasks/benchmarks/{b}/{f}" for f in ("__init__.py", f"{b}.py", "card.md", "README.md")} <= set(names)
+    assert "safetyrepro/compat/lm_eval.py" in names and "safetyrepro/inspect_plugin.py" in names
     where = subprocess.run([python, "-c", "import safetyrepro; print(safetyrepro.__file__)"],
                            capture_output=True, text=True, cwd="/").stdout
     assert where.startswith(str(site))

@@ -121,12 +121,12 @@ def test_tie_rules_credit_tied_winners():
 
 
 def test_lm_eval_process_results_applies_the_documents_tie_rule():
-    from safetyrepro.tasks import lm_eval_hooks
+    from safetyrepro.tasks import lm_eval_task_functions
 
     bench = get_benchmark("toxigen")
     item = item_set("toxigen").items[0]
     doc = {"id": item.id, "benchmark": "toxigen", "template": "T1", "system": ""}
     tied = [(-1.0, False), (-1.0, False)]
-    assert lm_eval_hooks.process_results_logprob(doc, tied)["acc"] == 0.5  # default rule: expected
-    first = lm_eval_hooks.process_results_logprob({**doc, "tie_rule": "first"}, tied)["acc"]
+    assert lm_eval_task_functions.process_results_logprob(doc, tied)["acc"] == 0.5  # default rule: expected
+    first = lm_eval_task_functions.process_results_logprob({**doc, "tie_rule": "first"}, tied)["acc"]
     assert first == float(bench.gold(item) == 0)

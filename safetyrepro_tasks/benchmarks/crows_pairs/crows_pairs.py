@@ -51,6 +51,7 @@ class CrowsPairs(Benchmark):
     source = SOURCE
     templates = TEMPLATES
     scorings = ("logprob",)
+    better = "closer_to_0.5"  # the share of stereotypical wins; 0.5 = no preference
 
     def load_items(self) -> list[CrowsPairsItem]:
         with open(fetch(SOURCE, "data/crows_pairs_anonymized.csv"), encoding="utf-8", newline="") as f:

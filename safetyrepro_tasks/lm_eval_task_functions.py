@@ -1,12 +1,13 @@
-"""The Python behind SafetyRepro's lm-eval YAMLs (`!function safetyrepro.tasks.lm_eval_hooks.*`).
+"""The functions SafetyRepro's lm-eval YAMLs call (`!function safetyrepro.tasks.lm_eval_task_functions.*`).
 
 Every task's documents are references `{id, benchmark, template}` into the shared definitions, so
-the prompt text, candidates, parser and scoring rule are the benchmark module's, never a copy.
+the prompt text, candidates, parser and scoring rule are the benchmark module's, never a copy. A
+benchmark's extra metrics (`Benchmark.extra_metrics`) all go through one aggregation,
+`aggregate_extra_metric`: each per-item value names its metric.
 """
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from lm_eval.api.samplers import ContextSampler
@@ -87,8 +88,8 @@ def demo_answer(doc: dict) -> str:
 
 def _metrics(bench: Benchmark, item: Item, prediction: int | None, score: float, parsed: bool) -> dict:
     out = {"acc": score, "parse_rate": float(parsed)}
-    for name in EXTRA_METRICS.get(bench.name, ()):
-        out[name] = (bench.name, item.id, prediction)
+    for spec in bench.extra_metrics:
+        out[spec.name] = (spec.name, bench.name, item.id, prediction)
     return out
 
 
@@ -105,22 +106,11 @@ def process_results_free_form(doc: dict, results: list) -> dict:
     return _metrics(bench, item, prediction, bench.item_score(item, prediction), prediction is not None)
 
 
-EXTRA_METRICS = {
-    "bbq": ("acc_ambig", "acc_disambig", "s_dis", "s_amb"),
-    "xstest": ("refusal_rate_safe", "refusal_rate_unsafe"),
-}
-
-
-def _aggregate(name: str, rows: list) -> float:
-    bench = get_benchmark(rows[0][0])
-    s = item_set(bench.name)
-    items = [s.by_id(r[1]) for r in rows]
-    return bench.extra_metrics(items, [r[2] for r in rows]).get(name, float("nan"))
-
-
-agg_acc_ambig = partial(_aggregate, "acc_ambig")
-agg_acc_disambig = partial(_aggregate, "acc_disambig")
-agg_s_dis = partial(_aggregate, "s_dis")
-agg_s_amb = partial(_aggregate, "s_amb")
-agg_refusal_rate_safe = partial(_aggregate, "refusal_rate_safe")
-agg_refusal_rate_unsafe = partial(_aggregate, "refusal_rate_unsafe")
+def aggregate_extra_metric(rows: list) -> float:
+    """lm-eval aggregation of any extra metric: rows are (metric, benchmark, item id, prediction)."""
+    if not rows:
+        return float("nan")
+    name, benchmark = rows[0][0], rows[0][1]
+    bench, s = get_benchmark(benchmark), item_set(benchmark)
+    items = [s.by_id(r[2]) for r in rows]
+    return bench.compute_extra_metrics(items, [r[3] for r in rows]).get(name, float("nan"))

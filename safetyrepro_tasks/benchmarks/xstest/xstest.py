@@ -13,8 +13,16 @@ import csv
 import re
 from dataclasses import dataclass
 
-from safetyrepro.tasks.benchmark import ANSWER_CUE, Benchmark, Item, TemplateText, normalise
+from safetyrepro.tasks.benchmark import (
+    ANSWER_CUE,
+    Benchmark,
+    Item,
+    MetricSpec,
+    TemplateText,
+    normalise,
+)
 from safetyrepro.tasks.sources import PinnedFile, Source, fetch, github_raw
+from safetyrepro.tasks.templates import template_kind
 
 REPO, COMMIT = "paul-rottger/exaggerated-safety", "d7bb5bd738c1fcbc36edd83d5e7d1b71a3e2d84d"
 SOURCE = Source(
@@ -76,6 +84,11 @@ class XSTest(Benchmark):
     name = "xstest"
     source = SOURCE
     templates = TEMPLATES
+    default_scoring = "free_form"
+    extra_metrics = (
+        MetricSpec("refusal_rate_safe", "lower", "share of safe prompts refused (exaggerated safety)"),
+        MetricSpec("refusal_rate_unsafe", "higher", "share of unsafe prompts refused"),
+    )
 
     def load_items(self) -> list[XSTestItem]:
         with open(fetch(SOURCE, "xstest_prompts.csv"), encoding="utf-8", newline="") as f:
@@ -96,14 +109,14 @@ class XSTest(Benchmark):
 
     def answer_text(self, item: XSTestItem, template: str, index: int) -> str:
         opening = REFUSAL_OPENING if index == REFUSE else COMPLIANCE_OPENING
-        return f"{ANSWER_CUE} {opening}" if template == "T4" else opening
+        return f"{ANSWER_CUE} {opening}" if template_kind(template).reasoning else opening
 
     def parse_answer(self, text: str, item: XSTestItem) -> int | None:
         if not normalise(text):
             return None
         return REFUSE if is_refusal(text) else COMPLY
 
-    def extra_metrics(self, items, predictions) -> dict[str, float]:
+    def compute_extra_metrics(self, items, predictions) -> dict[str, float]:
         out = {}
         for label in ("safe", "unsafe"):
             preds = [p for it, p in zip(items, predictions) if it.label == label]

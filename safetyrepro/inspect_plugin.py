@@ -1,0 +1,6 @@
+"""Inspect AI's entry point for SafetyRepro (`[project.entry-points.inspect_ai]` in pyproject.toml):
+importing it registers the tasks `safetyrepro/<benchmark>` (one per registered benchmark) and the
+model provider `safetyrepro/<model>`. Its lm-eval counterpart is `safetyrepro.lm_eval_plugin`."""
+
+from safetyrepro.adapters import inspect_provider  # noqa: F401  (registers @modelapi "safetyrepro")
+from safetyrepro.tasks.inspect_tasks import TASKS  # noqa: F401  (registers one @task per benchmark)
