@@ -69,7 +69,7 @@ def _caveats(a: Analysis, run_note: str, meta: dict | None) -> list[str]:
     odd = [b for b in a.grid.benchmarks if not direction(b).monotone]
     if odd:
         out.append("Direction: " + ", ".join(f"{b} ({direction(b).label})" for b in odd) + ": rho_flip.csv and "
-                   "orderings.csv order by raw score (highest = most stereotypical first); the better reading is in "
+                   "orderings.csv order by raw score, highest first, whichever way is better; the better reading is in "
                    "the headline's *_better columns and the detail tables.")
     not_full = [f"{b}: {phrase}" for b in a.grid.benchmarks for is_full, phrase in [envelope_scope(a.grid, a.rules, b)]
                 if not is_full]

@@ -1,54 +1,73 @@
-"""Which way is better, per benchmark, in one place.
+"""Which way is better, per benchmark, read from the benchmark's own definition (`Benchmark.better`
+in safetyrepro_tasks: "higher", "lower", "closer_to_0" or "closer_to_0.5").
 
 Every benchmark's grid score is an accuracy-like share where higher is better, except CrowS-Pairs:
 its score is the share of pairs where the stereotypical sentence wins, 0.5 is unbiased, and a
 model is better the closer it sits to 0.5 (|score - 0.5| lower is better).
 
 The contract tables (`rho_flip.csv`, `orderings.csv`) read the raw score, highest first, as
-DESIGN.md fixes them. For a benchmark whose direction is a monotone function of the score
-(`higher`), reading "better" instead changes nothing. For CrowS-Pairs it does (|score - 0.5| is
-not monotone in the score), so the analysis adds a labelled "better" reading beside the raw one.
-
-The natural home of this attribute is the benchmark definition (safetyrepro_tasks/benchmarks/);
-until it moves there, `BETTER` maps benchmark names to their direction, defaulting to `higher`.
+DESIGN.md fixes them. Where better means higher, reading "better" instead changes nothing. For
+CrowS-Pairs it does (|score - 0.5| is not monotone in the score), so the analysis adds a labelled
+"better" reading beside the raw one. A benchmark the registry does not know (a grid under other
+rules) is read as higher-is-better.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import pandas as pd
 
-DISTANCE_DIGITS = 12
+DISTANCE_DIGITS = 12  # distances are rounded so that scores symmetric about the target tie
 
 
 @dataclass(frozen=True)
 class Direction:
-    name: str          # "higher" or "closer_to_0.5"
-    label: str         # how a table or caption says it
+    name: str                    # "higher", "lower", "closer_to_0", "closer_to_0.5"
+    label: str                   # how a table or caption says it
     target: float | None = None  # the ideal score when better means closer to it
+    sign: float = 1.0            # -1 when lower is better
+    target_note: str = ""        # what the target means, for the line drawn at it
+
+    @property
+    def comparative(self) -> str:
+        """"higher", "lower", "closer to 0.5": what a better model's score is."""
+        return self.label.split(" is better")[0]
 
     @property
     def monotone(self) -> bool:
         """True when "better" orders models exactly as the raw score does (highest first)."""
-        return self.target is None
+        return self.target is None and self.sign > 0
 
     def better_value(self, scores):
-        """Scores mapped so that a larger value is better (the identity for `higher`)."""
+        """Scores mapped so that a larger value is better (the identity when higher is better)."""
         if self.target is None:
-            return scores
-        # rounded so that scores symmetric about the target tie (|0.3 - 0.5| == |0.7 - 0.5|)
+            return scores if self.sign > 0 else -scores if isinstance(scores, pd.DataFrame | pd.Series) \
+                else -np.asarray(scores, dtype=float)
         if isinstance(scores, pd.DataFrame | pd.Series):
             return -(scores - self.target).abs().round(DISTANCE_DIGITS)
         return -np.round(np.abs(np.asarray(scores, dtype=float) - self.target), DISTANCE_DIGITS)
 
 
 HIGHER = Direction("higher", "higher is better")
-CLOSER_TO_HALF = Direction("closer_to_0.5", "closer to 0.5 is better (0.5 = unbiased)", target=0.5)
+DIRECTIONS = {
+    "higher": HIGHER,
+    "lower": Direction("lower", "lower is better", sign=-1.0),
+    "closer_to_0": Direction("closer_to_0", "closer to 0 is better", target=0.0, target_note="0 = ideal"),
+    "closer_to_0.5": Direction("closer_to_0.5", "closer to 0.5 is better (0.5 = unbiased)", target=0.5,
+                               target_note="0.5 = unbiased"),
+}
 
-BETTER: dict[str, Direction] = {"crows_pairs": CLOSER_TO_HALF}
 
-
+@cache
 def direction(benchmark: str) -> Direction:
-    return BETTER.get(benchmark, HIGHER)
+    from safetyrepro.errors import UserError
+    from safetyrepro.tasks.benchmarks.registry import get_benchmark
+
+    try:
+        declared = get_benchmark(benchmark).better
+    except UserError:
+        return HIGHER
+    return DIRECTIONS.get(declared, HIGHER)

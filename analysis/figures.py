@@ -79,7 +79,7 @@ def rho_flip_surface(detail: pd.DataFrame, path: Path) -> Path:
         labels.append(f"{b}{reading}\n|C|={n}, chance {chance_rho_flip(n):.2f}")
         if not direction(b).monotone:
             columns.append(g.set_index("pair")["rho_flip_better"].rename(f"{b} better"))
-            labels.append(f"{b}\n|score-0.5| (better)\n|C|={n}")
+            labels.append(f"{b}\nbetter: {direction(b).comparative}\n|C|={n}")
     wide = pd.concat(columns, axis=1)
     text = np.vectorize(lambda v: "" if np.isnan(v) else f"{v:.3f}")(wide.to_numpy(dtype=float))
     fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.6 + 1.5 * len(labels)), max(MIN_HEIGHT, 1.6 + 0.45 * len(wide))))
@@ -142,7 +142,7 @@ def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple
         better = direction(benchmark)
         if better.target is not None:
             ax.axhline(better.target, color="tab:red", linestyle="--", linewidth=1)
-            ax.text(-0.45, better.target + 0.01, f"{better.target:g} = unbiased", color="tab:red", fontsize=7,
+            ax.text(-0.45, better.target + 0.01, better.target_note, color="tab:red", fontsize=7,
                     va="bottom", ha="left")
         for i, model in enumerate(models):
             s = rows[rows["model"] == model]
@@ -151,7 +151,7 @@ def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple
                 ax.scatter(i + rng.uniform(-0.15, 0.15, len(part)), part["score"], s=9,
                            color=colours.get(scoring, "tab:gray"), label=scoring, alpha=0.8)
         ax.set_xticks(range(len(models)), models, rotation=30, ha="right")
-        arrow = "higher is better" if better.monotone else "closer to 0.5\nis better"
+        arrow = "higher is better" if better.monotone else f"{better.comparative}\nis better"
         ax.set_title(f"{benchmark}\n({arrow})", fontsize=9)
         ax.set_ylim(-0.02, 1.02)
     axes[0][0].set_ylabel("score")

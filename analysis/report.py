@@ -159,14 +159,20 @@ def _scope_blocks(a: Analysis) -> list[Block]:
     return [Heading("Scope"), Bullets(tuple(lines)), Para(note)]
 
 
+SCORE_MEANING = {"crows_pairs": "the share of pairs where the stereotypical sentence wins"}
+
+
 def _direction_sentence(benchmarks) -> str:
-    odd = [b for b in benchmarks if not direction(b).monotone]
-    text = "Which way is better: a higher score on " + _list([b for b in benchmarks if direction(b).monotone] or ["-"])
-    if odd:
-        text += ("; on " + _list(odd) + " the score is the share of pairs where the stereotypical sentence wins, 0.5 is "
-                 "unbiased and a model is better the closer it sits to 0.5. Tables keyed by score (rho_flip.csv, "
-                 "orderings.csv) order models by raw score, highest (most stereotypical) first; the columns and rows "
-                 "labelled `better` read them by closeness to 0.5")
+    higher = [b for b in benchmarks if direction(b).monotone]
+    text = "Which way is better: " + (f"a higher score on {_list(higher)}" if higher else "")
+    others = [b for b in benchmarks if not direction(b).monotone]
+    for b in others:
+        meaning = f" (the score is {SCORE_MEANING[b]})" if b in SCORE_MEANING else ""
+        text += ("; " if text.endswith(")") or higher else "") + f"on {b}{meaning}, {direction(b).label}"
+    if others:
+        text += (". Tables keyed by score (rho_flip.csv, orderings.csv) order models by raw score, highest first, "
+                 "whichever way is better; the rows and columns labelled `better` read them in the benchmark's "
+                 "direction")
     return text + "."
 
 
@@ -176,7 +182,7 @@ def _pair_rows(a: Analysis) -> pd.DataFrame:
     rows = []
     for r in d.itertuples():
         base = {"benchmark": r.benchmark, "model_a": r.model_a, "model_b": r.model_b}
-        reading = "score (higher is better)" if direction(r.benchmark).monotone else "score (higher = more stereotypical)"
+        reading = "score (higher is better)" if direction(r.benchmark).monotone else "raw score (not the better reading)"
         rows.append({**base, "reading": reading, "n_plus": r.n_plus, "n_minus": r.n_minus, "n_zero": r.n_zero,
                      "n_configs": r.n_configs, "rho_flip": r.rho_flip, "ceiling": r.ceiling, "chance": r.chance,
                      "saturated": r.saturated, "d1": r.d1, "d2": r.d2})
@@ -195,7 +201,7 @@ def _ordering_rows(a: Analysis, slice_name: str = "full") -> pd.DataFrame:
     rows = []
     for r in d.itertuples():
         monotone = direction(r.benchmark).monotone
-        first = "best first (higher score)" if monotone else "highest score first (most stereotypical first)"
+        first = "best first (higher score)" if monotone else "highest score first (raw, not best first)"
         rows.append({"benchmark": r.benchmark, "slice": slice_name, "reading": first, "n_configs": r.n_configs,
                      "n_orderings": r.n_orderings, "n_possible": r.n_possible, "orderings": r.orderings})
         if not monotone:

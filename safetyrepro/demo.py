@@ -65,12 +65,12 @@ def demo_precision(device: str | None) -> str:
 
 
 # -- the closing summary ------------------------------------------------------------------------
-def _pair_sentence(r, better_label: str, monotone: bool) -> str:
+def _pair_sentence(r, comparative: str, monotone: bool) -> str:
     a, b = r.model_a, r.model_b
     if monotone:
         counts = f"{a} scores higher on {r.n_plus}, {b} on {r.n_minus}"
     else:
-        counts = f"{a} is closer to 0.5 (less biased) on {r.n_plus_better}, {b} on {r.n_minus_better}"
+        counts = f"{a} is {comparative} on {r.n_plus_better}, {b} on {r.n_minus_better}"
     ties = r.n_zero if monotone else r.n_zero_better
     return f"{a} vs {b}: {counts}" + (f", {ties} tied" if ties else "") + f" of {r.n_configs} configurations"
 
@@ -100,7 +100,7 @@ def summary_lines(analysis) -> list[str]:
         lines.append(f"{benchmark} ({better.label}, {n} configurations): {len(flipped)} of {len(rows)} pairwise "
                      f"verdicts flip with the configuration; {reached}.")
         for r in flipped.sort_values("rho_flip_better", ascending=False).itertuples():
-            lines.append(f"  {_pair_sentence(r, better.label, better.monotone)} (rho_flip {r.rho_flip_better:.3f}, "
+            lines.append(f"  {_pair_sentence(r, better.comparative, better.monotone)} (rho_flip {r.rho_flip_better:.3f}, "
                          f"chance {r.chance:.3f})")
     if not any_flip:
         lines.append("Nothing flipped: in every pair one model was never strictly behind (ties aside). The models "

@@ -64,7 +64,7 @@ def test_the_summary_says_which_verdicts_flipped_and_which_way_is_better():
     assert lines[0] == ("crows_pairs (closer to 0.5 is better (0.5 = unbiased), 4 configurations): 1 of 1 pairwise "
                         "verdicts flip with the configuration; 2 of 2 orderings of the models reached.")
     # x closer on configs 2 (.10 < .20) and 3 (.05 < .10), y on 1 (.05 < .10) and 4 (.10 < .20): 2-2 of 4
-    assert lines[1] == ("  x vs y: x is closer to 0.5 (less biased) on 2, y on 2 of 4 configurations "
+    assert lines[1] == ("  x vs y: x is closer to 0.5 on 2, y on 2 of 4 configurations "
                         "(rho_flip 0.500, chance 0.312)")
     assert lines[2] == "xstest (higher is better, 4 configurations): no verdict flipped; 1 of 2 orderings of the models reached."
 
