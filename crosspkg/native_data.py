@@ -146,19 +146,19 @@ def place_helm_scenario_data(benchmark_output: Path) -> dict:
     TruthfulQA: scenarios/truthful_qa/data/TruthfulQA.csv (v1). BBQ: scenarios/bbq/data/<Category>
     (no suffix) for all 11 categories; the two the mirror lacks are empty files and the three partial
     ones hold the rows the mirror has, so `subject=all` runs on 9 categories (recorded)."""
+    from safetyrepro.compat.helm import BBQ_DATA_DIR, TRUTHFULQA_CSV, scenario_data_path
     from safetyrepro.tasks.sources import sha256_file
 
     mirror = _mirror()
-    scen = benchmark_output / "scenarios"
     placed = {"truthful_qa": None, "bbq": {}}
     src = mirror / "truthfulqa" / "data" / "v1" / "TruthfulQA.csv"
     if not src.is_file() or sha256_file(src) != TRUTHFULQA_V1_SHA256:
         raise UserError(f"HELM's TruthfulQA needs {src} (v1, sha256 {TRUTHFULQA_V1_SHA256}) in the mirror")
-    dst = scen / "truthful_qa" / "data" / "TruthfulQA.csv"
+    dst = scenario_data_path(benchmark_output, TRUTHFULQA_CSV)
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src, dst)
     placed["truthful_qa"] = "truthfulqa/data/v1/TruthfulQA.csv"
-    bdir = scen / "bbq" / "data"
+    bdir = scenario_data_path(benchmark_output, BBQ_DATA_DIR)
     bdir.mkdir(parents=True, exist_ok=True)
     for c in BBQ_CATEGORIES:
         rows = bbq_category_rows(c)

@@ -1,0 +1,143 @@
+"""Every module imports on its own, and no two modules import each other at module level.
+
+`test_each_module_imports_alone_in_a_fresh_interpreter` imports each module as the first thing a
+fresh interpreter does (a circle shows up there as "partially initialized module" whichever module
+of it comes first); `test_no_import_circle_at_module_level` reads the module-level imports of the
+source and looks for a cycle, which also catches circles that happen to import in every order.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# import package -> folder, as package-dir in pyproject.toml (and ROOTS in setup.py)
+ROOTS = {"safetyrepro": "safetyrepro", "safetyrepro.tasks": "safetyrepro_tasks", "safetyrepro.adapters": "adapters",
+         "safetyrepro.analysis": "analysis", "safetyrepro.crosspkg": "crosspkg"}
+# third-party packages that live in another venv or an optional extra: a module needing one is skipped
+OPTIONAL = {"helm", "ray", "bitsandbytes", "llama_cpp"}
+
+
+def _module_files() -> dict[str, Path]:
+    out = {}
+    for root, folder in ROOTS.items():
+        base = REPO / folder
+        for p in sorted(base.rglob("*.py")):
+            rel = p.relative_to(base).with_suffix("")
+            parts = [x for x in rel.parts if x != "__init__"]
+            if "__pycache__" in rel.parts or rel.name == "__main__":
+                continue
+            if any(not (base.joinpath(*rel.parts[:i]) / "__init__.py").is_file() for i in range(1, len(rel.parts))):
+                continue  # not inside a package
+            out[".".join([root, *parts])] = p
+    return out
+
+
+MODULES = _module_files()
+
+
+def test_every_mapped_folder_is_seen():
+    assert {"safetyrepro.cli", "safetyrepro.tasks.benchmarks.bbq.bbq", "safetyrepro.adapters.engine",
+            "safetyrepro.analysis", "safetyrepro.crosspkg.study", "safetyrepro.compat.lm_eval"} <= set(MODULES)
+
+
+def _module_level_imports(name: str, path: Path) -> set[str]:
+    """safetyrepro modules imported when `name` is executed (function bodies and TYPE_CHECKING left out)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(nodes):
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")
+                    base = ".".join(up[: len(up) - node.level + 1] + ([base] if base else []))
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import submodule`
+            elif isinstance(node, ast.If):
+                test = ast.unparse(node.test)
+                if "TYPE_CHECKING" not in test:
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, (ast.Try, ast.With)):
+                visit(node.body)
+                for h in getattr(node, "handlers", []):
+                    visit(h.body)
+                visit(getattr(node, "orelse", []))
+                visit(getattr(node, "finalbody", []))
+
+    visit(tree.body)
+    out = set()
+    for imp in found:
+        parts = imp.split(".")
+        for i in range(1, len(parts) + 1):  # importing a.b.c runs a, a.b and a.b.c
+            if ".".join(parts[:i]) in MODULES:
+                out.add(".".join(parts[:i]))
+    out.discard(name)
+    return out
+
+
+def test_no_import_circle_at_module_level():
+    graph = {m: _module_level_imports(m, p) for m, p in MODULES.items()}
+    # a package's __init__ is run before its submodules: importing a.b.c from inside a/__init__ is
+    # how packages re-export, not a circle, so edges from a submodule to its own parents are left out
+    for m, deps in graph.items():
+        deps -= {p for p in deps if m.startswith(p + ".")}
+    cycles, state, stack = [], {}, []
+
+    def dfs(m):
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                cycles.append(stack[stack.index(d):] + [d])
+            elif d not in state:
+                dfs(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            dfs(m)
+    assert cycles == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+PROBE = """
+import importlib, sys
+name = sys.argv[1]
+try:
+    importlib.import_module(name)
+except ModuleNotFoundError as e:
+    top = (e.name or "").split(".")[0]
+    if top in {optional!r}:
+        print("SKIP", top)
+        sys.exit(0)
+    raise
+print("OK")
+"""
+
+
+def _import_alone(name: str) -> tuple[str, int, str]:
+    env = {**os.environ, "SAFETYREPRO_NO_LM_EVAL_HOOK": ""}
+    res = subprocess.run([sys.executable, "-c", PROBE.format(optional=OPTIONAL), name], capture_output=True,
+                         text=True, cwd=REPO, env=env, timeout=600)
+    return name, res.returncode, (res.stdout + res.stderr).strip().splitlines()[-1:] and (res.stdout + res.stderr)[-1500:]
+
+
+@pytest.mark.slow
+def test_each_module_imports_alone_in_a_fresh_interpreter():
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(_import_alone, sorted(MODULES)))
+    failed = [f"{n}:\n{out}" for n, rc, out in results if rc != 0]
+    assert failed == [], "\n\n".join(failed)
