@@ -1,0 +1,124 @@
+"""Adding a sixth benchmark is one folder and one registry line (docs/adding_a_benchmark.md).
+
+The test lays the package out as an install would (the folders mapped into `safetyrepro`) in a
+temporary `site-packages`, copies the fixture folder `fixtures/toy/` into `benchmarks/toy/`, adds
+`"toy",` to the registry, regenerates the lm-eval YAMLs, checks that nothing else changed, and then,
+with that copy first on PYTHONPATH, runs the new benchmark through `lm_eval --tasks`, `inspect eval`
+and a one-cell `safetyrepro sweep`. The source tree is never written.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).with_name("fixtures") / "toy"
+ROOTS = {"safetyrepro": "safetyrepro", "safetyrepro.tasks": "safetyrepro_tasks", "safetyrepro.adapters": "adapters",
+         "safetyrepro.analysis": "analysis", "safetyrepro.crosspkg": "crosspkg"}  # package-dir in pyproject.toml
+BIN = Path(sys.executable).parent
+REGISTRY = Path("safetyrepro/tasks/benchmarks/registry.py")
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def _run(cmd: list, env: dict, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    assert res.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    return res
+
+
+@pytest.fixture(scope="module")
+def sixth(tmp_path_factory, data_dir):
+    tmp = tmp_path_factory.mktemp("sixth")
+    site = tmp / "site-packages"  # a site-packages path: Inspect namespaces its tasks there as for an install
+    for package, folder in ROOTS.items():
+        shutil.copytree(REPO / folder, site.joinpath(*package.split(".")), dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    before = _snapshot(site)
+    # the whole change a new benchmark needs: its folder, and one line in the registry
+    shutil.copytree(FIXTURE, site / "safetyrepro/tasks/benchmarks/toy", ignore=shutil.ignore_patterns("__pycache__"))
+    registry = (site / REGISTRY).read_text()
+    assert '    "xstest",\n' in registry
+    (site / REGISTRY).write_text(registry.replace('    "xstest",\n', '    "xstest",\n    "toy",\n', 1))
+    env = {**os.environ, "PYTHONPATH": str(site), "SAFETYREPRO_CACHE_DIR": str(tmp / "cache"),
+           "SAFETYREPRO_DATA_DIR": str(data_dir), "SAFETYREPRO_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "SAFETYREPRO_NO_LM_EVAL_HOOK": "", "COLUMNS": "200"}
+    _run([sys.executable, "-m", "safetyrepro.tasks.lm_eval_tasks"], env, tmp)  # generated, as `make yaml` does
+    return tmp, site, env, before
+
+
+def test_sixth_benchmark_is_one_folder_and_one_registry_line(sixth):
+    tmp, site, env, before = sixth
+    after = _snapshot(site)
+    assert set(before) <= set(after), "files were removed"
+    changed = sorted(p for p in before if before[p] != after[p])
+    added = sorted(set(after) - set(before))
+    assert changed == [str(REGISTRY)], changed
+    diff = [x for x in difflib.unified_diff((REPO / "safetyrepro_tasks/benchmarks/registry.py").read_text().splitlines(),
+                                           (site / REGISTRY).read_text().splitlines(), lineterm="", n=0)
+            if x[:1] in "+-" and x[:3] not in ("+++", "---")]
+    assert diff == ['+    "toy",'], diff
+    hand = [p for p in added if not p.startswith("safetyrepro/tasks/lm_eval_yaml/")]
+    assert sorted(hand) == sorted(f"safetyrepro/tasks/benchmarks/toy/{f}" for f in
+                                  ("__init__.py", "toy.py", "card.md", "README.md"))
+    generated = sorted(Path(p).name for p in added if p.startswith("safetyrepro/tasks/lm_eval_yaml/"))
+    assert generated == sorted(f"safetyrepro_toy_t{k}{s}.yaml" for k in range(1, 5) for s in ("", "_gen"))
+    # ... and the working copy of the project is untouched
+    assert not (REPO / "safetyrepro_tasks/benchmarks/toy").exists()
+    assert not list((REPO / "safetyrepro_tasks/lm_eval_yaml").glob("safetyrepro_toy_*"))
+
+
+def test_sixth_benchmark_runs_through_lm_eval(sixth):
+    tmp, site, env, _ = sixth
+    res = _run([BIN / "lm_eval", "--model", "safetyrepro", "--model_args", "model=smollm2",
+                "--tasks", "safetyrepro_toy_t1,safetyrepro_toy_t3_gen", "--limit", "2", "--apply_chat_template"],
+               env, tmp)
+    out = res.stdout + res.stderr
+    for name in ("safetyrepro_toy_t1", "safetyrepro_toy_t3_gen", "unsafe_recall", "parse_rate"):
+        assert name in out, out[-3000:]
+
+
+def test_sixth_benchmark_runs_through_inspect(sixth):
+    tmp, site, env, _ = sixth
+    logs = tmp / "inspect-logs"
+    _run([BIN / "inspect", "eval", "safetyrepro/toy", "--model", "safetyrepro/smollm2", "--limit", "2",
+          "--temperature", "0", "--log-dir", logs, "--display", "plain"], env, tmp)
+    from inspect_ai.log import read_eval_log
+
+    (path,) = [p for p in logs.iterdir() if p.suffix in (".eval", ".json")]
+    log = read_eval_log(str(path))
+    assert log.status == "success" and log.eval.task.endswith("toy") and len(log.samples) == 2
+    metrics = {m for s in log.results.scores for m in s.metrics}
+    assert {"accuracy", "parse_rate", "unsafe_recall"} <= metrics, metrics
+    assert log.eval.task_args["scoring"] == "logprob" and log.eval.task_args["template"] == "T1"
+
+
+def test_sixth_benchmark_runs_in_a_one_cell_sweep(sixth):
+    tmp, site, env, _ = sixth
+    out = tmp / "sweep"
+    _run([sys.executable, "-m", "safetyrepro.cli", "sweep", "--models", "smollm2", "--benchmarks", "toy",
+          "--templates", "T1", "--decodings", "greedy", "--shots", "0", "--scoring", "logprob", "--limit", "2",
+          "--no-progress", "--out", out], env, tmp)
+    import pandas as pd
+
+    grid = pd.read_csv(out / "grid.csv")
+    assert len(grid) == 1
+    row = grid.iloc[0]
+    assert (row["benchmark"], row["config_id"], int(row["n_items"])) == ("toy", "toy/T1/greedy/0shot/logprob", 2)
+    assert row.get("status", "ok") == "ok" and 0.0 <= row["score"] <= 1.0
+    if "extra_metrics" in grid.columns:  # left out when the first items hold no unsafe request
+        assert set(json.loads(row["extra_metrics"])) <= {"unsafe_recall"}
