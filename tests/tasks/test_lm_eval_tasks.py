@@ -128,3 +128,17 @@ def test_lm_eval_scores_the_same_candidates_we_do(data_dir):
     lls = [(-3.0, False)] * len(reqs)
     lls[bench.gold(s.items[0])] = (-0.5, True)
     assert task.process_results(doc, lls)["acc"] == 1.0
+
+
+def test_a_failed_model_registration_is_said_loudly_and_lm_eval_keeps_working():
+    """The start-up plugin registers `--model safetyrepro` through lm-eval's register_model; when that
+    fails, stderr names the step, the lm-eval version and what is lost, and lm-eval still imports."""
+    probe = ("import sys, types\n"
+             "sys.modules['safetyrepro.adapters.lm_eval_model'] = types.ModuleType('broken')\n"
+             "import lm_eval.api.registry as r\n"
+             "print('safetyrepro' in r.model_registry.keys())\n")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/", timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1] == "False"
+    assert "safetyrepro: ERROR: could not hook into lm-eval" in res.stderr
+    assert "--model safetyrepro is not available" in res.stderr and "docs/compat.md" in res.stderr
