@@ -793,7 +793,7 @@ _ENGINES_LOCK = threading.Lock()
 def _engine_key(model: str, precision: str, device: str | None):
     """((weights path, precision, device), resolved weights); validates all three."""
     from safetyrepro.adapters.loading import check_precision, resolve_device
-    from safetyrepro.adapters.registry import resolve_weights
+    from safetyrepro.adapters.weights import resolve_weights
 
     precision = check_precision(precision)
     resolved = resolve_weights(model)

@@ -150,7 +150,7 @@ def _local_weights_sha256(args: dict[str, str]) -> str | None:
     """sha256 of the local weight files a model arg points at (a folder or a .gguf), else None."""
     from pathlib import Path
 
-    from safetyrepro.adapters.registry import hf_weight_files, weights_sha256_of
+    from safetyrepro.adapters.weights import hf_weight_files, weights_sha256_of
 
     for key in ("pretrained", "model", "gguf_file", "path"):
         value = args.get(key)

@@ -152,7 +152,7 @@ def parse_model_spec(spec: str, label: str | None = None, model_args: str = "", 
 
 def check_model_name(name: str) -> None:
     """An engine model: an embedded label, a local .gguf file or HF folder, or a hub id org/name."""
-    from safetyrepro.adapters.registry import EMBEDDED
+    from safetyrepro.adapters.weights import EMBEDDED
 
     if name in EMBEDDED or Path(name).expanduser().exists() or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
         return

