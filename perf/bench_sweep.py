@@ -103,9 +103,9 @@ def _time_cell(driver, cfg, seeds, ids) -> float:
 
 
 def bench_bcd(model: str, benchmark: str, limit: int, tmp: Path) -> None:
+    from safetyrepro.adapters.model_specs import parse_model_spec
     from safetyrepro.sweep.drivers import LmEvalDriver, item_sets
     from safetyrepro.sweep.outputs_cache import OutputsCache
-    from safetyrepro.adapters.model_specs import parse_model_spec
     from safetyrepro.sweep.sweeper import open_cached_backend
     from safetyrepro.tasks.envelope import Config, default_rules
 

@@ -1,0 +1,115 @@
+"""Every command of the README's lm-eval and Inspect sections, run as written (DIR is an exported
+SmolLM2 folder), prints the score that `safetyrepro sweep` gives for the same configuration and model:
+a README example cannot mislead. The commands are read from README.md itself, so an edit to the
+README is tested as it stands."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.slow
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BIN = Path(sys.executable).parent
+
+
+def section_commands(heading: str) -> list[str]:
+    text = README.read_text()
+    body = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", body, re.S).group(1)
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def lm_eval_config(argv: list[str]) -> dict:
+    task = argv[argv.index("--tasks") + 1]
+    m = re.fullmatch(r"safetyrepro_(\w+?)_t(\d)(_gen)?", task)
+    args = {k: argv[i + 1] for i, k in enumerate(argv) if k.startswith("--") and i + 1 < len(argv)}
+    model_args = dict(p.split("=", 1) for p in args["--model_args"].split(","))
+    model = f"lm-eval:hf:pretrained={model_args['pretrained']}" if args["--model"] == "hf" else model_args["model"]
+    return {"model": model, "benchmark": m.group(1), "template": f"T{m.group(2)}",
+            "scoring": "free_form" if m.group(3) else "logprob", "shots": int(args.get("--num_fewshot", 0)),
+            "decoding": "greedy", "seed": None, "limit": int(args["--limit"]), "package": "lm-eval"}
+
+
+def inspect_config(argv: list[str]) -> dict:
+    t = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-T")
+    args = {k: argv[i + 1] for i, k in enumerate(argv) if k.startswith("--") and i + 1 < len(argv)}
+    benchmark = argv[argv.index("eval") + 1].split("/")[1]
+    temperature = float(args.get("--temperature", 0))
+    decoding = "greedy" if temperature == 0 else {0.3: "moderate", 0.7: "diverse"}[temperature]
+    defaults = {"xstest": "free_form"}
+    return {"model": args["--model"].split("/", 1)[1], "benchmark": benchmark, "template": t.get("template", "T1"),
+            "scoring": t.get("scoring", defaults.get(benchmark, "logprob")), "shots": int(t.get("shots", 0)),
+            "decoding": decoding, "seed": args.get("--seed"), "limit": int(args["--limit"]), "package": "inspect"}
+
+
+def lm_eval_score(stdout: str, task: str) -> float:
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == task and "acc" in cells:
+            return float(cells[cells.index("acc") + 2])
+    raise AssertionError(f"no acc row for {task} in:\n{stdout[-2000:]}")
+
+
+def inspect_score(log_dir: Path) -> float:
+    from inspect_ai.log import list_eval_logs, read_eval_log
+
+    log = read_eval_log(list_eval_logs(str(log_dir))[0])
+    return float(log.results.scores[0].metrics["accuracy"].value)
+
+
+def sweep_score(cfg: dict, tmp: Path, env: dict) -> float:
+    out = tmp / f"sweep-{abs(hash(json.dumps(cfg, sort_keys=True)))}"
+    cmd = [str(BIN / "safetyrepro"), "sweep", "--models", cfg["model"], "--benchmarks", cfg["benchmark"],
+           "--templates", cfg["template"], "--scoring", cfg["scoring"], "--shots", str(cfg["shots"]),
+           "--decodings", cfg["decoding"], "--limit", str(cfg["limit"]), "--package", cfg["package"],
+           "--no-progress", "--out", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3000)
+    assert res.returncode == 0, res.stderr[-3000:]
+    row = pd.read_csv(out / "grid.csv").iloc[0]
+    if cfg["seed"] is not None:
+        return float(json.loads(row["seed_scores"])[cfg["seed"]])
+    return float(row["score"])
+
+
+def test_readme_commands_print_the_sweeps_scores(tmp_path, data_dir):
+    env = {**os.environ, "TQDM_DISABLE": "1", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    folder = tmp_path / "DIR"
+    checked = []
+    commands = section_commands("lm-eval") + section_commands("Inspect")
+    assert len(commands) >= 6
+    for command in commands:
+        argv = shlex.split(command.replace("DIR", str(folder)))
+        if argv[:2] == ["inspect", "view"]:
+            continue
+        if argv[0] == "safetyrepro":  # models export: makes DIR for the commands after it
+            res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+            assert res.returncode == 0 and (folder / "config.json").is_file(), res.stderr[-2000:]
+            continue
+        if argv[0] == "lm_eval":
+            cfg = lm_eval_config(argv)
+            res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3000)
+            assert res.returncode == 0, res.stderr[-3000:]
+            assert "has a chat template but lm-eval sent plain text" not in res.stderr  # the README's flags match
+            printed = lm_eval_score(res.stdout, argv[argv.index("--tasks") + 1])
+        else:
+            cfg = inspect_config(argv)
+            logs = tmp_path / f"inspect-{len(checked)}"
+            res = subprocess.run(argv, capture_output=True, text=True, env={**env, "INSPECT_LOG_DIR": str(logs)},
+                                 timeout=3000)
+            assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+            printed = inspect_score(logs)
+        swept = sweep_score(cfg, tmp_path, env)
+        print(f"\n{command}\n    printed {printed:.4f}, sweep {swept:.4f}")
+        assert abs(printed - swept) < 5e-5, (command, printed, swept)  # lm-eval prints 4 decimals
+        checked.append(command)
+    assert len(checked) >= 6
