@@ -80,7 +80,7 @@ def choices(out: Path) -> pd.DataFrame:
 
 def main() -> int:
     from safetyrepro.adapters.loading import materialised_folder
-    from safetyrepro.adapters.registry import resolve_weights
+    from safetyrepro.adapters.weights import resolve_weights
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--benchmark", default="toxigen")
