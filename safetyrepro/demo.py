@@ -125,6 +125,7 @@ def summary_lines(analysis) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from safetyrepro.adapters.weights import DEFAULT_MODELS
     from safetyrepro.analysis.cli import analyze_grid
+    from safetyrepro.sweep.cli import options_from_args
     from safetyrepro.sweep.sweeper import Sweep
 
     t0 = time.time()
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     args.precision = args.precision or demo_precision(args.device)
     print(f"demo: {', '.join(args.models)} on {', '.join(args.benchmarks)}, tier {args.tier}, precision "
           f"{args.precision}, first {args.limit} items of each fixed subset -> {args.out}", flush=True)
-    sweep = Sweep.from_args(args)
+    sweep = Sweep.create(options_from_args(args))
     result = sweep.run()
     sweep.print_summary(result)
     analysis_dir = args.out / "analysis"

@@ -141,3 +141,31 @@ def test_each_module_imports_alone_in_a_fresh_interpreter():
         results = list(pool.map(_import_alone, sorted(MODULES)))
     failed = [f"{n}:\n{out}" for n, rc, out in results if rc != 0]
     assert failed == [], "\n\n".join(failed)
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module a file imports, function bodies included."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+def test_below_the_command_line_nothing_reads_argparse_or_imports_a_cli_module():
+    """Layers: command-line modules turn arguments into options (SweepOptions, ...); the modules
+    below them take those options and never reach back up, not even inside a function."""
+    def is_cli(m: str) -> bool:
+        return m.endswith((".cli", "_cli")) or m in ("safetyrepro.demo", "safetyrepro.crosspkg.__main__")
+
+    bad = []
+    for name, path in MODULES.items():
+        if is_cli(name):
+            continue
+        ups = sorted(m for m in _all_imports(path) if m in MODULES and is_cli(m))
+        if ups:
+            bad.append(f"{name} imports {', '.join(ups)}")
+    assert bad == [], "\n".join(bad)

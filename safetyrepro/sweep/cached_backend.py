@@ -86,3 +86,17 @@ class CachedBackend:
             self.cache.put_many(fresh)
             found.update(fresh)
         return [(found[k][0], found[k][1]) for k in keys]
+
+
+def outputs_cache_path():
+    """The outputs cache shared by every sweep: `$SAFETYREPRO_CACHE_DIR/outputs.sqlite`."""
+    from safetyrepro.tasks.sources import cache_dir
+
+    return cache_dir() / "outputs.sqlite"
+
+
+def open_cached_backend(entry, precision: str, device: str | None, batch_size: int | None) -> CachedBackend:
+    """Load a model's backend once and put the output cache in front of it (the local and the Ray executor)."""
+    from safetyrepro.adapters.model_specs import open_backend
+
+    return CachedBackend(open_backend(entry, precision, device, batch_size), OutputsCache(outputs_cache_path()))

@@ -77,7 +77,7 @@ def options_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from safetyrepro.sweep.sweeper import Sweep
 
-    sweep = Sweep.from_args(args)
+    sweep = Sweep.create(options_from_args(args))
     result = sweep.run()
     sweep.print_summary(result)
     return 2 if result.failed else 0

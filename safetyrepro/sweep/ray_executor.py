@@ -37,8 +37,8 @@ def _worker_class():
                 torch.set_num_threads(max(1, threads))
             except ImportError:  # a worker that only talks to API backends
                 pass
+            from safetyrepro.sweep.cached_backend import open_cached_backend
             from safetyrepro.sweep.drivers import backend_record, item_sets, make_driver
-            from safetyrepro.sweep.sweeper import open_cached_backend
             from safetyrepro.tasks.envelope import load_rules
 
             self.state = sweep_state

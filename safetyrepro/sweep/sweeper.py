@@ -7,27 +7,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from safetyrepro.adapters.model_specs import check_runnable, open_backend
+from safetyrepro.adapters.model_specs import check_runnable
 from safetyrepro.errors import UserError
+from safetyrepro.sweep.cached_backend import open_cached_backend, outputs_cache_path  # noqa: F401  (re-exported)
 from safetyrepro.sweep.plan import Cell, SweepOptions, SweepSpec, plan_cells, select_configs
 from safetyrepro.sweep.runner import SweepResult, run_local, write_run_json
 from safetyrepro.sweep.store import Store
 from safetyrepro.tasks.benchmark import check_tie_rule
 from safetyrepro.tasks.envelope import Rules, load_rules
-
-
-def outputs_cache_path() -> Path:
-    from safetyrepro.tasks.sources import cache_dir
-
-    return cache_dir() / "outputs.sqlite"
-
-
-def open_cached_backend(entry, precision: str, device: str | None, batch_size: int | None):
-    """Load a model's backend once and put the output cache in front of it."""
-    from safetyrepro.sweep.cached_backend import CachedBackend
-    from safetyrepro.sweep.outputs_cache import OutputsCache
-
-    return CachedBackend(open_backend(entry, precision, device, batch_size), OutputsCache(outputs_cache_path()))
 
 
 @dataclass
@@ -39,12 +26,6 @@ class Sweep:
     store: Store
     previous: dict | None = None
     models_run: dict[str, dict] = field(default_factory=dict)  # label -> backend record for run.json
-
-    @classmethod
-    def from_args(cls, args) -> Sweep:
-        from safetyrepro.sweep.cli import options_from_args
-
-        return cls.create(options_from_args(args))
 
     @classmethod
     def create(cls, o: SweepOptions) -> Sweep:
