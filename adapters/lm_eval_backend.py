@@ -4,7 +4,8 @@ The model is built exactly as `lm_eval --model <model> --model_args <model_args>
 registry class, `create_from_arg_string`), and every request goes to that object's own
 `loglikelihood` / `generate_until` and `apply_chat_template`: the numbers are lm-eval's. The
 sweep adds only `batch_size` (its --batch-size, else 8, unless model_args sets one) and `device`
-(its --device, for in-process models), as lm-eval's command line adds its own flags.
+(its --device, else cuda when torch sees one, else cpu; for in-process models), as lm-eval's
+command line adds its own flags.
 
 Seeds: vLLM and the OpenAI-compatible clients take a per-request `seed` in gen_kwargs; HF models
 sample from torch's global generator, which is seeded with the call's seed before each call (one
@@ -41,8 +42,10 @@ class LmEvalBackend:
         self.entry = entry
         args = entry.args_dict()
         extra = {"batch_size": batch_size or DEFAULT_BATCH_SIZE}
-        if entry.target in LM_EVAL_IN_PROCESS and device:
-            extra["device"] = device
+        if entry.target in LM_EVAL_IN_PROCESS:  # lm-eval's own default is cuda:0, as its CLI's --device
+            from safetyrepro.adapters.loading import resolve_device
+
+            extra["device"] = resolve_device(device)
         extra = {k: v for k, v in extra.items() if k not in args}
         try:
             cls = registry.get_model(entry.target)
