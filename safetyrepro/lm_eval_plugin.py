@@ -6,8 +6,8 @@ lm-eval 0.4 has no plugin entry points for models or task folders. A one-line `.
 that acts only when lm-eval itself is imported, and then through `safetyrepro.compat.lm_eval`:
 - when `lm_eval.api.registry` is loaded: registers the model `safetyrepro` with lm-eval's public
   decorator `register_model`;
-- when `lm_eval.tasks.manager` is loaded: appends SafetyRepro's own YAML folder to the TaskManager's
-  include paths (unless the caller already passed it, or asked for no default tasks).
+- when `lm_eval.tasks` is loaded: appends SafetyRepro's own YAML folder to the TaskManager's include
+  paths (unless the caller already passed it, or asked for no default tasks).
 Nothing in lm-eval's installed folder is written or changed on disk. A step that fails says so on
 stderr, naming the lm-eval version and what is lost; lm-eval itself keeps working. Set
 SAFETYREPRO_NO_LM_EVAL_HOOK=1 to switch it off (then use `--include_path` and
@@ -57,7 +57,7 @@ def _after_manager(module) -> None:
 # module -> (what to do once it is loaded, what is lost when that fails)
 _HOOKS = {
     "lm_eval.api.registry": (_after_registry, f"--model {MODEL_ALIAS} is not available"),
-    "lm_eval.tasks.manager": (_after_manager, "the safetyrepro_* tasks need --include_path "
+    "lm_eval.tasks": (_after_manager, "the safetyrepro_* tasks need --include_path "
                               "$(python -c 'import safetyrepro.lm_eval_plugin as p; print(p.task_dir())')"),
 }
 

@@ -42,12 +42,13 @@ def register_model_class(alias: str, load_class: Callable[[], type]) -> None:
     registry.register_model(alias)(load_class())
 
 
-def add_task_folder_to_task_manager(manager_module, folder: Callable[[], Path]) -> None:
+def add_task_folder_to_task_manager(tasks_module, folder: Callable[[], Path]) -> None:
     """Make every `TaskManager` index `folder()` besides lm-eval's own tasks (as `--include_path`
     would), unless the caller passed that folder already or asked for no default tasks.
 
-    lm-eval 0.4 has no plugin entry point for task folders: this wraps `TaskManager.__init__`."""
-    cls = manager_module.TaskManager
+    lm-eval 0.4 has no plugin entry point for task folders: this wraps `TaskManager.__init__`, taken
+    from `lm_eval.tasks` (defined there up to 0.4.11, re-exported from `lm_eval.tasks.manager` since)."""
+    cls = tasks_module.TaskManager
     if getattr(cls, "_safetyrepro_wrapped", False):
         return
     original = cls.__init__

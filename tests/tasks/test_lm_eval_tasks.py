@@ -96,7 +96,12 @@ def test_regular_install_ships_the_hook_and_the_yamls(wheel_site):
 def _lm_eval_task(name: str):
     from lm_eval.tasks import TaskManager
 
-    return TaskManager().load([name])["tasks"][name]
+    manager = TaskManager()
+    if hasattr(manager, "load"):  # lm-eval >= 0.4.12
+        return manager.load([name])["tasks"][name]
+    from lm_eval.tasks import get_task_dict
+
+    return get_task_dict([name], manager)[name]
 
 
 @pytest.mark.parametrize("benchmark,template", [("bbq", "T2"), ("truthfulqa", "T4"), ("xstest", "T3"),
