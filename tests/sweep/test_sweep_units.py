@@ -88,6 +88,9 @@ def test_other_rules_are_refused_unless_allowed(tmp_path):
     store = Store(tmp_path)
     ident = {"rules_sha256": "a" * 64, "models": ["m"], "limit": 3}
     store.write_identity(ident, None)
+    # nothing computed yet: a start that failed before its first cell does not bind the folder
+    assert store.check_identity({**ident, "limit": 4}, False) is None
+    store.commit("m", "c", {"key": "m|c", "status": "ok", "row": {}, "items": []})
     assert store.check_identity(ident, False)["models"] == ["m"]
     with pytest.raises(UserError, match="under other rules"):
         store.check_identity({**ident, "rules_sha256": "b" * 64}, False)
