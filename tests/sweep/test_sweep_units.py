@@ -125,10 +125,11 @@ def test_sweep_refuses_a_directory_from_other_rules(tmp_path, data_dir):
     out.mkdir()
     (out / "sweep.json").write_text(json.dumps({"rules_sha256": "0" * 64}))
     (out / "grid.csv").write_text("model\n")
-    before = {p: p.read_bytes() for p in out.iterdir()}
+    Store(out).commit("smollm2", "xstest__T1__greedy__0shot__logprob", {"key": "k", "status": "ok", "row": {}, "items": []})
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     res = _cli("sweep", "--models", "smollm2", "--benchmarks", "xstest", "--tier", "conservative_core", "--out", str(out))
     assert res.returncode == 2 and "under other rules" in res.stderr and res.stderr.count("\n") == 1
-    assert {p: p.read_bytes() for p in out.iterdir()} == before
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_grid_without_sweep_record_is_not_overwritten(tmp_path, data_dir):
