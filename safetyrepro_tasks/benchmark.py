@@ -106,7 +106,7 @@ def parse_letter(text: str, n_options: int, option_texts: Sequence[str] = ()) ->
     if m:
         return letters.index(m.group(1))
     bare = text.rstrip(".!").strip().lower()
-    matches = [i for i, o in enumerate(option_texts) if normalise(o).rstrip(".").lower() == bare]
+    matches = [i for i, o in enumerate(option_texts[:n_options]) if normalise(o).rstrip(".").lower() == bare]
     if len(matches) == 1:
         return matches[0]
     found = {m.group(1) for m in re.finditer(rf"(?<![A-Za-z'])({cls})(?![A-Za-z'])", text)}

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 SOURCE_DIRS = ("safetyrepro", "safetyrepro_tasks", "adapters", "analysis", "crosspkg", "tests", "perf", "scripts")
 PRIVATE = re.compile(r"\b(inspect_ai|lm_eval|transformers|helm)(\.[A-Za-z0-9_]+)*\._[A-Za-z]")
@@ -39,3 +41,21 @@ def test_ruff_bans_the_known_internals_outside_compat(tmp_path):
     lines = [x for x in out.stdout.splitlines() if "TID251" in x]
     assert len(lines) == 3, out.stdout + out.stderr
     assert "safetyrepro.compat.inspect_ai" in lines[0] and "safetyrepro.compat.lm_eval" in lines[1]
+
+
+def test_the_tested_windows_have_both_ends_and_hold_the_installed_versions():
+    """pyproject.toml bounds lm-eval, Inspect and transformers on both sides (docs/compat.md says how
+    each end was tested), and this environment lies inside them."""
+    tomllib = pytest.importorskip("tomllib")
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    deps = [Requirement(d) for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    windows = {r.name: r.specifier for r in deps}
+    doc = (REPO / "docs" / "compat.md").read_text()
+    for name in ("lm-eval", "inspect-ai", "transformers"):
+        spec = windows[name]
+        assert any(s.operator == ">=" for s in spec) and any(s.operator in ("<", "<=") for s in spec), name
+        assert version(name) in spec, f"{name} {version(name)} is outside {spec}"
+        assert f"`{','.join(sorted(str(s) for s in spec))}`" in doc or all(str(s) in doc for s in spec), name
