@@ -185,6 +185,13 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
     }
 
 
+def _backend_cell(model: dict) -> str:
+    backend = model.get("backend")
+    if not isinstance(backend, dict):
+        return "unknown"
+    return f"{backend.get('kind', '?')} `{backend.get('spec', '?')}` ({backend.get('precision', '?')})"
+
+
 def _cell(v) -> str:
     if v is None:
         return "unknown"
@@ -210,8 +217,13 @@ def card_markdown(card: dict) -> str:
              f"- Rules file: `{env['rules_file']}` sha256 `{env['rules_sha256']}`"
              + ("" if env["rules_match"] is None else
                 (" (matches run.json)" if env["rules_match"] else f" (run.json says `{env['run_rules_sha256']}`: MISMATCH)")),
-             f"- Machine: {_cell(card['machine'])}", "", "## Models", "", "| model | weights sha256 |", "|---|---|"]
-    lines += [f"| {m['label']} | {_cell(m['weights_sha256'])} |" for m in card["models"]]
+             f"- Machine: {_cell(card['machine'])}", "", "## Models", "",
+             "What ran each model (run.json: the backend's spec and the precision it reports) and what its backend "
+             "cannot do as asked (greedy decoding, per-request seeds, log-likelihoods); a flagged model's cells mean "
+             "what the flag says.", "",
+             "| model | backend | weights sha256 | flags |", "|---|---|---|---|"]
+    lines += [f"| {m['label']} | {_backend_cell(m)} | {_cell(m['weights_sha256'])} | "
+              f"{'; '.join(m.get('capability_flags') or []) or 'none'} |" for m in card["models"]]
     lines += ["", "## Benchmarks and items", "",
               "| benchmark | configurations | scope | better | item subset | items per cell |", "|---|---|---|---|---|---|"]
     lines += [f"| {b['name']} | {b['n_configs']} | {b['scope']} | {b['better']} | {_cell(b['item_subset'])} | "
