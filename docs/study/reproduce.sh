@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The first SafetyRepro study, from scratch, in one command (docs/study/README.md says what it is).
+#
+#   docs/study/reproduce.sh                         # the published study: 24 items, into runs/study
+#   docs/study/reproduce.sh --limit 4 --out /tmp/s  # the same steps on 4 items (a quick check)
+#   docs/study/reproduce.sh --publish               # then copy the outputs into docs/study/
+#
+# Steps, each resumable (rerun the same command after any interruption; finished cells are kept):
+#   1. the full envelope (48 configurations per benchmark, 12 for CrowS-Pairs, sampled cells with the 5 seeds
+#      of the rules file) on all five benchmarks for SmolLM2-135M, Gemma 3 270M and Qwen2.5-Coder-0.5B,
+#      through SafetyRepro's engine in fp32 (exact, and on AVX2-only CPUs faster than bf16);
+#   2. `safetyrepro analyze` of that grid (report, figures, GRID card, significance after correction);
+#   3. BF16 vs NF4 on a slice (conservative core of TruthfulQA and ToxiGen), `safetyrepro compare`;
+#   4. three 80 % item subsamples of TruthfulQA (conservative core), `safetyrepro compare`.
+# Extra options are passed to every sweep (e.g. --models smollm2 gemma3-270m --benchmarks xstest toxigen).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+LIMIT=24
+OUT=runs/study
+PUBLISH=0
+EXTRA=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --limit) LIMIT=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --publish) PUBLISH=1; shift ;;
+    *) EXTRA+=("$1"); shift ;;
+  esac
+done
+SR=${SAFETYREPRO:-.venv/bin/safetyrepro}
+MODELS=(smollm2 gemma3-270m qwen2.5-coder-0.5b)
+has() { for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do [ "$a" = "$1" ] && return 0; done; return 1; }
+MODEL_ARGS=(--models "${MODELS[@]}"); has --models && MODEL_ARGS=()
+mkdir -p "$OUT"
+start=$(date +%s)
+
+echo "study: 1/4 full envelope, fp32, $LIMIT items per benchmark -> $OUT/grid"
+"$SR" sweep "${MODEL_ARGS[@]}" --tier full --precision fp32 --limit "$LIMIT" --no-progress \
+    "${EXTRA[@]+"${EXTRA[@]}"}" --out "$OUT/grid"
+echo "study: 2/4 analysis -> $OUT/analysis"
+"$SR" analyze "$OUT/grid/grid.csv" --out "$OUT/analysis"
+
+SLICE=(--benchmarks truthfulqa toxigen --tier conservative_core --limit "$LIMIT" --no-progress)
+has --benchmarks && SLICE=(--tier conservative_core --limit "$LIMIT" --no-progress)
+echo "study: 3/4 BF16 vs NF4 on the conservative core of TruthfulQA and ToxiGen -> $OUT/precision"
+for p in bf16 nf4; do
+  "$SR" sweep "${MODEL_ARGS[@]}" --precision "$p" "${SLICE[@]}" "${EXTRA[@]+"${EXTRA[@]}"}" --out "$OUT/precision-$p"
+done
+"$SR" compare "$OUT/precision-bf16/grid.csv" "$OUT/precision-nf4/grid.csv" --out "$OUT/precision"
+
+SUB=(--benchmarks truthfulqa --tier conservative_core --limit "$LIMIT" --no-progress)
+has --benchmarks && SUB=(--tier conservative_core --limit "$LIMIT" --no-progress)
+echo "study: 4/4 three 80 % item subsamples of TruthfulQA (conservative core) -> $OUT/subsamples"
+for s in 43 44 45; do
+  "$SR" sweep "${MODEL_ARGS[@]}" --precision fp32 --subsample 0.8 --subset-seed "$s" "${SUB[@]}" \
+      "${EXTRA[@]+"${EXTRA[@]}"}" --out "$OUT/sub$s"
+done
+"$SR" compare "$OUT"/sub43/grid.csv "$OUT"/sub44/grid.csv "$OUT"/sub45/grid.csv --labels sub43 sub44 sub45 \
+    --out "$OUT/subsamples"
+echo "study: done in $(( $(date +%s) - start )) s wall: $OUT/analysis/report.md"
+
+if [ "$PUBLISH" = 1 ]; then
+  D=docs/study
+  cp "$OUT"/grid/{grid.csv,grid.parquet,run.json} "$D"/
+  .venv/bin/python - "$OUT/grid/items.parquet" "$D/items.parquet" <<'PY'
+import sys, pandas as pd
+pd.read_parquet(sys.argv[1]).to_parquet(sys.argv[2], index=False, compression="zstd", compression_level=19)
+PY
+  rm -rf "$D/analysis" "$D/precision" "$D/subsamples"
+  cp -r "$OUT/analysis" "$OUT/precision" "$OUT/subsamples" "$D"/
+  echo "published into $D (items.parquet: $(du -h "$D/items.parquet" | cut -f1))"
+fi
