@@ -78,3 +78,19 @@ def test_inspect_cli_reports_a_missing_mirror_in_one_line(tmp_path):
     assert res.returncode != 0
     assert f"safetyrepro/xstest: data mirror {missing}" in out and "is not a directory" in out
     assert "Traceback" not in out
+
+
+def test_one_task_per_registered_benchmark_with_its_own_literal_parameters():
+    import inspect
+    import typing
+
+    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
+    from safetyrepro.tasks.inspect_tasks import EXTRA_METRICS, TASKS
+
+    assert tuple(TASKS) == BENCHMARKS
+    for name, fn in TASKS.items():
+        bench, params = get_benchmark(name), inspect.signature(fn).parameters
+        assert typing.get_args(params["scoring"].annotation) == bench.scorings
+        assert typing.get_args(params["template"].annotation) == tuple(bench.templates)
+        assert params["scoring"].default == bench.default_scoring
+    assert set(EXTRA_METRICS) == {m.name for b in BENCHMARKS for m in get_benchmark(b).extra_metrics}
