@@ -50,7 +50,7 @@ helm: $(HELM_VENV)/.installed
 
 # llama.cpp's server in .venv, for local GGUF models behind an OpenAI-compatible API (README: Bring your own model).
 $(VENV)/.llamacpp: $(STAMP)
-	$(BIN)/python -m pip install -q "llama-cpp-python[server]==0.3.36"
+	$(BIN)/python -m pip install -q "llama-cpp-python[server]==0.3.36" "openai>=1.60"
 	touch $(VENV)/.llamacpp
 
 llamacpp: $(VENV)/.llamacpp

@@ -25,18 +25,24 @@ from safetyrepro.adapters.model_specs import ModelEntry, inspect_base_url
 from safetyrepro.errors import UserError
 
 
+def build_inspect_model(entry: ModelEntry):
+    """Inspect's model for an `inspect:` entry; Inspect's own message (a missing API key or package, an
+    unknown model) becomes one line."""
+    from inspect_ai.model import get_model
+
+    try:
+        return get_model(entry.target, memoize=False, **entry.args_dict())
+    except Exception as e:
+        text = " ".join(str(e).split()) or type(e).__name__
+        raise UserError(f"{entry.label}: Inspect could not create {entry.target}: {text[:400]}") from None
+
+
 class InspectBackend:
     asynchronous = True  # generate from Inspect's own event loop (agenerate)
 
     def __init__(self, entry: ModelEntry):
-        from inspect_ai.model import get_model
-
         self.entry = entry
-        try:
-            self.model = get_model(entry.target, memoize=False, **entry.args_dict())
-        except Exception as e:  # Inspect's own message (a missing API key, an unknown model), as one line
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise UserError(f"{entry.label}: Inspect could not create {entry.target}: {first}") from None
+        self.model = build_inspect_model(entry)
         self._capabilities = entry.capabilities()
         base_url = entry.args_dict().get("base_url") or inspect_base_url(entry.target)
         self._identity = BackendIdentity("inspect", entry.spec, entry.label, entry.precision or "api", None,

@@ -2,10 +2,10 @@
 
 The model is built exactly as `lm_eval --model <model> --model_args <model_args>` builds it (its
 registry class, `create_from_arg_string`), and every request goes to that object's own
-`loglikelihood` / `generate_until` and `apply_chat_template`: the numbers are lm-eval's. The
-sweep adds only `batch_size` (its --batch-size, else 8, unless model_args sets one) and `device`
-(its --device, else cuda when torch sees one, else cpu; for in-process models), as lm-eval's
-command line adds its own flags.
+`loglikelihood` / `generate_until` and `apply_chat_template`: the numbers are lm-eval's. For
+in-process models the sweep adds only `batch_size` (its --batch-size, else 8, unless model_args
+sets one) and `device` (its --device, else cuda when torch sees one, else cpu), as lm-eval's command
+line adds its own flags; API clients get --batch-size only when it is given.
 
 Seeds: vLLM and the OpenAI-compatible clients take a per-request `seed` in gen_kwargs; HF models
 sample from torch's global generator, which is seeded with the call's seed before each call (one
@@ -26,7 +26,7 @@ from safetyrepro.adapters.backend import (
     GenResult,
     LoglikRequest,
 )
-from safetyrepro.adapters.model_specs import LM_EVAL_IN_PROCESS, ModelEntry
+from safetyrepro.adapters.model_specs import LM_EVAL_COMPLETIONS, LM_EVAL_IN_PROCESS, ModelEntry
 from safetyrepro.errors import UserError
 
 DEFAULT_BATCH_SIZE = 8
@@ -41,11 +41,13 @@ class LmEvalBackend:
 
         self.entry = entry
         args = entry.args_dict()
-        extra = {"batch_size": batch_size or DEFAULT_BATCH_SIZE}
+        extra: dict = {}
         if entry.target in LM_EVAL_IN_PROCESS:  # lm-eval's own default is cuda:0, as its CLI's --device
             from safetyrepro.adapters.loading import resolve_device
 
-            extra["device"] = resolve_device(device)
+            extra = {"batch_size": batch_size or DEFAULT_BATCH_SIZE, "device": resolve_device(device)}
+        elif batch_size:  # API clients: lm-eval's default (1 request per call) unless asked
+            extra = {"batch_size": batch_size}
         extra = {k: v for k, v in extra.items() if k not in args}
         try:
             cls = registry.get_model(entry.target)
@@ -53,13 +55,15 @@ class LmEvalBackend:
         except UserError:
             raise
         except Exception as e:  # lm-eval's own message, as one line
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            text = " ".join(str(e).split()) or type(e).__name__
             raise UserError(f"{entry.label}: lm-eval could not build {entry.target} from {entry.model_args!r}: "
-                            f"{type(e).__name__}: {first}") from None
+                            f"{type(e).__name__}: {text[:400]}") from None
         try:
             self._chat = bool(self.lm.chat_template(True))
         except Exception:  # models without a tokenizer-side template
             self._chat = False
+        if entry.target in LM_EVAL_COMPLETIONS:
+            self._chat = self._completions_tokenizer() is not None
         caps = entry.capabilities()
         self._capabilities = Capabilities(caps.loglikelihood, caps.greedy, caps.seeds, self._chat, caps.input,
                                           caps.notes)
@@ -96,7 +100,19 @@ class LmEvalBackend:
             from safetyrepro.tasks.rendering import plain_text
 
             return plain_text(messages)
+        tok = self._completions_tokenizer()
+        if tok is not None:
+            # a completions endpoint takes text: the HF tokenizer's template, as lm-eval renders it before it
+            # tokenises (lm-eval would send the messages themselves when tokenized_requests=False)
+            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                           continue_final_message=not add_generation_prompt)
         return self.lm.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+
+    def _completions_tokenizer(self):
+        tok = getattr(self.lm, "tokenizer", None)
+        if self.entry.target in LM_EVAL_COMPLETIONS and getattr(tok, "chat_template", None):
+            return tok
+        return None
 
     def render(self, messages: list[dict[str, str]]) -> str:
         return self.apply_chat_template(messages, add_generation_prompt=True)

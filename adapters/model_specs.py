@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -52,7 +52,11 @@ LM_EVAL_IN_PROCESS = {"hf", "hf-auto", "huggingface", "vllm", "sglang", "mamba_s
 INSPECT_SEEDED = {"openai", "openai-api", "vllm", "sglang", "llama-cpp-python", "ollama", "together", "fireworks",
                   "groq", "deepseek", "openrouter", "mistral", "grok", "azureai", "openai-api-completions",
                   "vllm-completions", "litellm-proxy"}
-INSPECT_NO_GREEDY = {"hf"}  # Inspect's hf/ provider hard-codes do_sample=True
+LM_EVAL_COMPLETIONS = {"local-completions", "openai-completions"}  # loglikelihood from echoed prompt log-probabilities
+PROBE_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16"
+INSPECT_NO_GREEDY = {"hf"}
+# Inspect providers that load weights or start a server when built (not built before the sweep starts)
+INSPECT_IN_PROCESS = {"hf", "vllm", "sglang", "llama-cpp-python", "transformer_lens", "nnterp", "safetyrepro"}  # Inspect's hf/ provider hard-codes do_sample=True
 # where Inspect providers read their server address (openai-api/<service>/... reads <SERVICE>_BASE_URL)
 INSPECT_BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "vllm": "VLLM_BASE_URL", "sglang": "SGLANG_BASE_URL",
                         "ollama": "OLLAMA_BASE_URL", "llama-cpp-python": "LLAMA_CPP_PYTHON_BASE_URL",
@@ -70,6 +74,9 @@ class ModelEntry:
     precision: str | None = None  # the grid's precision group for this model (default: the sweep's)
     revision: str | None = None
     notes: dict = field(default_factory=dict, compare=False)
+    # set by check_runnable when a server was asked: its prompt log-probabilities are usable or not, and why
+    loglikelihood: bool | None = None
+    loglikelihood_note: str = ""
 
     @property
     def spec(self) -> str:
@@ -98,8 +105,10 @@ class ModelEntry:
             chat = "chat" in self.target
             in_process = self.target in LM_EVAL_IN_PROCESS
             seeds = SEED_PER_REQUEST if self.target in LM_EVAL_SEED_IN_GEN_KWARGS else SEED_PER_RUN
-            return Capabilities(loglikelihood=not chat, greedy=GREEDY_EXACT if in_process else GREEDY_REQUESTED,
-                                seeds=seeds, input="text")
+            loglik = not chat if self.loglikelihood is None else self.loglikelihood
+            return Capabilities(loglikelihood=loglik, greedy=GREEDY_EXACT if in_process else GREEDY_REQUESTED,
+                                seeds=seeds, input="text",
+                                notes=(self.loglikelihood_note,) if self.loglikelihood_note else ())
         provider = self.provider
         return Capabilities(
             loglikelihood=False,
@@ -197,10 +206,11 @@ def load_models_file(path: str | Path) -> list[ModelEntry]:
 # --------------------------------------------------------------------------- checks before loading
 
 
-def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit_scoring: bool) -> None:
+def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit_scoring: bool) -> ModelEntry:
     """Refuse, as one line, what cannot run: the wrong package, an unknown lm-eval model or Inspect
     provider, an unreachable server, logprob scoring asked for explicitly of a backend without
-    continuation log-likelihoods."""
+    continuation log-likelihoods. Returns the entry, with what a completions server's answer to one
+    probe says of its prompt log-probabilities (see `probe_prompt_logprobs`)."""
     if package not in entry.packages:
         raise UserError(f"{entry.label}: {entry.kind} models run under --package {entry.packages[0]} only "
                         f"(a model runs through its own package), not {package}")
@@ -212,6 +222,9 @@ def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit
         url = entry.args_dict().get("base_url")
         if url:
             check_reachable(url, entry.label)
+            if entry.target in LM_EVAL_COMPLETIONS and "logprob" in scorings:
+                ok, note = probe_prompt_logprobs(url, entry.args_dict().get("model", ""))
+                entry = replace(entry, loglikelihood=ok, loglikelihood_note=note)
     elif entry.kind == INSPECT and entry.provider != "safetyrepro":
         from safetyrepro.compat.inspect_ai import provider_names
 
@@ -221,9 +234,41 @@ def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit
         url = entry.args_dict().get("base_url") or inspect_base_url(entry.target)
         if url:
             check_reachable(url, entry.label)
+        if entry.provider not in INSPECT_IN_PROCESS:
+            # an API client is cheap to build, and a missing key or package shows now, not after a model load
+            from safetyrepro.adapters.inspect_backend import build_inspect_model
+
+            build_inspect_model(entry)
     if explicit_scoring and "logprob" in scorings and not entry.capabilities().loglikelihood:
-        raise UserError(f"{entry.label}: logprob scoring needs continuation log-likelihoods, which this backend "
-                        "(a chat API) does not give; run it with --scoring free_form")
+        why = entry.loglikelihood_note or "a chat API gives none"
+        raise UserError(f"{entry.label}: logprob scoring needs continuation log-likelihoods ({why}); "
+                        "run it with --scoring free_form")
+    return entry
+
+
+def probe_prompt_logprobs(url: str, model: str, timeout: float = 30.0) -> tuple[bool, str]:
+    """Ask a completions server once for the log-probabilities of a predictable prompt, echoed (what
+    lm-eval's `local-completions` reads for loglikelihood requests), and check that they are usable:
+    present, and aligned (the distribution listed at position i predicts token i, not token i + 1;
+    llama-cpp-python 0.3.36's server lists them one position late). Returns (usable, why not)."""
+    import json
+    import urllib.request
+
+    body = json.dumps({"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1, "logprobs": 1, "echo": True,
+                       "temperature": 0}).encode()
+    try:
+        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            lp = json.loads(r.read())["choices"][0]["logprobs"]
+        tokens, top = lp["tokens"], lp["top_logprobs"]
+        aligned = sum(bool(t) and max(t, key=t.get) == tokens[i] for i, t in enumerate(top))
+        late = sum(bool(t) and i + 1 < len(tokens) and max(t, key=t.get) == tokens[i + 1] for i, t in enumerate(top))
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+        return False, f"the server returns no usable prompt log-probabilities ({type(e).__name__})"
+    if late > aligned:
+        return False, ("the server's echoed prompt log-probabilities are one token late (each position lists the "
+                       "next token's distribution), so continuation log-likelihoods would be wrong")
+    return True, ""
 
 
 def lm_eval_model_names() -> set[str]:

@@ -1,8 +1,9 @@
 """A real local server: llama.cpp (llama-cpp-python's OpenAI-compatible server) serving the embedded
-SmolLM2 GGUF on a free loopback port, swept through Inspect's `openai-api` provider (free-form cells;
-logprob cells recorded as not applicable) and through lm-eval's `local-completions` model (logprob
-too: the server returns prompt log-probabilities with `echo`). No mock server. Needs the `llamacpp`
-extra (`make llamacpp`), which CI installs."""
+SmolLM2 GGUF on a free loopback port, swept through Inspect's `openai-api` provider and through
+lm-eval's `local-completions` model: free-form cells run; logprob cells are recorded as not applicable
+(Inspect's providers give no continuation log-likelihoods; this server's echoed prompt log-probabilities
+are one token late, which the sweep finds with one probe before it starts). No mock server. Needs
+the `llamacpp` extra (`make llamacpp`), which CI installs."""
 
 from __future__ import annotations
 
@@ -96,15 +97,28 @@ def test_inspect_openai_api_provider_on_the_server(llamacpp_server, tmp_path, da
 
 
 def test_lm_eval_local_completions_on_the_server(llamacpp_server, tmp_path, smollm2_hf_folder, data_dir):
+    """Free-form cells through lm-eval's completions client; the server's echoed prompt log-probabilities
+    are probed before the sweep starts, found one token late (llama-cpp-python 0.3.36), and its logprob
+    cells recorded as not applicable with that reason, rather than scored wrongly."""
+    from safetyrepro.adapters.model_specs import probe_prompt_logprobs
+
+    ok, why = probe_prompt_logprobs(f"{llamacpp_server}/completions", "smol")
+    assert not ok and "one token late" in why
     env = {**os.environ, "SAFETYREPRO_CACHE_DIR": str(tmp_path / "cache")}
     spec = (f"lm-eval:local-completions:base_url={llamacpp_server}/completions,model=smol,"
-            f"tokenizer={smollm2_hf_folder},tokenizer_backend=huggingface,num_concurrent=1,max_retries=1")
+            f"tokenizer={smollm2_hf_folder},tokenizer_backend=huggingface,tokenized_requests=False")
     out = tmp_path / "lm-eval"
     res = _sweep(out, [spec], env)
     assert res.returncode == 0, res.stderr[-3000:]
-    grid = pd.read_csv(out / "grid.csv")
-    assert len(grid) == 4 and (grid["status"] == "ok").all()
-    assert grid["score"].between(0, 1).all()
+    grid = pd.read_csv(out / "grid.csv").set_index("scoring")
+    assert (grid.loc["free_form", "status"] == "ok").all() and grid.loc["free_form", "score"].between(0, 1).all()
+    assert (grid.loc["logprob", "status"] == "not_applicable").all()
     items = pd.read_parquet(out / "items.parquet")
-    lp = items[items["config_id"].str.endswith("logprob")]
-    assert len(lp) == 8 and all(len(v) == 2 and all(x < 0 for x in v) for v in lp["logliks"])
+    assert len(items) == 2 * 4 and items["raw_output"].str.len().gt(0).any()
+    run = json.loads((out / "run.json").read_text())
+    assert any("one token late" in f for f in run["models"][0]["capability_flags"])
+    with pytest.raises(subprocess.CalledProcessError) as err:  # asked for explicitly: refused, nothing written
+        subprocess.run([sys.executable, "-m", "safetyrepro.cli", "sweep", "--models", spec, "--benchmarks", "xstest",
+                        "--scoring", "logprob", "--tier", "conservative_core", "--limit", "2", "--out",
+                        str(tmp_path / "refused")], capture_output=True, text=True, env=env, check=True, timeout=600)
+    assert err.value.returncode == 2 and "one token late" in err.value.stderr and not (tmp_path / "refused").exists()
