@@ -126,3 +126,29 @@ class Backend(Protocol):
         continuation). Only called when `capabilities.loglikelihood`."""
 
     def close(self) -> None: ...
+
+
+class StatedBackend:
+    """What the lm-eval and Inspect backends share: an identity and capabilities fixed when they are
+    built, and `render` as their chat template with the generation prompt."""
+
+    _identity: BackendIdentity
+    _capabilities: Capabilities
+
+    @property
+    def identity(self) -> BackendIdentity:
+        return self._identity
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self._capabilities.chat_template
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        raise NotImplementedError
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        return self.apply_chat_template(messages, add_generation_prompt=True)

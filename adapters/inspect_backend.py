@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 from safetyrepro.adapters.backend import (
     BackendIdentity,
-    Capabilities,
     GenRequest,
     GenResult,
     LoglikRequest,
+    StatedBackend,
 )
 from safetyrepro.adapters.model_specs import ModelEntry, inspect_base_url
 from safetyrepro.errors import UserError
@@ -37,7 +37,7 @@ def build_inspect_model(entry: ModelEntry):
         raise UserError(f"{entry.label}: Inspect could not create {entry.target}: {text[:400]}") from None
 
 
-class InspectBackend:
+class InspectBackend(StatedBackend):
     asynchronous = True  # generate from Inspect's own event loop (agenerate)
 
     def __init__(self, entry: ModelEntry):
@@ -49,23 +49,8 @@ class InspectBackend:
                                          entry.revision, extra={"model": entry.target, "model_args": entry.model_args,
                                                                 "base_url": base_url})
 
-    @property
-    def identity(self) -> BackendIdentity:
-        return self._identity
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._capabilities
-
-    @property
-    def has_chat_template(self) -> bool:
-        return False  # the server's business: render() passes the messages on
-
-    def render(self, messages: list[dict[str, str]]) -> str:
-        return json.dumps(messages, ensure_ascii=False)
-
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return self.render(messages)
+        return json.dumps(messages, ensure_ascii=False)  # the server applies its own template to the messages
 
     def _config(self, r: GenRequest):
         from inspect_ai.model import GenerateConfig

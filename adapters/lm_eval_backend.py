@@ -25,6 +25,7 @@ from safetyrepro.adapters.backend import (
     GenRequest,
     GenResult,
     LoglikRequest,
+    StatedBackend,
 )
 from safetyrepro.adapters.model_specs import LM_EVAL_COMPLETIONS, LM_EVAL_IN_PROCESS, ModelEntry
 from safetyrepro.errors import UserError
@@ -34,7 +35,7 @@ _DTYPES = {"torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float16": "
            "float32": "fp32", "float16": "fp16", "float": "fp32", "half": "fp16"}
 
 
-class LmEvalBackend:
+class LmEvalBackend(StatedBackend):
     def __init__(self, entry: ModelEntry, device: str | None = None, batch_size: int | None = None):
         import lm_eval.models  # noqa: F401  (registers the built-in models)
         from lm_eval.api import registry
@@ -83,18 +84,6 @@ class LmEvalBackend:
 
     # ----------------------------------------------------------------- Backend protocol
 
-    @property
-    def identity(self) -> BackendIdentity:
-        return self._identity
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._capabilities
-
-    @property
-    def has_chat_template(self) -> bool:
-        return self._chat
-
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         if not self._chat:
             from safetyrepro.tasks.rendering import plain_text
@@ -113,9 +102,6 @@ class LmEvalBackend:
         if self.entry.target in LM_EVAL_COMPLETIONS and getattr(tok, "chat_template", None):
             return tok
         return None
-
-    def render(self, messages: list[dict[str, str]]) -> str:
-        return self.apply_chat_template(messages, add_generation_prompt=True)
 
     def _gen_kwargs(self, r: GenRequest) -> dict:
         kw: dict = {"until": list(r.stop), "max_gen_toks": r.max_new_tokens, "do_sample": r.temperature > 0,
