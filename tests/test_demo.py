@@ -73,3 +73,14 @@ def test_the_summary_says_honestly_when_nothing_flipped():
     a = _analysis({"xstest": {"x": [0.8, 0.7, 0.9, 0.6], "y": [0.5, 0.4, 0.6, 0.3]}})
     lines = summary_lines(a)
     assert lines[-1].startswith("Nothing flipped: in every pair one model was never strictly behind")
+
+
+def test_openmp_threads_sleep_when_idle_unless_the_user_chose(monkeypatch):
+    from safetyrepro import demo
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert demo.quiet_openmp_waits() is False
+    assert demo.os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setattr(demo.sys, "modules", {k: v for k, v in demo.sys.modules.items() if k != "torch"})
+    assert demo.quiet_openmp_waits() is True and demo.os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
