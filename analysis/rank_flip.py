@@ -91,8 +91,15 @@ def rho_flip_table(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> pd.Data
     return pd.DataFrame(rows, columns=list(RHO_FLIP_DETAIL_COLUMNS))
 
 
+NO_REVERSAL = "none (no pair reverses)"
+
+
 def _pairs_at(g: pd.DataFrame, column: str) -> str:
-    at = g[g[column] == g[column].max()]
+    """Every pair attaining the maximum of `column`; none when the maximum is 0 (no pair reverses)."""
+    top = g[column].max()
+    if top == 0:
+        return NO_REVERSAL
+    at = g[g[column] == top]
     return "; ".join(f"{a} vs {b}" for a, b in zip(at["model_a"], at["model_b"], strict=True))
 
 
@@ -107,7 +114,7 @@ def rho_flip_max(detail: pd.DataFrame, n_models: int | None = None) -> pd.DataFr
         models = n_models or len(set(g["model_a"]) | set(g["model_b"]))
         rows.append({
             "benchmark": benchmark, "slice": name, "n_configs": int(g["n_configs"].iloc[0]),
-            "rho_flip_max": float(top), "pairs": "; ".join(f"{a} vs {b}" for a, b in zip(at["model_a"], at["model_b"], strict=True)),
+            "rho_flip_max": float(top), "pairs": _pairs_at(g, "rho_flip"),
             "ceiling": float(g["ceiling"].iloc[0]), "saturated": bool(at["saturated"].any()),
             "n_pairs_with_reversal": int((g["rho_flip"] > 0).sum()), "n_pairs": len(g),
             "chance_max": chance_rho_flip_max(n, models), "better": g["better"].iloc[0],

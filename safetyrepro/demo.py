@@ -96,7 +96,9 @@ def summary_lines(analysis) -> list[str]:
         o = orders.loc[benchmark]
         reached = f"{int(o['n_orderings_better'])} of {int(o['n_possible'])} orderings of the models reached"
         if flipped.empty:
-            lines.append(f"{benchmark} ({better.label}, {n} configurations): no verdict flipped; {reached}.")
+            ties = " (they differ only where models tie, and ties are broken alphabetically)" \
+                if int(o["n_orderings_better"]) > 1 else ""
+            lines.append(f"{benchmark} ({better.label}, {n} configurations): no verdict flipped; {reached}{ties}.")
             continue
         any_flip = True
         lines.append(f"{benchmark} ({better.label}, {n} configurations): {len(flipped)} of {len(rows)} pairwise "

@@ -75,6 +75,14 @@ def test_the_summary_says_honestly_when_nothing_flipped():
     assert lines[-1].startswith("Nothing flipped: in every pair one model was never strictly behind")
 
 
+def test_orderings_that_differ_only_by_ties_are_called_so():
+    # b leads wherever the two differ; config 2 ties, and the tie puts a (alphabetically first) on top
+    a = _analysis({"xstest": {"b": [0.8, 0.5, 0.9, 0.6], "a": [0.5, 0.5, 0.6, 0.3]}})
+    assert summary_lines(a)[0] == ("xstest (higher is better, 4 configurations): no verdict flipped; 2 of 2 orderings "
+                                   "of the models reached (they differ only where models tie, and ties are broken "
+                                   "alphabetically).")
+
+
 def test_openmp_threads_sleep_when_idle_unless_the_user_chose(monkeypatch):
     from safetyrepro import demo
 
