@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     head = analysis.rho_flip_max[analysis.rho_flip_max["slice"] == "full"]
     for r in head.itertuples():
         print(f"{r.benchmark:<12} |C|={r.n_configs:<3} rho_flip max {r.rho_flip_max:.3f} ({r.pairs}); "
-              f"ceiling {r.ceiling:.3f}, chance {r.chance_max:.3f}")
+              f"ceiling {r.ceiling:.3f}, chance {r.chance_max:.3f}".replace("(none (no pair reverses))",
+                                                                         "(no pair reverses)"))
     print(f"wrote {len(written)} files to {args.out} in {time.perf_counter() - started:.1f} s "
           f"(report: {Path(args.out) / 'report.md'})")
     return 0
