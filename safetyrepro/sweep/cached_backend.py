@@ -65,6 +65,18 @@ class CachedBackend:
                 found.update(fresh)
         return [GenResult(**found[k]) for k in keys]
 
+    async def agenerate(self, r) -> GenResult:
+        """One request of a backend that generates on Inspect's event loop (`asynchronous`), through the cache."""
+        key = self._gen_key(r)
+        found = self.cache.get_many([key])
+        if key not in found:
+            self.model_calls += 1
+            g = await self.inner.agenerate(r)
+            found[key] = {"text": g.text, "n_prompt_tokens": g.n_prompt_tokens, "n_new_tokens": g.n_new_tokens,
+                          "finish_reason": g.finish_reason, "seed": g.seed}
+            self.cache.put_many({key: found[key]})
+        return GenResult(**found[key])
+
     def generate(self, requests, batch_size=None, progress=False):
         return [g.text for g in self.generate_detailed(requests, batch_size=batch_size, progress=progress)]
 

@@ -205,3 +205,22 @@ def test_cached_backend_keys_hold_the_backend_and_prefetch_only_per_request_seed
     per_run.loglikelihood([LoglikRequest("c", " x")])
     per_run.loglikelihood([LoglikRequest("c", " x")])
     assert len(per_run.inner.calls) == 2  # the second loglikelihood call was a hit
+
+
+def test_cached_backend_serves_async_backends_from_the_cache(tmp_path):
+    import anyio
+
+    from safetyrepro.adapters.backend import SEED_PER_REQUEST, GenRequest, GenResult
+    from safetyrepro.sweep.cached_backend import CachedBackend
+
+    class Async(_Backend):
+        asynchronous = True
+
+        async def agenerate(self, r):
+            self.calls.append(r.prompt)
+            return GenResult(f"{r.prompt}!", 1, 1, "stop", None)
+
+    cached = CachedBackend(Async("inspect:openai-api/x/y", SEED_PER_REQUEST), OutputsCache(tmp_path / "o.sqlite"))
+    assert cached.asynchronous
+    outs = [anyio.run(cached.agenerate, GenRequest("[]", 8)) for _ in range(2)]
+    assert [o.text for o in outs] == ["[]!", "[]!"] and cached.inner.calls == ["[]"]
