@@ -17,14 +17,14 @@ def test_demo_help_shows_the_demo_defaults_not_the_sweeps(capsys):
         main(["demo", "--help"])
     assert stop.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    assert "demo default: crows_pairs xstest" in text and "demo default: logprob, 12 configurations" in text
-    assert f"demo default: {DEMO_LIMIT}" in text and "demo default: the three embedded small models" in text
+    assert "demo default: crows_pairs)" in text and "demo default: logprob, 12 configurations" in text
+    assert f"demo default: {DEMO_LIMIT}" in text and "demo default: smollm2 gemma3-270m" in text
     assert "default: all five" not in text and "(default: full)" not in text
     assert "demo default: bf16 on a GPU or a CPU with native bf16" in text and "bf16 (default)" not in text
     args = build_parser().parse_args(["demo"])
     assert (args.tier, args.limit, args.models, args.benchmarks, args.precision) == (DEMO_TIER, DEMO_LIMIT, None, None,
                                                                                      None)
-    assert tuple(DEMO_BENCHMARKS) == ("crows_pairs", "xstest")
+    assert tuple(DEMO_BENCHMARKS) == ("crows_pairs",)
     # the demo's slice spans 12 configurations per benchmark (the report needs at least one such)
     rules = default_rules()
     assert all(len(rules.configs(b, subset=DEMO_TIER)) == 12 for b in DEMO_BENCHMARKS)
