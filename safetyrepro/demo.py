@@ -153,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
         args.models = list(DEMO_MODELS)
     args.benchmarks = args.benchmarks or list(DEMO_BENCHMARKS)
     args.precision = args.precision or demo_precision(args.device)
-    print(f"demo: {', '.join(args.models or ['the models of ' + str(args.models_file)])} on {', '.join(args.benchmarks)}, tier {args.tier}, precision "
-          f"{args.precision}, first {args.limit} items of each fixed subset -> {args.out}", flush=True)
+    models = ", ".join(args.models) if args.models else f"the models of {args.models_file}"
+    print(f"demo: {models} on {', '.join(args.benchmarks)}, tier {args.tier}, precision {args.precision}, "
+          f"first {args.limit} items of each fixed subset -> {args.out}", flush=True)
     sweep = Sweep.create(options_from_args(args))
     result = sweep.run()
     sweep.print_summary(result)
