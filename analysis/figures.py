@@ -28,7 +28,8 @@ def constant_reason(values, what: str) -> str | None:
     if len(v) == 0:
         return f"{what}: nothing to draw."
     if np.all(v == v[0]):
-        return f"{what} is {v[0]:g} everywhere, so the figure would carry no information."
+        value = f"{int(v[0])}" if v[0] == int(v[0]) else f"{v[0]:.3f}"
+        return f"{what} is {value} everywhere, so the figure would carry no information."
     return None
 
 
@@ -140,10 +141,8 @@ def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple
     for ax, benchmark in zip(axes[0], benchmarks, strict=True):
         rows = cells[cells["benchmark"] == benchmark]
         better = direction(benchmark)
-        if better.target is not None:
-            ax.axhline(better.target, color="tab:red", linestyle="--", linewidth=1)
-            ax.text(-0.45, better.target + 0.01, better.target_note, color="tab:red", fontsize=7,
-                    va="bottom", ha="left")
+        if better.target is not None:  # the ideal score, named in the legend below the panels
+            ax.axhline(better.target, color="tab:red", linestyle="--", linewidth=1, label=better.target_note)
         for i, model in enumerate(models):
             s = rows[rows["model"] == model]
             ax.vlines(i - 0.28, s["score"].min(), s["score"].max(), color="0.55", linewidth=3)
