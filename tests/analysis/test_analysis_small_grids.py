@@ -23,9 +23,9 @@ def test_a_four_config_grid_is_analysed_with_notes_for_what_it_cannot_support(tm
     assert "ANOVA skipped for truthfulqa: 4 free-form cells cannot fit 4 parameters" in report
     assert "significant flips skipped: no per-item records" in report
     assert not (out / "figures" / "shap.png").exists()
-    # one pair, one benchmark: rho_flip is 0.5 everywhere, so its surface would show nothing; a sentence says so
+    # one pair, one benchmark: rho_flip is 0.500 everywhere, so its surface would show nothing; a sentence says so
     assert not (out / "figures" / "rho_flip_surface.png").exists()
-    assert "(Figure left out: rho_flip on slice full (every pair and benchmark) is 0.5 everywhere" in report
+    assert "(Figure left out: rho_flip on slice full (every pair and benchmark) is 0.500 everywhere" in report
     assert (out / "figures" / "score_ranges.png").stat().st_size > 5_000
     rho = pd.read_csv(out / "rho_flip.csv").set_index("slice")
     assert rho.loc["full", "rho_flip"] == 0.5 and rho.loc["conservative_core", "ceiling"] == 0.5
