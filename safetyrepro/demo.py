@@ -1,7 +1,7 @@
 """`safetyrepro demo`: the embedded demo. Two small real models from PyPI over one benchmark's 12
-logprob configurations: a slice wide enough for verdicts to move and small enough to finish in about
-five minutes on two CPU cores; then the grid, the analysis, and a closing summary in words of what
-flipped."""
+logprob configurations: a slice wide enough for verdicts to move and small enough to finish within
+ten minutes on two CPU cores (7.3 measured on a shared machine); then the grid, the analysis, and a
+closing summary in words of what flipped."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ DEMO_OUT = Path("runs/demo")
 DESCRIPTION = (
     f"Run the embedded small models {' and '.join(DEMO_MODELS)} over the {DEMO_TIER} tier (12 configurations per "
     f"benchmark) of {' and '.join(DEMO_BENCHMARKS)}, on the first {DEMO_LIMIT} items of the fixed subset, then "
-    "analyse the grid and say what flipped. About five minutes on two idle CPU cores from an empty output cache "
-    "(weights joined once before). Every sweep option below can widen the slice (e.g. --models smollm2 "
+    "analyse the grid and say what flipped. It took 7.3 minutes on two CPU cores shared with other work, from an "
+    "empty output cache (weights joined once before; docs/analysis.md, The demo). Every sweep option below can "
+    "widen the slice (e.g. --models smollm2 "
     "gemma3-270m qwen2.5-coder-0.5b --benchmarks crows_pairs xstest); finished cells are reused.")
 # the sweep options whose demo default differs from the sweep's: their help must say the demo's
 DEMO_HELP = {
