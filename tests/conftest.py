@@ -51,3 +51,14 @@ def smollm2_hf_folder() -> Path:
     from safetyrepro.adapters.weights import resolve_weights
 
     return materialised_folder(resolve_weights("smollm2"), "bf16")
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf_folder_fp32() -> Path:
+    """SmolLM2 as a plain float32 HF folder: the same numbers as the engine's fp32 load of the GGUF
+    (the bf16 folder rounds the weights, which moves log-likelihoods by ~1e-2 nats)."""
+    _need_smollm2()
+    from safetyrepro.adapters.loading import materialised_folder
+    from safetyrepro.adapters.weights import resolve_weights
+
+    return materialised_folder(resolve_weights("smollm2"), "fp32")

@@ -88,6 +88,8 @@ CASES = [
     ("model-twice", lambda t: ["sweep", "--models", "smollm2", "smollm2", *SWEEP], r"listed twice"),
     ("unknown-lm-eval-model", lambda t: ["sweep", "--models", "lm-eval:nope:a=1", *SWEEP], r"lm-eval has no model 'nope'"),
     ("lm-eval-args-no-equals", lambda t: ["sweep", "--models", "lm-eval:hf:pretrained", *SWEEP], r"not key=value"),
+    ("lm-eval-missing-folder", lambda t: ["sweep", "--models", f"lm-eval:hf:pretrained={t / 'gone'}", *SWEEP],
+     r"pretrained=.*gone does not exist"),
     ("lm-eval-no-name", lambda t: ["sweep", "--models", "lm-eval::x=1", *SWEEP], r"lm-eval:<model>:<model_args>"),
     ("inspect-no-provider", lambda t: ["sweep", "--models", "inspect:gpt4", "--package", "inspect", *SWEEP],
      r"inspect:<provider>/<model>"),

@@ -4,7 +4,7 @@ then the cells through the chosen executor, then the assembled outputs and a one
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from safetyrepro.adapters.model_specs import check_runnable
@@ -52,8 +52,8 @@ class Sweep:
         if o.workers < 1:
             raise UserError(f"--workers must be at least 1, got {o.workers}")
         scorings = {c.scoring for c in configs}
-        for m in o.models:
-            check_runnable(m, o.package, scorings, explicit_scoring="scoring" in filters)
+        models = tuple(check_runnable(m, o.package, scorings, explicit_scoring="scoring" in filters) for m in o.models)
+        o = replace(o, models=models)
         _check_before_loading(o, configs)
         spec = SweepSpec(tuple(labels), tuple(benchmarks), o.tier, o.package, precision, o.limit, rules.sha256,
                          filters, o.subsample, o.subset_seed, tie_rule, tuple(m.spec for m in o.models))

@@ -1,7 +1,7 @@
 """The same model through SafetyRepro's engine and through lm-eval's own `hf` backend, in one sweep
 (`--models smollm2 lm-eval:hf:pretrained=<exported folder>`): the grid holds both, a rerun does no
-model work, logprob choices agree on every item (float32: the two differ by ~1e-5 nats, so only an
-exact tie could part them), free-form greedy labels on at least 95 % of items (bf16: the engine's
+model work, logprob choices agree on every item (float32 weights on both sides: the two differ by
+~1e-5 nats, so only an exact tie could part them), free-form greedy labels on at least 95 % of items (bf16: the engine's
 chunked prefill and HF's one-shot forward round differently, which can move a long greedy reply)."""
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ def _choices(out: Path) -> pd.DataFrame:
                              aggfunc="first")
 
 
-def test_engine_and_lm_eval_hf_agree_and_rerun_is_free(tmp_path, smollm2_hf_folder, data_dir):
+def test_engine_and_lm_eval_hf_agree_and_rerun_is_free(tmp_path, smollm2_hf_folder, smollm2_hf_folder_fp32,
+                                                       data_dir):
     cache = tmp_path / "cache"
-    hf = f"lm-eval:hf:pretrained={smollm2_hf_folder},dtype=float32"
+    hf = f"lm-eval:hf:pretrained={smollm2_hf_folder_fp32},dtype=float32"
     out = tmp_path / "fp32"
     res = sweep(out, ["smollm2", hf], "--precision", "fp32", "--benchmarks", "bbq", "toxigen", "--scoring", "logprob",
                 "--templates", "T1", "T3", "--decodings", "greedy", "--shots", "0", "--limit", "12", cache=cache)
@@ -44,6 +45,11 @@ def test_engine_and_lm_eval_hf_agree_and_rerun_is_free(tmp_path, smollm2_hf_fold
     same = choices["smollm2"] == choices[hf]
     print(f"\nlogprob, fp32: same choice on {int(same.sum())}/{len(same)} items")
     assert same.all(), choices[~same]
+    items = pd.read_parquet(out / "items.parquet")
+    ll = items.pivot_table(index=["config_id", "item_id"], columns="model", values="logliks", aggfunc="first")
+    gap = max(abs(a - b) for x, y in zip(ll["smollm2"], ll[hf]) for a, b in zip(x, y))
+    print(f"largest log-likelihood difference: {gap:.2e} nats")
+    assert gap < 1e-3
     scores = grid.pivot(index="config_id", columns="model", values="score")
     assert (scores["smollm2"] - scores[hf]).abs().max() < 1e-9
 

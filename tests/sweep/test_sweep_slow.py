@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -114,8 +115,10 @@ def test_second_sweep_into_the_same_directory_is_refused(tmp_path, data_dir):
 
 
 def test_a_model_that_fails_to_load_is_recorded_and_the_sweep_goes_on(tmp_path, data_dir):
+    """A GGUF whose header reads (so the checks before loading pass) but that holds no model: the
+    load fails, its cells are recorded as failed, and the other model's cells run."""
     broken = tmp_path / "broken.gguf"
-    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    broken.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 0))
     res = run(sweep_cmd(tmp_path / "out", "--benchmarks", "xstest", models=(str(broken), "smollm2")),
               env_with_cache(tmp_path / "cache"))
     assert res.returncode == 2
