@@ -118,7 +118,7 @@ def test_a_model_that_fails_to_load_is_recorded_and_the_sweep_goes_on(tmp_path, 
     """A GGUF whose header reads (so the checks before loading pass) but that holds no model: the
     load fails, its cells are recorded as failed, and the other model's cells run."""
     broken = tmp_path / "broken.gguf"
-    broken.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 0))
+    broken.write_bytes((b"GGUF" + struct.pack("<IQQ", 3, 0, 0)).ljust(32, b"\0"))  # data starts 32-aligned
     res = run(sweep_cmd(tmp_path / "out", "--benchmarks", "xstest", models=(str(broken), "smollm2")),
               env_with_cache(tmp_path / "cache"))
     assert res.returncode == 2
