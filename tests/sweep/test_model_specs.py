@@ -91,9 +91,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_checks_before_loading(monkeypatch):
-    hf = parse_model_spec("lm-eval:hf:pretrained=/x")
+def test_checks_before_loading(monkeypatch, tmp_path):
+    hf = parse_model_spec(f"lm-eval:hf:pretrained={tmp_path}")
     check_runnable(hf, "lm-eval", {"logprob", "free_form"}, explicit_scoring=False)
+    with pytest.raises(UserError, match=r"pretrained=/x/gone does not exist \(lm-eval would take it for a Hub repo id"):
+        check_runnable(parse_model_spec("lm-eval:hf:pretrained=/x/gone"), "lm-eval", {"free_form"}, False)
+    with pytest.raises(UserError, match="tokenizer=./nope does not exist"):
+        check_runnable(parse_model_spec(f"lm-eval:hf:pretrained={tmp_path},tokenizer=./nope"), "lm-eval", {"free_form"},
+                       False)
+    check_runnable(parse_model_spec("lm-eval:hf:pretrained=HuggingFaceTB/SmolLM2-135M"), "lm-eval", {"free_form"},
+                   False)  # a Hub id is lm-eval's to resolve
     with pytest.raises(UserError, match="run under --package lm-eval only"):
         check_runnable(hf, "inspect", {"free_form"}, False)
     with pytest.raises(UserError, match="run under --package inspect only"):
