@@ -11,6 +11,7 @@ import re
 import shlex
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -67,13 +68,25 @@ def inspect_score(log_dir: Path) -> float:
     return float(log.results.scores[0].metrics["accuracy"].value)
 
 
+def private_cache(tmp: Path, name: str) -> Path:
+    """An empty outputs cache of its own (two sweeps run side by side), sharing the joined model weights."""
+    shared = Path(os.environ.get("SAFETYREPRO_CACHE_DIR") or Path.home() / ".cache" / "safetyrepro") / "models"
+    shared.mkdir(parents=True, exist_ok=True)
+    cache = tmp / f"cache-{name}"
+    cache.mkdir()
+    (cache / "models").symlink_to(shared, target_is_directory=True)
+    return cache
+
+
 def sweep_score(cfg: dict, tmp: Path, env: dict) -> float:
-    out = tmp / f"sweep-{abs(hash(json.dumps(cfg, sort_keys=True)))}"
+    name = f"{abs(hash(json.dumps(cfg, sort_keys=True)))}"
+    out = tmp / f"sweep-{name}"
     cmd = [str(BIN / "safetyrepro"), "sweep", "--models", cfg["model"], "--benchmarks", cfg["benchmark"],
            "--templates", cfg["template"], "--scoring", cfg["scoring"], "--shots", str(cfg["shots"]),
            "--decodings", cfg["decoding"], "--limit", str(cfg["limit"]), "--package", cfg["package"],
            "--no-progress", "--out", str(out)]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3000)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=3000,
+                         env={**env, "SAFETYREPRO_CACHE_DIR": str(private_cache(tmp, name))})
     assert res.returncode == 0, res.stderr[-3000:]
     row = pd.read_csv(out / "grid.csv").iloc[0]
     if cfg["seed"] is not None:
@@ -81,12 +94,33 @@ def sweep_score(cfg: dict, tmp: Path, env: dict) -> float:
     return float(row["score"])
 
 
+def check_command(command: str, n: int, folder: Path, tmp_path: Path, env: dict) -> str:
+    """Run one README command as written, then the sweep of the same configuration; same score."""
+    argv = shlex.split(command.replace("DIR", str(folder)))
+    if argv[0] == "lm_eval":
+        cfg = lm_eval_config(argv)
+        res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3000)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert "has a chat template but lm-eval sent plain text" not in res.stderr  # the README's flags match
+        printed = lm_eval_score(res.stdout, argv[argv.index("--tasks") + 1])
+    else:
+        cfg = inspect_config(argv)
+        logs = tmp_path / f"inspect-{n}"
+        res = subprocess.run(argv, capture_output=True, text=True, env={**env, "INSPECT_LOG_DIR": str(logs)},
+                             timeout=3000)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        printed = inspect_score(logs)
+    swept = sweep_score(cfg, tmp_path, env)
+    assert abs(printed - swept) < 5e-5, (command, printed, swept)  # lm-eval prints 4 decimals
+    return f"{command}\n    printed {printed:.4f}, sweep {swept:.4f}"
+
+
 def test_readme_commands_print_the_sweeps_scores(tmp_path, data_dir):
     env = {**os.environ, "TQDM_DISABLE": "1", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     folder = tmp_path / "DIR"
-    checked = []
     commands = section_commands("lm-eval") + section_commands("Inspect")
     assert len(commands) >= 6
+    runnable = []
     for command in commands:
         argv = shlex.split(command.replace("DIR", str(folder)))
         if argv[:2] == ["inspect", "view"]:
@@ -95,21 +129,11 @@ def test_readme_commands_print_the_sweeps_scores(tmp_path, data_dir):
             res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
             assert res.returncode == 0 and (folder / "config.json").is_file(), res.stderr[-2000:]
             continue
-        if argv[0] == "lm_eval":
-            cfg = lm_eval_config(argv)
-            res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3000)
-            assert res.returncode == 0, res.stderr[-3000:]
-            assert "has a chat template but lm-eval sent plain text" not in res.stderr  # the README's flags match
-            printed = lm_eval_score(res.stdout, argv[argv.index("--tasks") + 1])
-        else:
-            cfg = inspect_config(argv)
-            logs = tmp_path / f"inspect-{len(checked)}"
-            res = subprocess.run(argv, capture_output=True, text=True, env={**env, "INSPECT_LOG_DIR": str(logs)},
-                                 timeout=3000)
-            assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-            printed = inspect_score(logs)
-        swept = sweep_score(cfg, tmp_path, env)
-        print(f"\n{command}\n    printed {printed:.4f}, sweep {swept:.4f}")
-        assert abs(printed - swept) < 5e-5, (command, printed, swept)  # lm-eval prints 4 decimals
-        checked.append(command)
+        runnable.append(command)
+    # two at a time, one torch thread each: much of each command is single-threaded start-up (imports, task
+    # building, model load), and two processes of two OpenMP threads on two cores slow each other down
+    env = {**env, "OMP_NUM_THREADS": "1"}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        checked = list(pool.map(lambda a: check_command(a[1], a[0], folder, tmp_path, env), enumerate(runnable)))
+    print("\n" + "\n".join(checked))
     assert len(checked) >= 6
