@@ -15,7 +15,9 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--benchmarks", "toxigen", "xstest", "--tier", "conservative_core", "--limit", "3", "--no-progress"]
+# float32: on CPUs without native bf16 (AVX2) the faster precision; what these tests check does not depend on it
+SMALL = ["--benchmarks", "toxigen", "xstest", "--tier", "conservative_core", "--limit", "3", "--precision", "fp32",
+         "--no-progress"]
 
 
 def sweep_cmd(out: Path, *extra: str, models=("smollm2",)) -> list[str]:
@@ -127,12 +129,12 @@ def test_a_model_that_fails_to_load_is_recorded_and_the_sweep_goes_on(tmp_path, 
     assert "4 failed" in res.stdout and "model failed to load" in res.stdout
 
 
-def test_ray_executor_gives_the_local_grid(reference, tmp_path, smollm2_hf_folder):
-    """Two local Ray workers, one model each (the embedded SmolLM2 and its exported bf16 folder, the same
+def test_ray_executor_gives_the_local_grid(reference, tmp_path, smollm2_hf_folder_fp32):
+    """Two local Ray workers, one model each (the embedded SmolLM2 and its exported float32 folder, the same
     numbers): each model's cells equal the local run's (the module's reference sweep) to the bit."""
     root, _ = reference
     env = env_with_cache(tmp_path / "cache")
-    models = ("smollm2", str(smollm2_hf_folder))
+    models = ("smollm2", str(smollm2_hf_folder_fp32))
     ray = run(sweep_cmd(tmp_path / "ray", "--executor", "ray", "--workers", "2", models=models), env)
     assert ray.returncode == 0, ray.stderr[-3000:]
     grid = pd.read_csv(tmp_path / "ray" / "grid.csv")
