@@ -25,9 +25,10 @@ from pathlib import Path
 MODELS = ["smollm2", "gemma3-270m", "qwen2.5-coder-0.5b"]
 
 
-def sweep_cmd(out: Path, models: list[str], limit: int) -> list[str]:
+def sweep_cmd(out: Path, models: list[str], limit: int, precision: str = "bf16") -> list[str]:
     return [sys.executable, "-m", "safetyrepro.cli", "sweep", "--models", *models, "--benchmarks", "toxigen", "xstest",
-            "--tier", "conservative_core", "--limit", str(limit), "--no-progress", "--out", str(out)]
+            "--tier", "conservative_core", "--limit", str(limit), "--precision", precision, "--no-progress",
+            "--out", str(out)]
 
 
 def env_for(cache: Path) -> dict:
@@ -45,11 +46,12 @@ def main() -> int:
     p.add_argument("--limit", type=int, default=3, help="items per cell")
     p.add_argument("--models", nargs="+", default=MODELS)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", default="bf16", help="fp32 is the faster one on CPUs without native bf16 (AVX2)")
     args = p.parse_args()
     rng = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="kill-resume-"))
     t0 = time.time()
-    ref = subprocess.run(sweep_cmd(root / "reference", args.models, args.limit), env=env_for(root / "cache-ref"),
+    ref = subprocess.run(sweep_cmd(root / "reference", args.models, args.limit, args.precision), env=env_for(root / "cache-ref"),
                          capture_output=True, text=True)
     duration = time.time() - t0
     if ref.returncode != 0:
@@ -62,7 +64,7 @@ def main() -> int:
         out, env = root / f"trial{t}", env_for(root / f"cache{t}")
         kills = []
         for _ in range(rng.randint(1, args.kills)):
-            proc = subprocess.Popen(sweep_cmd(out, args.models, args.limit), env=env, stdout=subprocess.DEVNULL,
+            proc = subprocess.Popen(sweep_cmd(out, args.models, args.limit, args.precision), env=env, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
             delay = rng.uniform(1.0, duration)
             try:
@@ -72,7 +74,7 @@ def main() -> int:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 kills.append(round(delay, 1))
-        final = subprocess.run(sweep_cmd(out, args.models, args.limit), env=env, capture_output=True, text=True)
+        final = subprocess.run(sweep_cmd(out, args.models, args.limit, args.precision), env=env, capture_output=True, text=True)
         same = final.returncode == 0 and all((out / f).read_bytes() == b for f, b in want.items())
         leftovers = list(out.rglob("*.tmp"))
         identical += same and not leftovers
