@@ -219,17 +219,18 @@ def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit
         if entry.target not in names:
             raise UserError(f"{entry.label}: lm-eval has no model {entry.target!r}; known: "
                             f"{', '.join(sorted(n for n in names if n != 'safetyrepro'))}")
+        args = entry.args_dict()
         for key in ("pretrained", "tokenizer", "peft"):
-            value = entry.args_dict().get(key, "")
+            value = args.get(key, "")
             # a path that is not there would reach the Hub as a repo id and fail after start-up
             if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
                 raise UserError(f"{entry.label}: {key}={value} does not exist (lm-eval would take it for a Hub "
                                 "repo id); give an existing folder")
-        url = entry.args_dict().get("base_url")
+        url = args.get("base_url")
         if url:
             check_reachable(url, entry.label)
             if entry.target in LM_EVAL_COMPLETIONS and "logprob" in scorings:
-                ok, note = probe_prompt_logprobs(url, entry.args_dict().get("model", ""))
+                ok, note = probe_prompt_logprobs(url, args.get("model", ""))
                 entry = replace(entry, loglikelihood=ok, loglikelihood_note=note)
     elif entry.kind == INSPECT and entry.provider != "safetyrepro":
         from safetyrepro.compat.inspect_ai import provider_names

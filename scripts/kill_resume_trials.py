@@ -49,9 +49,13 @@ def main() -> int:
     p.add_argument("--precision", default="bf16", help="fp32 is the faster one on CPUs without native bf16 (AVX2)")
     args = p.parse_args()
     rng = random.Random(args.seed)
+
+    def cmd(out: Path) -> list[str]:
+        return sweep_cmd(out, args.models, args.limit, args.precision)
+
     root = Path(tempfile.mkdtemp(prefix="kill-resume-"))
     t0 = time.time()
-    ref = subprocess.run(sweep_cmd(root / "reference", args.models, args.limit, args.precision), env=env_for(root / "cache-ref"),
+    ref = subprocess.run(cmd(root / "reference"), env=env_for(root / "cache-ref"),
                          capture_output=True, text=True)
     duration = time.time() - t0
     if ref.returncode != 0:
@@ -64,7 +68,7 @@ def main() -> int:
         out, env = root / f"trial{t}", env_for(root / f"cache{t}")
         kills = []
         for _ in range(rng.randint(1, args.kills)):
-            proc = subprocess.Popen(sweep_cmd(out, args.models, args.limit, args.precision), env=env, stdout=subprocess.DEVNULL,
+            proc = subprocess.Popen(cmd(out), env=env, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
             delay = rng.uniform(1.0, duration)
             try:
@@ -74,7 +78,7 @@ def main() -> int:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 kills.append(round(delay, 1))
-        final = subprocess.run(sweep_cmd(out, args.models, args.limit, args.precision), env=env, capture_output=True, text=True)
+        final = subprocess.run(cmd(out), env=env, capture_output=True, text=True)
         same = final.returncode == 0 and all((out / f).read_bytes() == b for f, b in want.items())
         leftovers = list(out.rglob("*.tmp"))
         identical += same and not leftovers

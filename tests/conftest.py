@@ -42,23 +42,23 @@ def smollm2():
     return load_engine("smollm2", "bf16", "cpu")
 
 
-@pytest.fixture(scope="session")
-def smollm2_hf_folder() -> Path:
-    """SmolLM2 as a plain bf16 HF folder, written by export_hf_folder (what `safetyrepro models export`
-    runs) into the model cache once; the NF4 path loads the same folder."""
+def _smollm2_folder(precision: str) -> Path:
     _need_smollm2()
     from safetyrepro.adapters.loading import materialised_folder
     from safetyrepro.adapters.weights import resolve_weights
 
-    return materialised_folder(resolve_weights("smollm2"), "bf16")
+    return materialised_folder(resolve_weights("smollm2"), precision)
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf_folder() -> Path:
+    """SmolLM2 as a plain bf16 HF folder, written by export_hf_folder (what `safetyrepro models export`
+    runs) into the model cache once; the NF4 path loads the same folder."""
+    return _smollm2_folder("bf16")
 
 
 @pytest.fixture(scope="session")
 def smollm2_hf_folder_fp32() -> Path:
     """SmolLM2 as a plain float32 HF folder: the same numbers as the engine's fp32 load of the GGUF
     (the bf16 folder rounds the weights, which moves log-likelihoods by ~1e-2 nats)."""
-    _need_smollm2()
-    from safetyrepro.adapters.loading import materialised_folder
-    from safetyrepro.adapters.weights import resolve_weights
-
-    return materialised_folder(resolve_weights("smollm2"), "fp32")
+    return _smollm2_folder("fp32")

@@ -70,7 +70,9 @@ def inspect_score(log_dir: Path) -> float:
 
 def private_cache(tmp: Path, name: str) -> Path:
     """An empty outputs cache of its own (two sweeps run side by side), sharing the joined model weights."""
-    shared = Path(os.environ.get("SAFETYREPRO_CACHE_DIR") or Path.home() / ".cache" / "safetyrepro") / "models"
+    from safetyrepro.adapters.weights import cache_dir
+
+    shared = cache_dir()
     shared.mkdir(parents=True, exist_ok=True)
     cache = tmp / f"cache-{name}"
     cache.mkdir()
