@@ -75,8 +75,7 @@ def test_loglik_prefix_reuse_is_bit_exact(smollm2, monkeypatch):
     n_tokens = [len(smollm2.tok_encode(r.context)) for r in reqs]
     assert max(n_tokens) > 4 * smollm2.chunk_size  # several chunks, shared by the items and candidates
     with _setting(smollm2, False) as e, _count_prefill_tokens(monkeypatch, e) as work_off:
-        ref = e.loglikelihood(reqs, batch_size=8)
-        assert e.loglikelihood(reqs, batch_size=1) == ref
+        ref = e.loglikelihood(reqs, batch_size=8)  # batch size 1 with the store off: test_adapters_engine_slow
         assert len(e.prefix_store) == 0
     with _setting(smollm2, True) as e, _count_prefill_tokens(monkeypatch, e) as work_on:
         cold = e.loglikelihood(reqs, batch_size=8)
@@ -87,11 +86,11 @@ def test_loglik_prefix_reuse_is_bit_exact(smollm2, monkeypatch):
         one = e.loglikelihood(reqs, batch_size=1)
         alone = [e.loglikelihood([r])[0] for r in reqs[::5]]  # each request in a call of its own, warm store
     assert cold == ref and warm == ref and one == ref and alone == ref[::5]
-    print(f"\nprefill tokens for {len(reqs)} requests: store off {work_off[0] // 2}, on {first} (cold)")
-    assert first < work_off[0] / 2 / 2  # shared demonstrations and contexts computed once (off ran twice)
+    print(f"\nprefill tokens for {len(reqs)} requests: store off {work_off[0]}, on {first} (cold)")
+    assert first < work_off[0] / 2  # shared demonstrations and contexts computed once
 
 
-@pytest.mark.parametrize("chunk_size", [8, 32])
+@pytest.mark.parametrize("chunk_size", [8])
 def test_loglik_same_with_a_tiny_store_and_other_chunk_sizes(smollm2, chunk_size):
     """A store too small for the cell evicts all the time; numbers stay those of no store at all."""
     reqs = _mc_requests(smollm2, chat=True)
@@ -106,7 +105,7 @@ def test_loglik_same_with_a_tiny_store_and_other_chunk_sizes(smollm2, chunk_size
 def _gen_requests(engine) -> list[GenRequest]:
     fewshot = [GenRequest(_fewshot_chat(engine, q), 24) for q, _ in ITEMS]
     sampled = [GenRequest(_fewshot_chat(engine, q), 20, temperature=0.7, top_p=0.9, seed=s)
-               for q in ("Name a fruit.", "Write a haiku about cats.") for s in (1, 2, 3, 4, 5)]
+               for q in ("Name a fruit.", "Write a haiku about cats.") for s in (1, 2, 3)]
     other = [GenRequest(engine.render([{"role": "user", "content": "List three colors."}]), 30, stop=("\n",)),
              GenRequest(engine.render([{"role": "user", "content": "Hi!"}]), 12, temperature=1.0, seed=11),
              GenRequest(_fewshot_text("Which animal says meow?"), 8)]
@@ -116,10 +115,9 @@ def _gen_requests(engine) -> list[GenRequest]:
 def test_generation_prefix_reuse_is_bit_exact(smollm2):
     reqs = _gen_requests(smollm2)
     with _setting(smollm2, False) as e:
-        ref = e.generate_detailed(reqs, batch_size=8)
-        assert e.generate_detailed(reqs, batch_size=1) == ref
+        ref = e.generate_detailed(reqs, batch_size=8)  # batch size 1 with the store off: test_adapters_engine_slow
     texts = [g.text for g in ref]
-    assert len(set(texts[4:9])) >= 4 and len(set(texts[9:14])) >= 4  # the seeds differ
+    assert len(set(texts[4:7])) == 3 and len(set(texts[7:10])) == 3  # the seeds differ
     assert all(texts[:4]) and ref[-3].finish_reason == "stop" and "\n" not in texts[-3]
     with _setting(smollm2, True) as e:
         assert e.generate_detailed(reqs, batch_size=8) == ref
@@ -127,9 +125,9 @@ def test_generation_prefix_reuse_is_bit_exact(smollm2):
         e.prefix_store.clear()
         assert e.generate_detailed(reqs[::-1], batch_size=3) == ref[::-1]
         e.prefix_store.clear()
-        seeds_apart = [e.generate_detailed([r])[0] for r in reqs[4:14]]  # one seed per call: the store serves the prompt
+        seeds_apart = [e.generate_detailed([r])[0] for r in reqs[4:10]]  # one seed per call: the store serves the prompt
         assert e.prefix_store.stats.hits > 0
-    assert seeds_apart == ref[4:14]
+    assert seeds_apart == ref[4:10]
 
 
 def test_short_inputs_equal_a_one_shot_forward_and_long_ones_stay_close(smollm2):
