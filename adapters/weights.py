@@ -151,6 +151,18 @@ def cache_dir() -> Path:
     return root / "models"
 
 
+def cache_sharing_models(root: str | Path) -> Path:
+    """`root` as a cache folder (for SAFETYREPRO_CACHE_DIR) with an outputs cache of its own but this
+    process's model cache as its `models/`: runs that must do their model work again (tests, trials,
+    benchmarks) without joining or dequantising weights again."""
+    shared, root = cache_dir(), Path(root)
+    shared.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
+    if not (root / "models").exists():
+        (root / "models").symlink_to(shared, target_is_directory=True)
+    return root
+
+
 def _is_within(path: Path, root: Path) -> bool:
     try:
         path.resolve().relative_to(root.resolve())

@@ -43,16 +43,6 @@ def sweep(out: Path, model: str, args, cache: Path) -> float:
     return time.time() - t0
 
 
-def fresh_cache(root: Path, name: str) -> Path:
-    """An empty outputs cache that shares the joined model weights."""
-    cache = root / f"cache-{name}"
-    cache.mkdir(parents=True, exist_ok=True)
-    models = Path(os.environ.get("SAFETYREPRO_CACHE_DIR", Path.home() / ".cache" / "safetyrepro")) / "models"
-    if models.is_dir() and not (cache / "models").exists():
-        (cache / "models").symlink_to(models)
-    return cache
-
-
 def start_llamacpp(gguf: Path) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -80,7 +70,7 @@ def choices(out: Path) -> pd.DataFrame:
 
 def main() -> int:
     from safetyrepro.adapters.loading import materialised_folder
-    from safetyrepro.adapters.weights import resolve_weights
+    from safetyrepro.adapters.weights import cache_sharing_models, resolve_weights
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--benchmark", default="toxigen")
@@ -101,7 +91,7 @@ def main() -> int:
     try:
         for name in args.only:
             outs[name] = root / name
-            times[name] = sweep(outs[name], specs[name], args, fresh_cache(root, name))
+            times[name] = sweep(outs[name], specs[name], args, cache_sharing_models(root / f"cache-{name}"))
             print(f"{name:<11} {times[name]:8.1f} s", flush=True)
     finally:
         if server is not None:

@@ -32,11 +32,9 @@ def sweep_cmd(out: Path, models: list[str], limit: int, precision: str = "bf16")
 
 
 def env_for(cache: Path) -> dict:
-    models = Path(os.environ.get("SAFETYREPRO_CACHE_DIR", Path.home() / ".cache" / "safetyrepro")) / "models"
-    cache.mkdir(parents=True, exist_ok=True)
-    if models.is_dir() and not (cache / "models").exists():
-        (cache / "models").symlink_to(models)  # joined weights are shared; the outputs cache is not
-    return {**os.environ, "SAFETYREPRO_CACHE_DIR": str(cache), "TQDM_DISABLE": "1"}
+    from safetyrepro.adapters.weights import cache_sharing_models
+
+    return {**os.environ, "SAFETYREPRO_CACHE_DIR": str(cache_sharing_models(cache)), "TQDM_DISABLE": "1"}
 
 
 def main() -> int:

@@ -68,19 +68,10 @@ def inspect_score(log_dir: Path) -> float:
     return float(log.results.scores[0].metrics["accuracy"].value)
 
 
-def private_cache(tmp: Path, name: str) -> Path:
-    """An empty outputs cache of its own (two sweeps run side by side), sharing the joined model weights."""
-    from safetyrepro.adapters.weights import cache_dir
-
-    shared = cache_dir()
-    shared.mkdir(parents=True, exist_ok=True)
-    cache = tmp / f"cache-{name}"
-    cache.mkdir()
-    (cache / "models").symlink_to(shared, target_is_directory=True)
-    return cache
-
-
 def sweep_score(cfg: dict, tmp: Path, env: dict) -> float:
+    """The sweep's score for the configuration, from an empty outputs cache of its own (two run side by side)."""
+    from safetyrepro.adapters.weights import cache_sharing_models
+
     name = f"{abs(hash(json.dumps(cfg, sort_keys=True)))}"
     out = tmp / f"sweep-{name}"
     cmd = [str(BIN / "safetyrepro"), "sweep", "--models", cfg["model"], "--benchmarks", cfg["benchmark"],
@@ -88,7 +79,7 @@ def sweep_score(cfg: dict, tmp: Path, env: dict) -> float:
            "--decodings", cfg["decoding"], "--limit", str(cfg["limit"]), "--package", cfg["package"],
            "--no-progress", "--out", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=3000,
-                         env={**env, "SAFETYREPRO_CACHE_DIR": str(private_cache(tmp, name))})
+                         env={**env, "SAFETYREPRO_CACHE_DIR": str(cache_sharing_models(tmp / f"cache-{name}"))})
     assert res.returncode == 0, res.stderr[-3000:]
     row = pd.read_csv(out / "grid.csv").iloc[0]
     if cfg["seed"] is not None:

@@ -25,7 +25,10 @@ def sweep_cmd(out: Path, *extra: str, models=("smollm2",)) -> list[str]:
 
 
 def env_with_cache(cache: Path) -> dict:
-    return {**os.environ, "SAFETYREPRO_CACHE_DIR": str(cache), "TQDM_DISABLE": "1"}
+    """An outputs cache of its own; the model weights (and their dequantised folders) are shared."""
+    from safetyrepro.adapters.weights import cache_sharing_models
+
+    return {**os.environ, "SAFETYREPRO_CACHE_DIR": str(cache_sharing_models(cache)), "TQDM_DISABLE": "1"}
 
 
 def run(cmd, env, timeout=900):
