@@ -30,7 +30,7 @@ def test_crosspkg_end_to_end(tmp_path):
     from safetyrepro.crosspkg.study import run_study
 
     args = argparse.Namespace(model="smollm2", benchmarks=["truthfulqa", "bbq", "toxigen"], limit=2, out=str(tmp_path),
-                              packages=["lm-eval", "helm", "inspect"], precision="bf16", device="cpu", seed=42,
+                              packages=["lm-eval", "helm", "inspect"], precision="fp32", device="cpu", seed=42,
                               max_new_tokens=16, batch_size=8, pairs=["lm-eval:helm", "helm:inspect"],
                               no_decompose=False, fresh=False, helm_env=None, decompose_limit=None)
     assert run_study(args) == 0
