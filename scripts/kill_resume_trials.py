@@ -4,8 +4,9 @@ an uninterrupted run's, N times. Not a test (it takes minutes); it prints the co
     python scripts/kill_resume_trials.py                          # 10 trials, 3 embedded models, 24 cells
     python scripts/kill_resume_trials.py --trials 3 --kills 2 --limit 2
 
-Each trial sweeps into a fresh folder with a fresh outputs cache (so every kill lands on real model
-work, model loading included), is killed with SIGKILL 1..--kills times after a random delay drawn
+A first uninterrupted run joins and dequantises the weights (once per machine) and must already equal
+the timed reference run. Each trial sweeps into a fresh folder with a fresh outputs cache (so every kill
+lands on real model work, model loading included), is killed with SIGKILL 1..--kills times after a random delay drawn
 uniformly from the reference run's duration, then runs to the end; its grid.csv and items.parquet
 must equal the reference's byte for byte.
 """
@@ -52,13 +53,18 @@ def main() -> int:
         return sweep_cmd(out, args.models, args.limit, args.precision)
 
     root = Path(tempfile.mkdtemp(prefix="kill-resume-"))
+    # a first run joins and dequantises the weights once, so that the timed reference (and the kill delays
+    # drawn from it) is a steady-state sweep; its grid must already equal the reference's
+    warm = subprocess.run(cmd(root / "warm-up"), env=env_for(root / "cache-warm"), capture_output=True, text=True)
     t0 = time.time()
     ref = subprocess.run(cmd(root / "reference"), env=env_for(root / "cache-ref"),
                          capture_output=True, text=True)
     duration = time.time() - t0
-    if ref.returncode != 0:
-        sys.exit(f"the reference sweep failed:\n{ref.stderr[-3000:]}")
+    if ref.returncode != 0 or warm.returncode != 0:
+        sys.exit(f"the reference sweep failed:\n{(ref if ref.returncode else warm).stderr[-3000:]}")
     want = {f: (root / "reference" / f).read_bytes() for f in ("grid.csv", "items.parquet")}
+    if any((root / "warm-up" / f).read_bytes() != b for f, b in want.items()):
+        sys.exit("two uninterrupted runs gave different grids")
     n_cells = len(want["grid.csv"].splitlines()) - 1
     print(f"reference: {duration:.0f} s, {n_cells} cells", flush=True)
     identical = 0
