@@ -196,17 +196,22 @@ def _save(model, tokenizer, resolved: ResolvedModel, precision: str, folder: Pat
     }, indent=1))
 
 
-def _replace_folder(out: Path, write) -> Path:
-    """`write(tmp)` into a fresh sibling folder, then put it in place of `out`: a crash leaves `out` as it was."""
+def _replace_folder(out: Path, write, keep=None) -> Path:
+    """`write(tmp)` into a fresh sibling folder, then put it in place of `out`: a crash leaves `out` as it was.
+    With `keep`, an `out` for which `keep(out)` holds (another process's finished copy) stays in place."""
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
         write(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        if out.exists() and not (keep and keep(out)):
+            shutil.rmtree(out, ignore_errors=keep is not None)  # a reader may hold files of a shared folder
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process put its copy in place first
+            if not (keep and keep(out)):
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -232,22 +237,12 @@ def materialised_folder(resolved: ResolvedModel, precision: str = "bf16") -> Pat
                      "(once; later loads read it)\n")
     folder.parent.mkdir(parents=True, exist_ok=True)
     model, tokenizer = _load_gguf(resolved, precision)
-    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+
+    def write(tmp: Path) -> None:
         try:
             _save(model, tokenizer, resolved, precision, tmp)
         except OSError as e:
             raise UserError(f"cannot write the cached HF folder for {resolved.label} under {folder.parent}: "
                             f"{e.strerror or e} (free space there, or point SAFETYREPRO_CACHE_DIR elsewhere)") from None
-        if folder.exists() and not _holds(folder, sha):
-            shutil.rmtree(folder, ignore_errors=True)
-        try:
-            os.rename(tmp, folder)
-        except OSError:  # another process put its copy in place first
-            if not _holds(folder, sha):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+
+    return _replace_folder(folder, write, keep=lambda f: _holds(f, sha))

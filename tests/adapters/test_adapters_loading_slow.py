@@ -27,7 +27,7 @@ def test_cached_folder_loads_the_gguf_tensors_and_tokenizer(empty_cache, tmp_pat
     t0 = time.perf_counter()
     direct, direct_tok = loading._load_gguf(resolved, "fp32")
     t_gguf = time.perf_counter() - t0
-    first, _ = loading.load_hf(resolved, "fp32")  # writes the folder
+    loading.load_hf(resolved, "fp32")  # writes the folder
     (folder,) = empty_cache.iterdir()
     assert folder.name == f"smollm2-{resolved.weights_sha256()[:12]}-fp32"
     assert json.loads((folder / loading.SOURCE_FILE).read_text())["source_sha256"] == resolved.weights_sha256()
