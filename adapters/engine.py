@@ -42,9 +42,9 @@ Reproducibility rules (tests hold the engine to them):
   passed. Decoding follows the model's own head (greedy texts equal transformers' `generate`).
 - temperature == 0 is true greedy (argmax, first index on ties). temperature > 0 samples from
   softmax(logits / temperature) restricted to the top-p nucleus (the smallest set of tokens whose
-  probability reaches top_p, as transformers' TopPLogitsWarper), with a torch.Generator seeded
-  per request on CPU: a request's text depends only on its prompt, seed, temperature, top_p and
-  max_new_tokens. A sampled request without a seed gets a fresh random one, reported in
+  probability reaches top_p, as transformers' TopPLogitsWarper, token for token: see
+  `top_p_keep`), with a torch.Generator seeded per request on CPU: a request's text depends only on
+  its prompt, seed, temperature, top_p and max_new_tokens. A sampled request without a seed gets a fresh random one, reported in
   `GenResult.seed`.
 - Generated text excludes the prompt and EOS, and is cut at the earliest stop string (excluded).
   A row stops at EOS, at a stop string, or at max_new_tokens. Decoding is continuously batched:
@@ -82,6 +82,11 @@ DEFAULT_BATCH_SIZE = 8
 DECODE_ROWS_PER_PROMPT = 8  # decoding: up to batch_size distinct prompts, batch_size x this rows
 DEFAULT_MAX_LENGTH = 2048
 EXACT_ROW_BLOCK = 8  # rows of a float32 head call are padded to a multiple of this (see Engine._logits)
+NUCLEUS_PROBE = 64  # top-p: candidates looked at (a partial sort) before the warper's full sort
+# Float32 rounding of the warper's cumulative sum over a whole vocabulary stays below 6e-4 (at most
+# vocab x 2^-24 x 0.1 for the sum, as much again for the softmax's normaliser); a boundary this far
+# from top_p is decided the same way by any exact computation.
+NUCLEUS_MARGIN = 1e-3
 _TOKENIZER_INFINITY = 1000000000000000019884624838656
 
 
@@ -182,6 +187,34 @@ def check_gen_request(r: GenRequest) -> None:
 
 
 # --------------------------------------------------------------------------- the engine
+
+
+def top_p_keep(scores, top_p: float):
+    """The tokens transformers' TopPLogitsWarper keeps (a bool mask over `scores`, float32 logits
+    already divided by the temperature): it sorts the whole vocabulary ascending and drops every token
+    whose cumulative probability from the bottom is <= 1 - top_p, the most likely one never. Put
+    the other way round, a token is kept while the probability above it is < top_p. That is decided
+    here from the top NUCLEUS_PROBE candidates in float64 (a partial sort, ~10x cheaper than the
+    warper's sort, which was a third of a sampled cell's time) whenever the nucleus lies among them
+    and no candidate's mass above it is within NUCLEUS_MARGIN of top_p, nor does a tie straddle the
+    boundary; the other cases run the warper's own steps. The kept set is then the warper's, so a
+    sampled text is the same token for token."""
+    import torch
+
+    probs = scores.double().softmax(dim=-1)
+    top, idx = probs.topk(min(NUCLEUS_PROBE, probs.numel()))
+    above = top.cumsum(dim=0) - top  # the probability of the candidates above each one
+    n_keep = int((above < top_p).sum())
+    if (n_keep < len(top) and float((above - top_p).abs().min()) > NUCLEUS_MARGIN
+            and scores[idx[n_keep - 1]] != scores[idx[n_keep]]):
+        keep = torch.zeros(scores.shape, dtype=torch.bool)
+        keep[idx[:n_keep]] = True
+        return keep
+    sorted_scores, sorted_idx = torch.sort(scores, descending=False)
+    cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    remove = cum <= (1 - top_p)
+    remove[-1] = False  # keep at least the most likely token
+    return ~remove.scatter(0, sorted_idx, remove)
 
 
 class Engine:
@@ -584,11 +617,7 @@ class Engine:
                 continue
             scores = logits[b].float().cpu() / r.temperature
             if r.top_p < 1.0:
-                sorted_scores, sorted_idx = torch.sort(scores, descending=False)
-                cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-                remove = cum <= (1 - r.top_p)
-                remove[-1] = False  # keep at least the most likely token
-                scores = scores.masked_fill(remove.scatter(0, sorted_idx, remove), float("-inf"))
+                scores = scores.masked_fill(~top_p_keep(scores, r.top_p), float("-inf"))
             probs = scores.softmax(dim=-1)
             out.append(int(torch.multinomial(probs, 1, generator=gens[b]).item()))
         return out

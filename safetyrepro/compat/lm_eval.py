@@ -8,6 +8,7 @@ interpreter start-up and calls into it only once lm-eval itself is being importe
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import inspect
 import subprocess
@@ -75,9 +76,12 @@ def add_task_folder_to_task_manager(tasks_module, folder: Callable[[], Path]) ->
 # ----------------------------------------------------------------------------- the sweep's driver
 
 
-def ask_git_hash_once() -> None:
-    """lm-eval shells out to `git describe` in the working directory on every evaluate call (printing
-    'fatal: not a git repository' outside one); the answer cannot change within a sweep, so ask once."""
+def ask_environment_once() -> None:
+    """lm-eval describes the machine on every evaluate call: `git describe` in the working directory
+    (printing 'fatal: not a git repository' outside one) and torch's `collect_env` report (pip, conda,
+    lscpu and nvidia-smi subprocesses, about 0.8 s a call, that is two minutes of a full-envelope
+    sweep's 144 calls). Neither answer can change within a sweep, so each is asked once per process
+    and copied into every later call's results."""
     import lm_eval.evaluator as evaluator
 
     if getattr(evaluator.get_git_commit_hash, "cache_info", None):
@@ -90,7 +94,19 @@ def ask_git_hash_once() -> None:
         except OSError:
             return None
 
+    original_env_info = evaluator.add_env_info
+
+    @functools.cache
+    def env_info() -> dict:
+        found: dict = {}
+        original_env_info(found)
+        return found
+
+    def add_env_info(storage: dict) -> None:
+        storage.update(copy.deepcopy(env_info()))
+
     evaluator.get_git_commit_hash = git_hash
+    evaluator.add_env_info = add_env_info
 
 
 @contextlib.contextmanager

@@ -48,14 +48,17 @@ class LmEvalDriver(_Driver):
         from lm_eval.tasks import TaskManager
 
         from safetyrepro.adapters.lm_eval_model import SafetyReproLM
-        from safetyrepro.compat.lm_eval import ask_git_hash_once
+        from safetyrepro.compat.lm_eval import ask_environment_once
+        from safetyrepro.lm_eval_plugin import task_dir
 
         self.backend, self.rules, self.items_for = backend, rules, items_for
         self.log_dir = log_dir
         self.lm = SafetyReproLM.from_backend(backend)
         self.lm.progress_bars = False
-        ask_git_hash_once()  # lm-eval asks `git describe` on every evaluate call
-        self.task_manager = TaskManager(metadata={"tie_rule": tie_rule})  # to the task's documents
+        ask_environment_once()  # lm-eval describes the machine on every evaluate call
+        # a sweep runs SafetyRepro's tasks only: indexing lm-eval's ~14,000 task YAMLs too took ~10 s a process
+        self.task_manager = TaskManager(include_path=str(task_dir()), include_defaults=False,
+                                        metadata={"tie_rule": tie_rule})  # the tie rule: to the task's documents
         for name in ("lm_eval", "lm-eval", "lm_eval.evaluator", "lm_eval.api.task"):
             logging.getLogger(name).setLevel(logging.ERROR)
 
