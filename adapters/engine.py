@@ -44,8 +44,8 @@ Reproducibility rules (tests hold the engine to them):
   softmax(logits / temperature) restricted to the top-p nucleus (the smallest set of tokens whose
   probability reaches top_p, as transformers' TopPLogitsWarper, token for token: see
   `top_p_keep`), with a torch.Generator seeded per request on CPU: a request's text depends only on
-  its prompt, seed, temperature, top_p and max_new_tokens. A sampled request without a seed gets a fresh random one, reported in
-  `GenResult.seed`.
+  its prompt, seed, temperature, top_p and max_new_tokens. A sampled request without a seed gets a
+  fresh random one, reported in `GenResult.seed`.
 - Generated text excludes the prompt and EOS, and is cut at the earliest stop string (excluded).
   A row stops at EOS, at a stop string, or at max_new_tokens. Decoding is continuously batched:
   a finished row's place goes to the next waiting prompt (`Engine._generate`).

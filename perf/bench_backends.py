@@ -49,14 +49,10 @@ def sweep(out: Path, model: str, args, cache: Path) -> float:
 
 
 def first_failure(out: Path) -> str | None:
-    for f in sorted(out.glob("cells/*/*.json")):
-        try:
-            rec = json.loads(f.read_text())
-        except ValueError:
-            continue
-        if rec.get("status") == "failed":
-            return f"{rec.get('config_id')}: {rec.get('error')}"
-    return None
+    from safetyrepro.sweep.store import Store
+
+    failed = [r for r in Store(out).records() if r["status"] == "failed"]
+    return f"{failed[0].get('config_id')}: {failed[0].get('error')}" if failed else None
 
 
 def start_llamacpp(gguf: Path, log: Path) -> tuple[subprocess.Popen, str]:
