@@ -100,6 +100,15 @@ class BackendIdentity:
         return {"backend": self.kind, "spec": self.spec, "weights": self.weights_sha256, "revision": self.revision,
                 "precision": self.precision, **{k: v for k, v in sorted(self.extra.items()) if k != "label"}}
 
+    def gen_cache_fields(self) -> dict[str, Any]:
+        """The model part of a generation's cache key: `cache_fields`, and for the engine its decode
+        version from 2 on (generation numerics changed then; log-likelihoods did not, so their keys
+        stay those of the first release)."""
+        fields = self.cache_fields()
+        if self.kind == "engine" and self.extra.get("decode", 1) != 1:
+            fields["decode"] = self.extra["decode"]
+        return fields
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -13,13 +13,19 @@ Reproducibility rules (tests hold the engine to them):
   chunks of C = `chunk_size` tokens at absolute positions 0..C-1, C..2C-1, ... (the last one
   partial; C = 32 unless SAFETYREPRO_PREFILL_CHUNK says otherwise), and chunk j's queries attend,
   in one SDPA call of their own, to the keys of positions 0 .. end of chunk j; decoding then
-  appends one token at a time. Every other operation (embeddings, norms, RoPE, linear layers) is
-  token-wise, and on CPU in bf16 a matrix product's row does not depend on the other rows (a
-  single-row product takes a GEMV path that can differ in the last bit, so no forward pass ever
-  has a single token row: a lone one is run with an idle second row). Hence a request's numbers
-  never depend on the other requests in its batch, nor on what was computed before: batch size 1
-  and 8 give bit-identical greedy texts, sampled texts and log-likelihoods (tested). In fp32, and
-  on CUDA, matrix kernels chosen by shape can still move the last bits (about 1e-6 relative).
+  appends one token at a time, every row attending to its own keys (left-aligned in a slab whose
+  width is a multiple of DECODE_KEY_BLOCK; masked zero keys add exact zeros), all rows in one
+  float32 attention product per layer. Every other operation (embeddings, norms, RoPE, linear
+  layers) is token-wise, and on CPU in bf16 a matrix product's row does not depend on the other
+  rows (a single-row product takes a GEMV path that can differ in the last bit, so no forward pass
+  ever has a single token row: a lone one is run with an idle second row). Hence a request's
+  numbers never depend on the other requests in its batch, nor on what was computed before: batch
+  size 1, 8 and the default (sized to the work) give bit-identical greedy texts, sampled texts and
+  log-likelihoods in bf16 (tested). In fp32 a CPU matrix product computes rows in blocks and a
+  partial block another way, so generation (its prompts' prefill passes, its decode steps and their
+  head) pads every product to a multiple of EXACT_ROW_BLOCK rows: fp32 generation is
+  batch-invariant too (tested). fp32 log-likelihoods are not padded (their exact head is) and can
+  move in the last bits (about 1e-6 relative) with the batch; so can anything on CUDA.
 - Prefix reuse never changes a number. Since chunk j's key/value states depend only on the tokens
   up to its end, requests that share a chunk-aligned prefix (the few-shot demonstrations of a
   cell, the prompt of a request's sampled seeds, the context of a multiple-choice item) compute
@@ -42,10 +48,11 @@ Reproducibility rules (tests hold the engine to them):
   passed. Decoding follows the model's own head (greedy texts equal transformers' `generate`).
 - temperature == 0 is true greedy (argmax, first index on ties). temperature > 0 samples from
   softmax(logits / temperature) restricted to the top-p nucleus (the smallest set of tokens whose
-  probability reaches top_p, as transformers' TopPLogitsWarper, token for token: see
-  `top_p_keep`), with a torch.Generator seeded per request on CPU: a request's text depends only on
+  probability reaches top_p, as transformers' TopPLogitsWarper, token for token), by inverse CDF
+  with a torch.Generator seeded per request on CPU (`sampling`): a request's text depends only on
   its prompt, seed, temperature, top_p and max_new_tokens. A sampled request without a seed gets a
-  fresh random one, reported in `GenResult.seed`.
+  fresh random one, reported in `GenResult.seed`. DECODE_VERSION names this decoding in the
+  engine's identity, so that outputs cached by an earlier one are never mixed with its own.
 - Generated text excludes the prompt and EOS, and is cut at the earliest stop string (excluded).
   A row stops at EOS, at a stop string, or at max_new_tokens. Decoding is continuously batched:
   a finished row's place goes to the next waiting prompt (`Engine._generate`).
@@ -76,17 +83,18 @@ from safetyrepro.adapters.prefix_cache import (
     enabled_from_env,
     max_bytes_from_env,
 )
+from safetyrepro.adapters.sampling import next_tokens
 from safetyrepro.errors import UserError
 
 DEFAULT_BATCH_SIZE = 8
-DECODE_ROWS_PER_PROMPT = 8  # decoding: up to batch_size distinct prompts, batch_size x this rows
+DECODE_ROWS_PER_PROMPT = 8  # decoding with an explicit batch_size: that many prompts, batch_size x this rows
+DECODE_MAX_ROWS = 192  # decoding sized to the work: at most this many rows in one step ...
+DECODE_KV_MB = 2048  # ... and their key/value states within this many MB (SAFETYREPRO_DECODE_KV_MB)
+DECODE_KEY_BLOCK = 16  # a decode step's key width is a multiple of this (see rowwise_attention._decode_forward)
+# 2: one attention product for all rows, row blocks padded in fp32, inverse-CDF sampling (1: the first)
+DECODE_VERSION = 2
 DEFAULT_MAX_LENGTH = 2048
 EXACT_ROW_BLOCK = 8  # rows of a float32 head call are padded to a multiple of this (see Engine._logits)
-NUCLEUS_PROBE = 64  # top-p: candidates looked at (a partial sort) before the warper's full sort
-# Float32 rounding of the warper's cumulative sum over a whole vocabulary stays below 6e-4 (at most
-# vocab x 2^-24 x 0.1 for the sum, as much again for the softmax's normaliser); a boundary this far
-# from top_p is decided the same way by any exact computation.
-NUCLEUS_MARGIN = 1e-3
 _TOKENIZER_INFINITY = 1000000000000000019884624838656
 
 
@@ -189,44 +197,17 @@ def check_gen_request(r: GenRequest) -> None:
 # --------------------------------------------------------------------------- the engine
 
 
-def top_p_keep(scores, top_p: float):
-    """The tokens transformers' TopPLogitsWarper keeps (a bool mask over `scores`, float32 logits
-    already divided by the temperature): it sorts the whole vocabulary ascending and drops every token
-    whose cumulative probability from the bottom is <= 1 - top_p, the most likely one never. Put
-    the other way round, a token is kept while the probability above it is < top_p. That is decided
-    here from the top NUCLEUS_PROBE candidates in float64 (a partial sort, ~10x cheaper than the
-    warper's sort, which was a third of a sampled cell's time) whenever the nucleus lies among them
-    and no candidate's mass above it is within NUCLEUS_MARGIN of top_p, nor does a tie straddle the
-    boundary; the other cases run the warper's own steps. The kept set is then the warper's, so a
-    sampled text is the same token for token."""
-    import torch
-
-    probs = scores.double().softmax(dim=-1)
-    top, idx = probs.topk(min(NUCLEUS_PROBE, probs.numel()))
-    above = top.cumsum(dim=0) - top  # the probability of the candidates above each one
-    n_keep = int((above < top_p).sum())
-    if (n_keep < len(top) and float((above - top_p).abs().min()) > NUCLEUS_MARGIN
-            and scores[idx[n_keep - 1]] != scores[idx[n_keep]]):
-        keep = torch.zeros(scores.shape, dtype=torch.bool)
-        keep[idx[:n_keep]] = True
-        return keep
-    sorted_scores, sorted_idx = torch.sort(scores, descending=False)
-    cum = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-    remove = cum <= (1 - top_p)
-    remove[-1] = False  # keep at least the most likely token
-    return ~remove.scatter(0, sorted_idx, remove)
-
-
 class Engine:
     """A loaded model with batched generation and continuation log-likelihoods."""
 
-    def __init__(self, model, tokenizer, info: ModelInfo, batch_size: int = DEFAULT_BATCH_SIZE,
+    def __init__(self, model, tokenizer, info: ModelInfo, batch_size: int | None = None,
                  chunk_size: int | None = None, prefix_cache: bool | None = None,
                  prefix_cache_bytes: int | None = None, exact_scores: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.info = info
-        self.batch_size = max(1, int(batch_size))
+        # None: log-likelihoods in batches of DEFAULT_BATCH_SIZE, decoding sized to the work (decode_rows)
+        self.batch_size = None if batch_size is None else max(1, int(batch_size))
         self.max_length = info.max_length or resolve_max_length(model.config, tokenizer)
         self._lock = threading.RLock()
         self.pad_token_id = next(t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if t is not None)
@@ -255,7 +236,7 @@ class Engine:
     def identity(self) -> BackendIdentity:
         info = self.info
         return BackendIdentity("engine", info.label, info.label, info.precision, info.weights_sha256,
-                               extra={"device": info.device, "source": info.source})
+                               extra={"device": info.device, "source": info.source, "decode": DECODE_VERSION})
 
     @property
     def capabilities(self) -> Capabilities:
@@ -314,9 +295,10 @@ class Engine:
                          getattr(text, "head_dim", None) or text.hidden_size // heads)
         self._kv_dtype = self.model.get_input_embeddings().weight.dtype
 
-    def _logits(self, hidden, exact: bool = False):
+    def _logits(self, hidden, exact: bool = False, blocked: bool = False):
         """LM head on hidden states [M, H] -> logits [M, V]. A single row is run as two copies (see
-        `_run`).
+        `_run`); `blocked` (decoding) pads the rows to a multiple of EXACT_ROW_BLOCK, as the exact
+        head always does.
 
         Default: as the model's own head computes them (the model dtype), which is what decoding
         follows, so that greedy texts are those of transformers' `generate`. `exact`: the head in
@@ -329,8 +311,9 @@ class Engine:
         m = hidden.shape[0]
         head = self._exact_head() if exact else None
         if head is None:
-            if m == 1:
-                hidden = torch.cat([hidden, hidden])
+            pad = -m % EXACT_ROW_BLOCK if blocked else int(m == 1)
+            if pad:
+                hidden = torch.cat([hidden, hidden[:1].expand(pad, -1)])
             logits = self._head(hidden)
         else:
             # CPU float32 GEMM computes rows in blocks of 4 and a partial block another way, so a row's
@@ -363,16 +346,18 @@ class Engine:
                 self._head_fp32 = (head.weight.detach().float(), bias)
         return self._head_fp32 or None
 
-    def _run(self, ids, attention_mask, position_ids, cache, spans):
-        """One forward of the base model: last hidden states [batch, T, hidden]. Every row's span is
-        given to the row-wise attention (see rowwise_attention); the caller keeps single-token
-        forwards at two rows or more (CPU bf16 GEMV and GEMM differ in the last bit)."""
+    def _run(self, ids, attention_mask, position_ids, cache, spans, key_len=None):
+        """One forward of the base model: last hidden states [batch, T, hidden]. Every row's span (a
+        prefill), or every row's key count (`key_len`, a decode step), is given to the row-wise
+        attention (see rowwise_attention); the caller keeps single-token forwards at two rows or more
+        (CPU bf16 GEMV and GEMM differ in the last bit)."""
         kwargs = {self._base_cache_kw: cache, "attention_mask": attention_mask, "position_ids": position_ids}
         if self._rowwise:
-            kwargs.update(sr_spans=spans, sr_mask_memo={})
+            kwargs.update(sr_spans=spans, sr_key_len=key_len, sr_mask_memo={})
         return self._base(input_ids=ids, use_cache=True, **kwargs).last_hidden_state
 
-    def _prefill(self, rows: Sequence[_Row], want_kv: bool = False, exact: bool = False) -> _Prefilled:
+    def _prefill(self, rows: Sequence[_Row], want_kv: bool = False, exact: bool = False,
+                 blocked: bool = False) -> _Prefilled:
         """Chunked prefill of token rows: the logits at each row's wanted positions and (want_kv) the
         key/value states of each row's chunks.
 
@@ -462,7 +447,7 @@ class Engine:
                         copied.add((r, i))
             groups = [items] if self._rowwise else [[it] for it in items]
             for group in groups:
-                self._prefill_pass(group, rows, lens, buf, slab_row, wanted, wanted_logits, exact)
+                self._prefill_pass(group, rows, lens, buf, slab_row, wanted, wanted_logits, exact, blocked)
         if share:
             puts = []
             for node, (r, j) in owner.items():
@@ -476,7 +461,7 @@ class Engine:
         return _Prefilled(logits, chunks)
 
     def _prefill_pass(self, items: list, rows: Sequence[_Row], lens: list[int], buf, slab_row: dict,
-                      wanted: dict, wanted_logits: dict, exact: bool = False) -> None:
+                      wanted: dict, wanted_logits: dict, exact: bool = False, blocked: bool = False) -> None:
         """One forward over `items` ((identity, (row, j)): chunk j of a row), packed into one sequence
         (row-wise attention) or, without it, one chunk alone on a one-row cache."""
         import torch
@@ -498,9 +483,12 @@ class Engine:
                 sel_t.append(off + o)
                 sel_key.append((node, o))
         if self._rowwise:
-            if len(toks) == 1:  # never a one-token forward (see _run): an idle second token
-                toks.append(self.pad_token_id)
-                pos.append(0)
+            # never a one-token forward (see _run): an idle second token; `blocked` (the prompts of a
+            # generation) pads to a multiple of EXACT_ROW_BLOCK tokens, so that float32 products
+            # compute every token in a full block of rows whatever else the pass holds
+            pad = -len(toks) % EXACT_ROW_BLOCK if blocked else int(len(toks) == 1)
+            toks += [self.pad_token_id] * pad
+            pos += [0] * pad
             hidden = self._run(torch.tensor([toks], device=device), None, torch.tensor([pos], device=device),
                                KVSlab(buf, 0, writes).cache, spans)
         else:
@@ -509,7 +497,7 @@ class Engine:
             hidden = self._run(torch.tensor([toks], device=device), None, torch.tensor([pos], device=device),
                                KVSlab(line, j * C).cache, None)
         if sel_key:
-            logits = self._logits(hidden[0, torch.tensor(sel_t, device=device)], exact=exact)
+            logits = self._logits(hidden[0, torch.tensor(sel_t, device=device)], exact=exact, blocked=blocked)
             for k, key in enumerate(sel_key):
                 wanted_logits[key] = logits[k]
 
@@ -527,7 +515,7 @@ class Engine:
         import torch
 
         exact = self.exact_scores if exact is None else bool(exact)
-        bs = batch_size or self.batch_size
+        bs = batch_size or self.batch_size or DEFAULT_BATCH_SIZE
         results: list[tuple[float, bool] | None] = [None] * len(pairs)
         # identical model inputs are run once (as HFLM's one-token-continuation cache does)
         groups: dict[tuple[int, ...], list[int]] = {}
@@ -606,36 +594,47 @@ class Engine:
             bar.close()
         return results  # type: ignore[return-value]
 
-    def _next_tokens(self, logits, reqs: list[GenRequest], gens: list) -> list[int]:
+    def decode_rows(self, longest: int) -> int:
+        """Rows decoded side by side when no batch size is given: as many as the work has, up to
+        DECODE_MAX_ROWS (matrix products stop gaining speed well before), and as many as fit
+        SAFETYREPRO_DECODE_KV_MB (default DECODE_KV_MB) of key/value states when every row is
+        `longest` tokens (prompt + new tokens) long."""
+        import os
+
         import torch
 
-        out = []
-        greedy = logits.argmax(dim=-1).tolist()
-        for b, r in enumerate(reqs):
-            if r.temperature == 0:
-                out.append(int(greedy[b]))
-                continue
-            scores = logits[b].float().cpu() / r.temperature
-            if r.top_p < 1.0:
-                scores = scores.masked_fill(~top_p_keep(scores, r.top_p), float("-inf"))
-            probs = scores.softmax(dim=-1)
-            out.append(int(torch.multinomial(probs, 1, generator=gens[b]).item()))
-        return out
+        try:
+            budget_mb = float(os.environ.get("SAFETYREPRO_DECODE_KV_MB", "") or DECODE_KV_MB)
+        except ValueError:
+            raise UserError("SAFETYREPRO_DECODE_KV_MB must be a number of megabytes, got "
+                            f"{os.environ['SAFETYREPRO_DECODE_KV_MB']!r}") from None
+        n_layers, kv_heads, head_dim = self._kv_dims
+        per_row = max(1, longest) * n_layers * 2 * kv_heads * head_dim * torch.empty(0, dtype=self._kv_dtype).element_size()
+        return max(2, min(DECODE_MAX_ROWS, int(budget_mb * 2**20 // per_row)))
 
     def _generate(self, order: list[int], prompts: list[list[int]], reqs: list[GenRequest],
-                  seeds: list[int | None], batch_size: int, done) -> None:
+                  seeds: list[int | None], batch_size: int | None, done) -> None:
         """Continuous batching. Requests are admitted in `order` by prompt groups (identical prompts,
         e.g. the seeds of a sampled request): whenever fewer than `batch_size` distinct prompts are
         decoding, the next groups are prefilled (chunked, through the prefix store) and join the
-        decoding rows, up to `DECODE_ROWS_PER_PROMPT` x batch_size rows. Decoding runs on a
-        left-padded KVSlab (one row per request, each row attending to its own span only); finished
-        rows stay in it, idle, until half of its rows are idle or new rows come in, then it is
-        laid out anew. A lone decoding row always has a second (idle) row beside it: no forward pass
-        has a single token row. Without row-wise attention, a group is admitted only into an empty
-        slab and only with groups of its prompt length (no padding)."""
+        decoding rows, up to `DECODE_ROWS_PER_PROMPT` x batch_size rows; with no batch size, up to
+        `decode_rows` rows whatever their prompts (the work and the memory decide). Decoding runs on a
+        KVSlab with one row per request, its keys from column 0, every row writing its new token at
+        its own column and attending to its own keys, all rows in one attention call per layer
+        (rowwise_attention._decode_forward); finished rows stay in it, idle, until half of its rows
+        are idle or new rows come in, then it is laid out anew. A lone decoding row always has a
+        second (idle) row beside it: no forward pass has a single token row. Without row-wise
+        attention, a group is admitted only into an empty slab and only with groups of its prompt
+        length (no padding)."""
         import torch
 
-        max_rows = DECODE_ROWS_PER_PROMPT * batch_size
+        from safetyrepro.adapters.kv_slab import KVSlab
+
+        if batch_size is None:  # sized to the work and the memory (decode_rows)
+            max_rows = self.decode_rows(max(len(prompts[i]) + reqs[i].max_new_tokens for i in order) if order else 1)
+            batch_size = max_rows
+        else:
+            max_rows = DECODE_ROWS_PER_PROMPT * batch_size
         groups: list[list[int]] = []
         for i in order:
             if reqs[i].max_new_tokens == 0:
@@ -649,6 +648,8 @@ class Engine:
         rows: list[_GenRow | None] = []  # slab rows; None: idle
         slab = None
         logits: dict[int, object] = {}  # slab row -> logits of the row's next token
+        fed: list[int] = []  # the rows of the last decode step, whose logits are `out`
+        out = None
         device = self.model.device
         while pending or any(r is not None for r in rows):
             live = [b for b, r in enumerate(rows) if r is not None]
@@ -664,11 +665,12 @@ class Engine:
                     admit.append(pending.popleft())
                 if admit:
                     slab, rows, logits = self._admit(admit, prompts, reqs, seeds, slab, rows, logits)
+                    fed = []  # rows renumbered: `out` no longer lines up with them
                     live = [b for b, r in enumerate(rows) if r is not None]
             # sample every live row's next token
             active = [rows[b] for b in live]
-            toks = self._next_tokens(torch.stack([logits[b] for b in live]), [reqs[r.i] for r in active],
-                                     [r.gen for r in active])
+            batch = out if live == fed else torch.stack([logits[b] for b in live])  # (no copy when unchanged)
+            toks = next_tokens(batch, [reqs[r.i] for r in active], [r.gen for r in active])
             feed: dict[int, int] = {}
             for b, r, t in zip(live, active, toks, strict=True):
                 r.n_new += 1
@@ -689,28 +691,34 @@ class Engine:
             # the rows still decoding are exactly those being fed: lay them out anew when half the slab
             # is idle or it has no column left (a fresh slab has room for every row's next token)
             idle = len(rows) - len(feed)
-            if (idle and 2 * idle >= len(rows) and len(rows) > 2) or slab.n + 1 > slab.capacity:
+            longest = max(rows[b].length for b in feed)
+            if (2 * idle >= len(rows) and len(feed) + (-len(feed) % EXACT_ROW_BLOCK) < len(rows)) \
+                    or longest + 1 > slab.capacity:
                 slab, rows, kept = self._relayout(slab, rows, sorted(feed), [])
                 feed = {kept[b]: t for b, t in feed.items()}
-            # one decode step for the rows being fed; idle rows get a pad token and an empty span
-            total = slab.n + 1
-            pos, spans, ids = [], [], []
+            # one decode step for the rows being fed, each writing at its own next column; idle rows get
+            # a pad token at column 0 and see only that
+            pos, ids = [], []
             for b, r in enumerate(rows):
                 if b in feed:
                     r.length += 1
-                    pos.append([r.length - 1])
-                    spans.append((b, 0, 1, b, total - r.length, total))
-                    ids.append([feed[b]])
+                    pos.append(r.length - 1)
+                    ids.append(feed[b])
                 else:
-                    pos.append([0])
-                    ids.append([self.pad_token_id])
-            mask = None
-            if not self._rowwise:  # (no padding then: one prompt length per slab)
-                mask = torch.ones(len(rows), total, dtype=torch.long, device=device)
-            hidden = self._run(torch.tensor(ids, device=device), mask, torch.tensor(pos, device=device), slab.cache,
-                               spans)
+                    pos.append(0)
+                    ids.append(self.pad_token_id)
+            pos_t = torch.tensor(pos, device=device)
+            if self._rowwise:
+                width = min(slab.capacity, -(-(longest + 1) // DECODE_KEY_BLOCK) * DECODE_KEY_BLOCK)
+                cache = KVSlab(slab.buf, 0, cols=pos_t, width=width, layer_major=True).cache
+                hidden = self._run(torch.tensor(ids, device=device)[:, None], None, pos_t[:, None], cache, None,
+                                   key_len=pos_t + 1)
+            else:  # one prompt length per slab, so every row writes the same column: no padding, no mask
+                slab = KVSlab(slab.buf, slab.n, layer_major=True)
+                mask = torch.ones(len(rows), slab.n + 1, dtype=torch.long, device=device)
+                hidden = self._run(torch.tensor(ids, device=device)[:, None], mask, pos_t[:, None], slab.cache, None)
             fed = sorted(feed)
-            out = self._logits(hidden[torch.tensor(fed, device=device), -1])
+            out = self._logits(hidden[torch.tensor(fed, device=device), -1], blocked=True)
             logits = {b: out[k] for k, b in enumerate(fed)}
 
     def _result(self, r: _GenRow, prompts, reqs, seeds, finish: str) -> GenResult:
@@ -730,7 +738,7 @@ class Engine:
         else:  # the unoptimised path: every request prefills its own prompt
             members = [[i] for g in admit for i in g]
         pre = self._prefill([_Row(prompts[m[0]], len(prompts[m[0]]) - 1, len(prompts[m[0]])) for m in members],
-                            want_kv=True)
+                            want_kv=True, blocked=True)
         group_of = {}
         for g in admit:
             key = object()
@@ -754,31 +762,32 @@ class Engine:
         return slab, rows, logits
 
     def _relayout(self, slab, rows, keep: list[int], new: list):
-        """A fresh slab holding the kept rows (then the new ones: (row, prompt chunks)), right-aligned
-        on the longest row, with room to decode every row to its max_new_tokens; at least two rows
-        (an idle one is added beside a lone row). Returns (slab, rows, old index -> new index)."""
+        """A fresh slab holding the kept rows (then the new ones: (row, prompt chunks)), each from
+        column 0 (left-aligned), with room to decode every row to its max_new_tokens (rounded up to
+        DECODE_KEY_BLOCK columns), idle rows added to make a multiple of EXACT_ROW_BLOCK.
+        Returns (slab, rows, old index -> new index)."""
         import torch
 
         from safetyrepro.adapters.kv_slab import KVSlab
 
         out_rows: list[_GenRow | None] = [rows[b] for b in keep] + [r for r, _ in new]
         width = max(r.length for r in out_rows)
-        room = max(r.room for r in out_rows)
-        if len(out_rows) == 1:
-            out_rows.append(None)
-        sample = slab.buf if slab is not None else new[0][1][0][None]
-        n_layers, _, kv_heads, _, head_dim = sample.shape[1:]
-        buf = torch.empty(len(out_rows), n_layers, 2, kv_heads, width + room, head_dim, dtype=sample.dtype,
-                          device=sample.device)  # padding is never read (each row attends to its own span)
+        capacity = max(r.length + r.room for r in out_rows)
+        capacity = -(-capacity // DECODE_KEY_BLOCK) * DECODE_KEY_BLOCK
+        out_rows += [None] * (-len(out_rows) % EXACT_ROW_BLOCK)  # idle rows: every step a full block
+        n_layers, kv_heads, head_dim = self._kv_dims
+        # zeros: the masked columns of a decode step are read (as exact zeros, never NaN garbage)
+        buf = torch.zeros(n_layers, 2, len(out_rows), kv_heads, capacity, head_dim, dtype=self._kv_dtype,
+                          device=self.model.device)
         for b, old in enumerate(keep):
-            r = rows[old]
-            buf[b, :, :, :, width - r.length: width] = slab.buf[old, :, :, :, slab.n - r.length: slab.n]
-        for k, (r, chunks) in enumerate(new):
-            at = width - r.length
-            for t in chunks:
-                buf[len(keep) + k, :, :, :, at: at + t.shape[3]] = t
+            n = rows[old].length
+            buf[:, :, b, :, :n] = slab.buf[:, :, old, :, :n]
+        for k, (_r, chunks) in enumerate(new):
+            at = 0
+            for t in chunks:  # [layers, 2, kv_heads, n, head_dim]
+                buf[:, :, len(keep) + k, :, at: at + t.shape[3]] = t
                 at += t.shape[3]
-        return KVSlab(buf, width), out_rows, {old: b for b, old in enumerate(keep)}
+        return KVSlab(buf, width, layer_major=True), out_rows, {old: b for b, old in enumerate(keep)}
 
 @dataclass
 class _Row:
@@ -854,7 +863,7 @@ def load_engine(model: str, precision: str = "bf16", device: str | None = None,
                 name=resolved.spec.name if resolved.spec else resolved.label,
                 max_length=resolve_max_length(hf_model.config, tokenizer), attention=attention,
             )
-            eng = Engine(hf_model, tokenizer, info, batch_size=batch_size or DEFAULT_BATCH_SIZE)
+            eng = Engine(hf_model, tokenizer, info, batch_size=batch_size)
             _ENGINES[key] = eng
         elif batch_size and isinstance(eng, Engine):
             eng.batch_size = max(1, int(batch_size))

@@ -4,7 +4,8 @@
 
 `<model>` is an embedded label, a .gguf file, an HF folder or a hub id (`safetyrepro//abs/path`
 for an absolute path). Model args (`-M`): `precision` (bf16 | fp32 | nf4), `device`
-(cpu | cuda | auto), `batch_size` (engine batch; default 8).
+(cpu | cuda | auto), `batch_size` (engine batch; default: the engine sizes it, 8 prompts for
+log-likelihoods and as many decoding rows as the work and the memory allow).
 
 What Inspect's own `hf/` provider cannot do, and this one does:
 - `temperature=0` is true greedy decoding (argmax), not an error;
@@ -75,7 +76,7 @@ def _as_dicts(messages) -> list[dict[str, str]]:
 class _Batcher:
     """One background thread that runs queued engine calls together."""
 
-    def __init__(self, engine, batch_size: int):
+    def __init__(self, engine, batch_size: int | None):
         self.engine, self.batch_size = engine, batch_size
         self.queue: queue.Queue = queue.Queue()
         self.thread: threading.Thread | None = None
@@ -98,7 +99,9 @@ class _Batcher:
 
     def _drain(self, first) -> list:
         items = [first]
-        cap = self.batch_size * 4
+        from safetyrepro.adapters.engine import DECODE_MAX_ROWS
+
+        cap = self.batch_size * 4 if self.batch_size else DECODE_MAX_ROWS
         deadline = time.monotonic() + DRAIN_WAIT_S
         while len(items) < cap:
             try:
@@ -152,7 +155,7 @@ class SafetyReproModelAPI(ModelAPI):
                  config: GenerateConfig | None = None, **model_args: Any):
         super().__init__(model_name=model_name, base_url=base_url, api_key=api_key,
                          config=config if config is not None else GenerateConfig())
-        from safetyrepro.adapters.engine import DEFAULT_BATCH_SIZE, load_engine
+        from safetyrepro.adapters.engine import load_engine
         from safetyrepro.compat.inspect_ai import PrerequisiteError
 
         try:  # Inspect prints a PrerequisiteError as one message, without a traceback
@@ -160,7 +163,7 @@ class SafetyReproModelAPI(ModelAPI):
             if unknown:
                 raise UserError(f"unknown model args for safetyrepro/: {', '.join(unknown)}; "
                                 f"allowed: {', '.join(a for a in _MODEL_ARGS if a != 'backend')}")
-            bs = int(model_args.get("batch_size") or DEFAULT_BATCH_SIZE)
+            bs = int(model_args["batch_size"]) if model_args.get("batch_size") else None
             if model_args.get("backend"):
                 self.backend = _BACKENDS[str(model_args["backend"])]
             else:

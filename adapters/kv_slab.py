@@ -10,18 +10,30 @@ With `writes` (the engine's packed prefill), the forward's tokens are not one co
 every row: write k = (kv_row, col, q_lo, q_hi) puts the key/value states of the packed tokens
 q_lo..q_hi-1 (of batch row 0) into slab row kv_row at columns col.., and `update` returns the
 whole slab (the row-wise attention reads each chunk's keys from its own row).
+
+With `cols` (the engine's decode steps), every row holds its own keys from column 0 (left-aligned)
+and row b's one new token goes to column cols[b]; `update` returns the first `width` columns of
+every row, and the attention masks each row to its own keys (rowwise_attention, `sr_key_len`).
+
+`layer_major` slabs (the decode slabs) are laid out `[layers, 2, batch, kv_heads, capacity,
+head_dim]`: a layer's keys are then one strided block that batched matrix products read in place
+(row-major slabs would be copied by every decode step's attention, twice per layer).
 """
 
 from __future__ import annotations
 
 
 class KVSlab:
-    def __init__(self, buf, n: int, writes: list[tuple[int, int, int, int]] | None = None):
-        if n > buf.shape[4]:
-            raise ValueError(f"{n} filled columns in a slab of capacity {buf.shape[4]}")
+    def __init__(self, buf, n: int, writes: list[tuple[int, int, int, int]] | None = None,
+                 cols=None, width: int | None = None, layer_major: bool = False):
+        if n > buf.shape[4] or (width or 0) > buf.shape[4]:
+            raise ValueError(f"{max(n, width or 0)} filled columns in a slab of capacity {buf.shape[4]}")
         self.buf = buf
         self.writes = writes
-        self.layers = [_SlabLayer(self, i, n) for i in range(buf.shape[1])]
+        self.cols = cols  # a LongTensor [batch]: the column each row's new token goes to
+        self.width = width
+        self.layer_major = layer_major
+        self.layers = [_SlabLayer(self, i, n) for i in range(buf.shape[0 if layer_major else 1])]
         self.cache = _cache(self.layers)
 
     @property
@@ -31,6 +43,13 @@ class KVSlab:
     @property
     def capacity(self) -> int:
         return self.buf.shape[4]
+
+    def rows_index(self):
+        import torch
+
+        if getattr(self, "_rows", None) is None:
+            self._rows = torch.arange(self.buf.shape[2 if self.layer_major else 0], device=self.buf.device)
+        return self._rows
 
 
 def _cache(layers):
@@ -54,10 +73,17 @@ def _layer_class():
             self.dtype, self.device = slab.buf.dtype, slab.buf.device
             self._views()
 
-        def _views(self) -> None:
+        def _kv(self):
+            """This layer's keys and values, each [batch, kv_heads, capacity, head_dim]."""
             buf = self.slab.buf
-            self.keys = buf[:, self.idx, 0, :, : self.n]
-            self.values = buf[:, self.idx, 1, :, : self.n]
+            if self.slab.layer_major:
+                return buf[self.idx, 0], buf[self.idx, 1]
+            return buf[:, self.idx, 0], buf[:, self.idx, 1]
+
+        def _views(self) -> None:
+            k, v = self._kv()
+            self.keys = k[:, :, : self.n]
+            self.values = v[:, :, : self.n]
 
         def lazy_initialization(self, key_states, value_states) -> None:  # pragma: no cover - never lazy
             pass
@@ -70,10 +96,17 @@ def _layer_class():
                     buf[kv_row, self.idx, 0, :, col: col + q_hi - q_lo] = key_states[0, :, q_lo:q_hi]
                     buf[kv_row, self.idx, 1, :, col: col + q_hi - q_lo] = value_states[0, :, q_lo:q_hi]
                 return buf[:, self.idx, 0], buf[:, self.idx, 1]
+            k, v = self._kv()
+            if self.slab.cols is not None:
+                rows = self.slab.rows_index()
+                k[rows, :, self.slab.cols] = key_states[:, :, 0]
+                v[rows, :, self.slab.cols] = value_states[:, :, 0]
+                w = self.slab.width
+                return k[:, :, :w], v[:, :, :w]
             if self.n + t > buf.shape[4]:
                 raise RuntimeError(f"KV slab full ({self.n} + {t} > {buf.shape[4]} columns)")
-            buf[:, self.idx, 0, :, self.n: self.n + t] = key_states
-            buf[:, self.idx, 1, :, self.n: self.n + t] = value_states
+            k[:, :, self.n: self.n + t] = key_states
+            v[:, :, self.n: self.n + t] = value_states
             self.n += t
             self._views()
             return self.keys, self.values

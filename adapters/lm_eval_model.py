@@ -4,7 +4,8 @@
 
 model_args: `model` (embedded label, .gguf file, HF folder or hub id; default smollm2),
 `precision` (bf16 | fp32 | nf4; `dtype=` is accepted as an alias), `device` (cpu | cuda | auto),
-`batch_size` (an int; "auto" means the engine default, 8), `seed` (base sampling seed, see below).
+`batch_size` (an int: prompts per forward pass; unset or "auto": the engine sizes its batches,
+8 prompts for log-likelihoods and as many decoding rows as the work and the memory allow), `seed` (base sampling seed, see below).
 
 Equivalence with `--model hf`: contexts and continuations are tokenised exactly as HFLM does
 (engine.encode_pair), and the model sees the same tokens, so the per-item choices agree. Inputs
@@ -57,10 +58,10 @@ def _device(device: str | None) -> str | None:
     return device
 
 
-def _batch_size(batch_size, max_batch_size, default: int | None = None) -> int:
-    from safetyrepro.adapters.engine import DEFAULT_BATCH_SIZE
-
-    bs = default or DEFAULT_BATCH_SIZE
+def _batch_size(batch_size, max_batch_size, default: int | None = None) -> int | None:
+    """The engine batch asked for; None (unset or "auto") lets the engine size it: log-likelihoods
+    in batches of DEFAULT_BATCH_SIZE prompts, decoding as many rows as the work and the memory allow."""
+    bs = default
     if batch_size not in (None, "") and not str(batch_size).startswith("auto"):
         try:
             bs = int(batch_size)
@@ -69,7 +70,7 @@ def _batch_size(batch_size, max_batch_size, default: int | None = None) -> int:
         if bs < 1:
             raise UserError(f"batch_size must be >= 1, got {bs}")
     if max_batch_size:
-        bs = min(bs, int(max_batch_size))
+        bs = min(bs or int(max_batch_size), int(max_batch_size))
     return bs
 
 
@@ -107,7 +108,7 @@ class SafetyReproLM(TemplateLM):
 
     progress_bars = True  # the sweeper turns them off: it has its own
 
-    def _setup(self, engine, batch_size: int, seed, max_gen_toks) -> None:
+    def _setup(self, engine, batch_size: int | None, seed, max_gen_toks) -> None:
         self.engine = engine  # the backend (the Engine itself for --model safetyrepro)
         self._batch_size = batch_size
         self._seed = None if seed in (None, "") else int(seed)
@@ -147,7 +148,7 @@ class SafetyReproLM(TemplateLM):
         return self._max_gen_toks
 
     @property
-    def batch_size(self) -> int:
+    def batch_size(self) -> int | None:
         return self._batch_size
 
     @property
@@ -184,14 +185,20 @@ class SafetyReproLM(TemplateLM):
 
     # ----------------------------------------------------------------- scoring
 
-    def _chunks(self, n: int) -> list[range]:
-        """Calls of batch_size x 8 requests (for the progress bar); one call for backends whose sampling
-        is seeded per call, so that a run's requests share one stream as in the package itself."""
+    def _chunks(self, n: int, decoding: bool = False) -> list[range]:
+        """Calls of batch_size x 8 requests (for the progress bar; with no batch size, DEFAULT_BATCH_SIZE
+        x 8 log-likelihoods or DECODE_MAX_ROWS generations, what the engine runs side by side); one
+        call for backends whose sampling is seeded per call, so that a run's requests share one
+        stream as in the package itself."""
         from safetyrepro.adapters.backend import SEED_PER_REQUEST
+        from safetyrepro.adapters.engine import DECODE_MAX_ROWS, DEFAULT_BATCH_SIZE
 
         if self.engine.capabilities.seeds != SEED_PER_REQUEST:
             return [range(0, n)] if n else []
-        step = max(1, self.batch_size) * 8
+        if self.batch_size:
+            step = self.batch_size * 8
+        else:
+            step = DECODE_MAX_ROWS if decoding else DEFAULT_BATCH_SIZE * 8
         return [range(i, min(n, i + step)) for i in range(0, n, step)]
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
@@ -274,7 +281,7 @@ class SafetyReproLM(TemplateLM):
             _fail(e)
         out: list[str] = []
         with tqdm(total=len(gen_reqs), disable=disable_tqdm or not self.progress_bars, desc="Running generate_until requests") as bar:
-            for r in self._chunks(len(gen_reqs)):
+            for r in self._chunks(len(gen_reqs), decoding=True):
                 texts = [g.text for g in self.engine.generate_detailed([gen_reqs[i] for i in r], batch_size=self.batch_size)]
                 for i, text in zip(r, texts, strict=True):
                     self.cache_hook.add_partial("generate_until", requests[i].args, text)

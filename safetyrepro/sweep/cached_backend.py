@@ -8,7 +8,7 @@ seed, so the numbers are those of five separate runs. Backends whose seeds are n
 (`Capabilities.seeds`) get no prefetch: their requests run as the package sent them.
 
 Keys hold the backend's identity (`BackendIdentity.cache_fields`: for the engine the weights' hash,
-precision and device; for lm-eval and Inspect models the spec, model args, base URL, revision and
+precision and device, and for generations its decode version; for lm-eval and Inspect models the spec, model args, base URL, revision and
 the hash of local weight files), the exact model input, the decoding settings and the seed.
 """
 
@@ -28,13 +28,14 @@ class CachedBackend:
         self.prefetch_seeds: tuple[int, ...] = ()
         self.model_calls = 0
         self._fields = backend.identity.cache_fields()
+        self._gen_fields = backend.identity.gen_cache_fields()
 
     def __getattr__(self, name: str) -> Any:  # identity, capabilities, render, tokenizer, info, ...
         return getattr(self.inner, name)
 
     def _gen_key(self, r) -> str:
         sampled = r.temperature > 0
-        return cache_key(kind="gen", **self._fields, prompt=r.prompt, max_new_tokens=r.max_new_tokens,
+        return cache_key(kind="gen", **self._gen_fields, prompt=r.prompt, max_new_tokens=r.max_new_tokens,
                          temperature=r.temperature, top_p=r.top_p if sampled else 1.0,
                          seed=r.seed if sampled else None, stop=list(r.stop))
 

@@ -283,3 +283,29 @@ def test_lm_eval_rolling_loglik_equals_the_empty_context_score(smollm2):
     (rolling,) = lm.loglikelihood_rolling([SimpleNamespace(args=(text,))], disable_tqdm=True)
     (scored, _), = smollm2.loglikelihood([LoglikRequest("", text)])
     assert rolling == scored and -120 < rolling < -20
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_decoding_sized_to_the_work_gives_each_request_its_own_text(precision):
+    """The default decode batch (every request side by side, sized to the work) gives, to the token,
+    what batch sizes 1 and 3 give: greedy and seeded texts are the request's own, in float32 too
+    (row blocks padded) and in bf16; greedy texts are transformers' `generate` on the prompt alone."""
+    import torch
+
+    from safetyrepro.adapters.engine import load_engine
+
+    eng = load_engine("smollm2", precision, "cpu")
+    prompts = [_chat(eng, q) for q in QUESTIONS] + [_chat(eng, q + " Answer briefly.") for q in QUESTIONS[:5]]
+    reqs = [GenRequest(p, 24) for p in prompts]
+    reqs += [GenRequest(p, 24, temperature=0.7, top_p=0.9, seed=s) for p in prompts[:4] for s in (1, 2, 3)]
+    reqs += [GenRequest(prompts[5], 30, temperature=1.0, top_p=1.0, seed=9)]
+    auto = eng.generate_detailed(reqs)
+    assert eng.batch_size is None  # nothing asked for: the engine sizes decoding to the work
+    for bs in (1, 3):
+        assert [r.text for r in eng.generate_detailed(reqs, batch_size=bs)] == [r.text for r in auto], bs
+    assert len({r.text for r in auto[len(prompts):]}) > 8  # seeds make different texts
+    for i in (0, 3, 9):  # greedy: transformers' generate on the prompt alone
+        ids = torch.tensor([eng.tok_encode(reqs[i].prompt)])
+        with torch.inference_mode():
+            out = eng.model.generate(ids, do_sample=False, max_new_tokens=24)
+        assert eng.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True) == auto[i].text, i

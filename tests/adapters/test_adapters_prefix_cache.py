@@ -226,3 +226,105 @@ def test_exact_head_rows_do_not_depend_on_the_other_rows(shape):
         for m in (1, 2, 3, 5, 6, 7, 9, 31, 64, 97):
             for start in (0, 1, 200 - m):
                 assert torch.equal(eng._logits(x[start:start + m], exact=True), ref[start:start + m]), (m, start)
+
+
+# --------------------------------------------------------------------------- decode steps
+
+
+def test_decode_slab_writes_each_row_at_its_own_column():
+    """A layer-major decode slab: row b's new token goes to column cols[b], and the layer returns the
+    first `width` columns of every row, as views (no copy)."""
+    from safetyrepro.adapters.kv_slab import KVSlab
+
+    buf = torch.zeros(2, 2, 3, 1, 8, 2)  # layers, k/v, batch, heads, capacity, dim
+    cols = torch.tensor([0, 5, 2])
+    slab = KVSlab(buf, 0, cols=cols, width=6, layer_major=True)
+    k = torch.arange(1.0, 4.0).view(3, 1, 1, 1).expand(3, 1, 1, 2)
+    keys, values = slab.cache.layers[1].update(k, -k)
+    assert keys.shape == (3, 1, 6, 2) and keys.data_ptr() == buf[1, 0].data_ptr()
+    assert buf[1, 0, :, 0, :, 0].tolist() == [[1, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 2, 0, 0],
+                                                [0, 0, 3, 0, 0, 0, 0, 0]]
+    assert torch.equal(values, -keys) and int(buf[0].count_nonzero()) == 0  # layer 0 untouched
+    with pytest.raises(ValueError, match="capacity"):
+        KVSlab(buf, 0, cols=cols, width=9, layer_major=True)
+
+
+def _decode_inputs(dtype, rows=13, heads=6, kv_heads=2, dim=16, width=80, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(rows, heads, 1, dim, generator=g).to(dtype)
+    k = torch.randn(rows, kv_heads, width, dim, generator=g).to(dtype)
+    v = torch.randn(rows, kv_heads, width, dim, generator=g).to(dtype)
+    key_len = torch.randint(1, width + 1, (rows,), generator=g)
+    for b, n in enumerate(key_len.tolist()):  # what a decode slab holds beyond a row's keys: zeros
+        k[b, :, n:] = 0
+        v[b, :, n:] = 0
+    return q, k, v, key_len
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("window", [None, 7])
+def test_decode_attention_is_each_row_alone_to_the_bit(dtype, window):
+    """A decode step's attention (all rows in one call, each masked to its own keys) gives every row
+    the bits it gets alone at its own width, in float32 as in bf16, and the numbers of attention
+    over exactly its keys (SDPA, to float rounding)."""
+    from safetyrepro.adapters.engine import DECODE_KEY_BLOCK
+    from safetyrepro.adapters.rowwise_attention import rowwise_sdpa_forward, span_mask
+    from safetyrepro.compat.transformers import sdpa_attention_forward
+
+    heads, kv_heads, dim = 6, 2, 16
+    module = _Module(heads, kv_heads)
+    module.sliding_window = window
+    q, k, v, key_len = _decode_inputs(dtype)
+    out, _ = rowwise_sdpa_forward(module, q, k, v, None, sr_key_len=key_len, scaling=dim**-0.5)
+    assert out.shape == (13, 1, heads, dim) and out.dtype == dtype
+    for b, n in enumerate(key_len.tolist()):
+        w = -(-n // DECODE_KEY_BLOCK) * DECODE_KEY_BLOCK
+        alone, _ = rowwise_sdpa_forward(module, q[b:b + 1].clone(), k[b:b + 1, :, :w].clone(),
+                                        v[b:b + 1, :, :w].clone(), None, sr_key_len=key_len[b:b + 1],
+                                        scaling=dim**-0.5)
+        assert torch.equal(out[b], alone[0]), b
+        lo = 0 if window is None else max(0, n - window)
+        ref, _ = sdpa_attention_forward(module, q[b:b + 1].float(), k[b:b + 1, :, lo:n].float(),
+                                        v[b:b + 1, :, lo:n].float(), span_mask(1, n - lo, None, {}, "cpu"),
+                                        scaling=dim**-0.5)
+        assert torch.allclose(out[b].float(), ref[0], atol=1e-5 if dtype == torch.float32 else 1e-2), b
+    # a row whose keys were garbage beyond its length would still come out the same: only zeros are
+    # read there, and a masked zero key adds exact zeros
+    k2, v2 = k.clone(), v.clone()
+    k2[0, :, key_len[0]:] = 0
+    out2, _ = rowwise_sdpa_forward(module, q, k2, v2, None, sr_key_len=key_len, scaling=dim**-0.5)
+    assert torch.equal(out, out2)
+
+
+@pytest.mark.parametrize("shape", [(576, 1536), (1536, 576), (576, 49152)])
+def test_float32_matmul_rows_in_full_blocks_do_not_depend_on_the_other_rows(shape):
+    """What float32 decoding relies on (a generation's prefill passes and decode steps are padded to a
+    multiple of EXACT_ROW_BLOCK rows): a float32 linear layer computes each row of a full block the
+    same way whatever the number of rows. A partial block is computed another way."""
+    from safetyrepro.adapters.engine import EXACT_ROW_BLOCK
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(*shape, bias=False)
+    x = torch.randn(200, shape[0])
+    with torch.inference_mode():
+        ref = layer(x)
+        for m in range(EXACT_ROW_BLOCK, 200, 3 * EXACT_ROW_BLOCK):
+            for start in (0, 200 - m):
+                assert torch.equal(layer(x[start:start + m]), ref[start:start + m]), (m, start)
+        assert any(not torch.equal(layer(x[:m]), ref[:m]) for m in (3, 5, 7))  # partial blocks differ
+
+
+def test_decode_rows_come_from_the_work_and_the_memory(monkeypatch):
+    from safetyrepro.adapters.engine import DECODE_MAX_ROWS, Engine
+    from safetyrepro.errors import UserError
+
+    eng = Engine.__new__(Engine)
+    eng._kv_dims, eng._kv_dtype = (30, 3, 64), torch.float32  # SmolLM2: 46,080 bytes a token
+    monkeypatch.delenv("SAFETYREPRO_DECODE_KV_MB", raising=False)
+    assert eng.decode_rows(100) == DECODE_MAX_ROWS  # 192 rows of 100 tokens: 845 MiB
+    assert eng.decode_rows(1000) == int(2048 * 2**20 // (1000 * 46080)) == 46
+    monkeypatch.setenv("SAFETYREPRO_DECODE_KV_MB", "100")
+    assert eng.decode_rows(1000) == 2  # never fewer than two
+    monkeypatch.setenv("SAFETYREPRO_DECODE_KV_MB", "lots")
+    with pytest.raises(UserError, match="SAFETYREPRO_DECODE_KV_MB"):
+        eng.decode_rows(10)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import TopPLogitsWarper
 
-from safetyrepro.adapters.engine import NUCLEUS_PROBE, top_p_keep
+from safetyrepro.adapters.sampling import NUCLEUS_PROBE, top_p_keep
 
 VOCAB = 49152  # SmolLM2's
 
@@ -90,3 +90,62 @@ def test_top_p_one_and_a_lone_token():
     assert int(top_p_keep(scores, 0.5).sum()) == 1
     one = torch.tensor([3.0])
     assert top_p_keep(one, 0.9).tolist() == [True]
+
+
+def test_a_batch_of_rows_keeps_what_each_row_keeps_alone():
+    from safetyrepro.adapters.sampling import nucleus
+
+    g = torch.Generator().manual_seed(5)
+    scores = torch.randn(12, VOCAB, generator=g) * 3
+    scores[:, :8] += torch.rand(12, 1, generator=g) * 12
+    scores[3] = scores_with([0.5, 0.4 - 1e-4, 0.05])  # a boundary within rounding: the full sort
+    together = nucleus(scores, 0.9)
+    for r in range(12):
+        alone = nucleus(scores[r:r + 1].clone(), 0.9)[0]
+        assert torch.equal(together[r], alone) and bool((alone[1:] > alone[:-1]).all())  # ascending
+        assert torch.equal(top_p_keep(scores, 0.9)[r], warper_keeps(scores[r], 0.9))
+
+
+def test_the_draw_is_the_inverse_cdf_of_one_uniform():
+    """Token ids 2 and 5 with probabilities 1/4 and 3/4: the draw is id 2 exactly when the request's
+    generator gives u < 1/4, and over many seeds the frequencies are the probabilities."""
+    from safetyrepro.adapters.sampling import draw
+
+    scores = torch.full((8,), -5.0)
+    scores[2], scores[5] = 0.0, float(torch.log(torch.tensor(3.0)))
+    ids = torch.tensor([2, 5])
+    picks = []
+    for seed in range(4000):
+        u = float(torch.rand((), dtype=torch.float64, generator=torch.Generator().manual_seed(seed)))
+        tok = draw(scores, ids, torch.Generator().manual_seed(seed))
+        assert tok == (2 if u < 0.25 else 5)
+        picks.append(tok)
+    assert abs(picks.count(2) / len(picks) - 0.25) < 0.03
+    assert draw(scores, torch.tensor([5]), torch.Generator().manual_seed(0)) == 5
+
+
+def test_next_tokens_of_a_row_do_not_depend_on_the_rows_beside_it():
+    from safetyrepro.adapters.backend import GenRequest
+    from safetyrepro.adapters.sampling import next_tokens
+
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(9, 4096, generator=g) * 3
+    logits[:, :5] += 6
+    settings = [(0.0, 1.0), (0.3, 0.9), (0.7, 0.95), (0.3, 0.9), (1.0, 1.0), (0.3, 0.9), (0.0, 1.0), (0.7, 0.5),
+                (0.7, 0.95)]
+    reqs = [GenRequest("p", 4, temperature=t, top_p=p, seed=i) for i, (t, p) in enumerate(settings)]
+
+    def gens(rows):
+        return [torch.Generator().manual_seed(100 + i) for i in rows]
+
+    every = list(range(9))
+    got = next_tokens(logits, reqs, gens(every))
+    assert got[0] == int(logits[0].argmax()) and got[6] == int(logits[6].argmax())
+    for rows in ([1], [4, 2], [8, 7, 5, 3]):
+        assert next_tokens(logits[rows], [reqs[i] for i in rows], gens(rows)) == [got[i] for i in rows]
+    # each sampled token lies in its row's nucleus, and sampling is not argmax
+    for b, (t, p) in enumerate(settings):
+        if t > 0:
+            assert bool(top_p_keep(logits[b] / t, p)[got[b]])
+    draws = [next_tokens(logits[1:2], reqs[1:2], [torch.Generator().manual_seed(s)])[0] for s in range(40)]
+    assert len(set(draws)) > 1
