@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from safetyrepro.provenance import source_commit
 from safetyrepro.sweep.outputs_cache import OutputsCacheError
 from safetyrepro.sweep.plan import Cell, SweepSpec
 from safetyrepro.sweep.records import summarize
@@ -44,9 +45,13 @@ def cell_record(cell: Cell, spec: SweepSpec, rules: Rules, identity: dict, recor
         "extra_metrics": json.dumps(summary.extra), "subset_id": items.subset_id,
         "weights_sha256": identity.get("weights_sha256") or "", "tie_rate": summary.tie_rate,
     }
-    # elapsed time stays out of the grid row, so a resumed sweep's grid is byte-identical to an uninterrupted one
+    # elapsed time and provenance stay out of the grid row, so a resumed sweep's grid is byte-identical to an
+    # uninterrupted one; computed_by says which code made the numbers (the engine's decode version included)
+    computed_by = {"commit": source_commit()}
+    if identity.get("kind") == "engine":
+        computed_by["decode"] = (identity.get("extra") or {}).get("decode", 1)
     return {"key": cell.key, "status": "ok", "row": row, "elapsed_s": round(elapsed, 3),
-            "items": [r.to_dict() for r in records]}
+            "computed_by": computed_by, "items": [r.to_dict() for r in records]}
 
 
 def failed_record(cell: Cell, error: str) -> dict:

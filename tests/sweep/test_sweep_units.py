@@ -224,3 +224,23 @@ def test_cached_backend_serves_async_backends_from_the_cache(tmp_path):
     assert cached.asynchronous
     outs = [anyio.run(cached.agenerate, GenRequest("[]", 8)) for _ in range(2)]
     assert [o.text for o in outs] == ["[]!", "[]!"] and cached.inner.calls == ["[]"]
+
+
+def test_engine_generation_keys_name_the_decode_version_and_logprob_keys_stay():
+    """Generations cached by the first engine (decode version 1, keys without it) are never served
+    to a later decode; log-likelihood keys stay those of the first release (their numerics did not
+    change)."""
+    import re
+
+    from safetyrepro.adapters.backend import BackendIdentity
+    from safetyrepro.adapters.engine import DECODE_VERSION
+    from safetyrepro.provenance import source_commit
+
+    first = BackendIdentity("engine", "smollm2", "smollm2", "fp32", "ab" * 32, extra={"device": "cpu"})
+    now = BackendIdentity("engine", "smollm2", "smollm2", "fp32", "ab" * 32,
+                          extra={"device": "cpu", "decode": DECODE_VERSION})
+    assert DECODE_VERSION >= 2
+    assert now.cache_fields() == first.cache_fields() == first.gen_cache_fields()
+    assert now.gen_cache_fields() == {**first.cache_fields(), "decode": DECODE_VERSION}
+    commit = source_commit()  # this checkout is a git checkout
+    assert commit is None or re.fullmatch(r"[0-9a-f]{40}(-dirty)?", commit)
