@@ -17,6 +17,13 @@ work): tokens/s = rows x new tokens / wall seconds.
   in] for the prefill (the head at each prompt's last token), best of 3. Attention, norms,
   sampling and bookkeeping are left out, so no implementation reaches it; "% of roofline" is the
   roofline's time over the engine's.
+`--cell` times one sampled sweep cell instead (ToxiGen T3, moderate decoding, 0 shots, free-form, 5
+seeds x 24 items, fp32), each run a `safetyrepro sweep` process from an empty outputs cache (model
+weights shared); `--cell-before PYTHON` runs the same cell under another checkout's interpreter
+(the engine before this change) first:
+
+    python perf/bench_decode.py --cell --cell-before ../before/.venv/bin/python
+
 Rows: distinct prompts (greedy), or for the "x5" rows 8 or 24 prompts x 5 seeds (a sampled
 cell: the seeds of a prompt share its prefill). Greedy rows also report how many engine texts equal
 transformers' for the same row (left padding moves transformers' last bits, so a few may differ;
@@ -136,6 +143,31 @@ def run_transformers(engine, prompts, seeds, new_tokens, temperature, top_p):
     return dt, texts
 
 
+CELL = ["--models", "smollm2", "--benchmarks", "toxigen", "--templates", "T3", "--decodings", "moderate",
+        "--shots", "0", "--scoring", "free_form", "--limit", "24", "--precision", "fp32", "--no-progress"]
+
+
+def time_cell(python: str, label: str) -> float:
+    """Wall seconds of `safetyrepro sweep CELL` under `python`, from an empty outputs cache."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from safetyrepro.adapters.weights import cache_sharing_models
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "SAFETYREPRO_CACHE_DIR": str(cache_sharing_models(Path(tmp) / "cache"))}
+        t = time.perf_counter()
+        cli = str(Path(python).parent / "safetyrepro")  # the checkout's own console script
+        done = subprocess.run([cli, "sweep", *CELL, "--out", str(Path(tmp) / "out")],
+                              env=env, capture_output=True, text=True)
+        dt = time.perf_counter() - t
+    if done.returncode != 0:
+        sys.exit(f"{label}: the sweep failed: {done.stderr.strip()[-500:]}")
+    return dt
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2")
@@ -148,7 +180,20 @@ def main() -> None:
     ap.add_argument("--skip-transformers", action="store_true")
     ap.add_argument("--repeats", type=int, default=2,
                     help="rounds, engine and transformers in turn, best time of each kept (this machine is noisy)")
+    ap.add_argument("--cell", action="store_true", help="time one sampled sweep cell (see above) instead")
+    ap.add_argument("--cell-before", metavar="PYTHON", help="with --cell: also under this interpreter, first")
     args = ap.parse_args()
+    if args.cell:
+        import sys
+
+        print("one sampled sweep cell: ToxiGen T3 moderate 0-shot free-form, 5 seeds x 24 items, fp32, SmolLM2; "
+              "process wall time from an empty outputs cache, model load included")
+        before = time_cell(args.cell_before, "before") if args.cell_before else None
+        after = time_cell(sys.executable, "this checkout")
+        if before is not None:
+            print(f"before ({args.cell_before}): {before:.1f} s")
+        print(f"this checkout: {after:.1f} s" + (f" ({before / after:.2f}x faster)" if before else ""))
+        return
 
     import torch
 

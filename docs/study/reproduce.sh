@@ -4,8 +4,12 @@
 #   docs/study/reproduce.sh                         # the published study: 24 items, into runs/study
 #   docs/study/reproduce.sh --limit 4 --out /tmp/s  # the same steps on 4 items (a quick check)
 #   docs/study/reproduce.sh --publish               # then copy the outputs into docs/study/
+#   docs/study/reproduce.sh --status                # cells done and left, measured time left (step 1)
+#   docs/study/reproduce.sh --save                  # finished cells of step 1 -> docs/study/cells (to commit)
 #
-# Steps, each resumable (rerun the same command after any interruption; finished cells are kept):
+# Steps, each resumable (rerun the same command after any interruption; finished cells are kept, and the
+# cells saved under docs/study/cells by --save are restored first, so a new machine goes on where the
+# last one stopped; docs/study/progress.py says which are reused):
 #   1. the full envelope (48 configurations per benchmark, 12 for CrowS-Pairs, sampled cells with the 5 seeds
 #      of the rules file) on all five benchmarks for SmolLM2-135M, Gemma 3 270M and Qwen2.5-Coder-0.5B,
 #      through SafetyRepro's engine in fp32 (exact, and on AVX2-only CPUs faster than bf16);
@@ -18,25 +22,35 @@ cd "$(dirname "$0")/../.."
 LIMIT=24
 OUT=runs/study
 PUBLISH=0
+ACTION=run
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --limit) LIMIT=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --publish) PUBLISH=1; shift ;;
+    --status) ACTION=status; shift ;;
+    --save) ACTION=save; shift ;;
     *) EXTRA+=("$1"); shift ;;
   esac
 done
 SR=${SAFETYREPRO:-.venv/bin/safetyrepro}
+PY=${PYTHON:-$(dirname "$SR")/python}
 MODELS=(smollm2 gemma3-270m qwen2.5-coder-0.5b)
 has() { for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do [ "$a" = "$1" ] && return 0; done; return 1; }
 MODEL_ARGS=(--models "${MODELS[@]}"); has --models && MODEL_ARGS=()
+STEP1=("${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"}" --tier full --precision fp32 --limit "$LIMIT" --no-progress
+       "${EXTRA[@]+"${EXTRA[@]}"}")
+if [ "$ACTION" != run ]; then
+  exec "$PY" docs/study/progress.py "$ACTION" --run "$OUT/grid" -- "${STEP1[@]}"
+fi
 mkdir -p "$OUT"
 start=$(date +%s)
 
 echo "study: 1/4 full envelope, fp32, $LIMIT items per benchmark -> $OUT/grid"
-"$SR" sweep "${MODEL_ARGS[@]}" --tier full --precision fp32 --limit "$LIMIT" --no-progress \
-    "${EXTRA[@]+"${EXTRA[@]}"}" --out "$OUT/grid"
+"$PY" docs/study/progress.py restore --run "$OUT/grid" -- "${STEP1[@]}"
+"$PY" docs/study/progress.py status --run "$OUT/grid" -- "${STEP1[@]}" | sed -n 3p
+"$SR" sweep "${STEP1[@]}" --out "$OUT/grid"
 echo "study: 2/4 analysis -> $OUT/analysis"
 "$SR" analyze "$OUT/grid/grid.csv" --out "$OUT/analysis"
 

@@ -1,0 +1,238 @@
+"""The study's progress, kept in the repository so that it survives the machine: finished cells
+saved compactly under docs/study/cells/, restored into a new run folder, and the time left
+estimated from the measured cost of the cells done.
+
+    docs/study/reproduce.sh --status   # done, left, measured time left (progress.py status)
+    docs/study/reproduce.sh --save     # finished cells -> docs/study/cells, progress.md (progress.py save)
+    python docs/study/progress.py save|restore|status --run OUT/grid -- SWEEP ARGS   # what those run
+
+reproduce.sh restores before it sweeps, and passes its own sweep arguments (one definition).
+
+Saved cells belong to the sweep recorded in docs/study/sweep.json (models, limit, rules...): a run
+with other settings restores none of them.
+
+A saved cell is its sweep record, gzip-compressed (mtime 0, so an unchanged cell is an unchanged
+file), at cells/<model>/<cell>.json.gz: tens of kilobytes, never near 20 MiB. Each record says which
+code computed it (`computed_by`: the source commit and the engine's decode version). `restore` puts
+back only cells that the current code would compute the same way: a logprob cell always (the
+log-likelihood path has not changed since the first release), a free-form cell only when its
+decode version is the engine's current one; the others are left to the sweep to recompute, never
+mixed in.
+
+The time left is the sum, over the cells not done, of the mean wall seconds of done cells of the
+same model, benchmark, scoring, decoding, template and shots, falling back to coarser groups
+(dropping shots, then template, then benchmark) when none of a kind is done yet, and to the mean of
+all done cells of that scoring last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+GROUPS = [("model", "benchmark", "scoring", "decoding", "template", "shots"),
+          ("model", "benchmark", "scoring", "decoding", "template"),
+          ("model", "benchmark", "scoring", "decoding"),
+          ("model", "scoring", "decoding"),
+          ("scoring", "decoding"),
+          ("scoring",)]
+
+
+def plan(run: Path, sweep_args: list[str]):
+    """The main grid's sweep as `safetyrepro sweep SWEEP_ARGS --out RUN` plans it (reproduce.sh step
+    1 passes its own arguments), without loading a model."""
+    from safetyrepro.cli import build_parser
+    from safetyrepro.sweep.cli import options_from_args
+    from safetyrepro.sweep.sweeper import Sweep
+
+    ns = build_parser().parse_args(["sweep", *sweep_args, "--out", str(run)])
+    return Sweep.create(options_from_args(ns))
+
+
+def _read_run(run: Path) -> dict[str, dict]:
+    """Finished cell records in a run folder, by key (failed cells are not finished)."""
+    out = {}
+    for p in sorted((run / "cells").glob("*/*.json")):
+        try:
+            rec = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and rec.get("status") in ("ok", "not_applicable"):
+            out[rec["key"]] = rec
+    return out
+
+
+def _saved(dest: Path) -> dict[Path, dict]:
+    out = {}
+    for p in sorted((dest / "cells").glob("*/*.json.gz")):
+        out[p] = json.loads(gzip.decompress(p.read_bytes()).decode("utf-8"))
+    return out
+
+
+def _current_decode() -> int:
+    from safetyrepro.adapters.engine import DECODE_VERSION
+
+    return DECODE_VERSION
+
+
+def reusable(rec: dict, decode: int) -> bool:
+    """Whether the current code computes this cell the same way (see the module docstring)."""
+    if rec.get("status") != "ok" or rec["row"].get("scoring") == "logprob":
+        return True
+    return (rec.get("computed_by") or {}).get("decode", 1) == decode
+
+
+def save(run: Path, dest: Path, sweep_args: list[str]) -> int:
+    from safetyrepro.sweep.store import slug
+
+    sweep = plan(run, sweep_args)
+    if json.loads((run / "sweep.json").read_text()) != sweep.spec.identity():
+        raise SystemExit(f"{run} holds another sweep than the study's (its sweep.json differs): nothing saved")
+    cells = sweep.cells
+    stem = {c.key: (c.model, c.file_stem) for c in cells}
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "sweep.json").write_text(json.dumps(sweep.spec.identity(), indent=2) + "\n", encoding="utf-8")
+
+    n_new = 0
+    for key, rec in _read_run(run).items():
+        if key not in stem:
+            continue
+        model, file_stem = stem[key]
+        path = dest / "cells" / slug(model) / f"{file_stem}.json.gz"
+        data = gzip.compress(json.dumps(rec, ensure_ascii=False, sort_keys=True).encode("utf-8"), 9, mtime=0)
+        if not path.exists() or path.read_bytes() != data:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
+            n_new += 1
+    report = status(run, dest, sweep_args, cells)
+    (dest / "progress.md").write_text(report, encoding="utf-8")
+    print(report.splitlines()[2])
+    print(f"saved {n_new} new or changed cell(s) under {dest / 'cells'}")
+    return 0
+
+
+def restore(run: Path, dest: Path, sweep_args: list[str]) -> int:
+    from safetyrepro.sweep.store import atomic_write, slug
+
+    sweep = plan(run, sweep_args)
+    saved_for = dest / "sweep.json"
+    if not saved_for.exists() or json.loads(saved_for.read_text()) != sweep.spec.identity():
+        print(f"the cells saved in {dest} belong to another sweep than this one: nothing restored")
+        return 0
+    cells = {c.key: c for c in sweep.cells}
+    decode = _current_decode()
+    have = _read_run(run)
+    put = stale = 0
+    for _, rec in _saved(dest).items():
+        cell = cells.get(rec.get("key"))
+        if cell is None or rec["key"] in have:
+            continue
+        if not reusable(rec, decode):
+            stale += 1
+            continue
+        atomic_write(run / "cells" / slug(cell.model) / f"{cell.file_stem}.json",
+                     json.dumps(rec, ensure_ascii=False))
+        put += 1
+    print(f"restored {put} saved cell(s) into {run / 'cells'}; {stale} computed by an earlier decode "
+          f"(not {decode}) are left to recompute")
+    return 0
+
+
+def _features(cell) -> dict:
+    c = cell.config
+    return {"model": cell.model, "benchmark": c.benchmark, "scoring": c.scoring, "decoding": c.decoding,
+            "template": c.template, "shots": c.shots}
+
+
+def estimate(done: list[tuple[dict, float]], todo: list[dict]) -> tuple[float, dict[str, int]]:
+    """Seconds left for the cells in `todo` from the measured seconds of `done` (module docstring);
+    also how many estimates came from each level of GROUPS."""
+    means = []
+    for g in GROUPS:
+        acc: dict = defaultdict(list)
+        for f, s in done:
+            acc[tuple(f[k] for k in g)].append(s)
+        means.append({k: statistics.fmean(v) for k, v in acc.items()})
+    left, used = 0.0, defaultdict(int)
+    for f in todo:
+        for g, m in zip(GROUPS, means, strict=True):
+            k = tuple(f[x] for x in g)
+            if k in m:
+                left += m[k]
+                used[" / ".join(g)] += 1
+                break
+        else:
+            used["no measurement"] += 1
+    return left, dict(used)
+
+
+def status(run: Path, dest: Path, sweep_args: list[str], cells=None) -> str:
+    cells = cells if cells is not None else plan(run, sweep_args).cells
+    recs = _read_run(run)
+    for rec in _saved(dest).values():
+        recs.setdefault(rec.get("key"), rec)
+    decode = _current_decode()
+    done, todo = [], []
+    by_model: dict = defaultdict(lambda: [0, 0, 0.0])
+    for c in cells:
+        rec = recs.get(c.key)
+        f = _features(c)
+        if rec is not None and reusable(rec, decode):
+            if rec["status"] == "ok" and rec.get("elapsed_s"):
+                done.append((f, float(rec["elapsed_s"])))
+                by_model[c.model][2] += float(rec["elapsed_s"])
+            by_model[c.model][0] += 1
+        else:
+            todo.append(f)
+            by_model[c.model][1] += 1
+    left, used = estimate(done, todo)
+    n_done = len(cells) - len(todo)
+    lines = ["# Study progress (written by docs/study/progress.py)", "",
+             f"cells done {n_done} of {len(cells)}, left {len(todo)}, measured time left {left / 3600:.1f} h "
+             f"(from {len(done)} timed cells; wall seconds on the machine that ran them)", "",
+             "| model | done | left | wall seconds of the done cells |", "|---|---|---|---|"]
+    for m in dict.fromkeys(c.model for c in cells):
+        d, t, s = by_model[m]
+        lines.append(f"| {m} | {d} | {t} | {s:,.0f} |")
+    lines += ["", "Mean wall seconds per done cell, by benchmark, scoring and decoding:", "",
+              "| model | benchmark | scoring | decoding | cells | mean s | max s |", "|---|---|---|---|---|---|---|"]
+    acc: dict = defaultdict(list)
+    for f, s in done:
+        acc[(f["model"], f["benchmark"], f["scoring"], f["decoding"])].append(s)
+    for k in sorted(acc):
+        v = acc[k]
+        lines.append(f"| {' | '.join(map(str, k))} | {len(v)} | {statistics.fmean(v):.1f} | {max(v):.1f} |")
+    lines += ["", "Estimates of the cells left came from: " +
+              ", ".join(f"{v} by {k}" for k, v in used.items()) if used else "", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("action", choices=("save", "restore", "status"))
+    ap.add_argument("--run", type=Path, required=True, help="the main grid's run folder (reproduce.sh: OUT/grid)")
+    ap.add_argument("--dest", type=Path, default=HERE, help="where saved cells live (default: docs/study)")
+    ap.add_argument("sweep_args", nargs=argparse.REMAINDER,
+                    help="after --: the main grid's sweep arguments, as reproduce.sh runs it")
+    args = ap.parse_args(argv)
+    sweep_args = [a for a in args.sweep_args if a != "--"]
+    if not sweep_args:
+        ap.error("give the main grid's sweep arguments after --, as reproduce.sh does (reproduce.sh --status)")
+    if args.action == "save":
+        return save(args.run, args.dest, sweep_args)
+    if args.action == "restore":
+        return restore(args.run, args.dest, sweep_args)
+    print(status(args.run, args.dest, sweep_args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

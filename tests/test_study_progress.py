@@ -1,0 +1,48 @@
+"""docs/study/progress.py: which saved cells a new run may reuse, and the measured time left (no model)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def progress():
+    spec = importlib.util.spec_from_file_location("study_progress", ROOT / "docs" / "study" / "progress.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _f(model="m", benchmark="b", scoring="free_form", decoding="greedy", template="T1", shots=0):
+    return {"model": model, "benchmark": benchmark, "scoring": scoring, "decoding": decoding, "template": template,
+            "shots": shots}
+
+
+def test_time_left_is_the_mean_of_the_nearest_measured_kind(progress):
+    done = [(_f(), 10.0), (_f(), 20.0), (_f(shots=3), 40.0), (_f(scoring="logprob", decoding="greedy"), 2.0),
+            (_f(model="n", decoding="moderate"), 100.0)]
+    todo = [_f(),                       # same kind: (10 + 20) / 2 = 15
+            _f(shots=5),                # no 5-shot yet: same template, any shots: (10 + 20 + 40) / 3 = 23.33
+            _f(template="T4"),          # no T4: same benchmark/scoring/decoding: 23.33
+            _f(benchmark="c"),          # another benchmark: model/scoring/decoding: 23.33
+            _f(model="o", decoding="moderate"),  # another model: scoring/decoding: 100
+            _f(model="o", scoring="logprob", decoding="moderate")]  # scoring alone: 2
+    left, used = progress.estimate(done, todo)
+    assert left == pytest.approx(15 + 3 * (70 / 3) + 100 + 2)
+    assert sum(used.values()) == len(todo) and used["model / benchmark / scoring / decoding / template / shots"] == 1
+    assert progress.estimate([], [_f()]) == (0.0, {"no measurement": 1})
+
+
+def test_saved_cells_are_reused_only_when_the_current_code_computes_them_alike(progress):
+    logprob = {"status": "ok", "row": {"scoring": "logprob"}, "computed_by": {"decode": 1}}
+    old_free = {"status": "ok", "row": {"scoring": "free_form"}}  # no record: the first engine
+    new_free = {"status": "ok", "row": {"scoring": "free_form"}, "computed_by": {"decode": 2}}
+    na = {"status": "not_applicable", "row": {"scoring": "logprob"}}
+    assert progress.reusable(logprob, 2) and progress.reusable(na, 2)
+    assert not progress.reusable(old_free, 2) and progress.reusable(new_free, 2)
+    assert not progress.reusable(new_free, 3)
