@@ -139,7 +139,8 @@ def bench_bcd(model: str, benchmark: str, limit: int, tmp: Path) -> None:
     engine.prefetch_seeds = tuple(seeds)
     t5 = _time_cell(driver, cfg, seeds, ids)
     print(f"(c) RESULT 5 seeds {t5:.2f} s vs 1 seed {t1:.2f} s = {t5 / t1:.2f}x (target <= 2x)", flush=True)
-    decode_floor(engine.inner, engine.inner.batch_size, len(seeds))
+    # the rows one seed decodes side by side: the batch size asked for, else (sized to the work) every item
+    decode_floor(engine.inner, engine.inner.batch_size or len(ids), len(seeds))
 
     bench_d(engine.inner, benchmark, limit, ids)
 
@@ -168,7 +169,7 @@ def bench_d(engine, benchmark: str, limit: int, ids) -> None:
     """Scoring throughput against the floor: one batched forward over exactly the same tokens."""
     import torch
 
-    from safetyrepro.adapters.engine import LoglikRequest
+    from safetyrepro.adapters.engine import DEFAULT_BATCH_SIZE, LoglikRequest
     from safetyrepro.tasks.benchmarks.registry import get_benchmark
     from safetyrepro.tasks.rendering import continuation
     from safetyrepro.tasks.subsets import item_set
@@ -188,7 +189,7 @@ def bench_d(engine, benchmark: str, limit: int, ids) -> None:
     t_engine = time.time() - t0
     # the floor: the distinct full sequences, right-padded, one forward each batch, logits discarded
     rows = [c + k for c, k in pairs]
-    bs = engine.batch_size
+    bs = engine.batch_size or DEFAULT_BATCH_SIZE  # the engine's log-likelihood batches when none is asked for
     t0 = time.time()
     with torch.inference_mode():
         for i in range(0, len(rows), bs):

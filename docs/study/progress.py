@@ -210,20 +210,25 @@ def status(run: Path, dest: Path, sweep_args: list[str], cells=None) -> str:
     for k in sorted(acc):
         v = acc[k]
         lines.append(f"| {' | '.join(map(str, k))} | {len(v)} | {statistics.fmean(v):.1f} | {max(v):.1f} |")
-    lines += ["", "Estimates of the cells left came from: " +
-              ", ".join(f"{v} by {k}" for k, v in used.items()) if used else "", ""]
+    if used:
+        lines += ["", "Estimates of the cells left came from: " + ", ".join(f"{v} by {k}" for k, v in used.items())]
+        if any("model" not in k for k in used):
+            lines.append("(a cell of a model with no timed cell of its kind yet is estimated from other models' "
+                         "cells: the larger models cost more per cell, so the time left is then an underestimate)")
+    lines.append("")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 usage="progress.py {save,restore,status} --run OUT/grid [--dest DIR] -- SWEEP ARGS")
     ap.add_argument("action", choices=("save", "restore", "status"))
     ap.add_argument("--run", type=Path, required=True, help="the main grid's run folder (reproduce.sh: OUT/grid)")
     ap.add_argument("--dest", type=Path, default=HERE, help="where saved cells live (default: docs/study)")
-    ap.add_argument("sweep_args", nargs=argparse.REMAINDER,
-                    help="after --: the main grid's sweep arguments, as reproduce.sh runs it")
-    args = ap.parse_args(argv)
-    sweep_args = [a for a in args.sweep_args if a != "--"]
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = ap.parse_args(argv[:cut])
+    sweep_args = argv[cut + 1:]
     if not sweep_args:
         ap.error("give the main grid's sweep arguments after --, as reproduce.sh does (reproduce.sh --status)")
     if args.action == "save":
