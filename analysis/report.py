@@ -360,19 +360,20 @@ def _significance_blocks(a: Analysis) -> list[Block]:
         f"Each configuration's A - B difference was tested on the items with an {TEST_NAME}: under the null that "
         "the two models are interchangeable on each item, every item's difference is equally likely to have either "
         "sign (for 0/1 item scores this is the exact McNemar test). A flip needs a win each way among |C| tests, so "
-        "the p-values of one benchmark x slice x pair are adjusted together, with Holm (controls the chance of any "
-        "false win, familywise) and with Benjamini-Hochberg (controls the expected share of false wins, FDR). A win "
-        f"counts as significant when its adjusted p-value is at most alpha = {a.options.alpha}. Wins are by raw score "
-        "(as in rho_flip.csv)."))
+        "the p-values of one benchmark x slice x pair (the family) are adjusted together, with Holm (controls the "
+        "chance of any false win, familywise: the confirmatory reading, the one to claim a flip on) and with "
+        "Benjamini-Hochberg (controls the expected share of false wins, FDR: exploratory only, since one false win "
+        "in the minority direction is enough to make a flip). A win counts as significant when its adjusted p-value "
+        f"is at most alpha = {a.options.alpha}. Wins are by raw score (as in rho_flip.csv)."))
     shown = f[["benchmark", "model_a", "model_b", "n_configs", "n_plus", "n_minus", "rho_flip", "rho_flip_lo",
                "rho_flip_hi", "correction", "n_plus_sig", "n_minus_sig", "rho_flip_sig"]]
-    blocks.append(Table(shown, "correction names the multiple-testing adjustment (holm: familywise; fdr_bh: "
-                        "false discovery rate); n_plus_sig and n_minus_sig count the wins that survive it, and "
-                        "rho_flip_sig = min of the two / n_configs beside the plain rho_flip on the same "
-                        f"configurations. rho_flip_lo-rho_flip_hi is the 2.5-97.5 % range of rho_flip over "
-                        f"{a.options.n_resamples} item resamples (items redrawn within each configuration, the same "
-                        "draw for every model). Every slice is in significant_flips.csv, per-configuration p-values "
-                        "(raw and adjusted) in item_tests.csv."))
+    blocks.append(Table(shown, "correction names the multiple-testing adjustment (holm: familywise, confirmatory; "
+                        "fdr_bh: false discovery rate, exploratory); n_plus_sig and n_minus_sig count the wins that "
+                        "survive it, and rho_flip_sig = min of the two / n_configs beside the plain rho_flip on the "
+                        f"same configurations. rho_flip_lo-rho_flip_hi is the percentile 2.5-97.5 % range of rho_flip "
+                        f"over {a.options.n_resamples} item resamples (the benchmark's items redrawn once per "
+                        "resample, the same draw for every configuration and every model). Every slice is in "
+                        "significant_flips.csv, per-configuration p-values (raw and adjusted) in item_tests.csv."))
     return blocks
 
 

@@ -14,9 +14,11 @@ adjusted p-value is at most alpha and the grid and the items agree on its sign.
 rho_flip_sig = min(significant A wins, significant B wins) / |C| is reported per correction, named
 in the table.
 
-rho_flip itself gets an item-bootstrap interval: items are redrawn with replacement within each
-configuration, the same draw for every model (paired), and rho_flip is recomputed on the
-resampled means.
+rho_flip itself gets an item-bootstrap interval (percentile, 2.5-97.5 %): the benchmark's items are
+redrawn with replacement, one draw per resample for every configuration and every model (every
+configuration of a benchmark scores the same items, and an item a model knows it tends to know
+under every template: redrawing items per configuration made the intervals about half as wide as
+they are), and rho_flip is recomputed on the resampled means.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from .slices import slice_config_ids
 
 ITEM_COLUMNS = ("model", "config_id", "item_id", "seed", "item_score")
 TEST_NAME = "exact paired sign-flip test over items (two-sided)"
-CORRECTIONS = {"holm": "Holm (familywise error)", "fdr_bh": "Benjamini-Hochberg (false discovery rate)"}
+CORRECTIONS = {"holm": "Holm (familywise error; confirmatory)",
+               "fdr_bh": "Benjamini-Hochberg (false discovery rate; exploratory)"}
 FAMILY = "one benchmark x slice x model pair (its |C| configurations)"
 SCORE_TOLERANCE = 1e-6  # items averaged back to a cell should reproduce the grid's score
 LATTICE_MAX = 120       # seed-averaged scores are multiples of 1/n_seeds; 120 covers lcm(1..5) twice over
@@ -56,6 +59,7 @@ class ItemRecords:
     warnings: tuple[str, ...]
     source: str
     empty_outputs: pd.DataFrame | None = None  # model, config_id, n_outputs, n_empty (free-form; None without raw_output)
+    item_ids: dict[str, np.ndarray] | None = None  # per configuration, the item id of each row of by_config
 
     def column(self, model: str) -> int:
         return self.models.index(model)
@@ -109,9 +113,12 @@ def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
     complete = wide.dropna()
     partial = len(wide) - len(complete)
     ids = complete.index.get_level_values(0).to_numpy()
+    item_of = complete.index.get_level_values(1).to_numpy()
     values = complete.to_numpy(dtype=float)
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.array([], dtype=int)
-    by_config = {str(ids[s]): values[s:e] for s, e in zip(starts, np.r_[starts[1:], len(ids)], strict=True)}
+    spans = list(zip(starts, np.r_[starts[1:], len(ids)], strict=True))
+    by_config = {str(ids[s]): values[s:e] for s, e in spans}
+    item_ids = {str(ids[s]): item_of[s:e].astype(str) for s, e in spans}
     if partial:
         warnings.append(f"items: {partial} (config, item) records lack some model and were left out of the "
                         f"paired tests")
@@ -121,7 +128,7 @@ def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
                         f"{SCORE_TOLERANCE:g} (first: {model} on {cid}); the tests use the items, the counts the grid")
     if not by_config:
         warnings.append(f"items: {source} holds no records for this grid's models and configurations")
-    return ItemRecords(tuple(grid.models), by_config, tuple(warnings), source, _empty_outputs(frame))
+    return ItemRecords(tuple(grid.models), by_config, tuple(warnings), source, _empty_outputs(frame), item_ids)
 
 
 # -- the per-configuration test -------------------------------------------------------------------
@@ -258,17 +265,24 @@ def adjusted_item_tests(tests: pd.DataFrame, grid: Grid, rules: Rules, slices: S
 
 
 # -- item bootstrap of rho_flip -------------------------------------------------------------------
-def resampled_means(items: ItemRecords, config_ids: Sequence[str], n_resamples: int, seed: int) -> np.ndarray:
-    """resamples x configs x models: each configuration's items drawn with replacement, the same draw
-    for every model (paired). One random stream per configuration, so the draws do not depend on
-    which other configurations are present."""
+def resampled_means(items: ItemRecords, config_ids: Sequence[str], n_resamples: int, seed: int,
+                    stream: str = "") -> np.ndarray:
+    """resamples x configs x models: one draw of item ids with replacement per resample, applied to
+    every configuration and every model (paired across models and configurations: an item that one
+    model knows counts under every template it was drawn for, as in the data). A configuration
+    that lacks some drawn items averages over the ones it has. The random stream is seeded by
+    `seed` and `stream` (the benchmark), so the draws do not depend on which configurations are
+    present, only on the benchmark's items."""
+    ids_of = items.item_ids or {c: np.array([str(k) for k in range(len(items.by_config[c]))]) for c in config_ids}
+    universe = np.unique(np.concatenate([ids_of[c] for c in config_ids]))
+    rng = np.random.default_rng([seed, zlib.crc32(stream.encode())])
+    counts = rng.multinomial(len(universe), np.full(len(universe), 1.0 / len(universe)), size=n_resamples)
     out = []
     for cid in config_ids:
-        x = items.by_config[cid]  # items x models
-        n = len(x)
-        rng = np.random.default_rng([seed, zlib.crc32(cid.encode())])
-        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples)
-        out.append(weights @ x / n)
+        w = counts[:, np.searchsorted(universe, ids_of[cid])].astype(float)  # resamples x the config's items
+        total = w.sum(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out.append((w @ items.by_config[cid]) / total)  # a resample that drew none of its items: NaN
     return np.stack(out, axis=1)
 
 
@@ -282,7 +296,7 @@ def rho_flip_item_bootstrap(items: ItemRecords, grid: Grid, rules: Rules, slices
         ids = [c for c in grid.config_ids(benchmark) if c in items.by_config and len(items.by_config[c])]
         if not ids or n_resamples < 1:
             continue
-        means = resampled_means(items, ids, n_resamples, seed)
+        means = resampled_means(items, ids, n_resamples, seed, benchmark)
         where = {c: i for i, c in enumerate(ids)}
         for name in slices:
             keep = [where[c] for c in slice_config_ids(grid, rules, benchmark, name) if c in where]

@@ -92,7 +92,8 @@ def test_significance_direction_and_chance_are_named_everywhere(analysed):
     assert {"p_value", "p_holm", "p_fdr_bh", "winner_holm", "winner_fdr_bh", "family_size"} <= set(tests.columns)
     assert (tests["p_holm"] >= tests["p_value"]).all() and (tests["p_fdr_bh"] >= tests["p_value"] - 1e-12).all()
     report = (out / "report.md").read_text()
-    assert "Holm (controls the chance of any false win, familywise)" in report and "Benjamini-Hochberg" in report
+    assert "Holm (controls the chance of any false win, familywise: the confirmatory reading" in report
+    assert "FDR: exploratory only" in report
     assert "closer to 0.5 is better (0.5 = unbiased)" in report and "|C| = 48: ceiling 0.500, chance 0.443" in report
     assert "the full envelope (48 configurations)" in report
     html = (out / "report.html").read_text()
@@ -100,7 +101,7 @@ def test_significance_direction_and_chance_are_named_everywhere(analysed):
     card = json.loads((out / "grid_card.json").read_text())
     crows = next(h for h in card["headline"] if h["benchmark"] == "crows_pairs")
     assert crows["better"] == "closer to 0.5 is better (0.5 = unbiased)" and round(crows["chance_max"], 3) == 0.455
-    assert card["analysis"]["significance"]["corrections"]["holm"] == "Holm (familywise error)"
+    assert card["analysis"]["significance"]["corrections"]["holm"] == "Holm (familywise error; confirmatory)"
     variance = pd.read_csv(out / "variance_shares.csv")
     assert set(zip(variance["slice"], variance["anova_type"])) == {
         ("free_form", "II"), ("free_form", "III"), ("free_form & parse_clean", "II"), ("free_form & parse_clean", "III")}
