@@ -15,7 +15,7 @@ import pandas as pd
 from .chance import chance_rho_flip
 from .direction import direction
 from .pipeline import Analysis
-from .significance import CORRECTIONS, TEST_NAME
+from .significance import CORRECTIONS, PAIR_NULL, TEST_NAME
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
 
 ANALYSIS_PACKAGES = ("safetyrepro", "numpy", "pandas", "scipy", "statsmodels", "lightgbm", "shap", "matplotlib")
@@ -171,7 +171,8 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
                      "thetas": list(a.options.thetas), "ties": "decided on the scores as given, strict > and <",
                      "item_records": a.options.items_path if a.item_tests is not None else None,
                      "significance": {"test": TEST_NAME, "corrections": CORRECTIONS, "alpha": a.options.alpha,
-                                      "family": "benchmark x slice x model pair"} if a.item_tests is not None else None},
+                                      "family": "benchmark x slice x model pair", "confirmatory": "holm",
+                                      "pair_null": PAIR_NULL} if a.item_tests is not None else None},
         "ties_between_candidates": {
             "tie_rule": (meta or {}).get("tie_rule") or "unknown",
             "tie_rate_in_grid": a.tie_rates is not None,
@@ -278,7 +279,9 @@ def card_markdown(card: dict) -> str:
     sig = card["analysis"]["significance"]
     lines += ["", "## Statistics", "",
               f"- Significant flips: {sig['test']}; p-values adjusted per {sig['family']} with "
-              + " and ".join(f"{k} ({v})" for k, v in sig["corrections"].items()) + f", alpha {sig['alpha']}"
+              + " and ".join(f"{k} ({v})" for k, v in sig["corrections"].items()) + f", alpha {sig['alpha']}; "
+              f"a flip is claimed on {sig.get('confirmatory', 'holm')} only; each pair's null reference: "
+              f"{sig.get('pair_null', 'not computed')}"
               if sig else "- Significant flips: not computed (no per-item records)",
               f"- Bootstrap resamples {card['analysis']['bootstrap_resamples']}, seed {card['analysis']['seed']}"]
     lines += ["", "## Packages", ""]

@@ -46,6 +46,7 @@ CORRECTIONS = {"holm": "Holm (familywise error; confirmatory)",
 FAMILY = "one benchmark x slice x model pair (its |C| configurations)"
 SCORE_TOLERANCE = 1e-6  # items averaged back to a cell should reproduce the grid's score
 LATTICE_MAX = 120       # seed-averaged scores are multiples of 1/n_seeds; 120 covers lcm(1..5) twice over
+PAIR_NULL_MIN_DRAWS = 1000  # label swaps per benchmark for the pair's null reference, at least
 FALLBACK_LATTICE = 1000  # differences on no small lattice are rounded to 0.001 (the test stays exact for them)
 
 
@@ -311,9 +312,53 @@ def rho_flip_item_bootstrap(items: ItemRecords, grid: Grid, rules: Rules, slices
     return pd.DataFrame(rows, columns=columns)
 
 
+# -- a null reference for each pair, from its own items -------------------------------------------
+PAIR_NULL = ("the two models' labels swapped item by item at random, the same swap in every configuration "
+             "(the two models interchangeable item by item, their items' correlation across configurations kept)")
+
+
+def pair_null_reference(items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence[str], n_draws: int,
+                        seed: int) -> pd.DataFrame:
+    """Per benchmark x slice x pair: rho_flip under PAIR_NULL (Monte Carlo, `n_draws` seeded swaps of
+    the benchmark's items): its mean, and the share of draws at or below the observed rho_flip (a
+    one-sided p-value for "fewer flips than interchangeable models would show"). Swapping the labels
+    of item i flips the sign of its A - B difference in every configuration at once."""
+    columns = ["benchmark", "slice", "model_a", "model_b", "rho_flip_null_mean", "rho_flip_null_share_le"]
+    rows = []
+    col = {m: items.column(m) for m in grid.models}
+    for benchmark in grid.benchmarks:
+        cids = [c for c in grid.config_ids(benchmark) if c in items.by_config and len(items.by_config[c])]
+        if not cids or n_draws < 1:
+            continue
+        ids_of = items.item_ids or {c: np.array([str(k) for k in range(len(items.by_config[c]))]) for c in cids}
+        universe = np.unique(np.concatenate([ids_of[c] for c in cids]))
+        rng = np.random.default_rng([seed, zlib.crc32(("pair-null " + benchmark).encode())])
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(n_draws, len(universe)))
+        where = {c: i for i, c in enumerate(cids)}
+        for a, b in model_pairs(grid.models):
+            obs, null = [], []
+            for c in cids:
+                x = items.by_config[c]
+                d = x[:, col[a]] - x[:, col[b]]
+                obs.append(d.mean())
+                null.append(signs[:, np.searchsorted(universe, ids_of[c])] @ d / len(d))
+            obs_a, null_a = np.array(obs), np.stack(null, axis=1)  # configs; draws x configs
+            for name in slices:
+                keep = [where[c] for c in slice_config_ids(grid, rules, benchmark, name) if c in where]
+                if not keep:
+                    continue
+                o = obs_a[keep]
+                rho = min((o > 0).sum(), (o < 0).sum()) / len(keep)
+                z = null_a[:, keep]
+                draws = np.minimum((z > 0).sum(axis=1), (z < 0).sum(axis=1)) / len(keep)
+                rows.append((benchmark, name, a, b, float(draws.mean()), float((draws <= rho + 1e-12).mean())))
+    return pd.DataFrame(rows, columns=columns)
+
+
 # -- the table -----------------------------------------------------------------------------------
 def significant_flips(adjusted: pd.DataFrame, intervals: pd.DataFrame | None, grid: Grid, rules: Rules,
-                      slices: Sequence[str], alpha: float, n_resamples: int) -> pd.DataFrame:
+                      slices: Sequence[str], alpha: float, n_resamples: int,
+                      pair_null: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per benchmark x slice x pair x correction: plain and significance-filtered rho_flip on the
     configurations that have item records (the plain one is recomputed there, so both sit on the
     same |C|), with the item-bootstrap range of the plain one."""
@@ -338,9 +383,13 @@ def significant_flips(adjusted: pd.DataFrame, intervals: pd.DataFrame | None, gr
     else:
         flips = flips.assign(rho_flip_lo=np.nan, rho_flip_hi=np.nan)
     flips["n_resamples"] = n_resamples
+    if pair_null is not None and not pair_null.empty:
+        flips = flips.merge(pair_null, on=["benchmark", "slice", "model_a", "model_b"], how="left")
+    else:
+        flips = flips.assign(rho_flip_null_mean=np.nan, rho_flip_null_share_le=np.nan)
     order = ["benchmark", "slice", "model_a", "model_b", "n_configs", "n_configs_slice", "n_plus", "n_minus",
-             "rho_flip", "rho_flip_lo", "rho_flip_hi", "correction", "correction_controls", "n_plus_sig",
-             "n_minus_sig", "rho_flip_sig", "test", "alpha", "n_resamples"]
+             "rho_flip", "rho_flip_lo", "rho_flip_hi", "rho_flip_null_mean", "rho_flip_null_share_le", "correction",
+             "correction_controls", "n_plus_sig", "n_minus_sig", "rho_flip_sig", "test", "alpha", "n_resamples"]
     return flips[order]
 
 
@@ -356,5 +405,6 @@ def item_analysis(items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence
     raw = paired_item_tests(items, grid)
     adjusted = adjusted_item_tests(raw, grid, rules, slices, alpha)
     intervals = rho_flip_item_bootstrap(items, grid, rules, slices, n_resamples, seed)
-    return ItemAnalysis(adjusted, significant_flips(adjusted, intervals, grid, rules, slices, alpha, n_resamples),
-                        items)
+    null = pair_null_reference(items, grid, rules, slices, max(n_resamples, PAIR_NULL_MIN_DRAWS), seed)
+    return ItemAnalysis(adjusted, significant_flips(adjusted, intervals, grid, rules, slices, alpha, n_resamples,
+                                                    null), items)

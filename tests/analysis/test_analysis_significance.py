@@ -262,3 +262,56 @@ def test_the_item_bootstrap_holds_its_point_estimate_when_items_carry_model_effe
         rhos.append(rho)
     assert inside / n_grids >= 0.95, (inside, np.mean(widths))
     assert np.mean(rhos) < 0.40  # item effects pull rho_flip well below the independent-configurations 0.443
+
+
+def test_each_pair_has_a_null_reference_from_its_own_items(rules):
+    """Swapping the two models' labels item by item (the same swap in every configuration): where one
+    item carries A's lead in all four configurations, every swap turns all four at once, so no flip
+    is ever seen (mean 0, and the observed 0 is no evidence of anything); where each configuration's
+    lead sits on an item of its own, the four turn independently: rho_flip = min(K, 4 - K) / 4 with
+    K ~ Bin(4, 1/2), mean (8 x 0.25 + 6 x 0.5) / 16 = 0.3125 (the |C| = 4 chance value), and the
+    observed 0 is at or above 2 / 16 of the draws."""
+    shared = {c: ([1.0] * N, [0.0] + [1.0] * (N - 1)) for c in CC}  # item q0: a right, b wrong, everywhere
+    f = _flips(_items(shared), rules).flips.iloc[0]
+    assert (f["rho_flip"], f["rho_flip_null_mean"], f["rho_flip_null_share_le"]) == (0.0, 0.0, 1.0)
+    own = {c: ([1.0] * N, [0.0 if k == j else 1.0 for k in range(N)]) for j, c in enumerate(CC)}  # item q_j in config j
+    f = _flips(_items(own), rules).flips.iloc[0]
+    assert f["rho_flip"] == 0.0
+    assert f["rho_flip_null_mean"] == pytest.approx(0.3125, abs=0.02)
+    assert f["rho_flip_null_share_le"] == pytest.approx(2 / 16, abs=0.03)
+    again = _flips(_items(own), rules).flips.iloc[0]
+    assert again["rho_flip_null_mean"] == f["rho_flip_null_mean"]  # seeded
+
+
+def test_a_confirmatory_flip_is_rare_when_one_model_is_better_on_half_the_envelope(rules):
+    """Partial null: A truly better on T1 and T2 (24 configurations), the two identical on T3 and T4.
+    No true flip exists, so a significant flip needs a false win for B. Holm (confirmatory) claims one
+    in at most alpha plus two Monte-Carlo standard errors of 200 grids; BH (exploratory) is not
+    held to it (its threshold rises with A's true wins)."""
+    configs = rules.configs("truthfulqa")
+    template = validate_cells(grid_frame({m: {c.config_id: 0.5 for c in configs} for m in ("a", "b")}), rules, "pn")
+    rng = np.random.default_rng(21)
+    n_grids, n_items = 200, 30
+    flagged = {"holm": 0, "fdr_bh": 0}
+    for _ in range(n_grids):
+        scores = []
+        for cfg in configs:
+            p = rng.uniform(0.2, 0.6)
+            lead = 0.3 if cfg.template in ("T1", "T2") else 0.0
+            seeds = 1 if cfg.decoding == "greedy" else 5
+            pa = (rng.random((seeds, n_items)) < p + lead).mean(axis=0)
+            pb = (rng.random((seeds, n_items)) < p).mean(axis=0)
+            scores.append((cfg.config_id, pa, pb))
+        items = pd.DataFrame([{"model": m, "config_id": cid, "item_id": f"q{k:02d}", "seed": 0, "item_score": float(v)}
+                              for cid, pa, pb in scores for m, arr in (("a", pa), ("b", pb)) for k, v in enumerate(arr)])
+        means = items.groupby(["model", "config_id"])["item_score"].mean().to_dict()
+        frame = template.assign(score=[means[key] for key in zip(template["model"], template["config_id"], strict=True)])
+        grid = common_configurations(frame, "pn", rules)
+        tests = adjusted_item_tests(paired_item_tests(item_records(items, grid, "pn"), grid), grid, rules,
+                                    ("full",), ALPHA)
+        flips = significant_flips(tests, None, grid, rules, ("full",), ALPHA, 0).set_index("correction")
+        for method in flagged:
+            flagged[method] += bool(flips.loc[method, "rho_flip_sig"] > 0)
+    bound = ALPHA + 2 * math.sqrt(ALPHA * (1 - ALPHA) / n_grids)
+    assert flagged["holm"] / n_grids <= bound, flagged
+    print(f"\npartial null, 200 grids: confirmatory (Holm) flips {flagged['holm']}, exploratory (BH) {flagged['fdr_bh']}")
