@@ -143,10 +143,11 @@ def _ordering_stability(cells: pd.DataFrame, labels: tuple[str, ...], score_cols
     return table, summary
 
 
-def _pair_flips(x: tuple[str, ...], y: tuple[str, ...]) -> int:
-    """Model pairs placed in opposite order by two total orders."""
-    px, py = {m: i for i, m in enumerate(x)}, {m: i for i, m in enumerate(y)}
-    return sum((px[a] < px[b]) != (py[a] < py[b]) for a, b in itertools.combinations(sorted(x), 2))
+def _pair_flips(x: tuple[tuple[str, ...], ...], y: tuple[tuple[str, ...], ...]) -> int:
+    """Model pairs placed strictly in opposite order by two (weak) orders; a pair tied in either is no flip."""
+    px = {m: i for i, g in enumerate(x) for m in g}
+    py = {m: i for i, g in enumerate(y) for m in g}
+    return sum((px[a] - px[b]) * (py[a] - py[b]) < 0 for a, b in itertools.combinations(sorted(px), 2))
 
 
 def _rho_flip_per_group(cells: pd.DataFrame, labels: tuple[str, ...], score_cols: list[str]) -> pd.DataFrame:

@@ -37,7 +37,7 @@ def _blocks(c: Comparison) -> list:
                     f"the {len(c.top_cells)} cells that moved most, with each group's score.")]
     if not c.orderings.empty:
         blocks += [Table(c.ordering_summary, "per benchmark, template and scoring path: how many configurations keep "
-                         "exactly the same model ordering in every group (ties broken alphabetically)."),
+                         "exactly the same model ordering in every group (ties kept as ties: \"a = b\")."),
                    Table(c.orderings, "the ordering in each group per configuration; max_pair_flips counts model pairs "
                          "placed in opposite order between the two most different groups.")]
     if not c.rho_flip.empty:

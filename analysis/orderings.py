@@ -1,5 +1,11 @@
-"""Induced total orders of the models per configuration, how many of the M! orders a set of
+"""Induced orders of the models per configuration, how many of the M! orders a set of
 configurations reaches, and the ranking concordance tau_R.
+
+Ties are never broken: a configuration where models score the same induces a weak order, written
+with "=" ("a = b > c"), counted and listed as such. The paper's count, "orderings reached" out of
+M!, is of strict orders: `n_orderings` counts the distinct strict orders among the configurations
+with no tie; `n_weak_orderings` counts every distinct order, tied ones included, and
+`n_tied_configs` how many configurations tie some models (they reach no strict order).
 
 The contract orderings sort by raw score, highest first. Detail tables add the "better" reading
 (best first under the benchmark's direction, see direction.py): for CrowS-Pairs, closest to 0.5
@@ -24,14 +30,21 @@ from .slices import slice_matrices
 ORDERINGS_COLUMNS = ("benchmark", "slice", "n_configs", "n_orderings")
 
 
-def induced_ordering(scores: Mapping[str, float]) -> tuple[str, ...]:
-    """Models from highest to lowest score; equal scores are broken alphabetically (the model whose
-    name sorts first is placed higher), so every configuration yields one total order."""
-    return tuple(sorted(scores, key=lambda m: (-scores[m], m)))
+def induced_ordering(scores: Mapping[str, float]) -> tuple[tuple[str, ...], ...]:
+    """The weak order of the models: groups of equal score from highest to lowest (names sorted
+    within a group, which says nothing about order: they tie)."""
+    groups: dict[float, list[str]] = {}
+    for m in sorted(scores):
+        groups.setdefault(float(scores[m]), []).append(m)
+    return tuple(tuple(groups[v]) for v in sorted(groups, reverse=True))
 
 
-def ordering_label(order: tuple[str, ...]) -> str:
-    return " > ".join(order)
+def ordering_label(order: tuple[tuple[str, ...], ...]) -> str:
+    return " > ".join(" = ".join(g) for g in order)
+
+
+def is_strict(label: str) -> bool:
+    return " = " not in label
 
 
 def config_orderings(matrix: pd.DataFrame) -> pd.Series:
@@ -44,11 +57,20 @@ def config_orderings(matrix: pd.DataFrame) -> pd.Series:
 class OrderingsReached:
     n_configs: int
     n_models: int
-    counts: tuple[tuple[str, int], ...]  # (ordering, configs that induce it), most frequent first
+    counts: tuple[tuple[str, int], ...]  # (ordering, configs that induce it), most frequent first; ties as "="
 
     @property
     def n_orderings(self) -> int:
+        """Distinct strict orders reached (configurations that tie some models reach none)."""
+        return sum(1 for o, _ in self.counts if is_strict(o))
+
+    @property
+    def n_weak_orderings(self) -> int:
         return len(self.counts)
+
+    @property
+    def n_tied_configs(self) -> int:
+        return sum(n for o, n in self.counts if not is_strict(o))
 
     @property
     def n_possible(self) -> int:
@@ -68,7 +90,7 @@ class Concordance:
     tau_r: float
     n_config_pairs: int
     n_undefined: int          # pairs where one config ties every model (tau undefined), left out
-    order_mismatch_rate: float  # share of config pairs whose tie-broken total orders differ (5/6 under a uniform null, M=3)
+    order_mismatch_rate: float  # share of config pairs whose (weak) orders differ (5/6 under a uniform null, M=3)
 
 
 def ranking_concordance(matrix: pd.DataFrame) -> Concordance:
@@ -103,9 +125,11 @@ def orderings_tables(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> tuple
         detail.append({
             "benchmark": benchmark, "slice": name, "n_configs": reached.n_configs,
             "n_orderings": reached.n_orderings, "n_possible": reached.n_possible,
+            "n_weak_orderings": reached.n_weak_orderings, "n_tied_configs": reached.n_tied_configs,
             "orderings": "; ".join(f"{o} ({n})" for o, n in reached.counts),
             # the same, best model first under the benchmark's direction (identical when higher is better)
             "better": better.label, "n_orderings_better": reached_better.n_orderings,
+            "n_tied_configs_better": reached_better.n_tied_configs,
             "orderings_better": "; ".join(f"{o} ({n})" for o, n in reached_better.counts),
         })
         c = ranking_concordance(m)
@@ -118,7 +142,7 @@ def orderings_tables(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> tuple
 
 
 def config_orderings_table(grid: Grid) -> pd.DataFrame:
-    """The induced ordering of every configuration, with any tie that the alphabetical rule broke."""
+    """The induced (weak) ordering of every configuration, and whether some models tie in it."""
     rows = []
     for benchmark in grid.benchmarks:
         m = grid.matrix(benchmark)
@@ -126,6 +150,6 @@ def config_orderings_table(grid: Grid) -> pd.DataFrame:
         labels_better = config_orderings(direction(benchmark).better_value(m))
         for cid, row in m.iterrows():
             rows.append({"benchmark": benchmark, "config_id": cid, "ordering": labels[cid],
-                         "tie_broken": bool(row.duplicated().any()), "ordering_better": labels_better[cid],
+                         "tied": bool(row.duplicated().any()), "ordering_better": labels_better[cid],
                          **{f"score_{model}": float(v) for model, v in row.items()}})
     return pd.DataFrame(rows)

@@ -441,10 +441,12 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
     blocks += _figure_or_sentence(figures, "rho_flip_surface", "rho_flip per model pair and benchmark, slice full")
 
     blocks += [Heading("Orderings reached"),
-               Table(_ordering_rows(a), "each configuration ranks the models (an exact tie is broken "
-                     "alphabetically); reading says which way round each ordering is written. The table counts how "
-                     "many distinct rankings the configurations produce and lists them with how many configurations "
-                     "give each. Per-configuration orderings are in config_orderings.csv.")]
+               Table(_ordering_rows(a), "each configuration ranks the models; an exact tie is never broken: it is "
+                     "a weak order, written \"a = b\", listed and counted as such. reading says which way round each "
+                     "ordering is written. n_orderings counts the distinct strict rankings (of the M! possible, the "
+                     "paper's count; a configuration that ties some models reaches none), and the list gives every "
+                     "ranking, tied ones included, with how many configurations give each. Per-configuration "
+                     "orderings are in config_orderings.csv.")]
     if PARSE_CLEAN in set(a.orderings_detail["slice"]) and not a.degenerate_cells.empty:
         blocks.append(Table(_ordering_rows(a, PARSE_CLEAN), f"the same on slice `{PARSE_CLEAN}` (configurations "
                             "where every model parses at least 95 % of items), to read the orderings without the "

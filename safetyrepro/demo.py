@@ -100,11 +100,11 @@ def summary_lines(analysis) -> list[str]:
         n = int(rows["n_configs"].iloc[0])
         flipped = rows[rows["rho_flip_better"] > 0]
         o = orders.loc[benchmark]
-        reached = f"{int(o['n_orderings_better'])} of {int(o['n_possible'])} orderings of the models reached"
+        tied = int(o["n_tied_configs_better"])
+        reached = (f"{int(o['n_orderings_better'])} of {int(o['n_possible'])} strict orderings of the models reached"
+                   + (f", and {tied} configuration(s) tie some models" if tied else ""))
         if flipped.empty:
-            ties = " (they differ only where models tie, and ties are broken alphabetically)" \
-                if int(o["n_orderings_better"]) > 1 else ""
-            lines.append(f"{benchmark} ({better.label}, {n} configurations): no verdict flipped; {reached}{ties}.")
+            lines.append(f"{benchmark} ({better.label}, {n} configurations): no verdict flipped; {reached}.")
             continue
         any_flip = True
         lines.append(f"{benchmark} ({better.label}, {n} configurations): {len(flipped)} of {len(rows)} pairwise "

@@ -62,11 +62,11 @@ def test_the_summary_says_which_verdicts_flipped_and_which_way_is_better():
     })
     lines = summary_lines(a)
     assert lines[0] == ("crows_pairs (closer to 0.5 is better (0.5 = unbiased), 4 configurations): 1 of 1 pairwise "
-                        "verdicts flip with the configuration; 2 of 2 orderings of the models reached.")
+                        "verdicts flip with the configuration; 2 of 2 strict orderings of the models reached.")
     # x closer on configs 2 (.10 < .20) and 3 (.05 < .10), y on 1 (.05 < .10) and 4 (.10 < .20): 2-2 of 4
     assert lines[1] == ("  x vs y: x is closer to 0.5 on 2, y on 2 of 4 configurations "
                         "(rho_flip 0.500, chance 0.312)")
-    assert lines[2] == "xstest (higher is better, 4 configurations): no verdict flipped; 1 of 2 orderings of the models reached."
+    assert lines[2] == "xstest (higher is better, 4 configurations): no verdict flipped; 1 of 2 strict orderings of the models reached."
 
 
 def test_the_summary_says_honestly_when_nothing_flipped():
@@ -75,12 +75,11 @@ def test_the_summary_says_honestly_when_nothing_flipped():
     assert lines[-1].startswith("Nothing flipped: in every pair one model was never strictly behind")
 
 
-def test_orderings_that_differ_only_by_ties_are_called_so():
-    # b leads wherever the two differ; config 2 ties, and the tie puts a (alphabetically first) on top
+def test_a_tie_is_never_reported_as_an_ordering():
+    # b leads wherever the two differ; config 2 ties: one strict ordering, and the tie said as such
     a = _analysis({"xstest": {"b": [0.8, 0.5, 0.9, 0.6], "a": [0.5, 0.5, 0.6, 0.3]}})
-    assert summary_lines(a)[0] == ("xstest (higher is better, 4 configurations): no verdict flipped; 2 of 2 orderings "
-                                   "of the models reached (they differ only where models tie, and ties are broken "
-                                   "alphabetically).")
+    assert summary_lines(a)[0] == ("xstest (higher is better, 4 configurations): no verdict flipped; 1 of 2 strict "
+                                   "orderings of the models reached, and 1 configuration(s) tie some models.")
 
 
 def test_openmp_threads_sleep_when_idle_unless_the_user_chose(monkeypatch):

@@ -45,11 +45,11 @@ def test_crows_pairs_orderings_and_verdicts_read_both_ways(rules):
     per_config = config_orderings_table(grid)
     # by score (the contract): highest, i.e. most stereotypical, first
     assert per_config["ordering"].tolist() == ["a > c > b", "b > c > a", "b > a > c"]
-    # better: distances a .20 b .05 c .05 (b, c tie: b first) / a .10 b .15 c .02 / a 0 b .10 c .20
-    assert per_config["ordering_better"].tolist() == ["b > c > a", "c > a > b", "a > b > c"]
+    # better: distances a .20 b .05 c .05 (b, c tie: a weak order) / a .10 b .15 c .02 / a 0 b .10 c .20
+    assert per_config["ordering_better"].tolist() == ["b = c > a", "c > a > b", "a > b > c"]
     detail, _ = orderings_tables(grid, rules, ("full",))
     row = detail.iloc[0]
-    assert (row["n_orderings"], row["n_orderings_better"]) == (3, 3)
+    assert (row["n_orderings"], row["n_orderings_better"], row["n_tied_configs_better"]) == (3, 2, 1)
     assert row["better"] == "closer to 0.5 is better (0.5 = unbiased)"
     pairs = rho_flip_table(grid, rules, ("full",)).set_index(["model_a", "model_b"])
     # a vs b by score: + - -; by closeness: - + + -> both min 1 of 3

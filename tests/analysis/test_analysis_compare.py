@@ -87,3 +87,11 @@ def test_a_single_configuration_can_be_compared(rules, tmp_path):
     c = compare_grids(load_groups(paths, rules), rules)
     assert c.cells["delta"].tolist() == pytest.approx([-0.05, 0.07])
     assert c.orderings.iloc[0]["max_pair_flips"] == 1
+
+
+def test_pair_flips_count_strict_reversals_of_weak_orders():
+    from safetyrepro.analysis.compare import _pair_flips
+
+    assert _pair_flips((("a",), ("b",), ("c",)), (("c",), ("b",), ("a",))) == 3
+    assert _pair_flips((("a",), ("b",), ("c",)), (("a", "b"), ("c",))) == 0  # a tie is no reversal
+    assert _pair_flips((("a", "b"), ("c",)), (("c",), ("a", "b"))) == 2

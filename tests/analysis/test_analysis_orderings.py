@@ -8,15 +8,21 @@ from scipy.stats import kendalltau
 
 from safetyrepro.analysis.orderings import (
     induced_ordering,
+    ordering_label,
     orderings_reached,
     orderings_tables,
     ranking_concordance,
 )
 
 
-def test_ties_are_broken_alphabetically():
-    assert induced_ordering({"b": 0.5, "a": 0.5, "c": 0.7}) == ("c", "a", "b")
-    assert induced_ordering({"qwen": 0.6255, "mistral": 0.5, "yi": 0.6255}) == ("qwen", "yi", "mistral")
+def test_ties_are_weak_orders_never_broken():
+    assert induced_ordering({"b": 0.5, "a": 0.5, "c": 0.7}) == (("c",), ("a", "b"))
+    assert ordering_label(induced_ordering({"qwen": 0.6255, "mistral": 0.5, "yi": 0.6255})) == "qwen = yi > mistral"
+    # three strict configurations and two tied ones: 2 strict orders reached, 3 orders in all, 2 tied configs
+    m = pd.DataFrame({"a": [0.9, 0.8, 0.1, 0.5, 0.5], "b": [0.5, 0.4, 0.5, 0.5, 0.5]}, index=list("vwxyz"))
+    reached = orderings_reached(m)
+    assert reached.counts == (("a = b", 2), ("a > b", 2), ("b > a", 1))
+    assert (reached.n_orderings, reached.n_weak_orderings, reached.n_tied_configs) == (2, 3, 2)
 
 
 def test_a_grid_reaching_all_six_orderings_reports_six(rules):
