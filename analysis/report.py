@@ -23,7 +23,7 @@ from .figures import FigureSet
 from .pipeline import Analysis
 from .significance import TEST_NAME
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
-from .variance import FREE_FORM
+from .variance import FREE_FORM, RHO_MODEL_SHARE_MIN
 
 
 @dataclass(frozen=True)
@@ -337,6 +337,12 @@ def _variance_blocks(a: Analysis) -> list[Block]:
                         "harness choices move scores more than model identity does. rho_lo-rho_hi is the 2.5-97.5 % "
                         f"range over {a.options.n_resamples} configuration resamples; with large interaction shares "
                         "read rho as a direction, not a precise ratio. Terms are in anova.csv."))
+    undefined = main[~main["rho_defined"].astype(bool)]
+    if not undefined.empty:
+        blocks.append(Para(
+            f"rho is not given for {', '.join(undefined['benchmark'])}: there the model explains less than "
+            f"{RHO_MODEL_SHARE_MIN:.0%} of the variance, so the models hardly differ and a ratio over that share swings "
+            "by orders of magnitude between resamples; read the shares themselves."))
     wide = shares.assign(fit=shares["anova_type"].map({"II": "Type II", "III": "Type III"}) + ", " + shares["slice"])
     robust = wide[["benchmark", "fit", "n_configs", "model_share", "implementation_share", "rho", "model_omega_sq",
                    "implementation_omega_sq", "rho_omega_sq"]]

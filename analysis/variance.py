@@ -28,6 +28,7 @@ from .grid_io import Grid
 from .slices import PARSE_CLEAN, slice_config_ids
 
 FREE_FORM = "free_form"
+RHO_MODEL_SHARE_MIN = 0.02  # rho is given only when the model explains at least 2 % of the variance
 FREE_FORM_PARSE_CLEAN = "free_form & parse_clean"  # the rerun on parse-clean configurations
 ANOVA_SLICES = (FREE_FORM, FREE_FORM_PARSE_CLEAN)
 ANOVA_TYPES = ("II", "III")
@@ -69,6 +70,13 @@ class VarianceAttribution:
     def rho(self) -> float:
         model = self.share("model")
         return self.share("implementation") / model if model > 0 else float("inf")
+
+    @property
+    def rho_defined(self) -> bool:
+        """Whether the ratio says something: the model's share (its denominator) is at least
+        RHO_MODEL_SHARE_MIN. Below it the models hardly differ, and the ratio of two near-zero shares
+        swings over orders of magnitude between resamples (5.05, range 0.009-88.7 on one such grid)."""
+        return self.share("model") >= RHO_MODEL_SHARE_MIN
 
     @property
     def rho_omega_sq(self) -> float:
@@ -249,8 +257,9 @@ def variance_tables(results: list[VarianceAttribution]) -> tuple[pd.DataFrame, p
         "benchmark": r.benchmark, "slice": r.slice, "anova_type": r.anova_type, "n_configs": r.n_configs,
         "n_rows": r.n_rows, "model_share": r.share("model"), "implementation_share": r.share("implementation"),
         "interaction_share": r.share("interaction"), "residual_share": r.share("residual"),
-        "sum_of_shares": sum(t.eta_sq for t in r.terms), "rho": r.rho,
-        "rho_lo": r.rho_lo, "rho_hi": r.rho_hi, "model_omega_sq": r.omega_share("model"),
+        "sum_of_shares": sum(t.eta_sq for t in r.terms), "rho": r.rho if r.rho_defined else np.nan,
+        "rho_lo": r.rho_lo if r.rho_defined else np.nan, "rho_hi": r.rho_hi if r.rho_defined else np.nan,
+        "rho_defined": r.rho_defined, "model_omega_sq": r.omega_share("model"),
         "implementation_omega_sq": r.omega_share("implementation"),
         "interaction_omega_sq": r.omega_share("interaction"), "rho_omega_sq": r.rho_omega_sq,
         "n_resamples": r.n_resamples, "n_finite_resamples": r.n_finite, "axes_left_out": ",".join(r.dropped_axes),

@@ -113,3 +113,18 @@ def test_the_anova_is_rerun_on_parse_clean_configurations(rules):
     assert set(terms["anova_type"]) == {"II", "III"} and "omega_sq" in terms.columns
     assert shares.set_index(["slice", "anova_type"]).loc[("free_form", "II"), "n_resamples"] == 10
     assert shares.set_index(["slice", "anova_type"]).loc[("free_form & parse_clean", "II"), "n_resamples"] == 0
+
+
+def test_rho_is_not_given_when_the_model_share_is_near_zero(rules):
+    """Models 0.001 apart and a 0.05 template effect: the model explains 36 x (0.001² + 0 + 0.001²) /
+    (that + 0.27) = 0.03 % of the variance, far below 2 %, so the ratio (about 3,750) is not given."""
+    tiny = {"a": 0.501, "b": 0.5, "c": 0.499}
+    grid = _free_form_grid(rules, lambda m, c: tiny[m] + TEMPLATE_EFFECT[c.template])
+    v = variance_attribution(grid, rules, "bbq", n_resamples=20, seed=0)
+    assert v.share("model") == pytest.approx(36 * 2e-6 / (36 * 2e-6 + 0.27))
+    assert not v.rho_defined and v.rho == pytest.approx(0.27 / (36 * 2e-6))
+    _, shares = variance_tables([v])
+    assert np.isnan(shares["rho"].iloc[0]) and np.isnan(shares["rho_lo"].iloc[0]) and not shares["rho_defined"].iloc[0]
+    strong = variance_attribution(_free_form_grid(rules, lambda m, c: MODEL_EFFECT[m] + TEMPLATE_EFFECT[c.template]),
+                                  rules, "bbq", n_resamples=0, seed=0)
+    assert strong.rho_defined and variance_tables([strong])[1]["rho"].iloc[0] == pytest.approx(0.375)
