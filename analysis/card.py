@@ -132,7 +132,7 @@ def headline(a: Analysis) -> pd.DataFrame:
                      "ceiling": float(m.at[b, "ceiling"]), "chance_max": float(m.at[b, "chance_max"]),
                      "saturated": bool(m.at[b, "saturated"]),
                      "n_orderings": int(o.at[b, "n_orderings"]), "n_possible": int(o.at[b, "n_possible"]),
-                     "rho_flip_max_better": float(m.at[b, "rho_flip_max_better"]),
+                     "rho_flip_max_better": float(m.at[b, "rho_flip_max_better"]), "pairs_better": m.at[b, "pairs_better"],
                      "n_orderings_better": int(o.at[b, "n_orderings_better"]),
                      "tau_r": float(t.at[b, "tau_r"]), "sdi_max": float(sdi[b])})
     return pd.DataFrame(rows)
@@ -247,7 +247,7 @@ def card_markdown(card: dict) -> str:
     for h in card["headline"]:
         lines.append(f"| {h['benchmark']} | {h['better']} | {h['n_configs']} | {h['rho_flip_max']:.3f} ({h['pairs']}) | "
                      f"{h['ceiling']:.3f}{' saturated' if h['saturated'] else ''} | {h['chance_max']:.3f} | "
-                     f"{h['n_orderings']}/{h['n_possible']} | {h['rho_flip_max_better']:.3f} | "
+                     f"{h['n_orderings']}/{h['n_possible']} | {h['rho_flip_max_better']:.3f} ({h['pairs_better']}) | "
                      f"{h['n_orderings_better']}/{h['n_possible']} | {h['tau_r']:.3f} | {h['sdi_max']:.3f} |")
     lines += ["", "## Cells left out and degenerate cells", ""]
     if card["cells_left_out"]:

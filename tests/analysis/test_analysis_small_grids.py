@@ -55,3 +55,17 @@ def test_items_beside_the_grid_are_used(tmp_path, capsys):
     assert full["diff_items"].round(6).tolist() == [0.1, -0.1, 0.1, -0.1]
     assert set(tests["slice"]) == {"full", "core", "excl_t4", "excl_diverse", "free_form", "logprob", "parse_clean",
                                    "conservative_core"}
+
+
+def test_the_console_gives_crows_pairs_reversals_in_the_better_direction(tmp_path, capsys, rules):
+    # a scores higher everywhere (no raw reversal), but b is closer to 0.5 in three of four configurations
+    cp = [c.config_id for c in rules.configs("crows_pairs")][:4]
+    frame = grid_frame({"a": dict(zip(cp, [0.9, 0.6, 0.7, 0.55], strict=True)),
+                        "b": dict(zip(cp, [0.5, 0.45, 0.2, 0.5], strict=True))})
+    grid = write(frame, tmp_path / "grid.csv")
+    assert main(["analyze", str(grid), "--out", str(tmp_path / "out"), "--no-figures", "--bootstrap", "20"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("crows_pairs"))
+    assert "rho_flip max 0.000 (no pair reverses)" in line
+    assert "closer to 0.5 is better (0.5 = unbiased): rho_flip max 0.250 (a vs b)" in line
+    card = (tmp_path / "out" / "grid_card.md").read_text()
+    assert "| 0.250 (a vs b) |" in card
