@@ -381,12 +381,14 @@ def _significance_blocks(a: Analysis) -> list[Block]:
         "models would show (one model is consistently ahead)."))
     shown = f[["benchmark", "model_a", "model_b", "n_configs", "n_plus", "n_minus", "rho_flip", "rho_flip_lo",
                "rho_flip_hi", "rho_flip_null_mean", "rho_flip_null_share_le", "correction", "n_plus_sig",
-               "n_minus_sig", "rho_flip_sig"]]
+               "n_minus_sig", "rho_flip_sig", "rho_flip_sig_better"]]
     blocks.append(Table(shown, "correction names the multiple-testing adjustment (holm: familywise, confirmatory; "
                         "fdr_bh: false discovery rate, exploratory); n_plus_sig and n_minus_sig count the wins that "
                         "survive it, and rho_flip_sig = min of the two / n_configs beside the plain rho_flip on the "
-                        f"same configurations. rho_flip_lo-rho_flip_hi is the percentile 2.5-97.5 % range of rho_flip "
-                        f"over {a.options.n_resamples} item resamples (the benchmark's items redrawn once per "
+                        "same configurations; rho_flip_sig_better is the same in the benchmark's better direction "
+                        "(for CrowS-Pairs closeness to 0.5, each configuration tested by item-wise label swaps; "
+                        "elsewhere equal to rho_flip_sig). rho_flip_lo-rho_flip_hi is the percentile 2.5-97.5 % "
+                        f"range of rho_flip over {a.options.n_resamples} item resamples (the benchmark's items redrawn once per "
                         "resample, the same draw for every configuration and every model). Every slice is in "
                         "significant_flips.csv, per-configuration p-values (raw and adjusted) in item_tests.csv."))
     return blocks

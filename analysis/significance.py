@@ -35,6 +35,7 @@ from scipy.stats import binom
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import Config, Rules
 
+from .direction import direction
 from .grid_io import Grid, plain, read_table
 from .rank_flip import model_pairs
 from .slices import slice_config_ids
@@ -190,7 +191,24 @@ def sign_flip_p_value(differences) -> float:
 
 
 TEST_COLUMNS = ("benchmark", "config_id", "model_a", "model_b", "n_items", "n_differing", "diff_grid", "diff_items",
-                "p_value")
+                "p_value", "diff_grid_better", "diff_items_better", "p_value_better")
+BETTER_TEST = ("the same items, labels swapped item by item at random (Monte Carlo, {n} seeded draws, two-sided, "
+               "(k + 1) / (n + 1)), on the difference in the better reading")
+BETTER_DRAWS = 2000
+
+
+def better_p_value(xa: np.ndarray, xb: np.ndarray, better, seed: int) -> float:
+    """Two-sided Monte Carlo p-value of the better-reading difference better(mean a) - better(mean b)
+    (for CrowS-Pairs: |mean b - 0.5| - |mean a - 0.5|) under "the two models are interchangeable item
+    by item": each draw swaps the two models' scores on a random half of the items."""
+    n = len(xa)
+    observed = float(better.better_value(xa.mean()) - better.better_value(xb.mean()))
+    swap = np.random.default_rng(seed).random((BETTER_DRAWS, n)) < 0.5
+    ma = np.where(swap, xb, xa).mean(axis=1)
+    mb = np.where(swap, xa, xb).mean(axis=1)
+    draws = better.better_value(ma) - better.better_value(mb)
+    k = int((np.abs(draws) >= abs(observed) - 1e-12).sum())
+    return (k + 1) / (BETTER_DRAWS + 1)
 
 
 def paired_item_tests(items: ItemRecords, grid: Grid) -> pd.DataFrame:
@@ -202,10 +220,19 @@ def paired_item_tests(items: ItemRecords, grid: Grid) -> pd.DataFrame:
         block = items.by_config[cid]
         if len(block) == 0:
             continue
+        benchmark = Config.from_id(cid).benchmark
+        better = direction(benchmark)
         for a, b in model_pairs(grid.models):
-            d = block[:, items.column(a)] - block[:, items.column(b)]
-            rows.append((Config.from_id(cid).benchmark, cid, a, b, len(d), int(np.count_nonzero(d)),
-                         float(grid_scores[(cid, a)] - grid_scores[(cid, b)]), float(d.mean()), sign_flip_p_value(d)))
+            xa, xb = block[:, items.column(a)], block[:, items.column(b)]
+            d = xa - xb
+            raw = (float(grid_scores[(cid, a)] - grid_scores[(cid, b)]), float(d.mean()), sign_flip_p_value(d))
+            if better.monotone:  # better is higher: the same test
+                read = raw
+            else:
+                read = (float(better.better_value(grid_scores[(cid, a)]) - better.better_value(grid_scores[(cid, b)])),
+                        float(better.better_value(xa.mean()) - better.better_value(xb.mean())),
+                        better_p_value(xa, xb, better, zlib.crc32(f"{cid}|{a}|{b}".encode())))
+            rows.append((benchmark, cid, a, b, len(d), int(np.count_nonzero(d)), *raw, *read))
     return pd.DataFrame(rows, columns=list(TEST_COLUMNS))
 
 
@@ -256,10 +283,15 @@ def adjusted_item_tests(tests: pd.DataFrame, grid: Grid, rules: Rules, slices: S
                     reject, adjusted = ADJUST[method](g["p_value"].to_numpy(), alpha)
                     g[f"p_{method}"] = adjusted
                     g[f"winner_{method}"] = _winner(reject, g["diff_grid"].to_numpy(), g["diff_items"].to_numpy(), a, b)
+                    reject, adjusted = ADJUST[method](g["p_value_better"].to_numpy(), alpha)
+                    g[f"p_{method}_better"] = adjusted
+                    g[f"winner_{method}_better"] = _winner(reject, g["diff_grid_better"].to_numpy(),
+                                                           g["diff_items_better"].to_numpy(), a, b)
                 parts.append(g)
     columns = ["benchmark", "slice", "config_id", "model_a", "model_b", "n_items", "n_differing", "diff_grid",
                "diff_items", "p_value", "family_size", *(f"p_{m}" for m in CORRECTIONS),
-               *(f"winner_{m}" for m in CORRECTIONS)]
+               *(f"winner_{m}" for m in CORRECTIONS), "diff_grid_better", "diff_items_better", "p_value_better",
+               *(f"p_{m}_better" for m in CORRECTIONS), *(f"winner_{m}_better" for m in CORRECTIONS)]
     if not parts:
         return pd.DataFrame(columns=columns)
     return pd.concat(parts, ignore_index=True)[columns]
@@ -370,10 +402,15 @@ def significant_flips(adjusted: pd.DataFrame, intervals: pd.DataFrame | None, gr
         for method, label in CORRECTIONS.items():
             plus_sig = int((g[f"winner_{method}"] == a).sum())
             minus_sig = int((g[f"winner_{method}"] == b).sum())
+            plus_b, minus_b = int((g[f"winner_{method}_better"] == a).sum()), int((g[f"winner_{method}_better"] == b).sum())
             rows.append({"benchmark": benchmark, "slice": name, "model_a": a, "model_b": b, "n_configs": n,
                          "n_configs_slice": n_slice, "n_plus": plus, "n_minus": minus, "rho_flip": min(plus, minus) / n,
                          "correction": method, "correction_controls": label, "n_plus_sig": plus_sig,
-                         "n_minus_sig": minus_sig, "rho_flip_sig": min(plus_sig, minus_sig) / n, "test": TEST_NAME,
+                         "n_minus_sig": minus_sig, "rho_flip_sig": min(plus_sig, minus_sig) / n,
+                         "n_plus_sig_better": plus_b, "n_minus_sig_better": minus_b,
+                         "rho_flip_sig_better": min(plus_b, minus_b) / n,
+                         "test": TEST_NAME if direction(benchmark).monotone else
+                         f"{TEST_NAME}; better reading: {BETTER_TEST.format(n=BETTER_DRAWS)}",
                          "alpha": alpha})
     flips = pd.DataFrame(rows)
     if flips.empty:
@@ -389,7 +426,8 @@ def significant_flips(adjusted: pd.DataFrame, intervals: pd.DataFrame | None, gr
         flips = flips.assign(rho_flip_null_mean=np.nan, rho_flip_null_share_le=np.nan)
     order = ["benchmark", "slice", "model_a", "model_b", "n_configs", "n_configs_slice", "n_plus", "n_minus",
              "rho_flip", "rho_flip_lo", "rho_flip_hi", "rho_flip_null_mean", "rho_flip_null_share_le", "correction",
-             "correction_controls", "n_plus_sig", "n_minus_sig", "rho_flip_sig", "test", "alpha", "n_resamples"]
+             "correction_controls", "n_plus_sig", "n_minus_sig", "rho_flip_sig", "n_plus_sig_better",
+             "n_minus_sig_better", "rho_flip_sig_better", "test", "alpha", "n_resamples"]
     return flips[order]
 
 

@@ -119,7 +119,7 @@ def summary_lines(analysis) -> list[str]:
     flips = analysis.significant_flips
     if flips is not None and not flips.empty:
         holm = flips[(flips["slice"] == "full") & (flips["correction"] == "holm")]
-        supported = holm[holm["rho_flip_sig"] > 0]
+        supported = holm[holm["rho_flip_sig_better"] > 0]  # the verdicts above read the better direction
         if any_flip and supported.empty:
             n_items = sorted(set(int(v) for v in analysis.grid.cells["n_items"]))
             lines.append(f"With {', '.join(map(str, n_items))} items per cell, no flip has a significant win each way "
@@ -127,7 +127,8 @@ def summary_lines(analysis) -> list[str]:
                          "items are too few to call any single configuration's winner.")
         elif not supported.empty:
             lines.append("Flips with a significant win each way after Holm correction: "
-                         + "; ".join(f"{r.benchmark} {r.model_a} vs {r.model_b} ({r.n_plus_sig} and {r.n_minus_sig} "
+                         + "; ".join(f"{r.benchmark} {r.model_a} vs {r.model_b} ({r.n_plus_sig_better} and "
+                                     f"{r.n_minus_sig_better} "
                                      "configurations)" for r in supported.itertuples()) + ".")
     return lines
 

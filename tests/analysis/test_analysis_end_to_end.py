@@ -82,7 +82,13 @@ def test_significance_direction_and_chance_are_named_everywhere(analysed):
     _, out, _ = analysed
     flips = pd.read_csv(out / "significant_flips.csv")
     assert set(flips["correction"]) == {"holm", "fdr_bh"}
-    assert set(flips["test"]) == {"exact paired sign-flip test over items (two-sided)"}
+    plain = "exact paired sign-flip test over items (two-sided)"
+    assert set(flips.loc[flips["benchmark"] != "crows_pairs", "test"]) == {plain}
+    assert set(flips.loc[flips["benchmark"] == "crows_pairs", "test"]) == {
+        plain + "; better reading: the same items, labels swapped item by item at random (Monte Carlo, 2000 seeded "
+        "draws, two-sided, (k + 1) / (n + 1)), on the difference in the better reading"}
+    higher = flips[flips["benchmark"] != "crows_pairs"]
+    assert (higher["rho_flip_sig_better"] == higher["rho_flip_sig"]).all()  # better is higher: the same count
     assert (flips["rho_flip_lo"] <= flips["rho_flip_hi"]).all()
     # Holm controls more than BH: it never finds more significant wins on the same family
     wide = flips.pivot_table(index=["benchmark", "slice", "model_a", "model_b"], columns="correction",

@@ -315,3 +315,18 @@ def test_a_confirmatory_flip_is_rare_when_one_model_is_better_on_half_the_envelo
     bound = ALPHA + 2 * math.sqrt(ALPHA * (1 - ALPHA) / n_grids)
     assert flagged["holm"] / n_grids <= bound, flagged
     print(f"\npartial null, 200 grids: confirmatory (Holm) flips {flagged['holm']}, exploratory (BH) {flagged['fdr_bh']}")
+
+
+def test_crows_pairs_reversals_in_the_better_direction_get_their_own_item_test():
+    """CrowS-Pairs: better is closer to 0.5. a picks the stereotypical sentence on 10 of 20 pairs
+    (0.5, unbiased), b on all 20 (1.0): a is closer by 0.5, and random label swaps almost never give
+    a difference that large (p = (k + 1) / 2001, k small); two identical models give p = 1."""
+    from safetyrepro.analysis.direction import direction
+    from safetyrepro.analysis.significance import BETTER_DRAWS, better_p_value
+
+    cp = direction("crows_pairs")
+    a, b = np.array([1.0] * 10 + [0.0] * 10), np.ones(20)
+    p = better_p_value(a, b, cp, seed=0)
+    assert p < 0.01 and p * (BETTER_DRAWS + 1) == pytest.approx(round(p * (BETTER_DRAWS + 1)))
+    assert better_p_value(a, a.copy(), cp, seed=0) == 1.0
+    assert better_p_value(a, b, cp, seed=0) == p  # seeded
