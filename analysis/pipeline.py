@@ -118,7 +118,8 @@ def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions) -> Analysis
             item_tests, flips = tested.tests, tested.flips
     else:
         notes.append("significant flips skipped: no per-item records (pass --items, or keep items.parquet beside the grid)")
-    cells = degenerate.degenerate_cells(grid, items.empty_outputs if items is not None else None)
+    cells = degenerate.degenerate_cells(grid, items.empty_outputs if items is not None else None,
+                                        items.option_bias if items is not None else None)
     effects = degenerate.degenerate_effects(grid, rules, cells, options.thetas)
 
     return Analysis(grid, rules, options, detail, maxima, orderings_detail, orderings.config_orderings_table(grid),

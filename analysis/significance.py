@@ -62,6 +62,7 @@ class ItemRecords:
     source: str
     empty_outputs: pd.DataFrame | None = None  # model, config_id, n_outputs, n_empty (free-form; None without raw_output)
     item_ids: dict[str, np.ndarray] | None = None  # per configuration, the item id of each row of by_config
+    option_bias: pd.DataFrame | None = None  # per cell: the most frequent prediction's share (None without them)
 
     def column(self, model: str) -> int:
         return self.models.index(model)
@@ -88,6 +89,26 @@ def _empty_outputs(frame: pd.DataFrame) -> pd.DataFrame | None:
     counts = free.assign(empty=(text == "")).groupby(["model", "config_id"])["empty"].agg(["size", "sum"])
     return counts.rename(columns={"size": "n_outputs", "sum": "n_empty"}).reset_index().astype(
         {"n_outputs": int, "n_empty": int})
+
+
+def _option_bias(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """Per cell (model, config_id): how many parsed predictions there are, the most frequent one
+    (its label index) and its share, and the share of the most frequent gold label over the cell's
+    items. None when the records carry no `prediction` and `gold` columns."""
+    if "prediction" not in frame.columns or "gold" not in frame.columns:
+        return None
+    pred = frame.dropna(subset=["prediction"])
+    if pred.empty:
+        return None
+    counts = pred.groupby(["model", "config_id"])["prediction"].value_counts()
+    top = counts.groupby(level=[0, 1]).head(1).reset_index(name="n_top").rename(columns={"prediction": "top_label"})
+    n = pred.groupby(["model", "config_id"]).size().rename("n_predictions").reset_index()
+    gold = frame.drop_duplicates(["model", "config_id", "item_id"]).groupby(["model", "config_id"])["gold"]
+    gold_top = gold.agg(lambda g: g.value_counts(normalize=True).iloc[0] if len(g) else np.nan).rename("gold_top_share")
+    out = top.merge(n, on=["model", "config_id"]).merge(gold_top.reset_index(), on=["model", "config_id"])
+    out["top_share"] = out["n_top"] / out["n_predictions"]
+    out["top_label"] = out["top_label"].astype(int)
+    return out[["model", "config_id", "n_predictions", "top_label", "top_share", "gold_top_share"]]
 
 
 def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
@@ -130,7 +151,8 @@ def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
                         f"{SCORE_TOLERANCE:g} (first: {model} on {cid}); the tests use the items, the counts the grid")
     if not by_config:
         warnings.append(f"items: {source} holds no records for this grid's models and configurations")
-    return ItemRecords(tuple(grid.models), by_config, tuple(warnings), source, _empty_outputs(frame), item_ids)
+    return ItemRecords(tuple(grid.models), by_config, tuple(warnings), source, _empty_outputs(frame), item_ids,
+                       _option_bias(frame))
 
 
 # -- the per-configuration test -------------------------------------------------------------------

@@ -126,3 +126,34 @@ def test_an_all_empty_free_form_cell_is_named_with_what_it_moves(rules, tmp_path
     assert "| gemma (full) |" not in report and "xstest (parse_clean)" in report  # SDI read both ways
     card = (out / "grid_card.md").read_text()
     assert "| gemma | xstest/T1/greedy/0shot/free_form | 0.000 | 0.000 | parse_rate 0.00 < 0.95; every output empty" in card
+
+
+def test_a_cell_that_answers_one_option_on_nearly_every_item_is_degenerate(rules, tmp_path, capsys):
+    """Qwen on the XSTest T3 logprob cell picks label 0 on 19 of 20 items while the gold labels split
+    10/10: option bias, listed with the parse-rate cells and read with and without its configuration;
+    every other cell follows its score, predictions spread as the gold labels are."""
+    frame = _xstest(rules)
+    biased_cell = ("qwen", "xstest/T3/greedy/0shot/logprob")
+    items = []
+    for r in frame.itertuples():
+        hits = round(r.score * 20)
+        for k in range(20):
+            gold = k % 2
+            if (r.model, r.config_id) == biased_cell:
+                pred = 0 if k < 19 else 1
+            else:
+                pred = gold if k < hits else 1 - gold
+            items.append({"model": r.model, "config_id": r.config_id, "item_id": f"q{k}", "seed": 0,
+                          "item_score": float(pred == gold) if (r.model, r.config_id) == biased_cell
+                          else float(k < hits), "prediction": pred, "gold": gold})
+    table = pd.DataFrame(items)
+    means = table.groupby(["model", "config_id"])["item_score"].mean()
+    frame["score"] = [means[(m, c)] for m, c in zip(frame["model"], frame["config_id"], strict=True)]
+    table.to_parquet(tmp_path / "items.parquet")
+    rc, captured = _analyze(tmp_path, frame, capsys)
+    assert rc == 0, captured.err
+    cells = pd.read_csv(tmp_path / "out" / "degenerate_cells.csv")
+    assert cells[["model", "config_id"]].values.tolist() == [list(biased_cell)]
+    assert cells["reason"].iloc[0] == "option bias: label 0 on 95% of 20 predictions (gold: most frequent label 50%)"
+    effects = pd.read_csv(tmp_path / "out" / "degenerate_effects.csv").set_index(["model", "metric"])
+    assert effects.loc[("all", "n_orderings"), ["n_configs_full", "n_configs_parse_clean"]].tolist() == [4, 3]
