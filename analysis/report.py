@@ -116,14 +116,17 @@ def to_html(blocks: list[Block], title: str, base: Path) -> str:
                            for r in b.frame.itertuples(index=False))
             head = "".join(f"<th>{html.escape(str(c))}</th>" for c in b.frame.columns)
             parts.append(f'<p class="how"><em>How to read:</em> {_inline_html(b.how_to_read)}</p>'
-                         f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+                         f'<div class="tbl"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')
         elif isinstance(b, Figure):
             parts.append(f'<figure><img src="{_data_uri(base / b.path)}" alt="{html.escape(b.alt)}">'
                          f"<figcaption>{html.escape(b.alt)}</figcaption></figure>")
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.45}"
-             "table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}"
-             "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}th{background:#f3f3f3}"
-             "img{max-width:100%}.how{color:#444}")
+    # wide tables (the significance table has 17 columns) wrap their long names and values instead of
+    # running off the page; a table that still cannot fit scrolls inside its own box
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;line-height:1.45}"
+             ".tbl{max-width:100%;overflow-x:auto;margin:.5em 0 1.5em}"
+             "table{border-collapse:collapse;font-size:.85em}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;overflow-wrap:anywhere}"
+             "th{background:#f3f3f3}img{max-width:100%}.how{color:#444}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
 

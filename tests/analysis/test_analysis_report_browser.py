@@ -21,8 +21,13 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--hide-scrollbars", "--run-all-compositor-stages-before-draw", "--virtual-time-budget=5000")
 # appended to the copy under test: once the page has loaded, write each image's natural width into the DOM
-WIDTH_PROBE = ("<script>window.addEventListener('load', () => document.body.setAttribute('data-image-widths', "
-               "JSON.stringify([...document.images].map(i => i.complete ? i.naturalWidth : 0))));</script>")
+WIDTH_PROBE = ("<script>window.addEventListener('load', () => {document.body.setAttribute('data-image-widths', "
+               "JSON.stringify([...document.images].map(i => i.complete ? i.naturalWidth : 0)));"
+               # every table's right edge within the window: no column cut off at 1280 px
+               "document.body.setAttribute('data-tables-cut', JSON.stringify([...document.querySelectorAll('table')]"
+               ".map(t => t.getBoundingClientRect().right).filter(r => r > window.innerWidth)));"
+               "document.body.setAttribute('data-n-tables', document.querySelectorAll('table').length);"
+               "});</script>")
 
 
 def _browser() -> str:
@@ -63,8 +68,11 @@ def test_report_html_moved_alone_shows_every_figure_in_chromium(rules, tmp_path)
                          page.as_uri())
     assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", rendered.stderr[-2000:]
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
-    dom = _chromium(browser, tmp_path / "profile2", "--dump-dom", page.as_uri())
+    dom = _chromium(browser, tmp_path / "profile2", "--window-size=1280,3000", "--dump-dom", page.as_uri())
     found = re.search(r'data-image-widths="([^"]*)"', dom.stdout)
     assert found, dom.stderr[-2000:]
     widths = json.loads(found.group(1).replace("&quot;", '"'))
     assert len(widths) == len(sources) and all(w > 0 for w in widths), widths
+    cut = re.search(r'data-tables-cut="([^"]*)"', dom.stdout)
+    n_tables = int(re.search(r'data-n-tables="(\d+)"', dom.stdout).group(1))
+    assert n_tables >= 8 and json.loads(cut.group(1).replace("&quot;", '"')) == [], cut.group(1)  # at 1280 px
