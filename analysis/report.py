@@ -375,14 +375,14 @@ def _significance_blocks(a: Analysis) -> list[Block]:
         "in the minority direction is enough to make a flip). A win counts as significant when its adjusted p-value "
         f"is at most alpha = {a.options.alpha}. Wins are by raw score (as in rho_flip.csv)."))
     blocks.append(Para(
-        "Two references for reading a rho_flip: the chance value (in the headline) is what |C| independent coin-flip "
+        "Two references for reading a rho_flip: the chance value is what |C| independent coin-flip "
         "configurations would give, the answer to \"is this more than independent noise per configuration?\"; "
         "rho_flip_null_mean is the pair's own null, from its items: the two models' labels swapped item by item at "
         "random, the same swap in every configuration, so the items' correlation across configurations is kept. It "
         "answers \"is this what two interchangeable models would show on these items?\". rho_flip_null_share_le is "
         "the share of those draws at or below the observed rho_flip: small means fewer flips than interchangeable "
         "models would show (one model is consistently ahead)."))
-    shown = f[["benchmark", "model_a", "model_b", "n_configs", "n_plus", "n_minus", "rho_flip", "rho_flip_lo",
+    shown = f[["benchmark", "model_a", "model_b", "n_configs", "n_plus", "n_minus", "rho_flip", "chance", "rho_flip_lo",
                "rho_flip_hi", "rho_flip_null_mean", "rho_flip_null_share_le", "correction", "n_plus_sig",
                "n_minus_sig", "rho_flip_sig", "rho_flip_sig_better"]]
     blocks.append(Table(shown, "correction names the multiple-testing adjustment (holm: familywise, confirmatory; "

@@ -35,6 +35,7 @@ from scipy.stats import binom
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import Config, Rules
 
+from .chance import chance_rho_flip
 from .direction import direction
 from .grid_io import Grid, plain, read_table
 from .rank_flip import model_pairs
@@ -427,6 +428,7 @@ def significant_flips(adjusted: pd.DataFrame, intervals: pd.DataFrame | None, gr
             plus_b, minus_b = int((g[f"winner_{method}_better"] == a).sum()), int((g[f"winner_{method}_better"] == b).sum())
             rows.append({"benchmark": benchmark, "slice": name, "model_a": a, "model_b": b, "n_configs": n,
                          "n_configs_slice": n_slice, "n_plus": plus, "n_minus": minus, "rho_flip": min(plus, minus) / n,
+                         "chance": chance_rho_flip(n),
                          "correction": method, "correction_controls": label, "n_plus_sig": plus_sig,
                          "n_minus_sig": minus_sig, "rho_flip_sig": min(plus_sig, minus_sig) / n,
                          "n_plus_sig_better": plus_b, "n_minus_sig_better": minus_b,
@@ -447,7 +449,7 @@ def significant_flips(adjusted: pd.DataFrame, intervals: pd.DataFrame | None, gr
     else:
         flips = flips.assign(rho_flip_null_mean=np.nan, rho_flip_null_share_le=np.nan)
     order = ["benchmark", "slice", "model_a", "model_b", "n_configs", "n_configs_slice", "n_plus", "n_minus",
-             "rho_flip", "rho_flip_lo", "rho_flip_hi", "rho_flip_null_mean", "rho_flip_null_share_le", "correction",
+             "rho_flip", "chance", "rho_flip_lo", "rho_flip_hi", "rho_flip_null_mean", "rho_flip_null_share_le", "correction",
              "correction_controls", "n_plus_sig", "n_minus_sig", "rho_flip_sig", "n_plus_sig_better",
              "n_minus_sig_better", "rho_flip_sig_better", "test", "alpha", "n_resamples"]
     return flips[order]
