@@ -277,7 +277,7 @@ def test_each_pair_has_a_null_reference_from_its_own_items(rules):
     own = {c: ([1.0] * N, [0.0 if k == j else 1.0 for k in range(N)]) for j, c in enumerate(CC)}  # item q_j in config j
     f = _flips(_items(own), rules).flips.iloc[0]
     assert f["rho_flip"] == 0.0
-    assert f["rho_flip_null_mean"] == pytest.approx(0.3125, abs=0.02)
+    assert f["rho_flip_null_mean"] == pytest.approx(0.3125, abs=0.02) and f["chance"] == pytest.approx(0.3125)
     assert f["rho_flip_null_share_le"] == pytest.approx(2 / 16, abs=0.03)
     again = _flips(_items(own), rules).flips.iloc[0]
     assert again["rho_flip_null_mean"] == f["rho_flip_null_mean"]  # seeded
