@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir:
         os.environ["SAFETYREPRO_DATA_DIR"] = args.data_dir
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    previous = _terminate_as_interrupt()
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at interpreter exit
@@ -87,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `safetyrepro ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Terminated:
+        sys.stderr.write("safetyrepro: terminated (SIGTERM); finished cells are kept, rerun the same command to "
+                         "resume\n")
+        return 143
     except KeyboardInterrupt:
         sys.stderr.write("safetyrepro: interrupted; finished cells are kept, rerun the same command to resume\n")
         return 130
@@ -102,6 +107,30 @@ def main(argv: list[str] | None = None) -> int:
             return _error(f"this needs the optional dependency {top}: {OPTIONAL[top]}")
         _error(f"internal error: {type(e).__name__}: {e} (rerun with -v for the traceback, and please report it)")
         return 1
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so that it ends like an interrupt: the cell being
+    written is never half-written (cells are committed atomically), and the user gets one line."""
+
+
+def _terminate_as_interrupt():
+    """Turn SIGTERM into `Terminated` for this command (main thread only); returns the old handler."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _error(message: str) -> int:

@@ -115,6 +115,12 @@ CASES = [
     ("limit-above-subset", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--limit", "99999"],
      r"more than the 300 items of the xstest subset"),
     ("subsample-zero", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--subsample", "0"], r"--subsample must be"),
+    ("subset-seed-negative", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--subsample", "0.8", "--subset-seed",
+                                        "-1"], r"--subset-seed must be a whole number >= 0, got -1"),
+    ("template-twice", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--templates", "T1", "T1"],
+     r"template 'T1' is listed twice"),
+    ("lock-is-a-symlink", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--out", "{out}"],
+     r"\.lock is a symbolic link"),
     ("subsample-above-one", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--subsample", "1.5"], r"--subsample must be"),
     ("batch-size-zero", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--batch-size", "0"], r"--batch-size must be"),
     ("workers-zero", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--workers", "0"], r"--workers must be"),
@@ -253,6 +259,11 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case, folder, tmp_path
         _mkdir(tmp_path / "cache" / "outputs.sqlite")
     monkeypatch.setenv("SAFETYREPRO_DATA_DIR", os.environ["SAFETYREPRO_DATA_DIR"])  # main() may set it: restored after
     holder = None
+    if name == "lock-is-a-symlink":  # planted to a file outside: it must not be truncated (the digest below)
+        outside = tmp_path / "outside.txt"
+        outside.write_text("not yours\n")
+        (folder / ".lock").unlink(missing_ok=True)
+        (folder / ".lock").symlink_to(outside)
     if name == "sweep-in-use":
         holder = open(folder / ".lock", "a+")
         fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -281,6 +292,8 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case, folder, tmp_path
     assert _digest(folder) == before
     assert not (scratch / "never").exists() and not (scratch / "new" / "sweep.json").exists()
     assert not list(folder.rglob("*.tmp"))
+    if name == "lock-is-a-symlink":
+        assert (tmp_path / "outside.txt").read_text() == "not yours\n"  # not truncated through the link
 
 
 @pytest.mark.parametrize("name,make_dir,message", [
@@ -362,3 +375,21 @@ def test_cell_files_have_the_mode_of_plain_files(tmp_path):
 
 def test_catalogue_has_at_least_60_cases():
     assert len(CASES) + 9 >= 60 and len({c[0] for c in CASES}) == len(CASES)
+
+
+def test_sigterm_ends_with_one_line_and_exit_143():
+    """SIGTERM (a scheduler's stop) ends a command as Ctrl-C does: one line saying the finished cells
+    are kept, exit 143 (128 + 15), no traceback."""
+    import subprocess
+    import sys
+
+    code = ("import argparse, os, signal, sys, time\n"
+            "from safetyrepro import cli\n"
+            "p = argparse.ArgumentParser(); p.add_argument('--data-dir'); p.add_argument('-v', '--verbose', action='store_true')\n"
+            "p.set_defaults(func=lambda a: os.kill(os.getpid(), signal.SIGTERM) or time.sleep(30))\n"
+            "cli.build_parser = lambda: p\n"
+            "sys.exit(cli.main([]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 143, done.stderr
+    assert done.stderr.strip().splitlines() == ["safetyrepro: terminated (SIGTERM); finished cells are kept, rerun "
+                                                "the same command to resume"]

@@ -74,7 +74,15 @@ class Store:
     # -- locking and identity -----------------------------------------------------------------
     def lock(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(self.root / ".lock", "a+")
+        path = self.root / ".lock"
+        try:  # never through a symlink: a planted one would have us truncate the file it points to
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        except OSError:
+            if path.is_symlink():
+                raise UserError(f"{path} is a symbolic link; SafetyRepro does not write through links in its "
+                                "output folder: remove it and rerun") from None
+            raise
+        self._lock_file = os.fdopen(fd, "r+")
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -47,6 +47,12 @@ class Sweep:
             raise UserError(f"--limit must be a positive number of items, got {o.limit}")
         if o.subsample is not None and not 0 < o.subsample <= 1:
             raise UserError(f"--subsample must be a fraction in (0, 1], got {o.subsample}")
+        if o.subset_seed is not None and o.subset_seed < 0:
+            raise UserError(f"--subset-seed must be a whole number >= 0, got {o.subset_seed}")
+        for axis, values in o.filters.items():
+            twice = sorted({str(v) for v in values if list(values).count(v) > 1})
+            if twice:
+                raise UserError(f"{axis} {twice[0]!r} is listed twice (each value once)")
         if o.batch_size is not None and o.batch_size < 1:
             raise UserError(f"--batch-size must be at least 1, got {o.batch_size}")
         if o.workers < 1:
