@@ -180,7 +180,7 @@ def status(run: Path, dest: Path, sweep_args: list[str], cells=None) -> str:
     for rec in _saved(dest).values():
         recs.setdefault(rec.get("key"), rec)
     decode = _current_decode()
-    done, todo = [], []
+    done, done_cpu, todo = [], [], []
     by_model: dict = defaultdict(lambda: [0, 0, 0.0])
     for c in cells:
         rec = recs.get(c.key)
@@ -189,15 +189,23 @@ def status(run: Path, dest: Path, sweep_args: list[str], cells=None) -> str:
             if rec["status"] == "ok" and rec.get("elapsed_s"):
                 done.append((f, float(rec["elapsed_s"])))
                 by_model[c.model][2] += float(rec["elapsed_s"])
+            if rec["status"] == "ok" and rec.get("cpu_s"):
+                done_cpu.append((f, float(rec["cpu_s"])))
             by_model[c.model][0] += 1
         else:
             todo.append(f)
             by_model[c.model][1] += 1
     left, used = estimate(done, todo)
+    left_cpu, _ = estimate(done_cpu, todo)
     n_done = len(cells) - len(todo)
+    cpu_line = (f"CPU time left {left_cpu / 3600:.1f} h from {len(done_cpu)} cells that recorded their CPU seconds "
+                f"(whatever else ran beside them; on an idle 2-core machine the wall time lies between half of "
+                f"that, {left_cpu / 7200:.1f} h, and all of it)" if done_cpu else
+                "CPU time left: not known yet (no done cell recorded its CPU seconds)")
     lines = ["# Study progress (written by docs/study/progress.py)", "",
              f"cells done {n_done} of {len(cells)}, left {len(todo)}, measured time left {left / 3600:.1f} h "
-             f"(from {len(done)} timed cells; wall seconds on the machine that ran them)", "",
+             f"(from {len(done)} timed cells; wall seconds on the machine that ran them, with whatever else it ran)",
+             "", cpu_line, "",
              "| model | done | left | wall seconds of the done cells |", "|---|---|---|---|"]
     for m in dict.fromkeys(c.model for c in cells):
         d, t, s = by_model[m]

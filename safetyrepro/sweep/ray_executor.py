@@ -55,10 +55,11 @@ def _worker_class():
             return self.record
 
         def run(self, cell, spec, ids):
-            t0 = time.time()
+            t0, c0 = time.time(), time.process_time()
             records = self.driver.run_cell(cell.config, cell.seeds, ids)
             items = self.items_for(cell.config.benchmark)
-            return cell_record(cell, spec, self.rules, self.driver.identity, records, items, time.time() - t0)
+            return cell_record(cell, spec, self.rules, self.driver.identity, records, items, time.time() - t0,
+                               time.process_time() - c0)
 
     return CellWorker
 

@@ -32,7 +32,8 @@ class SweepResult:
     outputs: dict[str, Path] = field(default_factory=dict)
 
 
-def cell_record(cell: Cell, spec: SweepSpec, rules: Rules, identity: dict, records, items, elapsed: float) -> dict:
+def cell_record(cell: Cell, spec: SweepSpec, rules: Rules, identity: dict, records, items, elapsed: float,
+                cpu: float | None = None) -> dict:
     bench = get_benchmark(cell.config.benchmark)
     summary = summarize(records, bench, items)
     cfg = cell.config
@@ -50,7 +51,9 @@ def cell_record(cell: Cell, spec: SweepSpec, rules: Rules, identity: dict, recor
     computed_by = {"commit": source_commit()}
     if identity.get("kind") == "engine":
         computed_by["decode"] = (identity.get("extra") or {}).get("decode", 1)
-    return {"key": cell.key, "status": "ok", "row": row, "elapsed_s": round(elapsed, 3),
+    # cpu_s (the process's CPU seconds, every thread) says what the cell cost whatever else ran on the machine
+    timing = {"elapsed_s": round(elapsed, 3)} | ({} if cpu is None else {"cpu_s": round(cpu, 3)})
+    return {"key": cell.key, "status": "ok", "row": row, **timing,
             "computed_by": computed_by, "items": [r.to_dict() for r in records]}
 
 
@@ -122,10 +125,11 @@ def run_local(spec: SweepSpec, cells: list[Cell], store: Store, rules: Rules,
             items = items_for(cell.config.benchmark)
             ids = cell_item_ids(items, spec.limit)
             progress.describe(f"{model} {cell.config.config_id}")
-            t0 = time.time()
+            t0, c0 = time.time(), time.process_time()
             try:
                 records = driver.run_cell(cell.config, cell.seeds, ids)
-                rec = cell_record(cell, spec, rules, driver.identity, records, items, time.time() - t0)
+                rec = cell_record(cell, spec, rules, driver.identity, records, items, time.time() - t0,
+                                  time.process_time() - c0)
             except OutputsCacheError:
                 raise  # every later cell would fail the same way: stop the sweep, finished cells are kept
             except Exception as e:

@@ -58,6 +58,22 @@ def test_grid_shape_and_columns(reference):
     assert "8 of 8 cells in the grid, 8 run now" in res.stdout
 
 
+def test_cell_records_say_what_computed_them_and_what_they_cost(reference):
+    import json
+    import re
+
+    from safetyrepro.adapters.engine import DECODE_VERSION
+
+    root, _ = reference
+    recs = [json.loads(p.read_text()) for p in sorted((root / "out" / "cells").glob("*/*.json"))]
+    assert len(recs) == 8
+    for rec in recs:
+        assert rec["elapsed_s"] > 0 and rec["cpu_s"] > 0
+        assert rec["computed_by"]["decode"] == DECODE_VERSION
+        commit = rec["computed_by"]["commit"]
+        assert commit is None or re.fullmatch(r"[0-9a-f]{40}(-dirty)?", commit)
+
+
 def test_rerun_does_no_model_work(reference):
     root, _ = reference
     before = (root / "out" / "grid.csv").read_bytes()
