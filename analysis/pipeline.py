@@ -79,7 +79,9 @@ def tie_rate_table(grid: Grid) -> pd.DataFrame | None:
         [TIE_RATE, "benchmark", "config_id", "model"], ascending=[False, True, True, True]).reset_index(drop=True)
 
 
-def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions) -> Analysis:
+def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions, items_frame: pd.DataFrame | None = None) -> Analysis:
+    """Every table from one validated grid; item records from `options.items_path`, or from
+    `items_frame` (the Python API's DataFrame) when given."""
     slices = options.slices
     detail = rank_flip.rho_flip_table(grid, rules, slices)
     maxima = rank_flip.rho_flip_max(detail, len(grid.models))
@@ -103,7 +105,12 @@ def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions) -> Analysis
 
     warnings = list(grid.warnings)
     item_tests = flips = items = None
-    if options.items_path:
+    if items_frame is not None:
+        items = significance.items_from_frame(items_frame, grid, "the items DataFrame")
+        warnings.extend(items.warnings)
+        tested = significance.item_analysis(items, grid, rules, slices, options.alpha, options.n_resamples, options.seed)
+        item_tests, flips = tested.tests, tested.flips
+    elif options.items_path:
         try:
             items = significance.load_items(options.items_path, grid)
         except UserError as e:

@@ -70,7 +70,12 @@ class ItemRecords:
 
 
 def load_items(path: str, grid: Grid) -> ItemRecords:
-    frame = read_table(path, what="items")
+    return items_from_frame(read_table(path, what="items"), grid, path)
+
+
+def items_from_frame(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
+    """Item records from a table in items.parquet's format (a file's, or a DataFrame's)."""
+    path = source
     missing = [c for c in ITEM_COLUMNS if c not in frame.columns]
     if missing:
         raise UserError(f"items file {path} lacks column(s) {', '.join(missing)}; item records need: "
