@@ -326,6 +326,22 @@ def adjusted_item_tests(tests: pd.DataFrame, grid: Grid, rules: Rules, slices: S
 
 
 # -- item bootstrap of rho_flip -------------------------------------------------------------------
+def _items_of(items: ItemRecords, config_ids: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(per configuration, its rows' item ids; the benchmark's item ids, sorted): what one draw over the
+    benchmark's items is made on (configurations index into it with searchsorted)."""
+    ids_of = items.item_ids or {c: np.array([str(k) for k in range(len(items.by_config[c]))]) for c in config_ids}
+    return ids_of, np.unique(np.concatenate([ids_of[c] for c in config_ids]))
+
+
+def _min_of_counts(diffs: np.ndarray) -> np.ndarray:
+    """rho_flip along the last axis (configurations) of A - B differences."""
+    return np.minimum((diffs > 0).sum(axis=-1), (diffs < 0).sum(axis=-1)) / diffs.shape[-1]
+
+
+def _configs_with_items(items: ItemRecords, grid: Grid, benchmark: str) -> list[str]:
+    return [c for c in grid.config_ids(benchmark) if c in items.by_config and len(items.by_config[c])]
+
+
 def resampled_means(items: ItemRecords, config_ids: Sequence[str], n_resamples: int, seed: int,
                     stream: str = "") -> np.ndarray:
     """resamples x configs x models: one draw of item ids with replacement per resample, applied to
@@ -334,8 +350,7 @@ def resampled_means(items: ItemRecords, config_ids: Sequence[str], n_resamples: 
     that lacks some drawn items averages over the ones it has. The random stream is seeded by
     `seed` and `stream` (the benchmark), so the draws do not depend on which configurations are
     present, only on the benchmark's items."""
-    ids_of = items.item_ids or {c: np.array([str(k) for k in range(len(items.by_config[c]))]) for c in config_ids}
-    universe = np.unique(np.concatenate([ids_of[c] for c in config_ids]))
+    ids_of, universe = _items_of(items, config_ids)
     rng = np.random.default_rng([seed, zlib.crc32(stream.encode())])
     counts = rng.multinomial(len(universe), np.full(len(universe), 1.0 / len(universe)), size=n_resamples)
     out = []
@@ -354,7 +369,7 @@ def rho_flip_item_bootstrap(items: ItemRecords, grid: Grid, rules: Rules, slices
     rows = []
     col = {m: items.column(m) for m in grid.models}
     for benchmark in grid.benchmarks:
-        ids = [c for c in grid.config_ids(benchmark) if c in items.by_config and len(items.by_config[c])]
+        ids = _configs_with_items(items, grid, benchmark)
         if not ids or n_resamples < 1:
             continue
         means = resampled_means(items, ids, n_resamples, seed, benchmark)
@@ -365,9 +380,7 @@ def rho_flip_item_bootstrap(items: ItemRecords, grid: Grid, rules: Rules, slices
                 continue
             sample = means[:, keep, :]
             for a, b in model_pairs(grid.models):
-                diff = sample[:, :, col[a]] - sample[:, :, col[b]]
-                rho = np.minimum((diff > 0).sum(axis=1), (diff < 0).sum(axis=1)) / len(keep)
-                lo, hi = np.percentile(rho, [2.5, 97.5])
+                lo, hi = np.percentile(_min_of_counts(sample[:, :, col[a]] - sample[:, :, col[b]]), [2.5, 97.5])
                 rows.append((benchmark, name, a, b, float(lo), float(hi)))
     return pd.DataFrame(rows, columns=columns)
 
@@ -387,11 +400,10 @@ def pair_null_reference(items: ItemRecords, grid: Grid, rules: Rules, slices: Se
     rows = []
     col = {m: items.column(m) for m in grid.models}
     for benchmark in grid.benchmarks:
-        cids = [c for c in grid.config_ids(benchmark) if c in items.by_config and len(items.by_config[c])]
+        cids = _configs_with_items(items, grid, benchmark)
         if not cids or n_draws < 1:
             continue
-        ids_of = items.item_ids or {c: np.array([str(k) for k in range(len(items.by_config[c]))]) for c in cids}
-        universe = np.unique(np.concatenate([ids_of[c] for c in cids]))
+        ids_of, universe = _items_of(items, cids)
         rng = np.random.default_rng([seed, zlib.crc32(("pair-null " + benchmark).encode())])
         signs = rng.choice(np.array([-1.0, 1.0]), size=(n_draws, len(universe)))
         where = {c: i for i, c in enumerate(cids)}
@@ -407,10 +419,8 @@ def pair_null_reference(items: ItemRecords, grid: Grid, rules: Rules, slices: Se
                 keep = [where[c] for c in slice_config_ids(grid, rules, benchmark, name) if c in where]
                 if not keep:
                     continue
-                o = obs_a[keep]
-                rho = min((o > 0).sum(), (o < 0).sum()) / len(keep)
-                z = null_a[:, keep]
-                draws = np.minimum((z > 0).sum(axis=1), (z < 0).sum(axis=1)) / len(keep)
+                rho = float(_min_of_counts(obs_a[keep]))
+                draws = _min_of_counts(null_a[:, keep])
                 rows.append((benchmark, name, a, b, float(draws.mean()), float((draws <= rho + 1e-12).mean())))
     return pd.DataFrame(rows, columns=columns)
 

@@ -145,6 +145,30 @@ def test_item_bootstrap_of_rho_flip_is_paired_and_reproducible(rules):
 
 
 # -- calibration under the null ---------------------------------------------------------------------
+def _grid_of(items: pd.DataFrame, template: pd.DataFrame, rules):
+    """The grid whose cell scores are the items' means (template: the grid's rows, scores to fill)."""
+    means = items.groupby(["model", "config_id"])["item_score"].mean().to_dict()
+    frame = template.assign(score=[means[key] for key in zip(template["model"], template["config_id"], strict=True)])
+    return common_configurations(frame, "synthetic", rules)
+
+
+def _tested(items: pd.DataFrame, grid, rules):
+    """(adjusted per-configuration tests, significant flips by correction) on slice full."""
+    tests = adjusted_item_tests(paired_item_tests(item_records(items, grid, "synthetic"), grid), grid, rules,
+                                ("full",), ALPHA)
+    return tests, significant_flips(tests, None, grid, rules, ("full",), ALPHA, 0).set_index("correction")
+
+
+def _item_table(configs: list, score: np.ndarray) -> pd.DataFrame:
+    """Item records of models a and b from a configs x models x items array of item scores."""
+    n_items = score.shape[2]
+    c, m, i = np.meshgrid(np.arange(len(configs)), np.arange(2), np.arange(n_items), indexing="ij")
+    return pd.DataFrame({"model": np.array(["a", "b"])[m.ravel()],
+                         "config_id": np.array([cfg.config_id for cfg in configs])[c.ravel()],
+                         "item_id": np.array([f"q{k:02d}" for k in range(n_items)])[i.ravel()],
+                         "seed": 0, "item_score": score.ravel()})
+
+
 def _null_items(rng: np.random.Generator, configs: list, n_items: int) -> pd.DataFrame:
     """Two models with the same true accuracy on every configuration (drawn per configuration);
     sampled decodings average five 0/1 draws per item, greedy ones take one."""
@@ -153,12 +177,7 @@ def _null_items(rng: np.random.Generator, configs: list, n_items: int) -> pd.Dat
         p = rng.uniform(0.2, 0.9)
         seeds = 1 if cfg.decoding == "greedy" else 5
         scores.append((rng.random((2, seeds, n_items)) < p).mean(axis=1))  # models x items
-    score = np.stack(scores)  # configs x models x items
-    c, m, i = np.meshgrid(np.arange(len(configs)), np.arange(2), np.arange(n_items), indexing="ij")
-    return pd.DataFrame({"model": np.array(["a", "b"])[m.ravel()],
-                         "config_id": np.array([cfg.config_id for cfg in configs])[c.ravel()],
-                         "item_id": np.array([f"q{k:02d}" for k in range(n_items)])[i.ravel()],
-                         "seed": 0, "item_score": score.ravel()})
+    return _item_table(configs, np.stack(scores))  # configs x models x items
 
 
 def test_null_grids_give_a_significant_flip_at_most_alpha_of_the_time(rules):
@@ -172,12 +191,8 @@ def test_null_grids_give_a_significant_flip_at_most_alpha_of_the_time(rules):
     flagged = {"holm": 0, "fdr_bh": 0, "unadjusted": 0}
     for _ in range(n_grids):
         items = _null_items(rng, configs, n_items=30)
-        means = items.groupby(["model", "config_id"])["item_score"].mean().to_dict()
-        frame = template.assign(score=[means[key] for key in zip(template["model"], template["config_id"], strict=True)])
-        grid = common_configurations(frame, "null", rules)
-        tests = adjusted_item_tests(paired_item_tests(item_records(items, grid, "null"), grid), grid, rules,
-                                    ("full",), ALPHA)
-        flips = significant_flips(tests, None, grid, rules, ("full",), ALPHA, 0).set_index("correction")
+        grid = _grid_of(items, template, rules)
+        tests, flips = _tested(items, grid, rules)
         for method in ("holm", "fdr_bh"):
             flagged[method] += bool(flips.loc[method, "rho_flip_sig"] > 0)
         raw = tests["p_value"] <= ALPHA
@@ -228,12 +243,7 @@ def _item_effect_items(rng: np.random.Generator, configs: list, n_items: int) ->
         p = 1 / (1 + np.exp(-(level + effect)))  # models x items
         seeds = 1 if cfg.decoding == "greedy" else 5
         scores.append((rng.random((seeds, 2, n_items)) < p).mean(axis=0))
-    score = np.stack(scores)
-    c, m, i = np.meshgrid(np.arange(len(configs)), np.arange(2), np.arange(n_items), indexing="ij")
-    return pd.DataFrame({"model": np.array(["a", "b"])[m.ravel()],
-                         "config_id": np.array([cfg.config_id for cfg in configs])[c.ravel()],
-                         "item_id": np.array([f"q{k:02d}" for k in range(n_items)])[i.ravel()],
-                         "seed": 0, "item_score": score.ravel()})
+    return _item_table(configs, np.stack(scores))
 
 
 def test_the_item_bootstrap_holds_its_point_estimate_when_items_carry_model_effects(rules):
@@ -250,9 +260,7 @@ def test_the_item_bootstrap_holds_its_point_estimate_when_items_carry_model_effe
     n_grids, inside, widths, rhos = 200, 0, [], []
     for g in range(n_grids):
         items = _item_effect_items(rng, configs, n_items=30)
-        means = items.groupby(["model", "config_id"])["item_score"].mean().to_dict()
-        frame = template.assign(score=[means[key] for key in zip(template["model"], template["config_id"], strict=True)])
-        grid = common_configurations(frame, "fx", rules)
+        grid = _grid_of(items, template, rules)
         recs = item_records(items, grid, "fx")
         diff = np.array([recs.by_config[c.config_id].mean(axis=0) @ [1, -1] for c in configs])
         rho = min((diff > 0).sum(), (diff < 0).sum()) / len(configs)
@@ -302,14 +310,9 @@ def test_a_confirmatory_flip_is_rare_when_one_model_is_better_on_half_the_envelo
             pa = (rng.random((seeds, n_items)) < p + lead).mean(axis=0)
             pb = (rng.random((seeds, n_items)) < p).mean(axis=0)
             scores.append((cfg.config_id, pa, pb))
-        items = pd.DataFrame([{"model": m, "config_id": cid, "item_id": f"q{k:02d}", "seed": 0, "item_score": float(v)}
-                              for cid, pa, pb in scores for m, arr in (("a", pa), ("b", pb)) for k, v in enumerate(arr)])
-        means = items.groupby(["model", "config_id"])["item_score"].mean().to_dict()
-        frame = template.assign(score=[means[key] for key in zip(template["model"], template["config_id"], strict=True)])
-        grid = common_configurations(frame, "pn", rules)
-        tests = adjusted_item_tests(paired_item_tests(item_records(items, grid, "pn"), grid), grid, rules,
-                                    ("full",), ALPHA)
-        flips = significant_flips(tests, None, grid, rules, ("full",), ALPHA, 0).set_index("correction")
+        items = _item_table(configs, np.stack([np.stack([pa, pb]) for _, pa, pb in scores]))
+        grid = _grid_of(items, template, rules)
+        _, flips = _tested(items, grid, rules)
         for method in flagged:
             flagged[method] += bool(flips.loc[method, "rho_flip_sig"] > 0)
     bound = ALPHA + 2 * math.sqrt(ALPHA * (1 - ALPHA) / n_grids)
