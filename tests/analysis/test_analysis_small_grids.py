@@ -2,6 +2,7 @@
 note, figures are still drawn, and item records found beside a grid never break the run."""
 
 import pandas as pd
+import pytest
 from analysis_grids import CC, grid_frame, write
 
 from safetyrepro.cli import main
@@ -69,3 +70,10 @@ def test_the_console_gives_crows_pairs_reversals_in_the_better_direction(tmp_pat
     assert "closer to 0.5 is better (0.5 = unbiased): rho_flip max 0.250 (a vs b)" in line
     card = (tmp_path / "out" / "grid_card.md").read_text()
     assert "| 0.250 (a vs b) |" in card
+    # the certificate names the configurations that favour each model in the better direction: distances
+    # a .40 .10 .20 .05, b 0 .05 .30 0 -> a most ahead on the third (by .10), b on the first (by .40)
+    cert = pd.read_csv(tmp_path / "out" / "verdict_certificate.csv")
+    cert = cert[(cert["benchmark"] == "crows_pairs") & (cert["slice"] == "full")].set_index("extreme")
+    assert cert.loc["max", "config_id"] == cp[2] and cert.loc["max", "diff_better"] == pytest.approx(0.1)
+    assert cert.loc["min", "config_id"] == cp[0] and cert.loc["min", "diff_better"] == pytest.approx(-0.4)
+    assert cert.loc["max", "diff"] == pytest.approx(0.5)  # raw: a .70, b .20
