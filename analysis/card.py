@@ -138,6 +138,17 @@ def headline(a: Analysis) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _significance_pairs(a: Analysis) -> list[dict]:
+    """Per benchmark x pair on slice full: rho_flip beside its two references and the confirmatory count."""
+    f = a.significant_flips
+    if f is None or f.empty:
+        return []
+    rows = f[(f["slice"] == "full") & (f["correction"] == "holm")]
+    keep = ["benchmark", "model_a", "model_b", "n_configs", "rho_flip", "chance", "rho_flip_null_mean",
+            "rho_flip_null_share_le", "rho_flip_sig", "rho_flip_sig_better"]
+    return rows[keep].to_dict(orient="records")
+
+
 def grid_card(a: Analysis, grid_path: Path) -> dict:
     meta, run_note = read_run_metadata(grid_path)
     meta_models = {str(m.get("label")): m for m in (meta or {}).get("models", []) if isinstance(m, dict)}
@@ -172,7 +183,8 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
                      "item_records": a.options.items_path if a.item_tests is not None else None,
                      "significance": {"test": TEST_NAME, "corrections": CORRECTIONS, "alpha": a.options.alpha,
                                       "family": "benchmark x slice x model pair", "confirmatory": "holm",
-                                      "pair_null": PAIR_NULL} if a.item_tests is not None else None},
+                                      "pair_null": PAIR_NULL, "pairs": _significance_pairs(a)}
+                     if a.item_tests is not None else None},
         "ties_between_candidates": {
             "tie_rule": (meta or {}).get("tie_rule") or "unknown",
             "tie_rate_in_grid": a.tie_rates is not None,
@@ -284,6 +296,12 @@ def card_markdown(card: dict) -> str:
               f"{sig.get('pair_null', 'not computed')}"
               if sig else "- Significant flips: not computed (no per-item records)",
               f"- Bootstrap resamples {card['analysis']['bootstrap_resamples']}, seed {card['analysis']['seed']}"]
+    if sig and sig.get("pairs"):
+        lines += ["", "| benchmark | pair | \\|C\\| | rho_flip | chance | pair null (mean) | share of null <= observed "
+                  "| rho_flip_sig (Holm) | rho_flip_sig, better (Holm) |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {p['benchmark']} | {p['model_a']} vs {p['model_b']} | {p['n_configs']} | {p['rho_flip']:.3f} | "
+                  f"{p['chance']:.3f} | {p['rho_flip_null_mean']:.3f} | {p['rho_flip_null_share_le']:.3f} | "
+                  f"{p['rho_flip_sig']:.3f} | {p['rho_flip_sig_better']:.3f} |" for p in sig["pairs"]]
     lines += ["", "## Packages", ""]
     if card["packages"]:
         lines += [f"- {k} {v}" for k, v in card["packages"].items()]

@@ -47,6 +47,13 @@ def test_the_api_gives_the_tables_the_cli_writes(tmp_path, capsys):
     assert (tmp_path / "api" / "report.md").is_file() and (tmp_path / "api" / "grid_card.json").is_file()
     assert (tmp_path / "api" / "rho_flip.csv").read_bytes() == (tmp_path / "cli" / "rho_flip.csv").read_bytes()
     assert tmp_path / "api" / "grid.csv" in written and set(result.tables()) >= {"rho_flip.csv", "orderings.csv"}
+    import json
+
+    card = json.loads((tmp_path / "api" / "grid_card.json").read_text())["analysis"]["significance"]
+    assert card["confirmatory"] == "holm" and len(card["pairs"]) == 3  # a-b, a-c, b-c on truthfulqa
+    pair = next(p for p in card["pairs"] if (p["model_a"], p["model_b"]) == ("a", "b"))
+    assert pair["rho_flip"] == 0.5 and pair["chance"] == pytest.approx(0.3125)
+    assert "| truthfulqa | a vs b | 4 | 0.500 | 0.312 |" in (tmp_path / "api" / "grid_card.md").read_text()
 
 
 def test_a_bad_grid_dataframe_is_the_same_one_line_error():
