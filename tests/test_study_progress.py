@@ -46,3 +46,22 @@ def test_saved_cells_are_reused_only_when_the_current_code_computes_them_alike(p
     assert progress.reusable(logprob, 2) and progress.reusable(na, 2)
     assert not progress.reusable(old_free, 2) and progress.reusable(new_free, 2)
     assert not progress.reusable(new_free, 3)
+
+
+def test_saved_cells_count_only_for_the_sweep_that_saved_them(progress, tmp_path):
+    import gzip
+    import json
+    from types import SimpleNamespace
+
+    rec = {"key": "m|truthfulqa/T1/greedy/0shot/logprob", "status": "ok", "row": {"scoring": "logprob"}}
+    (tmp_path / "cells" / "m").mkdir(parents=True)
+    (tmp_path / "cells" / "m" / "x.json.gz").write_bytes(gzip.compress(json.dumps(rec).encode(), mtime=0))
+    (tmp_path / "sweep.json").write_text(json.dumps({"models": ["m"], "limit": 24}))
+
+    def sweep(identity):
+        return SimpleNamespace(spec=SimpleNamespace(identity=lambda: identity))
+
+    assert [r["key"] for r in progress._saved_for(tmp_path, sweep({"models": ["m"], "limit": 24})).values()] == [rec["key"]]
+    assert progress._saved_for(tmp_path, sweep({"models": ["m"], "limit": 4})) == {}  # another limit, same cell keys
+    (tmp_path / "sweep.json").unlink()
+    assert progress._saved_for(tmp_path, sweep({"models": ["m"], "limit": 24})) == {}

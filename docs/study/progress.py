@@ -123,15 +123,15 @@ def restore(run: Path, dest: Path, sweep_args: list[str]) -> int:
     from safetyrepro.sweep.store import atomic_write, slug
 
     sweep = plan(run, sweep_args)
-    saved_for = dest / "sweep.json"
-    if not saved_for.exists() or json.loads(saved_for.read_text()) != sweep.spec.identity():
-        print(f"the cells saved in {dest} belong to another sweep than this one: nothing restored")
+    saved = _saved_for(dest, sweep)
+    if not saved:
+        print(f"no cells saved in {dest} for this sweep (none yet, or they belong to another): nothing restored")
         return 0
     cells = {c.key: c for c in sweep.cells}
     decode = _current_decode()
     have = _read_run(run)
     put = stale = 0
-    for _, rec in _saved(dest).items():
+    for _, rec in saved.items():
         cell = cells.get(rec.get("key"))
         if cell is None or rec["key"] in have:
             continue
@@ -174,10 +174,19 @@ def estimate(done: list[tuple[dict, float]], todo: list[dict]) -> tuple[float, d
     return left, dict(used)
 
 
+def _saved_for(dest: Path, sweep) -> dict[Path, dict]:
+    """The saved cells, if they belong to this sweep (docs/study/sweep.json says which); else none."""
+    saved_for = dest / "sweep.json"
+    if not saved_for.exists() or json.loads(saved_for.read_text()) != sweep.spec.identity():
+        return {}
+    return _saved(dest)
+
+
 def status(run: Path, dest: Path, sweep_args: list[str], cells=None) -> str:
-    cells = cells if cells is not None else plan(run, sweep_args).cells
+    sweep = plan(run, sweep_args)
+    cells = cells if cells is not None else sweep.cells
     recs = _read_run(run)
-    for rec in _saved(dest).values():
+    for rec in _saved_for(dest, sweep).values():
         recs.setdefault(rec.get("key"), rec)
     decode = _current_decode()
     done, done_cpu, todo = [], [], []
