@@ -50,7 +50,16 @@ start=$(date +%s)
 echo "study: 1/4 full envelope, fp32, $LIMIT items per benchmark -> $OUT/grid"
 "$PY" docs/study/progress.py restore --run "$OUT/grid" -- "${STEP1[@]}"
 "$PY" docs/study/progress.py status --run "$OUT/grid" -- "${STEP1[@]}" | sed -n 3p
-"$SR" sweep "${STEP1[@]}" --out "$OUT/grid"
+# A long sweep killed from outside (out of memory, a machine stop) resumes from its finished cells; an
+# input error (exit 2) is not retried.
+for attempt in 1 2 3 4 5 6; do
+  rc=0
+  "$SR" sweep "${STEP1[@]}" --out "$OUT/grid" || rc=$?
+  [ "$rc" = 0 ] && break
+  [ "$rc" = 2 ] && exit 2
+  echo "study: the sweep ended with exit $rc (attempt $attempt of 6); finished cells are kept, resuming"
+  [ "$attempt" = 6 ] && exit "$rc"
+done
 echo "study: 2/4 analysis -> $OUT/analysis"
 "$SR" analyze "$OUT/grid/grid.csv" --out "$OUT/analysis"
 
