@@ -23,18 +23,42 @@ head_dim]`: a layer's keys are then one strided block that batched matrix produc
 from __future__ import annotations
 
 
+class _Slab:
+    """What a slab's layers share: the tensor and how a forward writes into it. Kept apart from
+    KVSlab so that the layers never point back at the object that holds them: a reference cycle
+    through the layers would keep the whole tensor (gigabytes for a decode slab) alive until
+    Python's cycle collector happened to run, and a long sweep grew by each slab it made."""
+
+    __slots__ = ("buf", "writes", "cols", "width", "layer_major", "_rows")
+
+    def __init__(self, buf, writes, cols, width, layer_major):
+        self.buf, self.writes, self.cols, self.width, self.layer_major = buf, writes, cols, width, layer_major
+        self._rows = None
+
+    def rows_index(self):
+        import torch
+
+        if self._rows is None:
+            self._rows = torch.arange(self.buf.shape[2 if self.layer_major else 0], device=self.buf.device)
+        return self._rows
+
+
 class KVSlab:
     def __init__(self, buf, n: int, writes: list[tuple[int, int, int, int]] | None = None,
                  cols=None, width: int | None = None, layer_major: bool = False):
         if n > buf.shape[4] or (width or 0) > buf.shape[4]:
             raise ValueError(f"{max(n, width or 0)} filled columns in a slab of capacity {buf.shape[4]}")
-        self.buf = buf
-        self.writes = writes
-        self.cols = cols  # a LongTensor [batch]: the column each row's new token goes to
-        self.width = width
-        self.layer_major = layer_major
-        self.layers = [_SlabLayer(self, i, n) for i in range(buf.shape[0 if layer_major else 1])]
+        self.state = _Slab(buf, writes, cols, width, layer_major)
+        self.layers = [_SlabLayer(self.state, i, n) for i in range(buf.shape[0 if layer_major else 1])]
         self.cache = _cache(self.layers)
+
+    @property
+    def buf(self):
+        return self.state.buf
+
+    @property
+    def layer_major(self) -> bool:
+        return self.state.layer_major
 
     @property
     def n(self) -> int:
@@ -45,11 +69,7 @@ class KVSlab:
         return self.buf.shape[4]
 
     def rows_index(self):
-        import torch
-
-        if getattr(self, "_rows", None) is None:
-            self._rows = torch.arange(self.buf.shape[2 if self.layer_major else 0], device=self.buf.device)
-        return self._rows
+        return self.state.rows_index()
 
 
 def _cache(layers):
@@ -66,7 +86,7 @@ def _layer_class():
     class SlabLayer(dynamic_cache_layer_class()):
         """One layer's view of a KVSlab."""
 
-        def __init__(self, slab: KVSlab, idx: int, n: int):
+        def __init__(self, slab: _Slab, idx: int, n: int):
             super().__init__()
             self.slab, self.idx, self.n = slab, idx, n
             self.is_initialized = True
@@ -123,7 +143,7 @@ def _layer_class():
 _SLAB_LAYER = None
 
 
-def _SlabLayer(slab: KVSlab, idx: int, n: int):  # noqa: N802 - a class, made on first use (transformers is imported lazily)
+def _SlabLayer(slab: _Slab, idx: int, n: int):  # noqa: N802 - a class, made on first use (transformers is imported lazily)
     global _SLAB_LAYER
     if _SLAB_LAYER is None:
         _SLAB_LAYER = _layer_class()
