@@ -53,7 +53,7 @@ def _device(device: str | None) -> str | None:
         import torch
 
         if not torch.cuda.is_available():
-            eval_logger.warning(f"device {device!r} is not available; using cpu")
+            eval_logger.info(f"device {device!r} (lm-eval's default) is not available; using cpu")
             return "cpu"
     return device
 
@@ -87,8 +87,12 @@ class SafetyReproLM(TemplateLM):
                 raise UserError(f"unknown model_args for --model safetyrepro: {', '.join(sorted(unknown))}; "
                                 "allowed: model, precision, device, batch_size, seed, max_gen_toks")
             from safetyrepro.adapters.engine import load_engine
+            from safetyrepro.adapters.loading import check_precision
+            from safetyrepro.adapters.weights import resolve_weights
 
             bs = _batch_size(batch_size, max_batch_size)
+            resolve_weights(pretrained or model)  # a refusal comes before any note on the device
+            check_precision(precision or dtype or "bf16")
             engine = load_engine(pretrained or model, precision or dtype or "bf16", _device(device), batch_size=bs)
         except UserError as e:
             _fail(e)

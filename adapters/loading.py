@@ -173,6 +173,10 @@ def export_hf_folder(resolved: ResolvedModel, out: str | Path, precision: str = 
     if precision not in EXPORT_PRECISIONS:
         raise one_of("export precision", precision, EXPORT_PRECISIONS)
     out = Path(out).expanduser()
+    if out.is_symlink():  # the folder is replaced whole: a link would be replaced, or worse, emptied through
+        raise UserError(f"--out {out} is a symbolic link; give the folder itself (the export replaces it whole)")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder; choose another --out")
     if out.exists() and any(out.iterdir()) and not overwrite:
         if (out / SOURCE_FILE).is_file():
             raise UserError(f"{out} already holds an exported model; pass --overwrite to replace it")

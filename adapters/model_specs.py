@@ -219,7 +219,19 @@ def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit
         if entry.target not in names:
             raise UserError(f"{entry.label}: lm-eval has no model {entry.target!r}; known: "
                             f"{', '.join(sorted(n for n in names if n != 'safetyrepro'))}")
+        if entry.target not in LM_EVAL_COMPLETIONS:  # what it can score is known without asking a server
+            _check_logprob(entry, scorings, explicit_scoring)
         args = entry.args_dict()
+        from safetyrepro.compat.lm_eval import model_required_args
+
+        missing = [k for k in (model_required_args(entry.target) or []) if k not in args]
+        if entry.target in ("local-completions", "local-chat-completions") and "base_url" not in args:
+            missing.append("base_url")  # optional in the signature, but the request has nowhere to go without it
+        if missing:
+            example = {"pretrained": "pretrained=/models/smol", "base_url": "base_url=http://localhost:8080/v1/completions"}
+            raise UserError(f"{entry.label}: lm-eval's {entry.target!r} model needs model_args "
+                            f"{', '.join(f'{k}=...' for k in missing)} (e.g. lm-eval:{entry.target}:"
+                            f"{example.get(missing[0], missing[0] + '=...')})")
         for key in ("pretrained", "tokenizer", "peft"):
             value = args.get(key, "")
             # a path that is not there would reach the Hub as a repo id and fail after start-up
@@ -246,11 +258,15 @@ def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit
             from safetyrepro.adapters.inspect_backend import build_inspect_model
 
             build_inspect_model(entry)
+    _check_logprob(entry, scorings, explicit_scoring)
+    return entry
+
+
+def _check_logprob(entry: ModelEntry, scorings: set[str], explicit_scoring: bool) -> None:
     if explicit_scoring and "logprob" in scorings and not entry.capabilities().loglikelihood:
         why = entry.loglikelihood_note or "a chat API gives none"
         raise UserError(f"{entry.label}: logprob scoring needs continuation log-likelihoods ({why}); "
                         "run it with --scoring free_form")
-    return entry
 
 
 def probe_prompt_logprobs(url: str, model: str, timeout: float = 30.0) -> tuple[bool, str]:

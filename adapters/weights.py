@@ -145,10 +145,10 @@ def weights_sha256_of(files: list[Path]) -> str:
 
 
 def cache_dir() -> Path:
-    """`$SAFETYREPRO_CACHE_DIR/models`, else `~/.cache/safetyrepro/models`."""
-    base = os.environ.get("SAFETYREPRO_CACHE_DIR")
-    root = Path(base).expanduser() if base else Path.home() / ".cache" / "safetyrepro"
-    return root / "models"
+    """The models' folder of the one cache root (safetyrepro/cache_root.py)."""
+    from safetyrepro.cache_root import cache_root
+
+    return cache_root() / "models"
 
 
 def cache_sharing_models(root: str | Path) -> Path:
@@ -172,9 +172,9 @@ def _is_within(path: Path, root: Path) -> bool:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    from safetyrepro.atomic import atomic_write
+
+    atomic_write(path, text)
 
 
 def file_sha256(path: str | Path) -> str:

@@ -93,12 +93,13 @@ class AnalysisResult:
     def report(self, out: str | Path, figures: bool = True) -> list[Path]:
         """Write what `safetyrepro analyze` writes into `out` (the analysed grid as out/grid.csv
         first, so that the GRID card names the exact data); returns the paths written."""
-        from .output import write_all
+        from safetyrepro.atomic import atomic_write
 
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
+        from .output import make_output_folder, write_all
+
+        out = make_output_folder(Path(out))
         grid_path = out / "grid.csv"
-        self.grid_frame.to_csv(grid_path, index=False)
+        atomic_write(grid_path, self.grid_frame.to_csv(index=False), root=out)
         return [grid_path, *write_all(self.analysis, grid_path, out, figures=figures)]
 
 

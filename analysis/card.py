@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from safetyrepro.atomic import atomic_write
+
 from .chance import chance_rho_flip
 from .direction import direction
 from .pipeline import Analysis
@@ -314,6 +316,6 @@ def card_markdown(card: dict) -> str:
 
 
 def write_card(card: dict, out: Path) -> list[Path]:
-    (out / "grid_card.json").write_text(json.dumps(card, indent=2, default=str) + "\n")
-    (out / "grid_card.md").write_text(card_markdown(card))
+    atomic_write(out / "grid_card.json", json.dumps(card, indent=2, default=str) + "\n", root=out)
+    atomic_write(out / "grid_card.md", card_markdown(card), root=out)
     return [out / "grid_card.json", out / "grid_card.md"]

@@ -9,6 +9,9 @@ import time
 from pathlib import Path
 
 ITEM_FILES = ("items.parquet", "items.csv")  # what the sweeper writes beside grid.csv
+# the envelope a grid was made under when it is not the packaged one (`safetyrepro import` writes it
+# when imported configurations leave the packaged envelope; docs/formats.md)
+RULES_BESIDE = "rules.yaml"
 
 
 def register(subparsers) -> None:
@@ -33,7 +36,8 @@ def register(subparsers) -> None:
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
                    help="resamples for every bootstrap (configurations, items for rho_flip, ANOVA rho); default 1000")
     p.add_argument("--seed", type=int, default=0, help="seed for the bootstraps and the surrogate models (default 0)")
-    p.add_argument("--rules", help="rules file to validate against (default: the packaged envelope.yaml)")
+    p.add_argument("--rules", help="rules file to validate against (default: rules.yaml beside the grid if there is "
+                   "one, as `safetyrepro import` writes it, else the packaged envelope.yaml)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.set_defaults(func=run)
 
@@ -47,11 +51,15 @@ def analyze_grid(grid_path: Path, out: Path, rules_path: str | None = None, *, s
     from safetyrepro.tasks.envelope import load_rules
 
     from .grid_io import load_grid
-    from .output import write_all
+    from .output import check_output_folder, write_all
     from .pipeline import AnalysisOptions, parse_thetas, run_analysis
     from .slices import check_slices
 
+    if rules_path is None and (grid_path.parent / RULES_BESIDE).is_file():
+        rules_path = str(grid_path.parent / RULES_BESIDE)
+        sys.stderr.write(f"safetyrepro: note: validating against the rules file beside the grid, {rules_path}\n")
     rules = load_rules(rules_path)
+    check_output_folder(out)
     if bootstrap < 1:
         raise UserError(f"--bootstrap {bootstrap}: needs at least one resample")
     chosen_slices, chosen_thetas = check_slices(slices, rules), parse_thetas(thetas)

@@ -32,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
     from .compare_report import summary_lines, write_comparison
 
     rules = load_rules(args.rules)
+    if args.out:
+        from .output import check_output_folder
+
+        check_output_folder(Path(args.out))
     comparison = compare_grids(load_groups(args.grids, rules, args.labels), rules)
     for w in comparison.warnings:
         sys.stderr.write(f"safetyrepro: warning: {w}\n")

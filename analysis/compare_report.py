@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from safetyrepro.errors import UserError
+from safetyrepro.atomic import atomic_write
 
 from .compare import Comparison
 from .report import Bullets, Heading, Para, Table, to_markdown
@@ -54,10 +54,9 @@ def _blocks(c: Comparison) -> list:
 
 
 def write_comparison(c: Comparison, out: Path) -> list[Path]:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create output folder {out}: {e.strerror}") from None
+    from .output import make_output_folder
+
+    make_output_folder(out)
     tables = {"compare_cells.csv": c.cells, "compare_summary.csv": c.summary, "compare_by_model.csv": c.by_model,
               "compare_top_cells.csv": c.top_cells, "compare_orderings.csv": c.orderings,
               "compare_ordering_summary.csv": c.ordering_summary, "compare_ranges.csv": c.ranges,
@@ -66,7 +65,7 @@ def write_comparison(c: Comparison, out: Path) -> list[Path]:
     for name, table in tables.items():
         if table.empty:
             continue
-        table.to_csv(out / name, index=False)
+        atomic_write(out / name, table.to_csv(index=False), root=out)
         written.append(out / name)
-    (out / "compare_report.md").write_text(to_markdown(_blocks(c)))
+    atomic_write(out / "compare_report.md", to_markdown(_blocks(c)), root=out)
     return [*written, out / "compare_report.md"]

@@ -33,9 +33,12 @@ def constant_reason(values, what: str) -> str | None:
     return None
 
 
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
-    return path
+def _save(fig, path: Path, root: Path | None = None) -> Path:
+    from safetyrepro.atomic import atomic_write
+
+    fmt = path.suffix.lstrip(".") or "png"
+    return atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=DPI, bbox_inches="tight", pad_inches=0.15),
+                        root=root)
 
 DPI = 130
 MIN_HEIGHT = 3.0  # inches; below this a one-row heatmap clips its colour-bar label
@@ -66,7 +69,7 @@ def _heatmap(ax, values: np.ndarray, row_labels, col_labels, text: np.ndarray, v
     return image
 
 
-def rho_flip_surface(detail: pd.DataFrame, path: Path) -> Path:
+def rho_flip_surface(detail: pd.DataFrame, path: Path, root: Path | None = None) -> Path:
     """Per-pair rho_flip on slice `full`, one column per benchmark (by score), plus a column on the
     better reading for a benchmark whose better direction is not the score's (CrowS-Pairs)."""
     plt = _pyplot()
@@ -87,12 +90,12 @@ def rho_flip_surface(detail: pd.DataFrame, path: Path) -> Path:
     image = _heatmap(ax, wide.to_numpy(dtype=float), list(wide.index), labels, text, 0.0, 0.5, "magma_r")
     fig.colorbar(image, ax=ax, label="rho_flip\n(ceiling floor(|C|/2)/|C|)")
     ax.set_title("rho_flip per model pair (slice full:\nevery configuration of the grid)")
-    _save(fig, path)
+    _save(fig, path, root)
     plt.close(fig)
     return path
 
 
-def rho_flip_by_slice(maxima: pd.DataFrame, path: Path) -> Path:
+def rho_flip_by_slice(maxima: pd.DataFrame, path: Path, root: Path | None = None) -> Path:
     """rho_flip max per benchmark and slice, with |C| in each cell (the tier ablation)."""
     plt = _pyplot()
     slices = list(maxima["slice"].drop_duplicates())
@@ -110,12 +113,12 @@ def rho_flip_by_slice(maxima: pd.DataFrame, path: Path) -> Path:
     fig.colorbar(image, ax=ax, label="rho_flip max over pairs\n(by score)")
     ax.set_title("rho_flip max over pairs by slice, with |C| and the chance value of the maximum\n"
                  "(blank: slice empty for that benchmark)")
-    _save(fig, path)
+    _save(fig, path, root)
     plt.close(fig)
     return path
 
 
-def orderings_reached(detail: pd.DataFrame, path: Path) -> Path:
+def orderings_reached(detail: pd.DataFrame, path: Path, root: Path | None = None) -> Path:
     plt = _pyplot()
     slices = list(detail["slice"].drop_duplicates())
     benchmarks = list(detail["benchmark"].drop_duplicates())
@@ -127,12 +130,12 @@ def orderings_reached(detail: pd.DataFrame, path: Path) -> Path:
                      light_when_high=True)
     fig.colorbar(image, ax=ax, label=f"distinct orderings\n(of {possible} possible)")
     ax.set_title("Model orderings reached per benchmark and slice\n(by score, highest first)")
-    _save(fig, path)
+    _save(fig, path, root)
     plt.close(fig)
     return path
 
 
-def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple[str, ...], path: Path) -> Path:
+def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple[str, ...], path: Path, root: Path | None = None) -> Path:
     """Every configuration's score per model (dots, by scoring path) over its min-max bar."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(benchmarks), figsize=(max(MIN_WIDTH, 2.2 + 2.3 * len(benchmarks)), 4.2), sharey=True, squeeze=False)
@@ -162,12 +165,12 @@ def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple
     fig.legend(unique.values(), unique.keys(), loc="lower center", ncol=len(unique), fontsize=8, frameon=False)
     fig.suptitle("Score per configuration (grey bar: min to max)")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    _save(fig, path)
+    _save(fig, path, root)
     plt.close(fig)
     return path
 
 
-def shap_bars(regressor: pd.DataFrame, classifier: pd.DataFrame, path: Path) -> Path | None:
+def shap_bars(regressor: pd.DataFrame, classifier: pd.DataFrame, path: Path, root: Path | None = None) -> Path | None:
     if regressor.empty and classifier.empty:
         return None
     plt = _pyplot()
@@ -193,6 +196,6 @@ def shap_bars(regressor: pd.DataFrame, classifier: pd.DataFrame, path: Path) -> 
         ax.set_title("Which axis moves the pairwise verdict")
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4, frameon=False)
     fig.tight_layout()
-    _save(fig, path)
+    _save(fig, path, root)
     plt.close(fig)
     return path

@@ -87,6 +87,9 @@ def envelope_order(config_ids, rules: Rules) -> tuple[str, ...]:
 def read_table(path: str | Path, what: str = "grid") -> pd.DataFrame:
     """CSV or Parquet, chosen by suffix; every failure is one line naming the file."""
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{what} file {p} is a directory; give the {what} file itself"
+                        + (" (e.g. DIR/grid.csv)" if what == "grid" else " (e.g. DIR/items.parquet)"))
     if not p.is_file():
         raise UserError(f"{what} file {p} does not exist")
     try:

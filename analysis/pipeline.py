@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from safetyrepro.atomic import atomic_write, remove_within
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import Rules
 
@@ -166,10 +167,10 @@ def write_tables(a: Analysis, out: Path) -> list[Path]:
     written = []
     for name, table in table_files(a).items():
         if table is None:
-            (out / name).unlink(missing_ok=True)  # a table from an earlier run must not pass for this one's
+            remove_within(out / name, out)  # a table from an earlier run must not pass for this one's
             continue
         path = out / name
-        table.to_csv(path, index=False)
+        atomic_write(path, table.to_csv(index=False), root=out)
         written.append(path)
     return written
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from safetyrepro.atomic import atomic_write
+
 from .card import headline, read_run_metadata
 from .chance import ceiling, chance_rho_flip
 from .degenerate import EMPTY_SHARE_MAX
@@ -561,6 +563,7 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
 def write_report(a: Analysis, out: Path, figures: FigureSet) -> list[Path]:
     meta, _ = read_run_metadata(Path(a.grid.source))
     blocks = build_blocks(a, figures, meta)
-    (out / "report.md").write_text(to_markdown(blocks))
-    (out / "report.html").write_text(to_html(blocks, f"SafetyRepro analysis of {Path(a.grid.source).name}", out))
+    atomic_write(out / "report.md", to_markdown(blocks), root=out)
+    atomic_write(out / "report.html", to_html(blocks, f"SafetyRepro analysis of {Path(a.grid.source).name}", out),
+                 root=out)
     return [out / "report.md", out / "report.html"]

@@ -128,9 +128,13 @@ def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
                          config_id=frame["config_id"].astype(str), item_id=frame["item_id"].astype(str))
     for cid in frame["config_id"].unique():
         Config.from_id(cid)  # a malformed id is a one-line error
+    warnings = check_items_agree(frame, grid, source)
     known = set(grid.cells["config_id"])
+    outside = ~frame["config_id"].isin(known)
+    if outside.any():
+        warnings.append(f"items: {int(outside.sum())} records are for configurations this grid does not analyse "
+                        f"(e.g. {frame.loc[outside, 'config_id'].iloc[0]}); they were left out")
     frame = frame[frame["config_id"].isin(known) & frame["model"].isin(grid.models)]
-    warnings = []
     # Seeds first, then items: an item's score is its mean over the seeds it was run with.
     cell_means = frame.groupby(["config_id", "model", "seed"])["item_score"].mean().groupby(level=[0, 1]).mean()
     grid_scores = grid.cells.set_index(["config_id", "model"])["score"].reindex(cell_means.index)
@@ -159,6 +163,43 @@ def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
         warnings.append(f"items: {source} holds no records for this grid's models and configurations")
     return ItemRecords(tuple(grid.models), by_config, tuple(warnings), source, _empty_outputs(frame), item_ids,
                        _option_bias(frame))
+
+
+def check_items_agree(frame: pd.DataFrame, grid: Grid, source: str) -> list[str]:
+    """The records and the grid describe the same runs: every record's model is one of the grid's, and
+    in every configuration the grid analyses, each model has exactly the grid's n_items items, the
+    same item ids as the other models. Each mismatch is one line (UserError) with its count and an
+    example. Returns warnings: cells whose records cover fewer items than n_items (a sample)."""
+    known_models = set(grid.models) | set(grid.excluded["model"].astype(str)) if len(grid.excluded) else set(grid.models)
+    stray = frame.loc[~frame["model"].isin(known_models), "model"]
+    if len(stray):
+        raise UserError(f"items file {source}: {len(stray)} records are for model(s) the grid does not have "
+                        f"({', '.join(map(repr, sorted(stray.unique())[:3]))}); the grid's models are "
+                        f"{', '.join(grid.models)}")
+    rows = frame[frame["config_id"].isin(set(grid.cells["config_id"])) & frame["model"].isin(grid.models)]
+    if rows.empty:
+        return []
+    ids = rows.groupby(["config_id", "model"])["item_id"].agg(lambda v: frozenset(v))
+    expected = grid.cells.set_index(["config_id", "model"])["n_items"].reindex(ids.index)
+    counts = ids.map(len)
+    wrong = counts.index[(counts > expected).to_numpy() & expected.notna().to_numpy()]
+    if len(wrong):  # fewer is a sample of the cell's items (said as a warning by item_records); more cannot be
+        cid, model = wrong[0]
+        raise UserError(f"items file {source}: {len(wrong)} cells' records hold more items than the grid's n_items "
+                        f"(e.g. {model} on {cid}: {counts[(cid, model)]} item ids, the grid says "
+                        f"{int(expected[(cid, model)])})")
+    differ = [cid for cid, sets in ids.groupby(level=0) if len(set(sets)) > 1]
+    if differ:
+        sets = ids.loc[differ[0]]
+        odd = sorted(set.union(*map(set, sets)) - set.intersection(*map(set, sets)))
+        raise UserError(f"items file {source}: in {len(differ)} configurations the models' records hold different "
+                        f"item ids (e.g. {differ[0]}: {odd[0]!r} is not in every model's records)")
+    fewer = counts.index[(counts < expected).to_numpy() & expected.notna().to_numpy()]
+    if len(fewer):
+        cid, model = fewer[0]
+        return [f"items: {len(fewer)} cells' records cover fewer items than the grid's n_items (e.g. {model} on "
+                f"{cid}: {counts[(cid, model)]} of {int(expected[(cid, model)])}); the item tests use the records"]
+    return []
 
 
 # -- the per-configuration test -------------------------------------------------------------------

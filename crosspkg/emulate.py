@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 
+from safetyrepro.atomic import atomic_write, ensure_dir, open_text_nofollow, remove_within
 from safetyrepro.crosspkg.records import ItemRecord
 from safetyrepro.crosspkg.shapley import shapley, subsets
 
@@ -224,7 +225,7 @@ class Emulator:
 
         todo_g = sorted(p for p in gens if p not in self.gen)
         todo_l = sorted(r for r in lls if r not in self.ll)
-        with open(self.cache_path, "a", encoding="utf-8") as f:
+        with open_text_nofollow(self.cache_path, "a") as f:
             if todo_l:
                 t0 = time.time()
                 # lm-eval's default stack (HFLM) scores with the model-dtype head: so does its emulation
@@ -300,11 +301,10 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
     from safetyrepro.crosspkg.anchor import model_folder
 
     folder = model_folder(anchor.model, anchor.precision)
-    em_dir = out / "emulate"
-    em_dir.mkdir(parents=True, exist_ok=True)
+    em_dir = ensure_dir(out / "emulate", root=out)
     cache = em_dir / "cache.jsonl"
-    if fresh and cache.exists():
-        cache.unlink()
+    if fresh:
+        remove_within(cache, out)
     engine = load_engine(str(folder.path), anchor.precision, None if anchor.device == "auto" else anchor.device,
                          batch_size=batch_size)
     emu = Emulator(engine, anchor.max_new_tokens, cache, batch_size=batch_size)
@@ -345,7 +345,7 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
         checks = {}
         for s in stacks:
             rows = emu.evaluate(b, ENDPOINTS[s], full[s])
-            (em_dir / f"{b}.{s}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            atomic_write(em_dir / f"{b}.{s}.jsonl", "".join(json.dumps(r) + "\n" for r in rows), root=out)
             real_recs = native[REAL[s]]["records"][b]
             verified = [r.meta.get("prompt_in_request_cache") for r in real_recs if "prompt_in_request_cache" in r.meta]
             checks[s] = {"real_stack": REAL[s], **agreement(real_recs, rows),
@@ -371,13 +371,13 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
         result["benchmarks"][b] = {"checks": checks, "walks": decomp,
                                    "items": {s: len(v) for s, v in full.items()},
                                    "walk_items": {s: len(v) for s, v in sets.items()}}
-    (out / "decomposition.json").write_text(json.dumps(result, indent=1, default=str))
+    atomic_write(out / "decomposition.json", json.dumps(result, indent=1, default=str), root=out)
     write_decomposition_table(out, result)
     return result
 
 
 def write_decomposition_table(out: Path, result: dict) -> None:
-    import csv
+    from safetyrepro.crosspkg.tables import csv_text
 
     rows = []
     for b, r in result["benchmarks"].items():
@@ -390,16 +390,13 @@ def write_decomposition_table(out: Path, result: dict) -> None:
             rows.append({**base, "axis": "(end: emulated " + w["to"] + ")", "value": w["end"]})
             rows.append({**base, "axis": "(real gap " + w["to"] + " - " + w["from"] + ")",
                          "value": w["real_to"] - w["real_from"]})
-    with open(out / "decomposition.csv", "w", newline="", encoding="utf-8") as f:
-        wr = csv.DictWriter(f, fieldnames=["benchmark", "from", "to", "axis", "value"])
-        wr.writeheader()
-        wr.writerows(rows)
+    atomic_write(out / "decomposition.csv", csv_text(rows, ["benchmark", "from", "to", "axis", "value"]), root=out)
     lines = ["| benchmark | walk | axis | Shapley value (pp) |", "|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['benchmark']} | {r['from']} → {r['to']} | {r['axis']} | {100 * r['value']:+.1f} |"
                      if not r["axis"].startswith("(") else
                      f"| {r['benchmark']} | {r['from']} → {r['to']} | {r['axis']} | {100 * r['value']:.1f} |")
-    (out / "decomposition.md").write_text("\n".join(lines) + "\n")
+    atomic_write(out / "decomposition.md", "\n".join(lines) + "\n", root=out)
 
 
 _ = product  # (kept for readers: the 2^k corners are subsets(D))

@@ -52,10 +52,9 @@ class ItemRecord:
 
 
 def write_records(path: Path, records: Iterable[ItemRecord]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+    from safetyrepro.atomic import atomic_write
+
+    atomic_write(path, "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in records))
 
 
 def read_records(path: Path) -> list[ItemRecord]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from safetyrepro.atomic import atomic_write
 from safetyrepro.crosspkg.tables import table7_markdown, table8_markdown
 
 CAVEATS = """\
@@ -60,5 +61,5 @@ def write_report(out: Path, anchor, t7, t8, decomposition, run) -> Path:
                 lines += [f"![{b}](waterfall_{b}.png)", ""]
         lines += ["Disagreement examples (first few per endpoint) are in `decomposition.json` (`checks.*.examples`)."]
     p = out / "report.md"
-    p.write_text("\n".join(lines) + "\n")
+    atomic_write(p, "\n".join(lines) + "\n", root=out)
     return p

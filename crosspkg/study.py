@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from safetyrepro.atomic import atomic_write, ensure_dir, refuse_links_under
 from safetyrepro.crosspkg.anchor import Anchor, check_benchmarks, model_folder
 from safetyrepro.crosspkg.records import ItemRecord, read_records, write_records
 from safetyrepro.errors import UserError
@@ -69,7 +70,7 @@ def native_step(anchor: Anchor, out: Path, packages, batch_size: int = 8, fresh:
                      "datasets": _dataset_names(datasets),
                      "versions": _versions()})
         write_records(rec_path, recs)
-        meta_path.write_text(json.dumps(meta, indent=1, default=str))
+        atomic_write(meta_path, json.dumps(meta, indent=1, default=str))
         results[stack] = {"records": res["records"], "meta": json.loads(meta_path.read_text())}
         print(f"crosspkg: {stack}: done in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     return results
@@ -119,8 +120,8 @@ def run_study(args) -> int:
     device = resolve_device(args.device)
     anchor = Anchor(model=args.model, precision=args.precision, max_new_tokens=args.max_new_tokens,
                     limit=args.limit, seed=args.seed, benchmarks=benches, device=device)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = ensure_dir(Path(args.out))
+    refuse_links_under(out)  # lm-eval, Inspect and HELM write into it themselves: no link may lead out
     t0 = time.time()
     native = native_step(anchor, out, args.packages, batch_size=args.batch_size, fresh=args.fresh)
     t_native = time.time() - t0
@@ -142,7 +143,7 @@ def run_study(args) -> int:
            "python": sys.version.split()[0], "wall_s": {"native": t_native, "emulate": t_emulate,
                                                         "total": time.time() - t0},
            "stack_wall_s": {s: native[s]["meta"].get("wall_s") for s in native}}
-    (out / "run.json").write_text(json.dumps(run, indent=1))
+    atomic_write(out / "run.json", json.dumps(run, indent=1), root=out)
     report.write_report(out, anchor, t7, t8, decomposition, run)
     print(f"crosspkg: wrote {out / 'report.md'} ({time.time() - t0:.0f} s)")
     return 0

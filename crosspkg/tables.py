@@ -14,6 +14,8 @@ import json
 import re
 from pathlib import Path
 
+from safetyrepro.atomic import atomic_write
+
 DEFAULT_STACKS = ("lm-eval", "helm", "inspect")  # package defaults: the range is over these
 ALL_STACKS = ("lm-eval", "helm", "inspect", "inspect-greedy")
 AXES = ("candidate object", "prompt boilerplate and primer", "chat template", "system prompt",
@@ -264,10 +266,17 @@ def table8_markdown(rows: list[dict]) -> str:
 def write_tables(out: Path, t7: list[dict], t8: list[dict]) -> None:
     for name, rows in (("table7", t7), ("table8", t8)):
         cols = list(dict.fromkeys(k for r in rows for k in r))
-        with open(out / f"{name}.csv", "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=cols)
-            w.writeheader()
-            w.writerows(rows)
-    (out / "table7.md").write_text(table7_markdown(t7) + "\n")
-    (out / "table8.md").write_text(table8_markdown(t8) + "\n")
-    (out / "tables.json").write_text(json.dumps({"table7": t7, "table8": t8}, indent=1, default=str))
+        atomic_write(out / f"{name}.csv", csv_text(rows, cols), root=out)
+    atomic_write(out / "table7.md", table7_markdown(t7) + "\n", root=out)
+    atomic_write(out / "table8.md", table8_markdown(t8) + "\n", root=out)
+    atomic_write(out / "tables.json", json.dumps({"table7": t7, "table8": t8}, indent=1, default=str), root=out)
+
+
+def csv_text(rows: list[dict], cols: list[str]) -> str:
+    import io
+
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=cols)
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()

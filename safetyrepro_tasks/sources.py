@@ -53,9 +53,9 @@ def github_raw(repo: str, commit: str, path: str) -> str:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get(CACHE_DIR_ENV)
-    root = Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "safetyrepro"
-    return root
+    from safetyrepro.cache_root import cache_root
+
+    return cache_root()
 
 
 def mirror_dir() -> Path | None:

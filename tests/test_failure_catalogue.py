@@ -121,6 +121,47 @@ CASES = [
      r"template 'T1' is listed twice"),
     ("lock-is-a-symlink", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--out", "{out}"],
      r"\.lock is a symbolic link"),
+    # issue 23: specs, the cache, and links planted where SafetyRepro writes (PLANTS below)
+    ("lm-eval-empty-args", lambda t: ["sweep", "--models", "lm-eval:hf:", *SWEEP], r"'hf' model needs model_args pretrained="),
+    ("lm-eval-no-args", lambda t: ["sweep", "--models", "lm-eval:hf", *SWEEP], r"'hf' model needs model_args pretrained="),
+    ("lm-eval-server-without-url", lambda t: ["sweep", "--models", "lm-eval:local-completions:model=m", *SWEEP],
+     r"needs model_args base_url="),
+    ("inspect-empty-spec", lambda t: ["sweep", "--models", "inspect:", "--package", "inspect", *SWEEP],
+     r"inspect:<provider>/<model>"),
+    ("cache-dir-is-a-file", lambda t: ["sweep", "--models", "smollm2", *SWEEP], r"SAFETYREPRO_CACHE_DIR=.* is a file"),
+    ("cache-dir-under-a-file", lambda t: ["sweep", "--models", "smollm2", *SWEEP], r"lies under the file"),
+    ("outputs-cache-locked", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--limit", "1", "--out", str(t / "new")],
+     r"another process holds it .* the file is not damaged"),
+    ("outputs-cache-is-a-symlink", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--limit", "1", "--out",
+                                              str(t / "new")], r"outputs.sqlite is a symbolic link"),
+    ("cells-folder-is-a-symlink", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--out", "{out}"],
+     r"cells is a symbolic link"),
+    ("model-folder-is-a-symlink", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--out", "{out}"],
+     r"cells/smollm2-\w+ is a symbolic link"),
+    ("cell-file-is-a-symlink", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--out", "{out}"],
+     r"\.json is a symbolic link"),
+    ("grid-csv-is-a-symlink", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--out", "{out}"],
+     r"grid.csv is a symbolic link"),
+    ("logs-is-a-symlink", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--out", "{out}"], r"logs is a symbolic link"),
+    ("analyze-out-holds-a-link", lambda t: ["analyze", str(_two_model_grid(t)), "--out", str(t / "a")],
+     r"figures is a symbolic link"),
+    ("analyze-out-report-link", lambda t: ["analyze", str(_two_model_grid(t)), "--out", str(t / "a")],
+     r"report.md is a symbolic link"),
+    ("compare-out-holds-a-link", lambda t: ["compare", "{out}/grid.csv", "{out}/grid.csv", "--labels", "a", "b",
+                                            "--out", str(t / "a")], r"report.md is a symbolic link"),
+    ("export-out-is-a-symlink", lambda t: ["models", "export", "smollm2", "--out", str(t / "a")], r"is a symbolic link"),
+    ("crosspkg-out-holds-a-link", lambda t: ["crosspkg", "--packages", "lm-eval", "--benchmarks", "bbq", "--limit", "1",
+                                             "--out", str(t / "a")], r"is a symbolic link"),
+    ("analyze-grid-is-a-directory", lambda t: ["analyze", "{out}", "--out", str(t / "a")],
+     r"grid file .* is a directory; give the grid file itself"),
+    ("analyze-items-is-a-directory", lambda t: ["analyze", str(_two_model_grid(t)), "--items", str(t), "--out",
+                                                str(t / "a")], r"items file .* is a directory"),
+    ("analyze-items-other-model", lambda t: ["analyze", str(_two_model_grid(t)), "--items", str(_items(t, "ghost")),
+                                             "--out", str(t / "a")], r"8 records are for model\(s\) the grid does not have \('ghost'\)"),
+    ("analyze-items-unknown-ids", lambda t: ["analyze", str(_two_model_grid(t)), "--items", str(_items(t, "ids")),
+                                             "--out", str(t / "a")], r"hold more items than the grid's n_items \(e.g. smollm2 on xstest/\S+: 3 item ids, the grid says 2\)"),
+    ("analyze-items-other-ids", lambda t: ["analyze", str(_two_model_grid(t)), "--items", str(_items(t, "swap")),
+                                           "--out", str(t / "a")], r"hold different item ids \(e.g. xstest/"),
     ("subsample-above-one", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--subsample", "1.5"], r"--subsample must be"),
     ("batch-size-zero", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--batch-size", "0"], r"--batch-size must be"),
     ("workers-zero", lambda t: ["sweep", "--models", "smollm2", *SWEEP, "--workers", "0"], r"--workers must be"),
@@ -191,6 +232,41 @@ CASES = [
 ]
 
 
+def _two_model_grid(t: Path) -> Path:
+    """The finished sweep's grid and items with a second model ("other", the same cells scored 1 - x), in t."""
+    import pandas as pd
+
+    if (t / "two" / "grid.csv").is_file():
+        return t / "two" / "grid.csv"
+    src = Path(os.environ["SR_FINISHED"])
+    grid = pd.read_csv(src / "grid.csv")
+    items = pd.read_parquet(src / "items.parquet")
+    other = grid.assign(model="other", score=1 - grid["score"])
+    d = _mkdir(t / "two")
+    pd.concat([grid, other]).to_csv(d / "grid.csv", index=False)
+    pd.concat([items, items.assign(model="other", item_score=1 - items["item_score"])]).to_parquet(d / "items.parquet")
+    return d / "grid.csv"
+
+
+def _items(t: Path, kind: str) -> Path:
+    """The two-model grid's items, made to disagree with it: a model it lacks, an item id it never had, or
+    one model's ids swapped for others in one configuration."""
+    import pandas as pd
+
+    items = pd.read_parquet(_two_model_grid(t).parent / "items.parquet").reset_index(drop=True)
+    if kind == "ghost":
+        items = pd.concat([items, items[items["model"] == "other"].assign(model="ghost")])
+    elif kind == "ids":  # a record of an item no configuration has
+        items = pd.concat([items, items.iloc[[0]].assign(item_id="no-such-item")])
+    else:
+        cid = items["config_id"].iloc[0]
+        mask = (items["config_id"] == cid) & (items["model"] == "other")
+        items.loc[mask, "item_id"] = [f"x{i}" for i in range(int(mask.sum()))]
+    p = t / f"items-{kind}.parquet"
+    items.reset_index(drop=True).to_parquet(p)
+    return p
+
+
 def _write(p: Path, text: str) -> Path:
     p.write_text(text)
     return p
@@ -244,11 +320,71 @@ def _overflow_grid(t: Path) -> Path:
     return p
 
 
+def _plant(name: str, folder: Path, scratch: Path, outside: Path, cache: Path, monkeypatch) -> None:
+    """Links from where SafetyRepro writes to a file and a folder outside (`outside`, whose files must
+    be unchanged afterwards), and the other set-ups of the issue-23 cases."""
+    ext_file, ext_dir = outside / "precious.txt", outside / "dir"
+    model_dir = next((folder / "cells").iterdir())
+    if name == "cache-dir-is-a-file":
+        monkeypatch.setenv("SAFETYREPRO_CACHE_DIR", str(_write(scratch / "cachefile", "x")))
+    elif name == "cache-dir-under-a-file":
+        monkeypatch.setenv("SAFETYREPRO_CACHE_DIR", str(_write(scratch / "cachefile", "x") / "sub"))
+    elif name == "outputs-cache-locked":
+        from safetyrepro.sweep import outputs_cache
+
+        monkeypatch.setattr(outputs_cache, "BUSY_TIMEOUT_S", 0.2)
+        holder = sqlite3.connect(cache / "outputs.sqlite", isolation_level=None)
+        holder.execute("CREATE TABLE IF NOT EXISTS outputs (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        holder.execute("BEGIN EXCLUSIVE")
+        return holder
+    elif name == "outputs-cache-is-a-symlink":
+        (cache / "outputs.sqlite").symlink_to(ext_file)
+    elif name == "cells-folder-is-a-symlink":
+        shutil.copytree(folder / "cells", ext_dir / "cells")
+        shutil.rmtree(folder / "cells")
+        (folder / "cells").symlink_to(ext_dir / "cells")
+    elif name == "model-folder-is-a-symlink":  # the tester's case: the linked folder's files were renamed
+        shutil.copytree(model_dir, ext_dir / "m")
+        _write(ext_dir / "m" / "unrelated.json", "{}")
+        shutil.rmtree(model_dir)
+        model_dir.symlink_to(ext_dir / "m")
+    elif name == "cell-file-is-a-symlink":
+        cell = sorted(model_dir.iterdir())[0]
+        shutil.copy(cell, ext_dir / "cell.json")
+        cell.unlink()
+        cell.symlink_to(ext_dir / "cell.json")
+    elif name == "grid-csv-is-a-symlink":
+        shutil.copy(folder / "grid.csv", ext_dir / "grid.csv")
+        (folder / "grid.csv").unlink()
+        (folder / "grid.csv").symlink_to(ext_dir / "grid.csv")
+    elif name == "logs-is-a-symlink":
+        (folder / "logs").symlink_to(ext_dir)
+    elif name == "analyze-out-holds-a-link":
+        _mkdir(scratch / "a")
+        (scratch / "a" / "figures").symlink_to(ext_dir)
+        (scratch / "a" / "rho_flip.csv").symlink_to(ext_file)
+    elif name in ("analyze-out-report-link", "compare-out-holds-a-link"):
+        (_mkdir(scratch / "a") / ("report.md" if name.startswith("analyze") else "compare_report.md")).symlink_to(ext_file)
+    elif name == "export-out-is-a-symlink":
+        (scratch / "a").symlink_to(ext_dir)
+    elif name == "crosspkg-out-holds-a-link":
+        (_mkdir(scratch / "a") / "native").symlink_to(ext_dir)
+    return None
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line_exit_2_and_changes_nothing(case, folder, tmp_path, monkeypatch, capsys, data_dir):
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(case, folder, finished, tmp_path, monkeypatch, capsys,
+                                                          data_dir):
     name, make_argv, message = case
     scratch = _mkdir(tmp_path / "scratch")
-    monkeypatch.setenv("SAFETYREPRO_CACHE_DIR", str(_mkdir(tmp_path / "cache")))
+    cache = _mkdir(tmp_path / "cache")
+    monkeypatch.setenv("SAFETYREPRO_CACHE_DIR", str(cache))
+    monkeypatch.setenv("SR_FINISHED", str(finished))
+    outside = _mkdir(tmp_path / "outside")
+    _write(outside / "precious.txt", "not yours\n")
+    _write(_mkdir(outside / "dir") / "keep.txt", "keep me\n")
+    sqlite_holder = _plant(name, folder, scratch, outside, cache, monkeypatch)
+    outside_before = _digest(outside)
     if name == "damaged-sweep-json":
         (folder / "sweep.json").write_text("{\"rules_sha256\": ")
     if name == "damaged-run-json":
@@ -260,10 +396,10 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case, folder, tmp_path
     monkeypatch.setenv("SAFETYREPRO_DATA_DIR", os.environ["SAFETYREPRO_DATA_DIR"])  # main() may set it: restored after
     holder = None
     if name == "lock-is-a-symlink":  # planted to a file outside: it must not be truncated (the digest below)
-        outside = tmp_path / "outside.txt"
-        outside.write_text("not yours\n")
+        target = tmp_path / "outside.txt"
+        target.write_text("not yours\n")
         (folder / ".lock").unlink(missing_ok=True)
-        (folder / ".lock").symlink_to(outside)
+        (folder / ".lock").symlink_to(target)
     if name == "sweep-in-use":
         holder = open(folder / ".lock", "a+")
         fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -281,6 +417,8 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case, folder, tmp_path
     finally:
         if holder is not None:
             holder.close()
+        if sqlite_holder is not None:
+            sqlite_holder.close()
     err = capsys.readouterr().err
     lines = [x for x in err.splitlines() if x.strip()]
     assert exit_info.value.code == 2, err
@@ -294,6 +432,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case, folder, tmp_path
     assert not list(folder.rglob("*.tmp"))
     if name == "lock-is-a-symlink":
         assert (tmp_path / "outside.txt").read_text() == "not yours\n"  # not truncated through the link
+    assert _digest(outside) == outside_before  # nothing outside was written, renamed or removed through a link
 
 
 @pytest.mark.parametrize("name,make_dir,message", [

@@ -19,6 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from safetyrepro.atomic import open_text_nofollow
 from safetyrepro.crosspkg.anchor import Anchor, ModelFolder
 from safetyrepro.crosspkg.records import ItemRecord, bbq_key, question_key
 
@@ -63,12 +64,12 @@ def run(anchor: Anchor, folder: ModelFolder, out: Path) -> dict:
            "--num-threads", "1"]
     t0 = time.time()
     log = run_dir / "helm-run.log"
-    with open(log, "w") as f:
+    with open_text_nofollow(log, "w", root=out) as f:
         proc = subprocess.run(cmd, cwd=run_dir, env=env, stdout=f, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         raise RuntimeError(f"helm-run failed (exit {proc.returncode}); see {log}")
     wall = time.time() - t0
-    with open(run_dir / "helm-summarize.log", "w") as f:
+    with open_text_nofollow(run_dir / "helm-summarize.log", "w", root=out) as f:
         subprocess.run([str(bin_dir / "helm-summarize"), "--suite", SUITE, "-o", "benchmark_output",
                         "--auto-generate-schema"], cwd=run_dir, env=env, stdout=f, stderr=subprocess.STDOUT)
     records, specs = {}, {}

@@ -13,6 +13,7 @@ import math
 import time
 from pathlib import Path
 
+from safetyrepro.atomic import atomic_write
 from safetyrepro.crosspkg.anchor import NATIVE_TASKS, Anchor, ModelFolder
 from safetyrepro.crosspkg.records import ItemRecord, bbq_key, question_key, toxigen_key
 
@@ -94,8 +95,7 @@ def run(anchor: Anchor, folder: ModelFolder, datasets: dict, out: Path, batch_si
             ))
         records[b] = recs
     cfg = {k: _jsonable(v) for k, v in res.items() if k not in ("samples",)}
-    (out / "native").mkdir(parents=True, exist_ok=True)
-    (out / "native" / "lm_eval_results.json").write_text(json.dumps(cfg, indent=1, default=str))
+    atomic_write(out / "native" / "lm_eval_results.json", json.dumps(cfg, indent=1, default=str), root=out)
     invocation = {"model": "hf", "model_args": model_args, "apply_chat_template": False, "system_instruction": None,
                   "fewshot_as_multiturn": True, "num_fewshot": None, "gen_kwargs": None, "limit": anchor.limit,
                   "batch_size": batch_size, "seed": anchor.seed}

@@ -35,6 +35,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from safetyrepro.atomic import atomic_write
+
 HERE = Path(__file__).resolve().parent
 GROUPS = [("model", "benchmark", "scoring", "decoding", "template", "shots"),
           ("model", "benchmark", "scoring", "decoding", "template"),
@@ -96,8 +98,7 @@ def save(run: Path, dest: Path, sweep_args: list[str]) -> int:
         raise SystemExit(f"{run} holds another sweep than the study's (its sweep.json differs): nothing saved")
     cells = sweep.cells
     stem = {c.key: (c.model, c.file_stem) for c in cells}
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "sweep.json").write_text(json.dumps(sweep.spec.identity(), indent=2) + "\n", encoding="utf-8")
+    atomic_write(dest / "sweep.json", json.dumps(sweep.spec.identity(), indent=2) + "\n", root=dest)
 
     n_new = 0
     for key, rec in _read_run(run).items():
@@ -107,20 +108,17 @@ def save(run: Path, dest: Path, sweep_args: list[str]) -> int:
         path = dest / "cells" / slug(model) / f"{file_stem}.json.gz"
         data = gzip.compress(json.dumps(rec, ensure_ascii=False, sort_keys=True).encode("utf-8"), 9, mtime=0)
         if not path.exists() or path.read_bytes() != data:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(data)
-            tmp.replace(path)
+            atomic_write(path, data, root=dest)
             n_new += 1
     report = status(run, dest, sweep_args, cells)
-    (dest / "progress.md").write_text(report, encoding="utf-8")
+    atomic_write(dest / "progress.md", report, root=dest)
     print(report.splitlines()[2])
     print(f"saved {n_new} new or changed cell(s) under {dest / 'cells'}")
     return 0
 
 
 def restore(run: Path, dest: Path, sweep_args: list[str]) -> int:
-    from safetyrepro.sweep.store import atomic_write, slug
+    from safetyrepro.sweep.store import slug
 
     sweep = plan(run, sweep_args)
     saved = _saved_for(dest, sweep)
@@ -139,7 +137,7 @@ def restore(run: Path, dest: Path, sweep_args: list[str]) -> int:
             stale += 1
             continue
         atomic_write(run / "cells" / slug(cell.model) / f"{cell.file_stem}.json",
-                     json.dumps(rec, ensure_ascii=False))
+                     json.dumps(rec, ensure_ascii=False), root=run)
         put += 1
     print(f"restored {put} saved cell(s) into {run / 'cells'}; {stale} computed by an earlier decode "
           f"(not {decode}) are left to recompute")

@@ -144,3 +144,21 @@ def hf_tokenizer_kwargs(add_special_tokens: bool | None) -> dict:
     from lm_eval.models.utils import _add_special_kwargs
 
     return _add_special_kwargs(add_special_tokens, None)
+
+
+def model_required_args(name: str) -> list[str] | None:
+    """The constructor arguments an lm-eval model cannot do without (no default), read from its
+    class's signature; None when the class cannot be imported here (e.g. vllm without its package).
+    Checked against lm-eval 0.4.13."""
+    import inspect
+
+    import lm_eval.models  # noqa: F401  (registers the built-in models)
+    from lm_eval.api import registry
+
+    try:
+        cls = registry.get_model(name)
+    except Exception:  # noqa: BLE001 - an optional backend's import error: lm-eval says why when it runs
+        return None
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    return [p.name for p in params if p.default is inspect.Parameter.empty
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

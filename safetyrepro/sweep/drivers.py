@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from safetyrepro.atomic import ensure_dir
 from safetyrepro.sweep.records import ItemRecord, prompt_hash
 from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, tied_winners
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
@@ -72,6 +73,7 @@ class LmEvalDriver(_Driver):
 
         path = Path(self.log_dir) / "lm-eval" / slug(self.backend.identity.label) / \
             cfg.config_id.replace("/", "__") / f"seed{seed}"
+        ensure_dir(path, root=self.log_dir)  # lm-eval writes there itself: no link on the way
         return EvaluationTracker(output_path=str(path))
 
     def run_cell(self, cfg: Config, seeds: Sequence[int], ids: Sequence[str]) -> list[ItemRecord]:

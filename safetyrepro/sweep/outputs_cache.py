@@ -17,6 +17,9 @@ from typing import Any
 
 from safetyrepro.errors import UserError
 
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+BUSY_TIMEOUT_S = 60.0  # how long a write waits for another process's write to the shared cache
+
 
 class OutputsCacheError(UserError):
     """The outputs cache cannot be read or written: the sweep stops (its finished cells are kept)."""
@@ -31,6 +34,10 @@ class OutputsCache:
         self.path = Path(path)
         self._local = threading.local()
         self.hits = self.misses = 0
+        for p in (self.path, *(self.path.with_name(self.path.name + s) for s in SQLITE_SIDE_FILES)):
+            if p.is_symlink():  # SQLite would follow it and write into the file it points to
+                raise OutputsCacheError(f"the outputs cache {p} is a symbolic link; SafetyRepro does not write "
+                                        "through links in its cache: remove the link and rerun") from None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._conn() as c:
@@ -41,7 +48,10 @@ class OutputsCache:
     def _error(self, e: BaseException) -> OutputsCacheError:
         text = str(e).strip() or type(e).__name__
         low = text.lower()
-        if "not a database" in low or "malformed" in low or "corrupt" in low:
+        if "locked" in low or "busy" in low:
+            fix = ("another process holds it (a sweep or test using the same cache): wait for it to finish and "
+                   "rerun, or give this run its own cache with $SAFETYREPRO_CACHE_DIR; the file is not damaged")
+        elif "not a database" in low or "malformed" in low or "corrupt" in low:
             fix = f"move it aside (mv {self.path} {self.path}.damaged) and rerun: it only saves model work"
         elif "readonly" in low or "read-only" in low or "permission" in low or "unable to open" in low:
             fix = "make it writable, or point $SAFETYREPRO_CACHE_DIR at a writable folder"
@@ -67,7 +77,7 @@ class OutputsCache:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn

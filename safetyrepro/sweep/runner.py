@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from safetyrepro.atomic import atomic_write
 from safetyrepro.provenance import source_commit
 from safetyrepro.sweep.outputs_cache import OutputsCacheError
 from safetyrepro.sweep.plan import Cell, SweepSpec
 from safetyrepro.sweep.records import summarize
-from safetyrepro.sweep.store import Store, atomic_write
+from safetyrepro.sweep.store import Store
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import Rules
 
@@ -188,7 +189,7 @@ def write_run_json(store: Store, spec: SweepSpec, rules: Rules, engines: dict[st
                     "processor": platform.processor() or platform.machine(), "cpus": _cpus()},
         "cells": {"total": result.total, "failed": len(result.failed)},
     }
-    atomic_write(path, json.dumps(record, indent=2))
+    atomic_write(path, json.dumps(record, indent=2), root=store.root)
     return path
 
 

@@ -16,11 +16,18 @@ import json
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from safetyrepro.atomic import (
+    TMP_SUFFIX,
+    atomic_write,
+    ensure_dir,
+    link_refused,
+    open_nofollow,
+    replace_within,
+)
 from safetyrepro.errors import UserError
 
 GRID_COLUMNS = ["model", "benchmark", "template", "decoding", "shots", "scoring", "precision", "package",
@@ -36,30 +43,6 @@ def slug(label: str) -> str:
     return f"{readable}-{hashlib.sha256(label.encode('utf-8')).hexdigest()[:10]}"
 
 
-def _umask_mode(mode: int = 0o666) -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mode & ~mask
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write a whole file or nothing: a temporary file in the same folder, fsynced, renamed into place
-    (with the mode a plain open() would give, not the temporary file's 0600); on any error the
-    temporary file is removed and the old file, if any, is untouched."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    f = tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8")
-    try:
-        with f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(f.name, _umask_mode())
-        os.replace(f.name, path)
-    except BaseException:
-        Path(f.name).unlink(missing_ok=True)
-        raise
-
-
 @dataclass
 class Store:
     root: Path
@@ -73,15 +56,9 @@ class Store:
 
     # -- locking and identity -----------------------------------------------------------------
     def lock(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self.root / ".lock"
-        try:  # never through a symlink: a planted one would have us truncate the file it points to
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
-        except OSError:
-            if path.is_symlink():
-                raise UserError(f"{path} is a symbolic link; SafetyRepro does not write through links in its "
-                                "output folder: remove it and rerun") from None
-            raise
+        ensure_dir(self.root)
+        # never through a symlink: a planted one would have us truncate the file it points to
+        fd = open_nofollow(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o666, root=self.root)
         self._lock_file = os.fdopen(fd, "r+")
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -94,8 +71,33 @@ class Store:
         self._lock_file.truncate()
         self._lock_file.write(f"pid {os.getpid()}")
         self._lock_file.flush()
-        for stale in self.root.rglob("*.tmp"):  # half-written files of a killed run; we hold the lock
-            stale.unlink(missing_ok=True)
+        self.check_links()
+        self._remove_stale_temporaries()
+
+    def check_links(self) -> None:
+        """Refuse a symbolic link where the store reads, renames or writes: the cells folder, a
+        model's folder in it, a cell file, or an output name (a link at an output name would be
+        replaced, not followed, but a link here means someone expects it to stay: say so)."""
+        candidates = [self.cells_dir, *(self.root / n for n in ("grid.csv", "grid.parquet", "items.parquet",
+                                                                 "sweep.json", "run.json", "logs"))]
+        if self.cells_dir.is_dir() and not self.cells_dir.is_symlink():
+            for model_dir in self.cells_dir.iterdir():
+                candidates.append(model_dir)
+                if model_dir.is_dir() and not model_dir.is_symlink():
+                    candidates.extend(model_dir.iterdir())
+        for p in candidates:
+            if p.is_symlink():
+                raise link_refused(p)
+
+    def _remove_stale_temporaries(self) -> None:
+        """Half-written files of a killed run (we hold the lock). The walk never enters a linked
+        folder: what it points to is not ours to delete."""
+        for folder, _dirs, files in os.walk(self.root, followlinks=False):
+            for name in files:
+                if name.endswith(TMP_SUFFIX):
+                    p = Path(folder) / name
+                    if not p.is_symlink():
+                        p.unlink(missing_ok=True)
 
     def unlock(self) -> None:
         f = getattr(self, "_lock_file", None)
@@ -157,7 +159,7 @@ class Store:
             history = [*history, previous["rules_sha256"]]
         if history:
             record["rules_history"] = history
-        atomic_write(self.root / "sweep.json", json.dumps(record, indent=2))
+        atomic_write(self.root / "sweep.json", json.dumps(record, indent=2), root=self.root)
 
     # -- cells --------------------------------------------------------------------------------
     def done(self, model: str, file_stem: str, key: str | None = None) -> dict | None:
@@ -190,15 +192,16 @@ class Store:
         while path.with_name(f"{path.name}.damaged-{n}").exists():
             n += 1
         aside = path.with_name(f"{path.name}.damaged-{n}")
-        os.replace(path, aside)
+        replace_within(path, aside, self.root)
         sys.stderr.write(f"safetyrepro: warning: cell file {path} was {problem}; set aside as {aside.name}, "
                          "the cell is recomputed\n")
         return None
 
     def commit(self, model: str, file_stem: str, record: dict) -> None:
-        atomic_write(self.cell_path(model, file_stem), json.dumps(record, ensure_ascii=False))
+        atomic_write(self.cell_path(model, file_stem), json.dumps(record, ensure_ascii=False), root=self.root)
 
     def records(self) -> list[dict]:
+        self.check_links()
         out = []
         for p in sorted(self.cells_dir.glob("*/*.json")):
             record = self._read_cell(p)
@@ -225,23 +228,12 @@ class Store:
         grid = grid[GRID_COLUMNS + extra]
         paths = {"grid": self.root / "grid.csv", "grid_parquet": self.root / "grid.parquet",
                  "items": self.root / "items.parquet"}
-        atomic_write(paths["grid"], grid.to_csv(index=False))
-        _atomic_parquet(grid, paths["grid_parquet"])
+        atomic_write(paths["grid"], grid.to_csv(index=False), root=self.root)
+        atomic_write(paths["grid_parquet"], lambda f: grid.to_parquet(f, index=False), root=self.root)
         items = pd.DataFrame([
             {"model": r["row"]["model"], "config_id": r["row"]["config_id"], "benchmark": r["row"]["benchmark"],
              "package": r["row"]["package"], "precision": r["row"]["precision"], **it}
             for r in ok for it in r["items"]
         ])
-        _atomic_parquet(items, paths["items"])
+        atomic_write(paths["items"], lambda f: items.to_parquet(f, index=False), root=self.root)
         return paths
-
-
-def _atomic_parquet(df, path: Path) -> None:
-    tmp = path.with_suffix(".parquet.tmp")
-    try:
-        df.to_parquet(tmp, index=False)
-        os.chmod(tmp, _umask_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from safetyrepro.adapters.model_specs import check_runnable
+from safetyrepro.atomic import ensure_dir
 from safetyrepro.errors import UserError
 from safetyrepro.sweep.cached_backend import open_cached_backend, outputs_cache_path  # noqa: F401  (re-exported)
 from safetyrepro.sweep.plan import Cell, SweepOptions, SweepSpec, plan_cells, select_configs
@@ -66,6 +67,7 @@ class Sweep:
         store = Store(Path(o.out))
         store.check_identity(spec.identity(), o.allow_rules_change)  # early, read-only; again under the lock
         store.check_run_record()
+        store.check_links()
         return cls(o, spec, rules, plan_cells(list(o.models), configs, rules), store)
 
     def entry(self, label: str):
@@ -86,7 +88,8 @@ class Sweep:
         backend = open_cached_backend(self.entry(label), self.spec.precision, o.device, o.batch_size)
         backend.prefetch_seeds = self.prefetch_seeds(label)
         self.models_run[label] = backend_record(backend)
-        return make_driver(self.spec.package, backend, self.rules, self.items_for, str(self.store.root / "logs"),
+        logs = ensure_dir(self.store.root / "logs", root=self.store.root)  # the packages write their logs in it
+        return make_driver(self.spec.package, backend, self.rules, self.items_for, str(logs),
                            self.spec.tie_rule)
 
     def run(self) -> SweepResult:

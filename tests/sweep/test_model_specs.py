@@ -117,9 +117,12 @@ def test_checks_before_loading(monkeypatch, tmp_path):
     with pytest.raises(UserError, match="cannot reach the server"):
         check_runnable(parse_model_spec("inspect:openai-api/nowhere/m"), "inspect", {"free_form"}, False)
     chat = parse_model_spec("lm-eval:local-chat-completions:model=m")
-    check_runnable(chat, "lm-eval", {"free_form", "logprob"}, explicit_scoring=False)  # planned not applicable
-    with pytest.raises(UserError, match="logprob scoring needs continuation log-likelihoods"):
+    with pytest.raises(UserError, match=r"'local-chat-completions' model needs model_args base_url="):
+        check_runnable(chat, "lm-eval", {"free_form", "logprob"}, explicit_scoring=False)
+    with pytest.raises(UserError, match="logprob scoring needs continuation log-likelihoods"):  # said first
         check_runnable(chat, "lm-eval", {"logprob"}, explicit_scoring=True)
+    with pytest.raises(UserError, match=r"'hf' model needs model_args pretrained=\.\.\."):
+        check_runnable(parse_model_spec("lm-eval:hf:dtype=float32"), "lm-eval", {"free_form"}, False)
 
 
 def test_model_args_parse_like_lm_eval():
