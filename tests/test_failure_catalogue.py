@@ -465,6 +465,17 @@ def test_lm_eval_refuses_shots_outside_the_envelope(data_dir):
     assert "Traceback" not in res.stderr
 
 
+def test_lm_eval_refuses_an_unknown_model_before_any_device_note(data_dir):
+    """Under `lm_eval --model safetyrepro`, the refusal is the last line and comes before any word about
+    the device (lm-eval's default cuda:0 on a machine without CUDA); lm-eval's own run log above it stays."""
+    res = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "safetyrepro", "--model_args", "model=nope",
+                          "--tasks", "safetyrepro_xstest_t1", "--limit", "2"], capture_output=True, text=True, timeout=300)
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert res.returncode == 2, res.stderr
+    assert lines[-1].startswith("safetyrepro: error: unknown model 'nope'"), res.stderr
+    assert "cuda" not in res.stderr.lower() and "Traceback" not in res.stderr
+
+
 def test_outputs_cache_full_stops_the_sweep_with_its_name(tmp_path):
     """sqlite's 'database or disk is full' during a write is the cache's failure, named with its fix."""
     from safetyrepro.sweep.outputs_cache import OutputsCache, OutputsCacheError
