@@ -281,15 +281,17 @@ class Engine:
 
     def _kv_layout(self) -> None:
         """Base model, LM head and softcap, and the keyword the cache goes under (renamed in 5.x)."""
-        import inspect
+        from safetyrepro.compat.transformers import (
+            base_cache_keyword,
+            final_logit_softcap,
+            text_config,
+        )
 
         self._base = self.model.base_model
         self._head = self.model.get_output_embeddings()
-        cfg = self.model.config
-        text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        self._softcap = getattr(text, "final_logit_softcapping", None)
-        params = inspect.signature(self._base.forward).parameters
-        self._base_cache_kw = "cache" if "cache" in params else "past_key_values"
+        text = text_config(self.model)
+        self._softcap = final_logit_softcap(self.model)
+        self._base_cache_kw = base_cache_keyword(self._base)
         heads = text.num_attention_heads
         self._kv_dims = (text.num_hidden_layers, getattr(text, "num_key_value_heads", None) or heads,
                          getattr(text, "head_dim", None) or text.hidden_size // heads)
@@ -325,9 +327,9 @@ class Engine:
             weight, bias = head
             logits = torch.nn.functional.linear(hidden.float(), weight, bias)
         if self._softcap is not None:  # Gemma's final logit softcapping, as its ForCausalLM does it
-            logits = logits / self._softcap
-            logits = torch.tanh(logits)
-            logits = logits * self._softcap
+            from safetyrepro.compat.transformers import apply_final_logit_softcap
+
+            logits = apply_final_logit_softcap(logits, self._softcap)
         return logits[:m]
 
     def _exact_head(self):
@@ -847,6 +849,7 @@ def load_engine(model: str, precision: str = "bf16", device: str | None = None,
     cache) is returned as it is."""
     from safetyrepro.adapters import rowwise_attention
     from safetyrepro.adapters.loading import load_hf
+    from safetyrepro.compat.transformers import attention_implementation
 
     key, resolved = _engine_key(model, precision, device)
     with _ENGINES_LOCK:
@@ -855,7 +858,7 @@ def load_engine(model: str, precision: str = "bf16", device: str | None = None,
             _, precision, device = key
             hf_model, tokenizer = load_hf(resolved, precision, device)
             attention = rowwise_attention.NAME if rowwise_attention.enable(hf_model) else \
-                str(hf_model.config._attn_implementation)
+                str(attention_implementation(hf_model))
             info = ModelInfo(
                 label=resolved.label, source=resolved.source, weights_sha256=resolved.weights_sha256(),
                 precision=precision, device=device, has_chat_template=bool(getattr(tokenizer, "chat_template", None)),

@@ -1,10 +1,11 @@
 """Key/value states in one preallocated tensor that the model writes in place.
 
-Transformers' DynamicCache grows by concatenation: every forward copies the whole cache. The
+Transformers' dynamic cache grows by concatenation: every forward copies the whole cache. The
 engine's chunk steps and decode steps instead hand the model a `KVSlab`: one tensor
 `[batch, layers, 2 (key, value), kv_heads, capacity, head_dim]` whose columns [0, n) are filled;
 each layer's `update` writes the new columns in place and returns views of the filled part. The
-values are the same as a DynamicCache's (a copy is a copy); only the copying goes.
+values are the same as the dynamic cache's (a copy is a copy); only the copying goes. The cache
+layer class itself (a subclass of a transformers internal) lives in safetyrepro/compat/transformers.py.
 
 With `writes` (the engine's packed prefill), the forward's tokens are not one column range for
 every row: write k = (kv_row, col, q_lo, q_hi) puts the key/value states of the packed tokens
@@ -73,78 +74,12 @@ class KVSlab:
 
 
 def _cache(layers):
-    from transformers import DynamicCache
+    from safetyrepro.compat.transformers import cache_of_layers
 
-    cache = DynamicCache()
-    cache.layers = list(layers)
-    return cache
+    return cache_of_layers(layers)
 
 
-def _layer_class():
-    from safetyrepro.compat.transformers import dynamic_cache_layer_class
+def _SlabLayer(slab: _Slab, idx: int, n: int):  # noqa: N802 - a class of compat's, made on first use
+    from safetyrepro.compat.transformers import slab_cache_layer
 
-    class SlabLayer(dynamic_cache_layer_class()):
-        """One layer's view of a KVSlab."""
-
-        def __init__(self, slab: _Slab, idx: int, n: int):
-            super().__init__()
-            self.slab, self.idx, self.n = slab, idx, n
-            self.is_initialized = True
-            self.dtype, self.device = slab.buf.dtype, slab.buf.device
-            self._views()
-
-        def _kv(self):
-            """This layer's keys and values, each [batch, kv_heads, capacity, head_dim]."""
-            buf = self.slab.buf
-            if self.slab.layer_major:
-                return buf[self.idx, 0], buf[self.idx, 1]
-            return buf[:, self.idx, 0], buf[:, self.idx, 1]
-
-        def _views(self) -> None:
-            k, v = self._kv()
-            self.keys = k[:, :, : self.n]
-            self.values = v[:, :, : self.n]
-
-        def lazy_initialization(self, key_states, value_states) -> None:  # pragma: no cover - never lazy
-            pass
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            t = key_states.shape[-2]
-            buf = self.slab.buf
-            if self.slab.writes is not None:
-                for kv_row, col, q_lo, q_hi in self.slab.writes:
-                    buf[kv_row, self.idx, 0, :, col: col + q_hi - q_lo] = key_states[0, :, q_lo:q_hi]
-                    buf[kv_row, self.idx, 1, :, col: col + q_hi - q_lo] = value_states[0, :, q_lo:q_hi]
-                return buf[:, self.idx, 0], buf[:, self.idx, 1]
-            k, v = self._kv()
-            if self.slab.cols is not None:
-                rows = self.slab.rows_index()
-                k[rows, :, self.slab.cols] = key_states[:, :, 0]
-                v[rows, :, self.slab.cols] = value_states[:, :, 0]
-                w = self.slab.width
-                return k[:, :, :w], v[:, :, :w]
-            if self.n + t > buf.shape[4]:
-                raise RuntimeError(f"KV slab full ({self.n} + {t} > {buf.shape[4]} columns)")
-            k[:, :, self.n: self.n + t] = key_states
-            v[:, :, self.n: self.n + t] = value_states
-            self.n += t
-            self._views()
-            return self.keys, self.values
-
-        def get_seq_length(self) -> int:
-            return self.n
-
-        def batch_select_indices(self, indices) -> None:  # pragma: no cover - the engine re-lays slabs out itself
-            raise NotImplementedError("select rows on the KVSlab, not on one layer")
-
-    return SlabLayer
-
-
-_SLAB_LAYER = None
-
-
-def _SlabLayer(slab: _Slab, idx: int, n: int):  # noqa: N802 - a class, made on first use (transformers is imported lazily)
-    global _SLAB_LAYER
-    if _SLAB_LAYER is None:
-        _SLAB_LAYER = _layer_class()
-    return _SLAB_LAYER(slab, idx, n)
+    return slab_cache_layer(slab, idx, n)

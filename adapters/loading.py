@@ -128,6 +128,8 @@ def _load_gguf(resolved: ResolvedModel, precision: str):
     """(model, tokenizer) dequantised from a GGUF file: the slow path, taken once per precision."""
     from transformers import AutoModelForCausalLM, GgufConfig
 
+    from safetyrepro.compat.transformers import strip_gguf_quantizer
+
     _quiet_transformers()
     tokenizer = load_tokenizer(resolved)
     try:
@@ -136,7 +138,7 @@ def _load_gguf(resolved: ResolvedModel, precision: str):
             quantization_config=GgufConfig(dequantize=True))
     except (OSError, ValueError, KeyError, RuntimeError, struct.error) as e:
         raise UserError(f"cannot load model weights from {resolved.path} ({precision}): {_first_line(e)}") from None
-    _strip_gguf_quantizer(model)
+    strip_gguf_quantizer(model)
     return model, tokenizer
 
 
@@ -150,19 +152,6 @@ def _bnb_config():
         raise UserError("precision nf4 needs bitsandbytes: pip install 'safetyrepro[nf4]'") from None
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
                               bnb_4bit_compute_dtype=torch.bfloat16)
-
-
-def _strip_gguf_quantizer(model) -> None:
-    """save_pretrained refuses a GGUF-loaded model; its weights are already dequantised."""
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    for attr in ("is_quantized", "quantization_method"):
-        if hasattr(model, attr):
-            try:
-                setattr(model, attr, None if attr == "quantization_method" else False)
-            except AttributeError:
-                pass
 
 
 def export_hf_folder(resolved: ResolvedModel, out: str | Path, precision: str = "bf16",

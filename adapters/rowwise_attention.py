@@ -201,13 +201,16 @@ def register() -> str:
 
 def enable(model) -> bool:
     """Switch a loaded model to row-wise attention; False (model unchanged) if it cannot take it."""
-    from safetyrepro.compat.transformers import attention_implementation
+    from safetyrepro.compat.transformers import (
+        attention_implementation,
+        set_attention_implementation,
+    )
 
     register()
     if attention_implementation(model) not in ("sdpa", "eager", NAME):
         return False
     try:
-        model.set_attn_implementation(NAME)
+        set_attention_implementation(model, NAME)
     except Exception:  # an architecture whose attention does not go through the interface
         return False
     return attention_implementation(model) == NAME

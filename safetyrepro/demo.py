@@ -46,11 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the embedded demo: two small models, 12 configurations, the report",
                        description=DESCRIPTION)
     p.add_argument("--out", type=Path, default=DEMO_OUT, help=f"output directory (demo default: {DEMO_OUT})")
-    add_sweep_arguments(p, require_out=False)
+    add_sweep_arguments(p, require_out=False, help_for=DEMO_HELP)
     p.set_defaults(func=run, models=None, benchmarks=None, tier=DEMO_TIER, limit=DEMO_LIMIT, precision=None)
-    for action in p._actions:  # argparse keeps no public handle on an added argument's help
-        if action.dest in DEMO_HELP:
-            action.help = DEMO_HELP[action.dest]
 
 
 def native_bf16_cpu(cpuinfo: str | None = None) -> bool:

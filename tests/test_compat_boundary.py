@@ -4,6 +4,7 @@ outside safetyrepro/compat/ (ruff's banned-api rule catches the known ones; this
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -59,3 +60,95 @@ def test_the_tested_windows_have_both_ends_and_hold_the_installed_versions():
         assert any(s.operator == ">=" for s in spec) and any(s.operator in ("<", "<=") for s in spec), name
         assert version(name) in spec, f"{name} {version(name)} is outside {spec}"
         assert f"`{','.join(sorted(str(s) for s in spec))}`" in doc or all(str(s) in doc for s in spec), name
+
+
+# -- beyond import paths: attribute access, subclassing and signature sniffing, read from the AST ------
+PACKAGE_DIRS = ("safetyrepro", "safetyrepro_tasks", "adapters", "analysis", "crosspkg")
+FOREIGN = ("transformers", "lm_eval", "inspect_ai", "helm", "torch")
+# the documented ways to extend the packages (a custom model, model provider, few-shot sampler; HELM's
+# custom client, scenario and metrics)
+EXTENSION_POINTS = {"lm_eval.api.model.TemplateLM", "lm_eval.api.model.LM", "inspect_ai.model.ModelAPI",
+                    "lm_eval.api.samplers.ContextSampler", "helm.clients.client.Client",
+                    "helm.benchmark.metrics.metric.Metric", "helm.benchmark.metrics.reference_metric.ReferenceMetric",
+                    "helm.benchmark.scenarios.scenario.Scenario"}
+
+
+def _imports(tree: ast.AST) -> dict[str, str]:
+    """Name bound in a module (at any depth) -> the dotted path it was imported as."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                bound[a.asname or a.name] = f"{node.module}.{a.name}"
+    return bound
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return [node.id, *reversed(parts)]
+    return None
+
+
+def _boundary_hits(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bound = _imports(tree)
+    stdlib = set(sys.stdlib_module_names)
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            chain = _dotted(node)
+            root = chain[0] if chain else None
+            if root in ("self", "cls"):
+                continue
+            origin = bound.get(root or "", "")
+            if origin.split(".")[0] == "safetyrepro" or (origin.split(".")[0] in stdlib and root != "inspect"):
+                continue
+            hits.append(f"{node.lineno}: private attribute {ast.unparse(node)}")
+        elif isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                if isinstance(base, ast.Call):
+                    hits.append(f"{node.lineno}: class {node.name} subclasses what {ast.unparse(base)} returns")
+                    continue
+                chain = _dotted(base)
+                if not chain:
+                    continue
+                full = ".".join([bound.get(chain[0], chain[0]), *chain[1:]])
+                if full.split(".")[0] in FOREIGN and full not in EXTENSION_POINTS:
+                    hits.append(f"{node.lineno}: class {node.name} subclasses {full}")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("inspect.signature", "signature"):
+            target = ast.unparse(node.args[0]) if node.args else ""
+            if "." in target:  # our own functions may be introspected; a model's forward may not
+                hits.append(f"{node.lineno}: signature of {target}")
+    return hits
+
+
+def test_no_foreign_internals_by_attribute_subclass_or_signature_outside_compat():
+    """`model.config._attn_implementation`, `class X(DynamicLayer)` (or of a class a function returns),
+    `inspect.signature(model.forward)`: each is a place an upgrade breaks, so each lives in compat."""
+    hits = [f"{p.relative_to(REPO)}:{h}" for d in PACKAGE_DIRS for p in sorted((REPO / d).rglob("*.py"))
+            if COMPAT not in p.parents for h in _boundary_hits(p)]
+    assert hits == [], "move these into safetyrepro/compat/<package>.py:\n" + "\n".join(hits)
+
+
+def test_the_boundary_check_catches_each_kind(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import inspect\nfrom transformers.cache_utils import DynamicLayer\n"
+                     "from safetyrepro.compat.transformers import dynamic_cache_layer_class\n"
+                     "def f(model):\n    return model.config._attn_implementation\n"
+                     "class A(DynamicLayer):\n    pass\n"
+                     "class B(dynamic_cache_layer_class()):\n    pass\n"
+                     "def g(model):\n    return inspect.signature(model.forward)\n"
+                     "class C(object):\n    def h(self):\n        return self._x\n")
+    hits = sorted(_boundary_hits(probe), key=lambda h: int(h.split(":")[0]))
+    assert [h.split(": ", 1)[1] for h in hits] == [
+        "private attribute model.config._attn_implementation",
+        "class A subclasses transformers.cache_utils.DynamicLayer",
+        "class B subclasses what dynamic_cache_layer_class() returns",
+        "signature of model.forward"], hits

@@ -19,7 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def add_sweep_arguments(p: argparse.ArgumentParser, require_out: bool = True) -> None:
+def add_sweep_arguments(p: argparse.ArgumentParser, require_out: bool = True,
+                        help_for: dict[str, str] | None = None) -> None:
+    """The sweep's flags on `p`; `help_for` (dest -> text) replaces some help texts (the demo's defaults)."""
+    if help_for:
+        p = _HelpOverride(p, help_for)
     p.add_argument("--models", nargs="+", metavar="MODEL",
                    help="embedded names (smollm2, gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b), HF folders, "
                    ".gguf files or hub ids (SafetyRepro's engine); lm-eval:<model>:<model_args> (lm-eval's own model, "
@@ -92,3 +96,20 @@ def main() -> int:  # `python -m safetyrepro.sweep.cli`
 if __name__ == "__main__":
     t0 = time.time()
     sys.exit(main())
+
+
+class _HelpOverride:
+    """`add_argument` of a parser with some help texts replaced (argparse has no public way to change
+    an added argument's help)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, help_for: dict[str, str]):
+        self.parser, self.help_for = parser, help_for
+
+    def add_argument(self, *flags, **kwargs):
+        dest = kwargs.get("dest") or flags[0].lstrip("-").replace("-", "_")
+        if dest in self.help_for:
+            kwargs["help"] = self.help_for[dest]
+        return self.parser.add_argument(*flags, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.parser, name)
