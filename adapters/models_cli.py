@@ -99,5 +99,6 @@ def run_export(args: argparse.Namespace) -> int:
     r = resolve_weights(args.model)
     out = export_hf_folder(r, args.out, args.precision, overwrite=args.overwrite)
     print(f"wrote {out} ({args.precision}, from {r.path}, sha256 {r.weights_sha256()[:16]}...)")
-    print(f"  lm_eval --model hf --model_args pretrained={out}    inspect eval ... --model hf/{out}")
+    print(f"  lm_eval --model hf --model_args pretrained={out}    "
+          f"inspect eval ... --model hf/{out.name} -M model_path={out}")
     return 0
