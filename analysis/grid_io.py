@@ -1,4 +1,4 @@
-"""Reading and validating a grid (the grid format of docs/formats.md, DESIGN.md "Grid (contract)") into the one shape every metric reads.
+"""Reading and validating a grid (the grid format of docs/formats.md) into the one shape every metric reads.
 
 A grid is validated against the rules file before anything is computed: an unknown axis value, a
 configuration outside the envelope, a duplicate cell or a score outside [0, 1] is a `UserError`

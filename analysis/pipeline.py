@@ -135,7 +135,7 @@ def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions, items_frame
                     cells, effects, excluded_cells(grid.excluded), tie_rate_table(grid), tuple(warnings), tuple(notes))
 
 
-# file name -> what it holds; the two contract tables keep exactly the DESIGN.md columns
+# file name -> what it holds; the two contract tables keep exactly the contract columns of docs/formats.md
 def table_files(a: Analysis) -> dict[str, pd.DataFrame | None]:
     return {
         "rho_flip.csv": a.rho_flip_detail[list(rank_flip.RHO_FLIP_COLUMNS)],

@@ -17,7 +17,7 @@ PARSE_CLEAN_MIN = 0.95  # the paper's threshold: every model parses at least 95 
 
 
 def slice_names(rules: Rules) -> tuple[str, ...]:
-    """The rules file's sub-envelopes in its own order, with parse_clean after logprob (DESIGN.md order)."""
+    """The rules file's sub-envelopes in its own order, with parse_clean after logprob (docs/formats.md order)."""
     names = [n for n in rules.subsets if n != PARSE_CLEAN]
     at = names.index("logprob") + 1 if "logprob" in names else len(names)
     return (*names[:at], PARSE_CLEAN, *names[at:])

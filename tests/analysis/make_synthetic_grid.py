@@ -1,4 +1,4 @@
-"""Build a synthetic full-envelope grid (3 models x 5 benchmarks = 612 cells) in the DESIGN.md
+"""Build a synthetic full-envelope grid (3 models x 5 benchmarks = 612 cells) in the docs/formats.md
 format, optionally with per-item records and a run.json beside it.
 
     python tests/analysis/make_synthetic_grid.py OUT_DIR [--items N] [--seed S] [--run-json]

@@ -23,7 +23,7 @@ ALL_TASKS = sorted(task_name(b, t, s) for b in BENCHMARKS for t in TEMPLATES for
 
 
 def test_one_task_per_registered_benchmark_template_and_scoring_and_the_yamls_are_generated():
-    # DESIGN.md's names for the five benchmarks: 36 tasks (no _gen for crows_pairs)
+    # the task names of docs/formats.md for the five benchmarks: 36 tasks (no _gen for crows_pairs)
     design = {task_name(b, f"T{k}", s) for b in ("truthfulqa", "bbq", "toxigen", "xstest") for k in range(1, 5)
               for s in ("logprob", "free_form")} | {f"safetyrepro_crows_pairs_t{k}" for k in range(1, 5)}
     assert len(design) == 36 and design <= set(ALL_TASKS)
