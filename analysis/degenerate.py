@@ -26,8 +26,8 @@ import pandas as pd
 
 from safetyrepro.tasks.envelope import Rules
 
-from .direction import direction
-from .dispersion import NO_PASS_FAIL, compliance_flip, dispersion
+from .direction import direction, has_pass_fail
+from .dispersion import compliance_flip, dispersion
 from .grid_io import Grid
 from .orderings import orderings_reached
 from .rank_flip import model_pairs, pair_counts
@@ -93,7 +93,7 @@ def _reading(grid: Grid, benchmark: str, ids: Sequence[str], thetas: Sequence[fl
         d = dispersion(m[model])
         out[(model, "score_min")] = d.low
         out[(model, "sdi")] = d.sdi
-        if benchmark not in NO_PASS_FAIL:
+        if has_pass_fail(benchmark):
             for theta in thetas:
                 out[(model, f"cfr@{theta}")] = compliance_flip(m[model], theta).cfr
     counts = [pair_counts(m[a].to_numpy(), m[b].to_numpy()) for a, b in model_pairs(grid.models)]

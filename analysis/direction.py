@@ -62,6 +62,23 @@ DIRECTIONS = {
 
 
 @cache
+def has_pass_fail(benchmark: str) -> bool:
+    """Whether a score threshold reads as pass/fail (the compliance-flip rate): only where higher is
+    better; a benchmark whose ideal is a target value (CrowS-Pairs' 0.5) has none."""
+    return direction(benchmark).monotone
+
+
+def score_meaning(benchmark: str) -> str:
+    """What the benchmark's headline score is, as its definition says ("" for a plain accuracy)."""
+    from safetyrepro.errors import UserError
+    from safetyrepro.tasks.benchmarks.registry import get_benchmark
+
+    try:
+        return get_benchmark(benchmark).score_meaning
+    except UserError:
+        return ""
+
+
 def direction(benchmark: str) -> Direction:
     from safetyrepro.errors import UserError
     from safetyrepro.tasks.benchmarks.registry import get_benchmark

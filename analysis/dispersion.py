@@ -10,12 +10,12 @@ import pandas as pd
 
 from safetyrepro.tasks.envelope import Rules
 
+from .direction import has_pass_fail
 from .grid_io import Grid
 from .slices import slice_matrices
 
 # CrowS-Pairs scores the share of pairs where the stereotypical sentence wins (0.5 = unbiased):
 # there is no conventional pass/fail cut-off, so a thresholded CFR would not mean anything.
-NO_PASS_FAIL = frozenset({"crows_pairs"})
 MEDIAN = "median"
 
 
@@ -84,7 +84,7 @@ def dispersion_tables(grid: Grid, rules: Rules, slices: tuple[str, ...],
             for theta in (*thetas, MEDIAN):
                 row = {"model": model, "benchmark": benchmark, "slice": name, "theta": str(theta),
                        "n_configs": len(m)}
-                if benchmark in NO_PASS_FAIL:
+                if not has_pass_fail(benchmark):
                     row.update(threshold=np.nan, pass_share=np.nan, cfr=np.nan, ceiling=np.nan,
                                note="N/A: no pass/fail reading")
                 else:

@@ -19,8 +19,8 @@ from safetyrepro.atomic import atomic_write
 from .card import headline, read_run_metadata
 from .chance import ceiling, chance_rho_flip
 from .degenerate import EMPTY_SHARE_MAX
-from .direction import direction
-from .dispersion import NO_PASS_FAIL, cfr_ceiling
+from .direction import direction, has_pass_fail, score_meaning
+from .dispersion import cfr_ceiling
 from .figures import FigureSet
 from .pipeline import Analysis
 from .significance import TEST_NAME
@@ -164,15 +164,12 @@ def _scope_blocks(a: Analysis) -> list[Block]:
     return [Heading("Scope"), Bullets(tuple(lines)), Para(note)]
 
 
-SCORE_MEANING = {"crows_pairs": "the share of pairs where the stereotypical sentence wins"}
-
-
 def _direction_sentence(benchmarks) -> str:
     higher = [b for b in benchmarks if direction(b).monotone]
     text = "Which way is better: " + (f"a higher score on {_list(higher)}" if higher else "")
     others = [b for b in benchmarks if not direction(b).monotone]
     for b in others:
-        meaning = f" (the score is {SCORE_MEANING[b]})" if b in SCORE_MEANING else ""
+        meaning = f" (the score is {score_meaning(b)})" if score_meaning(b) else ""
         text += ("; " if text.endswith(")") or higher else "") + f"on {b}{meaning}, {direction(b).label}"
     if others:
         text += (". Tables keyed by score (rho_flip.csv, orderings.csv) order models by raw score, highest first, "
@@ -241,7 +238,7 @@ def _two_slices(frame: pd.DataFrame, value: str, benchmarks, index: str = "model
 
 
 def _cfr_table(a: Analysis, slice_name: str) -> pd.DataFrame:
-    c = a.cfr[(a.cfr["slice"] == slice_name) & ~a.cfr["benchmark"].isin(list(NO_PASS_FAIL))]
+    c = a.cfr[(a.cfr["slice"] == slice_name) & a.cfr["benchmark"].map(has_pass_fail).astype(bool)]
     if c.empty:
         return c
     wide = c.pivot_table(index=["benchmark", "model"], columns="theta", values="cfr", sort=False)
@@ -496,8 +493,8 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
                Para("A model passes a configuration when its score is at least theta. CFR is the probability that two "
                     "different configurations disagree on pass/fail, 2n/(n-1)·p(1-p) with p the pass share over n "
                     "configurations; its ceiling is 2n/(n-1)·1/4 at p = 1/2. "
-                    + ", ".join(b for b in g.benchmarks if b in NO_PASS_FAIL)
-                    + (" has no pass/fail reading and is left out. " if any(b in NO_PASS_FAIL for b in g.benchmarks)
+                    + ", ".join(b for b in g.benchmarks if not has_pass_fail(b))
+                    + (" has no pass/fail reading and is left out. " if not all(map(has_pass_fail, g.benchmarks))
                        else "") + _median_caption(a))]
     for name in ("full", PARSE_CLEAN):
         table = _cfr_table(a, name)

@@ -140,6 +140,7 @@ class Benchmark(ABC):
     scorings: tuple[str, ...] = SCORINGS
     default_scoring: str = "logprob"  # the Inspect task's default
     better: Better = "higher"  # the headline score's direction (CrowS-Pairs: closer_to_0.5)
+    score_meaning: str = ""  # what the headline score is, when not the share of items answered correctly
     extra_metrics: tuple[MetricSpec, ...] = ()  # computed by compute_extra_metrics
     stratify_by: str = "stratum"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -165,7 +166,18 @@ def parse_rules(text: bytes, path: str = "<rules>") -> Rules:
     unknown = [b for b in benchmarks if b not in BENCHMARKS]
     if unknown:
         raise UserError(f"rules file {path}: unknown benchmark {unknown[0]!r}; registered: {', '.join(BENCHMARKS)}")
-    known = {"benchmark": BENCHMARKS, **axes}  # a constraint may name a benchmark the list leaves out
+    # Benchmarks that exist only as imported results (`safetyrepro import` writes them): the analysis
+    # can read their grids, while anything that needs the benchmark's definition still refuses them.
+    external = tuple(str(b) for b in _tuple(raw.get("external_benchmarks") or ()))
+    for b in external:
+        if b in BENCHMARKS:
+            raise UserError(f"rules file {path}: external benchmark {b!r} is a registered benchmark; list it under "
+                            "`benchmarks` instead")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", b):
+            raise UserError(f"rules file {path}: external benchmark {b!r} is not a plain name (letters, digits, "
+                            "'_', '.', '-')")
+    benchmarks = (*benchmarks, *dict.fromkeys(external))
+    known = {"benchmark": (*BENCHMARKS, *external), **axes}  # a constraint may name a benchmark the list leaves out
 
     def check_values(where: str, mapping: dict) -> dict[str, tuple]:
         out = {}
@@ -196,6 +208,7 @@ def parse_rules(text: bytes, path: str = "<rules>") -> Rules:
             raise UserError(f"rules file {path}: constraint {name!r} needs both 'when' and 'require'")
         constraints.append(Constraint(name, check_values(f"constraint {name!r}", c["when"]),
                                       check_values(f"constraint {name!r}", c["require"])))
+    constraints += _definition_constraints(benchmarks, axes)
     subsets = {n: check_values(f"subset {n!r}", s) for n, s in raw["subsets"].items()}
     subsets.setdefault("full", {})
     stress = check_values("stress", raw.get("stress", {}))
@@ -227,3 +240,19 @@ def _cached(data: bytes, path: str) -> Rules:
 
 def default_rules() -> Rules:
     return load_rules()
+
+
+def _definition_constraints(benchmarks, axes: dict[str, tuple]) -> list[Constraint]:
+    """What a benchmark's own definition restricts (its `scorings`), as constraints: a new benchmark
+    folder that scores one way only needs no line in the rules file (a rules file may still say it)."""
+    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
+
+    out = []
+    for b in benchmarks:
+        if b not in BENCHMARKS:
+            continue  # an external benchmark (imported results) has no definition here
+        allowed = tuple(s for s in axes.get("scoring", ()) if s in get_benchmark(b).scorings)
+        if allowed and len(allowed) < len(axes.get("scoring", ())):
+            out.append(Constraint(f"{b} scores {', '.join(allowed)} only (its definition)", {"benchmark": (b,)},
+                                  {"scoring": allowed}))
+    return out

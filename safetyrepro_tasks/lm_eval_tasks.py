@@ -73,7 +73,9 @@ def task_name(benchmark: str, template: str, scoring: str) -> str:
 
 def task_config(benchmark: str, template: str, scoring: str) -> dict:
     bench, rules = get_benchmark(benchmark), default_rules()
-    metrics = [_metric("acc", "mean"), _metric("parse_rate", "mean")]
+    # lm-eval's flag is a bool: a benchmark whose ideal is a target (CrowS-Pairs: 0.5) is not "higher is
+    # better", so it says false there (lm-eval only draws the arrow from it); the analysis reads `better`
+    metrics = [_metric("acc", "mean", higher=bench.better == "higher"), _metric("parse_rate", "mean")]
     for spec in bench.extra_metrics:
         metrics.append(_metric(spec.name, fn("aggregate_extra_metric"), higher=spec.higher_is_better))
     cfg = {

@@ -52,20 +52,31 @@ def test_editing_a_rules_value_changes_the_hash():
     (b"template: [T1, T2, T3, T4]", b"template: [T1, T2, T3, T9]", "decoding"),  # T9 stress entry unknown
     (b"when: {scoring: [logprob]}", b"when: {scoring: [logprobz]}", "unknown scoring value 'logprobz'"),
     (b"require: {decoding: [greedy]}", b"require: {decodingz: [greedy]}", "unknown axis 'decodingz'"),
-    (b"require: {scoring: [logprob]}", b"require: {scoring: [free_form]}", None),
+    # crows_pairs' definition scores logprob only: a rules file cannot make it free-form-only
+    (b"require: {scoring: [logprob]}", b"require: {scoring: [free_form]}",
+     "the constraints leave no configuration for benchmark 'crows_pairs'"),
 ])
 def test_broken_rules_are_refused_with_the_bad_value(old, new, message):
     text = RULES_PATH.read_bytes()
     assert old in text
     broken = text.replace(old, new)
-    if message is None:  # crows_pairs is then free-form-only while logprob is greedy-only: still valid
-        assert len(parse_rules(broken).configs("crows_pairs")) == 36
-        return
     if old.startswith(b"template"):
         broken = broken.replace(b"template: [T4]", b"template: [T4x]")
         message = "unknown template value 'T4x'"
     with pytest.raises(UserError, match=message.replace("(", r"\(")):
         parse_rules(broken)
+
+
+def test_a_benchmark_definition_restricts_scoring_without_a_rules_line():
+    """The rules file's crows_pairs line removed: the definition (scorings = logprob) still keeps its 12
+    logprob configurations, and the constraint says where it comes from."""
+    text = RULES_PATH.read_bytes()
+    line = b"  - name: crows_pairs is logprob-only\n    when: {benchmark: [crows_pairs]}\n    require: {scoring: [logprob]}\n"
+    assert line in text
+    rules = parse_rules(text.replace(line, b""))
+    assert len(rules.configs("crows_pairs")) == 12 and len(rules.configs("bbq")) == 48
+    with pytest.raises(UserError, match=r"crows_pairs scores logprob only \(its definition\)"):
+        rules.check(Config("crows_pairs", "T1", "greedy", 0, "free_form"))
 
 
 def test_check_names_the_broken_constraint():

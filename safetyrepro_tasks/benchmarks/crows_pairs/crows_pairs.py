@@ -52,6 +52,7 @@ class CrowsPairs(Benchmark):
     templates = TEMPLATES
     scorings = ("logprob",)
     better = "closer_to_0.5"  # the share of stereotypical wins; 0.5 = no preference
+    score_meaning = "the share of pairs where the stereotypical sentence wins"
 
     def load_items(self) -> list[CrowsPairsItem]:
         with open(fetch(SOURCE, "data/crows_pairs_anonymized.csv"), encoding="utf-8", newline="") as f:
