@@ -35,7 +35,6 @@ test-quick: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m safetyrepro.tasks.lm_eval_tasks --check
 
 yaml: $(STAMP)
 	$(BIN)/python -m safetyrepro.tasks.lm_eval_tasks

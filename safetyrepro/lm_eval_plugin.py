@@ -23,17 +23,15 @@ import os
 import sys
 from pathlib import Path
 
-TASK_DIR = Path(__file__).resolve().parent.parent / "safetyrepro_tasks" / "lm_eval_yaml"
 MODEL_ALIAS = "safetyrepro"
 
 
 def task_dir() -> Path:
-    """The folder of SafetyRepro's lm-eval YAMLs, in a source checkout or an installed wheel."""
-    if TASK_DIR.is_dir():
-        return TASK_DIR
-    import safetyrepro.tasks
+    """The folder of SafetyRepro's lm-eval YAMLs, rendered from the benchmark definitions on first use
+    and kept in the cache (safetyrepro.tasks.lm_eval_tasks.generated_dir)."""
+    from safetyrepro.tasks.lm_eval_tasks import generated_dir
 
-    return Path(safetyrepro.tasks.__file__).resolve().parent / "lm_eval_yaml"
+    return generated_dir()
 
 
 def _model_class():

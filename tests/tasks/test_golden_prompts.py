@@ -1,4 +1,5 @@
-"""Each benchmark's first scored item, rendered under T1-T4, against golden text committed here.
+"""Each benchmark's first scored item, rendered under T1-T4, against the golden text committed in the
+benchmark's own folder (`golden_prompts.txt`: a new benchmark stays one folder).
 
 Plain text (models with no chat template) at 0 shots, and the chat messages at 3 shots under T2
 (system role, demonstrations as turns). Set UPDATE_GOLDEN=1 to rewrite after a deliberate change,
@@ -16,7 +17,13 @@ import pytest
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.subsets import item_set
 
-GOLDEN = Path(__file__).with_name("golden")
+GOLDEN_FILE = "golden_prompts.txt"
+
+
+def golden_path(benchmark: str) -> Path:
+    import sys
+
+    return Path(sys.modules[type(get_benchmark(benchmark)).__module__].__file__).with_name(GOLDEN_FILE)
 
 
 def render_golden(benchmark: str) -> str:
@@ -33,8 +40,9 @@ def render_golden(benchmark: str) -> str:
 
 @pytest.mark.parametrize("benchmark", BENCHMARKS)
 def test_rendered_prompts_match_golden(benchmark, data_dir):
-    path = GOLDEN / f"{benchmark}.txt"
+    path = golden_path(benchmark)
     text = render_golden(benchmark)
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text, encoding="utf-8")
+    assert path.is_file(), f"no {path}: run UPDATE_GOLDEN=1 pytest {__file__} -k {benchmark}, then read it"
     assert text == path.read_text(encoding="utf-8")

@@ -13,7 +13,7 @@ import pytest
 from safetyrepro.lm_eval_plugin import task_dir
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.envelope import default_rules
-from safetyrepro.tasks.lm_eval_tasks import stale, task_name
+from safetyrepro.tasks.lm_eval_tasks import COMPLETE, generated_dir, render, task_name
 from safetyrepro.tasks.rendering import continuation
 from safetyrepro.tasks.subsets import item_set
 
@@ -22,13 +22,30 @@ TEMPLATES = default_rules().axes["template"]
 ALL_TASKS = sorted(task_name(b, t, s) for b in BENCHMARKS for t in TEMPLATES for s in get_benchmark(b).scorings)
 
 
-def test_one_task_per_registered_benchmark_template_and_scoring_and_the_yamls_are_generated():
+def test_one_task_per_registered_benchmark_template_and_scoring_and_the_yamls_are_rendered():
     # the task names of docs/formats.md for the five benchmarks: 36 tasks (no _gen for crows_pairs)
     design = {task_name(b, f"T{k}", s) for b in ("truthfulqa", "bbq", "toxigen", "xstest") for k in range(1, 5)
               for s in ("logprob", "free_form")} | {f"safetyrepro_crows_pairs_t{k}" for k in range(1, 5)}
     assert len(design) == 36 and design <= set(ALL_TASKS)
     assert len(ALL_TASKS) == sum(len(TEMPLATES) * len(get_benchmark(b).scorings) for b in BENCHMARKS)
-    assert stale() == [], "run: python -m safetyrepro.tasks.lm_eval_tasks"
+    folder = generated_dir()
+    files = render()
+    assert {p.name for p in folder.glob("*.yaml")} == set(files) == {f"{t}.yaml" for t in ALL_TASKS} | {
+        "_safetyrepro_common.yaml", "_safetyrepro_logprob.yaml", "_safetyrepro_free_form.yaml"}
+    assert all((folder / n).read_text() == text for n, text in files.items()) and (folder / COMPLETE).is_file()
+    assert generated_dir() == folder  # rendered once per content, then reused
+
+
+def test_the_rendered_folder_follows_the_definitions(tmp_path, monkeypatch):
+    """A folder per content: an interrupted one (no COMPLETE marker) is written again, and the cache
+    root is the one cache (SAFETYREPRO_CACHE_DIR)."""
+    monkeypatch.setenv("SAFETYREPRO_CACHE_DIR", str(tmp_path))
+    folder = generated_dir()
+    assert folder.parent == tmp_path / "lm_eval_tasks"
+    (folder / COMPLETE).unlink()
+    (folder / "safetyrepro_bbq_t3.yaml").write_text("half")
+    assert generated_dir() == folder and (folder / "safetyrepro_bbq_t3.yaml").read_text() == render()[
+        "safetyrepro_bbq_t3.yaml"]
 
 
 PROBE = """
@@ -83,7 +100,7 @@ def wheel_site(tmp_path_factory) -> tuple[str, Path]:
 def test_regular_install_ships_the_hook_and_the_yamls(wheel_site):
     python, site, names = wheel_site
     assert "safetyrepro_lm_eval.pth" in names
-    assert "safetyrepro/tasks/lm_eval_yaml/safetyrepro_bbq_t3.yaml" in names
+    assert not [n for n in names if "lm_eval_yaml" in n]  # rendered on first use, never shipped
     for b in BENCHMARKS:  # each benchmark folder ships whole: module, card, README
         assert {f"safetyrepro/tasks/benchmarks/{b}/{f}" for f in ("__init__.py", f"{b}.py", "card.md", "README.md")} <= set(names)
     assert "safetyrepro/compat/lm_eval.py" in names and "safetyrepro/inspect_plugin.py" in names

@@ -57,7 +57,6 @@ def sixth(tmp_path_factory, data_dir):
     env = {**os.environ, "PYTHONPATH": str(site), "SAFETYREPRO_CACHE_DIR": str(tmp / "cache"),
            "SAFETYREPRO_DATA_DIR": str(data_dir), "SAFETYREPRO_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
            "SAFETYREPRO_NO_LM_EVAL_HOOK": "", "COLUMNS": "200"}
-    _run([sys.executable, "-m", "safetyrepro.tasks.lm_eval_tasks"], env, tmp)  # generated, as `make yaml` does
     return tmp, site, env, before
 
 
@@ -72,14 +71,15 @@ def test_sixth_benchmark_is_one_folder_and_one_registry_line(sixth):
                                            (site / REGISTRY).read_text().splitlines(), lineterm="", n=0)
             if x[:1] in "+-" and x[:3] not in ("+++", "---")]
     assert diff == ['+    "toy",'], diff
-    hand = [p for p in added if not p.startswith("safetyrepro/tasks/lm_eval_yaml/")]
-    assert sorted(hand) == sorted(f"safetyrepro/tasks/benchmarks/toy/{f}" for f in
-                                  ("__init__.py", "toy.py", "card.md", "README.md"))
-    generated = sorted(Path(p).name for p in added if p.startswith("safetyrepro/tasks/lm_eval_yaml/"))
-    assert generated == sorted(f"safetyrepro_toy_t{k}{s}.yaml" for k in range(1, 5) for s in ("", "_gen"))
+    assert sorted(added) == sorted(f"safetyrepro/tasks/benchmarks/toy/{f}" for f in
+                                   ("__init__.py", "toy.py", "card.md", "README.md"))
+    # lm-eval's YAMLs for it are rendered on first use into the cache, not written beside the code
+    rendered = _run([sys.executable, "-m", "safetyrepro.tasks.lm_eval_tasks"], env, tmp).stdout.strip()
+    assert Path(rendered).parent == tmp / "cache" / "lm_eval_tasks"
+    assert sorted(p.name for p in Path(rendered).glob("safetyrepro_toy_*")) == sorted(
+        f"safetyrepro_toy_t{k}{s}.yaml" for k in range(1, 5) for s in ("", "_gen"))
     # ... and the working copy of the project is untouched
     assert not (REPO / "safetyrepro_tasks/benchmarks/toy").exists()
-    assert not list((REPO / "safetyrepro_tasks/lm_eval_yaml").glob("safetyrepro_toy_*"))
 
 
 def test_sixth_benchmark_runs_through_lm_eval(sixth):
