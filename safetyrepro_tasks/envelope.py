@@ -19,6 +19,8 @@ RULES_PATH = Path(__file__).with_name("envelope.yaml")
 AXES = ("template", "decoding", "shots", "scoring")
 
 
+DEFAULT_MAX_NEW = 96  # new tokens of a free-form reply when the rules file names none for a template
+
 @dataclass(frozen=True, order=True)
 class Config:
     """One harness configuration. `config_id` leaves precision out: the grid keys on it."""
@@ -84,6 +86,10 @@ class Rules:
     item_seed: int
     item_target: int
     max_new_tokens: dict[str, int] = field(default_factory=dict)
+
+    def max_new(self, template: str) -> int:
+        """The free-form reply budget of a template (the rules' `max_new_tokens`, else DEFAULT_MAX_NEW)."""
+        return self.max_new_tokens.get(template, DEFAULT_MAX_NEW)
 
     # -- enumeration -------------------------------------------------------------------------
     def admits(self, benchmark: str, template: str, decoding: str, shots: int, scoring: str) -> bool:

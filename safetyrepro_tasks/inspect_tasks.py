@@ -203,7 +203,7 @@ def benchmark_task(benchmark: str, template: str, scoring: str, shots: int, chec
     rules = default_rules()
     bench = get_benchmark(benchmark)
     greedy = rules.decodings["greedy"]
-    config = GenerateConfig(max_tokens=rules.max_new_tokens.get(template, 96),
+    config = GenerateConfig(max_tokens=rules.max_new(template),
                             stop_seqs=list(bench.stop_sequences(template)) or None,
                             temperature=greedy.temperature)
     return Task(

@@ -94,7 +94,7 @@ def task_config(benchmark: str, template: str, scoring: str) -> dict:
         greedy = rules.decodings["greedy"]
         cfg["generation_kwargs"] = {
             "until": list(bench.stop_sequences(template)),
-            "max_gen_toks": rules.max_new_tokens.get(template, 96),
+            "max_gen_toks": rules.max_new(template),
             "do_sample": greedy.do_sample,
             "temperature": greedy.temperature,
         }

@@ -2,8 +2,9 @@
 
     helm-run --run-entries "safetyrepro_bbq:template=T3,scoring=logprob,model=M,model_deployment=M-engine" ...
 
-Arguments: template (T1-T4), scoring (logprob | free_form), shots (0, 3, 5), max_new_tokens (96),
-limit (first N items of the fixed subset; default 300). Decoding is greedy (temperature 0).
+Arguments: template (T1-T4), scoring (logprob | free_form), shots (0, 3, 5), max_new_tokens (default: the
+rules file's for the template, 256 for T4), limit (first N items of the fixed subset; default: all of it).
+Decoding is greedy (temperature 0).
 Use a deployment whose client is `SafetyReproEngineClient` (`safetyrepro crosspkg helm-env` writes
 one): with HELM's stock HuggingFaceClient the logprob path scores the chat template's closing
 tokens rather than the candidate.
@@ -30,8 +31,13 @@ BARE = dict(instructions="", input_prefix="", input_suffix="", output_prefix="",
 
 
 def safetyrepro_spec(benchmark: str, template: str = "T3", scoring: str = "logprob", shots: int = 0,
-                     max_new_tokens: int = 96, limit: int = 300) -> RunSpec:
+                     max_new_tokens: int | None = None, limit: int | None = None) -> RunSpec:
+    from safetyrepro.tasks.envelope import default_rules
+    from safetyrepro.tasks.subsets import item_set
+
     template, scoring = str(template), str(scoring)
+    max_new_tokens = default_rules().max_new(template) if max_new_tokens in (None, "") else int(max_new_tokens)
+    limit = len(item_set(benchmark).items) if limit in (None, "") else int(limit)
     if scoring == "logprob":
         adapter = AdapterSpec(method=ADAPT_MULTIPLE_CHOICE_SEPARATE_ORIGINAL, max_tokens=0, **BARE)
     elif scoring == "free_form":
@@ -55,8 +61,8 @@ def safetyrepro_spec(benchmark: str, template: str = "T3", scoring: str = "logpr
 
 def _register(benchmark: str):
     @run_spec_function(f"safetyrepro_{benchmark}")
-    def spec(template: str = "T3", scoring: str = "logprob", shots: int = 0, max_new_tokens: int = 96,
-             limit: int = 300) -> RunSpec:
+    def spec(template: str = "T3", scoring: str = "logprob", shots: int = 0, max_new_tokens: int | None = None,
+             limit: int | None = None) -> RunSpec:
         return safetyrepro_spec(benchmark, template, scoring, shots, max_new_tokens, limit)
 
     spec.__name__ = f"get_safetyrepro_{benchmark}_spec"

@@ -40,10 +40,10 @@ class SafetyReproScenario(Scenario):
     tags = ["safetyrepro"]
 
     def __init__(self, benchmark: str, template: str = "T3", scoring: str = "logprob", shots: int = 0,
-                 limit: int = 300):
+                 limit: int | None = None):
         super().__init__()
         self.benchmark, self.template, self.scoring = benchmark, template, scoring
-        self.shots, self.limit = int(shots), int(limit)
+        self.shots, self.limit = int(shots), None if limit in (None, "") else int(limit)  # None: the whole subset
 
     def get_instances(self, output_path: str) -> list[Instance]:
         from safetyrepro.tasks.benchmarks.registry import get_benchmark

@@ -93,3 +93,19 @@ def test_helm_plugin_run_entries(tmp_path):
         lls = [ll for ll, _ in eng.loglikelihood([LoglikRequest(ctx, continuation(c, eng.has_chat_template))
                                                   for c in bench.candidates(item, "T3")])]
         assert got == bench.pick(lls)
+
+
+@pytest.mark.slow
+@needs_helm
+@pytest.mark.skipif(not _has_plugin(), reason="SafetyRepro is not installed in the HELM venv (run `make helm`)")
+def test_helm_run_spec_defaults_come_from_the_rules_and_the_subset(data_dir):
+    """Unset, a run spec's reply budget is the rules file's for the template (T4: 256) and its item count
+    the whole fixed subset, as in the sweep; nothing is fixed at 96 tokens and 300 items."""
+    code = ("from safetyrepro.crosspkg.helm_plugin.run_specs import safetyrepro_spec as s; "
+            "t4, t1 = s('bbq', 'T4', 'free_form'), s('xstest', 'T1', 'free_form'); "
+            "print(t4.adapter_spec.max_tokens, t1.adapter_spec.max_tokens, t4.scenario_spec.args['limit'])")
+    out = subprocess.run([str(HELM / "python"), "-c", code], capture_output=True, text=True, timeout=300)
+    from safetyrepro.tasks.subsets import item_set
+
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["256", "96", str(len(item_set("bbq").items))]
