@@ -72,11 +72,9 @@ def _fmt(v) -> str:
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
-    head = "| " + " | ".join(map(str, frame.columns)) + " |"
-    rule = "|" + "---|" * len(frame.columns)
-    body = ["| " + " | ".join(_fmt(v).replace("|", "\\|") for v in row) + " |"
-            for row in frame.itertuples(index=False)]
-    return "\n".join([head, rule, *body])
+    from safetyrepro.markdown import markdown_table as table
+
+    return table(list(map(str, frame.columns)), ([_fmt(v) for v in row] for row in frame.itertuples(index=False)))
 
 
 def to_markdown(blocks: list[Block]) -> str:

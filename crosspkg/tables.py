@@ -246,11 +246,9 @@ def _fmt(v) -> str:
 
 
 def markdown_table(rows: list[dict], cols: list[str], headers: list[str] | None = None) -> str:
-    headers = headers or cols
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        out.append("| " + " | ".join(_fmt(r.get(c)).replace("|", "\\|") for c in cols) + " |")
-    return "\n".join(out)
+    from safetyrepro.markdown import markdown_table as table
+
+    return table(headers or cols, ([_fmt(r.get(c)) for c in cols] for r in rows))
 
 
 def table7_markdown(rows: list[dict]) -> str:
