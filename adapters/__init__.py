@@ -14,7 +14,7 @@ Plugins we offer (our engine inside another package):
 Models by name: `weights` (embedded names, paths and hub ids -> weights on disk, split packages joined
 once into the cache, hashes cached), `loading` (weights -> Hugging Face model and tokenizer in bf16,
 fp32 or NF4; plain HF folder export), `model_specs` (a sweep's `--models` as written -> checked
-entries, and `open_backend`), `models_cli` (`safetyrepro models [list|fetch|export]`).
+entries), `factory` (`open_backend`: an entry -> its loaded backend), `models_cli` (`safetyrepro models [list|fetch|export]`).
 
 Everything these files need of transformers' internals is in safetyrepro/compat/transformers.py.
 See docs/models.md.

@@ -323,25 +323,3 @@ def check_reachable(url: str, label: str, timeout: float = 3.0) -> None:
     except OSError as e:
         raise UserError(f"{label}: cannot reach the server at {url} ({e.strerror or e}); start it first "
                         "(README: Bring your own model)") from None
-
-
-def open_backend(entry: ModelEntry, precision: str, device: str | None = None, batch_size: int | None = None):
-    """Load the backend a model entry names (the engine is loaded once per process and reused)."""
-    if entry.kind == ENGINE:
-        from safetyrepro.adapters.engine import load_engine
-
-        return load_engine(entry.target, entry.precision or precision, device, batch_size=batch_size)
-    if entry.kind == LM_EVAL:
-        from safetyrepro.adapters.lm_eval_backend import LmEvalBackend
-
-        return LmEvalBackend(entry, device, batch_size)
-    if entry.provider == "safetyrepro":  # Inspect's name for the engine
-        from safetyrepro.adapters.engine import load_engine
-
-        name = entry.target.split("/", 1)[1]
-        args = entry.args_dict()
-        return load_engine(name, args.get("precision") or entry.precision or precision, args.get("device") or device,
-                           batch_size=int(args["batch_size"]) if args.get("batch_size") else batch_size)
-    from safetyrepro.adapters.inspect_backend import InspectBackend
-
-    return InspectBackend(entry)

@@ -110,6 +110,6 @@ def outputs_cache_path():
 
 def open_cached_backend(entry, precision: str, device: str | None, batch_size: int | None) -> CachedBackend:
     """Load a model's backend once and put the output cache in front of it (the local and the Ray executor)."""
-    from safetyrepro.adapters.model_specs import open_backend
+    from safetyrepro.adapters.factory import open_backend
 
     return CachedBackend(open_backend(entry, precision, device, batch_size), OutputsCache(outputs_cache_path()))
