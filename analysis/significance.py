@@ -149,7 +149,7 @@ def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
     item_of = complete.index.get_level_values(1).to_numpy()
     values = complete.to_numpy(dtype=float)
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.array([], dtype=int)
-    spans = list(zip(starts, np.r_[starts[1:], len(ids)], strict=True))
+    spans = list(zip(starts, np.r_[starts[1:], len(ids)], strict=True)) if len(ids) else []
     by_config = {str(ids[s]): values[s:e] for s, e in spans}
     item_ids = {str(ids[s]): item_of[s:e].astype(str) for s, e in spans}
     if partial:

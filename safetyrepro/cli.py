@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "analyze": "safetyrepro.analysis.cli",
     "compare": "safetyrepro.analysis.compare_cli",
     "crosspkg": "safetyrepro.crosspkg.cli",
+    "import": "safetyrepro.importers.cli",
 }
 
 

@@ -543,3 +543,19 @@ def test_sigterm_ends_with_one_line_and_exit_143():
     assert done.returncode == 143, done.stderr
     assert done.stderr.strip().splitlines() == ["safetyrepro: terminated (SIGTERM); finished cells are kept, rerun "
                                                 "the same command to resume"]
+
+
+def test_an_empty_items_file_is_a_warning_not_an_internal_error(finished, tmp_path, monkeypatch, capsys, data_dir):
+    """Per-item records with no rows (a grid whose runs logged none) leave the item tests out, said in
+    one warning line; before, a zip over the empty configurations ended in an internal error."""
+    import pandas as pd
+
+    monkeypatch.setenv("SR_FINISHED", str(finished))
+    grid = _two_model_grid(_mkdir(tmp_path / "s"))
+    items = pd.read_parquet(grid.parent / "items.parquet").iloc[:0]
+    items.to_parquet(tmp_path / "empty.parquet")
+    code = main(["analyze", str(grid), "--items", str(tmp_path / "empty.parquet"), "--out", str(tmp_path / "a"),
+                 "--no-figures", "--bootstrap", "20"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "holds no records for this grid's models and configurations" in err and "Traceback" not in err

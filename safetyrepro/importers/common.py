@@ -1,0 +1,200 @@
+"""The records both importers produce, and the small pure helpers they share.
+
+An importer reads files (I/O at the edge) into `Run`s: one task of one run, with the configuration
+axes already decided (benchmark, template, decoding, shots, scoring), the non-axis properties that
+must agree before runs are pooled (package version, item set, metric, tie rule, model weights), and
+the per-item rows when the run logged them. `assemble` turns runs into the grid; nothing here reads
+or writes a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from safetyrepro.errors import UserError
+
+# lm-eval and Inspect record dtypes in several spellings; the grid's precision column uses one.
+PRECISIONS = {
+    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
+    "nf4": "nf4", "int8": "int8", "auto": "auto",
+}
+SCORE_TOLERANCE = 1e-9  # per-item values must average to the recorded score this closely
+TOKEN = re.compile(r"[A-Za-z0-9._-]{1,24}")
+
+
+@dataclass(frozen=True)
+class Axes:
+    """The five columns that make a configuration id (docs/formats.md)."""
+
+    benchmark: str
+    template: str
+    decoding: str
+    shots: int
+    scoring: str
+
+    @property
+    def config_id(self) -> str:
+        return f"{self.benchmark}/{self.template}/{self.decoding}/{self.shots}shot/{self.scoring}"
+
+
+@dataclass(frozen=True)
+class DecodingSpec:
+    """A decoding as the run recorded it; `name` is the grid's decoding value."""
+
+    name: str
+    temperature: float
+    top_p: float
+    do_sample: bool
+    recorded: bool = True  # False: the run left the sampling settings to the model's provider
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    item_id: str
+    item_score: float
+    prediction: int | None = None
+    gold: int | None = None
+    raw_output: str | None = None
+    parsed: bool | None = None
+    prompt_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One task of one recorded run: a cell's score for one seed, with where it came from."""
+
+    package: str                    # lm-eval | inspect
+    package_version: str
+    source: str                     # the results file or .eval log
+    samples_source: str | None      # the samples file (lm-eval) or the log itself (Inspect), when items were read
+    task: str
+    model: str                      # the grid label (after the mapping file's `models`)
+    model_recorded: str             # how the run named the model
+    model_spec: dict[str, Any]      # backend kind, spec and arguments, for run.json
+    weights_id: str | None          # a weights hash the run recorded, if any
+    precision: str
+    axes: Axes
+    decoding: DecodingSpec
+    stress_template: bool           # T4 and what derives from it, or a mapping entry marked stress
+    seed: int
+    metric: str
+    tie_rule: str | None
+    score: float
+    parse_rate: float
+    n_items: int
+    item_ids: tuple[str, ...] | None
+    items: tuple[ItemRow, ...] | None
+    items_note: str                 # why there are no item rows, when there are none
+    created: float                  # when the run was made (seconds since the epoch), for --duplicates newest
+    settings: dict[str, Any] = field(default_factory=dict)  # what the axes were read from, for the grid's extra columns
+
+
+@dataclass(frozen=True)
+class Unmapped:
+    """A task of a readable run that the importer could not place in the grid, and why."""
+
+    source: str
+    task: str
+    model: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """A file that cannot be imported at all (unreadable, partial, unsupported version, orphaned)."""
+
+    path: str
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str
+    kind: str
+    sha256: str
+    size: int
+
+
+@dataclass
+class Reading:
+    """Everything an importer read from its paths."""
+
+    package: str
+    runs: list[Run] = field(default_factory=list)
+    unmapped: list[Unmapped] = field(default_factory=list)
+    bad: list[BadInput] = field(default_factory=list)
+    sources: list[SourceFile] = field(default_factory=list)
+
+
+class BadInputError(UserError):
+    """One bad input file: raised at once unless --skip-bad collects them."""
+
+    def __init__(self, bad: BadInput):
+        super().__init__(bad.line() + " (pass --skip-bad to import the rest and list the bad files)")
+        self.bad = bad
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def short_hash(text: str, n: int = 8) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
+
+
+def token(value: Any) -> str:
+    """A value as a piece of an axis name: itself when short and plain, else a hash, because axis
+    values travel inside config ids (`/`-separated) and file names."""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return text if TOKEN.fullmatch(text) else "h" + short_hash(text)
+
+
+def number_text(x: float) -> str:
+    """0.3 -> "0.3", 1.0 -> "1": decoding names read like the settings."""
+    return f"{float(x):g}"
+
+
+def precision_label(*candidates: Any) -> str:
+    """The first recognised dtype among `candidates` (in the grid's spelling), else "auto"."""
+    for c in candidates:
+        if c is None or c == "":
+            continue
+        key = str(c).strip().lower()
+        if key in PRECISIONS and PRECISIONS[key] != "auto":
+            return PRECISIONS[key]
+    return "auto"
+
+
+def as_unit_score(value: Any) -> float | None:
+    """A per-item or cell value as a float in [0, 1], or None when it is not one."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, complex):
+        x = float(value)
+        return x if math.isfinite(x) and 0.0 <= x <= 1.0 else None
+    return None
+
+
+def items_match_score(items: list[ItemRow], score: float) -> bool:
+    """Whether the item rows average to the recorded score: if not, the metric is not a mean over
+    items (or the rows belong to another run), and the rows would mislead the item-level tests."""
+    if not items:
+        return False
+    mean = sum(r.item_score for r in items) / len(items)
+    return abs(mean - score) <= SCORE_TOLERANCE * max(1.0, abs(score))
+
+
+def item_set_key(item_ids: tuple[str, ...] | None, n_items: int) -> str:
+    """A short name for the set of items a run scored: their ids' hash when known, else the count."""
+    if item_ids is None:
+        return f"n={n_items}"
+    return f"n={n_items}:{short_hash(chr(10).join(sorted(item_ids)), 6)}"

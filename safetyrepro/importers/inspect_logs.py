@@ -1,0 +1,353 @@
+"""Reading Inspect logs through Inspect's public log API (`list_eval_logs`, `read_eval_log`,
+`read_eval_log_samples`): task and task arguments, model, generate config, scorer and metrics, and
+the per-sample scores.
+
+`read_paths` is the I/O edge; `run_from_log` turns one log header and its samples into a `Run`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    Axes,
+    BadInput,
+    BadInputError,
+    ItemRow,
+    Reading,
+    Run,
+    SourceFile,
+    Unmapped,
+    as_unit_score,
+    items_match_score,
+    precision_label,
+)
+from .mapping import Mapping, decoding_spec, decorated_template, place_task, with_settings
+
+LOG_FORMATS = (2,)  # the .eval / .json log format versions Inspect 0.3 writes
+SUPPORTED = "0.3"
+SR_PROVIDER = "safetyrepro/"
+SR_ARGS = ("template", "scoring", "shots", "tie_rule")
+SHOTS_ARGS = ("shots", "num_fewshot", "fewshot", "n_shots", "k_shot")
+# generate settings that change a model's outputs (beyond temperature, top_p and seed, which name the decoding)
+OUTPUT_SETTINGS = ("max_tokens", "top_k", "stop_seqs", "frequency_penalty", "presence_penalty", "logit_bias",
+                   "best_of", "num_choices", "reasoning_effort", "reasoning_tokens")
+MEAN_METRICS = ("accuracy", "mean")
+
+
+def _log_files(paths: Sequence[str]) -> tuple[list[str], list[BadInput]]:
+    from inspect_ai.log import list_eval_logs
+
+    files, bad = [], []
+    for p in map(Path, paths):
+        if p.is_file():
+            if p.suffix not in (".eval", ".json"):
+                bad.append(BadInput(str(p), "is not an Inspect log (.eval or .json)"))
+            else:
+                files.append(str(p))
+        elif p.is_dir():
+            found = [info.name for info in list_eval_logs(str(p), recursive=True)]
+            found = [f.removeprefix("file://") for f in found]
+            if not found:
+                bad.append(BadInput(str(p), "holds no Inspect log (.eval or .json)"))
+            files.extend(sorted(found))
+        else:
+            bad.append(BadInput(str(p), "does not exist"))
+    return sorted(dict.fromkeys(files)), bad
+
+
+def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None = None,
+               skip_bad: bool = False) -> Reading:
+    """Every Inspect log under `paths` as a run; bad logs raise `BadInputError` at once unless
+    `skip_bad`, which lists them and goes on."""
+    from inspect_ai.log import read_eval_log, read_eval_log_samples
+
+    reading = Reading("inspect")
+
+    def bad(b: BadInput) -> None:
+        if not skip_bad:
+            raise BadInputError(b)
+        reading.bad.append(b)
+
+    files, missing = _log_files(paths)
+    for b in missing:
+        bad(b)
+    for path in files:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            bad(BadInput(path, f"cannot be read ({e.strerror})"))
+            continue
+        try:
+            header = read_eval_log(path, header_only=True)
+        except Exception as e:  # Inspect raises many types for a damaged file; each is one bad input
+            version = _format_version(data, path)
+            if version is not None and version not in LOG_FORMATS:
+                bad(BadInput(path, f"is an Inspect log of format version {version}; supported: "
+                                   f"{', '.join(map(str, LOG_FORMATS))} (Inspect {SUPPORTED}.x)"))
+            else:
+                detail = str(e).splitlines()[0][:160] if str(e) else "no detail"
+                bad(BadInput(path, f"is not a readable Inspect log ({type(e).__name__}: {detail})"))
+            continue
+        problem = check_log(header)
+        if problem:
+            bad(BadInput(path, problem))
+            continue
+        samples = None
+        if getattr(header.eval.config, "log_samples", True) is not False:
+            try:
+                samples = list(read_eval_log_samples(path, all_samples_required=True))
+            except Exception as e:  # a log cut short keeps its header but loses samples
+                bad(BadInput(path, f"its samples cannot be read ({type(e).__name__}: "
+                                   f"{str(e).splitlines()[0][:160] if str(e) else 'no detail'}): a partial log"))
+                continue
+        got = run_from_log(header, samples, path, mapping, rules, metric)
+        if isinstance(got, BadInput):
+            bad(got)
+            continue
+        reading.sources.append(SourceFile(path, "inspect log", hashlib.sha256(data).hexdigest(), len(data)))
+        if isinstance(got, Unmapped):
+            reading.unmapped.append(got)
+        else:
+            reading.runs.append(got)
+    return reading
+
+
+def _format_version(data: bytes, path: str) -> int | None:
+    """The log format version a file declares, read without Inspect (which refuses versions it does not
+    know with a bare "unable to read"): a .json log's top-level `version`, a .eval archive's header."""
+    import io
+    import json
+    import zipfile
+
+    try:
+        if path.endswith(".json"):
+            return int(json.loads(data).get("version"))
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            for name in ("header.json", "_journal/start.json"):
+                if name in z.namelist():
+                    return int(json.loads(z.read(name)).get("version"))
+    except (ValueError, TypeError, AttributeError, KeyError, zipfile.BadZipFile, OSError):
+        return None
+    return None
+
+
+def check_log(log) -> str | None:
+    """Why a log (its header) cannot be imported, or None."""
+    if getattr(log, "version", None) not in LOG_FORMATS:
+        return (f"is an Inspect log of format version {getattr(log, 'version', None)}; supported: "
+                f"{', '.join(map(str, LOG_FORMATS))} (Inspect {SUPPORTED}.x)")
+    version = str((log.eval.packages or {}).get("inspect_ai", ""))
+    if version and not version.startswith(SUPPORTED + "."):
+        return f"was written by Inspect {version}; supported: Inspect {SUPPORTED}.x logs"
+    if log.status != "success":
+        return f"records an eval that ended {log.status!r}, not 'success': a partial run"
+    if log.results is None or not log.results.scores:
+        return "records no scores (was the eval run with --no-score?)"
+    return None
+
+
+def _created(log) -> float:
+    try:
+        return dt.datetime.fromisoformat(str(log.eval.created)).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _choose_metric(log, wanted: str | None) -> tuple[Any, str] | str:
+    """(the EvalScore, the metric name): `wanted` as `metric` or `scorer/metric`, else the first
+    scorer's first metric that is not a spread (stderr, std)."""
+    scores = log.results.scores
+    if wanted:
+        scorer, _, name = wanted.rpartition("/")
+        for s in scores:
+            if (not scorer or s.name == scorer) and name in s.metrics:
+                return s, name
+        have = ", ".join(f"{s.name}/{m}" for s in scores for m in s.metrics)
+        return f"reports no metric {wanted!r} (it has: {have})"
+    for s in scores:
+        for name in s.metrics:
+            if name not in ("stderr", "std", "var"):
+                return s, name
+    return "reports no metric"
+
+
+def _generate_settings(log) -> tuple[dict, dict]:
+    """(effective generate settings, the ones the eval was given): the eval's own (--temperature,
+    ...) over the task's, which `log.plan.config` records."""
+    def fields(config) -> dict:
+        if config is None:
+            return {}
+        dump = config.model_dump(exclude_none=True) if hasattr(config, "model_dump") else dict(config)
+        return {k: v for k, v in dump.items() if v is not None}
+
+    given = fields(log.eval.model_generate_config)
+    task = fields(getattr(log.plan, "config", None))
+    return {**task, **given}, given
+
+
+def task_name(ev) -> str:
+    """The task's name as `inspect eval` gives it: SafetyRepro's tasks run from Python are recorded as
+    `<benchmark>` (a notebook) or `task` (a sweep builds them unregistered), and are known by the
+    metadata they record (benchmark, item subset, rules hash)."""
+    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
+
+    name = str(ev.task)
+    meta = dict(ev.metadata or {})
+    if meta.get("benchmark") in BENCHMARKS and "rules_sha256" in meta and "subset_id" in meta \
+            and not name.startswith("safetyrepro/"):
+        return f"safetyrepro/{meta['benchmark']}"
+    return name
+
+
+def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules,
+                 metric: str | None) -> Run | Unmapped | BadInput:
+    ev = log.eval
+    task_args = dict(ev.task_args or {})
+    recorded = str(ev.model)
+    first_meta = {}
+    if samples:
+        output = getattr(samples[0], "output", None)
+        first_meta = dict(getattr(output, "metadata", None) or {})
+    engine = recorded.startswith(SR_PROVIDER)
+    default_label = recorded.removeprefix(SR_PROVIDER) if engine else recorded
+    label = mapping.label(default_label)
+    name = task_name(ev)
+    if name.startswith("safetyrepro/"):
+        # SafetyRepro's tasks record what they ran in their metadata, also when built in Python (a sweep)
+        meta = dict(ev.metadata or {})
+        task_args = {**task_args, **{k: meta[k] for k in SR_ARGS if k in meta}}
+    placement = place_task(name, mapping, "inspect", task_args)
+    if isinstance(placement, str):
+        return Unmapped(source, str(ev.task), label, placement)
+    chosen = _choose_metric(log, placement.metric or metric)
+    if isinstance(chosen, str):
+        return Unmapped(source, str(ev.task), label, chosen)
+    score_entry, metric_name = chosen
+    score = as_unit_score(score_entry.metrics[metric_name].value)
+    if score is None:
+        return Unmapped(source, str(ev.task), label, f"metric {score_entry.name}/{metric_name} is "
+                        f"{score_entry.metrics[metric_name].value!r}, not a share in [0, 1] (choose one with --metric)")
+    settings, _ = _generate_settings(log)
+    if placement.safetyrepro:
+        scoring = str(task_args.get("scoring") or "logprob")
+        shots = int(task_args.get("shots") or 0)
+        other_args: dict = {}
+        tie_rule = str(task_args.get("tie_rule") or "expected") if scoring == "logprob" else None
+    else:
+        scoring = placement.scoring or "free_form"
+        shots_key = placement.shots_arg or next((k for k in SHOTS_ARGS if k in task_args), None)
+        try:
+            shots = int(task_args.get(shots_key) or 0) if shots_key else 0
+        except (TypeError, ValueError):
+            return Unmapped(source, str(ev.task), label, f"task argument {shots_key}={task_args.get(shots_key)!r} "
+                            "is not a shot count")
+        other_args = {k: v for k, v in task_args.items() if k != shots_key}
+        tie_rule = None
+    if scoring == "logprob":
+        decoding = decoding_spec(0.0, None, False, rules)
+    else:
+        decoding = decoding_spec(settings.get("temperature"), settings.get("top_p"), None, rules,
+                                 provider_default=not engine)
+        decoding = replace(decoding, name=with_settings(decoding.name, output_settings(settings, placement, rules)))
+    template = decorated_template(placement.template, chat_applied=True, model_has_chat=None,
+                                  system_text=settings.get("system_message"), fewshot_as_multiturn=True,
+                                  shots=shots, args=other_args)
+    seed = int(settings.get("seed") or 0) if decoding.do_sample else 0
+    precision = precision_label(first_meta.get("precision"), (ev.model_args or {}).get("precision"),
+                                (ev.model_args or {}).get("dtype"), "bf16" if engine else None)
+    if precision == "auto" and not engine:
+        precision = "default"  # a provider's model: its precision is the provider's, not recorded
+    weights = first_meta.get("weights_sha256") or None
+    parse_rate = 1.0
+    if "parse_rate" in score_entry.metrics:
+        parse_rate = as_unit_score(score_entry.metrics["parse_rate"].value)
+        parse_rate = 1.0 if parse_rate is None else parse_rate
+    item_ids = tuple(str(i) for i in (ev.dataset.sample_ids or [])) or None
+    n_items = len(item_ids) if item_ids else int(log.results.total_samples or 0)
+    items, note, samples_source = None, "the log holds no samples", None
+    if samples:
+        rows = _item_rows(samples, score_entry.name)
+        samples_source = source
+        if isinstance(rows, str):
+            note = rows
+        else:
+            ids = tuple(r.item_id for r in rows)
+            if item_ids is not None and set(ids) != set(item_ids):
+                return BadInput(source, f"holds samples for {len(ids)} of its {len(item_ids)} items: a partial log")
+            item_ids, n_items = ids, len(ids)
+            if metric_name not in MEAN_METRICS and metric_name.split("/")[-1] not in MEAN_METRICS:
+                note = f"metric {metric_name} is not a mean over samples"
+            elif not items_match_score(rows, score):
+                note = f"the samples' scores do not average to the reported {metric_name}"
+            else:
+                items, note = tuple(rows), ""
+    if n_items < 1:
+        return BadInput(source, "records no samples")
+    version = str((ev.packages or {}).get("inspect_ai") or f"{SUPPORTED}.x (unrecorded)")
+    spec = {"kind": "inspect" if not engine else "inspect:safetyrepro", "spec": recorded,
+            "model_args": dict(ev.model_args or {}), "precision": precision}
+    return Run(
+        package="inspect", package_version=version, source=source, samples_source=samples_source, task=name,
+        model=label, model_recorded=recorded, model_spec=spec, weights_id=weights, precision=precision,
+        axes=Axes(placement.benchmark, template, decoding.name, shots, scoring), decoding=decoding,
+        stress_template=placement.stress, seed=seed, metric=f"{score_entry.name}/{metric_name}", tie_rule=tie_rule,
+        score=score, parse_rate=parse_rate, n_items=n_items, item_ids=item_ids, items=items, items_note=note,
+        created=_created(log),
+        settings={"task": str(ev.task), "task_args": dict(task_args), "system_message": settings.get("system_message"),
+                  "generate_config": {k: v for k, v in settings.items() if k != "max_connections"}})
+
+
+def output_settings(settings: dict, placement, rules) -> dict:
+    """Generate settings besides the sampling ones that change a free-form output (max_tokens, stop
+    sequences, top_k, ...). A log records them merged (the task's own with the eval's options), so
+    every one present names the decoding, except, for SafetyRepro's tasks, the task's own defaults
+    (the rules file's token budget and the benchmark's stop sequences)."""
+    present = {k: settings[k] for k in OUTPUT_SETTINGS if settings.get(k) is not None}
+    if placement.safetyrepro:
+        from safetyrepro.tasks.benchmarks.registry import get_benchmark
+
+        own = {"max_tokens": rules.max_new_tokens.get(placement.template, 96),
+               "stop_seqs": list(get_benchmark(placement.benchmark).stop_sequences(placement.template)) or None}
+        present = {k: v for k, v in present.items() if own.get(k, object()) != v}
+    return present
+
+
+def _item_rows(samples: list, scorer: str) -> list[ItemRow] | str:
+    """One row per sample id (epochs averaged, as Inspect's default reducer does)."""
+    from inspect_ai.scorer import value_to_float
+
+    to_float = value_to_float()
+    values: dict[str, list[float]] = defaultdict(list)
+    first: dict[str, Any] = {}
+    for s in samples:
+        score = (s.scores or {}).get(scorer)
+        if score is None:
+            return f"sample {s.id} has no {scorer} score"
+        try:
+            v = float(to_float(score.value))
+        except (TypeError, ValueError):
+            return f"sample {s.id}'s {scorer} score {score.value!r} is not a number"
+        if as_unit_score(v) is None:
+            return f"sample {s.id}'s {scorer} score {v!r} is outside [0, 1]"
+        values[str(s.id)].append(v)
+        first.setdefault(str(s.id), s)
+    rows = []
+    for sid, vs in values.items():
+        s = first[sid]
+        meta = dict(s.scores[scorer].metadata or {})
+        sample_meta = dict(s.metadata or {})
+        prediction = meta.get("prediction")
+        gold = sample_meta.get("gold")
+        rows.append(ItemRow(sid, sum(vs) / len(vs),
+                            int(prediction) if isinstance(prediction, int) else None,
+                            int(gold) if isinstance(gold, int) else None,
+                            s.output.completion if getattr(s, "output", None) is not None else None,
+                            bool(meta["parsed"]) if "parsed" in meta else None))
+    return rows

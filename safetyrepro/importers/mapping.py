@@ -1,0 +1,277 @@
+"""From what a run recorded to the grid's axes: pure functions, plus the mapping file's parser.
+
+The benchmark and template of a task come from SafetyRepro's own task names
+(`safetyrepro_<benchmark>_t<k>[_gen]` for lm-eval, `safetyrepro/<benchmark>` with `-T template=` for
+Inspect) or from a mapping file (docs/importing.md):
+
+    tasks:
+      - match: "arc_easy_local"          # a regular expression, matched against the whole task name
+        benchmark: arc_easy              # a SafetyRepro benchmark, or any other plain name
+        template: lm-eval-default        # `\\1` ... take groups of the match
+        metric: acc_norm                 # optional: this task's metric (default: its primary one)
+        scoring: logprob                 # optional: free_form | logprob (default: from the task's output type)
+        item_id: id                      # optional: the document field that names an item
+        stress: false                    # optional: count this template in the stress tier
+        shots_arg: n_shots               # optional (Inspect): the task argument that holds the shot count
+    models:
+      - match: "hf:/models/smol.*"       # matched against the importer's default label
+        label: smol                      # the grid's model label
+
+A task neither names is listed as unmapped, never guessed. The other axes are read from the run's
+settings; what differs from SafetyRepro's way of running a template (chat template applied, few-shot
+examples as turns, no extra system text) is written into the template's name, so that two runs that
+prompted differently never share a configuration id.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from safetyrepro.errors import UserError
+from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
+
+from .common import DecodingSpec, number_text, sha256_bytes, short_hash, token
+
+SCORINGS = ("free_form", "logprob")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+AXIS_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=:-]*")  # a template/decoding value: no '/', no spaces
+LM_EVAL_TASK = re.compile(r"safetyrepro_(?P<benchmark>.+)_t(?P<k>[0-9]+)(?P<gen>_gen)?")
+INSPECT_TASK = re.compile(r"safetyrepro/(?P<benchmark>[A-Za-z0-9_]+)")
+TASK_KEYS = {"match", "benchmark", "template", "metric", "scoring", "item_id", "stress", "shots_arg"}
+MODEL_KEYS = {"match", "label"}
+
+
+@dataclass(frozen=True)
+class TaskRule:
+    pattern: re.Pattern
+    benchmark: str
+    template: str
+    metric: str | None = None
+    scoring: str | None = None
+    item_id: str | None = None
+    stress: bool = False
+    shots_arg: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelRule:
+    pattern: re.Pattern
+    label: str
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a task lands: benchmark, base template, and how to read it."""
+
+    benchmark: str
+    template: str
+    safetyrepro: bool                # one of SafetyRepro's own tasks
+    stress: bool
+    metric: str | None = None
+    scoring: str | None = None
+    item_id: str | None = None
+    shots_arg: str | None = None
+
+
+@dataclass(frozen=True)
+class Mapping:
+    tasks: tuple[TaskRule, ...] = ()
+    models: tuple[ModelRule, ...] = ()
+    path: str | None = None
+    sha256: str | None = None
+
+    def task_rule(self, task: str) -> TaskRule | None:
+        return next((r for r in self.tasks if r.pattern.fullmatch(task)), None)
+
+    def label(self, default: str) -> str:
+        rule = next((r for r in self.models if r.pattern.fullmatch(default)), None)
+        return rule.label if rule else default
+
+
+def _compile(pattern: Any, where: str) -> re.Pattern:
+    if not isinstance(pattern, str) or not pattern:
+        raise UserError(f"{where}: 'match' must be a regular expression (a string)")
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise UserError(f"{where}: 'match' {pattern!r} is not a regular expression ({e})") from None
+
+
+def parse_mapping(text: bytes, path: str = "<mapping>") -> Mapping:
+    """A mapping file's contents, checked: every error names the entry and the key."""
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"mapping file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(raw, dict) or set(raw) - {"tasks", "models"}:
+        extra = sorted(set(raw) - {"tasks", "models"}) if isinstance(raw, dict) else []
+        raise UserError(f"mapping file {path} must be a mapping with the keys tasks and models"
+                        + (f" (unknown key {extra[0]!r})" if extra else ""))
+    tasks, models = [], []
+    for i, entry in enumerate(raw.get("tasks") or [], 1):
+        where = f"mapping file {path}, tasks entry {i}"
+        if not isinstance(entry, dict):
+            raise UserError(f"{where} must be a mapping with match, benchmark and template")
+        unknown = sorted(set(entry) - TASK_KEYS)
+        if unknown:
+            raise UserError(f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(TASK_KEYS))}")
+        for key in ("benchmark", "template"):
+            if not isinstance(entry.get(key), str) or not entry[key].strip():
+                raise UserError(f"{where} lacks {key!r} (every task entry says its benchmark and template)")
+        if entry.get("scoring") is not None and entry["scoring"] not in SCORINGS:
+            raise UserError(f"{where}: scoring {entry['scoring']!r}; allowed: {', '.join(SCORINGS)}")
+        for key in ("metric", "item_id", "shots_arg"):
+            if entry.get(key) is not None and not isinstance(entry[key], str):
+                raise UserError(f"{where}: {key!r} must be a string")
+        if not isinstance(entry.get("stress", False), bool):
+            raise UserError(f"{where}: 'stress' must be true or false")
+        tasks.append(TaskRule(_compile(entry.get("match"), where), entry["benchmark"].strip(),
+                              entry["template"].strip(), entry.get("metric"), entry.get("scoring"),
+                              entry.get("item_id"), bool(entry.get("stress", False)), entry.get("shots_arg")))
+    for i, entry in enumerate(raw.get("models") or [], 1):
+        where = f"mapping file {path}, models entry {i}"
+        if not isinstance(entry, dict) or set(entry) - MODEL_KEYS or not isinstance(entry.get("label"), str):
+            raise UserError(f"{where} must be a mapping with match and label")
+        if not entry["label"].strip():
+            raise UserError(f"{where}: 'label' is empty")
+        models.append(ModelRule(_compile(entry.get("match"), where), entry["label"].strip()))
+    return Mapping(tuple(tasks), tuple(models), path, sha256_bytes(text))
+
+
+def load_mapping(path: str | None) -> Mapping:
+    if path is None:
+        return Mapping()
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError as e:
+        raise UserError(f"cannot read mapping file {path}: {e.strerror}") from None
+    return parse_mapping(text, path)
+
+
+def _check_names(benchmark: str, template: str, task: str) -> str | None:
+    if not NAME.fullmatch(benchmark):
+        return f"the mapping gives task {task!r} the benchmark {benchmark!r}, which is not a plain name"
+    if not AXIS_VALUE.fullmatch(template) or "+" in template:
+        return (f"the mapping gives task {task!r} the template {template!r}; a template is letters, digits and "
+                "'_.=:-' ('+' is kept for the settings the importer adds)")
+    return None
+
+
+def _sr_templates() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """SafetyRepro's templates and its stress-tier ones, as the packaged rules file lists them."""
+    from safetyrepro.tasks.envelope import default_rules
+
+    rules = default_rules()
+    return tuple(rules.axes["template"]), tuple(rules.stress.get("template", ()))
+
+
+def place_task(task: str, mapping: Mapping, package: str, task_args: dict | None = None) -> Placement | str:
+    """Where `task` lands, or the reason it cannot be placed (the run is then listed as unmapped)."""
+    sr_templates, sr_stress = _sr_templates()
+    rule = mapping.task_rule(task)
+    if rule is not None:
+        m = rule.pattern.fullmatch(task)
+        try:
+            benchmark, template = m.expand(rule.benchmark), m.expand(rule.template)
+        except (re.error, IndexError) as e:
+            return f"the mapping entry for {task!r} refers to a group its pattern lacks ({e})"
+        problem = _check_names(benchmark, template, task)
+        if problem:
+            return problem
+        stress = rule.stress or (benchmark in BENCHMARKS and template in sr_stress)
+        return Placement(benchmark, template, False, stress, rule.metric, rule.scoring, rule.item_id, rule.shots_arg)
+    if package == "lm-eval":
+        m = LM_EVAL_TASK.fullmatch(task)
+        if m and m["benchmark"] in BENCHMARKS and f"T{m['k']}" in sr_templates:
+            template = f"T{m['k']}"
+            return Placement(m["benchmark"], template, True, template in sr_stress,
+                             scoring="free_form" if m["gen"] else "logprob", item_id="id")
+    else:
+        m = INSPECT_TASK.fullmatch(task)
+        if m and m["benchmark"] in BENCHMARKS:
+            template = str((task_args or {}).get("template", "T1"))
+            if template not in sr_templates:
+                return f"task {task!r} ran with template {template!r}, which SafetyRepro does not define"
+            return Placement(m["benchmark"], template, True, template in sr_stress)
+    return (f"task {task!r} is not one of SafetyRepro's task names and no entry of the mapping file matches it: "
+            "say its benchmark and template with --mapping (docs/importing.md)")
+
+
+# -- decoding ---------------------------------------------------------------------------------------
+def decoding_spec(temperature: float | None, top_p: float | None, do_sample: bool | None, rules,
+                  provider_default: bool = False) -> DecodingSpec:
+    """The grid's decoding value for recorded sampling settings: the rules file's name when the
+    settings are one of its decodings (greedy, moderate, diverse), else `t<T>-p<top_p>`. Without any
+    recorded temperature, `provider-default` (the model's provider chose), unless the caller knows the
+    provider decodes greedily then."""
+    if temperature is None and provider_default:
+        return DecodingSpec("provider-default", 1.0, 1.0, True, recorded=False)
+    t = float(temperature or 0.0)
+    sampled = t > 0 and do_sample is not False
+    if not sampled:
+        return DecodingSpec("greedy", 0.0, 1.0, False)
+    p = 1.0 if top_p is None else float(top_p)
+    for d in rules.decodings.values():
+        if d.do_sample and abs(d.temperature - t) < 1e-9 and abs(d.top_p - p) < 1e-9:
+            return DecodingSpec(d.name, t, p, True)
+    return DecodingSpec(f"t{number_text(t)}-p{number_text(p)}", t, p, True)
+
+
+def with_settings(name: str, settings: dict[str, Any]) -> str:
+    """`name` followed by `+key=value` for each setting, in key order (values shortened by `token`)."""
+    return name + "".join(f"+{k}={token(v)}" if v is not True else f"+{k}" for k, v in sorted(settings.items()))
+
+
+def decorated_template(base: str, *, chat_applied: bool | None, model_has_chat: bool | None,
+                       system_text: str | None, fewshot_as_multiturn: bool | None, shots: int,
+                       args: dict[str, Any] | None = None) -> str:
+    """The template's grid value: the base template, plus what the run did differently from
+    SafetyRepro's own way of rendering it (chat template applied where the model has one, few-shot
+    examples as turns, no extra system text), plus task arguments that are not axes."""
+    extra: dict[str, Any] = {}
+    if chat_applied is False and model_has_chat is not False:
+        extra["nochat"] = True
+    if system_text:
+        extra["sys"] = short_hash(system_text)
+    if chat_applied and shots > 0 and fewshot_as_multiturn is False:
+        extra["oneturn"] = True
+    for k, v in sorted((args or {}).items()):
+        extra[f"{token(k)}"] = v
+    return with_settings(base, extra)
+
+
+def model_label(kind: str, args: dict[str, Any], recorded_name: str | None) -> str:
+    """The default grid label of an lm-eval model: the embedded name for `--model safetyrepro`
+    (the sweep's label), else `<model>:<pretrained or model>` with the revision and adapter, which
+    change the weights; arguments that do not (batch size, device, dtype: that is the precision
+    column) are left out."""
+    if kind == "safetyrepro" and args.get("model"):
+        return str(args["model"])
+    name = args.get("pretrained") or args.get("model") or args.get("path") or recorded_name or "?"
+    label = f"{kind}:{name}"
+    if args.get("revision"):
+        label += f"@{args['revision']}"
+    if args.get("peft"):
+        label += f"+peft:{args['peft']}"
+    return label
+
+
+def parse_model_args(value: Any) -> dict[str, Any]:
+    """lm-eval records model_args as the string given on the command line or as a dict."""
+    if isinstance(value, dict):
+        return dict(value)
+    out: dict[str, Any] = {}
+    for part in str(value or "").split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def truthy(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1", "yes")
