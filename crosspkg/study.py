@@ -121,7 +121,11 @@ def run_study(args) -> int:
     anchor = Anchor(model=args.model, precision=args.precision, max_new_tokens=args.max_new_tokens,
                     limit=args.limit, seed=args.seed, benchmarks=benches, device=device)
     out = ensure_dir(Path(args.out))
-    refuse_links_under(out)  # lm-eval, Inspect and HELM write into it themselves: no link may lead out
+    # lm-eval, Inspect and HELM write into it themselves: no link may lead out (but HELM's model folder
+    # of links to the cached weights is our own, made by helm_env.helm_model_folder)
+    from safetyrepro.crosspkg.stacks.helm_native import HELM_MODEL_DIR
+
+    refuse_links_under(out, own=(HELM_MODEL_DIR,))
     t0 = time.time()
     native = native_step(anchor, out, args.packages, batch_size=args.batch_size, fresh=args.fresh)
     t_native = time.time() - t0

@@ -188,13 +188,19 @@ def remove_within(path: Path | str, root: Path | str) -> None:
         pass
 
 
-def refuse_links_under(root: Path | str) -> None:
+def refuse_links_under(root: Path | str, own: tuple[str, ...] = ()) -> None:
     """Refuse (UserError naming the first one) any symbolic link inside `root`: for a command whose
-    foreign packages write into the folder themselves, checked before anything is written."""
+    foreign packages write into the folder themselves, checked before anything is written. `own`:
+    folders (relative to root) whose links SafetyRepro made itself and never writes through (HELM's
+    model folder of links to the cached weights); they are not looked into."""
     root = Path(root)
     if not root.is_dir():
         return
     for folder, dirs, files in os.walk(root, followlinks=False):
+        rel = Path(folder).relative_to(root).as_posix()
+        if any(rel == o or rel.startswith(o + "/") for o in own):
+            dirs[:] = []
+            continue
         for name in sorted(dirs + files):
             p = Path(folder) / name
             if p.is_symlink():

@@ -31,6 +31,10 @@ ENTRIES = {
 }
 
 
+HELM_RUN_DIR = "native/helm"  # under the crosspkg --out folder
+MODEL_DIR = "model"  # links to the cached weights (helm_env.helm_model_folder)
+HELM_MODEL_DIR = f"{HELM_RUN_DIR}/{MODEL_DIR}"
+
 def run_entries(anchor: Anchor, model: str) -> dict[str, str]:
     expanders = f"max_train_instances={anchor.shots},increase_max_tokens={anchor.max_new_tokens - 1}"
     return {b: f"{ENTRIES[b]},{expanders},model={model},model_deployment={model}" for b in anchor.covered(PACKAGE)}
@@ -43,7 +47,7 @@ def prepare(anchor: Anchor, folder: ModelFolder, run_dir: Path) -> dict:
     from safetyrepro.crosspkg.native_data import place_helm_scenario_data
 
     name = helm_env.model_name(folder.label, folder.weights_sha256)
-    hf = helm_env.helm_model_folder(folder.path, run_dir / "model", folder.max_length)
+    hf = helm_env.helm_model_folder(folder.path, run_dir / MODEL_DIR, folder.max_length)
     eos = AutoTokenizer.from_pretrained(hf).eos_token or ""
     device = "cuda" if anchor.device.startswith("cuda") else "cpu"
     prod = helm_env.write_prod_env(run_dir / "prod_env", name, hf, folder.max_length, eos, anchor.precision, device)
@@ -55,7 +59,7 @@ def run(anchor: Anchor, folder: ModelFolder, out: Path) -> dict:
     from safetyrepro.crosspkg import helm_env
 
     bin_dir = helm_env.helm_bin()
-    run_dir = out / "native" / "helm"
+    run_dir = out / HELM_RUN_DIR
     prep = prepare(anchor, folder, run_dir)
     entries = run_entries(anchor, prep["model"])
     env = helm_env.helm_environment(run_dir)
