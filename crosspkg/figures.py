@@ -62,7 +62,9 @@ def waterfalls(result: dict | None, out: Path) -> list[Path]:
             waterfall(ax, w, f"{b}: {w['from']} → {w['to']}")
         fig.tight_layout()
         p = out / f"waterfall_{b}.png"
-        fig.savefig(p, dpi=120)
+        from safetyrepro.atomic import atomic_write
+
+        atomic_write(p, lambda f, fig=fig: fig.savefig(f, format="png", dpi=120), root=out)
         plt.close(fig)
         paths.append(p)
     return paths

@@ -63,7 +63,9 @@ def helm_model_folder(src: Path, dst: Path, max_length: int) -> Path:
     mml = cfg.get("model_max_length")
     if not isinstance(mml, int) or mml > 10**7:
         cfg["model_max_length"] = int(max_length)
-    (dst / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
+    from safetyrepro.atomic import atomic_write
+
+    atomic_write(dst / "tokenizer_config.json", json.dumps(cfg, indent=1))
     return dst
 
 
@@ -88,9 +90,11 @@ def write_prod_env(prod_env: Path, name: str, folder: Path, max_length: int, eos
     metadata = [{"name": name, "display_name": name.split("/", 1)[1], "description": f"local folder {folder}",
                  "creator_organization_name": "SafetyRepro", "access": "open", "release_date": datetime.date(2024, 1, 1),
                  "tags": ["TEXT_MODEL_TAG", "PARTIAL_FUNCTIONALITY_TEXT_MODEL_TAG", "INSTRUCTION_FOLLOWING_MODEL_TAG"]}]
-    (prod_env / "model_deployments.yaml").write_text(yaml.safe_dump({"model_deployments": deployments}, sort_keys=False))
-    (prod_env / "tokenizer_configs.yaml").write_text(yaml.safe_dump({"tokenizer_configs": tokenizers}, sort_keys=False))
-    (prod_env / "model_metadata.yaml").write_text(yaml.safe_dump({"models": metadata}, sort_keys=False))
+    from safetyrepro.atomic import atomic_write
+
+    for name_, doc in (("model_deployments.yaml", {"model_deployments": deployments}),
+                       ("tokenizer_configs.yaml", {"tokenizer_configs": tokenizers}), ("model_metadata.yaml", {"models": metadata})):
+        atomic_write(prod_env / name_, yaml.safe_dump(doc, sort_keys=False))
     return {"deployments": deployments, "tokenizers": tokenizers}
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 from safetyrepro.errors import UserError
@@ -155,15 +154,16 @@ def place_helm_scenario_data(benchmark_output: Path) -> dict:
     if not src.is_file() or sha256_file(src) != TRUTHFULQA_V1_SHA256:
         raise UserError(f"HELM's TruthfulQA needs {src} (v1, sha256 {TRUTHFULQA_V1_SHA256}) in the mirror")
     dst = scenario_data_path(benchmark_output, TRUTHFULQA_CSV)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dst)
+    from safetyrepro.atomic import atomic_write
+
+    atomic_write(dst, src.read_bytes())
     placed["truthful_qa"] = "truthfulqa/data/v1/TruthfulQA.csv"
     bdir = scenario_data_path(benchmark_output, BBQ_DATA_DIR)
     bdir.mkdir(parents=True, exist_ok=True)
     for c in BBQ_CATEGORIES:
         rows = bbq_category_rows(c)
-        with open(bdir / c, "w", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+        from safetyrepro.atomic import atomic_write
+
+        atomic_write(bdir / c, "".join(json.dumps(r) + "\n" for r in rows))
         placed["bbq"][c] = len(rows)
     return placed
