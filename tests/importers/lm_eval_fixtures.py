@@ -48,7 +48,7 @@ def _task_config(task: str, shots: int, output_type: str, gen_kwargs: dict | Non
                         {"metric": "parse_rate", "aggregation": "mean", "higher_is_better": True}],
         "output_type": output_type, "repeats": 1, "should_decontaminate": False,
         "metadata": {"version": 1.0, "model": "smollm2",
-                     "config_source": f"/work/main/safetyrepro_tasks/lm_eval_yaml/{task}.yaml"},
+                     "config_source": f"/home/user/.cache/safetyrepro/lm_eval_tasks/0123456789abcdef/{task}.yaml"},
     }
     if tie_rule:
         cfg["metadata"]["tie_rule"] = tie_rule
