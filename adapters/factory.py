@@ -13,7 +13,7 @@ def open_backend(entry: ModelEntry, precision: str, device: str | None = None, b
 
         return load_engine(entry.target, entry.precision or precision, device, batch_size=batch_size)
     if entry.kind == LM_EVAL:
-        from safetyrepro.adapters.lm_eval_backend import LmEvalBackend
+        from safetyrepro.adapters.backend_lm_eval import LmEvalBackend
 
         return LmEvalBackend(entry, device, batch_size)
     if entry.provider == "safetyrepro":  # Inspect's name for the engine
@@ -23,6 +23,6 @@ def open_backend(entry: ModelEntry, precision: str, device: str | None = None, b
         args = entry.args_dict()
         return load_engine(name, args.get("precision") or entry.precision or precision, args.get("device") or device,
                            batch_size=int(args["batch_size"]) if args.get("batch_size") else batch_size)
-    from safetyrepro.adapters.inspect_backend import InspectBackend
+    from safetyrepro.adapters.backend_inspect import InspectBackend
 
     return InspectBackend(entry)

@@ -255,7 +255,7 @@ def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit
             check_reachable(url, entry.label)
         if entry.provider not in INSPECT_IN_PROCESS:
             # an API client is cheap to build, and a missing key or package shows now, not after a model load
-            from safetyrepro.adapters.inspect_backend import build_inspect_model
+            from safetyrepro.adapters.backend_inspect import build_inspect_model
 
             build_inspect_model(entry)
     _check_logprob(entry, scorings, explicit_scoring)

@@ -48,7 +48,7 @@ class LmEvalDriver(_Driver):
     def __init__(self, backend, rules: Rules, items_for, log_dir: str | None = None, tie_rule: str = DEFAULT_TIE_RULE):
         from lm_eval.tasks import TaskManager
 
-        from safetyrepro.adapters.lm_eval_model import SafetyReproLM
+        from safetyrepro.adapters.plugin_lm_eval import SafetyReproLM
         from safetyrepro.compat.lm_eval import ask_environment_once
         from safetyrepro.lm_eval_plugin import task_dir
 
@@ -130,7 +130,7 @@ class InspectDriver(_Driver):
     def __init__(self, backend, rules: Rules, items_for, log_dir: str, tie_rule: str = DEFAULT_TIE_RULE):
         from inspect_ai.model import get_model
 
-        from safetyrepro.adapters.inspect_provider import attach_backend
+        from safetyrepro.adapters.plugin_inspect import attach_backend
 
         self.backend, self.rules, self.items_for, self.log_dir = backend, rules, items_for, log_dir
         self.tie_rule = tie_rule

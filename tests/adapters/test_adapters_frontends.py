@@ -76,7 +76,7 @@ def test_lm_eval_generate_until_maps_gen_kwargs_and_seeds():
     import torch
 
     from safetyrepro.adapters.engine import derive_seed
-    from safetyrepro.adapters.lm_eval_model import SafetyReproLM
+    from safetyrepro.adapters.plugin_lm_eval import SafetyReproLM
 
     eng = FakeEngine()
     lm = SafetyReproLM.from_engine(eng)
@@ -106,7 +106,7 @@ def test_lm_eval_generate_until_maps_gen_kwargs_and_seeds():
 
 
 def test_lm_eval_loglikelihood_goes_through_the_engine_with_strings():
-    from safetyrepro.adapters.lm_eval_model import SafetyReproLM
+    from safetyrepro.adapters.plugin_lm_eval import SafetyReproLM
 
     eng = FakeEngine()
     lm = SafetyReproLM.from_engine(eng, batch_size=2)
@@ -119,7 +119,7 @@ def test_lm_eval_loglikelihood_goes_through_the_engine_with_strings():
 
 
 def test_lm_eval_rejects_unsupported_arguments():
-    from safetyrepro.adapters.lm_eval_model import SafetyReproLM
+    from safetyrepro.adapters.plugin_lm_eval import SafetyReproLM
 
     with pytest.raises(UserError, match="unknown model_args.*trust_remote_code"):
         SafetyReproLM(model="smollm2", trust_remote_code=True)
@@ -147,7 +147,7 @@ def provider(monkeypatch):
     engine_mod.install_engine("smollm2", "bf16", "cpu", fake)
     from inspect_ai.model import get_model
 
-    from safetyrepro.adapters import inspect_provider  # noqa: F401  (registers the provider)
+    from safetyrepro.adapters import plugin_inspect  # noqa: F401  (registers the provider)
 
     model = get_model("safetyrepro/smollm2", device="cpu", memoize=False)
     yield model, fake
