@@ -30,7 +30,7 @@ def slab_cache_layer(slab, idx: int, n: int):
     `layer_major`, `rows_index()`) as a transformers cache layer: `update` writes the new key/value
     states into the slab's tensor in place and returns views of it. What it must provide (keys,
     values, is_initialized, get_seq_length, no lazy initialisation) is DynamicLayer's contract in
-    transformers 4.56-4.57."""
+    transformers 5.17-5.24 (docs/compat.md)."""
     global _SLAB_LAYER
     if _SLAB_LAYER is None:
         _SLAB_LAYER = _slab_layer_class()
@@ -116,7 +116,7 @@ def final_logit_softcap(model) -> float | None:
 
 
 def apply_final_logit_softcap(logits, cap: float):
-    """What Gemma's ForCausalLM does with the head's logits (modeling_gemma3, transformers 4.56-4.57),
+    """What Gemma's ForCausalLM does with the head's logits (modeling_gemma3, transformers 5.17-5.24),
     in the same three steps, so the rounding is the same."""
     import torch
 
