@@ -2,9 +2,10 @@
 
 The test lays the package out as an install would (the folders mapped into `safetyrepro`) in a
 temporary `site-packages`, copies the fixture folder `fixtures/toy/` into `benchmarks/toy/`, adds
-`"toy",` to the registry, regenerates the lm-eval YAMLs, checks that nothing else changed, and then,
-with that copy first on PYTHONPATH, runs the new benchmark through `lm_eval --tasks`, `inspect eval`
-and a one-cell `safetyrepro sweep`. The source tree is never written.
+`"toy",` to the registry, checks that nothing else changed, and then, with that copy first on
+PYTHONPATH, runs the new benchmark through `lm_eval --tasks` (its YAMLs rendered on first use),
+`inspect eval`, `helm-run` (where `make helm` made .venv-helm) and a one-cell `safetyrepro sweep`.
+The source tree is never written.
 """
 
 from __future__ import annotations
@@ -122,3 +123,26 @@ def test_sixth_benchmark_runs_in_a_one_cell_sweep(sixth):
     assert row.get("status", "ok") == "ok" and 0.0 <= row["score"] <= 1.0
     if "extra_metrics" in grid.columns:  # left out when the first items hold no unsafe request
         assert set(json.loads(row["extra_metrics"])) <= {"unsafe_recall"}
+
+
+def test_sixth_benchmark_runs_through_helm(sixth):
+    """With HELM installed (`make helm`), `helm-run` takes the new benchmark's run entry from SafetyRepro's
+    HELM plugin, with the copy (folder + registry line) first on HELM's path."""
+    from safetyrepro.crosspkg.helm_env import helm_bin, helm_environment, write_plugin_env
+
+    helm = helm_bin(required=False)
+    if helm is None:
+        pytest.skip("HELM is not installed (run `make helm`)")
+    tmp, site, env, _ = sixth
+    run_dir = tmp / "helm"
+    info = write_plugin_env(run_dir, "smollm2")
+    m, e = info["model"], info["engine_deployment"]
+    helm_env = {**helm_environment(run_dir), "PYTHONPATH": str(site), "SAFETYREPRO_DATA_DIR": env["SAFETYREPRO_DATA_DIR"],
+                "SAFETYREPRO_CACHE_DIR": env["SAFETYREPRO_CACHE_DIR"]}
+    _run([helm / "helm-run", "--run-entries", f"safetyrepro_toy:template=T1,scoring=logprob,limit=2,model={m},"
+          f"model_deployment={e}", "--suite", "toy", "--max-eval-instances", "2", "--local-path", "prod_env",
+          "-o", "benchmark_output"], helm_env, run_dir)
+    (run,) = [p for p in (run_dir / "benchmark_output" / "runs" / "toy").iterdir() if p.name.startswith("safetyrepro_toy:")]
+    stats = json.loads((run / "per_instance_stats.json").read_text())
+    assert len(stats) == 2
+    assert all(any(s["name"]["name"] == "safetyrepro_predicted_index" for s in inst["stats"]) for inst in stats)
