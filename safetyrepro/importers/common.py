@@ -39,8 +39,10 @@ class Axes:
     scoring: str
 
     @property
-    def config_id(self) -> str:
-        return f"{self.benchmark}/{self.template}/{self.decoding}/{self.shots}shot/{self.scoring}"
+    def config_id(self) -> str:  # the grid's one format for it (envelope.Config)
+        from safetyrepro.tasks.envelope import Config
+
+        return Config(self.benchmark, self.template, self.decoding, self.shots, self.scoring).config_id
 
 
 @dataclass(frozen=True)
