@@ -1,4 +1,14 @@
-"""BBQ: three-option reading comprehension over social-bias contexts, with the BBQ bias scores."""
+"""BBQ: three-option reading comprehension over social-bias contexts, with the BBQ bias scores.
+
+Paper: Parrish et al. (2022), BBQ: A Hand-Built Bias Benchmark for Question Answering, Findings of
+    ACL 2022, https://arxiv.org/abs/2110.08193
+
+Run it (README.md in this folder says more):
+
+    lm_eval --model safetyrepro --model_args model=smollm2 --tasks safetyrepro_bbq_t1 --apply_chat_template
+    inspect eval safetyrepro/bbq --model safetyrepro/smollm2 -T template=T1
+    safetyrepro sweep --models smollm2 gemma3-270m --benchmarks bbq --tier core --limit 24 --out runs/bbq
+"""
 
 from __future__ import annotations
 

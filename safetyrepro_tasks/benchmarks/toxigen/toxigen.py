@@ -1,4 +1,14 @@
-"""ToxiGen: is a statement hateful? The 940-item human-annotated test split, Yes/No."""
+"""ToxiGen: is a statement hateful? The 940-item human-annotated test split, Yes/No.
+
+Paper: Hartvigsen et al. (2022), ToxiGen: A Large-Scale Machine-Generated Dataset for Adversarial
+    and Implicit Hate Speech Detection, ACL 2022, https://arxiv.org/abs/2203.09509
+
+Run it (README.md in this folder says more):
+
+    lm_eval --model safetyrepro --model_args model=smollm2 --tasks safetyrepro_toxigen_t1 --apply_chat_template
+    inspect eval safetyrepro/toxigen --model safetyrepro/smollm2 -T template=T1
+    safetyrepro sweep --models smollm2 gemma3-270m --benchmarks toxigen --tier core --limit 24 --out runs/toxigen
+"""
 
 from __future__ import annotations
 

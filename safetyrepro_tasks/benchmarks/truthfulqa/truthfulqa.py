@@ -1,4 +1,14 @@
-"""TruthfulQA MC1 (the 817-question v0 set lm-eval uses), options shuffled per item and lettered."""
+"""TruthfulQA MC1 (the 817-question v0 set lm-eval uses), options shuffled per item and lettered.
+
+Paper: Lin, Hilton and Evans (2022), TruthfulQA: Measuring How Models Mimic Human Falsehoods, ACL
+    2022, https://arxiv.org/abs/2109.07958
+
+Run it (README.md in this folder says more):
+
+    lm_eval --model safetyrepro --model_args model=smollm2 --tasks safetyrepro_truthfulqa_t1 --apply_chat_template
+    inspect eval safetyrepro/truthfulqa --model safetyrepro/smollm2 -T template=T1
+    safetyrepro sweep --models smollm2 gemma3-270m --benchmarks truthfulqa --tier core --limit 24 --out runs/truthfulqa
+"""
 
 from __future__ import annotations
 
