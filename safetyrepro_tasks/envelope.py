@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from safetyrepro.errors import UserError, one_of
-from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
+from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 
 RULES_PATH = Path(__file__).with_name("envelope.yaml")
 AXES = ("template", "decoding", "shots", "scoring")
@@ -251,8 +251,6 @@ def default_rules() -> Rules:
 def _definition_constraints(benchmarks, axes: dict[str, tuple]) -> list[Constraint]:
     """What a benchmark's own definition restricts (its `scorings`), as constraints: a new benchmark
     folder that scores one way only needs no line in the rules file (a rules file may still say it)."""
-    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
-
     out = []
     for b in benchmarks:
         if b not in BENCHMARKS:
