@@ -21,20 +21,8 @@ from safetyrepro.adapters.backend import (
     LoglikRequest,
     StatedBackend,
 )
-from safetyrepro.adapters.model_specs import ModelEntry, inspect_base_url
+from safetyrepro.adapters.model_specs import ModelEntry, build_inspect_model, inspect_base_url
 from safetyrepro.errors import UserError
-
-
-def build_inspect_model(entry: ModelEntry):
-    """Inspect's model for an `inspect:` entry; Inspect's own message (a missing API key or package, an
-    unknown model) becomes one line."""
-    from inspect_ai.model import get_model
-
-    try:
-        return get_model(entry.target, memoize=False, **entry.args_dict())
-    except Exception as e:
-        text = " ".join(str(e).split()) or type(e).__name__
-        raise UserError(f"{entry.label}: Inspect could not create {entry.target}: {text[:400]}") from None
 
 
 class InspectBackend(StatedBackend):

@@ -255,8 +255,6 @@ def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit
             check_reachable(url, entry.label)
         if entry.provider not in INSPECT_IN_PROCESS:
             # an API client is cheap to build, and a missing key or package shows now, not after a model load
-            from safetyrepro.adapters.backend_inspect import build_inspect_model
-
             build_inspect_model(entry)
     _check_logprob(entry, scorings, explicit_scoring)
     return entry
@@ -299,6 +297,18 @@ def lm_eval_model_names() -> set[str]:
     from lm_eval.api import registry
 
     return set(registry.model_registry.keys())
+
+
+def build_inspect_model(entry: ModelEntry):
+    """Inspect's model for an `inspect:` entry; Inspect's own message (a missing API key or package, an
+    unknown model) becomes one line."""
+    from inspect_ai.model import get_model
+
+    try:
+        return get_model(entry.target, memoize=False, **entry.args_dict())
+    except Exception as e:
+        text = " ".join(str(e).split()) or type(e).__name__
+        raise UserError(f"{entry.label}: Inspect could not create {entry.target}: {text[:400]}") from None
 
 
 def inspect_base_url(target: str) -> str | None:

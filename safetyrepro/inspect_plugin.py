@@ -3,4 +3,4 @@ importing it registers the tasks `safetyrepro/<benchmark>` (one per registered b
 model provider `safetyrepro/<model>`. Its lm-eval counterpart is `safetyrepro.lm_eval_plugin`."""
 
 from safetyrepro.adapters import plugin_inspect  # noqa: F401  (registers @modelapi "safetyrepro")
-from safetyrepro.tasks.inspect_tasks import TASKS  # noqa: F401  (registers one @task per benchmark)
+from safetyrepro.tasks.inspect_task_registry import TASKS  # noqa: F401  (registers each folder's @task)

@@ -8,18 +8,15 @@ Inspect's own generate options (`--temperature`, `--top-p`, `--seed`, `--max-tok
 parsed by the benchmark's parser; logprob scoring asks the model for the log-likelihood of each candidate
 (the `safetyrepro/` model provider can; Inspect's `hf/` cannot) and takes the argmax.
 
-One `@task` per registered benchmark and one `@metric` per declared extra metric are made in loops
-below (`TASKS`, `EXTRA_METRICS`), with `Literal` parameters from the benchmark's own templates and
-scorings: a new benchmark folder needs nothing here.
+The `@task` itself is in each benchmark's folder (`benchmarks/<name>/inspect_task.py`, a visible function
+with `Literal` parameters that calls `benchmark_task` below); `inspect_task_registry.py` loads them and
+checks their parameters against the benchmark's definition. One `@metric` per declared extra metric is
+made in a loop below (`EXTRA_METRICS`): a new benchmark folder needs nothing here.
 """
 
 from __future__ import annotations
 
-import inspect
-import sys
-from typing import Literal
-
-from inspect_ai import Task, task
+from inspect_ai import Task
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.model import (
     ChatMessage,
@@ -35,13 +32,11 @@ from inspect_ai.solver import Generate, Solver, TaskState, generate, solver
 
 from safetyrepro.compat.inspect_ai import PrerequisiteError, active_generate_config, active_model
 from safetyrepro.errors import UserError
-from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, TIE_RULES, check_tie_rule
+from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, check_tie_rule
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.envelope import default_rules
 from safetyrepro.tasks.rendering import continuation
 from safetyrepro.tasks.subsets import item_set
-
-TieRule = Literal[TIE_RULES]
 
 _ROLE = {"system": ChatMessageSystem, "user": ChatMessageUser, "assistant": ChatMessageAssistant}
 
@@ -216,27 +211,3 @@ def benchmark_task(benchmark: str, template: str, scoring: str, shots: int, chec
                   "subset_id": item_set(benchmark).subset_id, "rules_sha256": rules.sha256},
         version=1,
     )
-
-
-def _benchmark_task_function(benchmark: str):
-    """`@task` `safetyrepro/<benchmark>`: typed parameters from the benchmark's own templates and
-    scorings (Inspect records each argument, defaults included, in the log)."""
-    bench = get_benchmark(benchmark)
-
-    def run(template: str = "T1", scoring: str = bench.default_scoring, shots: int = 0,
-            tie_rule: str = DEFAULT_TIE_RULE) -> Task:
-        return benchmark_task(benchmark, template, scoring, shots, tie_rule=tie_rule)
-
-    annotations = {"template": Literal[tuple(bench.templates)], "scoring": Literal[bench.scorings],
-                   "shots": int, "tie_rule": TieRule, "return": Task}
-    run.__annotations__ = annotations
-    run.__signature__ = inspect.signature(run).replace(
-        parameters=[p.replace(annotation=annotations[p.name]) for p in inspect.signature(run).parameters.values()],
-        return_annotation=Task)
-    run.__name__ = run.__qualname__ = benchmark
-    run.__doc__ = (sys.modules[type(bench).__module__].__doc__ or bench.name).strip().splitlines()[0]
-    return task(name=benchmark)(run)
-
-
-# name -> @task, one per registered benchmark (the inspect_ai entry point imports this module)
-TASKS = {b: _benchmark_task_function(b) for b in BENCHMARKS}

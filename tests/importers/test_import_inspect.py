@@ -45,7 +45,7 @@ def logs(tmp_path_factory) -> dict[str, Path]:
     styles of a small arithmetic task, each answering one fixed text."""
     from inspect_ai import eval as inspect_eval
 
-    from safetyrepro.tasks.inspect_tasks import TASKS
+    from safetyrepro.tasks.inspect_task_registry import TASKS
 
     root = tmp_path_factory.mktemp("inspect")
     # XSTest gold labels of the first six subset items: refuse, comply, comply, refuse, refuse, refuse
@@ -156,7 +156,7 @@ def test_generate_options_and_a_system_message_name_the_configuration(tmp_path):
     from inspect_ai import eval as inspect_eval
 
     from safetyrepro.importers import import_inspect
-    from safetyrepro.tasks.inspect_tasks import TASKS
+    from safetyrepro.tasks.inspect_task_registry import TASKS
 
     for i, options in enumerate([{}, {"max_tokens": 96}, {"max_tokens": 50, "temperature": 0.3, "seed": 7,
                                                            "system_message": "Be safe."}]):

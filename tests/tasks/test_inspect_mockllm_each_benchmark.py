@@ -10,7 +10,7 @@ from inspect_ai import eval as inspect_eval
 from inspect_ai.model import ModelOutput, get_model
 
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
-from safetyrepro.tasks.inspect_tasks import TASKS
+from safetyrepro.tasks.inspect_task_registry import TASKS
 from safetyrepro.tasks.subsets import item_set
 
 N = 3
@@ -80,3 +80,22 @@ def test_each_benchmark_runs_end_to_end_on_mockllm(benchmark, tmp_path, data_dir
     m = _metrics(_run(benchmark, junk, ids, tmp_path))
     assert m["parse_rate"] == sum(p is not None for p in parsed) / N, m
     assert m["accuracy"] == sum(p == gold for p in parsed) / N, m
+
+
+@pytest.mark.parametrize("benchmark", [b for b in BENCHMARKS if "free_form" in get_benchmark(b).scorings])
+def test_each_folders_task_file_runs_by_path(benchmark, tmp_path, data_dir, monkeypatch):
+    """`inspect eval safetyrepro_tasks/benchmarks/<name>/inspect_task.py`: the folder's @task is an ordinary
+    Inspect task file, found and run by path as in inspect_evals, scoring the same as the registered task."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(repo)  # Inspect resolves a task file relative to the working folder
+    gold, reply, items = _same_gold_items(benchmark)
+    model = get_model("mockllm/model", custom_outputs=[ModelOutput.from_content("mockllm/model", reply)] * N,
+                      memoize=False)
+    log = inspect_eval(f"safetyrepro_tasks/benchmarks/{benchmark}/inspect_task.py", model=model,
+                       task_args={"template": "T1", "scoring": "free_form"}, sample_id=[it.id for it in items],
+                       log_dir=str(tmp_path), display="none")[0]
+    assert log.status == "success", log.error
+    assert log.eval.task.endswith(benchmark)
+    assert _metrics(log)["accuracy"] == 1.0

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 
 from safetyrepro.compat.inspect_ai import PrerequisiteError
+from safetyrepro.errors import UserError
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.inspect_tasks import benchmark_task
 from safetyrepro.tasks.subsets import item_set
@@ -85,7 +88,8 @@ def test_one_task_per_registered_benchmark_with_its_own_literal_parameters():
     import typing
 
     from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
-    from safetyrepro.tasks.inspect_tasks import EXTRA_METRICS, TASKS
+    from safetyrepro.tasks.inspect_task_registry import TASKS
+    from safetyrepro.tasks.inspect_tasks import EXTRA_METRICS
 
     assert tuple(TASKS) == BENCHMARKS
     for name, fn in TASKS.items():
@@ -94,3 +98,36 @@ def test_one_task_per_registered_benchmark_with_its_own_literal_parameters():
         assert typing.get_args(params["template"].annotation) == tuple(bench.templates)
         assert params["scoring"].default == bench.default_scoring
     assert set(EXTRA_METRICS) == {m.name for b in BENCHMARKS for m in get_benchmark(b).extra_metrics}
+
+
+def _task_with(**overrides):
+    """A stand-in for a folder's @task function, with one parameter changed."""
+    import inspect
+
+    def xstest(template: Literal["T1", "T2", "T3", "T4"] = "T1", scoring: Literal["free_form", "logprob"] = "free_form",
+               shots: Literal[0, 3, 5] = 0, tie_rule: Literal["expected", "first"] = "expected"):
+        return None
+
+    sig = inspect.signature(xstest, eval_str=True)
+    params = [p.replace(**overrides[p.name]) if p.name in overrides else p for p in sig.parameters.values()]
+    xstest.__signature__ = sig.replace(parameters=params)
+    return xstest
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({}, None),
+    ({"template": {"annotation": Literal["T1", "T2", "T3"]}}, "template is .*Literal\\['T1', 'T2', 'T3', 'T4'\\]"),
+    ({"scoring": {"default": "logprob"}}, "scoring defaults to 'logprob'; the definition says 'free_form'"),
+    ({"shots": {"annotation": int}}, "shots is <class 'int'>"),
+])
+def test_a_folder_task_that_disagrees_with_the_definition_is_refused(overrides, message):
+    from safetyrepro.tasks.inspect_task_registry import check_task
+
+    fn = _task_with(**overrides)
+    if message is None:
+        check_task("xstest", fn)
+    else:
+        with pytest.raises(UserError, match=message):
+            check_task("xstest", fn)
+    with pytest.raises(UserError, match="must be named 'bbq'"):
+        check_task("bbq", _task_with())

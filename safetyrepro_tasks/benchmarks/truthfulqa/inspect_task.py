@@ -1,0 +1,33 @@
+"""TruthfulQA as an Inspect task: the `@task` that `inspect eval safetyrepro/truthfulqa` runs.
+
+    inspect eval safetyrepro/truthfulqa --model safetyrepro/smollm2 --limit 8 -T template=T2 -T scoring=logprob
+    inspect eval {this file} --model safetyrepro/smollm2 -T shots=3
+
+Prompts, candidates, parser and scoring come from the benchmark's definition in this folder, through
+`benchmark_task`; the `Literal` values below are checked against that definition when the tasks are
+registered (safetyrepro_tasks/inspect_task_registry.py), so they cannot drift from it.
+"""
+
+from typing import Literal
+
+from inspect_ai import Task, task
+
+from safetyrepro.tasks.inspect_tasks import benchmark_task
+
+
+@task
+def truthfulqa(
+    template: Literal["T1", "T2", "T3", "T4"] = "T1",
+    scoring: Literal["free_form", "logprob"] = "logprob",
+    shots: Literal[0, 3, 5] = 0,
+    tie_rule: Literal["expected", "first"] = "expected",
+) -> Task:
+    """TruthfulQA MC1: pick the one true answer among lettered options.
+
+    Args:
+        template: prompt template T1 (bare question) to T4 (reasoning, then an `Answer:` line).
+        scoring: free_form (parse the generated reply) or logprob (argmax over the candidates' log-likelihoods; needs --model safetyrepro/<model>).
+        shots: few-shot demonstrations before each item, from the benchmark's fixed demo pool.
+        tie_rule: how logprob scoring credits an item whose top candidates tie: expected (shared credit) or first.
+    """
+    return benchmark_task("truthfulqa", template, scoring, shots, tie_rule=tie_rule)
