@@ -65,3 +65,25 @@ def test_saved_cells_count_only_for_the_sweep_that_saved_them(progress, tmp_path
     assert progress._saved_for(tmp_path, sweep({"models": ["m"], "limit": 4})) == {}  # another limit, same cell keys
     (tmp_path / "sweep.json").unlink()
     assert progress._saved_for(tmp_path, sweep({"models": ["m"], "limit": 24})) == {}
+
+
+def test_a_model_without_its_own_cells_is_scaled_by_its_measured_or_prior_cost_factor(progress):
+    done = [(_f(model="a"), 10.0), (_f(model="a", template="T2"), 30.0), (_f(model="a", scoring="logprob"), 1.0),
+            (_f(model="b"), 20.0), (_f(model="b", template="T2"), 90.0)]  # b/a: 2 and 3 -> median 2.5
+    factors = progress.cost_factors(done, ["a", "b", "c", "d"], prior={"c": 4.0})
+    assert factors["a"][0] == 1.0 and factors["b"][0] == pytest.approx(2.5) and "measured over 2" in factors["b"][1]
+    assert factors["c"] == (4.0, "prior: parameter count ratio, no cell of a kind the reference has done yet")
+    assert factors["d"][0] == 1.0 and factors["d"][1].startswith("prior: 1.0")
+    scale = {m: v for m, (v, _) in factors.items()}
+    # c's free-form greedy cell: scoring/decoding group over a (10, 30 on a's scale) and b (20/2.5, 90/2.5)
+    left, used = progress.estimate(done, [_f(model="c", benchmark="z")], scale)
+    assert left == pytest.approx(4.0 * (10 + 30 + 8 + 36) / 4)
+    assert used == {"scoring / decoding": 1}
+    # a model's own measured kind is used as measured, unscaled
+    assert progress.estimate(done, [_f(model="b")], scale)[0] == pytest.approx(20.0)
+
+
+def test_parameter_ratios_come_from_the_catalogue(progress):
+    r = progress._param_ratios(["smollm2", "gemma3-270m", "qwen2.5-coder-0.5b", "not-a-model"])
+    assert r["smollm2"] == 1.0 and r["gemma3-270m"] == pytest.approx(268.1 / 134.5)
+    assert r["qwen2.5-coder-0.5b"] == pytest.approx(630.2 / 134.5) and "not-a-model" not in r

@@ -22,7 +22,11 @@ mixed in.
 The time left is the sum, over the cells not done, of the mean wall seconds of done cells of the
 same model, benchmark, scoring, decoding, template and shots, falling back to coarser groups
 (dropping shots, then template, then benchmark) when none of a kind is done yet, and to the mean of
-all done cells of that scoring last.
+all done cells of that scoring last. Those last groups mix models, so their cells are put on one
+scale first: each model's cost factor is the median ratio of its seconds to the first model's over
+the cells both have done (the same benchmark, scoring, decoding, template and shots); a model with no
+such pair yet gets the ratio of its parameter count to the first model's, a prior stated as such in
+the report until its own cells replace it.
 """
 
 from __future__ import annotations
@@ -150,26 +154,68 @@ def _features(cell) -> dict:
             "template": c.template, "shots": c.shots}
 
 
-def estimate(done: list[tuple[dict, float]], todo: list[dict]) -> tuple[float, dict[str, int]]:
+def cost_factors(done: list[tuple[dict, float]], models: list[str],
+                 prior: dict[str, float] | None = None) -> dict[str, tuple[float, str]]:
+    """model -> (its cost per cell relative to the first model, "measured over N cells" or "prior: ...").
+    Measured: the median ratio over cells of the same kind done by both. Otherwise `prior[model]` (the
+    ratio of parameter counts), or 1.0 when there is none."""
+    prior = prior or {}
+    kind = ("benchmark", "scoring", "decoding", "template", "shots")
+    by_kind: dict = defaultdict(dict)
+    for f, s in done:
+        by_kind[tuple(f[k] for k in kind)].setdefault(f["model"], []).append(s)
+    ref = models[0]
+    out = {ref: (1.0, "the reference")}
+    for m in models[1:]:
+        ratios = [statistics.fmean(v[m]) / statistics.fmean(v[ref]) for v in by_kind.values()
+                  if m in v and ref in v and statistics.fmean(v[ref]) > 0]
+        if ratios:
+            out[m] = (statistics.median(ratios), f"measured over {len(ratios)} kinds of cell")
+        elif m in prior:
+            out[m] = (prior[m], "prior: parameter count ratio, no cell of a kind the reference has done yet")
+        else:
+            out[m] = (1.0, "prior: 1.0, no cell measured and no parameter count known")
+    return out
+
+
+def estimate(done: list[tuple[dict, float]], todo: list[dict],
+             factors: dict[str, float] | None = None) -> tuple[float, dict[str, int]]:
     """Seconds left for the cells in `todo` from the measured seconds of `done` (module docstring);
-    also how many estimates came from each level of GROUPS."""
+    also how many estimates came from each level of GROUPS. `factors` (model -> cost factor) puts
+    cells of different models on one scale in the groups that leave the model out."""
+    factors = factors or {}
     means = []
     for g in GROUPS:
         acc: dict = defaultdict(list)
         for f, s in done:
-            acc[tuple(f[k] for k in g)].append(s)
+            acc[tuple(f[k] for k in g)].append(s if "model" in g else s / factors.get(f["model"], 1.0))
         means.append({k: statistics.fmean(v) for k, v in acc.items()})
     left, used = 0.0, defaultdict(int)
     for f in todo:
         for g, m in zip(GROUPS, means, strict=True):
             k = tuple(f[x] for x in g)
             if k in m:
-                left += m[k]
+                left += m[k] if "model" in g else m[k] * factors.get(f["model"], 1.0)
                 used[" / ".join(g)] += 1
                 break
         else:
             used["no measurement"] += 1
     return left, dict(used)
+
+
+def _param_ratios(models: list[str]) -> dict[str, float]:
+    """Parameter count of each embedded model over the first model's (the catalogue's `params`)."""
+    from safetyrepro.adapters.weights import EMBEDDED
+
+    def count(m: str) -> float | None:
+        text = getattr(EMBEDDED.get(m), "params", "") or ""
+        try:
+            return float(text.rstrip("MB").replace(",", "")) * (1e9 if text.endswith("B") else 1e6)
+        except ValueError:
+            return None
+
+    ref = count(models[0])
+    return {m: count(m) / ref for m in models if ref and count(m)}
 
 
 def _saved_for(dest: Path, sweep) -> dict[Path, dict]:
@@ -202,8 +248,11 @@ def status(run: Path, dest: Path, sweep_args: list[str], cells=None) -> str:
         else:
             todo.append(f)
             by_model[c.model][1] += 1
-    left, used = estimate(done, todo)
-    left_cpu, _ = estimate(done_cpu, todo)
+    models = list(dict.fromkeys(c.model for c in cells))
+    factors = cost_factors(done, models, _param_ratios(models))
+    left, used = estimate(done, todo, {m: v for m, (v, _) in factors.items()})
+    cpu_factors = cost_factors(done_cpu, models, _param_ratios(models))
+    left_cpu, _ = estimate(done_cpu, todo, {m: v for m, (v, _) in cpu_factors.items()})
     n_done = len(cells) - len(todo)
     cpu_line = (f"CPU time left {left_cpu / 3600:.1f} h from {len(done_cpu)} cells that recorded their CPU seconds "
                 f"(whatever else ran beside them; on an idle 2-core machine the wall time lies between half of "
@@ -229,7 +278,10 @@ def status(run: Path, dest: Path, sweep_args: list[str], cells=None) -> str:
         lines += ["", "Estimates of the cells left came from: " + ", ".join(f"{v} by {k}" for k, v in used.items())]
         if any("model" not in k for k in used):
             lines.append("(a cell of a model with no timed cell of its kind yet is estimated from other models' "
-                         "cells: the larger models cost more per cell, so the time left is then an underestimate)")
+                         "cells, scaled by the cost factors below)")
+    lines += ["", f"Cost per cell relative to {models[0]} (wall seconds):", "",
+              "| model | factor | from |", "|---|---|---|"]
+    lines += [f"| {m} | {v:.2f} | {why} |" for m, (v, why) in factors.items()]
     lines.append("")
     return "\n".join(lines)
 
