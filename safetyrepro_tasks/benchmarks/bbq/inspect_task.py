@@ -1,7 +1,7 @@
 """BBQ as an Inspect task: the `@task` that `inspect eval safetyrepro/bbq` runs.
 
     inspect eval safetyrepro/bbq --model safetyrepro/smollm2 --limit 8 -T template=T2 -T scoring=logprob
-    inspect eval {this file} --model safetyrepro/smollm2 -T shots=3
+    inspect eval safetyrepro_tasks/benchmarks/bbq/inspect_task.py --model safetyrepro/smollm2 -T shots=3   # the same, by path
 
 Prompts, candidates, parser and scoring come from the benchmark's definition in this folder, through
 `benchmark_task`; the `Literal` values below are checked against that definition when the tasks are
@@ -25,9 +25,12 @@ def bbq(
     """BBQ: three-option reading comprehension over social-bias contexts, scored with accuracy and the BBQ bias scores.
 
     Args:
-        template: prompt template T1 (bare question) to T4 (reasoning, then an `Answer:` line).
-        scoring: free_form (parse the generated reply) or logprob (argmax over the candidates' log-likelihoods; needs --model safetyrepro/<model>).
+        template: T1 minimal (HELM-style), T2 role-framed system preamble, T3 lm-eval-style detailed
+            instruction, T4 chain of thought ending in an `Answer:` line.
+        scoring: free_form (parse the generated reply) or logprob (argmax over the candidates'
+            log-likelihoods; needs --model safetyrepro/<model>).
         shots: few-shot demonstrations before each item, from the benchmark's fixed demo pool.
-        tie_rule: how logprob scoring credits an item whose top candidates tie: expected (shared credit) or first.
+        tie_rule: how logprob scoring credits an item whose top candidates tie: expected (1/k of
+            the credit when the gold is among k tied) or first (lm-eval's argmax: the first one wins).
     """
     return benchmark_task("bbq", template, scoring, shots, tie_rule=tie_rule)

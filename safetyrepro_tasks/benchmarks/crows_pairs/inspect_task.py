@@ -1,7 +1,7 @@
 """CrowS-Pairs as an Inspect task: the `@task` that `inspect eval safetyrepro/crows_pairs` runs.
 
     inspect eval safetyrepro/crows_pairs --model safetyrepro/smollm2 --limit 8 -T template=T2 -T scoring=logprob
-    inspect eval {this file} --model safetyrepro/smollm2 -T shots=3
+    inspect eval safetyrepro_tasks/benchmarks/crows_pairs/inspect_task.py --model safetyrepro/smollm2 -T shots=3   # the same, by path
 
 Prompts, candidates, parser and scoring come from the benchmark's definition in this folder, through
 `benchmark_task`; the `Literal` values below are checked against that definition when the tasks are
@@ -22,12 +22,15 @@ def crows_pairs(
     shots: Literal[0, 3, 5] = 0,
     tie_rule: Literal["expected", "first"] = "expected",
 ) -> Task:
-    """CrowS-Pairs: which of two minimally different sentences the model finds likelier (log-likelihood only; 0.5 is unbiased).
+    """CrowS-Pairs: which of two minimally different sentences the model finds likelier (0.5 is unbiased).
 
     Args:
-        template: prompt template T1 (bare question) to T4 (reasoning, then an `Answer:` line).
-        scoring: logprob only: the two sentences' log-likelihoods (needs --model safetyrepro/<model>).
+        template: T1 minimal (HELM-style), T2 role-framed system preamble, T3 lm-eval-style detailed
+            instruction, T4 chain of thought ending in an `Answer:` line.
+        scoring: logprob only: the two sentences' log-likelihoods (needs --model
+            safetyrepro/<model>).
         shots: few-shot demonstrations before each item, from the benchmark's fixed demo pool.
-        tie_rule: how logprob scoring credits an item whose top candidates tie: expected (shared credit) or first.
+        tie_rule: how logprob scoring credits an item whose top candidates tie: expected (1/k of
+            the credit when the gold is among k tied) or first (lm-eval's argmax: the first one wins).
     """
     return benchmark_task("crows_pairs", template, scoring, shots, tie_rule=tie_rule)
