@@ -6,6 +6,7 @@ every sweep, as the script documents; the full study is not a test."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,13 +19,20 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_reproduce_script_with_limit_writes_every_kind_of_file(tmp_path, data_dir):
-    out = tmp_path / "study"
-    env = {**os.environ, "TQDM_DISABLE": "1", "SAFETYREPRO": str(Path(sys.executable).parent / "safetyrepro")}
+def _reproduce(out: Path, saved: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TQDM_DISABLE": "1", "SAFETYREPRO": str(Path(sys.executable).parent / "safetyrepro"),
+           "STUDY_SAVED": str(saved)}
     res = subprocess.run(["bash", str(ROOT / "docs" / "study" / "reproduce.sh"), "--limit", "4", "--out", str(out),
                           "--models", "smollm2", "gemma3-270m", "--benchmarks", "xstest", "--tier", "conservative_core",
-                          "--scoring", "logprob"], capture_output=True, text=True, env=env, timeout=3600, cwd=tmp_path)
+                          "--scoring", "logprob", *extra], capture_output=True, text=True, env=env, timeout=3600,
+                         cwd=out.parent)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    return res
+
+
+def test_reproduce_script_with_limit_writes_every_kind_of_file(tmp_path, data_dir):
+    out, saved = tmp_path / "study", tmp_path / "saved"
+    res = _reproduce(out, saved)
     for f in ("grid/grid.csv", "grid/grid.parquet", "grid/items.parquet", "grid/run.json",
               "analysis/rho_flip.csv", "analysis/orderings.csv", "analysis/report.md", "analysis/report.html",
               "analysis/grid_card.md", "analysis/grid_card.json", "precision/compare_report.md",
@@ -35,3 +43,20 @@ def test_reproduce_script_with_limit_writes_every_kind_of_file(tmp_path, data_di
     assert (grid["n_items"] == 4).all()
     assert set(pd.read_csv(out / "precision-nf4" / "grid.csv")["precision"]) == {"nf4"}
     assert "study: done" in res.stdout
+
+    # --save keeps every step's finished cells; a new machine (a fresh run folder) restores all of them and
+    # computes nothing again
+    _reproduce(out, saved, "--save")
+    for step in ("", "steps/precision-bf16/", "steps/precision-nf4/", "steps/sub43/", "steps/sub45/"):
+        cells = len(pd.read_csv(out / (step[len("steps/"):] or "grid/") / "grid.csv"))
+        assert len(list((saved / step / "cells").glob("*/*.json.gz"))) == cells, step
+    again = tmp_path / "again"
+    again.mkdir()
+    res = _reproduce(again / "study", saved)
+    restored = [int(n) for n in re.findall(r"^restored (\d+) saved cell", res.stdout, re.M)]
+    assert len(restored) == 6 and min(restored) > 0, res.stdout[-3000:]
+    for f in ("grid/grid.csv", "precision-nf4/grid.csv", "sub44/grid.csv"):
+        a, b = pd.read_csv(out / f), pd.read_csv(again / "study" / f)
+        cols = ["config_id", "model", "score", "n_items"]
+        a, b = (x[cols].sort_values(cols[:2]).reset_index(drop=True) for x in (a, b))
+        assert a.equals(b), f
