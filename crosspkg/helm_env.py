@@ -126,6 +126,9 @@ def write_plugin_env(run_dir: Path, model: str, precision: str = "bf16", device:
 
     from safetyrepro.crosspkg.anchor import model_folder
 
+    # prod_env names the model folder by path and helm-run runs from inside run_dir (`cd` in the README's
+    # recipe): a relative path would point nowhere from there. abspath, not resolve: links are not followed
+    run_dir = Path(os.path.abspath(run_dir))
     folder = model_folder(model, precision)
     name = model_name(folder.label, folder.weights_sha256)
     hf = helm_model_folder(folder.path, run_dir / "model", folder.max_length)

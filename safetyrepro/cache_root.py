@@ -16,7 +16,9 @@ CACHE_DIR_ENV = "SAFETYREPRO_CACHE_DIR"
 def cache_root() -> Path:
     base = os.environ.get(CACHE_DIR_ENV)
     if base:
-        root = Path(base).expanduser()
+        # absolute, so that paths written into configs (HELM's prod_env, lm-eval task folders) still hold
+        # when another process reads them from another working folder
+        root = Path(os.path.abspath(Path(base).expanduser()))
         where = f"${CACHE_DIR_ENV}={base}"
     else:
         xdg = os.environ.get("XDG_CACHE_HOME")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -58,14 +59,16 @@ def test_crosspkg_end_to_end(tmp_path):
 @pytest.mark.slow
 @needs_helm
 @pytest.mark.skipif(not _has_plugin(), reason="SafetyRepro is not installed in the HELM venv (run `make helm`)")
-def test_helm_plugin_run_entries(tmp_path):
+def test_helm_plugin_run_entries(tmp_path, monkeypatch):
     from safetyrepro.adapters.engine import LoglikRequest, load_engine
     from safetyrepro.crosspkg.helm_env import helm_environment, write_plugin_env
     from safetyrepro.tasks.benchmarks.registry import get_benchmark
     from safetyrepro.tasks.rendering import continuation
     from safetyrepro.tasks.subsets import item_set
 
-    info = write_plugin_env(tmp_path, "smollm2")
+    # a relative folder, as in the README's recipe (`--helm-env runs/helm-plugin`, then `cd` into it)
+    monkeypatch.chdir(tmp_path.parent)
+    info = write_plugin_env(Path(tmp_path.name), "smollm2")
     m, e = info["model"], info["engine_deployment"]
     entries = [f"safetyrepro_bbq:template=T3,scoring=logprob,limit=3,model={m},model_deployment={e}",
                f"safetyrepro_bbq:template=T3,scoring=free_form,limit=3,max_new_tokens=16,model={m},model_deployment={e}"]
