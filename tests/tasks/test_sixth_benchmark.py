@@ -146,3 +146,26 @@ def test_sixth_benchmark_runs_through_helm(sixth):
     stats = json.loads((run / "per_instance_stats.json").read_text())
     assert len(stats) == 2
     assert all(any(s["name"]["name"] == "safetyrepro_predicted_index" for s in inst["stats"]) for inst in stats)
+
+
+def test_the_analysis_reads_the_sixth_benchmarks_direction_from_its_definition(sixth):
+    """The toy declares `better = "lower"` (its score is an error rate) and nothing else says so: the
+    analysis, run with the copy first on the path, orders models the lower-is-better way."""
+    import pandas as pd
+
+    tmp, site, env, _ = sixth
+    rows = [dict(model=m, benchmark="toy", template=t, decoding="greedy", shots=0, scoring="logprob", precision="fp32",
+                 package="safetyrepro", n_items=24, n_seeds=1, score=s, parse_rate=1.0, tier="core",
+                 config_id=f"toy/{t}/greedy/0shot/logprob", status="ok")
+            for m, scores in {"a": [0.2, 0.3, 0.6], "b": [0.4, 0.5, 0.5]}.items()
+            for t, s in zip(["T1", "T2", "T3"], scores, strict=True)]
+    grid = tmp / "direction" / "grid.csv"
+    grid.parent.mkdir()
+    pd.DataFrame(rows).to_csv(grid, index=False)
+    _run([sys.executable, "-m", "safetyrepro.cli", "analyze", grid, "--out", tmp / "direction" / "analysis"], env, tmp)
+    detail = pd.read_csv(tmp / "direction" / "analysis" / "orderings_detail.csv").set_index("slice").loc["full"]
+    assert detail["better"] == "lower is better"
+    assert detail["orderings"] == "b > a (2); a > b (1)"         # by raw score
+    assert detail["orderings_better"] == "a > b (2); b > a (1)"  # a's lower error rate wins twice
+    report = (tmp / "direction" / "analysis" / "report.md").read_text()
+    assert "on toy (the score is the share of requests misjudged" in report and "lower is better" in report
