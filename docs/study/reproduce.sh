@@ -120,5 +120,7 @@ pd.read_parquet(sys.argv[1]).to_parquet(sys.argv[2], index=False, compression="z
 PY
   rm -rf "$D/analysis" "$D/precision" "$D/subsamples"
   cp -r "$OUT/analysis" "$OUT/precision" "$OUT/subsamples" "$D"/
+  "$PY" docs/study/paper_comparison.py "$OUT/analysis" --precision "$OUT/precision" --subsamples "$OUT/subsamples" \
+      --out "$D/paper_comparison.md"
   echo "published into $D (items.parquet: $(du -h "$D/items.parquet" | cut -f1))"
 fi
