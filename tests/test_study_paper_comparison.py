@@ -40,6 +40,15 @@ def outputs(tmp_path):
              interaction_share=0.5, rho=float("nan"), rho_lo=float("nan"), rho_hi=float("nan"), rho_defined=False),
         dict(benchmark="xstest", slice="free_form", anova_type="III", model_share=0.9, implementation_share=0.0,
              interaction_share=0.0, rho=0.0, rho_lo=0.0, rho_hi=0.0, rho_defined=True)])
+    _csv(a, "significant_flips.csv", [
+        dict(benchmark="xstest", slice=sl, model_a="a", model_b="b", n_plus=38, n_minus=10, rho_flip=10 / 48,
+             rho_flip_null_mean=0.4, rho_flip_null_share_le=0.03, correction=c, n_plus_sig=ps, n_minus_sig=ms,
+             rho_flip_sig=min(ps, ms) / 48)
+        for sl, c, ps, ms in [("full", "holm", 12, 1), ("full", "fdr_bh", 20, 3), ("core", "holm", 9, 0)]])
+    _csv(a, "degenerate_cells.csv", [
+        dict(model="b", benchmark="xstest", config_id=f"xstest/T4/greedy/{k}shot/free_form", score=0.5, parse_rate=pr,
+             reason=reason)
+        for k, pr, reason in [(0, 0.8, "parse_rate 0.80 < 0.95"), (3, 0.9, "parse_rate 0.90 < 0.95; 2 of 24 outputs empty")]])
     _csv(p, "compare_summary.csv", [dict(n_cells=54, median=0.017, mean=0.026, max=0.207, n_groups=2)])
     _csv(p, "compare_ordering_summary.csv", [dict(benchmark="xstest", n_configs=10, n_invariant=9),
                                              dict(benchmark="toxigen", n_configs=8, n_invariant=8)])
@@ -77,3 +86,13 @@ def test_the_command_writes_the_table_and_refuses_a_missing_folder(pc, outputs, 
     with pytest.raises(SystemExit):
         pc.main([str(a), "--subsamples", str(tmp_path / "nope")])
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_beyond_the_paper_pair_nulls_confirmed_flips_and_degenerate_cells(pc, outputs):
+    a, p, s = outputs
+    text = pc.table(a, None, None)
+    beyond = text.split("Beyond the paper")[1]
+    # the full slice under Holm only: one row, 1 of the 13 confirmed configurations goes against the majority
+    assert "| xstest | a vs b | 0.208 (38+ / 10-) | 0.400 (observed >= 0.03 of null draws) | 0.021 (12+ / 1- " in beyond
+    assert beyond.count("| xstest | a vs b |") == 1
+    assert "| xstest | b | 2 | N of N outputs empty; parse_rate N < N (lowest parse rate 0.80) |" in beyond

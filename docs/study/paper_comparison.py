@@ -14,6 +14,7 @@ percentage points.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -110,7 +111,49 @@ def compare_rows(folder: Path, label: str, paper: dict[str, str]) -> list[list[s
              f"{int(o['n_invariant'].sum())} of {int(o['n_configs'].sum())} configurations"]]
 
 
+def beyond_rows(analysis: Path) -> list[list[str]]:
+    """Per benchmark and pair, on the full envelope: rho_flip against the pair's own null reference, and
+    how much of it survives item-level confirmation under Holm's correction (the confirmatory one)."""
+    sig = pd.read_csv(analysis / "significant_flips.csv")
+    sig = sig[(sig["slice"] == "full") & (sig["correction"] == "holm")]
+    rows = []
+    for r in sig.itertuples():
+        rows.append([r.benchmark, f"{r.model_a} vs {r.model_b}", f"{_f(r.rho_flip)} ({r.n_plus}+ / {r.n_minus}-)",
+                     f"{_f(r.rho_flip_null_mean)} (observed >= {_f(r.rho_flip_null_share_le, 2)} of null draws)"
+                     if pd.notna(r.rho_flip_null_mean) else "—",
+                     f"{_f(r.rho_flip_sig)} ({r.n_plus_sig}+ / {r.n_minus_sig}- configurations confirmed)"])
+    return rows
+
+
+def degenerate_rows(analysis: Path) -> list[list[str]]:
+    path = analysis / "degenerate_cells.csv"
+    d = pd.read_csv(path) if path.stat().st_size else pd.DataFrame()
+    if d.empty:
+        return []
+    # one entry per kind of reason (numbers stripped), with the lowest parse rate among the cells
+    def kinds(reasons: pd.Series) -> str:
+        return "; ".join(sorted({re.sub(r"\d+(\.\d+)?", "N", x.strip()) for r in reasons.astype(str)
+                                 for x in r.split(";")}))
+
+    return [[b, m, str(len(g)), f"{kinds(g['reason'])} (lowest parse rate {_f(g['parse_rate'].min(), 2)})"]
+            for (b, m), g in d.groupby(["benchmark", "model"])]
+
+
 def table(analysis: Path, precision: Path | None, subsamples: Path | None) -> str:
+    text = _paper_table(analysis, precision, subsamples)
+    text += ("\nBeyond the paper: each pair's rho_flip on the full envelope, its own null reference (the same "
+             "items with model labels exchanged), and the part that survives item-level confirmation (an exact "
+             "paired sign-flip test per configuration, Holm-corrected):\n\n")
+    text += markdown_table(["benchmark", "pair", "rho_flip (n+ / n-)", "pair null mean", "rho_flip, confirmed"],
+                           beyond_rows(analysis)) + "\n"
+    degenerate = degenerate_rows(analysis)
+    if degenerate:
+        text += "\nDegenerate cells (low parse rate, one option on nearly every item, empty outputs):\n\n"
+        text += markdown_table(["benchmark", "model", "cells", "reasons"], degenerate) + "\n"
+    return text
+
+
+def _paper_table(analysis: Path, precision: Path | None, subsamples: Path | None) -> str:
     rows = rho_rows(analysis) + variance_rows(analysis)
     if precision is not None:
         rows += compare_rows(precision, "BF16 vs NF4", {"spread": "1.7 pp / 2.6 pp / 20.7 pp (54 configurations)",
