@@ -131,3 +131,21 @@ def test_a_folder_task_that_disagrees_with_the_definition_is_refused(overrides, 
             check_task("xstest", fn)
     with pytest.raises(UserError, match="must be named 'bbq'"):
         check_task("bbq", _task_with())
+
+
+def test_a_folder_without_its_task_file_is_named_in_one_line(monkeypatch):
+    import importlib
+
+    from safetyrepro.tasks import inspect_task_registry as reg
+
+    real = importlib.import_module
+
+    def without_task_file(name, *a, **k):
+        if name.endswith(".xstest.inspect_task"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(reg.importlib, "import_module", without_task_file)
+    with pytest.raises(UserError, match="benchmark folder 'xstest' has no inspect_task.py"):
+        reg.load_task("xstest")
+    assert reg.load_task("bbq").__name__ == "bbq"
