@@ -96,3 +96,14 @@ def test_beyond_the_paper_pair_nulls_confirmed_flips_and_degenerate_cells(pc, ou
     assert "| xstest | a vs b | 0.208 (38+ / 10-) | 0.400 (observed >= 0.03 of null draws) | 0.021 (12+ / 1- " in beyond
     assert beyond.count("| xstest | a vs b |") == 1
     assert "| xstest | b | 2 | N of N outputs empty; parse_rate N < N (lowest parse rate 0.80) |" in beyond
+
+
+def test_tables_analyze_wrote_empty_give_no_rows_and_a_missing_table_is_named(pc, outputs):
+    a, p, s = outputs
+    (a / "variance_shares.csv").write_text("\n")  # what analyze writes when the grid has no free-form slice
+    (a / "degenerate_cells.csv").write_text("\n")
+    text = pc.table(a, None, None)
+    assert "variance:" not in text and "Degenerate cells" not in text and "rho_flip max, xstest, full envelope" in text
+    (a / "tier_ablation.csv").unlink()
+    with pytest.raises(SystemExit, match="has no tier_ablation.csv"):
+        pc.table(a, None, None)

@@ -19,9 +19,9 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _reproduce(out: Path, saved: Path, *extra: str) -> subprocess.CompletedProcess:
+def _reproduce(out: Path, saved: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "TQDM_DISABLE": "1", "SAFETYREPRO": str(Path(sys.executable).parent / "safetyrepro"),
-           "STUDY_SAVED": str(saved)}
+           "STUDY_SAVED": str(saved), **(env or {})}
     res = subprocess.run(["bash", str(ROOT / "docs" / "study" / "reproduce.sh"), "--limit", "4", "--out", str(out),
                           "--models", "smollm2", "gemma3-270m", "--benchmarks", "xstest", "--tier", "conservative_core",
                           "--scoring", "logprob", *extra], capture_output=True, text=True, env=env, timeout=3600,
@@ -52,7 +52,8 @@ def test_reproduce_script_with_limit_writes_every_kind_of_file(tmp_path, data_di
         assert len(list((saved / step / "cells").glob("*/*.json.gz"))) == cells, step
     again = tmp_path / "again"
     again.mkdir()
-    res = _reproduce(again / "study", saved)
+    published = tmp_path / "published"
+    res = _reproduce(again / "study", saved, "--publish", env={"STUDY_PUBLISH": str(published)})
     restored = [int(n) for n in re.findall(r"^restored (\d+) saved cell", res.stdout, re.M)]
     assert len(restored) == 6 and min(restored) > 0, res.stdout[-3000:]
     for f in ("grid/grid.csv", "precision-nf4/grid.csv", "sub44/grid.csv"):
@@ -60,3 +61,12 @@ def test_reproduce_script_with_limit_writes_every_kind_of_file(tmp_path, data_di
         cols = ["config_id", "model", "score", "n_items"]
         a, b = (x[cols].sort_values(cols[:2]).reset_index(drop=True) for x in (a, b))
         assert a.equals(b), f
+    # --publish (into a folder of the test's) writes what docs/study/README.md lists, and a fresh analyze of the
+    # published grid reproduces the published tables byte for byte
+    for f in ("grid.csv", "grid.parquet", "items.parquet", "run.json", "analysis/report.md", "precision/compare_report.md",
+              "subsamples/compare_report.md", "paper_comparison.md"):
+        assert (published / f).is_file(), f
+    assert "rho_flip max, xstest, full envelope" in (published / "paper_comparison.md").read_text()
+    from test_study_published_slow import assert_reproduces
+
+    assert_reproduces(published, tmp_path / "reanalysis")

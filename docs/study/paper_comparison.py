@@ -44,14 +44,26 @@ def _pp(x: float) -> str:
     return f"{100 * x:.2f} pp"
 
 
+def _read(folder: Path, name: str) -> pd.DataFrame:
+    """One output table; a table analyze wrote empty (no free-form slice, no degenerate cell) is empty here."""
+    path = folder / name
+    if not path.is_file():
+        raise SystemExit(f"{folder} has no {name}: give the folder `safetyrepro analyze` or `compare` wrote")
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+
+
 def _row(df: pd.DataFrame, benchmark: str, slice_: str) -> pd.Series | None:
     hit = df[(df["benchmark"] == benchmark) & (df["slice"] == slice_)]
     return None if hit.empty else hit.iloc[0]
 
 
 def rho_rows(analysis: Path) -> list[list[str]]:
-    rho = pd.read_csv(analysis / "rho_flip_max.csv")
-    tiers = pd.read_csv(analysis / "tier_ablation.csv")
+    rho, tiers = _read(analysis, "rho_flip_max.csv"), _read(analysis, "tier_ablation.csv")
+    if rho.empty:
+        return []
     rows = []
     for b in [b for b in PAPER_RHO_MAX if b in set(rho["benchmark"])]:
         r = _row(rho, b, "full")
@@ -66,7 +78,7 @@ def rho_rows(analysis: Path) -> list[list[str]]:
             paper = _f(PAPER_FREE_FORM[b]) if slice_ == "free_form" and b in PAPER_FREE_FORM else NOT_IN_DIGEST
             rows.append([f"rho_flip max, {b}, {slice_} slice", paper, f"{_f(r.rho_flip_max)} (|C| {r.n_configs})"])
     for slice_ in ("full", "core", "excl_t4", "excl_diverse"):  # the paper's tier ablation (tab. 4)
-        for b in sorted(set(tiers["benchmark"])):
+        for b in sorted(set(tiers.get("benchmark", ()))):
             t = _row(tiers, b, slice_)
             if t is None:
                 continue
@@ -85,7 +97,9 @@ def rho_rows(analysis: Path) -> list[list[str]]:
 
 
 def variance_rows(analysis: Path) -> list[list[str]]:
-    v = pd.read_csv(analysis / "variance_shares.csv")
+    v = _read(analysis, "variance_shares.csv")
+    if v.empty:
+        return []
     v = v[(v["slice"] == "free_form") & (v["anova_type"] == "II")]
     rows = []
     for r in v.itertuples():
@@ -102,8 +116,8 @@ def variance_rows(analysis: Path) -> list[list[str]]:
 
 
 def compare_rows(folder: Path, label: str, paper: dict[str, str]) -> list[list[str]]:
-    s = pd.read_csv(folder / "compare_summary.csv").iloc[0]
-    o = pd.read_csv(folder / "compare_ordering_summary.csv")
+    s = _read(folder, "compare_summary.csv").iloc[0]
+    o = _read(folder, "compare_ordering_summary.csv")
     what = "per-cell |difference|" if int(s.n_groups) == 2 else "per-cell range"
     return [[f"{label}: {what}, median / mean / max", paper["spread"],
              f"{_pp(s['median'])} / {_pp(s['mean'])} / {_pp(s['max'])} ({int(s.n_cells)} cells)"],
@@ -114,7 +128,9 @@ def compare_rows(folder: Path, label: str, paper: dict[str, str]) -> list[list[s
 def beyond_rows(analysis: Path) -> list[list[str]]:
     """Per benchmark and pair, on the full envelope: rho_flip against the pair's own null reference, and
     how much of it survives item-level confirmation under Holm's correction (the confirmatory one)."""
-    sig = pd.read_csv(analysis / "significant_flips.csv")
+    sig = _read(analysis, "significant_flips.csv")
+    if sig.empty:
+        return []
     sig = sig[(sig["slice"] == "full") & (sig["correction"] == "holm")]
     rows = []
     for r in sig.itertuples():
@@ -126,8 +142,7 @@ def beyond_rows(analysis: Path) -> list[list[str]]:
 
 
 def degenerate_rows(analysis: Path) -> list[list[str]]:
-    path = analysis / "degenerate_cells.csv"
-    d = pd.read_csv(path) if path.stat().st_size else pd.DataFrame()
+    d = _read(analysis, "degenerate_cells.csv")
     if d.empty:
         return []
     # one entry per kind of reason (numbers stripped), with the lowest parse rate among the cells

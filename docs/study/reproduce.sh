@@ -112,7 +112,8 @@ done
 echo "study: done in $(( $(date +%s) - start )) s wall: $OUT/analysis/report.md"
 
 if [ "$PUBLISH" = 1 ]; then
-  D=docs/study
+  D=${STUDY_PUBLISH:-docs/study}  # the repository's docs/study; a test publishes elsewhere
+  mkdir -p "$D"
   cp "$OUT"/grid/{grid.csv,grid.parquet,run.json} "$D"/
   "$PY" - "$OUT/grid/items.parquet" "$D/items.parquet" <<'PY'
 import sys, pandas as pd
