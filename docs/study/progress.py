@@ -214,8 +214,9 @@ def _param_ratios(models: list[str]) -> dict[str, float]:
         except ValueError:
             return None
 
-    ref = count(models[0])
-    return {m: count(m) / ref for m in models if ref and count(m)}
+    counts = {m: count(m) for m in models}
+    ref = counts[models[0]]
+    return {m: c / ref for m, c in counts.items() if ref and c}
 
 
 def _saved_for(dest: Path, sweep) -> dict[Path, dict]:
@@ -249,9 +250,10 @@ def status(run: Path, dest: Path, sweep_args: list[str], cells=None) -> str:
             todo.append(f)
             by_model[c.model][1] += 1
     models = list(dict.fromkeys(c.model for c in cells))
-    factors = cost_factors(done, models, _param_ratios(models))
+    prior = _param_ratios(models)
+    factors = cost_factors(done, models, prior)
     left, used = estimate(done, todo, {m: v for m, (v, _) in factors.items()})
-    cpu_factors = cost_factors(done_cpu, models, _param_ratios(models))
+    cpu_factors = cost_factors(done_cpu, models, prior)
     left_cpu, _ = estimate(done_cpu, todo, {m: v for m, (v, _) in cpu_factors.items()})
     n_done = len(cells) - len(todo)
     cpu_line = (f"CPU time left {left_cpu / 3600:.1f} h from {len(done_cpu)} cells that recorded their CPU seconds "
