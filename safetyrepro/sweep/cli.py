@@ -38,6 +38,9 @@ def add_sweep_arguments(p: argparse.ArgumentParser, require_out: bool = True,
     p.add_argument("--decodings", nargs="+", metavar="D", help="only these decodings (greedy, moderate, diverse)")
     p.add_argument("--shots", nargs="+", type=int, metavar="K", help="only these few-shot counts (0, 3, 5)")
     p.add_argument("--scoring", nargs="+", metavar="S", help="only these scorings (free_form, logprob)")
+    p.add_argument("--configs", nargs="+", metavar="ID",
+                   help="only these configurations, by id as in grid.csv (e.g. truthfulqa/T3/diverse/0shot/free_form); "
+                        "without --benchmarks, their benchmarks")
     p.add_argument("--limit", type=int, help="score only the first N items of each fixed subset")
     p.add_argument("--package", default="lm-eval", choices=("lm-eval", "inspect"), help="default: lm-eval")
     p.add_argument("--precision", default="bf16", help="fp32, bf16 (default) or nf4")
@@ -68,7 +71,8 @@ def options_from_args(args: argparse.Namespace):
         models += load_models_file(args.models_file)
     if not models:
         raise UserError("no model given: use --models and/or --models-file")
-    filters = {"template": args.templates, "decoding": args.decodings, "shots": args.shots, "scoring": args.scoring}
+    filters = {"template": args.templates, "decoding": args.decodings, "shots": args.shots, "scoring": args.scoring,
+               "config": getattr(args, "configs", None)}
     return SweepOptions(
         models=tuple(models), out=Path(args.out), benchmarks=tuple(args.benchmarks) if args.benchmarks else None,
         tier=args.tier, filters={k: v for k, v in filters.items() if v}, limit=args.limit, package=args.package,

@@ -20,7 +20,8 @@ class SweepOptions:
     out: Path
     benchmarks: tuple[str, ...] | None = None
     tier: str = "full"
-    filters: dict = field(default_factory=dict)  # axis -> allowed values (template, decoding, shots, scoring)
+    # axis -> allowed values (template, decoding, shots, scoring), and "config" -> configuration ids
+    filters: dict = field(default_factory=dict)
     limit: int | None = None
     package: str = "lm-eval"
     precision: str = "bf16"
@@ -83,6 +84,7 @@ def select_configs(rules: Rules, benchmarks: list[str], tier: str, precision: st
     """The configurations of the chosen tier, narrowed by axis filters; a filter that asks for a
     combination the rules forbid for some benchmark is an error, not a silent empty set."""
     filters = {k: v for k, v in (filters or {}).items() if v}
+    ids = filters.pop("config", None)
     for axis, values in filters.items():
         allowed = rules.axes[axis]
         for v in values:
@@ -96,11 +98,27 @@ def select_configs(rules: Rules, benchmarks: list[str], tier: str, precision: st
             bench.check_scoring(s)
         cfgs = [c for c in rules.configs(b, tier, precision)
                 if all(c.axis(a) in vals for a, vals in filters.items())]
+        if ids:
+            known = {c.config_id for c in cfgs}
+            for i in ids:
+                if i.split("/")[0] == b and i not in known:
+                    example = cfgs[0].config_id if cfgs else None
+                    raise UserError(f"configuration {i!r} is not among the {tier} configurations of {b}"
+                                    + (" with the other filters" if filters else "")
+                                    + (f" (ids read like {example!r}, as in grid.csv's config_id)" if example else ""))
+            cfgs = [c for c in cfgs if c.config_id in ids]
         if not cfgs:
             asked = ", ".join(f"{a}={'/'.join(map(str, v))}" for a, v in filters.items())
+            if ids:
+                asked = ", ".join(filter(None, [asked, "configurations " + " ".join(ids)]))
             raise UserError(f"the rules admit no {tier} configuration of {b} with {asked}")
         out += cfgs
     return out
+
+
+def benchmarks_of(config_ids) -> list[str]:
+    """The benchmarks named by configuration ids, in first-seen order (a sweep given only --configs runs those)."""
+    return list(dict.fromkeys(i.split("/")[0] for i in config_ids))
 
 
 def plan_cells(models: list, configs: list[Config], rules: Rules) -> list[Cell]:

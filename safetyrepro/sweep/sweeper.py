@@ -11,7 +11,14 @@ from safetyrepro.adapters.model_specs import check_runnable
 from safetyrepro.atomic import ensure_dir
 from safetyrepro.errors import UserError
 from safetyrepro.sweep.cached_backend import open_cached_backend, outputs_cache_path  # noqa: F401  (re-exported)
-from safetyrepro.sweep.plan import Cell, SweepOptions, SweepSpec, plan_cells, select_configs
+from safetyrepro.sweep.plan import (
+    Cell,
+    SweepOptions,
+    SweepSpec,
+    benchmarks_of,
+    plan_cells,
+    select_configs,
+)
 from safetyrepro.sweep.runner import SweepResult, run_local, write_run_json
 from safetyrepro.sweep.store import Store
 from safetyrepro.tasks.benchmark import check_tie_rule
@@ -41,8 +48,13 @@ class Sweep:
             raise UserError(f"model {dupes[0]!r} is listed twice (labels must be unique; a models file can set `label:`)")
         precision = check_precision(o.precision)
         tie_rule = check_tie_rule(o.tie_rule)
-        benchmarks = list(o.benchmarks or rules.benchmarks)
         filters = {k: v for k, v in o.filters.items() if v}
+        benchmarks = list(o.benchmarks or (benchmarks_of(filters["config"]) if "config" in filters
+                                           else rules.benchmarks))
+        stray = [i for i in filters.get("config", ()) if i.split("/")[0] not in benchmarks]
+        if stray:
+            raise UserError(f"configuration {stray[0]!r} is of a benchmark not in --benchmarks "
+                            f"({', '.join(benchmarks)})")
         configs = select_configs(rules, benchmarks, o.tier, precision, filters)
         if o.limit is not None and o.limit < 1:
             raise UserError(f"--limit must be a positive number of items, got {o.limit}")

@@ -35,10 +35,29 @@ def test_plan_sizes_follow_the_envelope():
     ({"benchmarks": ["bbq"], "filters": {"template": ["T9"]}}, "unknown template 'T9'"),
     ({"benchmarks": ["bbq"], "filters": {"decoding": ["moderate"], "scoring": ["logprob"]}}, "admit no full configuration of bbq with decoding=moderate, scoring=logprob"),
     ({"benchmarks": ["mmlu"], "filters": {}}, "unknown benchmark 'mmlu'"),
+    ({"benchmarks": ["bbq"], "filters": {"config": ["bbq/T3/moderate/0shot/logprob"]}},
+     "'bbq/T3/moderate/0shot/logprob' is not among the full configurations of bbq \\(ids read like 'bbq/T1/greedy"),
+    ({"benchmarks": ["bbq"], "filters": {"config": ["bbq/T3/diverse/0shot/free_form"], "shots": [5]}},
+     "not among the full configurations of bbq with the other filters"),
+    ({"benchmarks": ["bbq", "xstest"], "filters": {"config": ["bbq/T3/diverse/0shot/free_form"]}},
+     "admit no full configuration of xstest with configurations bbq/T3/diverse/0shot/free_form"),
 ])
 def test_forbidden_selections_are_errors(kwargs, message):
     with pytest.raises(UserError, match=message):
         select_configs(RULES, kwargs["benchmarks"], "full", "bf16", kwargs["filters"])
+
+
+def test_configs_by_id_select_exactly_those_in_the_tiers_order():
+    ids = ["truthfulqa/T4/moderate/0shot/free_form", "truthfulqa/T3/diverse/0shot/free_form", "xstest/T2/greedy/3shot/logprob"]
+    cfgs = select_configs(RULES, ["truthfulqa", "xstest"], "full", "fp32", {"config": ids})
+    assert [c.config_id for c in cfgs] == [ids[1], ids[0], ids[2]]
+    assert {c.precision for c in cfgs} == {"fp32"}
+    assert len(plan_cells(["a", "b"], cfgs, RULES)) == 6
+    # with an axis filter too, both must hold: an id the filter excludes is an error, not silently dropped
+    assert [c.config_id for c in select_configs(RULES, ["truthfulqa"], "full", "fp32",
+                                                {"config": ids[1:2], "template": ["T3"]})] == [ids[1]]
+    with pytest.raises(UserError, match="'truthfulqa/T4/moderate/0shot/free_form' is not among .* other filters"):
+        select_configs(RULES, ["truthfulqa"], "full", "fp32", {"config": ids[:2], "template": ["T3"]})
 
 
 def test_outputs_cache_round_trip(tmp_path):
@@ -111,6 +130,11 @@ def _cli(*args, cwd=None):
     (["--models", "smollm2", "--benchmarks", "crows_pairs", "--scoring", "free_form"], "allows scoring logprob only"),
     (["--models", "smollm2", "--precision", "int3"], "unknown precision 'int3'"),
     (["--models", "smollm2", "--limit", "0"], "--limit must be a positive number"),
+    (["--models", "smollm2", "--configs", "truthfulqa/T9/greedy/0shot/logprob"], "is not among the full configurations"),
+    (["--models", "smollm2", "--benchmarks", "xstest", "--configs", "truthfulqa/T1/greedy/0shot/logprob"],
+     "of a benchmark not in --benchmarks (xstest)"),
+    (["--models", "smollm2", "--configs", "bbq/T1/greedy/0shot/logprob", "bbq/T1/greedy/0shot/logprob"],
+     "config 'bbq/T1/greedy/0shot/logprob' is listed twice"),
 ])
 def test_sweep_input_errors_write_nothing(tmp_path, args, message, data_dir):
     out = tmp_path / "out"
