@@ -1,7 +1,8 @@
-"""`safetyrepro demo`: the embedded demo. Two small real models from PyPI over one benchmark's 12
-logprob configurations: a slice wide enough for verdicts to move and small enough to finish within
-ten minutes on two CPU cores (7.3 measured on a shared machine); then the grid, the analysis, and a
-closing summary in words of what flipped."""
+"""`safetyrepro demo`: the embedded demo. It reproduces the slice of the first study (docs/study) whose
+flip survives item-level confirmation: two small real models from PyPI on the two configurations where
+each wins, at the study's precision and item count, so its cells can be checked against the published
+ones; then the analysis, and a closing summary in words of what flipped, what the study confirmed, and
+what the flip rests on."""
 
 from __future__ import annotations
 
@@ -11,62 +12,60 @@ import sys
 import time
 from pathlib import Path
 
-# What fits the time on two CPU cores (measured, docs/analysis.md "The demo"): the logprob tier is 12
-# configurations per benchmark (T1-T4 x 0/3/5 shots, greedy) and its cells are the cheapest (no
-# generation). CrowS-Pairs is logprob-only, its cells are the shortest, and it shows the "closer to
-# 0.5 is better" reading. SmolLM2-135M and Gemma 3 270M are the two fastest embedded models;
-# Qwen2.5-Coder-0.5B would add a third pair of orderings at about twice the time (--models ...).
+# The study's one flip confirmed at the item level (docs/study/README.md, *Findings*): on TruthfulQA,
+# SmolLM2-135M beats Gemma 3 270M on T3 with diverse sampling and loses to it on T4 with moderate sampling,
+# each win significant after Holm correction over the pair's 48 configurations. Both cells are sampled
+# (5 seeds each), which is what makes this the demo's slowest choice per cell, and still within ten minutes
+# on two CPU cores: measured in docs/analysis.md, *The demo*.
 DEMO_MODELS = ("smollm2", "gemma3-270m")
-DEMO_BENCHMARKS = ("crows_pairs",)
-DEMO_TIER = "logprob"
+DEMO_CONFIGS = ("truthfulqa/T3/diverse/0shot/free_form", "truthfulqa/T4/moderate/0shot/free_form")
+DEMO_BENCHMARKS = tuple(dict.fromkeys(c.split("/")[0] for c in DEMO_CONFIGS))
+DEMO_TIER = "full"
 DEMO_LIMIT = 24
+DEMO_PRECISION = "fp32"  # the study's: a cell is compared with the published one only at the same precision
 DEMO_OUT = Path("runs/demo")
+STUDY_DIR = Path(__file__).resolve().parents[1] / "docs" / "study"  # this checkout's published study
 DESCRIPTION = (
-    f"Run the embedded small models {' and '.join(DEMO_MODELS)} over the {DEMO_TIER} tier (12 configurations per "
-    f"benchmark) of {' and '.join(DEMO_BENCHMARKS)}, on the first {DEMO_LIMIT} items of the fixed subset, then "
-    "analyse the grid and say what flipped. It took 359 s (6.0 minutes) on two CPU cores in a fresh clone from an "
-    "empty cache, weights joined on the way (README, Set-up; docs/analysis.md, The demo). Every sweep option below can "
-    "widen the slice (e.g. --models smollm2 "
-    "gemma3-270m qwen2.5-coder-0.5b --benchmarks crows_pairs xstest); finished cells are reused.")
+    f"Reproduce the first study's confirmed flip: the embedded small models {' and '.join(DEMO_MODELS)} on "
+    f"{' and '.join(DEMO_CONFIGS)}, the first {DEMO_LIMIT} items of the fixed subset, in {DEMO_PRECISION} as the "
+    "study ran; then analyse the grid, check each cell against the published study (docs/study/grid.csv) and say "
+    "what flipped and what it rests on. Under ten minutes on two CPU cores from an empty cache (docs/analysis.md, "
+    "The demo). Every sweep option below can change the slice (e.g. --benchmarks crows_pairs --tier logprob); "
+    "--benchmarks or an axis filter replaces the study's two configurations; finished cells are reused.")
 # the sweep options whose demo default differs from the sweep's: their help must say the demo's
 DEMO_HELP = {
     "models": f"embedded names, HF folders, .gguf files or hub ids (demo default: {' '.join(DEMO_MODELS)})",
-    "benchmarks": f"benchmarks to run (demo default: {' '.join(DEMO_BENCHMARKS)})",
-    "tier": f"sub-envelope (demo default: {DEMO_TIER}, 12 configurations per benchmark); also full, core, "
-            "excl_t4, excl_diverse, free_form, conservative_core",
+    "benchmarks": f"benchmarks to run (demo default: {' '.join(DEMO_BENCHMARKS)}, the study's two configurations)",
+    "configs": f"configuration ids (demo default: {' '.join(DEMO_CONFIGS)}, unless --benchmarks or an axis filter "
+               "is given)",
+    "tier": f"sub-envelope (demo default: {DEMO_TIER}); also core, excl_t4, excl_diverse, free_form, logprob, "
+            "conservative_core",
     "limit": f"score only the first N items of each fixed subset (demo default: {DEMO_LIMIT})",
-    "precision": "fp32, bf16 or nf4 (demo default: bf16 on a GPU or a CPU with native bf16 (AVX512-BF16, AMX), "
-                 "else fp32: on an AVX2-only CPU bf16 matrix products are several times slower than fp32)",
+    "precision": f"fp32, bf16 or nf4 (demo default: {DEMO_PRECISION}, the study's; bf16 is faster on a GPU or a CPU "
+                 "with native bf16, but its cells are not the study's)",
 }
+AXIS_OPTIONS = ("benchmarks", "templates", "decodings", "shots", "scoring", "configs")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     from safetyrepro.sweep.cli import add_sweep_arguments
 
-    p = sub.add_parser("demo", help="run the embedded demo: two small models, 12 configurations, the report",
+    p = sub.add_parser("demo", help="run the embedded demo: the first study's confirmed flip, reproduced",
                        description=DESCRIPTION)
     p.add_argument("--out", type=Path, default=DEMO_OUT, help=f"output directory (demo default: {DEMO_OUT})")
+    p.add_argument("--study", type=Path, default=STUDY_DIR,
+                   help="the published study to check the cells against (default: docs/study of this checkout)")
     add_sweep_arguments(p, require_out=False, help_for=DEMO_HELP)
-    p.set_defaults(func=run, models=None, benchmarks=None, tier=DEMO_TIER, limit=DEMO_LIMIT, precision=None)
+    p.set_defaults(func=run, models=None, benchmarks=None, tier=DEMO_TIER, limit=DEMO_LIMIT, precision=DEMO_PRECISION)
 
 
-def native_bf16_cpu(cpuinfo: str | None = None) -> bool:
-    """Whether the CPU multiplies bf16 natively (AVX512-BF16 or AMX); without it torch emulates bf16."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    flags = set(cpuinfo.split())
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
-
-
-def demo_precision(device: str | None) -> str:
-    """bf16 where it is fast (a GPU, a CPU with native bf16), else fp32."""
-    import torch
-
-    on_gpu = device.startswith("cuda") if device else torch.cuda.is_available()
-    return "bf16" if on_gpu or native_bf16_cpu() else "fp32"
+def demo_selection(args: argparse.Namespace) -> argparse.Namespace:
+    """The demo's models and configurations where the user named none of their own."""
+    if not args.models and not getattr(args, "models_file", None):
+        args.models = list(DEMO_MODELS)
+    if not any(getattr(args, a, None) for a in AXIS_OPTIONS):
+        args.configs = list(DEMO_CONFIGS)
+    return args
 
 
 # -- the closing summary ------------------------------------------------------------------------
@@ -123,10 +122,71 @@ def summary_lines(analysis) -> list[str]:
                          "after Holm correction: the flips show how fragile a one-configuration verdict is, but the "
                          "items are too few to call any single configuration's winner.")
         elif not supported.empty:
-            lines.append("Flips with a significant win each way after Holm correction: "
+            lines.append("Flips with a significant win each way after Holm correction over this run's configurations: "
                          + "; ".join(f"{r.benchmark} {r.model_a} vs {r.model_b} ({r.n_plus_sig_better} and "
                                      f"{r.n_minus_sig_better} "
                                      "configurations)" for r in supported.itertuples()) + ".")
+    return lines
+
+
+def study_lines(analysis, study: Path) -> list[str]:
+    """This run against the published study: which cells have its score to the last digit, what its
+    item-level tests said of these configurations, and which of the cells are degenerate (so that a flip
+    between them is read for what it is)."""
+    import pandas as pd
+
+    cells = analysis.grid.cells
+    lines = []
+    published = study / "grid.csv"
+    if not published.is_file():
+        lines.append(f"No published study at {study} (no grid.csv): the cells are not checked against one.")
+    else:
+        key = ["model", "config_id", "precision", "n_items"]
+        both = cells.merge(pd.read_csv(published)[key + ["score"]], on=key, how="left", suffixes=("", "_study"))
+        found = both[both["score_study"].notna()]
+        if found.empty:
+            lines.append(f"None of these {len(cells)} cells is in the published study ({published}: same model, "
+                         "configuration, precision and item count).")
+        else:
+            differ = found[found["score"] != found["score_study"]]
+            lines.append(f"Against the published study ({published}): {len(found) - len(differ)} of {len(found)} "
+                         "cells have its score to the last digit"
+                         + (f"; {len(cells) - len(found)} of this run's cells are not in it" if len(found) < len(cells)
+                            else "") + ".")
+            for r in differ.itertuples():
+                lines.append(f"  {r.model} {r.config_id}: {r.score:.4f} here, {r.score_study:.4f} in the study")
+            if not differ.empty:
+                lines.append("  (the same code on another CPU can round a float differently, and a sampled reply "
+                             "then takes another path)")
+        lines += _study_tests(cells, study / "analysis" / "item_tests.csv")
+    degenerate = analysis.degenerate_cells
+    if degenerate is not None and not degenerate.empty:
+        lines.append(f"Caveat: {len(degenerate)} of these {len(cells)} cells are degenerate: "
+                     + "; ".join(f"{r.model} {r.config_id} ({r.reason})" for r in degenerate.itertuples())
+                     + ". Their scores count unreadable replies as wrong, so a verdict between such cells says as much "
+                       "about which model's replies the template's parser can read as about what the benchmark measures.")
+    return lines
+
+
+def _study_tests(cells, path: Path) -> list[str]:
+    """The study's item-level verdict on each configuration of this run, for the pairs of this run."""
+    import pandas as pd
+
+    if not path.is_file():
+        return []
+    tests = pd.read_csv(path)
+    models = set(cells["model"])
+    mine = tests[(tests["slice"] == "full") & tests["config_id"].isin(set(cells["config_id"]))
+                 & tests["model_a"].isin(models) & tests["model_b"].isin(models)]
+    won = mine[~mine["winner_holm_better"].isin(["n.s.", "tie"])]
+    if mine.empty:
+        return []
+    lines = [f"In the study, each configuration's exact item-level test, Holm-adjusted over all of the pair's "
+             f"configurations on its benchmark: {len(won)} of {len(mine)} here have a significant winner"
+             + (":" if len(won) else ".")]
+    for r in won.itertuples():
+        lines.append(f"  {r.config_id}: {r.winner_holm_better} better ({r.model_a} vs {r.model_b}), p {r.p_value_better:.3g}, "
+                     f"Holm {r.p_holm_better:.3g} over {r.family_size}")
     return lines
 
 
@@ -148,20 +208,19 @@ def run(args: argparse.Namespace) -> int:
     from safetyrepro.sweep.sweeper import Sweep
 
     t0 = time.time()
-    if not args.models and not getattr(args, "models_file", None):
-        args.models = list(DEMO_MODELS)
-    args.benchmarks = args.benchmarks or list(DEMO_BENCHMARKS)
-    args.precision = args.precision or demo_precision(args.device)
+    args = demo_selection(args)
     models = ", ".join(args.models) if args.models else f"the models of {args.models_file}"
-    print(f"demo: {models} on {', '.join(args.benchmarks)}, tier {args.tier}, precision {args.precision}, "
-          f"first {args.limit} items of each fixed subset -> {args.out}", flush=True)
+    what = (" and ".join(args.configs) if args.configs and not args.benchmarks
+            else f"{', '.join(args.benchmarks or ['all benchmarks'])}, tier {args.tier}")
+    print(f"demo: {models} on {what}, precision {args.precision}, first {args.limit} items of each fixed subset "
+          f"-> {args.out}", flush=True)
     sweep = Sweep.create(options_from_args(args))
     result = sweep.run()
     sweep.print_summary(result)
     analysis_dir = args.out / "analysis"
     analysis, _ = analyze_grid(args.out / "grid.csv", analysis_dir, args.rules)
     print()
-    for line in summary_lines(analysis):
+    for line in summary_lines(analysis) + study_lines(analysis, args.study):
         print(line)
     print(f"\ndemo finished in {time.time() - t0:.0f} s. Report: {analysis_dir / 'report.html'} (one self-contained "
           f"page; also report.md), GRID card: {analysis_dir / 'grid_card.md'}, grid: {args.out / 'grid.csv'}")
