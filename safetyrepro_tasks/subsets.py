@@ -101,8 +101,10 @@ def all_items(benchmark: str) -> tuple[Item, ...]:
 
 @cache
 def item_set(benchmark: str, seed: int | None = None, target: int | None = None,
-             subsample: float | None = None, subsample_seed: int | None = None) -> ItemSet:
-    """The fixed subset (optionally a stratified `subsample` share of it, drawn with `subsample_seed`)."""
+             subsample: float | None = None, subsample_seed: int | None = None, within: int | None = None) -> ItemSet:
+    """The fixed subset (optionally a stratified `subsample` share of it, drawn with `subsample_seed`; with
+    `within`, a share of its first `within` items, the ones a sweep's --limit scores: an 80 % subsample of a
+    24-item study is 19 of those 24 items, not 24 items drawn from the whole subset)."""
     rules = default_rules()
     seed = rules.item_seed if seed is None else seed
     target = rules.item_target if target is None else target
@@ -117,6 +119,9 @@ def item_set(benchmark: str, seed: int | None = None, target: int | None = None,
         if not 0 < subsample <= 1:
             raise UserError(f"--subsample must be a fraction in (0, 1], got {subsample}")
         sub_seed = seed if subsample_seed is None else subsample_seed
+        if within is not None and within < len(scored):
+            scored = scored[:within]
+            tag += f"-first{within}"
         scored = stratified_draw(scored, max(1, round(subsample * len(scored))), f"{sub_seed}/{benchmark}/subsample")
         tag += f"-sub{subsample:g}-r{sub_seed}"
     strata: dict[str, int] = defaultdict(int)

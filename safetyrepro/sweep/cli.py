@@ -49,7 +49,7 @@ def add_sweep_arguments(p: argparse.ArgumentParser, require_out: bool = True,
                    "first-candidate-wins")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: cuda if available, else cpu)")
     p.add_argument("--batch-size", type=int, help="prompts per forward pass (default: the engine's)")
-    p.add_argument("--subsample", type=float, help="score a stratified share of each subset (item-subset robustness)")
+    p.add_argument("--subsample", type=float, help="score a stratified share of the items (of the first --limit items with a limit): item-subset robustness")
     p.add_argument("--subset-seed", type=int, help="seed of the --subsample draw")
     p.add_argument("--executor", default="local", choices=("local", "ray"), help="run cells here or on Ray workers")
     p.add_argument("--address", help="Ray cluster address (default: start a local Ray instance)")

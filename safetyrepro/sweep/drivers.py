@@ -182,10 +182,14 @@ def backend_record(backend) -> dict:
             "capability_flags": backend.capabilities.flags()}
 
 
-def item_sets(subsample: float | None, subset_seed: int | None):
+def item_sets(subsample: float | None, subset_seed: int | None, limit: int | None = None):
+    """A sweep's item set per benchmark: the fixed subset, or with --subsample a share of the items that
+    --limit scores (of the whole subset without a limit)."""
     from safetyrepro.tasks.subsets import item_set
 
     def items_for(benchmark: str) -> ItemSet:
-        return item_set(benchmark, subsample=subsample, subsample_seed=subset_seed)
+        if subsample is None:
+            return item_set(benchmark)
+        return item_set(benchmark, subsample=subsample, subsample_seed=subset_seed, within=limit)
 
     return items_for

@@ -43,7 +43,7 @@ def _worker_class():
 
             self.state = sweep_state
             self.rules = load_rules(sweep_state["rules"])
-            self.items_for = item_sets(sweep_state["subsample"], sweep_state["subset_seed"])
+            self.items_for = item_sets(sweep_state["subsample"], sweep_state["subset_seed"], sweep_state["limit"])
             backend = open_cached_backend(entry, sweep_state["precision"], sweep_state["device"],
                                           sweep_state["batch_size"])
             backend.prefetch_seeds = tuple(sweep_state["prefetch_seeds"][entry.label])
@@ -89,7 +89,7 @@ def run_ray(sweep, progress) -> SweepResult:
         state = {
             "rules": sweep.rules.path, "precision": spec.precision, "device": opts.device,
             "batch_size": opts.batch_size, "package": spec.package, "subsample": spec.subsample,
-            "subset_seed": spec.subset_seed, "log_dir": str(store.root / "logs"), "tie_rule": spec.tie_rule,
+            "subset_seed": spec.subset_seed, "limit": spec.limit, "log_dir": str(store.root / "logs"), "tie_rule": spec.tie_rule,
             "prefetch_seeds": {m: sweep.prefetch_seeds(m) for m in spec.models},
         }
         queue = [m for m in spec.models if any(c.model == m for c in pending)]

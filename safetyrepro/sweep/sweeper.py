@@ -86,9 +86,9 @@ class Sweep:
         return next(m for m in self.options.models if m.label == label)
 
     def items_for(self, benchmark: str):
-        from safetyrepro.tasks.subsets import item_set
+        from safetyrepro.sweep.drivers import item_sets
 
-        return item_set(benchmark, subsample=self.spec.subsample, subsample_seed=self.spec.subset_seed)
+        return item_sets(self.spec.subsample, self.spec.subset_seed, self.spec.limit)(benchmark)
 
     def prefetch_seeds(self, label: str) -> tuple[int, ...]:
         return tuple(sorted({s for c in self.cells if c.model == label for s in c.seeds if len(c.seeds) > 1}))
@@ -183,7 +183,7 @@ def _check_before_loading(o: SweepOptions, configs) -> None:
         from safetyrepro.tasks.subsets import item_set
 
         for b in sorted({c.benchmark for c in configs}):
-            n = len(item_set(b, subsample=o.subsample, subsample_seed=o.subset_seed).items)
+            n = len(item_set(b).items)  # a --subsample is drawn from the items the limit keeps
             if o.limit > n:
                 raise UserError(f"--limit {o.limit} is more than the {n} items of the {b} subset; "
                                 f"use --limit {n} or less (or leave it out for all {n})")

@@ -84,3 +84,23 @@ def test_subsample_is_a_stratified_share_of_the_subset(data_dir):
     assert {i.id for i in a.items} <= full and {i.id for i in a.items} != {i.id for i in b.items}
     assert a.subset_id.startswith("truthfulqa-s42-sub0.8-r43-n240-")
     assert a.demos_for(3) == item_set("truthfulqa").demos_for(3)  # same demonstrations
+
+
+def test_a_limited_sweeps_subsample_is_a_share_of_the_items_it_scores(data_dir):
+    from safetyrepro.sweep.drivers import item_sets
+    from safetyrepro.sweep.runner import cell_item_ids
+
+    first24 = [i.id for i in item_set("truthfulqa").items[:24]]
+    a = item_set("truthfulqa", subsample=0.8, subsample_seed=43, within=24)
+    b = item_set("truthfulqa", subsample=0.8, subsample_seed=44, within=24)
+    ids_a, ids_b = {i.id for i in a.items}, {i.id for i in b.items}
+    assert len(ids_a) == len(ids_b) == 19 and ids_a | ids_b <= set(first24) and ids_a != ids_b
+    assert len(ids_a & ids_b) >= 14  # two 19-of-24 draws share at least 14 items
+    assert a.subset_id.startswith("truthfulqa-s42-first24-sub0.8-r43-n19-")
+    # the sweep scores exactly those: --limit keeps them all, and without --subsample nothing changes
+    assert cell_item_ids(item_sets(0.8, 43, 24)("truthfulqa"), 24) == [i.id for i in a.items]
+    assert cell_item_ids(item_sets(None, None, 24)("truthfulqa"), 24) == first24
+    assert item_sets(None, None, 24)("truthfulqa").subset_id == item_set("truthfulqa").subset_id
+    # a limit above the subset's size is the whole subset
+    assert item_set("truthfulqa", subsample=0.8, subsample_seed=43, within=10_000) == item_set(
+        "truthfulqa", subsample=0.8, subsample_seed=43)
