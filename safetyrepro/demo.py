@@ -39,7 +39,8 @@ DEMO_HELP = {
     "configs": f"configuration ids (demo default: {' '.join(DEMO_CONFIGS)}, unless --benchmarks or an axis filter "
                "is given)",
     "tier": f"sub-envelope (demo default: {DEMO_TIER}); also core, excl_t4, excl_diverse, free_form, logprob, "
-            "conservative_core",
+            f"conservative_core. A tier alone runs it on {' '.join(DEMO_BENCHMARKS)} instead of the study's two "
+            "configurations",
     "limit": f"score only the first N items of each fixed subset (demo default: {DEMO_LIMIT})",
     "precision": f"fp32, bf16 or nf4 (demo default: {DEMO_PRECISION}, the study's; bf16 is faster on a GPU or a CPU "
                  "with native bf16, but its cells are not the study's)",
@@ -56,15 +57,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--study", type=Path, default=STUDY_DIR,
                    help="the published study to check the cells against (default: docs/study of this checkout)")
     add_sweep_arguments(p, require_out=False, help_for=DEMO_HELP)
-    p.set_defaults(func=run, models=None, benchmarks=None, tier=DEMO_TIER, limit=DEMO_LIMIT, precision=DEMO_PRECISION)
+    p.set_defaults(func=run, models=None, benchmarks=None, tier=None, limit=DEMO_LIMIT, precision=DEMO_PRECISION)
 
 
 def demo_selection(args: argparse.Namespace) -> argparse.Namespace:
-    """The demo's models and configurations where the user named none of their own."""
+    """The demo's models and configurations where the user named none of their own: the study's two
+    configurations, or with only a tier named, that tier of the study's benchmark."""
     if not args.models and not getattr(args, "models_file", None):
         args.models = list(DEMO_MODELS)
     if not any(getattr(args, a, None) for a in AXIS_OPTIONS):
-        args.configs = list(DEMO_CONFIGS)
+        if args.tier is None:
+            args.configs = list(DEMO_CONFIGS)
+        else:
+            args.benchmarks = list(DEMO_BENCHMARKS)
+    args.tier = args.tier or DEMO_TIER
     return args
 
 

@@ -37,7 +37,7 @@ def test_demo_help_shows_the_demo_defaults_not_the_sweeps(capsys):
     assert "demo default: fp32, the study's" in text and "bf16 (default)" not in text
     args = build_parser().parse_args(["demo"])
     assert (args.tier, args.limit, args.models, args.benchmarks, args.precision, args.configs) == (
-        DEMO_TIER, DEMO_LIMIT, None, None, DEMO_PRECISION, None)
+        None, DEMO_LIMIT, None, None, DEMO_PRECISION, None)  # a tier named alone is told apart from the default
 
 
 def test_the_demo_runs_the_studys_two_configurations_unless_told_otherwise():
@@ -48,6 +48,12 @@ def test_the_demo_runs_the_studys_two_configurations_unless_told_otherwise():
     # naming a benchmark or an axis replaces the study's configurations; naming models keeps them
     assert demo_selection(build_parser().parse_args(["demo", "--benchmarks", "crows_pairs"])).configs is None
     assert demo_selection(build_parser().parse_args(["demo", "--shots", "3"])).configs is None
+    assert args.tier == DEMO_TIER == "full"
+    # a tier alone: that tier of the study's benchmark, not the two configurations (outside most tiers)
+    tiered = demo_selection(build_parser().parse_args(["demo", "--tier", "logprob"]))
+    assert (tiered.configs, tiered.benchmarks, tiered.tier) == (None, list(DEMO_BENCHMARKS), "logprob")
+    mixed = demo_selection(build_parser().parse_args(["demo", "--tier", "core", "--benchmarks", "bbq"]))
+    assert (mixed.configs, mixed.benchmarks, mixed.tier) == (None, ["bbq"], "core")
     mine = demo_selection(build_parser().parse_args(["demo", "--models", "qwen2.5-coder-0.5b", "smollm2"]))
     assert mine.configs == list(DEMO_CONFIGS) and mine.models == ["qwen2.5-coder-0.5b", "smollm2"]
 
