@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from safetyrepro.tasks.envelope import benchmarks_of
+
 # The study's one flip confirmed at the item level (docs/study/README.md, *Findings*): on TruthfulQA,
 # SmolLM2-135M beats Gemma 3 270M on T3 with diverse sampling and loses to it on T4 with moderate sampling,
 # each win significant after Holm correction over the pair's 48 configurations. Both cells are sampled
@@ -19,7 +21,7 @@ from pathlib import Path
 # on two CPU cores: measured in docs/analysis.md, *The demo*.
 DEMO_MODELS = ("smollm2", "gemma3-270m")
 DEMO_CONFIGS = ("truthfulqa/T3/diverse/0shot/free_form", "truthfulqa/T4/moderate/0shot/free_form")
-DEMO_BENCHMARKS = tuple(dict.fromkeys(c.split("/")[0] for c in DEMO_CONFIGS))
+DEMO_BENCHMARKS = tuple(benchmarks_of(DEMO_CONFIGS))
 DEMO_TIER = "full"
 DEMO_LIMIT = 24
 DEMO_PRECISION = "fp32"  # the study's: a cell is compared with the published one only at the same precision
@@ -184,9 +186,9 @@ def _study_tests(cells, path: Path) -> list[str]:
     models = set(cells["model"])
     mine = tests[(tests["slice"] == "full") & tests["config_id"].isin(set(cells["config_id"]))
                  & tests["model_a"].isin(models) & tests["model_b"].isin(models)]
-    won = mine[~mine["winner_holm_better"].isin(["n.s.", "tie"])]
     if mine.empty:
         return []
+    won = mine[~mine["winner_holm_better"].isin(["n.s.", "tie"])]
     lines = [f"In the study, each configuration's exact item-level test, Holm-adjusted over all of the pair's "
              f"configurations on its benchmark: {len(won)} of {len(mine)} here have a significant winner"
              + (":" if len(won) else ".")]

@@ -145,6 +145,16 @@ class Rules:
         return cfg
 
 
+def benchmark_of(config_id: str) -> str:
+    """The benchmark a configuration id names (its first field, as `Config.config_id` writes it)."""
+    return config_id.split("/", 1)[0]
+
+
+def benchmarks_of(config_ids) -> list[str]:
+    """The benchmarks that configuration ids name, in first-seen order."""
+    return list(dict.fromkeys(benchmark_of(i) for i in config_ids))
+
+
 def _tuple(v) -> tuple:
     return tuple(v) if isinstance(v, (list, tuple)) else (v,)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
-from safetyrepro.tasks.envelope import AXES, Config, Rules
+from safetyrepro.tasks.envelope import AXES, Config, Rules, benchmark_of
 
 PACKAGES = ("lm-eval", "inspect")
 
@@ -101,7 +101,7 @@ def select_configs(rules: Rules, benchmarks: list[str], tier: str, precision: st
         if ids:
             known = {c.config_id for c in cfgs}
             for i in ids:
-                if i.split("/")[0] == b and i not in known:
+                if benchmark_of(i) == b and i not in known:
                     example = cfgs[0].config_id if cfgs else None
                     raise UserError(f"configuration {i!r} is not among the {tier} configurations of {b}"
                                     + (" with the other filters" if filters else "")
@@ -114,11 +114,6 @@ def select_configs(rules: Rules, benchmarks: list[str], tier: str, precision: st
             raise UserError(f"the rules admit no {tier} configuration of {b} with {asked}")
         out += cfgs
     return out
-
-
-def benchmarks_of(config_ids) -> list[str]:
-    """The benchmarks named by configuration ids, in first-seen order (a sweep given only --configs runs those)."""
-    return list(dict.fromkeys(i.split("/")[0] for i in config_ids))
 
 
 def plan_cells(models: list, configs: list[Config], rules: Rules) -> list[Cell]:

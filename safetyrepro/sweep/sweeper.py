@@ -15,14 +15,13 @@ from safetyrepro.sweep.plan import (
     Cell,
     SweepOptions,
     SweepSpec,
-    benchmarks_of,
     plan_cells,
     select_configs,
 )
 from safetyrepro.sweep.runner import SweepResult, run_local, write_run_json
 from safetyrepro.sweep.store import Store
 from safetyrepro.tasks.benchmark import check_tie_rule
-from safetyrepro.tasks.envelope import Rules, load_rules
+from safetyrepro.tasks.envelope import Rules, benchmark_of, benchmarks_of, load_rules
 
 
 @dataclass
@@ -51,7 +50,7 @@ class Sweep:
         filters = {k: v for k, v in o.filters.items() if v}
         benchmarks = list(o.benchmarks or (benchmarks_of(filters["config"]) if "config" in filters
                                            else rules.benchmarks))
-        stray = [i for i in filters.get("config", ()) if i.split("/")[0] not in benchmarks]
+        stray = [i for i in filters.get("config", ()) if benchmark_of(i) not in benchmarks]
         if stray:
             raise UserError(f"configuration {stray[0]!r} is of a benchmark not in --benchmarks "
                             f"({', '.join(benchmarks)})")
