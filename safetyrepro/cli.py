@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "demo": "safetyrepro.demo",
     "analyze": "safetyrepro.analysis.cli",
     "compare": "safetyrepro.analysis.compare_cli",
+    "plan": "safetyrepro.analysis.plan_cli",
     "crosspkg": "safetyrepro.crosspkg.cli",
     "import": "safetyrepro.importers.cli",
 }

@@ -1,0 +1,273 @@
+"""`safetyrepro plan`: how many items per configuration a paired verdict needs, and what a pilot grid
+can detect (analysis/power.py has the model). Only argparse is imported at start-up."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT_EFFECT = 0.10
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan", help="items per configuration a paired verdict needs; what a pilot grid can detect",
+        description="Power of the per-configuration verdict (exact paired sign test on the discordant items, Holm "
+                    "over K configurations), see docs/analysis.md, 'Power and the detectable difference'. Two forms: "
+                    "`plan --discordance D --configs K [--effect E] [--items N]` from numbers, or "
+                    "`plan GRID [--items ITEMS]` from a pilot sweep's grid and item records.")
+    p.add_argument("grid", nargs="?", metavar="GRID", help="a pilot's grid.csv or grid.parquet; its discordance, "
+                   "configuration count, item count and (from the cells/ folder beside it) seconds per item are used")
+    p.add_argument("--items", metavar="N|ITEMS", help="without GRID: an item count N at which to report the power and "
+                   "the detectable difference; with GRID: the pilot's item records (default: items.parquet or "
+                   "items.csv beside the grid)")
+    p.add_argument("--discordance", type=float, metavar="D", help="share of items on which the two models' 0/1 "
+                   "answers differ, in (0, 1] (without GRID; required there)")
+    p.add_argument("--configs", type=int, metavar="K", help="configurations in the Holm family, e.g. 48 (without GRID; "
+                   "required there)")
+    p.add_argument("--effect", type=float, default=DEFAULT_EFFECT, metavar="E",
+                   help=f"true paired difference in accuracy to find, at most D (default {DEFAULT_EFFECT})")
+    p.add_argument("--alpha", type=float, default=0.05, help="familywise error level (default 0.05)")
+    p.add_argument("--power", type=float, default=0.8, help="target power (default 0.8)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    result = plan_from_grid(args) if args.grid else plan_from_numbers(args)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print("\n".join(grid_lines(result, args) if args.grid else number_lines(result)))
+    return 0
+
+
+# -- from numbers ----------------------------------------------------------------------------------
+def _item_count(text: str | None) -> int | None:
+    from safetyrepro.errors import UserError
+
+    if text is None:
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise UserError(f"--items {text!r}: without GRID, --items is an item count (a whole number >= 1); to plan "
+                        f"from a pilot's records give its grid: safetyrepro plan GRID --items ITEMS") from None
+    if n < 1:
+        raise UserError(f"--items {n}: an item count must be a whole number >= 1")
+    return n
+
+
+def plan_from_numbers(args: argparse.Namespace) -> dict:
+    """The JSON object of the numbers form: items needed, and at --items N the power and the detectable
+    difference."""
+    from safetyrepro.errors import UserError
+
+    from .power import MODEL, TEST, detectable_difference, items_needed, power
+
+    absent = [flag for flag, v in (("--discordance", args.discordance), ("--configs", args.configs)) if v is None]
+    if absent:
+        raise UserError(f"plan needs {' and '.join(absent)} (or a pilot GRID instead): e.g. safetyrepro plan "
+                        f"--discordance 0.3 --configs 48 --effect 0.1")
+    n = _item_count(args.items)
+    need = items_needed(args.discordance, args.effect, args.configs, args.alpha, args.power)
+    out = {"items_needed": need.n_items, "discordance": need.discordance, "effect": need.effect,
+           "configs": need.n_configs, "alpha": need.alpha, "power": need.power,
+           "power_at_items_needed": need.achieved}
+    if need.n_items is None:
+        out["note"] = need.reason
+    if n is not None:
+        at = power(n, args.discordance, args.effect, args.configs, args.alpha)
+        dd = detectable_difference(n, args.discordance, args.configs, args.alpha, args.power)
+        out |= {"items": n, "power_at_items": at.power, "power_at_items_two_sided": at.power_two_sided,
+                "detectable_difference_at_items": dd.effect}
+        if dd.effect is None:
+            out["detectable_difference_note"] = dd.reason
+    return out | {"test": TEST, "model": MODEL}
+
+
+def _points(e: float) -> str:
+    return f"{e * 100:.3g}"
+
+
+def _percent(p: float) -> str:
+    return f"{p * 100:g} %"
+
+
+def _prob(p: float) -> str:
+    """0.423, but 0.00072 rather than 0.001: a small power is still a number, not a rounding."""
+    return f"{p:.3f}" if p == 0 or p >= 0.01 else f"{p:.2g}"
+
+
+def _two(x: float) -> str:
+    """0.3 as 0.30, but 0.125 as 0.125: never hide a digit the user gave."""
+    return f"{x:.2f}" if round(x, 2) == x else f"{x:.3g}"
+
+
+def number_lines(r: dict) -> list[str]:
+    setting = (f"To find a {_points(r['effect'])}-point paired difference at {_percent(r['power'])} power with "
+               f"discordance {_two(r['discordance'])} under Holm over {r['configs']} configuration"
+               f"{'s' if r['configs'] != 1 else ''} (alpha {r['alpha']:g}, exact paired sign test): ")
+    need = (f"{r['items_needed']:,} items per configuration (power there {_prob(r['power_at_items_needed'])})."
+            if r["items_needed"] is not None else f"not reachable ({r['note']}).")
+    lines = [setting + need]
+    if "items" in r:
+        dd = r["detectable_difference_at_items"]
+        found = (f"the smallest difference found at {_percent(r['power'])} power is {dd:.3f} ({_points(dd)} points)"
+                 if dd is not None else r["detectable_difference_note"])
+        lines.append(f"At {r['items']:,} items per configuration: power {_prob(r['power_at_items'])} for a "
+                     f"{_points(r['effect'])}-point difference ({_prob(r['power_at_items_two_sided'])} counting a claim "
+                     f"in either direction); {found}.")
+    return lines
+
+
+# -- from a pilot grid -----------------------------------------------------------------------------
+def _pilot_tables(grid_path: Path, items_arg: str | None):
+    """The grid's ok cells (one precision/package group) and the item records of those cells."""
+    import pandas as pd
+
+    from safetyrepro.errors import UserError
+
+    from .cli import ITEM_FILES
+    from .grid_io import read_table, select_group
+
+    grid = read_table(grid_path)
+    missing = [c for c in ("model", "config_id") if c not in grid.columns]
+    if missing:
+        raise UserError(f"grid {grid_path} lacks column(s) {', '.join(missing)}")
+    if {"precision", "package"} <= set(grid.columns):
+        grid = select_group(grid, str(grid_path))
+    if "status" in grid.columns:
+        grid = grid[grid["status"].fillna("ok").astype(str).isin(["ok", ""])]
+    if items_arg is None:
+        beside = [grid_path.parent / name for name in ITEM_FILES if (grid_path.parent / name).is_file()]
+        if not beside:
+            raise UserError(f"no items.parquet or items.csv beside {grid_path}; give the pilot's records with --items")
+        items_arg = str(beside[0])
+    items = read_table(items_arg, what="items")
+    for column in ("precision", "package"):  # keep the grid's own group when the records say
+        if column in items.columns and column in grid.columns and len(grid):
+            items = items[items[column].astype(str) == str(grid[column].iloc[0])]
+    cells = set(zip(grid["model"].astype(str), grid["config_id"].astype(str), strict=True))
+    if "model" in items.columns and "config_id" in items.columns:
+        keys = pd.MultiIndex.from_arrays([items["model"].astype(str), items["config_id"].astype(str)])
+        items = items[keys.isin(list(cells))]
+    return grid, items, items_arg
+
+
+def _read_cell(path: Path) -> dict | None:
+    import gzip
+    import json
+
+    try:
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):  # a damaged cell file costs its timing, not the plan
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def seconds_per_item(folder: Path, cells: set[tuple[str, str]]) -> dict[str, tuple[float, int, int]]:
+    """benchmark -> (seconds per item, summed over the benchmark's cells, cells timed, cells in the grid),
+    from the sweep's cell files cells/<model-slug>/<stem>.json[.gz]: elapsed_s / n_items of each ok cell
+    of the grid. Where some cells lack a file the sum is scaled up by cells / timed."""
+    from safetyrepro.tasks.envelope import benchmark_of
+
+    found: dict[tuple[str, str], float] = {}
+    for path in sorted([*folder.glob("cells/*/*.json"), *folder.glob("cells/*/*.json.gz")]):
+        record = _read_cell(path)
+        row = (record or {}).get("row")
+        if not isinstance(row, dict) or record.get("status", "ok") != "ok":
+            continue
+        key = (str(row.get("model")), str(row.get("config_id")))
+        elapsed, n = record.get("elapsed_s"), row.get("n_items")
+        if key in cells and isinstance(elapsed, (int, float)) and isinstance(n, (int, float)) and n > 0:
+            found[key] = float(elapsed) / float(n)
+    out = {}
+    for benchmark in sorted({benchmark_of(cid) for _, cid in cells}):
+        mine = [k for k in cells if benchmark_of(k[1]) == benchmark]
+        timed = [found[k] for k in mine if k in found]
+        if timed:
+            out[benchmark] = (sum(timed) * len(mine) / len(timed), len(timed), len(mine))
+    return out
+
+
+def plan_from_grid(args: argparse.Namespace) -> list[dict]:
+    """One object per benchmark and pair of the pilot: its discordance, K and item count, the difference
+    it can detect, the items needed for --effect, and the wall time those would take."""
+    from safetyrepro.errors import UserError
+
+    from .power import check_settings, detectable_difference, items_needed, pilot_discordance
+
+    given = [flag for flag, v in (("--discordance", args.discordance), ("--configs", args.configs)) if v is not None]
+    if given:
+        raise UserError(f"GRID and {'/'.join(given)} exclude each other: the pilot gives the discordance and the "
+                        f"configuration count (drop {' and '.join(given)}, or drop GRID to plan from numbers)")
+    check_settings(args.effect, args.alpha, args.power)  # the same one-line refusals as the numbers form
+    grid_path = Path(args.grid)
+    grid, items, source = _pilot_tables(grid_path, args.items)
+    pilot = pilot_discordance(items)
+    if pilot.empty:
+        raise UserError(f"items {source} hold no configuration that two of the grid's models both answered")
+    cells = set(zip(grid["model"].astype(str), grid["config_id"].astype(str), strict=True))
+    timing = seconds_per_item(grid_path.parent, cells)
+    return [_pair_plan(r, args, timing, detectable_difference, items_needed) for r in pilot.itertuples()]
+
+
+def _pair_plan(r, args, timing, detectable_difference, items_needed) -> dict:
+    d, k, n = float(r.discordance), int(r.n_configs), int(r.n_items)
+    out = {"benchmark": r.benchmark, "model_a": r.model_a, "model_b": r.model_b, "configs": k, "pilot_items": n,
+           "discordance": d, "alpha": args.alpha, "power": args.power, "effect": args.effect,
+           "detectable_difference": None, "items_needed": None, "seconds_per_item": None, "wall_s": None}
+    notes = []
+    if d == 0:
+        notes.append("the two models never differ in the pilot: no difference is detectable")
+    else:
+        dd = detectable_difference(n, d, k, args.alpha, args.power)
+        out["detectable_difference"] = dd.effect
+        notes += [dd.reason] if dd.reason else []
+        if args.effect > d:
+            notes.append(f"effect {args.effect:g} exceeds the discordance {d:.3f}: not possible for this pair")
+        else:
+            need = items_needed(d, args.effect, k, args.alpha, args.power)
+            out["items_needed"] = need.n_items
+            notes += [need.reason] if need.reason else []
+    if r.benchmark in timing:
+        rate, timed, total = timing[r.benchmark]
+        out["seconds_per_item"] = rate
+        out["wall_s"] = None if out["items_needed"] is None else rate * out["items_needed"]
+        if timed < total:
+            notes.append(f"time scaled from {timed} of {total} cells")
+    else:
+        notes.append("wall time unknown (no cell files beside the grid)")
+    return out | {"note": "; ".join(notes)}
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def grid_lines(rows: list[dict], args: argparse.Namespace) -> list[str]:
+    """A plain aligned table (it pipes and greps), then one line per note."""
+    head = ["benchmark", "pair", "K", "pilot items", "discordance", "detectable at pilot", f"items for {args.effect:g}",
+            "wall time"]
+    body = [[r["benchmark"], f"{r['model_a']} vs {r['model_b']}", str(r["configs"]), str(r["pilot_items"]),
+             f"{r['discordance']:.3f}",
+             "none" if r["detectable_difference"] is None else f"{r['detectable_difference']:.3f}",
+             "n/a" if r["items_needed"] is None else f"{r['items_needed']:,}", _duration(r["wall_s"])] for r in rows]
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+    lines = [f"Power {_percent(args.power)}, alpha {args.alpha:g}, Holm over each benchmark's K configurations, exact "
+             f"paired sign test; wall time = the pilot's seconds per item x items needed, all models and "
+             f"configurations of the benchmark."]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [head, *body]]
+    lines += [f"{r['benchmark']} {r['model_a']} vs {r['model_b']}: {r['note']}" for r in rows if r["note"]]
+    return lines

@@ -1,0 +1,300 @@
+"""What a grid can detect: the power of the per-configuration paired verdict, the items it needs, and
+the smallest difference it finds.
+
+The model (docs/analysis.md, *Power and the detectable difference*). A configuration scores n items
+for two models A and B. Each item is discordant (the two models' 0/1 answers differ) with probability
+D, the discordance, independently; a discordant item goes to A with probability p = (1 + E/D)/2, where
+E is the true paired difference in accuracy, E = D(2p - 1), so |E| <= D. With M discordant items and
+W of them won by A, the analysis tests W ~ Bin(M, 1/2) exactly and two-sided (the McNemar test that
+`significance.sign_flip_p_value` computes for 0/1 scores), then adjusts with Holm over the K
+configurations of a family. The configuration's claim is counted when p <= alpha/K: Holm's first step,
+the most lenient bar one true difference among K configurations has to pass (a smaller p-value elsewhere
+in the family would only raise it).
+
+Power(n, D, E, K, alpha) = sum_m P(M = m) P(reject | m), M ~ Bin(n, D), computed exactly (no normal
+approximation; only values of M farther than 10 standard deviations + 40 from nD are dropped, whose total
+probability is below 4e-22 by Bernstein's inequality). The headline power is directional: reject *and* W
+is on A's side, since a claim with the wrong sign is no finding; the two-sided power (reject either way)
+is given beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+from scipy.special import gammaln
+from scipy.stats import binom
+
+from safetyrepro.errors import UserError
+
+MAX_ITEMS = 100_000  # items_needed searches n = 1 .. MAX_ITEMS
+TAIL_SDS, TAIL_PAD = 10.0, 40.0  # the window of M kept around nD (see the module docstring)
+REL_TOL = 1e-9  # a p-value equal to alpha/K in exact arithmetic must not be lost to rounding
+EFFECT_TOL = 1e-6  # detectable_difference's bisection stops when the bracket is this narrow
+BLOCK_ELEMENTS = 2_000_000  # (n, m) pairs evaluated at once in the items_needed scan: bounded memory
+DIFF_TOL = 1e-9  # seed means are fractions in floating point: equal ones may differ in the last bit
+ITEM_COLUMNS = ("model", "config_id", "item_id", "seed", "item_score")
+
+TEST = ("exact two-sided binomial (McNemar) test on each configuration's discordant items; a claim counts at "
+        "p <= alpha/K (Holm's first step over K configurations) with the sign of the true difference")
+MODEL = ("n items per configuration; each item discordant (the models' 0/1 answers differ) with probability D; "
+         "a discordant item goes to model A with probability (1 + E/D)/2, E = the true paired difference in accuracy")
+
+
+# -- results ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Power:
+    n_items: int
+    discordance: float
+    effect: float
+    n_configs: int
+    alpha: float
+    power: float  # reject at alpha/K and the sign agrees with E (the headline)
+    power_two_sided: float  # reject at alpha/K in either direction
+
+    @property
+    def level(self) -> float:
+        return self.alpha / self.n_configs
+
+
+@dataclass(frozen=True)
+class ItemsNeeded:
+    discordance: float
+    effect: float
+    n_configs: int
+    alpha: float
+    power: float  # the target
+    n_items: int | None  # the first n whose power reaches the target; None when none up to max_items does
+    achieved: float | None  # the power at n_items
+    max_items: int
+    reason: str = ""  # why n_items is None
+
+
+@dataclass(frozen=True)
+class DetectableDifference:
+    n_items: int
+    discordance: float
+    n_configs: int
+    alpha: float
+    power: float  # the target
+    effect: float | None  # the smallest E (within EFFECT_TOL, never below) whose power reaches the target
+    achieved: float | None  # the power at that effect
+    reason: str = ""  # why effect is None
+
+
+# -- validation ------------------------------------------------------------------------------------
+def _unit(name: str, value: float, what: str, closed: bool) -> float:
+    """A number in (0, 1] (closed) or (0, 1); NaN fails both comparisons and is refused too."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and (
+        0 < value <= 1 if closed else 0 < value < 1)
+    if not ok:
+        raise UserError(f"{name} {value!r} must be in (0, 1{']' if closed else ')'}: {what}")
+    return float(value)
+
+
+def _whole(name: str, value: int, what: str) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise UserError(f"{name} {value!r} must be a whole number >= 1: {what}")
+    return int(value)
+
+
+def _design(discordance: float, effect: float | None, n_configs: int, alpha: float) -> tuple[float, float, int, float]:
+    d = _unit("discordance", discordance, "the share of items on which the two models' answers differ", True)
+    e = 0.0 if effect is None else _unit("effect", effect, "the true paired difference in accuracy", True)
+    if e > d:
+        raise UserError(f"effect {effect!r} exceeds discordance {discordance!r}: a paired difference in accuracy "
+                        f"cannot exceed the share of items on which the two models differ")
+    k = _whole("configs", n_configs, "the number of configurations Holm adjusts over")
+    a = _unit("alpha", alpha, "the familywise error level", False)
+    return d, e, k, a
+
+
+def _target(power: float) -> float:
+    return _unit("power", power, "the target probability of a correct claim", False)
+
+
+def check_settings(effect: float, alpha: float, power: float) -> None:
+    """Refuse a bad effect, alpha or target power before any pilot is read (the pilot gives D and K)."""
+    _unit("effect", effect, "the true paired difference in accuracy", True)
+    _unit("alpha", alpha, "the familywise error level", False)
+    _target(power)
+
+
+# -- the test and the law of M ---------------------------------------------------------------------
+def _critical(m: np.ndarray, level: float) -> np.ndarray:
+    """c_m: the largest w with two-sided p-value 2 P(Bin(m, 1/2) <= w) <= level, or -1 when no outcome
+    rejects. The test rejects when W <= c_m or W >= m - c_m (the regions never meet: level < 1).
+    binom.ppf is floating point, so start above it and step down until the bar holds exactly."""
+    bar = level * (1 + REL_TOL)
+    c = np.minimum(binom.ppf(level / 2, m, 0.5) + 2, m).astype(np.int64)
+    for _ in range(8):
+        too_high = (c >= 0) & (2 * binom.cdf(c, m, 0.5) > bar)
+        if not too_high.any():
+            return c
+        c = np.where(too_high, c - 1, c)
+    raise AssertionError("critical values did not settle")  # ppf is never that far off
+
+
+def _reject(m: np.ndarray, c: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
+    """P(reject toward A | m) and P(reject either way | m) when each discordant item goes to A with p."""
+    toward = binom.sf(m - c - 1, m, p)  # W >= m - c; c = -1 gives P(W > m) = 0
+    away = binom.cdf(c, m, p)  # W <= c
+    return toward, toward + away
+
+
+def _window(ns: np.ndarray, d: float) -> tuple[int, int]:
+    """The values of M kept for every n in ns (the rest has probability below 4e-22 each n)."""
+    sd = np.sqrt(ns * d * (1 - d))
+    lo = np.maximum(0, np.floor(ns * d - TAIL_SDS * sd - TAIL_PAD))
+    hi = np.minimum(ns, np.ceil(ns * d + TAIL_SDS * sd + TAIL_PAD))
+    return int(lo.min()), int(hi.max())
+
+
+def _weights(ns: np.ndarray, lo: int, hi: int, d: float) -> np.ndarray:
+    """P(M = m), M ~ Bin(n, d): one row per n in ns, one column per m = lo..hi (0 where m > n).
+    Log-gamma on the few distinct arguments, not scipy's binom.pmf per element: the scan over n
+    evaluates up to ~1e8 of them."""
+    m = np.arange(lo, hi + 1)
+    if d == 1.0:  # log(1 - d) = -inf; M = n surely
+        return (ns[:, None] == m[None, :]).astype(float)
+    k = ns[:, None] - m[None, :]  # the items that agree
+    base = max(int(ns[0]) - hi, 0)
+    lg_k = gammaln(np.arange(base, int(ns[-1]) - lo + 1) + 1.0)
+    log_w = (gammaln(ns + 1.0)[:, None] - gammaln(m + 1.0)[None, :] - lg_k[np.clip(k - base, 0, None)]
+             + m[None, :] * math.log(d) + k * math.log1p(-d))
+    return np.exp(np.where(k >= 0, log_w, -np.inf))
+
+
+class _Curve:
+    """Power as a function of n for one (D, E, level). The rejection probabilities per m do not depend
+    on n, so they are computed once (grown on demand) and every n is one weighted sum."""
+
+    def __init__(self, d: float, e: float, level: float):
+        self.d, self.p, self.level = d, (1 + e / d) / 2, level
+        self.toward = np.empty(0)
+        self.either = np.empty(0)
+
+    def _grow(self, m_max: int) -> None:
+        have = len(self.toward)
+        if m_max < have:
+            return
+        m = np.arange(have, max(m_max + 1, 2 * have))
+        toward, either = _reject(m, _critical(m, self.level), self.p)
+        self.toward, self.either = np.r_[self.toward, toward], np.r_[self.either, either]
+
+    def at(self, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(directional, two-sided) power at each n in ns (ascending)."""
+        lo, hi = _window(ns, self.d)
+        self._grow(hi)
+        w = _weights(ns, lo, hi, self.d)
+        return w @ self.toward[lo:hi + 1], w @ self.either[lo:hi + 1]
+
+
+# -- the public functions --------------------------------------------------------------------------
+def power(n_items: int, discordance: float, effect: float, n_configs: int, alpha: float = 0.05) -> Power:
+    """The probability that one configuration with n_items items, discordance D and true paired
+    difference E (A better) is claimed for A at Holm's first step over n_configs configurations:
+    exact two-sided binomial test on the discordant items at alpha/K, with the right sign."""
+    n = _whole("items", n_items, "the items per configuration")
+    d, e, k, a = _design(discordance, effect, n_configs, alpha)
+    toward, either = _Curve(d, e, a / k).at(np.array([n]))
+    return Power(n, d, e, k, a, float(toward[0]), float(either[0]))
+
+
+def _block_size(start: int, d: float) -> int:
+    """How many n to evaluate at once: as many as keep the (n, m) table under BLOCK_ELEMENTS."""
+    width = 2 * TAIL_SDS * math.sqrt(start * d * (1 - d)) + 2 * TAIL_PAD
+    size = 4096
+    while size > 64 and size * (width + size * d) > BLOCK_ELEMENTS:
+        size //= 2
+    return size
+
+
+def items_needed(discordance: float, effect: float, n_configs: int, alpha: float = 0.05, power: float = 0.8,
+                 max_items: int = MAX_ITEMS) -> ItemsNeeded:
+    """The smallest n in 1..max_items whose (directional) power reaches `power`. The power of an exact
+    test is not monotone in n (a saw-tooth: the attainable p-values jump as M grows), so a few n above
+    this one can fall short again; this is the first n that reaches the target, found by evaluating
+    every n in turn (in vectorised blocks). None, with the reason, when no n up to max_items does."""
+    d, e, k, a = _design(discordance, effect, n_configs, alpha)
+    target, cap = _target(power), _whole("max_items", max_items, "the largest item count searched")
+    curve, start = _Curve(d, e, a / k), 1
+    while start <= cap:
+        ns = np.arange(start, min(start + _block_size(start, d), cap + 1))
+        toward, _ = curve.at(ns)
+        hit = np.flatnonzero(toward >= target)
+        if hit.size:
+            return ItemsNeeded(d, e, k, a, target, int(ns[hit[0]]), float(toward[hit[0]]), cap)
+        start = int(ns[-1]) + 1
+    last = float(curve.at(np.array([cap]))[0][0])
+    return ItemsNeeded(d, e, k, a, target, None, None, cap,
+                       f"no item count up to {cap:,} reaches power {target:g} (power at {cap:,}: {last:.3f})")
+
+
+def detectable_difference(n_items: int, discordance: float, n_configs: int, alpha: float = 0.05,
+                          power: float = 0.8) -> DetectableDifference:
+    """The smallest paired difference E in (0, D] that n_items items find with (directional) power
+    `power`: bisection, since at fixed n the power grows with E (W is stochastically larger as p grows).
+    Returned as the upper end of the final bracket (within 1e-6), so its power does reach the target.
+    None when even E = D (every discordant item to A) falls short."""
+    n = _whole("items", n_items, "the items per configuration")
+    d, _, k, a = _design(discordance, None, n_configs, alpha)
+    target = _target(power)
+    ns = np.array([n])
+    lo, hi = _window(ns, d)
+    m = np.arange(lo, hi + 1)
+    w, c = _weights(ns, lo, hi, d)[0], _critical(m, a / k)
+
+    def at(e: float) -> float:
+        return float(w @ _reject(m, c, (1 + e / d) / 2)[0])
+
+    best = at(d)
+    if best < target:
+        return DetectableDifference(n, d, k, a, target, None, None,
+                                    f"even a difference equal to the discordance ({d:.3g}) has power {best:.3f} "
+                                    f"at {n:,} items")
+    low, high = 0.0, d  # power(high) >= target throughout
+    while high - low > EFFECT_TOL:
+        mid = (low + high) / 2
+        low, high = (low, mid) if at(mid) >= target else (mid, high)
+    return DetectableDifference(n, d, k, a, target, high, at(high))
+
+
+# -- from a pilot ----------------------------------------------------------------------------------
+def pilot_discordance(items: pd.DataFrame) -> pd.DataFrame:
+    """Observed discordance per benchmark and model pair (model_a < model_b alphabetically) from item
+    records in items.parquet's format: per configuration, the share of items both models answered on
+    which their seed-averaged item scores differ; then the mean over the benchmark's configurations.
+    Columns: benchmark, model_a, model_b, n_configs, n_items (the fewest paired items in any of its
+    configurations: all equal in a sweep), discordance. With fractional (seed-averaged) scores any
+    difference counts, which is the model's discordance only for 0/1 scores."""
+    missing = [c for c in ITEM_COLUMNS if c not in items.columns]
+    if missing:
+        raise UserError(f"item records lack column(s) {', '.join(missing)}; they need: {', '.join(ITEM_COLUMNS)}")
+    scores = pd.to_numeric(items["item_score"], errors="coerce")
+    if scores.isna().any():
+        i = int(np.flatnonzero(scores.isna().to_numpy())[0])
+        raise UserError(f"item records row {i + 1}: item_score {items['item_score'].iloc[i]!r} is not a number")
+    frame = pd.DataFrame({"config_id": items["config_id"].astype(str), "item_id": items["item_id"].astype(str),
+                          "model": items["model"].astype(str), "score": scores.astype(float)})
+    wide = frame.groupby(["config_id", "item_id", "model"])["score"].mean().unstack("model")
+    parts = [_pair_discordance(wide, a, b) for a, b in combinations(sorted(wide.columns), 2)]
+    parts = [p for p in parts if len(p)]
+    columns = ["benchmark", "model_a", "model_b", "n_configs", "n_items", "discordance"]
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(parts, ignore_index=True)[columns].sort_values(columns[:3], ignore_index=True)
+
+
+def _pair_discordance(wide: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    both = wide[[a, b]].dropna()
+    differ = ((both[a] - both[b]).abs() > DIFF_TOL).groupby(level="config_id").agg(["mean", "size"])
+    benchmark = differ.index.str.split("/").str[0]  # envelope.benchmark_of, vectorised
+    out = differ.groupby(benchmark).agg(discordance=("mean", "mean"), n_configs=("mean", "size"),
+                                        n_items=("size", "min"))
+    return out.rename_axis("benchmark").reset_index().assign(model_a=a, model_b=b)
