@@ -15,7 +15,9 @@ import pandas as pd
 from safetyrepro.atomic import atomic_write
 
 from .chance import chance_rho_flip
+from .detectable import detectable_sentences
 from .direction import direction
+from .exact import EXACT_RULE
 from .pipeline import Analysis
 from .significance import CORRECTIONS, PAIR_NULL, TEST_NAME
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
@@ -147,7 +149,7 @@ def _significance_pairs(a: Analysis) -> list[dict]:
         return []
     rows = f[(f["slice"] == "full") & (f["correction"] == "holm")]
     keep = ["benchmark", "model_a", "model_b", "n_configs", "rho_flip", "chance", "rho_flip_null_mean",
-            "rho_flip_null_share_le", "rho_flip_sig", "rho_flip_sig_better"]
+            "p_consistent", "p_consistent_better", "rho_flip_sig", "rho_flip_sig_better"]
     return rows[keep].to_dict(orient="records")
 
 
@@ -181,7 +183,7 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
         "analysis_packages": _versions(),
         "machine": (meta or {}).get("machine"),
         "analysis": {"bootstrap_resamples": a.options.n_resamples, "seed": a.options.seed,
-                     "thetas": list(a.options.thetas), "ties": "decided on the scores as given, strict > and <",
+                     "thetas": list(a.options.thetas), "ties": EXACT_RULE,
                      "item_records": a.options.items_path if a.item_tests is not None else None,
                      "significance": {"test": TEST_NAME, "corrections": CORRECTIONS, "alpha": a.options.alpha,
                                       "family": "benchmark x slice x model pair", "confirmatory": "holm",
@@ -196,6 +198,9 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
         "degenerate_cells": a.degenerate_cells.to_dict(orient="records"),
         "degenerate_effects": a.degenerate_effects.to_dict(orient="records"),
         "headline": headline(a).to_dict(orient="records"),
+        "detectable": {"sentences": detectable_sentences(a.detectable),
+                       "pairs": [] if a.detectable is None else
+                       a.detectable[a.detectable["slice"] == "full"].to_dict(orient="records")},
         "caveats": _caveats(a, run_note, meta),
     }
 
@@ -263,6 +268,9 @@ def card_markdown(card: dict) -> str:
                      f"{h['ceiling']:.3f}{' saturated' if h['saturated'] else ''} | {h['chance_max']:.3f} | "
                      f"{h['n_orderings']}/{h['n_possible']} | {h['rho_flip_max_better']:.3f} ({h['pairs_better']}) | "
                      f"{h['n_orderings_better']}/{h['n_possible']} | {h['tau_r']:.3f} | {h['sdi_max']:.3f} |")
+    lines += ["", "## What this grid can detect", ""]
+    lines += ([f"- {x}" for x in card["detectable"]["sentences"]] if card["detectable"]["sentences"] else
+              ["- Not computed (no per-item records): what the grid can detect is unknown."])
     lines += ["", "## Cells left out and degenerate cells", ""]
     if card["cells_left_out"]:
         lines += ["Cells whose status is not ok enter no table:", "", "| status | model | benchmark | scoring | cells |",
@@ -273,8 +281,9 @@ def card_markdown(card: dict) -> str:
     else:
         lines += ["- Every cell in the grid has status ok (none left out).", ""]
     if card["degenerate_cells"]:
-        lines += [f"Cells with parse rate under {PARSE_CLEAN_MIN} or mostly empty outputs (slice `{PARSE_CLEAN}` "
-                  "leaves out their configurations):", "", "| model | config | score | parse rate | reason | "
+        lines += [f"Degenerate cells: parse rate under {PARSE_CLEAN_MIN}, mostly empty outputs, one label on nearly "
+                  "every parsed answer, or no better agreement with gold than the majority label (the "
+                  f"`{PARSE_CLEAN}` columns below leave out their configurations):", "", "| model | config | score | parse rate | reason | "
                   "lowest of model | last in config |", "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['model']} | {r['config_id']} | {r['score']:.3f} | {r['parse_rate']:.3f} | {r['reason']} | "
                   f"{'yes' if r['lowest_of_model'] else 'no'} | {'yes' if r['last_in_config'] else 'no'} |"
@@ -299,11 +308,15 @@ def card_markdown(card: dict) -> str:
               if sig else "- Significant flips: not computed (no per-item records)",
               f"- Bootstrap resamples {card['analysis']['bootstrap_resamples']}, seed {card['analysis']['seed']}"]
     if sig and sig.get("pairs"):
-        lines += ["", "| benchmark | pair | \\|C\\| | rho_flip | chance | pair null (mean) | share of null <= observed "
-                  "| rho_flip_sig (Holm) | rho_flip_sig, better (Holm) |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += ["", "rho_flip and the pair null read the raw score; p_consistent is the p-value of \"these two models "
+                  "differ consistently\" (the share of label-swap draws at or below the observed rho_flip), its "
+                  "better column the same in the benchmark's better direction.", "",
+                  "| benchmark | pair | \\|C\\| | rho_flip | chance | pair null (mean) | p_consistent | p_consistent, "
+                  "better | rho_flip_sig (Holm) | rho_flip_sig, better (Holm) |", "|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {p['benchmark']} | {p['model_a']} vs {p['model_b']} | {p['n_configs']} | {p['rho_flip']:.3f} | "
-                  f"{p['chance']:.3f} | {p['rho_flip_null_mean']:.3f} | {p['rho_flip_null_share_le']:.3f} | "
-                  f"{p['rho_flip_sig']:.3f} | {p['rho_flip_sig_better']:.3f} |" for p in sig["pairs"]]
+                  f"{p['chance']:.3f} | {p['rho_flip_null_mean']:.3f} | {p['p_consistent']:.3f} | "
+                  f"{p['p_consistent_better']:.3f} | {p['rho_flip_sig']:.3f} | {p['rho_flip_sig_better']:.3f} |"
+                  for p in sig["pairs"]]
     lines += ["", "## Packages", ""]
     if card["packages"]:
         lines += [f"- {k} {v}" for k, v in card["packages"].items()]

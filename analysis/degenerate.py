@@ -1,20 +1,27 @@
-"""Degenerate cells: cells whose score says more about parsing than about the model.
+"""Degenerate cells: cells whose score says more about parsing or answering habits than about the items.
 
-A cell is degenerate when its parse rate is below the parse-clean threshold (0.95) or, with
-per-item records, when more than 5 % of its free-form outputs are empty (an empty output never
-parses, so such a cell is below the threshold too; the records say why), or when it answers with
-one option on nearly every item while the gold labels are spread (option bias: the most frequent
-prediction takes at least 85 % of the cell's parsed predictions, at least 5 of them, and the most
-frequent gold label at most 60 % of its items; a small model answering "A" on 7 of 8 BBQ items).
-The effects table reads each metric with them (`full`) and on the configurations that hold no
-degenerate cell (the `parse_clean` columns: the parse-clean slice, less any configuration with an
-option-biased cell). Benchmarks whose better direction is not "higher" (CrowS-Pairs) are not checked
-for option bias: choosing one sentence of each pair is what their score counts. Such a cell usually scores
-near 0 (an unparsed answer counts as wrong), so it can set a model's lowest score (and with it
-SDI and the CFR pass share) and put the model last in that configuration (moving orderings and
-pair verdicts). The parse_clean slice drops every configuration that holds one; this module says
-which cells those are and what each metric reads with them (slice `full`) and without them
-(slice `parse_clean`).
+A cell is degenerate for any of these named reasons (`reasons`, the codes; `reason`, in words):
+
+- `parse_rate`: its parse rate is below the parse-clean threshold (0.95): an unparsed answer counts
+  as wrong, so the score measures the parser and the template as much as the model.
+- `empty` (with `raw_output` in the item records): more than 5 % of its free-form outputs are empty.
+- `constant_answer` (with `prediction` and `gold`): one label on at least 95 % of its parsed answers
+  (item x seed records, at least 5 of them), whatever the gold labels' spread: a cell that answers
+  "A" to everything, or "not toxic" to everything, says nothing about its items.
+- `no_better_than_majority` (with `prediction` and `gold`): its parsed answers agree with gold no
+  more often than always answering the most frequent gold label among them would (at least 5): the
+  answers carry no information about the items beyond the label frequencies.
+
+Benchmarks whose better direction is not "higher" (CrowS-Pairs) are screened for parse rate and
+empty outputs only: their labels are the two sentences of a pair, not answer positions, and their
+gold is always the stereotypical sentence, so one label on every pair is the measurement itself.
+
+Such a cell usually scores near 0 or near the majority share, so it can set a model's lowest score
+(and with it SDI and the CFR pass share) and put the model last in that configuration (moving
+orderings and pair verdicts). The headline numbers read every configuration (slice `full`);
+`degenerate_effects.csv` reads each metric with them (`full`) and on the configurations that hold
+no degenerate cell (the `parse_clean` columns: the parse-clean slice less any configuration holding
+a cell flagged for any reason), so both readings stand side by side.
 """
 
 from __future__ import annotations
@@ -34,19 +41,51 @@ from .rank_flip import model_pairs, pair_counts
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, slice_config_ids
 
 EMPTY_SHARE_MAX = 1 - PARSE_CLEAN_MIN  # more empty outputs than this makes a cell degenerate
-OPTION_BIAS_MIN = 0.85  # one prediction on at least this share of a cell's parsed predictions ...
-OPTION_BIAS_MIN_PREDICTIONS = 5
-GOLD_SPREAD_MAX = 0.60  # ... while the most frequent gold label is at most this share of its items
+CONSTANT_ANSWER_MIN = 0.95  # one label on at least this share of a cell's parsed answers ...
+MIN_PARSED_ANSWERS = 5      # ... (and the majority comparison) once a cell has this many parsed answers
+REASON_CODES = ("parse_rate", "empty", "constant_answer", "no_better_than_majority")
 
-CELL_COLUMNS = ("model", "benchmark", "config_id", "score", "parse_rate", "n_empty", "n_outputs", "reason",
-                "lowest_of_model", "last_in_config")
+CELL_COLUMNS = ("model", "benchmark", "config_id", "score", "parse_rate", "n_empty", "n_outputs", "n_parsed",
+                "top_share", "agreement", "majority_share", "reasons", "reason", "lowest_of_model", "last_in_config")
 EFFECT_COLUMNS = ("benchmark", "model", "metric", "full", "parse_clean", "n_configs_full", "n_configs_parse_clean")
+_ANSWER_COLUMNS = {"n_predictions": np.nan, "top_label": np.nan, "top_share": np.nan, "agreement": np.nan,
+                   "majority_share": np.nan, "gold_top_share": np.nan}
+
+
+def _flags(cells: pd.DataFrame) -> pd.DataFrame:
+    """One boolean column per reason code."""
+    screened = cells["benchmark"].map(lambda b: direction(b).monotone) & (cells["n_predictions"] >= MIN_PARSED_ANSWERS)
+    return pd.DataFrame({
+        "parse_rate": cells["parse_rate"] < PARSE_CLEAN_MIN,
+        "empty": (cells["n_empty"] / cells["n_outputs"]) > EMPTY_SHARE_MAX,
+        "constant_answer": screened & (cells["top_share"] >= CONSTANT_ANSWER_MIN),
+        # a constant answer equal to the majority label is both; the words name each
+        "no_better_than_majority": screened & (cells["agreement"] <= cells["majority_share"]),
+    }, index=cells.index).fillna(False).astype(bool)
+
+
+def _words(r, flags) -> str:
+    reasons = []
+    if flags["parse_rate"]:
+        reasons.append(f"parse_rate {r.parse_rate:.2f} < {PARSE_CLEAN_MIN}")
+    if pd.notna(r.n_empty) and r.n_empty > 0:
+        reasons.append("every output empty" if r.n_empty == r.n_outputs
+                       else f"{int(r.n_empty)} of {int(r.n_outputs)} outputs empty")
+    if flags["constant_answer"]:
+        reasons.append(f"constant answer: label {int(r.top_label)} on {r.top_share:.0%} of {int(r.n_predictions)} "
+                       f"parsed answers")
+    if flags["no_better_than_majority"]:
+        reasons.append(f"no better than the majority label: agrees with gold on {r.agreement:.0%} of "
+                       f"{int(r.n_predictions)} parsed answers, always answering the most frequent gold label "
+                       f"would on {r.majority_share:.0%}")
+    return "; ".join(reasons)
 
 
 def degenerate_cells(grid: Grid, empty_outputs: pd.DataFrame | None = None,
                      option_bias: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per degenerate cell, with why it is degenerate and which per-model and per-config
-    readings it sits at the bottom of."""
+    """One row per degenerate cell, with its reason codes and words, and which per-model and
+    per-config readings it sits at the bottom of. `option_bias` is what the parsed answers carry
+    (significance._option_bias)."""
     cells = grid.cells
     if empty_outputs is not None and not empty_outputs.empty:
         cells = cells.merge(empty_outputs, on=["model", "config_id"], how="left")
@@ -55,32 +94,25 @@ def degenerate_cells(grid: Grid, empty_outputs: pd.DataFrame | None = None,
     if option_bias is not None and not option_bias.empty:
         cells = cells.merge(option_bias, on=["model", "config_id"], how="left")
     else:
-        cells = cells.assign(n_predictions=np.nan, top_label=np.nan, top_share=np.nan, gold_top_share=np.nan)
-    biased = ((cells["top_share"] >= OPTION_BIAS_MIN) & (cells["n_predictions"] >= OPTION_BIAS_MIN_PREDICTIONS)
-              & (cells["gold_top_share"] <= GOLD_SPREAD_MAX)
-              & cells["benchmark"].map(lambda b: direction(b).monotone))
-    empty_share = cells["n_empty"] / cells["n_outputs"]
-    cells = cells.assign(option_biased=biased)
-    flagged = cells[(cells["parse_rate"] < PARSE_CLEAN_MIN) | (empty_share > EMPTY_SHARE_MAX) | biased]
+        cells = cells.assign(**_ANSWER_COLUMNS)
+    flags = _flags(cells)
+    flagged = cells[flags.any(axis=1)]
     rows = []
     for r in flagged.itertuples():
+        f = flags.loc[r.Index]
         m = grid.matrix(r.benchmark)
         better = direction(r.benchmark).better_value(m.loc[r.config_id])
-        reasons = []
-        if r.parse_rate < PARSE_CLEAN_MIN:
-            reasons.append(f"parse_rate {r.parse_rate:.2f} < {PARSE_CLEAN_MIN}")
-        if pd.notna(r.n_empty) and r.n_empty > 0:
-            reasons.append("every output empty" if r.n_empty == r.n_outputs
-                           else f"{int(r.n_empty)} of {int(r.n_outputs)} outputs empty")
-        if r.option_biased:
-            reasons.append(f"option bias: label {int(r.top_label)} on {r.top_share:.0%} of "
-                           f"{int(r.n_predictions)} predictions (gold: most frequent label {r.gold_top_share:.0%})")
         rows.append({"model": r.model, "benchmark": r.benchmark, "config_id": r.config_id, "score": float(r.score),
                      "parse_rate": float(r.parse_rate), "n_empty": r.n_empty, "n_outputs": r.n_outputs,
-                     "reason": "; ".join(reasons),
+                     "n_parsed": r.n_predictions, "top_share": r.top_share, "agreement": r.agreement,
+                     "majority_share": r.majority_share,
+                     "reasons": ";".join(c for c in REASON_CODES if f[c]), "reason": _words(r, f),
                      "lowest_of_model": bool(r.score <= m[r.model].min()),
                      "last_in_config": bool(better[r.model] < better.drop(r.model).min())})
-    return pd.DataFrame(rows, columns=list(CELL_COLUMNS))
+    out = pd.DataFrame(rows, columns=list(CELL_COLUMNS))
+    for column in ("n_empty", "n_outputs", "n_parsed"):  # counts print as integers, blank where unknown
+        out[column] = out[column].astype("Int64")
+    return out
 
 
 def _reading(grid: Grid, benchmark: str, ids: Sequence[str], thetas: Sequence[float]) -> dict:

@@ -6,8 +6,10 @@ that names the row, the column and what is allowed. Partial coverage is not an e
 benchmark is analysed on the configurations that every model has, and the loader says how many
 were dropped.
 
-Scores are kept exactly as written (CSV floats are parsed round-trip), because rho_flip and the
-orderings decide ties with strict `>` / `<` on those values.
+CSV floats are parsed round-trip, then every ok cell's score is mapped to the fraction of its
+n_items x n_seeds answers it stands for (analysis/exact.py): rho_flip, the orderings and every other
+verdict decide ties with plain `>` / `<` / `==` on those values, so two models with the same count of
+correct answers tie however a float sum of seed means rounded.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import pandas as pd
 
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import AXES, Config, Rules
+
+from .exact import exact_scores
 
 MAX_COUNT = 10**9  # items or seeds per cell
 
@@ -210,6 +214,8 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
             raise UserError(f"grid {source} row {i}: column {column!r} must be a whole number from 1 to {MAX_COUNT:,}, "
                             f"got {plain(frame[column].iloc[i - 1])!r}")
         out[column] = counts.fillna(0).astype(int)
+    # the one comparison rule (exact.py): equal fractions of a cell's answers are equal floats
+    out["score"] = np.where(ok, exact_scores(out["score"], out["n_items"], out["n_seeds"]), out["score"])
     if TIE_RATE in out.columns:
         out[TIE_RATE] = _numeric(out, TIE_RATE, source)
         outside = out[TIE_RATE].notna() & ((out[TIE_RATE] < 0) | (out[TIE_RATE] > 1))

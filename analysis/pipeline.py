@@ -17,6 +17,7 @@ from safetyrepro.tasks.envelope import Rules
 from . import (
     bootstrap,
     degenerate,
+    detectable,
     dispersion,
     orderings,
     rank_flip,
@@ -67,6 +68,7 @@ class Analysis:
     degenerate_effects: pd.DataFrame
     excluded_cells: pd.DataFrame  # cells whose status is not ok, counted per status/model/benchmark/scoring
     tie_rates: pd.DataFrame | None  # per logprob cell with tie_rate > 0 (None when the grid has no tie_rate)
+    detectable: pd.DataFrame | None  # per benchmark x slice x pair: what its items can detect (None without items)
     warnings: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())  # why a part was skipped
 
@@ -126,13 +128,15 @@ def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions, items_frame
             item_tests, flips = tested.tests, tested.flips
     else:
         notes.append("significant flips skipped: no per-item records (pass --items, or keep items.parquet beside the grid)")
+    found = None if items is None else detectable.detectable_table(items, grid, rules, slices, options.alpha)
     cells = degenerate.degenerate_cells(grid, items.empty_outputs if items is not None else None,
                                         items.option_bias if items is not None else None)
     effects = degenerate.degenerate_effects(grid, rules, cells, options.thetas)
 
     return Analysis(grid, rules, options, detail, maxima, orderings_detail, orderings.config_orderings_table(grid),
                     concordance, sdi, cfr, tier, anova, shares, attribution, boot, certificate, item_tests, flips,
-                    cells, effects, excluded_cells(grid.excluded), tie_rate_table(grid), tuple(warnings), tuple(notes))
+                    cells, effects, excluded_cells(grid.excluded), tie_rate_table(grid), found, tuple(warnings),
+                    tuple(notes))
 
 
 # file name -> what it holds; the two contract tables keep exactly the contract columns of docs/formats.md
@@ -160,6 +164,7 @@ def table_files(a: Analysis) -> dict[str, pd.DataFrame | None]:
         "degenerate_effects.csv": a.degenerate_effects,
         "excluded_cells.csv": a.excluded_cells,
         "tie_rates.csv": a.tie_rates,
+        "detectable.csv": a.detectable,
     }
 
 

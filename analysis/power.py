@@ -37,7 +37,6 @@ TAIL_SDS, TAIL_PAD = 10.0, 40.0  # the window of M kept around nD (see the modul
 REL_TOL = 1e-9  # a p-value equal to alpha/K in exact arithmetic must not be lost to rounding
 EFFECT_TOL = 1e-6  # detectable_difference's bisection stops when the bracket is this narrow
 BLOCK_ELEMENTS = 2_000_000  # (n, m) pairs evaluated at once in the items_needed scan: bounded memory
-DIFF_TOL = 1e-9  # seed means are fractions in floating point: equal ones may differ in the last bit
 ITEM_COLUMNS = ("model", "config_id", "item_id", "seed", "item_score")
 
 TEST = ("exact two-sided binomial (McNemar) test on each configuration's discordant items; a claim counts at "
@@ -268,11 +267,11 @@ def detectable_difference(n_items: int, discordance: float, n_configs: int, alph
 # -- from a pilot ----------------------------------------------------------------------------------
 def pilot_discordance(items: pd.DataFrame) -> pd.DataFrame:
     """Observed discordance per benchmark and model pair (model_a < model_b alphabetically) from item
-    records in items.parquet's format: per configuration, the share of items both models answered on
-    which their seed-averaged item scores differ; then the mean over the benchmark's configurations.
-    Columns: benchmark, model_a, model_b, n_configs, n_items (the fewest paired items in any of its
-    configurations: all equal in a sweep), discordance. With fractional (seed-averaged) scores any
-    difference counts, which is the model's discordance only for 0/1 scores."""
+    records in items.parquet's format: per configuration, the mean |A - B| of the two models'
+    seed-averaged item scores over the items both answered (`effective_discordance`); then the mean
+    over the benchmark's configurations. Columns: benchmark, model_a, model_b, n_configs, n_items (the
+    fewest paired items in any of its configurations: all equal in a sweep), discordance. For 0/1
+    scores this is the share of items on which the answers differ, the model's D exactly."""
     missing = [c for c in ITEM_COLUMNS if c not in items.columns]
     if missing:
         raise UserError(f"item records lack column(s) {', '.join(missing)}; they need: {', '.join(ITEM_COLUMNS)}")
@@ -293,8 +292,18 @@ def pilot_discordance(items: pd.DataFrame) -> pd.DataFrame:
 
 def _pair_discordance(wide: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     both = wide[[a, b]].dropna()
-    differ = ((both[a] - both[b]).abs() > DIFF_TOL).groupby(level="config_id").agg(["mean", "size"])
+    differ = (both[a] - both[b]).abs().groupby(level="config_id").agg(["mean", "size"])
     benchmark = differ.index.str.split("/").str[0]  # envelope.benchmark_of, vectorised
     out = differ.groupby(benchmark).agg(discordance=("mean", "mean"), n_configs=("mean", "size"),
                                         n_items=("size", "min"))
     return out.rename_axis("benchmark").reset_index().assign(model_a=a, model_b=b)
+
+
+def effective_discordance(differences) -> float:
+    """The D the power model is read at, from one configuration's item differences A - B: the mean
+    |d_i|. For 0/1 scores it is the share of discordant items. For seed means (|d_i| a multiple of
+    1/n_seeds) it is smaller than the share of items with any difference, which would overstate D:
+    the test's null variance is sum d_i^2 <= sum |d_i|, so reading the binary model at mean |d_i|
+    errs on the side of a larger detectable difference, never a smaller one."""
+    d = np.abs(np.asarray(differences, dtype=float))
+    return float(d.mean()) if len(d) else float("nan")

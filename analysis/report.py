@@ -18,7 +18,8 @@ from safetyrepro.atomic import atomic_write
 
 from .card import headline, read_run_metadata
 from .chance import ceiling, chance_rho_flip
-from .degenerate import EMPTY_SHARE_MAX
+from .degenerate import CONSTANT_ANSWER_MIN, EMPTY_SHARE_MAX, MIN_PARSED_ANSWERS
+from .detectable import detectable_sentences
 from .direction import direction, has_pass_fail, score_meaning
 from .dispersion import cfr_ceiling
 from .figures import FigureSet
@@ -293,13 +294,21 @@ def _degenerate_blocks(a: Analysis) -> list[Block]:
                               f"{100 * EMPTY_SHARE_MAX:.0f} % empty outputs; slice parse_clean equals slice full.")]
     empties = int((cells["n_empty"].fillna(0) == cells["n_outputs"].fillna(-1)).sum())
     known = cells["n_outputs"].notna().any()
+    codes = cells["reasons"].str.split(";").explode().value_counts()
     blocks.append(Para(
-        f"{_count(len(cells), 'cell has', 'cells have')} a parse rate below {PARSE_CLEAN_MIN} or more than "
-        f"{100 * EMPTY_SHARE_MAX:.0f} % empty outputs"
-        + (f" ({empties} returned an empty output on every item)" if known else
-                     " (no per-item raw outputs, so empty outputs could not be counted)")
-        + ". An unparsed answer counts as wrong, so such a "
-        "cell scores low because of the parser or the template, not the model's judgement. lowest_of_model marks a "
+        f"{_count(len(cells), 'cell is', 'cells are')} degenerate: "
+        + _list([f"{int(codes.get(c, 0))} {what}" for c, what in (
+            ("parse_rate", f"with a parse rate below {PARSE_CLEAN_MIN}"),
+            ("empty", f"with more than {100 * EMPTY_SHARE_MAX:.0f} % empty outputs"),
+            ("constant_answer", f"with one label on at least {CONSTANT_ANSWER_MIN:.0%} of the parsed answers"),
+            ("no_better_than_majority", "agreeing with gold no more often than always answering the majority label"))
+            if codes.get(c, 0)])
+        + (f" ({empties} returned an empty output on every item)" if known and empties else
+           "" if known else " (no per-item raw outputs, so empty outputs could not be counted)")
+        + f" (a cell can have several reasons; the label checks need at least {MIN_PARSED_ANSWERS} parsed answers "
+        "and per-item predictions). Such a cell's score says little about the items: an unparsed answer counts as "
+        "wrong, and a cell that answers one label, or no better than the label frequencies, does not read the items. "
+        "lowest_of_model marks a "
         "cell that is the model's lowest score on the benchmark (it then sets that model's SDI and score range); "
         "last_in_config one that puts the model last in that configuration (it then moves orderings and pair "
         f"verdicts). The slice `{PARSE_CLEAN}` leaves out every configuration holding such a cell."))
@@ -320,6 +329,29 @@ def _degenerate_blocks(a: Analysis) -> list[Block]:
                             "per model for its lowest score, SDI and CFR, per benchmark (model `all`) for rho_flip max "
                             "and the number of orderings. A large change means the headline number rests on those "
                             "cells."))
+    return blocks
+
+
+def _detectable_blocks(a: Analysis) -> list[Block]:
+    blocks: list[Block] = [Heading("What this grid can detect")]
+    sentences = detectable_sentences(a.detectable)
+    if not sentences:
+        return blocks + [Para("Not computed: no usable per-item records were given, so neither the pairs' discordance "
+                              "nor what their items can detect is known (`safetyrepro plan` answers it for a "
+                              "discordance you supply).")]
+    blocks.append(Para(
+        "A configuration's winner is claimed only when its exact paired test passes Holm over the family's "
+        "configurations, so a grid with few items cannot claim small differences, and \"no significant winner\" is no "
+        "evidence of stability when nothing was detectable. Read at each pair's observed discordance (the mean "
+        "|A - B| per item: for 0/1 answers the share of items the two models answer differently), the smallest true "
+        "difference of one configuration found at 80 % power under Holm's first step, and the power at a 10-point "
+        "difference:"))
+    blocks.append(Bullets(sentences))
+    shown = a.detectable[a.detectable["slice"] == "full"].drop(columns=["slice", "target_power", "reference_effect"])
+    blocks.append(Table(shown, "per pair on slice `full`: n_items per configuration, n_configs the Holm family, "
+                        "discordance as above, detectable_difference the smallest paired difference found at 80 % "
+                        "power (blank: none is, however large), power_at_reference the power at a 10-point difference. "
+                        "Every slice is in detectable.csv; docs/analysis.md gives the model."))
     return blocks
 
 
@@ -376,11 +408,13 @@ def _significance_blocks(a: Analysis) -> list[Block]:
         "configurations would give, the answer to \"is this more than independent noise per configuration?\"; "
         "rho_flip_null_mean is the pair's own null, from its items: the two models' labels swapped item by item at "
         "random, the same swap in every configuration, so the items' correlation across configurations is kept. It "
-        "answers \"is this what two interchangeable models would show on these items?\". rho_flip_null_share_le is "
-        "the share of those draws at or below the observed rho_flip: small means fewer flips than interchangeable "
-        "models would show (one model is consistently ahead)."))
+        "answers \"is this what two interchangeable models would show on these items?\". p_consistent is the p-value "
+        "of \"these two models differ consistently\": the share of those draws at or below the observed rho_flip, "
+        "as (k + 1) / (n + 1); small means fewer reversals than interchangeable models would show (one model is "
+        "consistently ahead), near 1 that the pair reverses as often as interchangeable models do or more. "
+        "p_consistent_better is the same in the benchmark's better direction (for CrowS-Pairs, closer to 0.5)."))
     shown = f[["benchmark", "model_a", "model_b", "n_configs", "n_plus", "n_minus", "rho_flip", "chance", "rho_flip_lo",
-               "rho_flip_hi", "rho_flip_null_mean", "rho_flip_null_share_le", "correction", "n_plus_sig",
+               "rho_flip_hi", "rho_flip_null_mean", "p_consistent", "p_consistent_better", "correction", "n_plus_sig",
                "n_minus_sig", "rho_flip_sig", "rho_flip_sig_better"]]
     blocks.append(Table(shown, "correction names the multiple-testing adjustment (holm: familywise, confirmatory; "
                         "fdr_bh: false discovery rate, exploratory); n_plus_sig and n_minus_sig count the wins that "
@@ -410,7 +444,8 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
              "better? For each pair of models, rho_flip is the share of configurations on which the less frequent "
              "winner wins strictly: 0 means one model is never strictly behind. Its ceiling is floor(|C|/2)/|C|, "
              "reached when the configurations split as evenly as they can: 0.5 at even |C|, less at odd |C|. Ties count "
-             "for neither model but stay in the denominator. Scores are compared exactly as written in the grid."),
+             "for neither model but stay in the denominator. Scores are compared as the fractions of a cell's item x seed answers "
+             "they stand for, so equal counts tie however a float mean of seeds rounded (docs/formats.md)."),
         Para("Chance reference: if the configurations were coin flips for which of two models wins (exchangeable "
              "scores, no ties), rho_flip would average E[min(K, |C|-K)]/|C| with K ~ Binomial(|C|, 1/2), well below the "
              "ceiling; the headline's maximum over the model pairs would average more (chance_max). A value near "
@@ -438,6 +473,7 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
                      f"distinct rankings of the {m} models reached out of {math.factorial(m)}, tau_R is the mean rank "
                      "agreement between configurations (1 = identical rankings everywhere), SDI max the largest "
                      "relative score range of any model.")]
+    blocks += _detectable_blocks(a)
 
     blocks += [Heading("rho_flip per model pair"),
                Table(_pair_rows(a), "n_plus counts configurations where model_a is strictly ahead in the row's "

@@ -37,6 +37,7 @@ from safetyrepro.tasks.envelope import Config, Rules
 
 from .chance import chance_rho_flip
 from .direction import direction
+from .exact import as_integers, snap_items
 from .grid_io import Grid, plain, read_table
 from .rank_flip import model_pairs
 from .slices import slice_config_ids
@@ -63,7 +64,7 @@ class ItemRecords:
     source: str
     empty_outputs: pd.DataFrame | None = None  # model, config_id, n_outputs, n_empty (free-form; None without raw_output)
     item_ids: dict[str, np.ndarray] | None = None  # per configuration, the item id of each row of by_config
-    option_bias: pd.DataFrame | None = None  # per cell: the most frequent prediction's share (None without them)
+    option_bias: pd.DataFrame | None = None  # per cell: what its parsed answers carry (None without predictions)
 
     def column(self, model: str) -> int:
         return self.models.index(model)
@@ -98,23 +99,32 @@ def _empty_outputs(frame: pd.DataFrame) -> pd.DataFrame | None:
 
 
 def _option_bias(frame: pd.DataFrame) -> pd.DataFrame | None:
-    """Per cell (model, config_id): how many parsed predictions there are, the most frequent one
-    (its label index) and its share, and the share of the most frequent gold label over the cell's
-    items. None when the records carry no `prediction` and `gold` columns."""
+    """Per cell (model, config_id), what its parsed answers say about its items: how many parsed
+    answers there are (item x seed records with a prediction), the most frequent label (its index)
+    and its share, the share of parsed answers that agree with gold (`agreement`), and the share the
+    most frequent gold label has among the same answers (`majority_share`: the agreement of always
+    answering that label), plus the most frequent gold label's share over the cell's items
+    (`gold_top_share`). None when the records carry no `prediction` and `gold` columns."""
     if "prediction" not in frame.columns or "gold" not in frame.columns:
         return None
     pred = frame.dropna(subset=["prediction"])
     if pred.empty:
         return None
-    counts = pred.groupby(["model", "config_id"])["prediction"].value_counts()
+    key = ["model", "config_id"]
+    counts = pred.groupby(key)["prediction"].value_counts()
     top = counts.groupby(level=[0, 1]).head(1).reset_index(name="n_top").rename(columns={"prediction": "top_label"})
-    n = pred.groupby(["model", "config_id"]).size().rename("n_predictions").reset_index()
-    gold = frame.drop_duplicates(["model", "config_id", "item_id"]).groupby(["model", "config_id"])["gold"]
-    gold_top = gold.agg(lambda g: g.value_counts(normalize=True).iloc[0] if len(g) else np.nan).rename("gold_top_share")
-    out = top.merge(n, on=["model", "config_id"]).merge(gold_top.reset_index(), on=["model", "config_id"])
+    n = pred.groupby(key).size().rename("n_predictions").reset_index()
+    gold = pd.to_numeric(pred["gold"], errors="coerce")
+    agree = (pd.to_numeric(pred["prediction"], errors="coerce") == gold).groupby([pred["model"], pred["config_id"]])
+    majority = gold.groupby([pred["model"], pred["config_id"]]).agg(
+        lambda g: g.value_counts(normalize=True).iloc[0] if g.notna().any() else np.nan)
+    read = pd.DataFrame({"agreement": agree.mean(), "majority_share": majority}).rename_axis(key).reset_index()
+    items = frame.drop_duplicates(["model", "config_id", "item_id"]).groupby(key)["gold"]
+    gold_top = items.agg(lambda g: g.value_counts(normalize=True).iloc[0] if len(g) else np.nan).rename("gold_top_share")
+    out = top.merge(n, on=key).merge(read, on=key).merge(gold_top.reset_index(), on=key)
     out["top_share"] = out["n_top"] / out["n_predictions"]
     out["top_label"] = out["top_label"].astype(int)
-    return out[["model", "config_id", "n_predictions", "top_label", "top_share", "gold_top_share"]]
+    return out[[*key, "n_predictions", "top_label", "top_share", "agreement", "majority_share", "gold_top_share"]]
 
 
 def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
@@ -150,7 +160,8 @@ def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
     values = complete.to_numpy(dtype=float)
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.array([], dtype=int)
     spans = list(zip(starts, np.r_[starts[1:], len(ids)], strict=True)) if len(ids) else []
-    by_config = {str(ids[s]): values[s:e] for s, e in spans}
+    # seed means as the exact floats of their fractions, so equal items tie exactly (exact.py)
+    by_config = {str(ids[s]): snap_items(values[s:e]) for s, e in spans}
     item_ids = {str(ids[s]): item_of[s:e].astype(str) for s, e in spans}
     if partial:
         warnings.append(f"items: {partial} (config, item) records lack some model and were left out of the "
@@ -203,6 +214,13 @@ def check_items_agree(frame: pd.DataFrame, grid: Grid, source: str) -> list[str]
 
 
 # -- the per-configuration test -------------------------------------------------------------------
+def exact_mean(values: np.ndarray) -> float:
+    """The mean of item scores (or differences) on their lattice, summed as whole numbers: a sum that
+    is 0 as a fraction is 0.0, never 1e-17."""
+    ints, lattice = as_integers(values)
+    return float(ints.sum() / (len(ints) * lattice)) if len(ints) else float("nan")
+
+
 def _integer_weights(magnitudes: np.ndarray) -> np.ndarray:
     """|d_i| as whole numbers on the smallest lattice 1/L that holds them all exactly (L <= LATTICE_MAX);
     otherwise rounded to multiples of 1/FALLBACK_LATTICE."""
@@ -294,12 +312,12 @@ def paired_item_tests(items: ItemRecords, grid: Grid) -> pd.DataFrame:
         for a, b in model_pairs(grid.models):
             xa, xb = block[:, items.column(a)], block[:, items.column(b)]
             d = xa - xb
-            raw = (float(grid_scores[(cid, a)] - grid_scores[(cid, b)]), float(d.mean()), sign_flip_p_value(d))
+            raw = (float(grid_scores[(cid, a)] - grid_scores[(cid, b)]), exact_mean(d), sign_flip_p_value(d))
             if better.monotone:  # better is higher: the same test
                 read = raw
             else:
                 read = (float(better.better_value(grid_scores[(cid, a)]) - better.better_value(grid_scores[(cid, b)])),
-                        float(better.better_value(xa.mean()) - better.better_value(xb.mean())),
+                        float(better.better_value(exact_mean(xa)) - better.better_value(exact_mean(xb))),
                         better_p_value(xa, xb, better, zlib.crc32(f"{cid}|{a}|{b}".encode())))
             rows.append((benchmark, cid, a, b, len(d), int(np.count_nonzero(d)), *raw, *read))
     return pd.DataFrame(rows, columns=list(TEST_COLUMNS))
@@ -398,8 +416,9 @@ def resampled_means(items: ItemRecords, config_ids: Sequence[str], n_resamples: 
     for cid in config_ids:
         w = counts[:, np.searchsorted(universe, ids_of[cid])].astype(float)  # resamples x the config's items
         total = w.sum(axis=1, keepdims=True)
+        ints, lattice = as_integers(items.by_config[cid])  # whole-number sums: models that tie, tie exactly
         with np.errstate(invalid="ignore", divide="ignore"):
-            out.append((w @ items.by_config[cid]) / total)  # a resample that drew none of its items: NaN
+            out.append((w @ ints) / (total * lattice))  # a resample that drew none of its items: NaN
     return np.stack(out, axis=1)
 
 
@@ -431,38 +450,63 @@ PAIR_NULL = ("the two models' labels swapped item by item at random, the same sw
              "(the two models interchangeable item by item, their items' correlation across configurations kept)")
 
 
+NULL_COLUMNS = ("rho_flip_null_mean", "rho_flip_null_share_le", "p_consistent", "rho_flip_null_mean_better",
+                "p_consistent_better")
+
+
 def pair_null_reference(items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence[str], n_draws: int,
                         seed: int) -> pd.DataFrame:
     """Per benchmark x slice x pair: rho_flip under PAIR_NULL (Monte Carlo, `n_draws` seeded swaps of
-    the benchmark's items): its mean, and the share of draws at or below the observed rho_flip (a
-    one-sided p-value for "fewer flips than interchangeable models would show"). Swapping the labels
-    of item i flips the sign of its A - B difference in every configuration at once."""
-    columns = ["benchmark", "slice", "model_a", "model_b", "rho_flip_null_mean", "rho_flip_null_share_le"]
+    the benchmark's items): its mean, the share of draws at or below the observed rho_flip, and from
+    it `p_consistent`, the Monte Carlo p-value (k + 1) / (n + 1) of "these two models differ
+    consistently" (fewer reversals than two interchangeable models would show on these items).
+    Swapping the labels of item i flips the sign of its A - B difference in every configuration at
+    once. The `_better` columns read the benchmark's direction (for CrowS-Pairs, closer to 0.5;
+    identical where higher is better). Sums are on the items' whole-number lattice (exact.py), so a
+    draw whose difference is 0 as a fraction counts as a tie."""
+    columns = ["benchmark", "slice", "model_a", "model_b", *NULL_COLUMNS]
     rows = []
     col = {m: items.column(m) for m in grid.models}
     for benchmark in grid.benchmarks:
         cids = _configs_with_items(items, grid, benchmark)
         if not cids or n_draws < 1:
             continue
+        better = direction(benchmark)
         ids_of, universe = _items_of(items, cids)
         rng = np.random.default_rng([seed, zlib.crc32(("pair-null " + benchmark).encode())])
         signs = rng.choice(np.array([-1.0, 1.0]), size=(n_draws, len(universe)))
         where = {c: i for i, c in enumerate(cids)}
         for a, b in model_pairs(grid.models):
-            obs, null = [], []
+            obs, null, obs_b, null_b = [], [], [], []
             for c in cids:
-                x = items.by_config[c]
-                d = x[:, col[a]] - x[:, col[b]]
-                obs.append(d.mean())
-                null.append(signs[:, np.searchsorted(universe, ids_of[c])] @ d / len(d))
+                ints, lattice = as_integers(items.by_config[c][:, [col[a], col[b]]])
+                ka, kb = ints[:, 0], ints[:, 1]
+                s = signs[:, np.searchsorted(universe, ids_of[c])]
+                obs.append(float((ka - kb).sum()))
+                null.append(s @ (ka - kb))
+                if not better.monotone:  # each model's mean under the swap, then the better reading of each
+                    moved = ((1 - s) / 2) @ (ka - kb)
+                    n = len(ka) * lattice
+                    obs_b.append(better.better_value(ka.sum() / n) - better.better_value(kb.sum() / n))
+                    null_b.append(better.better_value((ka.sum() - moved) / n) - better.better_value((kb.sum() + moved) / n))
             obs_a, null_a = np.array(obs), np.stack(null, axis=1)  # configs; draws x configs
+            if not better.monotone:
+                obs_ab, null_ab = np.array(obs_b), np.stack(null_b, axis=1)
             for name in slices:
                 keep = [where[c] for c in slice_config_ids(grid, rules, benchmark, name) if c in where]
                 if not keep:
                     continue
                 rho = float(_min_of_counts(obs_a[keep]))
                 draws = _min_of_counts(null_a[:, keep])
-                rows.append((benchmark, name, a, b, float(draws.mean()), float((draws <= rho + 1e-12).mean())))
+                below = int((draws <= rho).sum())
+                if better.monotone:
+                    mean_b, p_b = float(draws.mean()), (below + 1) / (n_draws + 1)
+                else:
+                    rho_b = float(_min_of_counts(obs_ab[keep]))
+                    draws_b = _min_of_counts(null_ab[:, keep])
+                    mean_b, p_b = float(draws_b.mean()), (int((draws_b <= rho_b).sum()) + 1) / (n_draws + 1)
+                rows.append((benchmark, name, a, b, float(draws.mean()), below / n_draws, (below + 1) / (n_draws + 1),
+                             mean_b, p_b))
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -503,9 +547,9 @@ def significant_flips(adjusted: pd.DataFrame, intervals: pd.DataFrame | None, gr
     if pair_null is not None and not pair_null.empty:
         flips = flips.merge(pair_null, on=["benchmark", "slice", "model_a", "model_b"], how="left")
     else:
-        flips = flips.assign(rho_flip_null_mean=np.nan, rho_flip_null_share_le=np.nan)
+        flips = flips.assign(**{c: np.nan for c in NULL_COLUMNS})
     order = ["benchmark", "slice", "model_a", "model_b", "n_configs", "n_configs_slice", "n_plus", "n_minus",
-             "rho_flip", "chance", "rho_flip_lo", "rho_flip_hi", "rho_flip_null_mean", "rho_flip_null_share_le", "correction",
+             "rho_flip", "chance", "rho_flip_lo", "rho_flip_hi", *NULL_COLUMNS, "correction",
              "correction_controls", "n_plus_sig", "n_minus_sig", "rho_flip_sig", "n_plus_sig_better",
              "n_minus_sig_better", "rho_flip_sig_better", "test", "alpha", "n_resamples"]
     return flips[order]

@@ -171,8 +171,9 @@ CONFIGS = ("truthfulqa/T1/greedy/0shot/logprob", "truthfulqa/T2/moderate/0shot/f
 
 @pytest.fixture
 def pilot(tmp_path):
-    """Two models, two configurations of 4 items. Greedy: a 1 0 1 1, b 1 1 0 1 (2 of 4 differ). Moderate,
-    two seeds: a 1 1 1 1; b 1 1 1 and item 4 (1, 0), mean 0.5 (1 of 4 differs). Discordance (1/2 + 1/4)/2."""
+    """Two models, two configurations of 4 items. Greedy: a 1 0 1 1, b 1 1 0 1 (2 of 4 differ: mean
+    |a - b| 1/2). Moderate, two seeds: a 1 1 1 1; b 1 1 1 and item 4 (1, 0), mean 0.5 (mean |a - b|
+    0.5/4). Discordance (1/2 + 1/8)/2 = 0.3125."""
     rows = [(m, CONFIGS[0], f"i{i}", 0, s) for m, scores in (("a", (1, 0, 1, 1)), ("b", (1, 1, 0, 1)))
             for i, s in enumerate(scores)]
     for seed in (0, 1):
@@ -202,7 +203,7 @@ def _write_cells(folder, elapsed):
 def test_pilot_discordance_by_hand(pilot):
     r = pilot_discordance(pd.read_csv(pilot / "items.csv", dtype={"model": str, "item_id": str}))
     assert r.to_dict("records") == [{"benchmark": "truthfulqa", "model_a": "a", "model_b": "b", "n_configs": 2,
-                                     "n_items": 4, "discordance": 0.375}]
+                                     "n_items": 4, "discordance": 0.3125}]
 
 
 def test_plan_grid_reads_the_pilot_and_its_cell_times(pilot, capsys):
@@ -210,14 +211,14 @@ def test_plan_grid_reads_the_pilot_and_its_cell_times(pilot, capsys):
     _write_cells(pilot, {("a", CONFIGS[0]): 4, ("a", CONFIGS[1]): 8, ("b", CONFIGS[0]): 4, ("b", CONFIGS[1]): 8})
     code, out, _ = _plan(capsys, pilot / "grid.csv", "--json")
     [r] = json.loads(out)
-    need = items_needed(0.375, 0.1, 2).n_items
+    need = items_needed(0.3125, 0.1, 2).n_items
     assert code == 0
     assert (r["benchmark"], r["model_a"], r["model_b"], r["configs"], r["pilot_items"]) == ("truthfulqa", "a", "b", 2, 4)
-    assert r["discordance"] == 0.375 and r["detectable_difference"] is None  # 4 items cannot reject at 0.025
+    assert r["discordance"] == 0.3125 and r["detectable_difference"] is None  # 4 items cannot reject at 0.025
     assert r["items_needed"] == need and r["seconds_per_item"] == pytest.approx(6.0)
     assert r["wall_s"] == pytest.approx(6.0 * need)
     code, out, _ = _plan(capsys, pilot / "grid.csv", "--items", pilot / "items.csv", "--effect", 0.2)
-    assert code == 0 and "0.375" in out and f"{items_needed(0.375, 0.2, 2).n_items:,}" in out
+    assert code == 0 and "0.312" in out and f"{items_needed(0.3125, 0.2, 2).n_items:,}" in out
 
 
 def test_plan_grid_without_cell_files_says_the_time_is_unknown(pilot, capsys):

@@ -1,0 +1,90 @@
+"""What a grid's items can detect (beyond the paper): per benchmark x slice x pair, the smallest true
+paired difference of one configuration that its item count, the pair's observed discordance and the
+family's size find at 80 % power under the Holm family the claims use (power.py's model), and the
+power at a 10-point difference. A verdict of "no significant flip" reads differently at 24 items,
+where almost nothing is detectable, than at 700."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from safetyrepro.tasks.envelope import Rules
+
+from .grid_io import Grid
+from .power import detectable_difference, effective_discordance, power
+from .rank_flip import model_pairs
+from .significance import ItemRecords
+from .slices import slice_config_ids
+
+TARGET_POWER = 0.8
+REFERENCE_EFFECT = 0.10  # the difference whose power is reported beside the detectable one
+DETECTABLE_COLUMNS = ("benchmark", "slice", "model_a", "model_b", "n_items", "n_configs", "discordance",
+                      "detectable_difference", "power_at_reference", "reference_effect", "target_power", "alpha")
+
+
+def detectable_table(items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence[str], alpha: float,
+                     target: float = TARGET_POWER, reference: float = REFERENCE_EFFECT) -> pd.DataFrame:
+    """One row per benchmark x slice x pair with item records: n_items (the fewest paired items of
+    the slice's configurations), n_configs (K, the Holm family), discordance (the mean over the
+    configurations of power.effective_discordance), the detectable difference (NaN when even a
+    difference as large as the discordance falls short) and the power at `reference` (0 when the
+    reference exceeds the discordance: no difference that large is possible between these answers)."""
+    rows = []
+    col = {m: items.column(m) for m in grid.models}
+    for benchmark in grid.benchmarks:
+        for name in slices:
+            ids = [c for c in slice_config_ids(grid, rules, benchmark, name)
+                   if c in items.by_config and len(items.by_config[c])]
+            if not ids:
+                continue
+            n = min(len(items.by_config[c]) for c in ids)
+            for a, b in model_pairs(grid.models):
+                d = float(np.mean([effective_discordance(items.by_config[c][:, col[a]] - items.by_config[c][:, col[b]])
+                                   for c in ids]))
+                found, at_reference = np.nan, 0.0
+                if d > 0:
+                    found = detectable_difference(n, d, len(ids), alpha, target).effect
+                    found = np.nan if found is None else found
+                    if reference <= d:
+                        at_reference = power(n, d, reference, len(ids), alpha).power
+                rows.append((benchmark, name, a, b, n, len(ids), d, found, at_reference, reference, target, alpha))
+    return pd.DataFrame(rows, columns=list(DETECTABLE_COLUMNS))
+
+
+def _points(x: float) -> str:
+    return f"{100 * x:.0f}"
+
+
+def benchmark_sentence(rows: pd.DataFrame) -> str:
+    """What one benchmark's grid can and cannot show, in one sentence, from its rows of one slice
+    (the report's and the card's)."""
+    r0 = rows.iloc[0]
+    found = rows["detectable_difference"].dropna()
+    share = rows["power_at_reference"]
+    if found.empty:
+        what = "no pair's difference in one configuration is found at 80 % power, however large"
+    elif len(found) < len(rows):
+        what = (f"only {len(found)} of {len(rows)} pairs can be found at 80 % power at all (from a "
+                f"{_points(found.min())}-point difference); the others at no size")
+    elif found.min() == found.max():
+        what = f"a configuration's paired difference is found at 80 % power from {_points(found.min())} points"
+    else:
+        what = (f"a configuration's paired difference is found at 80 % power from {_points(found.min())} to "
+                f"{_points(found.max())} points, depending on the pair")
+    ref = _points(r0.reference_effect)
+    seen = (f"{100 * share.max():.1f} %" if share.min() == share.max()
+            else f"{100 * share.min():.1f}-{100 * share.max():.1f} %")
+    return (f"{r0.benchmark}: at {int(r0.n_items)} items, Holm over {int(r0.n_configs)} configurations and the pairs' "
+            f"discordance ({rows['discordance'].min():.2f}-{rows['discordance'].max():.2f}), {what}; a {ref}-point "
+            f"difference is found {seen} of the time.")
+
+
+def detectable_sentences(table: pd.DataFrame | None, slice_name: str = "full") -> list[str]:
+    """One sentence per benchmark of `table` (detectable_table's) on one slice; none without it."""
+    if table is None or table.empty:
+        return []
+    rows = table[table["slice"] == slice_name]
+    return [benchmark_sentence(g) for _, g in rows.groupby("benchmark", sort=False)]
