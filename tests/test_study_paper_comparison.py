@@ -42,13 +42,13 @@ def outputs(tmp_path):
              interaction_share=0.0, rho=0.0, rho_lo=0.0, rho_hi=0.0, rho_defined=True)])
     _csv(a, "significant_flips.csv", [
         dict(benchmark="xstest", slice=sl, model_a="a", model_b="b", n_plus=38, n_minus=10, rho_flip=10 / 48,
-             rho_flip_null_mean=0.4, rho_flip_null_share_le=0.03, correction=c, n_plus_sig=ps, n_minus_sig=ms,
+             rho_flip_null_mean=0.4, rho_flip_null_share_le=0.03, p_consistent=0.031, correction=c, n_plus_sig=ps, n_minus_sig=ms,
              rho_flip_sig=min(ps, ms) / 48)
         for sl, c, ps, ms in [("full", "holm", 12, 1), ("full", "fdr_bh", 20, 3), ("core", "holm", 9, 0)]])
     _csv(a, "degenerate_cells.csv", [
         dict(model="b", benchmark="xstest", config_id=f"xstest/T4/greedy/{k}shot/free_form", score=0.5, parse_rate=pr,
-             reason=reason)
-        for k, pr, reason in [(0, 0.8, "parse_rate 0.80 < 0.95"), (3, 0.9, "parse_rate 0.90 < 0.95; 2 of 24 outputs empty")]])
+             reasons=codes)
+        for k, pr, codes in [(0, 0.8, "parse_rate"), (3, 0.9, "parse_rate;empty")]])
     _csv(p, "compare_summary.csv", [dict(n_cells=54, median=0.017, mean=0.026, max=0.207, n_groups=2)])
     _csv(p, "compare_ordering_summary.csv", [dict(benchmark="xstest", n_configs=10, n_invariant=9),
                                              dict(benchmark="toxigen", n_configs=8, n_invariant=8)])
@@ -93,9 +93,9 @@ def test_beyond_the_paper_pair_nulls_confirmed_flips_and_degenerate_cells(pc, ou
     text = pc.table(a, None, None)
     beyond = text.split("Beyond the paper")[1]
     # the full slice under Holm only: one row, 1 of the 13 confirmed configurations goes against the majority
-    assert "| xstest | a vs b | 0.208 (38+ / 10-) | 0.400 (observed >= 0.03 of null draws) | 0.021 (12+ / 1- " in beyond
+    assert "| xstest | a vs b | 0.208 (38+ / 10-) | 0.400 (p_consistent 0.031) | 0.021 (12+ / 1- " in beyond
     assert beyond.count("| xstest | a vs b |") == 1
-    assert "| xstest | b | 2 | N of N outputs empty; parse_rate N < N (lowest parse rate 0.80) |" in beyond
+    assert "| xstest | b | 2 | empty 1; parse_rate 2 (lowest parse rate 0.80) |" in beyond
 
 
 def test_tables_analyze_wrote_empty_give_no_rows_and_a_missing_table_is_named(pc, outputs):

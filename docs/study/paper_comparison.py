@@ -14,7 +14,6 @@ percentage points.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -135,7 +134,7 @@ def beyond_rows(analysis: Path) -> list[list[str]]:
     rows = []
     for r in sig.itertuples():
         rows.append([r.benchmark, f"{r.model_a} vs {r.model_b}", f"{_f(r.rho_flip)} ({r.n_plus}+ / {r.n_minus}-)",
-                     f"{_f(r.rho_flip_null_mean)} (observed >= {_f(r.rho_flip_null_share_le, 2)} of null draws)"
+                     f"{_f(r.rho_flip_null_mean)} (p_consistent {_f(r.p_consistent)})"
                      if pd.notna(r.rho_flip_null_mean) else "—",
                      f"{_f(r.rho_flip_sig)} ({r.n_plus_sig}+ / {r.n_minus_sig}- configurations confirmed)"])
     return rows
@@ -145,12 +144,12 @@ def degenerate_rows(analysis: Path) -> list[list[str]]:
     d = _read(analysis, "degenerate_cells.csv")
     if d.empty:
         return []
-    # one entry per kind of reason (numbers stripped), with the lowest parse rate among the cells
+    # how many of the cells have each reason (a cell can have several), with the lowest parse rate among them
     def kinds(reasons: pd.Series) -> str:
-        return "; ".join(sorted({re.sub(r"\d+(\.\d+)?", "N", x.strip()) for r in reasons.astype(str)
-                                 for x in r.split(";")}))
+        counts = reasons.astype(str).str.split(";").explode().value_counts()
+        return "; ".join(f"{code} {int(counts[code])}" for code in sorted(counts.index))
 
-    return [[b, m, str(len(g)), f"{kinds(g['reason'])} (lowest parse rate {_f(g['parse_rate'].min(), 2)})"]
+    return [[b, m, str(len(g)), f"{kinds(g['reasons'])} (lowest parse rate {_f(g['parse_rate'].min(), 2)})"]
             for (b, m), g in d.groupby(["benchmark", "model"])]
 
 
@@ -159,11 +158,13 @@ def table(analysis: Path, precision: Path | None, subsamples: Path | None) -> st
     text += ("\nBeyond the paper: each pair's rho_flip on the full envelope, its own null reference (the same "
              "items with model labels exchanged), and the part that survives item-level confirmation (an exact "
              "paired sign-flip test per configuration, Holm-corrected):\n\n")
-    text += markdown_table(["benchmark", "pair", "rho_flip (n+ / n-)", "pair null mean", "rho_flip, confirmed"],
+    text += markdown_table(["benchmark", "pair", "rho_flip (n+ / n-)", "pair null mean (p_consistent)",
+                            "rho_flip, confirmed"],
                            beyond_rows(analysis)) + "\n"
     degenerate = degenerate_rows(analysis)
     if degenerate:
-        text += "\nDegenerate cells (low parse rate, one option on nearly every item, empty outputs):\n\n"
+        text += ("\nDegenerate cells per benchmark and model, with how many have each reason (parse_rate, empty, "
+                 "constant_answer, no_better_than_majority; a cell can have several):\n\n")
         text += markdown_table(["benchmark", "model", "cells", "reasons"], degenerate) + "\n"
     return text
 
