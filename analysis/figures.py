@@ -123,13 +123,23 @@ def orderings_reached(detail: pd.DataFrame, path: Path, root: Path | None = None
     slices = list(detail["slice"].drop_duplicates())
     benchmarks = list(detail["benchmark"].drop_duplicates())
     k = detail.pivot(index="benchmark", columns="slice", values="n_orderings").reindex(index=benchmarks, columns=slices)
+    # a benchmark whose better direction is not the score's (CrowS-Pairs) gets a second row in that reading
+    rows = []
+    for b in benchmarks:
+        rows.append(k.loc[[b]].rename(index={b: f"{b} (by score)" if not direction(b).monotone else b}))
+        if not direction(b).monotone and "n_orderings_better" in detail.columns:
+            better = detail[detail["benchmark"] == b].set_index("slice")["n_orderings_better"].reindex(slices)
+            rows.append(pd.DataFrame([better.to_numpy()], index=[f"{b} ({direction(b).comparative})"], columns=slices))
+    k = pd.concat(rows)
+    benchmarks = list(k.index)
     possible = int(detail["n_possible"].iloc[0])
     text = np.vectorize(lambda v: "" if np.isnan(v) else f"{int(v)}/{possible}")(k.to_numpy(dtype=float))
     fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.8 + 1.1 * len(slices)), max(MIN_HEIGHT, 1.4 + 0.5 * len(benchmarks))))
     image = _heatmap(ax, k.to_numpy(dtype=float), benchmarks, slices, text, 1, possible, "viridis",
                      light_when_high=True)
     fig.colorbar(image, ax=ax, label=f"distinct orderings\n(of {possible} possible)")
-    ax.set_title("Model orderings reached per benchmark and slice\n(by score, highest first)")
+    ax.set_title("Model orderings reached per benchmark and slice\n(by score, highest first, unless a row names "
+                 "another reading)")
     _save(fig, path, root)
     plt.close(fig)
     return path
