@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "plan": "safetyrepro.analysis.plan_cli",
     "crosspkg": "safetyrepro.crosspkg.cli",
     "import": "safetyrepro.importers.cli",
+    "certify": "safetyrepro.certify.cli",
 }
 
 

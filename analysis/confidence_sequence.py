@@ -1,0 +1,133 @@
+"""Anytime-valid confidence sequences for the mean of a finite population sampled without replacement.
+
+Certification (`safetyrepro certify`) asks, per configuration, what the paired score difference of two
+models would be on the *whole* fixed item subset, while it evaluates only some of the items, in an
+order it chooses as it goes, and stops when the answer is known. A fixed-n confidence interval is wrong
+there (optional stopping); a confidence sequence covers the target at every sample size at once, so it
+stays valid wherever evaluation stopped.
+
+This is the hedged betting confidence sequence of Waudby-Smith & Ramdas ("Estimating means of bounded
+random variables by betting", JRSS-B 2024, Sect. 4-5), in its without-replacement form ("Confidence
+sequences for sampling without replacement", NeurIPS 2020): values y_i in [0, 1] are drawn in a uniformly
+random order from a population of N with mean m*. For a candidate mean m, the mean of the items not yet
+drawn is m_t = (N m - S_{t-1}) / (N - t + 1) (S the sum drawn so far); two gamblers bet for and against
+y_t > m_t with predictable stakes lambda_t (the predictable plug-in of the paper, truncated at
+c / m_t and c / (1 - m_t), c = 1/2), and the hedged capital K_t(m) = theta K+_t(m) + (1 - theta) K-_t(m)
+(theta = 1/2) is a nonnegative martingale when m = m*. By Ville's inequality P(exists t: K_t(m*) >= 1/alpha)
+<= alpha, so {m : K_s(m) < 1/alpha for all s <= t} covers m* at every t with probability >= 1 - alpha.
+
+The candidates are a grid. When every feasible population mean is a grid point (item values on a known
+lattice, `lattice`, fine enough that the grid has at most 4N + 1 points), the set of surviving grid points holds m* itself and its extremes are the bounds;
+otherwise each bound is widened by one grid step (the capital is continuous in m). A candidate whose m_t
+leaves [0, 1] is impossible given what was drawn and is removed at once. After all N items are drawn the
+mean is known exactly.
+
+Vectorised over many independent streams (configurations x pairs), since a certification run keeps
+hundreds of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+THETA = 0.5        # weight of the gambler betting on "above m"
+TRUNCATION = 0.5   # stakes at most c / m_t and c / (1 - m_t): the capital never drops below (1 - c) per step
+MAX_GRID = 20_001  # candidates per stream (bounds on memory: streams x grid floats)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    lower: np.ndarray   # per stream, of the population mean in the caller's units
+    upper: np.ndarray
+    n: np.ndarray       # items drawn
+    exact: np.ndarray   # every item drawn: the mean is known
+
+
+class WorBettingCS:
+    """n_streams confidence sequences, each for the mean of a population of `population` values in
+    [low, high] drawn without replacement; each at level `alpha` (the caller splits a familywise
+    alpha). `lattice`: the values are multiples of 1/lattice in the caller's units (e.g. a seed mean of
+    5 seeds of a 0/1 difference: 5), so the grid can hold every feasible population mean."""
+
+    def __init__(self, n_streams: int, population: int, alpha: float, low: float = -1.0, high: float = 1.0,
+                 lattice: int | None = None):
+        if not 0 < alpha < 1:
+            raise ValueError(f"alpha {alpha} must be in (0, 1)")
+        if population < 1 or n_streams < 0 or not high > low:
+            raise ValueError("a confidence sequence needs a population of at least one item and low < high")
+        self.N, self.alpha, self.low, self.high = int(population), float(alpha), float(low), float(high)
+        span = high - low
+        coarse = min(MAX_GRID - 1, 4 * self.N)  # a step of 1/(2N) in the caller's units over [-1, 1]
+        steps = None if lattice is None else int(round(self.N * lattice * span))
+        self.on_lattice = steps is not None and steps <= coarse
+        if not self.on_lattice:
+            steps = coarse
+        self.grid = np.linspace(0.0, 1.0, steps + 1)  # candidate means of y = (x - low) / span
+        self.step = 1.0 / steps
+        g = len(self.grid)
+        self.log_plus = np.zeros((n_streams, g))
+        self.log_minus = np.zeros((n_streams, g))
+        self.alive = np.ones((n_streams, g), dtype=bool)
+        self.t = np.zeros(n_streams, dtype=np.int64)       # items drawn
+        self.total = np.zeros(n_streams)                   # sum of y drawn
+        self.mu_sum = np.full(n_streams, 0.5)              # 1/2 + sum of y (the plug-in mean's numerator)
+        self.var_sum = np.full(n_streams, 0.25)            # 1/4 + sum of (y_i - mu_hat_i)^2
+        self._threshold = np.log(1.0 / self.alpha)
+
+    def _y(self, x) -> np.ndarray:
+        return (np.asarray(x, dtype=float) - self.low) / (self.high - self.low)
+
+    def update(self, streams, values) -> None:
+        """One new draw for each of `streams` (distinct indices), with values in [low, high]."""
+        s = np.asarray(streams, dtype=np.int64)
+        if len(s) == 0:
+            return
+        if np.any(self.t[s] >= self.N):
+            raise ValueError("a stream drew more items than its population holds")
+        y = np.clip(self._y(values), 0.0, 1.0)
+        t = self.t[s] + 1                                               # this draw's index (1-based)
+        mu_hat = self.mu_sum[s] / t                                     # plug-in mean before this draw
+        sigma2 = self.var_sum[s] / t
+        lam = np.sqrt(2 * np.log(2 / self.alpha) / (sigma2 * t * np.log1p(t)))
+        remaining = (self.N - t + 1).astype(float)
+        m_t = (self.N * self.grid[None, :] - self.total[s][:, None]) / remaining[:, None]
+        feasible = (m_t >= -1e-12) & (m_t <= 1 + 1e-12)
+        m_t = np.clip(m_t, 0.0, 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lam_plus = np.minimum(lam[:, None], np.where(m_t > 0, TRUNCATION / m_t, np.inf))
+            lam_minus = np.minimum(lam[:, None], np.where(m_t < 1, TRUNCATION / (1 - m_t), np.inf))
+        gap = y[:, None] - m_t
+        self.log_plus[s] += np.log1p(lam_plus * gap)
+        self.log_minus[s] += np.log1p(-lam_minus * gap)
+        hedged = np.logaddexp(np.log(THETA) + self.log_plus[s], np.log(1 - THETA) + self.log_minus[s])
+        self.alive[s] &= feasible & (hedged < self._threshold)
+        # the plug-in statistics, updated after the bet (predictable: they only use earlier draws)
+        self.var_sum[s] += (y - mu_hat) ** 2
+        self.mu_sum[s] += y
+        self.total[s] += y
+        self.t[s] = t
+        # every item drawn: only the observed mean is left
+        done = s[t == self.N]
+        if len(done):
+            mean = self.total[done] / self.N
+            self.alive[done] = np.abs(self.grid[None, :] - mean[:, None]) <= self.step / 2 + 1e-12
+
+    def bounds(self) -> Bounds:
+        span = self.high - self.low
+        exact = self.t == self.N
+        any_alive = self.alive.any(axis=1)
+        first = np.where(any_alive, self.alive.argmax(axis=1), 0)
+        last = np.where(any_alive, self.alive.shape[1] - 1 - self.alive[:, ::-1].argmax(axis=1), 0)
+        pad = 0.0 if self.on_lattice else self.step
+        lo = np.clip(self.grid[first] - pad, 0.0, 1.0)
+        hi = np.clip(self.grid[last] + pad, 0.0, 1.0)
+        # no candidate left between grid points (off-lattice values): the cell around the observed mean
+        est = np.where(self.t > 0, self.total / np.maximum(self.t, 1), 0.5)
+        lo = np.where(any_alive, lo, np.clip(est - self.step, 0, 1))
+        hi = np.where(any_alive, hi, np.clip(est + self.step, 0, 1))
+        mean = self.total / self.N
+        lo = np.where(exact, mean, lo)
+        hi = np.where(exact, mean, hi)
+        return Bounds(self.low + span * lo, self.low + span * hi, self.t.copy(), exact)

@@ -1,0 +1,345 @@
+"""Certified pairwise verdicts on a budget: evaluate items in rounds only where a verdict is still open.
+
+What is certified, per benchmark and model pair (model_a < model_b alphabetically), is the paired score
+difference Delta_c = mean over the fixed subset's N items of (score_a - score_b) that the *full* grid
+would give in each configuration c (the paper's quantity). Items are drawn without replacement, in one
+seeded random order per benchmark, and every pair x configuration keeps an anytime-valid confidence
+sequence for its Delta_c (analysis/confidence_sequence.py). Each is run at level alpha / (the number of
+pair x configuration sequences of the whole run), so by the union bound every claim of the run holds
+together with probability at least 1 - alpha, whatever the order of evaluation, the allocation, and
+wherever the run stopped (each sequence covers its target at every sample size at once).
+
+Per configuration the claim is `a_better` (lower bound > 0), `b_better` (upper bound < 0),
+`within_delta` (the interval inside (-delta, delta)) or `undecided`; when all N items were drawn the
+difference is known and the claim is read off it. Per pair the verdict is `flip` (an `a_better` and a
+`b_better` configuration), `stable_a` / `stable_b` (every configuration decided, the model wins at least
+one, the other none: nowhere is the other ahead by delta or more), `equivalent` (every configuration
+within delta) or `undecided`.
+
+Allocation (why it spends where it does). A configuration stops as soon as its claim is made, and a pair
+as soon as its verdict is known, so work goes only where an answer is still open. Within an open pair,
+each round gives every open configuration `batch` more items, and twice that to the configurations that
+could reverse the pair's standing: while the pair has wins on one side only, those whose running
+difference points the other way. A flip needs one decided win in the minority direction, and stable
+needs every configuration decided, so these are the ones whose answer changes the verdict; configurations
+far from 0 decide in a few dozen items whatever they are given. `uniform` allocation (every open
+configuration the same batch) is kept for comparison (perf/certify_allocation.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from safetyrepro.analysis.confidence_sequence import WorBettingCS
+from safetyrepro.analysis.rank_flip import model_pairs
+
+CLAIMS = ("a_better", "b_better", "within_delta", "undecided")
+VERDICTS = ("flip", "stable_a", "stable_b", "equivalent", "undecided")
+ALLOCATIONS = ("reversal_first", "uniform")
+
+
+@dataclass(frozen=True)
+class BenchmarkProblem:
+    """One benchmark's part of a run: its configurations, models and the fixed subset's item ids."""
+
+    benchmark: str
+    config_ids: tuple[str, ...]
+    models: tuple[str, ...]
+    item_ids: tuple[str, ...]   # the fixed subset: N items, every configuration scores all of them
+    lattice: int | None = None  # item scores are multiples of 1/lattice (5 for 5-seed means of 0/1 scores)
+
+
+@dataclass(frozen=True)
+class CertifyOptions:
+    alpha: float = 0.05
+    delta: float = 0.05
+    seed: int = 0
+    batch: int = 0                 # items per configuration per round (0: about N / 30, at least 4)
+    budget_evaluations: int | None = None  # paired evaluations (pair x configuration x item)
+    budget_seconds: float | None = None    # wall time of the oracle's evaluations
+    allocation: str = "reversal_first"
+
+
+# scores(benchmark, config_id, model, item_ids) -> array of item scores (each item's mean over its seeds)
+Oracle = Callable[[str, str, str, Sequence[str]], np.ndarray]
+
+
+@dataclass
+class _Stream:
+    benchmark: str
+    pair: tuple[str, str]
+    config_id: str
+    index: int          # in its benchmark's confidence sequences
+    claim: str = "undecided"
+
+
+@dataclass
+class _Bench:
+    problem: BenchmarkProblem
+    order: np.ndarray                       # item ids in draw order
+    cs: WorBettingCS
+    streams: list[_Stream]
+    pairs: list[tuple[str, str]]
+    verdict: dict[tuple[str, str], str] = field(default_factory=dict)
+    drawn: dict[tuple[str, str], int] = field(default_factory=dict)   # (model, config) -> items evaluated
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    benchmark: str
+    model_a: str
+    model_b: str
+    config_id: str
+    claim: str
+    lower: float
+    upper: float
+    estimate: float   # the running mean difference over the items used
+    items_used: int
+    n_full: int
+
+
+@dataclass(frozen=True)
+class PairRow:
+    benchmark: str
+    model_a: str
+    model_b: str
+    verdict: str
+    n_evaluations: int     # paired evaluations spent on this pair (configuration x item)
+    n_full: int            # the full grid's: configurations x N
+    deciding: tuple[str, ...]  # the configurations that decided it
+    n_open: int            # configurations left undecided
+
+
+@dataclass(frozen=True)
+class CertifyResult:
+    claims: list[ClaimRow]
+    pairs: list[PairRow]
+    evaluated: dict[tuple[str, str, str], np.ndarray]  # (benchmark, config, model) -> item ids evaluated, in order
+    paired_evaluations: int
+    model_evaluations: int
+    full_paired_evaluations: int
+    full_model_evaluations: int
+    seconds: float
+    stopped_by: str   # "answered", "budget" or "exhausted"
+    alpha_each: float
+    options: CertifyOptions
+
+
+def claim_of(lower: float, upper: float, exact: bool, estimate: float, delta: float) -> str:
+    """A configuration's claim from its confidence bounds (or its exact difference once every item is in)."""
+    if exact:
+        if estimate > 0:
+            return "a_better"
+        if estimate < 0:
+            return "b_better"
+        return "within_delta" if delta > 0 else "undecided"
+    if lower > 0:
+        return "a_better"
+    if upper < 0:
+        return "b_better"
+    if lower > -delta and upper < delta:
+        return "within_delta"
+    return "undecided"
+
+
+def verdict_of(claims: Sequence[str]) -> str:
+    wins_a, wins_b = "a_better" in claims, "b_better" in claims
+    if wins_a and wins_b:
+        return "flip"
+    if "undecided" in claims:
+        return "undecided"
+    if wins_a:
+        return "stable_a"
+    if wins_b:
+        return "stable_b"
+    return "equivalent"
+
+
+def _batch(options: CertifyOptions, n: int) -> int:
+    return options.batch if options.batch > 0 else max(4, math.ceil(n / 30))
+
+
+def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tuple[list[_Bench], float]:
+    n_streams = sum(len(model_pairs(p.models)) * len(p.config_ids) for p in problems)
+    alpha_each = options.alpha / max(n_streams, 1)
+    benches = []
+    for p in problems:
+        rng = np.random.default_rng([options.seed, _stable_hash(p.benchmark)])
+        order = np.array(p.item_ids, dtype=object)[rng.permutation(len(p.item_ids))]
+        pairs = model_pairs(p.models)
+        streams = [_Stream(p.benchmark, pair, cid, i) for i, (pair, cid) in
+                   enumerate((pair, cid) for pair in pairs for cid in p.config_ids)]
+        cs = WorBettingCS(len(streams), len(p.item_ids), alpha_each, -1.0, 1.0, p.lattice)
+        benches.append(_Bench(p, order, cs, streams, pairs, {pair: "undecided" for pair in pairs}))
+    return benches, alpha_each
+
+
+def _stable_hash(text: str) -> int:
+    import zlib
+
+    return zlib.crc32(text.encode())
+
+
+def _allocation(b: _Bench, options: CertifyOptions) -> dict[int, int]:
+    """Stream index -> items to draw this round (before the budget)."""
+    n = len(b.order)
+    size = _batch(options, n)
+    out: dict[int, int] = {}
+    for pair in b.pairs:
+        if b.verdict[pair] != "undecided":
+            continue
+        mine = [s for s in b.streams if s.pair == pair]
+        open_ = [s for s in mine if s.claim == "undecided" and b.cs.t[s.index] < n]
+        claims = {s.claim for s in mine}
+        lean = 0
+        if options.allocation == "reversal_first":
+            lean = 1 if "a_better" in claims and "b_better" not in claims else \
+                -1 if "b_better" in claims and "a_better" not in claims else 0
+        for s in open_:
+            t = int(b.cs.t[s.index])
+            running = b.cs.total[s.index] / t * 2 - 1 if t else 0.0  # mean difference so far
+            boost = 2 if lean and np.sign(running) == -lean else 1
+            out[s.index] = min(size * boost, n - t)
+    return out
+
+
+def _trim(alloc: dict[tuple[int, int], int], left: int | None) -> dict[tuple[int, int], int]:
+    """Keep the round inside the remaining budget: whole batches in order, the last one cut."""
+    if left is None:
+        return alloc
+    out = {}
+    for key, k in alloc.items():
+        if left <= 0:
+            break
+        out[key] = min(k, left)
+        left -= out[key]
+    return out
+
+
+def certify(problems: Sequence[BenchmarkProblem], oracle: Oracle, options: CertifyOptions,
+            progress: Callable[[str], None] | None = None) -> CertifyResult:
+    """Run certification to its answer or its budget; see the module docstring."""
+    if options.allocation not in ALLOCATIONS:
+        raise ValueError(f"allocation {options.allocation!r}: one of {', '.join(ALLOCATIONS)}")
+    benches, alpha_each = _setup(problems, options)
+    cache: dict[tuple[str, str, str], dict[str, float]] = {}
+    paired = 0
+    start = time.monotonic()
+    spent = 0.0
+    stopped_by = "answered"
+    round_no = 0
+    while True:
+        plan = {(bi, s): k for bi, b in enumerate(benches) for s, k in _allocation(b, options).items() if k > 0}
+        if not plan:
+            stopped_by = "answered" if all(v != "undecided" for b in benches for v in b.verdict.values()) \
+                else "exhausted"
+            break
+        left = None if options.budget_evaluations is None else options.budget_evaluations - paired
+        if (left is not None and left <= 0) or (options.budget_seconds is not None and spent >= options.budget_seconds):
+            stopped_by = "budget"
+            break
+        plan = _trim(plan, left)
+        round_no += 1
+        t0 = time.monotonic()
+        _evaluate(benches, plan, oracle, cache)
+        spent += time.monotonic() - t0
+        paired += sum(plan.values())
+        for bi, b in enumerate(benches):
+            mine = {s: k for (i, s), k in plan.items() if i == bi}
+            if mine:
+                _advance(b, mine, cache, options.delta)
+        if progress is not None:
+            open_pairs = sum(v == "undecided" for b in benches for v in b.verdict.values())
+            progress(f"round {round_no}: {paired:,} paired evaluations, {open_pairs} pair(s) open, "
+                     f"{spent:.0f} s evaluating")
+    claims, pairs = _rows(benches, options.delta)
+    evaluated = {}
+    for b in benches:
+        for (model, cid), n in b.drawn.items():
+            evaluated[(b.problem.benchmark, cid, model)] = b.order[:n]
+    full_paired = sum(len(b.pairs) * len(b.problem.config_ids) * len(b.order) for b in benches)
+    full_model = sum(len(b.problem.models) * len(b.problem.config_ids) * len(b.order) for b in benches)
+    return CertifyResult(claims, pairs, evaluated, paired, sum(len(v) for v in evaluated.values()), full_paired,
+                         full_model, time.monotonic() - start if spent == 0 else spent, stopped_by, alpha_each,
+                         options)
+
+
+def _evaluate(benches: list[_Bench], plan: dict[tuple[int, int], int], oracle: Oracle, cache: dict) -> None:
+    """Ask the oracle once per (model, configuration) for the items this round needs that it lacks."""
+    wanted: dict[tuple[int, str, str], int] = {}
+    for (bi, s), k in plan.items():
+        b = benches[bi]
+        stream = b.streams[s]
+        upto = int(b.cs.t[s]) + k
+        for model in stream.pair:
+            key = (bi, model, stream.config_id)
+            wanted[key] = max(wanted.get(key, 0), upto)
+    for (bi, model, cid), upto in wanted.items():
+        b = benches[bi]
+        have = b.drawn.get((model, cid), 0)
+        if upto <= have:
+            continue
+        items = list(b.order[have:upto])
+        scores = np.asarray(oracle(b.problem.benchmark, cid, model, items), dtype=float)
+        store = cache.setdefault((b.problem.benchmark, cid, model), {})
+        store.update(zip(items, scores, strict=True))
+        b.drawn[(model, cid)] = upto
+
+
+def _advance(b: _Bench, plan: dict[int, int], cache: dict, delta: float) -> None:
+    """Feed each planned stream its new items, one draw at a time across streams, then re-read claims."""
+    steps = max(plan.values())
+    for j in range(steps):
+        idx = [s for s, k in plan.items() if j < k]
+        values = []
+        for s in idx:
+            st = b.streams[s]
+            item = b.order[int(b.cs.t[s])]
+            a, m = (cache[(b.problem.benchmark, st.config_id, model)][item] for model in st.pair)
+            values.append(a - m)
+        b.cs.update(idx, values)
+    bounds = b.cs.bounds()
+    for st in b.streams:
+        t = int(bounds.n[st.index])
+        if t == 0:
+            continue
+        est = b.cs.total[st.index] / t * 2 - 1
+        exact_est = b.cs.total[st.index] / len(b.order) * 2 - 1
+        st.claim = claim_of(bounds.lower[st.index], bounds.upper[st.index], bool(bounds.exact[st.index]),
+                            _rounded(exact_est if bounds.exact[st.index] else est), delta)
+    for pair in b.pairs:
+        b.verdict[pair] = verdict_of([s.claim for s in b.streams if s.pair == pair])
+
+
+def _rounded(x: float) -> float:
+    return round(float(x), 12)  # sums of lattice values: 0 as a fraction is 0
+
+
+def _rows(benches: list[_Bench], delta: float) -> tuple[list[ClaimRow], list[PairRow]]:
+    claims, pairs = [], []
+    for b in benches:
+        bounds = b.cs.bounds()
+        n = len(b.order)
+        for st in b.streams:
+            t = int(bounds.n[st.index])
+            est = b.cs.total[st.index] / t * 2 - 1 if t else float("nan")
+            claims.append(ClaimRow(b.problem.benchmark, *st.pair, st.config_id, st.claim,
+                                   float(bounds.lower[st.index]), float(bounds.upper[st.index]), _rounded(est), t, n))
+        for pair in b.pairs:
+            mine = [s for s in b.streams if s.pair == pair]
+            verdict = b.verdict[pair]
+            if verdict == "flip":
+                deciding = tuple(s.config_id for s in mine if s.claim in ("a_better", "b_better"))
+            elif verdict == "undecided":
+                deciding = tuple(s.config_id for s in mine if s.claim in ("a_better", "b_better"))
+            else:
+                deciding = tuple(s.config_id for s in mine)
+            used = int(sum(b.cs.t[s.index] for s in mine))
+            pairs.append(PairRow(b.problem.benchmark, *pair, verdict, used, len(mine) * n, deciding,
+                                 sum(s.claim == "undecided" for s in mine)))
+    return claims, pairs

@@ -1,0 +1,102 @@
+"""`safetyrepro certify`: certified pairwise verdicts on a budget. `--replay ITEMS --grid GRID` runs the
+algorithm on a finished run's per-item records (no model)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from safetyrepro.errors import UserError
+
+BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "certify", help="certified pairwise verdicts on a budget (evaluate only where a verdict is still open)",
+        description="Evaluate items in rounds, paired, only where a pairwise verdict is still open, and certify "
+        "per configuration and per pair what the full fixed subset would show, with familywise error control "
+        "that holds wherever the run stops. --replay ITEMS --grid GRID replays a finished run's records.")
+    p.add_argument("--replay", metavar="ITEMS", help="a finished run's per-item records (items.parquet) as the oracle")
+    p.add_argument("--grid", metavar="GRID", help="with --replay: the run's grid.csv (models, configurations)")
+    p.add_argument("--alpha", type=float, default=0.05, help="familywise error of all claims of the run (default 0.05)")
+    p.add_argument("--delta", type=float, default=0.05,
+                   help="a configuration within +-delta is claimed within_delta and stops (default 0.05)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the item order (default 0)")
+    p.add_argument("--budget", help="paired evaluations (e.g. 20000), or wall time of evaluation (90s, 30m, 2h)")
+    p.add_argument("--batch", type=int, default=0, help="items per configuration per round (default: N/30, >= 4)")
+    p.add_argument("--allocation", default="reversal_first", choices=("reversal_first", "uniform"),
+                   help="where rounds spend (default reversal_first; uniform for comparison)")
+    p.add_argument("--rules", help="rules file (default: the packaged envelope.yaml)")
+    p.add_argument("--precision", help="the grid's precision group, when it holds several")
+    p.add_argument("--package", help="the grid's package group, when it holds several")
+    p.add_argument("--out", required=True, type=Path, help="output folder")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=run)
+
+
+def parse_budget(text: str | None) -> tuple[int | None, float | None]:
+    """(paired evaluations, seconds): a bare number is evaluations, a number with s/m/h wall time."""
+    if text is None:
+        return None, None
+    m = BUDGET.match(text)
+    if not m:
+        raise UserError(f"--budget {text[:40]!r}: give paired evaluations (e.g. 20000) or a wall time (90s, 30m, 2h)")
+    value, unit = float(m.group(1)), m.group(2)
+    if unit is None:
+        if value != int(value) or value < 1:
+            raise UserError(f"--budget {text!r}: a number of paired evaluations is a whole number >= 1")
+        return int(value), None
+    seconds = value * {"s": 1, "m": 60, "h": 3600}[unit]
+    if seconds <= 0:
+        raise UserError(f"--budget {text!r}: a wall time must be positive")
+    return None, seconds
+
+
+def options_from(args: argparse.Namespace):
+    from .algorithm import CertifyOptions
+
+    if not 0 < args.alpha < 1:
+        raise UserError(f"--alpha {args.alpha}: must be in (0, 1)")
+    if not 0 <= args.delta < 1:
+        raise UserError(f"--delta {args.delta}: must be in [0, 1)")
+    if args.batch < 0 or args.batch > 100_000:
+        raise UserError(f"--batch {args.batch}: must be from 0 (automatic) to 100,000")
+    if not 0 <= args.seed < 2**63:
+        raise UserError(f"--seed {args.seed}: must be a whole number from 0 to 2**63 - 1")
+    evaluations, seconds = parse_budget(args.budget)
+    return CertifyOptions(alpha=args.alpha, delta=args.delta, seed=args.seed, batch=args.batch,
+                          budget_evaluations=evaluations, budget_seconds=seconds, allocation=args.allocation)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = options_from(args)
+    if not args.replay:
+        raise UserError("certify needs --replay ITEMS --grid GRID (live certification of models: docs/certify.md)")
+    if not args.grid:
+        raise UserError("--replay needs --grid GRID: the run's grid.csv names the models and configurations")
+    from safetyrepro.analysis.grid_io import load_grid
+    from safetyrepro.tasks.envelope import load_rules
+
+    from .algorithm import certify
+    from .outputs import certificate_table, write_outputs
+    from .replay import benchmark_seconds, load_replay, used_records
+
+    rules = load_rules(args.rules)
+    grid = load_grid(args.grid, rules, precision=args.precision, package=args.package)
+    replay = load_replay(args.replay, grid)
+    for w in (*grid.warnings, *replay.warnings):
+        print(f"warning: {w}", file=sys.stderr)
+    say = None if args.quiet else (lambda line: print(f"certify: {line}", file=sys.stderr, flush=True))
+    result = certify(replay.problems, replay.oracle, options, progress=say)
+    paths = write_outputs(result, args.out, used_records(replay, result.evaluated), f"replay of {args.replay}",
+                          benchmark_seconds(Path(args.grid), grid))
+    for r in certificate_table(result).itertuples():
+        print(f"{r.benchmark:<12} {r.model_a} vs {r.model_b}: {r.verdict} ({r.n_evaluations:,} of {r.n_full:,} paired "
+              f"evaluations)")
+    print(f"wrote {len(paths)} files to {args.out} ({result.paired_evaluations:,} of {result.full_paired_evaluations:,} "
+          f"paired evaluations, {100 * result.paired_evaluations / max(result.full_paired_evaluations, 1):.0f} %; "
+          f"report: {args.out / 'report.md'})")
+    return 0

@@ -1,0 +1,131 @@
+"""What `certify` writes: certificate.csv, claims.csv, items.parquet, cost.json and report.md."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+
+from safetyrepro.atomic import atomic_write, ensure_dir
+from safetyrepro.markdown import markdown_table
+
+from .algorithm import CertifyResult, ClaimRow, PairRow
+
+CERTIFICATE_COLUMNS = ("benchmark", "model_a", "model_b", "verdict", "n_evaluations", "n_full", "deciding_configs",
+                       "n_open")
+CLAIM_COLUMNS = ("benchmark", "model_a", "model_b", "config_id", "claim", "lower", "upper", "estimate",
+                 "items_used", "n_full")
+
+
+def certificate_table(result: CertifyResult) -> pd.DataFrame:
+    rows = [{**{k: v for k, v in asdict(p).items() if k != "deciding"}, "deciding_configs": ";".join(p.deciding)}
+            for p in result.pairs]
+    return pd.DataFrame(rows, columns=list(CERTIFICATE_COLUMNS))
+
+
+def claims_table(result: CertifyResult) -> pd.DataFrame:
+    return pd.DataFrame([asdict(c) for c in result.claims], columns=list(CLAIM_COLUMNS))
+
+
+def cost(result: CertifyResult, seconds_per_evaluation: dict[str, float] | None = None) -> dict:
+    """Evaluations and seconds used beside the full grid's. Seconds for a replay are estimated from the
+    grid's measured seconds per model evaluation of one item (None where unknown)."""
+    out = {"paired_evaluations": result.paired_evaluations, "full_paired_evaluations": result.full_paired_evaluations,
+           "share_of_full_paired": result.paired_evaluations / max(result.full_paired_evaluations, 1),
+           "model_evaluations": result.model_evaluations, "full_model_evaluations": result.full_model_evaluations,
+           "share_of_full_model": result.model_evaluations / max(result.full_model_evaluations, 1),
+           "seconds_evaluating": round(result.seconds, 3), "stopped_by": result.stopped_by,
+           "alpha": result.options.alpha, "alpha_each": result.alpha_each, "delta": result.options.delta,
+           "seed": result.options.seed, "allocation": result.options.allocation,
+           "budget_evaluations": result.options.budget_evaluations, "budget_seconds": result.options.budget_seconds}
+    benchmarks = sorted({p.benchmark for p in result.pairs})
+    if seconds_per_evaluation and all(b in seconds_per_evaluation for b in benchmarks):
+        counts: dict[str, int] = {}
+        for (benchmark, _, _), items in result.evaluated.items():
+            counts[benchmark] = counts.get(benchmark, 0) + len(items)
+        used = sum(counts.get(b, 0) * seconds_per_evaluation[b] for b in benchmarks)
+        full = sum(_full_models(result, b) * seconds_per_evaluation[b] for b in benchmarks)
+        out["measured_seconds_used_estimate"] = round(used, 1)
+        out["measured_seconds_full_grid"] = round(full, 1)
+    return out
+
+
+def _full_models(result: CertifyResult, benchmark: str) -> int:
+    rows = [c for c in result.claims if c.benchmark == benchmark]
+    models = {c.model_a for c in rows} | {c.model_b for c in rows}
+    configs = {c.config_id for c in rows}
+    n = rows[0].n_full if rows else 0
+    return len(models) * len(configs) * n
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float) -> str:
+    """One sentence a reader can repeat, winner first."""
+    mine = [c for c in claims if c.benchmark == p.benchmark and (c.model_a, c.model_b) == (p.model_a, p.model_b)]
+    wins_a = [c for c in mine if c.claim == "a_better"]
+    wins_b = [c for c in mine if c.claim == "b_better"]
+    spent = f"({p.n_evaluations:,} of {p.n_full:,} paired evaluations, {_pct(p.n_evaluations / max(p.n_full, 1))})"
+    if p.verdict == "flip":
+        a, b = max(wins_a, key=lambda c: c.lower), min(wins_b, key=lambda c: c.upper)
+        return (f"{p.benchmark}: the verdict flips. {p.model_a} is ahead of {p.model_b} on {a.config_id} (by at least "
+                f"{a.lower:+.3f}) and {p.model_b} ahead of {p.model_a} on {b.config_id} (by at least {-b.upper:+.3f}) "
+                f"{spent}.")
+    if p.verdict in ("stable_a", "stable_b"):
+        win, lose, wins = (p.model_a, p.model_b, wins_a) if p.verdict == "stable_a" else (p.model_b, p.model_a, wins_b)
+        return (f"{p.benchmark}: {win} is ahead of {lose} wherever the envelope goes: ahead on {len(wins)} of "
+                f"{len(mine)} configurations, and on none is {lose} ahead by {delta} or more {spent}.")
+    if p.verdict == "equivalent":
+        return f"{p.benchmark}: {p.model_a} and {p.model_b} are within {delta} of each other on every configuration {spent}."
+    return (f"{p.benchmark}: {p.model_a} vs {p.model_b} is undecided: {p.n_open} of {len(mine)} configurations are "
+            f"still open ({len(wins_a)} won by {p.model_a}, {len(wins_b)} by {p.model_b}) {spent}; closing them takes at "
+            f"most {sum(c.n_full - c.items_used for c in mine if c.claim == 'undecided'):,} more paired evaluations.")
+
+
+def report_markdown(result: CertifyResult, source: str) -> str:
+    lines = ["# Certified verdicts", "",
+             f"Source: {source}. Every claim below holds together with probability at least {1 - result.options.alpha:.2f} "
+             f"(familywise: each pair x configuration confidence sequence at alpha {result.alpha_each:.2g}), "
+             "whatever the order of evaluation and wherever the run stopped.", ""]
+    lines += [f"- {verdict_sentence(p, result.claims, result.options.delta)}" for p in result.pairs]
+    lines += ["", f"Spent {result.paired_evaluations:,} of the full grid's {result.full_paired_evaluations:,} paired "
+              f"evaluations ({_pct(result.paired_evaluations / max(result.full_paired_evaluations, 1))}); "
+              f"{result.model_evaluations:,} of {result.full_model_evaluations:,} model evaluations. Stopped: "
+              f"{result.stopped_by}.", "", "## Evidence", "",
+              "The configurations that decided each verdict, with the confidence bounds of the paired difference "
+              "(model_a - model_b) on the full subset:", ""]
+    claims = claims_table(result)
+    decided = claims[claims["claim"] != "undecided"]
+    if not decided.empty:
+        shown = decided.round({"lower": 3, "upper": 3, "estimate": 3})
+        lines.append(markdown_table(list(shown.columns), shown.astype(str).to_numpy().tolist()))
+    open_ = claims[claims["claim"] == "undecided"]
+    lines += ["", "## What stayed open", ""]
+    if open_.empty:
+        lines.append("Nothing: every configuration of every open pair was decided, or its pair's verdict was known.")
+    else:
+        cost_to_close = int((open_["n_full"] - open_["items_used"]).sum())
+        lines.append(f"{len(open_)} pair x configuration claims are undecided (at most {cost_to_close:,} more paired "
+                     "evaluations would close them all; the full subset always decides). They are in claims.csv.")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(result: CertifyResult, out: Path, records: pd.DataFrame | None, source: str,
+                  seconds_per_evaluation: dict[str, float] | None = None) -> list[Path]:
+    ensure_dir(out)
+    paths = []
+    for name, text in (("certificate.csv", certificate_table(result).to_csv(index=False)),
+                       ("claims.csv", claims_table(result).to_csv(index=False)),
+                       ("cost.json", json.dumps(cost(result, seconds_per_evaluation), indent=2) + "\n"),
+                       ("report.md", report_markdown(result, source))):
+        paths.append(atomic_write(out / name, text, root=out))
+    if records is not None:
+        buffer = io.BytesIO()
+        records.to_parquet(buffer, index=False)
+        paths.append(atomic_write(out / "items.parquet", buffer.getvalue(), root=out))
+    return paths

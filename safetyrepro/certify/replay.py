@@ -1,0 +1,109 @@
+"""A finished run's per-item records as certification's oracle (`certify --replay ITEMS --grid GRID`):
+the same algorithm, no model, so anyone can measure on their own data what certification would have
+cost and whether it agrees with the full grid."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from safetyrepro.analysis.exact import lattice_of
+from safetyrepro.analysis.grid_io import Grid, read_table
+from safetyrepro.analysis.significance import ITEM_COLUMNS
+from safetyrepro.errors import UserError
+
+from .algorithm import BenchmarkProblem
+
+
+@dataclass(frozen=True)
+class Replay:
+    problems: tuple[BenchmarkProblem, ...]
+    scores: dict[tuple[str, str, str], dict[str, float]]  # (benchmark, config, model) -> item id -> seed-mean score
+    records: pd.DataFrame                            # the records, for items.parquet of what was used
+    full_delta: dict[tuple[str, str, str, str], float]  # (benchmark, config, a, b) -> the full subset's difference
+    warnings: tuple[str, ...]
+
+    def oracle(self, benchmark: str, config_id: str, model: str, item_ids: Sequence[str]) -> np.ndarray:
+        mine = self.scores[(benchmark, config_id, model)]
+        return np.array([mine[i] for i in item_ids], dtype=float)
+
+
+def load_replay(items_path: str | Path, grid: Grid) -> Replay:
+    frame = read_table(items_path, what="items")
+    missing = [c for c in ITEM_COLUMNS if c not in frame.columns]
+    if missing:
+        raise UserError(f"items file {items_path} lacks column(s) {', '.join(missing)}; replay needs: "
+                        f"{', '.join(ITEM_COLUMNS)}")
+    frame = frame.assign(model=frame["model"].astype(str), config_id=frame["config_id"].astype(str),
+                         item_id=frame["item_id"].astype(str),
+                         item_score=pd.to_numeric(frame["item_score"], errors="coerce"))
+    bad = frame["item_score"].isna() | (frame["item_score"] < 0) | (frame["item_score"] > 1)
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise UserError(f"items file {items_path} row {i + 1}: item_score is not a number in [0, 1]")
+    frame = frame[frame["model"].isin(grid.models) & frame["config_id"].isin(set(grid.cells["config_id"]))]
+    if frame.empty:
+        raise UserError(f"items file {items_path} holds no records for the grid's models and configurations")
+    means = frame.groupby(["config_id", "model", "item_id"])["item_score"].mean()
+    problems, scores, full, warnings = [], {}, {}, []
+    for benchmark in grid.benchmarks:
+        configs = grid.config_ids(benchmark)
+        sets = {}
+        for cid in configs:
+            for model in grid.models:
+                try:
+                    s = means.loc[(cid, model)]
+                except KeyError:
+                    raise UserError(f"items file {items_path} has no records for {model} on {cid}; replay needs every "
+                                    f"model on every configuration of the grid") from None
+                scores[(benchmark, cid, model)] = s
+                sets[(cid, model)] = frozenset(s.index)
+        common = frozenset.intersection(*sets.values())
+        if len(set(sets.values())) > 1:
+            warnings.append(f"{benchmark}: the configurations' records hold different items; replay uses the "
+                            f"{len(common)} items every model has on every configuration")
+        if not common:
+            raise UserError(f"items file {items_path}: no item of {benchmark} is scored by every model on every "
+                            f"configuration")
+        item_ids = tuple(sorted(common))
+        lattice = lattice_of(np.concatenate([scores[(benchmark, c, m)].loc[list(item_ids)].to_numpy()
+                                             for c in configs for m in grid.models]))
+        problems.append(BenchmarkProblem(benchmark, tuple(configs), tuple(grid.models), item_ids, lattice))
+        for cid in configs:
+            for i, a in enumerate(grid.models):
+                for b in grid.models[i + 1:]:
+                    d = scores[(benchmark, cid, a)].loc[list(item_ids)].to_numpy() - \
+                        scores[(benchmark, cid, b)].loc[list(item_ids)].to_numpy()
+                    full[(benchmark, cid, a, b)] = round(float(d.mean()), 12)
+    return Replay(tuple(problems), {k: v.to_dict() for k, v in scores.items()}, frame, full, tuple(warnings))
+
+
+def contradicted(claim: str, full_delta: float, delta: float) -> bool:
+    """Whether the full subset's difference contradicts a claim."""
+    return {"a_better": full_delta <= 0, "b_better": full_delta >= 0,
+            "within_delta": abs(full_delta) >= delta}.get(claim, False)
+
+
+def used_records(replay: Replay, evaluated: dict[tuple[str, str, str], np.ndarray]) -> pd.DataFrame:
+    """The records of every (model, configuration, item) certification evaluated, in items.parquet's format."""
+    keys = pd.DataFrame([(cid, model, item) for (_, cid, model), items in evaluated.items() for item in items],
+                        columns=["config_id", "model", "item_id"])
+    out = replay.records.merge(keys, on=["config_id", "model", "item_id"], how="inner")
+    return out.sort_values(["model", "config_id", "item_id", "seed"], kind="stable").reset_index(drop=True)
+
+
+def benchmark_seconds(grid_path: Path, grid: Grid) -> dict[str, float]:
+    """benchmark -> measured seconds per model evaluation of one item (mean over the grid's timed cells),
+    from the sweep's cell files beside the grid; empty without them."""
+    from safetyrepro.analysis.plan_cli import seconds_per_item
+
+    cells = set(zip(grid.cells["model"], grid.cells["config_id"], strict=True))
+    timing = seconds_per_item(Path(grid_path).parent, cells)
+    out = {}
+    for benchmark, (per_item_sum, _, n_cells) in timing.items():
+        out[benchmark] = per_item_sum / n_cells
+    return out

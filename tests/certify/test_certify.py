@@ -1,0 +1,211 @@
+"""`safetyrepro certify --replay`: what it certifies, what it costs, and that its error control holds.
+
+The acceptance cases of docs/certify.md on 300-item synthetic grids built as a sweep builds them (two
+models, TruthfulQA's 48 configurations, 5-seed means on sampled configurations)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from certify_grids import synthetic_run
+
+from safetyrepro.analysis.confidence_sequence import TRUNCATION, WorBettingCS
+from safetyrepro.analysis.grid_io import common_configurations, validate_cells
+from safetyrepro.certify.algorithm import (
+    BenchmarkProblem,
+    CertifyOptions,
+    certify,
+    claim_of,
+    verdict_of,
+)
+from safetyrepro.certify.replay import contradicted, load_replay
+from safetyrepro.cli import main
+from safetyrepro.tasks.envelope import default_rules
+
+RULES = default_rules()
+
+
+def far_ahead(cfg, model):
+    return 0.8 if model == "a" else 0.35
+
+
+def reverses_with_template(cfg, model):
+    ahead = cfg.template in ("T1", "T2")
+    return (0.75 if model == "a" else 0.4) if ahead else (0.4 if model == "a" else 0.75)
+
+
+def _files(tmp_path, acc, seed=1, n_items=300):
+    grid, items = synthetic_run(np.random.default_rng(seed), acc, n_items)
+    grid.to_csv(tmp_path / "grid.csv", index=False)
+    items.to_parquet(tmp_path / "items.parquet")
+    return tmp_path / "grid.csv", tmp_path / "items.parquet"
+
+
+def _certify(tmp_path, capsys, acc, *extra, seed=1):
+    grid, items = _files(tmp_path, acc, seed)
+    out = tmp_path / "out"
+    rc = main(["certify", "--replay", str(items), "--grid", str(grid), "--alpha", "0.05", "--delta", "0.05",
+               "--seed", str(seed), "--out", str(out), "--quiet", *extra])
+    assert rc == 0, capsys.readouterr().err
+    return out
+
+
+def test_one_model_far_ahead_everywhere_is_stable_at_under_30_percent(tmp_path, capsys):
+    out = _certify(tmp_path, capsys, far_ahead)
+    cert = pd.read_csv(out / "certificate.csv").iloc[0]
+    assert (cert["model_a"], cert["model_b"], cert["verdict"]) == ("a", "b", "stable_a")
+    assert cert["n_full"] == 48 * 300 and cert["n_evaluations"] <= 0.30 * cert["n_full"]
+    claims = pd.read_csv(out / "claims.csv")
+    assert len(claims) == 48 and (claims["claim"] == "a_better").all() and (claims["lower"] > 0).all()
+    cost = json.loads((out / "cost.json").read_text())
+    assert cost["paired_evaluations"] == cert["n_evaluations"] and cost["full_paired_evaluations"] == 14400
+    used = pd.read_parquet(out / "items.parquet")
+    assert set(used.columns) >= {"model", "config_id", "item_id", "seed", "item_score"}
+    # every item a claim used is in items.parquet, for both models, all seeds of a sampled configuration
+    per = used.groupby(["config_id", "model"])["item_id"].nunique().unstack()
+    assert (per["a"] == per["b"]).all()
+    assert per["a"].sum() == cert["n_evaluations"]
+    sampled = used[used["config_id"].str.contains("/diverse/")]
+    assert set(sampled.groupby(["config_id", "model", "item_id"]).size()) == {5}
+    report = (out / "report.md").read_text()
+    assert "truthfulqa: a is ahead of b wherever the envelope goes: ahead on 48 of 48 configurations" in report
+
+
+def test_a_lead_that_reverses_between_templates_is_a_flip_at_under_50_percent(tmp_path, capsys):
+    out = _certify(tmp_path, capsys, reverses_with_template)
+    cert = pd.read_csv(out / "certificate.csv").iloc[0]
+    assert cert["verdict"] == "flip" and cert["n_evaluations"] <= 0.50 * cert["n_full"]
+    claims = pd.read_csv(out / "claims.csv").set_index("config_id")
+    deciding = cert["deciding_configs"].split(";")
+    for cid in deciding:  # each decided win is on the side its template says
+        ahead = cid.split("/")[1] in ("T1", "T2")
+        assert claims.at[cid, "claim"] == ("a_better" if ahead else "b_better")
+    assert {claims.at[c, "claim"] for c in deciding} == {"a_better", "b_better"}
+
+
+def test_claims_and_verdicts_by_hand():
+    assert claim_of(0.01, 0.3, False, 0.1, 0.05) == "a_better"
+    assert claim_of(-0.3, -0.01, False, -0.1, 0.05) == "b_better"
+    assert claim_of(-0.04, 0.049, False, 0.0, 0.05) == "within_delta"
+    assert claim_of(-0.06, 0.02, False, 0.0, 0.05) == "undecided"
+    assert claim_of(0.0, 0.0, True, 0.0, 0.05) == "within_delta"  # every item drawn, a tie
+    assert claim_of(0.0, 0.0, True, -1 / 300, 0.05) == "b_better"
+    assert verdict_of(["a_better", "undecided", "b_better"]) == "flip"
+    assert verdict_of(["a_better", "within_delta"]) == "stable_a"
+    assert verdict_of(["a_better", "undecided"]) == "undecided"
+    assert verdict_of(["within_delta", "within_delta"]) == "equivalent"
+
+
+def _reference_bounds(y: np.ndarray, population: int, alpha: float, grid: np.ndarray) -> tuple[float, float]:
+    """The hedged betting CS without replacement, written out candidate by candidate from Waudby-Smith &
+    Ramdas (2020, 2024): predictable plug-in stakes, truncation c/m_t, theta = 1/2, running intersection."""
+    alive = np.ones(len(grid), dtype=bool)
+    for j, m in enumerate(grid):
+        k_plus = k_minus = 1.0
+        mu_sum, var_sum, total = 0.5, 0.25, 0.0
+        for t, yt in enumerate(y, start=1):
+            mu_hat, sigma2 = mu_sum / t, var_sum / t
+            lam = math.sqrt(2 * math.log(2 / alpha) / (sigma2 * t * math.log(1 + t)))
+            m_t = (population * m - total) / (population - t + 1)
+            if m_t < -1e-12 or m_t > 1 + 1e-12:
+                alive[j] = False
+                break
+            m_t = min(max(m_t, 0.0), 1.0)
+            lp = min(lam, TRUNCATION / m_t) if m_t > 0 else lam
+            lm = min(lam, TRUNCATION / (1 - m_t)) if m_t < 1 else lam
+            k_plus *= 1 + lp * (yt - m_t)
+            k_minus *= 1 - lm * (yt - m_t)
+            if 0.5 * k_plus + 0.5 * k_minus >= 1 / alpha:
+                alive[j] = False
+                break
+            var_sum += (yt - mu_hat) ** 2
+            mu_sum += yt
+            total += yt
+    return float(grid[alive].min()), float(grid[alive].max())
+
+
+def test_the_confidence_sequence_equals_an_independent_computation():
+    rng = np.random.default_rng(3)
+    population = rng.choice([-1.0, 0.0, 1.0], size=60, p=[0.2, 0.4, 0.4])
+    cs = WorBettingCS(1, 60, 0.01, lattice=1)
+    for t in range(25):
+        cs.update([0], [population[t]])
+    b = cs.bounds()
+    lo, hi = _reference_bounds((population[:25] + 1) / 2, 60, 0.01, cs.grid)
+    assert (b.lower[0], b.upper[0]) == pytest.approx((2 * lo - 1, 2 * hi - 1), abs=1e-12)
+    assert b.lower[0] <= population.mean() <= b.upper[0]
+    for t in range(25, 60):
+        cs.update([0], [population[t]])
+    assert cs.bounds().lower[0] == cs.bounds().upper[0] == pytest.approx(population.mean())
+
+
+def test_the_confidence_sequence_covers_at_every_sample_size():
+    """400 populations, alpha 0.1: the share whose sequence ever misses the mean is at most alpha
+    (Ville), checked at every t."""
+    rng = np.random.default_rng(11)
+    pops = rng.choice([-1.0, 0.0, 1.0], size=(400, 80), p=[0.3, 0.3, 0.4])
+    cs = WorBettingCS(400, 80, 0.1, lattice=1)
+    missed = np.zeros(400, dtype=bool)
+    for t in range(80):
+        cs.update(np.arange(400), pops[:, t])
+        b = cs.bounds()
+        truth = pops.mean(axis=1)
+        missed |= (truth < b.lower - 1e-12) | (truth > b.upper + 1e-12)
+    assert missed.mean() <= 0.1 + 3 * math.sqrt(0.1 * 0.9 / 400)
+
+
+def test_a_budget_stops_the_run_and_leaves_the_rest_undecided(tmp_path, capsys):
+    out = _certify(tmp_path, capsys, reverses_with_template, "--budget", "500")
+    cost = json.loads((out / "cost.json").read_text())
+    assert cost["paired_evaluations"] <= 500 and cost["stopped_by"] == "budget"
+    assert pd.read_csv(out / "certificate.csv")["verdict"].iloc[0] == "undecided"
+    assert "is undecided" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "abc"], "--budget"), (["--alpha", "1.5"], "--alpha"), (["--delta", "-1"], "--delta")])
+def test_bad_settings_are_one_line(tmp_path, capsys, args, message):
+    grid, items = _files(tmp_path, far_ahead, n_items=20)
+    rc = main(["certify", "--replay", str(items), "--grid", str(grid), "--out", str(tmp_path / "o"), *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def _problem(acc, seed, n_items):
+    grid, items = synthetic_run(np.random.default_rng(seed), acc, n_items)
+    g = common_configurations(validate_cells(grid, RULES, "synthetic"), "synthetic", RULES)
+    return g, items
+
+
+@pytest.mark.slow
+def test_claims_the_full_subset_contradicts_are_at_most_alpha_of_the_grids(tmp_path):
+    """Calibration: 200 grids of 300 items, 100 under the null (the two models identical in every
+    configuration) and 100 under partial nulls (identical on half the configurations, 5 points apart on
+    the others). A grid fails when any claim contradicts its full subset; at alpha 0.05 failures are at
+    most 5 % of the grids plus three Monte Carlo standard errors."""
+    failed, n = 0, 200
+    for k in range(n):
+        if k % 2 == 0:
+            def acc(cfg, model):
+                return 0.55
+        else:
+            def acc(cfg, model):
+                return 0.55 + (0.05 if model == "a" and cfg.template in ("T1", "T3") else 0.0)
+        g, items = _problem(acc, 1000 + k, 300)
+        path = tmp_path / "items.parquet"
+        items.to_parquet(path)
+        replay = load_replay(path, g)
+        result = certify(replay.problems, replay.oracle, CertifyOptions(alpha=0.05, delta=0.05, seed=k))
+        failed += any(contradicted(c.claim, replay.full_delta[(c.benchmark, c.config_id, c.model_a, c.model_b)], 0.05)
+                      for c in result.claims)
+    assert failed / n <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n)
+
+
+def test_problem_shape_is_checked():
+    with pytest.raises(ValueError):
+        certify([BenchmarkProblem("truthfulqa", ("c",), ("a", "b"), ("i",))], lambda *a: np.zeros(1),
+                CertifyOptions(allocation="random"))
