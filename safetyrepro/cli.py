@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "crosspkg": "safetyrepro.crosspkg.cli",
     "import": "safetyrepro.importers.cli",
     "certify": "safetyrepro.certify.cli",
+    "verdict": "safetyrepro.verdict_cli",
 }
 
 
@@ -60,11 +61,21 @@ OPTIONAL = {"ray": "pip install 'safetyrepro[ray]'", "bitsandbytes": "pip instal
             "vllm": "pip install 'lm-eval[vllm]' (on a GPU machine)"}
 
 
-def os_error_message(e: OSError) -> str:
-    """An operating-system error as one line that names the file and what to do."""
+# what a full disk leaves behind, by subcommand: the sweeps keep their finished cells; the others
+# finish nothing, and a rerun of the same command does the whole work again
+FULL_DISK = {"sweep": "free disk space and rerun (finished work is kept)",
+             "demo": "free disk space and rerun (finished work is kept)",
+             "crosspkg": "free disk space and rerun (finished work is kept)",
+             "import": "nothing was imported; free disk space and rerun the same command",
+             "analyze": "the analysis did not finish; free disk space and rerun the same command"}
+
+
+def os_error_message(e: OSError, command: str | None = None) -> str:
+    """An operating-system error as one line that names the file and what to do (`command`: the
+    subcommand that failed, which decides what a full disk leaves behind)."""
     what = e.strerror or str(e)
     path = e.filename
-    hint = {errno.ENOSPC: "free disk space and rerun (finished work is kept)",
+    hint = {errno.ENOSPC: FULL_DISK.get(command or "", "free disk space and rerun the same command"),
             errno.EACCES: "check the permissions, or choose another location",
             errno.EROFS: "the file system is read-only: choose another location",
             errno.ENAMETOOLONG: "use a shorter path or --out",
@@ -101,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         if args.verbose:
             raise
-        return _error(os_error_message(e))
+        return _error(os_error_message(e, getattr(args, "command", None)))
     except Exception as e:  # a missing optional package, or a defect: still one line; -v shows the traceback
         if args.verbose:
             raise
@@ -138,6 +149,8 @@ def _terminate_as_interrupt():
 
 def _error(message: str) -> int:
     first = message.strip().splitlines()[0] if message.strip() else "failed"
+    if len(first) > 2000:  # a value quoted whole (a spec, a label) is cut: one readable line
+        first = first[:2000] + f"… ({len(first)} characters)"
     sys.stderr.write(f"safetyrepro: error: {first}\n")
     return 2
 
