@@ -172,15 +172,23 @@ def check_model_name(name: str) -> None:
 
 def load_models_file(path: str | Path) -> list[ModelEntry]:
     """The `models:` list of a YAML models file (see the module docstring)."""
-    import yaml
+    from safetyrepro.limits import (
+        MAX_CONFIG_BYTES,
+        MAX_SPEC_CHARS,
+        Refused,
+        label_problem,
+        load_yaml,
+        read_capped,
+        shorten,
+    )
 
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_yaml(read_capped(p, MAX_CONFIG_BYTES, "MAX_CONFIG_BYTES"), f"models file {p}")
     except OSError as e:
         raise UserError(f"cannot read models file {p}: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        raise UserError(f"models file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    except Refused as e:
+        raise UserError(f"models file {p} {e.reason}") from None
     rows = data.get("models") if isinstance(data, dict) else data
     if not isinstance(rows, list) or not rows:
         raise UserError(f"models file {p}: expected a non-empty list under `models:`")
@@ -194,12 +202,27 @@ def load_models_file(path: str | Path) -> list[ModelEntry]:
         if unknown:
             raise UserError(f"models file {p}, model {i}: unknown key(s) {', '.join(unknown)}; "
                             f"allowed: {', '.join(MODELS_FILE_KEYS)}")
+        where = f"models file {p}, model {i}"
+        for key in MODELS_FILE_KEYS:  # each value is one line of text (model_args: also a key -> value mapping)
+            value = row.get(key)
+            if value is not None and not isinstance(value, (str, int, float)) and not (
+                    key == "model_args" and isinstance(value, dict)):
+                raise UserError(f"{where}: `{key}` is {shorten(value)}; expected text")
         model_args = row.get("model_args") or ""
         if isinstance(model_args, dict):
             model_args = ",".join(f"{k}={v}" for k, v in model_args.items())
+        for key, value in (("spec", str(row["spec"])), ("model_args", str(model_args))):
+            if len(value) > MAX_SPEC_CHARS:
+                raise UserError(f"{where}: `{key}` {shorten(value)} is longer than {MAX_SPEC_CHARS} characters "
+                                "(the cap MAX_SPEC_CHARS)")
         label = row.get("label")
-        out.append(parse_model_spec(str(row["spec"]), None if label is None else str(label), str(model_args),
-                                    row.get("precision"), None if row.get("revision") is None else str(row["revision"])))
+        entry = parse_model_spec(str(row["spec"]), None if label is None else str(label), str(model_args),
+                                 row.get("precision"), None if row.get("revision") is None else str(row["revision"]))
+        problem = label_problem(entry.label, "`label`" if label is not None else "label (the spec, as no `label:` "
+                                "is given)")
+        if problem:
+            raise UserError(f"{where}: {problem}")
+        out.append(entry)
     return out
 
 

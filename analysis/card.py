@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from safetyrepro.atomic import atomic_write
+from safetyrepro.markdown import md_code, md_escape, md_prose
 
 from .chance import chance_rho_flip
 from .detectable import detectable_sentences
@@ -209,7 +210,8 @@ def _backend_cell(model: dict) -> str:
     backend = model.get("backend")
     if not isinstance(backend, dict):
         return "unknown"
-    return f"{backend.get('kind', '?')} `{backend.get('spec', '?')}` ({backend.get('precision', '?')})"
+    return (f"{md_escape(backend.get('kind', '?'))} {md_code(backend.get('spec', '?'))} "
+            f"({md_escape(backend.get('precision', '?'))})")
 
 
 def _cell(v) -> str:
@@ -231,8 +233,8 @@ def card_markdown(card: dict) -> str:
     lines = [f"# GRID card: {Path(g['path']).name}", "",
              "The disclosure record of this grid: what ran, under which rules, and what a reader must know before "
              "quoting its numbers.", "",
-             f"- Grid: `{g['path']}` (sha256 `{_cell(g['sha256'])}`), {g['cells_analysed']} cells analysed, "
-             f"precision `{g['precision']}`, package `{g['package']}`",
+             f"- Grid: {md_code(g['path'])} (sha256 `{_cell(g['sha256'])}`), {g['cells_analysed']} cells analysed, "
+             f"precision {md_code(g['precision'])}, package {md_code(g['package'])}",
              f"- Run metadata: {card['run_metadata']['note']}",
              f"- Rules file: `{env['rules_file']}` sha256 `{env['rules_sha256']}`"
              + ("" if env["rules_match"] is None else
@@ -242,7 +244,7 @@ def card_markdown(card: dict) -> str:
              "cannot do as asked (greedy decoding, per-request seeds, log-likelihoods); a flagged model's cells mean "
              "what the flag says.", "",
              "| model | backend | weights sha256 | flags |", "|---|---|---|---|"]
-    lines += [f"| {m['label']} | {_backend_cell(m)} | {_cell(m['weights_sha256'])} | "
+    lines += [f"| {md_escape(m['label'])} | {_backend_cell(m)} | {_cell(m['weights_sha256'])} | "
               f"{'; '.join(m.get('capability_flags') or []) or 'none'} |" for m in card["models"]]
     lines += ["", "## Benchmarks and items", "",
               "| benchmark | configurations | scope | better | item subset | items per cell |", "|---|---|---|---|---|---|"]
@@ -264,9 +266,9 @@ def card_markdown(card: dict) -> str:
               "| benchmark | better | \\|C\\| | rho_flip max (pair) | ceiling | chance | orderings | rho_flip max, better "
               "| orderings, better | tau_R | SDI max |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for h in card["headline"]:
-        lines.append(f"| {h['benchmark']} | {h['better']} | {h['n_configs']} | {h['rho_flip_max']:.3f} ({h['pairs']}) | "
+        lines.append(f"| {h['benchmark']} | {h['better']} | {h['n_configs']} | {h['rho_flip_max']:.3f} ({md_escape(h['pairs'])}) | "
                      f"{h['ceiling']:.3f}{' saturated' if h['saturated'] else ''} | {h['chance_max']:.3f} | "
-                     f"{h['n_orderings']}/{h['n_possible']} | {h['rho_flip_max_better']:.3f} ({h['pairs_better']}) | "
+                     f"{h['n_orderings']}/{h['n_possible']} | {h['rho_flip_max_better']:.3f} ({md_escape(h['pairs_better'])}) | "
                      f"{h['n_orderings_better']}/{h['n_possible']} | {h['tau_r']:.3f} | {h['sdi_max']:.3f} |")
     lines += ["", "## What this grid can detect", ""]
     lines += ([f"- {x}" for x in card["detectable"]["sentences"]] if card["detectable"]["sentences"] else
@@ -275,7 +277,7 @@ def card_markdown(card: dict) -> str:
     if card["cells_left_out"]:
         lines += ["Cells whose status is not ok enter no table:", "", "| status | model | benchmark | scoring | cells |",
                   "|---|---|---|---|---|"]
-        lines += [f"| {r['status']} | {r['model']} | {r['benchmark']} | {r['scoring']} | {r['n_cells']} |"
+        lines += [f"| {r['status']} | {md_escape(r['model'])} | {r['benchmark']} | {r['scoring']} | {r['n_cells']} |"
                   for r in card["cells_left_out"]]
         lines.append("")
     else:
@@ -285,12 +287,12 @@ def card_markdown(card: dict) -> str:
                   "every parsed answer, or no better agreement with gold than the majority label (the "
                   f"`{PARSE_CLEAN}` columns below leave out their configurations):", "", "| model | config | score | parse rate | reason | "
                   "lowest of model | last in config |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['model']} | {r['config_id']} | {r['score']:.3f} | {r['parse_rate']:.3f} | {r['reason']} | "
+        lines += [f"| {md_escape(r['model'])} | {md_escape(r['config_id'])} | {r['score']:.3f} | {r['parse_rate']:.3f} | {r['reason']} | "
                   f"{'yes' if r['lowest_of_model'] else 'no'} | {'yes' if r['last_in_config'] else 'no'} |"
                   for r in card["degenerate_cells"]]
         lines += ["", "What they move (slice full with them, parse_clean without):", "",
                   "| benchmark | model | metric | full | parse_clean |", "|---|---|---|---|---|"]
-        lines += [f"| {r['benchmark']} | {r['model']} | {r['metric']} | {_metric(r['metric'], r['full'])} | "
+        lines += [f"| {r['benchmark']} | {md_escape(r['model'])} | {r['metric']} | {_metric(r['metric'], r['full'])} | "
                   f"{_metric(r['metric'], r['parse_clean'])} |" for r in card["degenerate_effects"]]
     else:
         lines.append(f"- No degenerate cell: every cell parses at least {PARSE_CLEAN_MIN:.0%} of items.")
@@ -313,7 +315,7 @@ def card_markdown(card: dict) -> str:
                   "better column the same in the benchmark's better direction.", "",
                   "| benchmark | pair | \\|C\\| | rho_flip | chance | pair null (mean) | p_consistent | p_consistent, "
                   "better | rho_flip_sig (Holm) | rho_flip_sig, better (Holm) |", "|---|---|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {p['benchmark']} | {p['model_a']} vs {p['model_b']} | {p['n_configs']} | {p['rho_flip']:.3f} | "
+        lines += [f"| {p['benchmark']} | {md_escape(p['model_a'])} vs {md_escape(p['model_b'])} | {p['n_configs']} | {p['rho_flip']:.3f} | "
                   f"{p['chance']:.3f} | {p['rho_flip_null_mean']:.3f} | {p['p_consistent']:.3f} | "
                   f"{p['p_consistent_better']:.3f} | {p['rho_flip_sig']:.3f} | {p['rho_flip_sig_better']:.3f} |"
                   for p in sig["pairs"]]
@@ -325,7 +327,7 @@ def card_markdown(card: dict) -> str:
     lines += ["", "Analysis: " + ", ".join(f"{k} {v}" for k, v in card["analysis_packages"].items()) + ".",
               "", "## Caveats", ""]
     lines += [f"- {c}" for c in card["caveats"]]
-    return "\n".join(lines) + "\n"
+    return md_prose("\n".join(lines)) + "\n"  # the prose quotes labels too: no raw HTML, no links
 
 
 def write_card(card: dict, out: Path) -> list[Path]:

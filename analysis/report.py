@@ -79,18 +79,22 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
 
 def to_markdown(blocks: list[Block]) -> str:
+    """The report as Markdown: the text quotes labels, config ids and task names from the grid, so
+    raw HTML and link brackets in it are escaped (`md_prose`), and table cells are escaped whole."""
+    from safetyrepro.markdown import md_prose
+
     out = []
     for b in blocks:
         if isinstance(b, Heading):
-            out.append("#" * b.level + " " + b.text)
+            out.append("#" * b.level + " " + md_prose(b.text))
         elif isinstance(b, Para):
-            out.append(b.text)
+            out.append(md_prose(b.text))
         elif isinstance(b, Bullets):
-            out.append("\n".join(f"- {item}" for item in b.items))
+            out.append("\n".join(f"- {md_prose(item)}" for item in b.items))
         elif isinstance(b, Table):
-            out.append(f"*How to read:* {b.how_to_read}\n\n" + markdown_table(b.frame))
+            out.append(f"*How to read:* {md_prose(b.how_to_read)}\n\n" + markdown_table(b.frame))
         elif isinstance(b, Figure):
-            out.append(f"![{b.alt}]({b.path})")
+            out.append(f"![{md_prose(b.alt)}]({b.path})")
     return "\n\n".join(out) + "\n"
 
 

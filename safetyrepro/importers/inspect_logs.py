@@ -15,6 +15,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from safetyrepro.limits import (
+    MAX_CHOICE,
+    MAX_SEED,
+    MAX_SHOTS,
+    Refused,
+    check_json_text,
+    decode_text,
+    label_problem,
+    loads_json,
+    read_capped,
+    shorten,
+    whole_number,
+)
+
+from .archive import check_eval_archive
 from .common import (
     Axes,
     BadInput,
@@ -28,6 +43,7 @@ from .common import (
     items_match_score,
     precision_label,
 )
+from .lm_eval_runs import links_note
 from .mapping import Mapping, decoding_spec, decorated_template, place_task, with_settings
 
 LOG_FORMATS = (2,)  # the .eval / .json log format versions Inspect 0.3 writes
@@ -55,7 +71,7 @@ def _log_files(paths: Sequence[str]) -> tuple[list[str], list[BadInput]]:
             found = [info.name for info in list_eval_logs(str(p), recursive=True)]
             found = [f.removeprefix("file://") for f in found]
             if not found:
-                bad.append(BadInput(str(p), "holds no Inspect log (.eval or .json)"))
+                bad.append(BadInput(str(p), "holds no Inspect log (.eval or .json)" + links_note(p)))
             files.extend(sorted(found))
         else:
             bad.append(BadInput(str(p), "does not exist"))
@@ -80,14 +96,18 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
         bad(b)
     for path in files:
         try:
-            data = Path(path).read_bytes()
+            data = read_capped(path)
+            members = _check_log_file(data, path)
         except OSError as e:
             bad(BadInput(path, f"cannot be read ({e.strerror})"))
+            continue
+        except Refused as e:
+            bad(BadInput(path, e.reason))
             continue
         try:
             header = read_eval_log(path, header_only=True)
         except Exception as e:  # Inspect raises many types for a damaged file; each is one bad input
-            version = _format_version(data, path)
+            version = _format_version(data, path, members)
             if version is not None and version not in LOG_FORMATS:
                 bad(BadInput(path, f"is an Inspect log of format version {version}; supported: "
                                    f"{', '.join(map(str, LOG_FORMATS))} (Inspect {SUPPORTED}.x)"))
@@ -107,7 +127,10 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
                 bad(BadInput(path, f"its samples cannot be read ({type(e).__name__}: "
                                    f"{str(e).splitlines()[0][:160] if str(e) else 'no detail'}): a partial log"))
                 continue
-        got = run_from_log(header, samples, path, mapping, rules, metric)
+        try:
+            got = run_from_log(header, samples, path, mapping, rules, metric)
+        except Refused as e:
+            got = BadInput(path, e.reason)
         if isinstance(got, BadInput):
             bad(got)
             continue
@@ -119,22 +142,26 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
     return reading
 
 
-def _format_version(data: bytes, path: str) -> int | None:
-    """The log format version a file declares, read without Inspect (which refuses versions it does not
-    know with a bare "unable to read"): a .json log's top-level `version`, a .eval archive's header."""
-    import io
-    import json
-    import zipfile
+def _check_log_file(data: bytes, path: str) -> dict[str, bytes]:
+    """Refuse a log over the caps of safetyrepro/limits.py before Inspect parses it; returns the
+    members of an .eval archive that say its format version (a .json log: the file itself)."""
+    if path.endswith(".eval"):
+        return check_eval_archive(data)
+    decode_text(data)
+    check_json_text(data)
+    return {"log.json": data}
 
-    try:
-        if path.endswith(".json"):
-            return int(json.loads(data).get("version"))
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            for name in ("header.json", "_journal/start.json"):
-                if name in z.namelist():
-                    return int(json.loads(z.read(name)).get("version"))
-    except (ValueError, TypeError, AttributeError, KeyError, zipfile.BadZipFile, OSError):
-        return None
+
+def _format_version(data: bytes, path: str, members: dict[str, bytes]) -> int | None:
+    """The log format version a file declares, read without Inspect (which refuses versions it does not
+    know with a bare "unable to read"): a .json log's top-level `version`, a .eval archive's header
+    (`members`: what `_check_log_file` checked and kept)."""
+    for name in ("log.json", "header.json", "_journal/start.json"):
+        if name in members:
+            try:
+                return int(loads_json(decode_text(members[name]), checked=True).get("version"))
+            except (ValueError, TypeError, AttributeError, OverflowError, Refused):
+                return None
     return None
 
 
@@ -218,6 +245,9 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
     engine = recorded.startswith(SR_PROVIDER)
     default_label = recorded.removeprefix(SR_PROVIDER) if engine else recorded
     label = mapping.label(default_label)
+    problem = label_problem(label)
+    if problem:
+        return BadInput(source, f"field eval.model: {problem} (a `models` entry of the mapping file gives one)")
     name = task_name(ev)
     if name.startswith("safetyrepro/"):
         # SafetyRepro's tasks record what they ran in their metadata, also when built in Python (a sweep)
@@ -237,17 +267,13 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
     settings, _ = _generate_settings(log)
     if placement.safetyrepro:
         scoring = str(task_args.get("scoring") or "logprob")
-        shots = int(task_args.get("shots") or 0)
+        shots = _shots(task_args.get("shots"), "task argument shots")
         other_args: dict = {}
         tie_rule = str(task_args.get("tie_rule") or "expected") if scoring == "logprob" else None
     else:
         scoring = placement.scoring or "free_form"
         shots_key = placement.shots_arg or next((k for k in SHOTS_ARGS if k in task_args), None)
-        try:
-            shots = int(task_args.get(shots_key) or 0) if shots_key else 0
-        except (TypeError, ValueError):
-            return Unmapped(source, str(ev.task), label, f"task argument {shots_key}={task_args.get(shots_key)!r} "
-                            "is not a shot count")
+        shots = _shots(task_args.get(shots_key), f"task argument {shots_key}") if shots_key else 0
         other_args = {k: v for k, v in task_args.items() if k != shots_key}
         tie_rule = None
     if scoring == "logprob":
@@ -259,7 +285,7 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
     template = decorated_template(placement.template, chat_applied=True, model_has_chat=None,
                                   system_text=settings.get("system_message"), fewshot_as_multiturn=True,
                                   shots=shots, args=other_args)
-    seed = int(settings.get("seed") or 0) if decoding.do_sample else 0
+    seed = whole_number(settings.get("seed") or 0, "generate config seed", 0, MAX_SEED) if decoding.do_sample else 0
     precision = precision_label(first_meta.get("precision"), (ev.model_args or {}).get("precision"),
                                 (ev.model_args or {}).get("dtype"), "bf16" if engine else None)
     if precision == "auto" and not engine:
@@ -304,6 +330,11 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
                   "generate_config": {k: v for k, v in settings.items() if k != "max_connections"}})
 
 
+def _shots(value: Any, field: str) -> int:
+    """A shot count as the sweep takes one: a whole number from 0 to MAX_SHOTS (absent: 0)."""
+    return 0 if value is None else whole_number(value, field, 0, MAX_SHOTS)
+
+
 def output_settings(settings: dict, placement, rules) -> dict:
     """Generate settings besides the sampling ones that change a free-form output (max_tokens, stop
     sequences, top_k, ...). A log records them merged (the task's own with the eval's options), so
@@ -345,6 +376,10 @@ def _item_rows(samples: list, scorer: str) -> list[ItemRow] | str:
         sample_meta = dict(s.metadata or {})
         prediction = meta.get("prediction")
         gold = sample_meta.get("gold")
+        if isinstance(prediction, int) and not isinstance(prediction, bool):
+            prediction = whole_number(prediction, f"sample {shorten(sid)}'s score metadata prediction", 0, MAX_CHOICE)
+        if isinstance(gold, int) and not isinstance(gold, bool):
+            gold = whole_number(gold, f"sample {shorten(sid)}'s metadata gold", 0, MAX_CHOICE)
         rows.append(ItemRow(sid, sum(vs) / len(vs),
                             int(prediction) if isinstance(prediction, int) else None,
                             int(gold) if isinstance(gold, int) else None,

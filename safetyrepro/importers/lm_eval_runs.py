@@ -11,11 +11,27 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from safetyrepro.limits import (
+    MAX_CHOICE,
+    MAX_COUNT,
+    MAX_SEED,
+    MAX_SHOTS,
+    Refused,
+    check_json_text,
+    decode_text,
+    label_problem,
+    loads_json,
+    read_capped,
+    shorten,
+    whole_number,
+)
 
 from .common import (
     Axes,
@@ -63,6 +79,20 @@ def _source(path: Path, kind: str, data: bytes) -> SourceFile:
     return SourceFile(str(path), kind, hashlib.sha256(data).hexdigest(), len(data))
 
 
+def links_note(folder: Path, limit: int = 3) -> str:
+    """"; N linked folder(s) were not followed (e.g. X)" for the symbolic links to folders under
+    `folder` (a search never follows them), else ""."""
+    links = []
+    for root, dirs, _files in os.walk(folder):
+        links += [Path(root) / d for d in dirs if (Path(root) / d).is_symlink()]
+        if len(links) >= limit:
+            break
+    if not links:
+        return ""
+    return (f"; {len(links)}{'+' if len(links) >= limit else ''} linked folder(s) under it were not followed "
+            f"(e.g. {links[0]} -> {os.readlink(links[0])}): name the folder itself")
+
+
 def _find(paths: Sequence[str]) -> tuple[list[Path], list[Path], list[BadInput]]:
     """Results and samples files under the given paths (folders are searched at any depth)."""
     results, samples, bad = [], [], []
@@ -84,7 +114,8 @@ def _find(paths: Sequence[str]) -> tuple[list[Path], list[Path], list[BadInput]]
             elif SAMPLES_FILE.fullmatch(q.name):
                 samples.append(q)
         if p.is_dir() and len(results) + len(samples) == before:
-            bad.append(BadInput(str(p), "holds no lm-eval results_<date>.json (was lm_eval run with --output_path?)"))
+            bad.append(BadInput(str(p), "holds no lm-eval results_<date>.json (was lm_eval run with --output_path?)"
+                                + links_note(p)))
     # a file named alone brings the other files its run wrote beside it (same date stamp)
     for p in (Path(x) for x in paths if Path(x).is_file()):
         if SAMPLES_FILE.fullmatch(p.name):
@@ -99,11 +130,18 @@ def _find(paths: Sequence[str]) -> tuple[list[Path], list[Path], list[BadInput]]
 
 def _read_samples(path: Path, data: bytes) -> list[dict] | BadInput:
     lines = []
-    for i, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+    try:
+        text = decode_text(data)
+        check_json_text(data)
+    except Refused as e:
+        return BadInput(str(path), e.reason)
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads_json(line, checked=True)
+        except Refused as e:
+            return BadInput(str(path), f"line {i} {e.reason}")
         except ValueError:
             return BadInput(str(path), f"line {i} is not JSON (a partial or damaged samples file)")
         if not isinstance(record, dict) or "doc_id" not in record:
@@ -139,12 +177,14 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
     for r in results_files:
         stamp = RESULTS_FILE.fullmatch(r.name)["stamp"]
         try:
-            raw = r.read_bytes()
+            raw = read_capped(r)
+            data = loads_json(decode_text(raw))
         except OSError as e:
             bad(BadInput(str(r), f"cannot be read ({e.strerror})"))
             continue
-        try:
-            data = json.loads(raw)
+        except Refused as e:
+            bad(BadInput(str(r), e.reason))
+            continue
         except ValueError:
             bad(BadInput(str(r), "is not valid JSON (a partial or damaged results file)"))
             continue
@@ -157,9 +197,12 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
         broken = None
         for s, task_hint in sorted(by_run.get((r.parent, stamp), [])):
             try:
-                sraw = s.read_bytes()
+                sraw = read_capped(s)
             except OSError as e:
                 broken = BadInput(str(s), f"cannot be read ({e.strerror})")
+                break
+            except Refused as e:
+                broken = BadInput(str(s), e.reason)
                 break
             lines = _read_samples(s, sraw)
             if isinstance(lines, BadInput):
@@ -179,7 +222,10 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
                 broken = BadInput(str(r), f"the run logged samples for {', '.join(sorted(logged))} but not for "
                                           f"{lacking}: a partial run folder")
         if broken is None:
-            parsed = runs_from_results(data, str(r), samples, mapping, rules, metric, _stamp_time(stamp))
+            try:
+                parsed = runs_from_results(data, str(r), samples, mapping, rules, metric, _stamp_time(stamp))
+            except Refused as e:
+                parsed = BadInput(str(r), e.reason)
             if isinstance(parsed, BadInput):
                 broken = parsed
         if broken is not None:
@@ -213,7 +259,28 @@ def check_results(data: Any) -> str | None:
         if not isinstance(data.get(key), dict):
             return (f"has no {key!r} section: not an lm-eval {SUPPORTED}.x results file (older lm-eval versions "
                     "are not supported)")
+    for key in ("n-shot", "n-samples"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            return f"field {key!r} is {shorten(data[key])}; expected an object (task name -> its value)"
     return None
+
+
+def _object(value: Any, field: str) -> dict:
+    """An optional JSON object field: {} when absent, refused when it is another type."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Refused(f"field {field} is {shorten(value)}; expected an object")
+    return value
+
+
+def _text(value: Any, field: str) -> str | None:
+    """An optional string field (None when absent or empty), refused when it is another type."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise Refused(f"field {field} is {shorten(value)}; expected a string")
+    return value
 
 
 def choose_metric(entry: dict, wanted: str | None) -> str | None:
@@ -230,10 +297,11 @@ def choose_metric(entry: dict, wanted: str | None) -> str | None:
 def _gen_settings(data: dict, task_config: dict) -> tuple[dict, dict]:
     """(effective generation settings, the ones the command line set): lm-eval's --gen_kwargs
     update the task's own generation_kwargs."""
-    task_kwargs = dict(task_config.get("generation_kwargs") or {})
+    task_kwargs = dict(_object(task_config.get("generation_kwargs"), "configs.<task>.generation_kwargs"))
     cli = data["config"].get("gen_kwargs") or {}
     if isinstance(cli, str):
         cli = parse_model_args(cli)
+    cli = _object(cli, "config.gen_kwargs (--gen_kwargs: an object or a key=value,... string)")
     return {**task_kwargs, **cli}, dict(cli)
 
 
@@ -258,7 +326,10 @@ def runs_from_results(data: dict, source: str, samples: dict[str, tuple[str, lis
     # Python (a sweep) is recorded under its class name only
     recorded = str(sr_model["label"]) if sr_model.get("label") else model_label(kind, args, data.get("model_name"))
     label = mapping.label(recorded)
-    weights = sr_model.get("weights_sha256") or config.get("model_sha") or None
+    problem = label_problem(label)
+    if problem:
+        return BadInput(source, f"field config.model_args: {problem} (a `models` entry of the mapping file gives one)")
+    weights = _text(sr_model.get("weights_sha256") or config.get("model_sha") or None, "config.model_sha")
     if truthy(args.get("load_in_4bit")) or str(args.get("bnb_4bit_quant_type", "")).lower() == "nf4":
         precision = "nf4"
     elif truthy(args.get("load_in_8bit")):
@@ -271,7 +342,7 @@ def runs_from_results(data: dict, source: str, samples: dict[str, tuple[str, lis
     chat_applied = bool(data.get("chat_template_sha") or data.get("chat_template")) if (
         "chat_template" in data or "chat_template_sha" in data) else None
     has_chat = sr_model.get("has_chat_template") if "has_chat_template" in sr_model else None
-    system_text = data.get("system_instruction") or None
+    system_text = _text(data.get("system_instruction"), "system_instruction")
     multiturn = _bool_or_none(data.get("fewshot_as_multiturn"))
     spec = {"kind": f"lm-eval:{kind}", "spec": ",".join(f"{k}={v}" for k, v in args.items()), "precision": precision}
     runs, unmapped = [], []
@@ -297,7 +368,8 @@ def runs_from_results(data: dict, source: str, samples: dict[str, tuple[str, lis
         output_type = str(task_config.get("output_type") or "")
         scoring = placement.scoring or ("logprob" if output_type in LOGPROB_TYPES else "free_form")
         shots_recorded = (data.get("n-shot") or {}).get(task, task_config.get("num_fewshot"))
-        shots = int(shots_recorded or 0)
+        shots = 0 if shots_recorded in (None, "") else whole_number(shots_recorded, f"field 'n-shot' of task {task}", 0,
+                                                                     MAX_SHOTS)
         gen, cli = _gen_settings(data, task_config)
         if scoring == "logprob":  # likelihoods involve no sampling: the envelope's logprob cells are greedy
             decoding = decoding_spec(0.0, None, False, rules)
@@ -311,12 +383,20 @@ def runs_from_results(data: dict, source: str, samples: dict[str, tuple[str, lis
                                       system_text=system_text, fewshot_as_multiturn=multiturn, shots=shots)
         seed = 0
         if decoding.do_sample:
-            seed = int(_float_or_none(gen.get("seed")) or _float_or_none(config.get("random_seed")) or 0)
+            field, value = "generation seed (gen_kwargs seed)", gen.get("seed")
+            if value in (None, "", 0, "0"):
+                field, value = "config.random_seed", config.get("random_seed")
+            seed = 0 if value in (None, "") else whole_number(value, f"field {field}", 0, MAX_SEED, text=True)
         tie_rule = None
         if placement.safetyrepro and scoring == "logprob":
-            tie_rule = str((task_config.get("metadata") or {}).get("tie_rule") or "expected")
-        n_samples = (data.get("n-samples") or {}).get(task) or {}
-        n_items = int(n_samples.get("effective") or entry.get("sample_len") or 0)
+            tie_rule = str(_object(task_config.get("metadata"), f"configs.{task}.metadata").get("tie_rule") or "expected")
+        n_samples = _object((data.get("n-samples") or {}).get(task), f"'n-samples' of task {task}")
+        n_items = 0
+        for field, value in ((f"'n-samples' effective of task {task}", n_samples.get("effective")),
+                             (f"results sample_len of task {task}", entry.get("sample_len"))):
+            if value not in (None, "", 0):
+                n_items = whole_number(value, f"field {field}", 0, MAX_COUNT)
+                break
         parse_rate = 1.0
         if placement.safetyrepro:
             parse_rate = as_unit_score(entry.get("parse_rate,none"))
@@ -324,7 +404,10 @@ def runs_from_results(data: dict, source: str, samples: dict[str, tuple[str, lis
         items, item_ids, note, samples_source = None, None, "the run logged no samples (--log_samples)", None
         if task in samples:
             samples_source, lines = samples[task]
-            got = items_from_samples(lines, key, placement.item_id, output_type, placement.safetyrepro)
+            try:
+                got = items_from_samples(lines, key, placement.item_id, output_type, placement.safetyrepro)
+            except Refused as e:
+                return BadInput(samples_source, e.reason)
             if isinstance(got, str):
                 return BadInput(samples_source, got)
             rows, item_ids = got
@@ -408,7 +491,13 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
         context = args[0][0]
     prompt_sha = hashlib.sha256(context.encode("utf-8")).hexdigest() if isinstance(context, str) else None
     target = s.get("target")
-    gold = int(target) if isinstance(target, int) or (isinstance(target, str) and target.strip().isdigit()) else None
+    gold = None
+    # a generated task's target is text, not a label index (left out below)
+    if (safetyrepro or output_type in LOGPROB_TYPES[:1]) and (
+            (isinstance(target, int) and not isinstance(target, bool))
+            or (isinstance(target, str) and re.fullmatch(r"\s*[0-9]+\s*", target))):
+        gold = whole_number(target, f"field target of sample doc_id {shorten(s.get('doc_id'))}", 0, MAX_CHOICE,
+                            text=True)
     resps = s.get("filtered_resps") if s.get("filtered_resps") is not None else s.get("resps")
     prediction, raw, parsed = None, None, None
     if output_type in LOGPROB_TYPES[:1] and isinstance(resps, list) and resps:

@@ -29,9 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from safetyrepro.errors import UserError
+from safetyrepro.limits import MAX_CONFIG_BYTES, Refused, label_problem, load_yaml, read_capped
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
 
 from .common import DecodingSpec, number_text, sha256_bytes, short_hash, token
@@ -103,10 +102,7 @@ def _compile(pattern: Any, where: str) -> re.Pattern:
 
 def parse_mapping(text: bytes, path: str = "<mapping>") -> Mapping:
     """A mapping file's contents, checked: every error names the entry and the key."""
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise UserError(f"mapping file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    raw = load_yaml(text, f"mapping file {path}") or {}
     if not isinstance(raw, dict) or set(raw) - {"tasks", "models"}:
         extra = sorted(set(raw) - {"tasks", "models"}) if isinstance(raw, dict) else []
         raise UserError(f"mapping file {path} must be a mapping with the keys tasks and models"
@@ -138,6 +134,9 @@ def parse_mapping(text: bytes, path: str = "<mapping>") -> Mapping:
             raise UserError(f"{where} must be a mapping with match and label")
         if not entry["label"].strip():
             raise UserError(f"{where}: 'label' is empty")
+        problem = label_problem(entry["label"].strip(), "'label'")
+        if problem:
+            raise UserError(f"{where}: {problem}")
         models.append(ModelRule(_compile(entry.get("match"), where), entry["label"].strip()))
     return Mapping(tuple(tasks), tuple(models), path, sha256_bytes(text))
 
@@ -146,10 +145,11 @@ def load_mapping(path: str | None) -> Mapping:
     if path is None:
         return Mapping()
     try:
-        with open(path, "rb") as f:
-            text = f.read()
+        text = read_capped(path, MAX_CONFIG_BYTES, "MAX_CONFIG_BYTES")
     except OSError as e:
         raise UserError(f"cannot read mapping file {path}: {e.strerror}") from None
+    except Refused as e:
+        raise UserError(f"mapping file {path} {e.reason}") from None
     return parse_mapping(text, path)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from safetyrepro.errors import UserError
 
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+FULL_BELOW_BYTES = 8 << 20  # a file system with less free space than this is full, for the messages below
 BUSY_TIMEOUT_S = 60.0  # how long a write waits for another process's write to the shared cache
 
 
@@ -51,15 +52,28 @@ class OutputsCache:
         if "locked" in low or "busy" in low:
             fix = ("another process holds it (a sweep or test using the same cache): wait for it to finish and "
                    "rerun, or give this run its own cache with $SAFETYREPRO_CACHE_DIR; the file is not damaged")
+        elif "full" in low or "no space" in low or self._disk_full():
+            # a full file system also shows as "disk I/O error" or "unable to open" (no room for the WAL)
+            fix = "free disk space and rerun (finished cells are kept; the file is not damaged)"
         elif "not a database" in low or "malformed" in low or "corrupt" in low:
             fix = f"move it aside (mv {self.path} {self.path}.damaged) and rerun: it only saves model work"
         elif "readonly" in low or "read-only" in low or "permission" in low or "unable to open" in low:
             fix = "make it writable, or point $SAFETYREPRO_CACHE_DIR at a writable folder"
-        elif "full" in low or "no space" in low:
-            fix = "free disk space and rerun (finished cells are kept)"
         else:
             fix = f"move it aside (mv {self.path} {self.path}.damaged) and rerun"
         return OutputsCacheError(f"the outputs cache {self.path} failed ({text}); {fix}")
+
+    def _disk_full(self) -> bool:
+        """Whether the file system holding the cache has (almost) no space left."""
+        import shutil
+
+        folder = self.path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        try:
+            return shutil.disk_usage(folder).free < FULL_BELOW_BYTES
+        except OSError:
+            return False
 
     def check(self) -> None:
         """Readable, intact and writable, before any model loads (a quick integrity check and a write

@@ -1,0 +1,147 @@
+"""An Inspect `.eval` log (a zip archive) checked before Inspect reads it: every member is expanded
+here with a bounded decompressor that counts the bytes it produces (a member's declared size can
+lie), so an archive bomb is refused after at most MAX_MEMBER_BYTES of output instead of filling
+memory; duplicate member names (the last copy would win), too many members, encrypted members and
+compression methods Inspect does not write are refused; each JSON member is checked as the JSON
+files of lm-eval are (UTF-8, depth, digits, lone surrogates; safetyrepro/limits.py)."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+import zlib
+
+from safetyrepro.limits import (
+    MAX_ARCHIVE_BYTES,
+    MAX_MEMBER_BYTES,
+    MAX_MEMBERS,
+    Refused,
+    check_json_text,
+    decode_text,
+    shorten,
+)
+
+CHUNK = 1 << 20
+STORED, DEFLATED, ZSTD = 0, 8, 93
+METHODS = {STORED: "stored", DEFLATED: "deflate", ZSTD: "zstd"}
+LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # zipfile's sizeFileHeader layout (30 bytes)
+KEEP = ("header.json", "_journal/start.json")  # members the importer reads itself (the format version)
+
+
+def _declared_entries(data: bytes) -> int | None:
+    """The entry count the end-of-central-directory record declares, before zipfile builds them all."""
+    find = getattr(zipfile, "_EndRecData", None)
+    if find is None:
+        return None
+    try:
+        end = find(io.BytesIO(data))
+    except (OSError, struct.error, ValueError):
+        return None
+    return int(end[zipfile._ECD_ENTRIES_TOTAL]) if end else None
+
+
+def _raw(data: memoryview, info: zipfile.ZipInfo) -> memoryview:
+    start = info.header_offset
+    try:
+        fields = LOCAL_HEADER.unpack_from(data, start)
+    except struct.error:
+        raise Refused(f"member {shorten(info.filename)} has no local header (a damaged archive)") from None
+    if fields[0] != b"PK\x03\x04":
+        raise Refused(f"member {shorten(info.filename)} has no local header (a damaged archive)")
+    begin = start + LOCAL_HEADER.size + fields[10] + fields[11]
+    raw = data[begin:begin + info.compress_size]
+    if len(raw) < info.compress_size:
+        raise Refused(f"member {shorten(info.filename)} is cut short (a truncated archive)")
+    return raw
+
+
+def _expand(raw: memoryview, info: zipfile.ZipInfo, budget: int) -> bytes:
+    """The member's bytes, refused once they pass MAX_MEMBER_BYTES or the archive's remaining budget."""
+    cap = min(MAX_MEMBER_BYTES, budget)
+    name = shorten(info.filename)
+
+    def over() -> Refused:
+        if cap < MAX_MEMBER_BYTES:
+            return Refused(f"expands to more than {MAX_ARCHIVE_BYTES} bytes in all (the cap MAX_ARCHIVE_BYTES), "
+                           f"passed in member {name}: an archive bomb or not an Inspect log")
+        return Refused(f"member {name} expands to more than {MAX_MEMBER_BYTES} bytes (the cap MAX_MEMBER_BYTES): "
+                       "an archive bomb or not an Inspect log")
+
+    out = bytearray()
+    if info.compress_type == STORED:
+        if len(raw) > cap:
+            raise over()
+        return bytes(raw)
+    try:
+        if info.compress_type == DEFLATED:
+            d = zlib.decompressobj(-15)
+            buf = bytes(raw)
+            while buf:
+                out += d.decompress(buf, CHUNK)
+                buf = d.unconsumed_tail
+                if len(out) > cap:
+                    raise over()
+            out += d.flush()
+        else:  # zstd, as Inspect 0.3 writes it (one or several frames)
+            import zstandard
+
+            reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True)
+            while True:
+                piece = reader.read(CHUNK)
+                if not piece:
+                    break
+                out += piece
+                if len(out) > cap:
+                    raise over()
+    except Refused:
+        raise
+    except Exception as e:  # zlib.error, zstandard.ZstdError: a damaged member
+        raise Refused(f"member {name} cannot be expanded ({type(e).__name__}: {shorten(str(e), 120)})") from None
+    if len(out) > cap:
+        raise over()
+    return bytes(out)
+
+
+def check_eval_archive(data: bytes) -> dict[str, bytes]:
+    """Refuse an `.eval` archive over the caps or with duplicate, encrypted or oddly compressed members;
+    returns the members named in KEEP (for the format version)."""
+    declared = _declared_entries(data)
+    if declared is not None and declared > MAX_MEMBERS:
+        raise Refused(f"declares {declared} members; at most {MAX_MEMBERS} (the cap MAX_MEMBERS)")
+    try:
+        infos = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, struct.error, NotImplementedError) as e:
+        raise Refused(f"is not a readable Inspect log (not a zip archive: {shorten(str(e), 120)})") from None
+    if len(infos) > MAX_MEMBERS:
+        raise Refused(f"holds {len(infos)} members; at most {MAX_MEMBERS} (the cap MAX_MEMBERS)")
+    seen: set[str] = set()
+    for info in infos:
+        if info.filename in seen:
+            raise Refused(f"holds two members named {shorten(info.filename)}: a reader would take one of them "
+                          "silently (a damaged or forged log)")
+        seen.add(info.filename)
+    view = memoryview(data)
+    kept: dict[str, bytes] = {}
+    budget = MAX_ARCHIVE_BYTES
+    for info in infos:
+        name = shorten(info.filename)
+        if info.flag_bits & 0x1:
+            raise Refused(f"member {name} is encrypted: not an Inspect log")
+        if info.compress_type not in METHODS:
+            raise Refused(f"member {name} uses zip compression method {info.compress_type}; Inspect logs use "
+                          f"{', '.join(METHODS.values())}")
+        if info.file_size > MAX_MEMBER_BYTES:  # declared: refused before anything is expanded
+            raise Refused(f"member {name} declares {info.file_size} bytes; at most {MAX_MEMBER_BYTES} (the cap "
+                          "MAX_MEMBER_BYTES)")
+        member = _expand(_raw(view, info), info, budget)
+        budget -= len(member)
+        if info.filename.endswith(".json"):
+            try:
+                check_json_text(member)
+                decode_text(member)
+            except Refused as e:
+                raise Refused(f"member {name} {e.reason}") from None
+        if info.filename in KEEP:
+            kept[info.filename] = member
+    return kept
