@@ -48,6 +48,7 @@ def analyze_grid(grid_path: Path, out: Path, rules_path: str | None = None, *, s
     """Validate the grid, run every analysis and write DIR; returns (Analysis, written paths).
     Item records beside the grid are used when `items` is not given (and only warn if unusable)."""
     from safetyrepro.errors import UserError
+    from safetyrepro.limits import MAX_ANALYSIS_SEED, MAX_BOOTSTRAP
     from safetyrepro.tasks.envelope import load_rules
 
     from .grid_io import load_grid
@@ -60,8 +61,11 @@ def analyze_grid(grid_path: Path, out: Path, rules_path: str | None = None, *, s
         sys.stderr.write(f"safetyrepro: note: validating against the rules file beside the grid, {rules_path}\n")
     rules = load_rules(rules_path)
     check_output_folder(out)
-    if bootstrap < 1:
-        raise UserError(f"--bootstrap {bootstrap}: needs at least one resample")
+    if not 1 <= bootstrap <= MAX_BOOTSTRAP:
+        raise UserError(f"--bootstrap {bootstrap}: expected a whole number of resamples from 1 to {MAX_BOOTSTRAP} "
+                        "(the cap MAX_BOOTSTRAP)")
+    if not 0 <= seed <= MAX_ANALYSIS_SEED:
+        raise UserError(f"--seed {seed}: expected a whole number from 0 to {MAX_ANALYSIS_SEED}")
     chosen_slices, chosen_thetas = check_slices(slices, rules), parse_thetas(thetas)
     grid = load_grid(grid_path, rules, precision=precision, package=package)
     required = True
