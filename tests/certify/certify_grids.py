@@ -36,3 +36,31 @@ def synthetic_run(rng: np.random.Generator, accuracy: Callable[[object, str], fl
                          "n_items": n_items, "n_seeds": len(seeds), "score": sum(shares) / len(shares),
                          "parse_rate": 1.0, "tier": rules.tier(cfg), "config_id": cfg.config_id})
     return pd.DataFrame(rows), pd.concat(items, ignore_index=True)
+
+
+def synthetic_problem(rng: np.random.Generator, accuracy: Callable[[object, str], float], n_items: int = 300,
+                      models: tuple[str, str] = ("a", "b"), benchmark: str = "truthfulqa"):
+    """The same draw as `synthetic_run` straight into certification's inputs, without files: (problem,
+    oracle, full-subset differences per configuration), for calibration over hundreds of grids."""
+    from safetyrepro.certify.algorithm import BenchmarkProblem
+
+    rules = default_rules()
+    difficulty = rng.normal(0, 1, n_items)
+    ids = tuple(f"{benchmark}/{i:04d}" for i in range(n_items))
+    scores, full, configs = {}, {}, []
+    for cfg in rules.configs(benchmark):
+        n_seeds = len(rules.seeds(cfg.decoding))
+        for model in models:
+            p = accuracy(cfg, model)
+            logit = np.log(p / (1 - p)) - 0.8 * difficulty
+            x = (rng.random((n_seeds, n_items)) < 1 / (1 + np.exp(-logit))).sum(axis=0) / n_seeds
+            scores[(cfg.config_id, model)] = dict(zip(ids, x, strict=True))
+        a, b = (np.array(list(scores[(cfg.config_id, m)].values())) for m in models)
+        full[cfg.config_id] = round(float((a - b).mean()), 12)
+        configs.append(cfg.config_id)
+
+    def oracle(bench, config_id, model, item_ids):
+        mine = scores[(config_id, model)]
+        return np.array([mine[i] for i in item_ids])
+
+    return BenchmarkProblem(benchmark, tuple(configs), tuple(models), ids, 5), oracle, full

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from certify_grids import synthetic_run
+from certify_grids import synthetic_problem, synthetic_run
 
 from safetyrepro.analysis.confidence_sequence import TRUNCATION, WorBettingCS
 from safetyrepro.analysis.grid_io import common_configurations, validate_cells
@@ -182,7 +182,7 @@ def _problem(acc, seed, n_items):
 
 
 @pytest.mark.slow
-def test_claims_the_full_subset_contradicts_are_at_most_alpha_of_the_grids(tmp_path):
+def test_claims_the_full_subset_contradicts_are_at_most_alpha_of_the_grids():
     """Calibration: 200 grids of 300 items, 100 under the null (the two models identical in every
     configuration) and 100 under partial nulls (identical on half the configurations, 5 points apart on
     the others). A grid fails when any claim contradicts its full subset; at alpha 0.05 failures are at
@@ -195,14 +195,23 @@ def test_claims_the_full_subset_contradicts_are_at_most_alpha_of_the_grids(tmp_p
         else:
             def acc(cfg, model):
                 return 0.55 + (0.05 if model == "a" and cfg.template in ("T1", "T3") else 0.0)
-        g, items = _problem(acc, 1000 + k, 300)
-        path = tmp_path / "items.parquet"
-        items.to_parquet(path)
-        replay = load_replay(path, g)
-        result = certify(replay.problems, replay.oracle, CertifyOptions(alpha=0.05, delta=0.05, seed=k))
-        failed += any(contradicted(c.claim, replay.full_delta[(c.benchmark, c.config_id, c.model_a, c.model_b)], 0.05)
-                      for c in result.claims)
+        problem, oracle, full = synthetic_problem(np.random.default_rng(1000 + k), acc, 300)
+        result = certify([problem], oracle, CertifyOptions(alpha=0.05, delta=0.05, seed=k))
+        failed += any(contradicted(c.claim, full[c.config_id], 0.05) for c in result.claims)
     assert failed / n <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n)
+
+
+def test_the_same_draw_through_files_and_in_memory_gives_the_same_certificate(tmp_path):
+    """synthetic_problem is synthetic_run without the files: same items, same verdicts."""
+    problem, oracle, full = synthetic_problem(np.random.default_rng(7), reverses_with_template, 60)
+    in_memory = certify([problem], oracle, CertifyOptions(seed=7))
+    g, items = _problem(reverses_with_template, 7, 60)
+    items.to_parquet(tmp_path / "items.parquet")
+    replay = load_replay(tmp_path / "items.parquet", g)
+    assert {k[1]: v for k, v in replay.full_delta.items()} == full
+    on_disk = certify(replay.problems, replay.oracle, CertifyOptions(seed=7))
+    assert [(c.config_id, c.claim, c.items_used) for c in in_memory.claims] == \
+        [(c.config_id, c.claim, c.items_used) for c in on_disk.claims]
 
 
 def test_problem_shape_is_checked():
