@@ -163,6 +163,9 @@ def load_yaml(data: bytes, what: str) -> Any:
                 depth -= 1
         return yaml.load(text, Loader=loader)
     except yaml.YAMLError as e:
+        if "nesting depth" in str(e) or "flow level" in str(e):  # libyaml's own limit, met before ours
+            raise UserError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (the cap MAX_JSON_DEPTH)") \
+                from None
         raise UserError(f"{what} is not valid YAML: {cut_line(str(e).splitlines()[0], MESSAGE_VALUE_CHARS)}") from None
     except RecursionError:
         raise UserError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (the cap MAX_JSON_DEPTH)") from None

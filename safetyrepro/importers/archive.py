@@ -22,7 +22,7 @@ from safetyrepro.limits import (
     shorten,
 )
 
-CHUNK = 1 << 20
+CHUNK = 8 << 20  # bytes expanded per step: the cap is checked after each
 STORED, DEFLATED, ZSTD = 0, 8, 93
 METHODS = {STORED: "stored", DEFLATED: "deflate", ZSTD: "zstd"}
 LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # zipfile's sizeFileHeader layout (30 bytes)
@@ -103,9 +103,10 @@ def _expand(raw: memoryview, info: zipfile.ZipInfo, budget: int) -> bytes:
     return bytes(out)
 
 
-def check_eval_archive(data: bytes) -> dict[str, bytes]:
-    """Refuse an `.eval` archive over the caps or with duplicate, encrypted or oddly compressed members;
-    returns the members named in KEEP (for the format version)."""
+def iter_members(data: bytes):
+    """(name, expanded bytes) of each member of an `.eval` archive, in order, refused (`Refused`) at the
+    first cap or oddity: too many members, duplicate names, encryption, an unknown compression method,
+    a member over MAX_MEMBER_BYTES (declared or produced), all members over MAX_ARCHIVE_BYTES."""
     declared = _declared_entries(data)
     if declared is not None and declared > MAX_MEMBERS:
         raise Refused(f"declares {declared} members; at most {MAX_MEMBERS} (the cap MAX_MEMBERS)")
@@ -122,7 +123,6 @@ def check_eval_archive(data: bytes) -> dict[str, bytes]:
                           "silently (a damaged or forged log)")
         seen.add(info.filename)
     view = memoryview(data)
-    kept: dict[str, bytes] = {}
     budget = MAX_ARCHIVE_BYTES
     for info in infos:
         name = shorten(info.filename)
@@ -136,12 +136,20 @@ def check_eval_archive(data: bytes) -> dict[str, bytes]:
                           "MAX_MEMBER_BYTES)")
         member = _expand(_raw(view, info), info, budget)
         budget -= len(member)
-        if info.filename.endswith(".json"):
+        yield info.filename, member
+
+
+def check_eval_archive(data: bytes) -> dict[str, bytes]:
+    """Refuse an `.eval` archive over the caps (`iter_members`) or with a JSON member that is not UTF-8,
+    too deep, holds an overlong number or a lone surrogate; returns the members named in KEEP."""
+    kept: dict[str, bytes] = {}
+    for filename, member in iter_members(data):
+        if filename.endswith(".json"):
             try:
-                check_json_text(member)
                 decode_text(member)
+                check_json_text(member)
             except Refused as e:
-                raise Refused(f"member {name} {e.reason}") from None
-        if info.filename in KEEP:
-            kept[info.filename] = member
+                raise Refused(f"member {shorten(filename)} {e.reason}") from None
+        if filename in KEEP:
+            kept[filename] = member
     return kept

@@ -58,8 +58,6 @@ MEAN_METRICS = ("accuracy", "mean")
 
 
 def _log_files(paths: Sequence[str]) -> tuple[list[str], list[BadInput]]:
-    from inspect_ai.log import list_eval_logs
-
     files, bad = [], []
     for p in map(Path, paths):
         if p.is_file():
@@ -68,6 +66,8 @@ def _log_files(paths: Sequence[str]) -> tuple[list[str], list[BadInput]]:
             else:
                 files.append(str(p))
         elif p.is_dir():
+            from inspect_ai.log import list_eval_logs
+
             found = [info.name for info in list_eval_logs(str(p), recursive=True)]
             found = [f.removeprefix("file://") for f in found]
             if not found:
@@ -82,8 +82,6 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
                skip_bad: bool = False) -> Reading:
     """Every Inspect log under `paths` as a run; bad logs raise `BadInputError` at once unless
     `skip_bad`, which lists them and goes on."""
-    from inspect_ai.log import read_eval_log, read_eval_log_samples
-
     reading = Reading("inspect")
 
     def bad(b: BadInput) -> None:
@@ -104,6 +102,9 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
         except Refused as e:
             bad(BadInput(path, e.reason))
             continue
+        # Inspect loads after the checks (seconds): a bomb is refused at once
+        from inspect_ai.log import read_eval_log, read_eval_log_samples
+
         try:
             header = read_eval_log(path, header_only=True)
         except Exception as e:  # Inspect raises many types for a damaged file; each is one bad input
