@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "import": "safetyrepro.importers.cli",
     "certify": "safetyrepro.certify.cli",
     "verdict": "safetyrepro.verdict_cli",
+    "flow": "safetyrepro.flow.cli",
 }
 
 

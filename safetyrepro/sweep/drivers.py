@@ -34,6 +34,20 @@ def decode_settings(rules: Rules, cfg: Config) -> Decode:
     return Decode(d.temperature, d.top_p, d.do_sample)
 
 
+def inspect_task_args(cfg: Config, tie_rule: str = DEFAULT_TIE_RULE) -> dict:
+    """The arguments of the `safetyrepro/<benchmark>` Inspect task for one configuration (`-T k=v`)."""
+    return {"template": cfg.template, "scoring": cfg.scoring, "shots": cfg.shots, "tie_rule": tie_rule}
+
+
+def inspect_generate_args(rules: Rules, cfg: Config, seed: int) -> dict:
+    """Inspect's generate options for one configuration and seed (`--temperature`, `--top-p`, `--seed`):
+    the decoding's temperature, and for a sampled decoding its top_p and the seed (None: left unset).
+    The token budget and stop sequences are the task's own (`benchmark_task`)."""
+    dec = decode_settings(rules, cfg)
+    return {"temperature": dec.temperature, "top_p": dec.top_p if dec.do_sample else None,
+            "seed": seed if dec.do_sample else None}
+
+
 class _Driver:
     backend = None
 
@@ -142,16 +156,13 @@ class InspectDriver(_Driver):
         from safetyrepro.tasks.inspect_tasks import benchmark_task
 
         bench, items = get_benchmark(cfg.benchmark), self.items_for(cfg.benchmark)
-        dec = decode_settings(self.rules, cfg)
         demos = items.demos_for(cfg.shots)
         model = self.model
         records: list[ItemRecord] = []
         for seed in seeds:
-            task = benchmark_task(cfg.benchmark, cfg.template, cfg.scoring, cfg.shots, check_active=False,
-                                  tie_rule=self.tie_rule)
+            task = benchmark_task(cfg.benchmark, **inspect_task_args(cfg, self.tie_rule), check_active=False)
             log = inspect_eval(task, model=model, sample_id=list(ids), log_dir=self.log_dir, display="none",
-                               temperature=dec.temperature, top_p=dec.top_p if dec.do_sample else None,
-                               seed=seed if dec.do_sample else None, score=True, log_samples=True)[0]
+                               **inspect_generate_args(self.rules, cfg, seed), score=True, log_samples=True)[0]
             if log.status != "success":
                 raise RuntimeError(f"inspect eval {cfg.config_id} ended {log.status}: {log.error.message if log.error else ''}")
             for s in log.samples:

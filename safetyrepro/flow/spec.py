@@ -1,0 +1,238 @@
+"""From sweep options to an Inspect Flow spec (`inspect_flow.FlowSpec`), and its YAML file.
+
+What runs is decided by the sweep's own code: the configurations by `select_configs` and
+`plan_cells` (the same flags select the same cells, with the rules file's seeds per decoding), the
+items by `item_sets` and `cell_item_ids` (`--limit`, `--subsample`), the task arguments and generate
+options by the Inspect driver's `inspect_task_args` and `inspect_generate_args`. What the task sets
+itself (the template's token budget and the benchmark's stop sequences) is read from the task that
+`benchmark_task` builds: Flow replaces a task's generate config with the one its spec gives, so the
+spec carries the task's own config merged with the decoding, which is what `inspect eval` runs.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from safetyrepro.errors import UserError
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class FlowPlan:
+    """What a sweep with the same options would run, and where the spec's logs go."""
+
+    options: Any  # SweepOptions
+    spec: Any  # SweepSpec: the sweep's identity
+    rules: Any
+    cells: list  # Cell, the sweep's, in its order
+    items_for: Callable
+
+    def entry(self, label: str):
+        return next(m for m in self.options.models if m.label == label)
+
+
+def plan(o) -> FlowPlan:
+    """The sweep's cells for options `o` (SweepOptions), checked as the sweep checks them, without
+    building any model: a spec may be written where the providers' keys and servers are not."""
+    from safetyrepro.adapters.loading import check_precision
+    from safetyrepro.adapters.model_specs import ENGINE, INSPECT, _check_logprob
+    from safetyrepro.compat.inspect_ai import provider_names
+    from safetyrepro.sweep.drivers import item_sets
+    from safetyrepro.sweep.plan import SweepSpec, plan_cells, select_configs
+    from safetyrepro.tasks.benchmark import check_tie_rule
+    from safetyrepro.tasks.envelope import benchmark_of, benchmarks_of, load_rules
+    from safetyrepro.tasks.subsets import item_set
+
+    rules = load_rules(o.rules)
+    labels = [m.label for m in o.models]
+    if not labels:
+        raise UserError("no model given: use --models and/or --models-file")
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise UserError(f"model {dupes[0]!r} is listed twice (labels must be unique; a models file can set `label:`)")
+    precision = check_precision(o.precision)
+    tie_rule = check_tie_rule(o.tie_rule)
+    filters = {k: v for k, v in o.filters.items() if v}
+    for axis, values in filters.items():
+        twice = sorted({str(v) for v in values if list(values).count(v) > 1})
+        if twice:
+            raise UserError(f"{axis} {twice[0]!r} is listed twice (each value once)")
+    benchmarks = list(o.benchmarks or (benchmarks_of(filters["config"]) if "config" in filters else rules.benchmarks))
+    stray = [i for i in filters.get("config", ()) if benchmark_of(i) not in benchmarks]
+    if stray:
+        raise UserError(f"configuration {stray[0]!r} is of a benchmark not in --benchmarks ({', '.join(benchmarks)})")
+    configs = select_configs(rules, benchmarks, o.tier, precision, filters)
+    if o.limit is not None:
+        if o.limit < 1:
+            raise UserError(f"--limit must be a positive number of items, got {o.limit}")
+        for b in sorted({c.benchmark for c in configs}):
+            n = len(item_set(b).items)
+            if o.limit > n:
+                raise UserError(f"--limit {o.limit} is more than the {n} items of the {b} subset; "
+                                f"use --limit {n} or less (or leave it out for all {n})")
+    if o.subsample is not None and not 0 < o.subsample <= 1:
+        raise UserError(f"--subsample must be a fraction in (0, 1], got {o.subsample}")
+    if o.subset_seed is not None and o.subset_seed < 0:
+        raise UserError(f"--subset-seed must be a whole number >= 0, got {o.subset_seed}")
+    if o.batch_size is not None and o.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {o.batch_size}")
+    scorings = {c.scoring for c in configs}
+    known = None
+    for m in o.models:
+        if m.kind not in (ENGINE, INSPECT):
+            raise UserError(f"{m.label}: {m.kind} models run through lm-eval, not Inspect; Inspect Flow runs "
+                            "SafetyRepro's engine models (safetyrepro/<model>) and inspect:<provider>/<model> only")
+        if m.kind == INSPECT and m.provider != "safetyrepro":
+            known = known if known is not None else provider_names()
+            if m.provider not in known:
+                raise UserError(f"{m.label}: Inspect has no model provider {m.provider!r}; known: "
+                                f"{', '.join(sorted(known))}")
+        _check_logprob(m, scorings, explicit_scoring="scoring" in filters)
+    recorded = {}
+    for m in o.models:
+        name = flow_model_name(m)
+        if name in recorded:
+            raise UserError(f"{recorded[name]} and {m.label} are both {name} to Inspect: their logs could not be "
+                            "told apart (write one spec per model args)")
+        recorded[name] = m.label
+    spec = SweepSpec(tuple(labels), tuple(benchmarks), o.tier, "inspect", precision, o.limit, rules.sha256,
+                     filters, o.subsample, o.subset_seed, tie_rule, tuple(m.spec for m in o.models))
+    return FlowPlan(o, spec, rules, plan_cells(list(o.models), configs, rules),
+                    item_sets(o.subsample, o.subset_seed, o.limit))
+
+
+def flow_model_name(entry) -> str:
+    """The Inspect model a sweep model is on Flow: `safetyrepro/<model>` for the engine (the
+    provider of safetyrepro/inspect_plugin.py), `<provider>/<model>` for an Inspect provider."""
+    from safetyrepro.adapters.model_specs import ENGINE
+
+    return f"safetyrepro/{entry.target}" if entry.kind == ENGINE else entry.target
+
+
+def flow_model(entry, precision: str, device: str | None, batch_size: int | None):
+    """The FlowModel: the engine with its precision (and --device, --batch-size) as model args, or the
+    provider's model with the entry's model args, as the sweep's Inspect backend builds it
+    (`get_model(<provider>/<model>, **model_args)`)."""
+    from inspect_flow import FlowModel
+
+    from safetyrepro.adapters.model_specs import ENGINE
+
+    if entry.kind == ENGINE:
+        args = {"precision": precision, "device": device, "batch_size": batch_size}
+        return FlowModel(name=flow_model_name(entry), model_args={k: v for k, v in args.items() if v is not None})
+    args = entry.args_dict()
+    return FlowModel(name=entry.target, **({"model_args": args} if args else {}))
+
+
+@lru_cache(maxsize=None)
+def _task_own(benchmark: str, args: tuple) -> tuple[Any, Any]:
+    """(generate config, version) of the task `benchmark_task` builds for these arguments."""
+    from safetyrepro.tasks.inspect_tasks import benchmark_task
+
+    task = benchmark_task(benchmark, **dict(args), check_active=False)
+    return task.config, task.version
+
+
+def model_labels(p: FlowPlan) -> list[dict]:
+    """The import mapping's `models:` entries: the label the importer would give each model's logs
+    (its Inspect name, `safetyrepro/` dropped) -> the sweep's label, where the two differ."""
+    out = []
+    for m in p.options.models:
+        default = flow_model_name(m).removeprefix("safetyrepro/")
+        if default != m.label:
+            out.append({"match": re.escape(default), "label": m.label})
+    return out
+
+
+def build_spec(p: FlowPlan, log_dir: str, mapping_name: str):
+    """The FlowSpec: one FlowTask per applicable cell and seed, in the sweep's order."""
+    from inspect_ai.model import GenerateConfig
+    from inspect_flow import FlowSpec, FlowTask
+
+    from safetyrepro import __version__
+    from safetyrepro.sweep.drivers import inspect_generate_args, inspect_task_args
+    from safetyrepro.sweep.runner import cell_item_ids
+
+    o, tasks, skipped = p.options, [], []
+    for cell in p.cells:
+        cfg = cell.config
+        if not cell.applicable:
+            skipped.append(cell.key)
+            continue
+        entry = p.entry(cell.model)
+        args = inspect_task_args(cfg, p.spec.tie_rule)
+        own_config, version = _task_own(cfg.benchmark, tuple(args.items()))
+        items = p.items_for(cfg.benchmark)
+        ids = cell_item_ids(items, p.spec.limit)
+        whole = len(ids) == len(items.items) and p.spec.subsample is None
+        model = flow_model(entry, cfg.precision, o.device, o.batch_size)
+        for seed in cell.seeds:
+            gen = {k: v for k, v in inspect_generate_args(p.rules, cfg, seed).items() if v is not None}
+            tasks.append(FlowTask(
+                name=f"safetyrepro/{cfg.benchmark}", args=args, model=model, config=own_config.merge(GenerateConfig(**gen)),
+                version=version, **({} if whole else {"sample_id": list(ids)}),
+                flow_metadata={"model": cell.model, "config_id": cfg.config_id, "seed": seed}))
+    if not tasks:
+        raise UserError("no cell can run on Inspect: every selected configuration needs continuation "
+                        "log-likelihoods (logprob scoring), which these models do not give")
+    meta = {"safetyrepro": {
+        "version": __version__, "sweep": p.spec.identity(), "rules_sha256": p.rules.sha256,
+        "not_applicable": skipped,
+        "import": f"safetyrepro import inspect {log_dir} --mapping {mapping_name} --out GRID_DIR"}}
+    return FlowSpec(log_dir=log_dir, execution_type="inproc", tasks=tasks, flow_metadata=meta)
+
+
+def spec_yaml(spec) -> str:
+    """The spec as Flow's YAML (`flow run SPEC.yaml` loads it with `FlowSpec.model_validate`): Flow's
+    own canonical dump (`inspect_flow.api.dump_spec`), checked portable first."""
+    import yaml
+    from inspect_flow.api import dump_spec, validate_portable_spec
+
+    validate_portable_spec(spec)
+
+    class _Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data):  # each task written out whole
+            return True
+
+    def text(dumper, s: str):  # a stop sequence "\n\n" stays readable, as one quoted string
+        return dumper.represent_scalar("tag:yaml.org,2002:str", s, style='"' if "\n" in s else None)
+
+    _Dumper.add_representer(str, text)
+    return yaml.dump(dump_spec(spec), Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=120)
+
+
+def mapping_path(spec_path: Path) -> Path:
+    return spec_path.with_name(spec_path.stem + ".mapping.yaml")
+
+
+def write(o, out: Path, log_dir: str | None = None) -> tuple[Path, Path, FlowPlan, Any]:
+    """Write the spec to `out` (.yaml) and beside it the import mapping (`<stem>.mapping.yaml`: the
+    sweep's model labels); returns (spec path, mapping path, plan, spec)."""
+    import yaml
+
+    from safetyrepro.atomic import atomic_write
+
+    out = Path(out)
+    if out.suffix not in SPEC_SUFFIXES:
+        raise UserError(f"--out {out}: a Flow spec file ends in .yaml or .yml")
+    if out.is_dir():
+        raise UserError(f"--out {out} is a folder; give the spec's file name (e.g. {out / 'flow.yaml'})")
+    with tempfile.TemporaryDirectory() as tmp:  # the plan never writes; its `out` is not the spec
+        p = plan(replace(o, out=Path(tmp) / "unused"))
+    log_dir = log_dir or f"logs-{out.stem}"
+    mapping = mapping_path(out)
+    spec = build_spec(p, log_dir, mapping.name)
+    text = spec_yaml(spec)
+    header = ("# Inspect Flow spec written by `safetyrepro flow` (docs/flow.md): one task per cell and seed.\n"
+              f"# Run: flow run {out.name}    Import: {spec.flow_metadata['safetyrepro']['import']}\n")
+    atomic_write(mapping, f"# the sweep's model labels for `safetyrepro import inspect` (written with {out.name})\n"
+                 + yaml.safe_dump({"models": model_labels(p)}, sort_keys=False))
+    atomic_write(out, header + text)
+    return out, mapping, p, spec
