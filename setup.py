@@ -1,8 +1,12 @@
 """Here to ship `safetyrepro_lm_eval.pth` (see safetyrepro/lm_eval_plugin.py) into site-packages, for
-regular and editable installs alike, and to list the packages under the folders that pyproject.toml's
-package-dir maps into `safetyrepro` (so a new benchmark folder needs no edit); everything else is in
-pyproject.toml."""
+regular and editable installs alike, to list the packages under the folders that pyproject.toml's
+package-dir maps into `safetyrepro` (so a new benchmark folder needs no edit), and to build outside the
+checkout (build_base); everything else is in pyproject.toml."""
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from setuptools import find_packages, setup
@@ -54,4 +58,18 @@ class editable_wheel_with_pth(editable_wheel):
         return _StrategyWithPth(super()._select_strategy(*args, **kwargs))
 
 
-setup(packages=packages(), cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth})
+def build_base() -> str:
+    """Where `build` (and bdist_wheel under it) works: a temporary folder removed at exit, not
+    ./build in the checkout (a build/lib copy of the task modules there made `inspect list tasks`,
+    which scans the working folder, list every task twice). SAFETYREPRO_BUILD_DIR keeps one;
+    `setup.py build --build-base DIR` still overrides both."""
+    kept = os.environ.get("SAFETYREPRO_BUILD_DIR")
+    if kept:
+        return kept
+    folder = tempfile.mkdtemp(prefix="safetyrepro-build-")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+setup(packages=packages(), cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth},
+      options={"build": {"build_base": build_base()}})

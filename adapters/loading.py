@@ -170,11 +170,27 @@ def export_hf_folder(resolved: ResolvedModel, out: str | Path, precision: str = 
         if (out / SOURCE_FILE).is_file():
             raise UserError(f"{out} already holds an exported model; pass --overwrite to replace it")
         raise UserError(f"output folder {out} exists and is not empty")
+    from safetyrepro.atomic import check_output_set, staged_output
+
+    check_output_set(out, EXPORT_COMMAND, legacy=_legacy_export)  # before the model loads
     if resolved.kind == "gguf":
         cached = materialised_folder(resolved, precision)
-        return _replace_folder(out, lambda tmp: shutil.copytree(cached, tmp, dirs_exist_ok=True))
-    model, tokenizer = _load_folder(resolved.path, precision, "cpu")
-    return _replace_folder(out, lambda tmp: _save(model, tokenizer, resolved, precision, tmp))
+        write = lambda tmp: shutil.copytree(cached, tmp, dirs_exist_ok=True)  # noqa: E731
+    else:
+        model, tokenizer = _load_folder(resolved.path, precision, "cpu")
+        write = lambda tmp: _save(model, tokenizer, resolved, precision, tmp)  # noqa: E731
+    # built whole beside `out`, then swapped in at once: `out` holds the earlier export or this one
+    with staged_output(out, EXPORT_COMMAND, legacy=_legacy_export) as stage:
+        write(stage)
+    return out
+
+
+EXPORT_COMMAND = "models export"
+
+
+def _legacy_export(folder: Path, files: list[str]) -> set[str] | None:
+    """An export written before folders carried a marker: its files (a flat HF folder) beside SOURCE_FILE."""
+    return {f for f in files if "/" not in f} if SOURCE_FILE in files else None
 
 
 def _save(model, tokenizer, resolved: ResolvedModel, precision: str, folder: Path) -> None:

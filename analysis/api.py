@@ -93,14 +93,11 @@ class AnalysisResult:
     def report(self, out: str | Path, figures: bool = True) -> list[Path]:
         """Write what `safetyrepro analyze` writes into `out` (the analysed grid as out/grid.csv
         first, so that the GRID card names the exact data); returns the paths written."""
-        from safetyrepro.atomic import atomic_write
+        from .output import write_all
 
-        from .output import make_output_folder, write_all
-
-        out = make_output_folder(Path(out))
-        grid_path = out / "grid.csv"
-        atomic_write(grid_path, self.grid_frame.to_csv(index=False), root=out)
-        return [grid_path, *write_all(self.analysis, grid_path, out, figures=figures)]
+        out = Path(out)
+        return write_all(self.analysis, out / "grid.csv", out, figures=figures,
+                         grid_text=self.grid_frame.to_csv(index=False))
 
 
 def analyze(grid: pd.DataFrame, items: pd.DataFrame | None = None, *, slices: Sequence[str] | None = None,

@@ -60,7 +60,7 @@ def analyze_grid(grid_path: Path, out: Path, rules_path: str | None = None, *, s
         rules_path = str(grid_path.parent / RULES_BESIDE)
         sys.stderr.write(f"safetyrepro: note: validating against the rules file beside the grid, {rules_path}\n")
     rules = load_rules(rules_path)
-    check_output_folder(out)
+    check_output_folder(out, inputs=(grid_path, items))
     if not 1 <= bootstrap <= MAX_BOOTSTRAP:
         raise UserError(f"--bootstrap {bootstrap}: expected a whole number of resamples from 1 to {MAX_BOOTSTRAP} "
                         "(the cap MAX_BOOTSTRAP)")

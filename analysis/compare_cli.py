@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         from .output import check_output_folder
 
-        check_output_folder(Path(args.out))
+        check_output_folder(Path(args.out), "compare", inputs=args.grids)
     comparison = compare_grids(load_groups(args.grids, rules, args.labels), rules)
     for w in comparison.warnings:
         sys.stderr.write(f"safetyrepro: warning: {w}\n")

@@ -54,18 +54,20 @@ def _blocks(c: Comparison) -> list:
 
 
 def write_comparison(c: Comparison, out: Path) -> list[Path]:
-    from .output import make_output_folder
+    from safetyrepro.atomic import staged_output
 
-    make_output_folder(out)
+    from .output import legacy_comparison
+
     tables = {"compare_cells.csv": c.cells, "compare_summary.csv": c.summary, "compare_by_model.csv": c.by_model,
               "compare_top_cells.csv": c.top_cells, "compare_orderings.csv": c.orderings,
               "compare_ordering_summary.csv": c.ordering_summary, "compare_ranges.csv": c.ranges,
               "compare_rho_flip.csv": c.rho_flip}
     written = []
-    for name, table in tables.items():
-        if table.empty:
-            continue
-        atomic_write(out / name, table.to_csv(index=False), root=out)
-        written.append(out / name)
-    atomic_write(out / "compare_report.md", to_markdown(_blocks(c)), root=out)
+    with staged_output(out, "compare", legacy=legacy_comparison) as stage:  # whole or untouched
+        for name, table in tables.items():
+            if table.empty:
+                continue
+            atomic_write(stage / name, table.to_csv(index=False), root=stage)
+            written.append(out / name)
+        atomic_write(stage / "compare_report.md", to_markdown(_blocks(c)), root=stage)
     return [*written, out / "compare_report.md"]

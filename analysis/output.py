@@ -1,12 +1,17 @@
-"""Everything `analyze` writes into DIR: the CSV tables, the figures, the report and the GRID card."""
+"""Everything `analyze` writes into DIR: the CSV tables, the figures, the report and the GRID card,
+built whole in a staging folder beside DIR and swapped in at once (safetyrepro/atomic.py,
+`staged_output`): DIR holds the earlier analysis or the new one, never a mix."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
 
-from safetyrepro.atomic import ensure_dir, refuse_links_under, remove_within
+from safetyrepro.atomic import atomic_write, check_output_set, ensure_dir, staged_output
 from safetyrepro.errors import UserError
 
 from . import figures as fig
@@ -42,35 +47,74 @@ def draw_figures(a: Analysis, out: Path) -> FigureSet:
         if reason is None and draw(path, out) is not None:
             paths[key] = str(path.relative_to(out))
         else:
-            remove_within(path, out)  # a figure from an earlier run must not pass for this one's
             skipped[key] = reason or "nothing to draw."
     return FigureSet(paths, skipped)
 
 
-def write_all(a: Analysis, grid_path: Path, out: Path, figures: bool = True) -> list[Path]:
-    make_output_folder(out)
-    written = write_tables(a, out)
-    drawn = draw_figures(a, out) if figures else FigureSet()
-    written += [out / p for p in drawn.paths.values()]
-    written += write_report(a, out, drawn)
-    written += write_card(grid_card(a, grid_path), out)
-    return written
+# what `analyze` wrote before its folders carried a marker (.safetyrepro-output.json): recognised by a
+# GRID card of SafetyRepro's, and then these names only are its own
+LEGACY_FILES = frozenset({
+    "rho_flip.csv", "rho_flip_detail.csv", "rho_flip_max.csv", "orderings.csv", "orderings_detail.csv",
+    "config_orderings.csv", "concordance.csv", "tier_ablation.csv", "sdi.csv", "cfr.csv", "anova.csv",
+    "variance_shares.csv", "shap_regressor.csv", "shap_pair_classifier.csv", "bootstrap.csv",
+    "verdict_certificate.csv", "item_tests.csv", "significant_flips.csv", "degenerate_cells.csv",
+    "degenerate_effects.csv", "excluded_cells.csv", "tie_rates.csv", "detectable.csv", "report.md", "report.html",
+    "grid_card.json", "grid_card.md"})
+LEGACY_COMPARE = re.compile(r"^compare_[a-z_]+\.(csv|md)$")
 
 
-def check_output_folder(out: Path) -> None:
-    """Read-only, before any work: the folder can be written without following a link."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a folder; choose another --out")
-    refuse_links_under(out)
-
-
-def make_output_folder(out: Path) -> Path:
-    """The analysis folder, created if missing; a file in the way, or a link anywhere in it, is refused
-    before anything is written."""
+def legacy_analysis(folder: Path, files: list[str]) -> set[str] | None:
     try:
-        refuse_links_under(out)
-        return ensure_dir(out)
-    except UserError:
-        raise
-    except OSError as e:
-        raise UserError(f"cannot create output folder {out}: {e.strerror}") from None
+        card = json.loads((folder / "grid_card.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(card, dict) and "grid" in card and "analysis_packages" in card):
+        return None
+    return {f for f in files if f in LEGACY_FILES or (f.startswith("figures/") and f.endswith(".png")
+                                                      and f.count("/") == 1)}
+
+
+def legacy_comparison(folder: Path, files: list[str]) -> set[str] | None:
+    if "compare_report.md" not in files:
+        return None
+    return {f for f in files if LEGACY_COMPARE.match(f)}
+
+
+LEGACY = {"analyze": legacy_analysis, "compare": legacy_comparison}
+
+
+def write_all(a: Analysis, grid_path: Path, out: Path, figures: bool = True, grid_text: str | None = None) -> list[Path]:
+    """Every file of the analysis, into a staging folder that then takes DIR's place (returns the
+    paths under DIR). `grid_text`: the analysed grid, written as DIR/grid.csv and named by the card."""
+    if grid_text is None:
+        refuse_inputs_inside(out, (grid_path,))
+    with staged_output(out, "analyze", legacy=legacy_analysis) as stage:
+        written = []
+        if grid_text is not None:
+            written.append(atomic_write(stage / "grid.csv", grid_text, root=stage))
+            grid_path = stage / "grid.csv"
+        written += write_tables(a, stage)
+        drawn = draw_figures(a, stage) if figures else FigureSet()
+        written += [stage / p for p in drawn.paths.values()]
+        written += write_report(a, stage, drawn)
+        card = grid_card(a, grid_path)
+        if grid_text is not None:
+            card["grid"]["path"] = str(out / "grid.csv")
+        written += write_card(card, stage)
+    return [out / p.relative_to(stage) for p in written]
+
+
+def check_output_folder(out: Path, command: str = "analyze", inputs=()) -> None:
+    """Read-only, before any work: the folder is missing, empty or an earlier output of `command`
+    (its files are replaced as a whole), holds no link, and none of `inputs` is inside it."""
+    check_output_set(out, command, legacy=LEGACY.get(command))
+    refuse_inputs_inside(out, inputs)
+
+
+def refuse_inputs_inside(out: Path, inputs) -> None:
+    """The output folder is replaced as a whole: a file it reads must not be in it."""
+    where = Path(os.path.realpath(out))
+    for p in inputs:
+        if p is not None and Path(os.path.realpath(p)).is_relative_to(where):
+            raise UserError(f"{p} is inside --out {out}, which is replaced as a whole by the new output: "
+                            f"choose another --out (e.g. {Path(out) / 'analysis'})")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from safetyrepro.atomic import atomic_write, remove_within
+from safetyrepro.atomic import atomic_write
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import Rules
 
@@ -169,10 +169,11 @@ def table_files(a: Analysis) -> dict[str, pd.DataFrame | None]:
 
 
 def write_tables(a: Analysis, out: Path) -> list[Path]:
+    """The tables into `out`, a fresh staging folder (analysis/output.py `write_all`): a table this run
+    does not have is simply not there once the folder is swapped in."""
     written = []
     for name, table in table_files(a).items():
         if table is None:
-            remove_within(out / name, out)  # a table from an earlier run must not pass for this one's
             continue
         path = out / name
         atomic_write(path, table.to_csv(index=False), root=out)

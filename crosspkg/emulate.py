@@ -295,7 +295,7 @@ def agreement(real: list[ItemRecord], emulated: list[dict]) -> dict:
 def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm", "helm:inspect"),
               batch_size: int = 8, fresh: bool = False, limit: int | None = None) -> dict:
     """Emulate the endpoints, check them against the real runs on all their items, and decompose the
-    walks. `limit` keeps the first N items of each stack's item set for the walks only (the 2^k corners
+    walks (the result; `write_decomposition` writes it). `limit` keeps the first N items of each stack's item set for the walks only (the 2^k corners
     are the expensive part); the agreement check always uses every item."""
     from safetyrepro.adapters.engine import load_engine
     from safetyrepro.crosspkg.anchor import model_folder
@@ -371,9 +371,13 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
         result["benchmarks"][b] = {"checks": checks, "walks": decomp,
                                    "items": {s: len(v) for s, v in full.items()},
                                    "walk_items": {s: len(v) for s, v in sets.items()}}
+    return result
+
+
+def write_decomposition(out: Path, result: dict) -> None:
+    """decomposition.json, .csv and .md into `out` (the study's staging folder: crosspkg/study.py)."""
     atomic_write(out / "decomposition.json", json.dumps(result, indent=1, default=str), root=out)
     write_decomposition_table(out, result)
-    return result
 
 
 def write_decomposition_table(out: Path, result: dict) -> None:

@@ -9,12 +9,14 @@ import sys
 import time
 from pathlib import Path
 
-from safetyrepro.atomic import atomic_write, ensure_dir, refuse_links_under
+from safetyrepro.atomic import atomic_write, check_output_set, ensure_dir, staged_output
 from safetyrepro.crosspkg.anchor import Anchor, check_benchmarks, model_folder
 from safetyrepro.crosspkg.records import ItemRecord, read_records, write_records
+from safetyrepro.crosspkg.stacks.helm_native import HELM_MODEL_DIR
 from safetyrepro.errors import UserError
 
 STACKS = ("lm-eval", "helm", "inspect", "inspect-greedy")
+OWN_LINKS = (HELM_MODEL_DIR,)  # HELM's model folder of links to the cached weights (helm_env.helm_model_folder)
 
 
 def _versions() -> dict:
@@ -120,34 +122,63 @@ def run_study(args) -> int:
     device = resolve_device(args.device)
     anchor = Anchor(model=args.model, precision=args.precision, max_new_tokens=args.max_new_tokens,
                     limit=args.limit, seed=args.seed, benchmarks=benches, device=device)
-    out = ensure_dir(Path(args.out))
     # lm-eval, Inspect and HELM write into it themselves: no link may lead out (but HELM's model folder
-    # of links to the cached weights is our own, made by helm_env.helm_model_folder)
-    from safetyrepro.crosspkg.stacks.helm_native import HELM_MODEL_DIR
-
-    refuse_links_under(out, own=(HELM_MODEL_DIR,))
+    # of links to the cached weights is our own, made by helm_env.helm_model_folder); and no file the
+    # study did not write (an earlier study's are named by its marker, .safetyrepro-output.json)
+    check_output_set(Path(args.out), COMMAND, legacy=legacy_study, carry=is_step_folder, own_links=OWN_LINKS)
+    out = ensure_dir(Path(args.out))
     t0 = time.time()
     native = native_step(anchor, out, args.packages, batch_size=args.batch_size, fresh=args.fresh)
     t_native = time.time() - t0
     t7 = tables.table7(native, benches)
     t8 = tables.table8(native, benches)
-    tables.write_tables(out, t7, t8)
     decomposition = None
     t_emulate = 0.0
-    if not args.no_decompose:
-        from safetyrepro.crosspkg import emulate, figures
+    from safetyrepro.crosspkg import emulate, figures
 
+    if not args.no_decompose:
         t1 = time.time()
         decomposition = emulate.decompose(anchor, native, benches, out, pairs=args.pairs,
                                           batch_size=args.batch_size, fresh=args.fresh,
                                           limit=getattr(args, "decompose_limit", None))
-        figures.waterfalls(decomposition, out)
         t_emulate = time.time() - t1
     run = {"anchor": _anchor_key(anchor), "versions": _versions(), "machine": platform.platform(),
            "python": sys.version.split()[0], "wall_s": {"native": t_native, "emulate": t_emulate,
                                                         "total": time.time() - t0},
            "stack_wall_s": {s: native[s]["meta"].get("wall_s") for s in native}}
-    atomic_write(out / "run.json", json.dumps(run, indent=1), root=out)
-    report.write_report(out, anchor, t7, t8, decomposition, run)
+    # The step folders (native/, emulate/, data/) are the study's resumable store, written step by step
+    # as a sweep's cells are; the study's own set (tables, decomposition, figures, run.json, report.md)
+    # is built whole beside --out and swapped in at once, the step folders moved into it.
+    with staged_output(out, COMMAND, legacy=legacy_study, carry=is_step_folder, own_links=OWN_LINKS) as stage:
+        tables.write_tables(stage, t7, t8)
+        if decomposition is not None:
+            emulate.write_decomposition(stage, decomposition)
+            figures.waterfalls(decomposition, stage)
+        atomic_write(stage / "run.json", json.dumps(run, indent=1), root=stage)
+        report.write_report(stage, anchor, t7, t8, decomposition, run)
     print(f"crosspkg: wrote {out / 'report.md'} ({time.time() - t0:.0f} s)")
     return 0
+
+
+COMMAND = "crosspkg"
+STEP_FOLDERS = ("native", "emulate", "data")
+
+
+def is_step_folder(folder: Path) -> bool:
+    return folder.name in STEP_FOLDERS
+
+
+def legacy_study(folder: Path, files: list[str]) -> set[str] | None:
+    """A study written before folders carried a marker: its run.json names the anchor; then its own
+    files are the names it writes."""
+    import re
+
+    try:
+        run = json.loads((folder / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(run, dict) and "anchor" in run):
+        return None
+    own = re.compile(r"^(table[78]\.(csv|md)|tables\.json|decomposition\.(json|csv|md)|waterfall_[\w-]+\.png|"
+                     r"run\.json|report\.md)$")
+    return {f for f in files if own.match(f)}

@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import json
 import os
+import re
 import secrets
 import stat
 from collections.abc import Callable, Iterator
@@ -123,9 +125,11 @@ def atomic_write(path: Path | str, data: Data, root: Path | str | None = None) -
                 os.fsync(raw.fileno())
                 os.chmod(raw.fileno(), _umask_mode())
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
+            if isinstance(e, OSError) and e.filename in (None, tmp):
+                e.filename = str(path)  # a full disk names the file being written, not its temporary
             raise
     return path
 
@@ -212,3 +216,281 @@ def open_text_nofollow(path: Path | str, mode: str = "w", root: Path | str | Non
     logs and append-only files that a rename cannot replace."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "a" else os.O_TRUNC)
     return os.fdopen(open_nofollow(path, flags, 0o666, root=root), mode, encoding="utf-8")
+
+
+# -- a command's whole output folder: whole or untouched ------------------------------------------
+#
+# A command that writes a set of files (analyze, compare, import, models export) builds the whole set in
+# a hidden sibling of the folder the user named, `.<name>.safetyrepro-staging-<pid>-<hex>` (same
+# parent, so the same file system), writes the marker file MARKER last into it, and then swaps it in
+# with one atomic exchange of the two folders (renameat2 RENAME_EXCHANGE; where the file system lacks
+# it, two renames through `.<name>.safetyrepro-aside-<pid>-<hex>`). The earlier folder is removed
+# afterwards. At any kill the named folder holds the complete earlier output or the complete new one;
+# a rerun removes the hidden siblings a dead run left (and, after a kill between the two fallback
+# renames, puts the earlier folder back first).
+
+MARKER = ".safetyrepro-output.json"
+MARKER_FORMAT = 1
+_SIBLING = re.compile(r"^\.(?P<name>.+)\.safetyrepro-(?P<kind>staging|aside)-(?P<pid>\d+)-[0-9a-f]{8}$")
+_LEFTOVER_TMP = re.compile(r"^\..+\.[0-9a-f]{8}" + re.escape(TMP_SUFFIX) + "$")  # atomic_write's temporaries
+RENAME_EXCHANGE = 2
+Legacy = Callable[[Path, list[str]], "set[str] | None"]
+
+
+def read_marker(folder: Path | str) -> dict | None:
+    """The marker of an earlier output in `folder` ({"command": ..., "files": [...]}), or None."""
+    try:
+        fd = open_nofollow(Path(folder) / MARKER, os.O_RDONLY, root=folder)
+    except (OSError, UserError):
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            doc = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("command"), str) or not isinstance(doc.get("files"), list):
+        return None
+    return doc
+
+
+def marker_text(command: str, files: list[str]) -> str:
+    return json.dumps({
+        "safetyrepro_output": MARKER_FORMAT, "command": command,
+        "note": f"written by `safetyrepro {command}`, which replaces this folder as a whole when it is run again "
+                "into it; it refuses a folder holding any file that is not listed here",
+        "files": sorted(files)}, indent=1) + "\n"
+
+
+def _files_under(folder: Path) -> list[str]:
+    """Every file below `folder` (relative, posix), links not followed (they were refused before)."""
+    found = []
+    for here, dirs, files in os.walk(folder, followlinks=False):
+        rel = Path(here).relative_to(folder)
+        found += [(rel / f).as_posix() for f in files]
+        dirs.sort()
+    return sorted(found)
+
+
+def _carried(folder: Path, ours: set[str], carry: Callable[[Path], bool] | None) -> list[str]:
+    """Subfolders of `folder` that are other outputs of SafetyRepro kept in place (`import --out DIR`
+    then `analyze --out DIR/analysis`): a folder with its own marker, or one `carry` recognises."""
+    kept = []
+    for entry in sorted(os.listdir(folder)):
+        p = folder / entry
+        if p.is_dir() and not p.is_symlink() and not any(f == entry or f.startswith(entry + "/") for f in ours) \
+                and (read_marker(p) is not None or (carry is not None and carry(p))):
+            kept.append(entry)
+    return kept
+
+
+def _target(out: Path) -> Path:
+    """The folder to replace: `out` itself, or where it points if the user named a link."""
+    out = Path(os.path.abspath(out))
+    return Path(os.path.realpath(out)) if out.is_symlink() else out
+
+
+def check_output_set(out: Path | str, command: str, *, legacy: Legacy | None = None,
+                     carry: Callable[[Path], bool] | None = None, own_links: tuple[str, ...] = (),
+                     what: str = "--out") -> None:
+    """Read-only, before any work: refuse (UserError, one line) an output folder that is a file, holds
+    a link, or holds a file that no earlier `safetyrepro COMMAND` wrote. An earlier output is
+    recognised by its MARKER (command and files), or, for folders written before markers, by
+    `legacy(folder, files)` returning the files it owns (None: not recognised). Subfolders that are
+    other outputs (their own marker, or `carry(subfolder)`) are kept as they are. `own_links`: as for
+    refuse_links_under. A missing or empty folder is fine."""
+    out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise UserError(f"{what} {out} is a link to nothing; give an existing folder or a new name")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{what} {out} is a file, not a folder; choose another {what}")
+    if not out.exists():
+        return
+    if Path(os.path.realpath(os.getcwd())).is_relative_to(os.path.realpath(out)):
+        raise UserError(f"{what} {out} is the current folder or holds it; SafetyRepro replaces the folder it writes "
+                        f"as a whole: name a new folder below it")
+    refuse_links_under(out, own=own_links)
+    files = _files_under(out)
+    if not files:
+        return
+    marker = read_marker(out)
+    if marker is not None:
+        if marker["command"] != command:
+            raise UserError(f"{what} {out} holds the output of `safetyrepro {marker['command']}` ({MARKER}); "
+                            f"`safetyrepro {command}` would replace it: choose another {what}")
+        ours = {str(f) for f in marker["files"]} | {MARKER}
+    else:
+        ours = (legacy(out, files) if legacy is not None else None) or set()
+    kept = _carried(out, ours, carry)
+    foreign = [f for f in files if f not in ours and f.split("/")[0] not in kept
+               and not _LEFTOVER_TMP.match(f.rsplit("/", 1)[-1])]
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise UserError(f"{what} {out} holds {foreign[0]}{more}, which no earlier `safetyrepro {command}` wrote "
+                        f"(one is recognised by its {MARKER}); SafetyRepro never replaces files it did not write: "
+                        f"choose another {what}, or move them")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # an earlier call in this process that could not clean up
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _rmtree(name: str, dir_fd: int) -> None:
+    import shutil
+
+    if _exists(name, dir_fd):
+        try:
+            shutil.rmtree(name, dir_fd=dir_fd)  # fd-based: never follows a link out
+        except TypeError:  # Python 3.10: no dir_fd; rmtree still does not follow links on Linux
+            shutil.rmtree(os.path.join(f"/proc/self/fd/{dir_fd}", name))
+
+
+def _exchange(dir_fd: int, a: str, b: str) -> bool:
+    """Swap the folders `a` and `b` of `dir_fd` in one step; False where the system cannot."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if fn(dir_fd, os.fsencode(a), dir_fd, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+def _move_carried(src_fd: int, dst_fd: int, names: list[str]) -> None:
+    for n in names:
+        if _exists(n, src_fd) and not _exists(n, dst_fd):
+            os.rename(n, n, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+
+
+def _fsync_fd(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.fsync(fd)
+
+
+def recover_output(parent_fd: int, name: str, carry: Callable[[Path], bool] | None = None,
+                   parent: Path | None = None) -> None:
+    """Tidy what a killed run into `name` left beside it: put an earlier folder set aside back when
+    `name` is missing, move other outputs carried into a staging folder back, and remove the staging
+    and aside folders of runs that are no longer alive."""
+    siblings = []
+    for entry in os.listdir(parent_fd):
+        m = _SIBLING.match(entry)
+        if m and m["name"] == name and not _alive(int(m["pid"])):
+            siblings.append((m["kind"] != "aside", entry))  # asides first
+    for staging, entry in sorted(siblings):
+        if not staging and not _exists(name, parent_fd):
+            os.rename(entry, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+            continue
+        if _exists(name, parent_fd) and parent is not None:
+            with open_dir(parent, (entry,), create=False) as sfd, open_dir(parent, (name,), create=False) as ofd:
+                back = [n for n in sorted(os.listdir(sfd))
+                        if os.path.isdir(parent / entry / n) and not os.path.islink(parent / entry / n)
+                        and (read_marker(parent / entry / n) is not None or (carry is not None and carry(parent / entry / n)))]
+                _move_carried(sfd, ofd, back)
+        _rmtree(entry, parent_fd)
+
+
+@contextlib.contextmanager
+def staged_output(out: Path | str, command: str, *, legacy: Legacy | None = None,
+                  carry: Callable[[Path], bool] | None = None, own_links: tuple[str, ...] = (),
+                  what: str = "--out") -> Iterator[Path]:
+    """Build a command's whole output in a fresh staging folder (yielded: write into it with
+    atomic_write(..., root=stage)) and, when the block ends without an error, put it in place of `out`
+    in one step (see above). On an error `out` is left as it was; an OSError becomes a UserError that
+    names the file (under `out`) and says so. `out` is checked as check_output_set does, again here."""
+    out = Path(out)
+    target = _target(out)
+    parent, name = target.parent, target.name
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        pfd = os.open(parent, os.O_RDONLY | DIRECTORY)
+    except OSError as e:
+        raise UserError(f"cannot create the folder {parent} for {what} {out}: {e.strerror}") from None
+    stage_name = f".{name}.safetyrepro-staging-{os.getpid()}-{secrets.token_hex(4)}"
+    stage = parent / stage_name
+    made = moved = False
+    carried: list[str] = []
+    try:
+        recover_output(pfd, name, carry, parent)
+        check_output_set(out, command, legacy=legacy, carry=carry, own_links=own_links, what=what)
+        os.mkdir(stage_name, 0o777, dir_fd=pfd)
+        made = True
+        yield stage
+        files = _files_under(stage)
+        atomic_write(stage / MARKER, marker_text(command, files), root=stage)
+        if _exists(name, pfd) and os.path.isdir(target):
+            with contextlib.suppress(OSError):
+                os.chmod(stage_name, stat.S_IMODE(os.stat(name, dir_fd=pfd).st_mode), dir_fd=pfd)
+            carried = _carried(target, set(files), carry)
+            if carried:
+                with open_dir(parent, (name,), create=False) as ofd, open_dir(parent, (stage_name,), create=False) as sfd:
+                    moved = True
+                    _move_carried(ofd, sfd, carried)
+        with open_dir(parent, (stage_name,), create=False) as sfd:
+            _fsync_fd(sfd)
+        old = _swap(pfd, stage_name, name)
+        made = moved = False  # in place: from here on nothing is undone
+        _fsync_fd(pfd)
+        if old:
+            with contextlib.suppress(OSError):
+                _rmtree(old, pfd)
+    except BaseException as e:
+        if made:
+            with contextlib.suppress(OSError, UserError):
+                if moved:
+                    with open_dir(parent, (stage_name,), create=False) as sfd, \
+                            open_dir(parent, (name,), create=False) as ofd:
+                        _move_carried(sfd, ofd, carried)
+                _rmtree(stage_name, pfd)
+        if isinstance(e, OSError):
+            raise UserError(_unwritten(e, stage, out)) from None
+        raise
+    finally:
+        os.close(pfd)
+
+
+def _swap(pfd: int, stage_name: str, name: str) -> str | None:
+    """Put `stage_name` in place of `name`; returns the name the earlier folder now has, if any."""
+    try:
+        os.rename(stage_name, name, src_dir_fd=pfd, dst_dir_fd=pfd)  # `name` missing, or an empty folder
+        return None
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+    if _exchange(pfd, stage_name, name):
+        return stage_name
+    aside = stage_name.replace(".safetyrepro-staging-", ".safetyrepro-aside-")
+    os.rename(name, aside, src_dir_fd=pfd, dst_dir_fd=pfd)
+    os.rename(stage_name, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+    return aside
+
+
+def _unwritten(e: OSError, stage: Path, out: Path) -> str:
+    what = e.strerror or str(e)
+    path = str(e.filename or "")
+    if path.startswith(str(stage)):
+        path = str(out) + path[len(str(stage)):]
+    hint = "free disk space and rerun" if e.errno == errno.ENOSPC else "rerun once that is fixed"
+    return (f"cannot write {path or out}: {what}; {out} is left as it was (nothing of this run was put in place): "
+            f"{hint}")

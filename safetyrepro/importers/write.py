@@ -1,14 +1,19 @@
-"""Import end to end: check the output folder, read the runs, assemble, write every file
-atomically (whole or not at all, never through a link), and only after everything was validated."""
+"""Import end to end: check the output folder, read the runs, assemble, and only after everything was
+validated write the whole set (staged beside the folder and swapped in at once, never through a link)."""
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from safetyrepro.atomic import atomic_write, check_no_links
+from safetyrepro.atomic import (
+    atomic_write,
+    check_no_links,
+    check_output_set,
+    read_marker,
+    staged_output,
+)
 from safetyrepro.errors import UserError
 
 from .assemble import Imported, assemble
@@ -19,23 +24,42 @@ OUTPUTS = ("grid.csv", "grid.parquet", "items.parquet", "rules.yaml", "run.json"
            "duplicates.csv", "disagreements.csv", "bad_inputs.csv")
 
 
+def legacy_import(folder: Path, files: list[str]) -> set[str] | None:
+    """An import written before folders carried a marker: its run.json says `safetyrepro import`; then
+    only the names an import writes are its own."""
+    try:
+        source = json.loads((folder / "run.json").read_text()).get("source", "")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not ("grid.csv" in files and str(source).startswith("safetyrepro import")):
+        return None
+    return {f for f in files if f in OUTPUTS}
+
+
+def _legacy_analysis(folder: Path) -> bool:
+    """DIR/analysis written by `analyze` before markers (kept in place, as a marked one is)."""
+    try:
+        card = json.loads((folder / "grid_card.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(card, dict) and "analysis_packages" in card
+
+
 def check_out(out: Path) -> None:
-    """Refuse a folder that holds something other than an earlier import: its files would be replaced."""
+    """Refuse a folder that holds something other than an earlier import (recognised by the marker
+    .safetyrepro-output.json, or run.json of an import written before markers): an import replaces
+    the folder as a whole. Another command's output folder inside it (DIR/analysis) is kept."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a folder; choose another --out")
     if not out.is_dir():
         return
+    check_no_links(out, *(out / name for name in OUTPUTS))
     if (out / "sweep.json").exists() or (out / "cells").exists():
         raise UserError(f"--out {out} holds a sweep (sweep.json, cells/); an import would replace its grid: "
                         "choose another --out")
-    if (out / "grid.csv").exists():
-        try:
-            source = json.loads((out / "run.json").read_text()).get("source", "")
-        except (OSError, ValueError, AttributeError):
-            source = ""
-        if not str(source).startswith("safetyrepro import"):
-            raise UserError(f"--out {out} holds a grid that no `safetyrepro import` wrote; choose another --out")
-    check_no_links(out, *(out / name for name in OUTPUTS))
+    if (out / "grid.csv").exists() and read_marker(out) is None and legacy_import(out, ["grid.csv"]) is None:
+        raise UserError(f"--out {out} holds a grid that no `safetyrepro import` wrote; choose another --out")
+    check_output_set(out, "import", legacy=legacy_import, carry=_legacy_analysis)
 
 
 def _sha256_file(path: str) -> tuple[str, int]:
@@ -75,25 +99,23 @@ def import_runs(package: str, paths: Sequence[str], *, metric: str | None = None
 
 
 def write_outputs(out: Path, imported: Imported) -> list[Path]:
-    """Every output file, each written atomically; the grid last, so a folder with a new grid.csv
-    has every file of the same import beside it."""
+    """Every output file, built in a staging folder beside `out` that then takes its place in one step
+    (safetyrepro/atomic.py `staged_output`): `out` holds the earlier import or this one, never a mix."""
     written = []
+    with staged_output(out, "import", legacy=legacy_import, carry=_legacy_analysis) as stage:
 
-    def put(name: str, data) -> None:
-        written.append(atomic_write(out / name, data, root=out))
+        def put(name: str, data) -> None:
+            atomic_write(stage / name, data, root=stage)
+            written.append(out / name)
 
-    put("rules.yaml", imported.rules_text)
-    put("run.json", json.dumps(imported.run_record, indent=2, sort_keys=False, default=str) + "\n")
-    for name, table in imported.tables().items():
-        put(name, table.to_csv(index=False))
-    items = imported.items
-    if len(items):
-        put("items.parquet", lambda f: items.to_parquet(f, index=False, compression="zstd"))
-    elif (out / "items.parquet").is_file():
-        # an earlier import's records would be read beside this grid; none were logged this time (and
-        # analyze stops on an empty items.parquet, so an empty one is no substitute)
-        os.unlink(out / "items.parquet")
-    grid = imported.grid
-    put("grid.parquet", lambda f: grid.to_parquet(f, index=False, compression="zstd"))
-    put("grid.csv", grid.to_csv(index=False))
+        put("rules.yaml", imported.rules_text)
+        put("run.json", json.dumps(imported.run_record, indent=2, sort_keys=False, default=str) + "\n")
+        for name, table in imported.tables().items():
+            put(name, table.to_csv(index=False))
+        items = imported.items
+        if len(items):  # none logged: no items.parquet (analyze stops on an empty one)
+            put("items.parquet", lambda f: items.to_parquet(f, index=False, compression="zstd"))
+        grid = imported.grid
+        put("grid.parquet", lambda f: grid.to_parquet(f, index=False, compression="zstd"))
+        put("grid.csv", grid.to_csv(index=False))
     return written
