@@ -134,6 +134,13 @@ def test_billion_laughs_models_file_is_refused_in_seconds_and_little_memory(tmp_
     assert not (tmp_path / "o").exists()
 
 
+def test_yaml_anchors_in_a_mapping_file_are_refused(tmp_path, capsys):
+    _run(tmp_path)
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text("base: &b {benchmark: xstest, template: T1}\ntasks:\n  - {match: x, <<: *b}\n")
+    _refused(_import_lm_eval(tmp_path, args=("--mapping", mapping)), capsys, str(mapping), "anchor (&b, line 1)")
+
+
 @pytest.mark.parametrize("honest_size", [True, False], ids=["declared", "declared-size-lies"])
 def test_eval_archive_bomb_is_refused_in_seconds_and_little_memory(tmp_path, monkeypatch, honest_eval, honest_size):
     """A 1 MB .eval holding a member that inflates to 1 GiB: refused from its declared size, or, when
@@ -235,6 +242,9 @@ def test_json_nested_200000_deep_is_refused(tmp_path, capsys, honest_eval):
     log = _archive(tmp_path / "deep.eval", [(n, header.encode() if n == "header.json" else d)
                                             for n, d in _members(honest_eval)])
     _refused(["import", "inspect", log, "--out", tmp_path / "o"], capsys, str(log), "header.json", "MAX_JSON_DEPTH")
+    json_log = tmp_path / "deep.json"  # an Inspect log written as one JSON file
+    json_log.write_text(header)
+    _refused(["import", "inspect", json_log, "--out", tmp_path / "o"], capsys, str(json_log), "MAX_JSON_DEPTH")
 
 
 @pytest.mark.parametrize("target", ["9" * 5000, 10**30], ids=["5000-digit-text", "ten-to-the-30"])
