@@ -17,6 +17,7 @@ from typing import Any
 
 from safetyrepro.limits import (
     MAX_CHOICE,
+    MAX_COUNT,
     MAX_SEED,
     MAX_SHOTS,
     Refused,
@@ -297,7 +298,8 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         parse_rate = as_unit_score(score_entry.metrics["parse_rate"].value)
         parse_rate = 1.0 if parse_rate is None else parse_rate
     item_ids = tuple(str(i) for i in (ev.dataset.sample_ids or [])) or None
-    n_items = len(item_ids) if item_ids else int(log.results.total_samples or 0)
+    n_items = len(item_ids) if item_ids else whole_number(log.results.total_samples or 0, "field results.total_samples",
+                                                          0, MAX_COUNT)
     items, note, samples_source = None, "the log holds no samples", None
     if samples:
         rows = _item_rows(samples, score_entry.name)
