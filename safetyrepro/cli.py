@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "certify": "safetyrepro.certify.cli",
     "verdict": "safetyrepro.verdict_cli",
     "flow": "safetyrepro.flow.cli",
+    "export": "safetyrepro.eee.cli",
 }
 
 

@@ -43,6 +43,13 @@ def register(subparsers) -> None:
                          description="Read Inspect log folders (searched at any depth) or log files.")
     ins.add_argument("paths", nargs="+", metavar="LOGDIR", help="Inspect log folders (--log-dir) or log files")
     _common(ins)
+    eee = sub.add_parser("eee", help="Every Eval Ever records (<uuid>.json + <uuid>_samples.jsonl; docs/eee.md)",
+                         description="Read Every Eval Ever 0.3 records (folders searched at any depth for <uuid>.json, "
+                                     "or record files) and their instance-level files: SafetyRepro's own exports, "
+                                     "or any converter's (HELM, lm-eval, Inspect) through --mapping.")
+    eee.add_argument("paths", nargs="+", metavar="PATH", help="folders of EEE records (e.g. an export's DIR or "
+                     "DIR/data) or record files")
+    _common(eee)
 
 
 def run(args: argparse.Namespace) -> int:

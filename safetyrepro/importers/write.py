@@ -19,7 +19,7 @@ from safetyrepro.errors import UserError
 from .assemble import Imported, assemble
 from .mapping import load_mapping
 
-PACKAGES = ("lm-eval", "inspect")
+PACKAGES = ("lm-eval", "inspect", "eee")
 OUTPUTS = ("grid.csv", "grid.parquet", "items.parquet", "rules.yaml", "run.json", "provenance.csv", "unmapped.csv",
            "duplicates.csv", "disagreements.csv", "bad_inputs.csv")
 
@@ -83,6 +83,8 @@ def import_runs(package: str, paths: Sequence[str], *, metric: str | None = None
     rules = parse_rules(packaged_text, str(RULES_PATH))
     if package == "lm-eval":
         from .lm_eval_runs import read_paths
+    elif package == "eee":  # Every Eval Ever records (safetyrepro/eee/import_.py, docs/eee.md)
+        from safetyrepro.eee.import_ import read_paths
     else:
         from .inspect_logs import read_paths
     reading = read_paths(list(paths), mapping, rules, metric=metric, skip_bad=skip_bad)

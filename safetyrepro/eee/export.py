@@ -1,0 +1,497 @@
+"""`safetyrepro export eee GRID --out DIR`: a grid (and its item records) as Every Eval Ever records.
+
+One aggregate record per grid cell (model x configuration, and the cell's precision and package) in
+EEE's datastore layout, `DIR/data/<benchmark>/<developer>/<model>/<uuid>.json`, with the cell's
+item records beside it as `<uuid>_samples.jsonl` (EEE's instance-level format), and the verdict tables
+(rho_flip.csv's rows and rho_flip_max, computed in-process through safetyrepro.analysis) in
+`DIR/safetyrepro_verdicts.json`: EEE's schema has no place for a comparison between models.
+
+`build_export` is pure (frames in, file texts out); `write_export` writes them, staged beside DIR
+and swapped in at once. docs/eee.md has the field mapping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from safetyrepro.errors import UserError
+
+from . import records as R
+
+ITEM_REQUIRED = ("model", "config_id", "item_id", "seed", "item_score")
+RELATIONSHIPS = ("first_party", "third_party", "collaborative", "other")
+SE_METHOD = "analytic: sample standard deviation of the item scores (each item's mean over seeds) / sqrt(n_items)"
+
+
+@dataclass
+class Export:
+    """The files of one export, by path relative to DIR, and what was left out."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    records: list[dict] = field(default_factory=list)   # the index written into the verdicts file
+    skipped: list[dict] = field(default_factory=list)   # cells not exported (status not ok)
+    warnings: list[str] = field(default_factory=list)
+
+
+# -- inputs ---------------------------------------------------------------------------------------------
+def rules_path_for(grid_path: Path, rules: str | None) -> str | None:
+    """The rules file the grid is valid under, as `analyze` chooses it: --rules, else rules.yaml
+    beside the grid (an import writes one), else the packaged envelope (None)."""
+    if rules:
+        return rules
+    beside = grid_path.parent / "rules.yaml"
+    return str(beside) if beside.is_file() else None
+
+
+def items_path_for(grid_path: Path, items: str | None) -> str | None:
+    if items:
+        return items
+    for name in ("items.parquet", "items.csv"):
+        if (grid_path.parent / name).is_file():
+            return str(grid_path.parent / name)
+    return None
+
+
+def load_run_json(grid_path: Path, run_json: str | None) -> dict:
+    path = Path(run_json) if run_json else grid_path.parent / "run.json"
+    if not path.is_file():
+        if run_json:
+            raise UserError(f"--run-json {run_json} does not exist")
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def parse_model_ids(values: Sequence[str] | None) -> dict[str, str]:
+    out = {}
+    for v in values or ():
+        label, sep, model_id = v.partition("=")
+        if not sep or not label or not R.HF_ID.fullmatch(model_id):
+            raise UserError(f"--model-id {v!r}: expected LABEL=ORG/NAME (a Hugging Face style id)")
+        out[label] = model_id
+    return out
+
+
+# -- pieces of a record ------------------------------------------------------------------------------
+def _present(v: Any) -> bool:
+    if v is None:
+        return False
+    try:
+        return not bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return True
+
+
+def _seed_scores(row: dict, cell_items: pd.DataFrame | None) -> dict[str, float] | None:
+    """seed -> score: the grid's seed_scores column, else the item records' mean per seed; None
+    when neither gives one score per seed."""
+    n_seeds = int(row["n_seeds"])
+    text = row.get("seed_scores")
+    if _present(text) and str(text).strip():
+        try:
+            got = {str(int(k)): float(v) for k, v in json.loads(str(text)).items()}
+            if len(got) == n_seeds and all(math.isfinite(v) for v in got.values()):
+                return got
+        except (ValueError, TypeError, AttributeError):
+            pass
+    if cell_items is not None and len(cell_items):
+        means = cell_items.groupby("seed", sort=True)["item_score"].mean()
+        if len(means) == n_seeds:
+            return {str(int(s)): float(v) for s, v in means.items()}
+    if n_seeds == 1:
+        return {"0": float(row["score"])}
+    return None
+
+
+def _uncertainty(cell_items: pd.DataFrame | None) -> dict | None:
+    if cell_items is None or not len(cell_items):
+        return None
+    per_item = cell_items.groupby("item_id", sort=False)["item_score"].mean().to_numpy(dtype=float)
+    n = len(per_item)
+    sd = float(per_item.std(ddof=1)) if n > 1 else 0.0
+    return {"standard_error": {"value": sd / math.sqrt(n), "method": SE_METHOD},
+            "standard_deviation": sd, "num_samples": n}
+
+
+def _source_data(benchmark: str, row: dict) -> dict:
+    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
+
+    details = {k: str(row[c]) for k, c in ((R.K_ITEM_SET, "item_set"), (R.K_SUBSET, "subset_id"))
+               if _present(row.get(c)) and str(row[c])}
+    if benchmark in BENCHMARKS:
+        src = get_benchmark(benchmark).source
+        urls = [f.urls[0] for f in src.files if f.urls]
+        details.update({"repo": src.repo, "commit": src.commit, "licence": src.licence})
+        if urls:
+            return {"dataset_name": benchmark, "source_type": "url", "url": urls, "additional_details": details}
+    out = {"dataset_name": benchmark, "source_type": "other"}
+    if details:
+        out["additional_details"] = details
+    return out
+
+
+def _metric_config(benchmark: str, row: dict, tie_rule: str | None) -> dict:
+    from safetyrepro.analysis.direction import direction
+    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
+
+    better = direction(benchmark)
+    meaning = get_benchmark(benchmark).score_meaning if benchmark in BENCHMARKS else ""
+    details = {R.K_BETTER: better.name}
+    if tie_rule and row["scoring"] == "logprob":
+        details[R.K_TIE_RULE] = tie_rule
+    if _present(row.get("metric")) and str(row["metric"]):
+        details[R.K_METRIC] = str(row["metric"])
+    return {
+        "evaluation_description": meaning or f"{benchmark}: share of items answered correctly",
+        "metric_id": f"safetyrepro.{benchmark}.score" if meaning else "accuracy",
+        "metric_name": "score" if meaning else "accuracy",
+        "metric_kind": "proportion" if meaning else "accuracy",
+        "metric_unit": "proportion",
+        # EEE's flag is one bit: "closer to 0.5 is better" (CrowS-Pairs) is not lower; safetyrepro_better says it
+        "lower_is_better": better.name in ("lower", "closer_to_0"),
+        "score_type": "continuous", "min_score": 0.0, "max_score": 1.0,
+        "additional_details": details,
+    }
+
+
+def _prompt_template(benchmark: str, template: str) -> str | None:
+    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
+
+    if benchmark not in BENCHMARKS:
+        return None
+    texts = get_benchmark(benchmark).templates.get(template.split("+", 1)[0])
+    if texts is None:
+        return None
+    return f"{texts.system}\n\n{texts.body}" if texts.system else texts.body
+
+
+def _generation_config(row: dict, rules, rules_sha: str) -> dict:
+    decoding = rules.decodings.get(row["decoding"])
+    args: dict[str, Any] = {}
+    if decoding is not None and row["decoding"] != "provider-default":
+        args.update(temperature=float(decoding.temperature), top_p=float(decoding.top_p))
+    if row["scoring"] == "free_form":
+        args["max_tokens"] = int(rules.max_new(row["template"].split("+", 1)[0]))
+    prompt = _prompt_template(row["benchmark"], row["template"])
+    if prompt:
+        args["prompt_template"] = prompt
+    from safetyrepro.tasks.envelope import Config
+
+    cfg = Config(row["benchmark"], row["template"], row["decoding"], int(row["shots"]), row["scoring"])
+    details = {
+        R.K_CONFIG_ID: row["config_id"], R.K_TEMPLATE: row["template"], R.K_DECODING: row["decoding"],
+        R.K_SHOTS: str(int(row["shots"])), R.K_SCORING: row["scoring"],
+        R.K_DO_SAMPLE: R.bool_str(bool(decoding.do_sample) if decoding is not None else False),
+        R.K_TIER: row["tier"], R.K_STRESS_TEMPLATE: R.bool_str(row["template"] in rules.stress.get("template", ())
+                                                                or row["template"].split("+", 1)[0]
+                                                                in rules.stress.get("template", ())),
+        R.K_RULES_SHA: rules_sha, R.K_NUM_FEWSHOT: str(int(row["shots"])),
+    }
+    if decoding is not None and decoding.do_sample:
+        details[R.K_SEEDS] = json.dumps(list(decoding.seeds))
+    assert cfg.config_id == row["config_id"]
+    return {"generation_args": args, "additional_details": details}
+
+
+def _instance_lines(cell_items: pd.DataFrame, evaluation_id: str, model_id: str, row: dict) -> list[str]:
+    method = "regex" if row["scoring"] == "free_form" else "logprob_argmax"
+    lines = []
+    cols = set(cell_items.columns)
+    for it in cell_items.to_dict("records"):
+        meta = {"seed": str(int(it["seed"]))}
+        prediction = it.get("prediction") if "prediction" in cols else None
+        gold = it.get("gold") if "gold" in cols else None
+        for key in ("prediction", "gold"):
+            v = it.get(key) if key in cols else None
+            if _present(v):
+                meta[key] = str(int(v))
+        if "parsed" in cols and _present(it.get("parsed")):
+            meta["parsed"] = R.bool_str(bool(it["parsed"]))
+        if "prompt_sha256" in cols and _present(it.get("prompt_sha256")) and str(it["prompt_sha256"]):
+            meta["prompt_sha256"] = str(it["prompt_sha256"])
+        raw = it.get("raw_output") if "raw_output" in cols else None
+        score = float(it["item_score"])
+        correct = (int(prediction) == int(gold)) if _present(prediction) and _present(gold) else score >= 1.0
+        lines.append(R.dump_line({
+            "schema_version": R.SCHEMA_VERSION, "evaluation_id": evaluation_id, "model_id": model_id,
+            "evaluation_name": row["benchmark"], "evaluation_result_id": row["config_id"],
+            "sample_id": str(it["item_id"]), "interaction_type": "single_turn",
+            # SafetyRepro's item records keep the prompt's sha256 (metadata.prompt_sha256), not its text
+            "input": {"raw": "", "reference": [str(int(gold))] if _present(gold) else []},
+            "output": {"raw": [str(raw)] if _present(raw) else []},
+            "answer_attribution": [{"turn_idx": 0, "source": "output.raw", "extracted_value": str(int(prediction)),
+                                    "extraction_method": method, "is_terminal": True}] if _present(prediction) else [],
+            "evaluation": {"score": score, "is_correct": bool(correct)},
+            "metadata": meta,
+        }))
+    return lines
+
+
+# -- the export -----------------------------------------------------------------------------------
+def _items_by_cell(items: pd.DataFrame | None, grid: pd.DataFrame) -> dict:
+    """The item records grouped by cell: {"keys": the columns that name a cell, "groups": key -> rows}."""
+    if items is None:
+        return {}
+    missing = [c for c in ITEM_REQUIRED if c not in items.columns]
+    if missing:
+        raise UserError(f"item records lack column(s) {', '.join(missing)}; they need {', '.join(ITEM_REQUIRED)}")
+    keys = ["model", "config_id"]
+    for extra in ("precision", "package"):
+        if extra in items.columns:
+            keys.append(extra)
+    if len(keys) == 2 and grid.duplicated(["model", "config_id"]).any():
+        raise UserError("the grid holds several precisions or packages of one cell, and the item records do not say "
+                        "which they belong to (no precision/package columns)")
+    items = items.copy()
+    items["model"] = items["model"].astype(str)
+    items["item_id"] = items["item_id"].astype(str)
+    bad = ~items["item_score"].astype(float).between(0.0, 1.0)
+    if bad.any():
+        raise UserError(f"item records: item_score {items['item_score'][bad].iloc[0]!r} is outside [0, 1]")
+    groups = {tuple(str(v) for v in (k if isinstance(k, tuple) else (k,))): g for k, g in items.groupby(keys, sort=False)}
+    return {"keys": keys, "groups": groups}
+
+
+def build_export(grid_raw: pd.DataFrame, items: pd.DataFrame | None, rules_path: str | None, *, grid_sha256: str,
+                 run_json: dict | None = None, model_ids: dict[str, str] | None = None,
+                 organization: str = "SafetyRepro", relationship: str = "third_party",
+                 timestamp: str | None = None, grid_name: str = "grid.csv") -> Export:
+    """Every file of the export, as text, keyed by its path under DIR."""
+    import safetyrepro
+    from safetyrepro.analysis.grid_io import validate_cells
+    from safetyrepro.tasks.envelope import load_rules
+
+    if relationship not in RELATIONSHIPS:
+        raise UserError(f"--relationship {relationship!r}; allowed: {', '.join(RELATIONSHIPS)}")
+    rules = load_rules(rules_path)
+    raw = grid_raw.reset_index(drop=True)
+    valid = validate_cells(raw.copy(), rules, grid_name)  # the checks `analyze` makes, before anything is built
+    run_json = run_json or {}
+    model_ids = model_ids or {}
+    versions = run_json.get("packages") or {}
+    run_tie_rule = run_json.get("tie_rule") if isinstance(run_json.get("tie_rule"), str) else None
+    weights = {}
+    for m in run_json.get("models") or []:
+        if isinstance(m, dict) and m.get("label") and m.get("weights_sha256"):
+            weights[str(m["label"])] = str(m["weights_sha256"])
+    stamp = timestamp or os.environ.get("SOURCE_DATE_EPOCH") or str(int(time.time()))
+    by_cell = _items_by_cell(items, valid)
+    out = Export()
+    for i, v in valid.iterrows():
+        row = {**{k: raw.at[i, k] for k in raw.columns}, **{k: v[k] for k in valid.columns if k != "score"}}
+        row["score"] = float(raw.at[i, "score"]) if v["status"] == "ok" else None
+        if v["status"] != "ok":
+            out.skipped.append({"model": row["model"], "config_id": row["config_id"], "precision": row["precision"],
+                                "package": row["package"], "status": v["status"],
+                                "reason": "EEE records carry a score; a cell that did not run has none"})
+            continue
+        label, package, precision = str(row["model"]), str(row["package"]), str(row["precision"])
+        model_id = R.model_id_for(label, model_ids)
+        try:
+            collection, developer, model_dir = R.path_components(row["benchmark"], model_id)
+        except UserError as e:
+            raise UserError(f"model {label!r}: {e}; give it an id with --model-id {label}=ORG/NAME") from None
+        cell_items = None
+        if by_cell:
+            key = tuple(str(row[k]) for k in by_cell["keys"])
+            cell_items = by_cell["groups"].get(key)
+        seed_scores = _seed_scores(row, cell_items)
+        if seed_scores is None:
+            out.warnings.append(f"{label} {row['config_id']}: {row['n_seeds']} seeds but neither seed_scores nor item "
+                                "records give their scores; the record carries the cell score only")
+        evaluation_id = "/".join([row["config_id"], model_id, precision, package])
+        name = R.file_uuid(grid_sha256, evaluation_id)
+        folder = "/".join([R.DATA_DIR, collection, developer, model_dir])
+        details = {R.K_N_ITEMS: str(int(row["n_items"])), R.K_N_SEEDS: str(int(row["n_seeds"])),
+                   R.K_PARSE_RATE: R.number_str(row["parse_rate"]), R.K_PRECISION: precision, R.K_PACKAGE: package}
+        if seed_scores is not None:
+            details[R.K_SEED_SCORES] = json.dumps(seed_scores)
+        if _present(row.get("tie_rate")):
+            details[R.K_TIE_RATE] = R.number_str(row["tie_rate"])
+        score_details: dict[str, Any] = {"score": row["score"], "details": details}
+        unc = _uncertainty(cell_items)
+        if unc:
+            score_details["uncertainty"] = unc
+        tie_rule = str(row["tie_rule"]) if _present(row.get("tie_rule")) and str(row["tie_rule"]) else run_tie_rule
+        result = {
+            "evaluation_result_id": row["config_id"], "evaluation_name": row["benchmark"],
+            "source_data": _source_data(row["benchmark"], row), "metric_config": _metric_config(row["benchmark"], row,
+                                                                                              tie_rule),
+            "score_details": score_details, "generation_config": _generation_config(row, rules, rules.sha256),
+        }
+        model_details = {"deployment_type": "unknown", "model_availability": "unknown", R.K_LABEL: label}
+        w = str(row["weights_sha256"]) if _present(row.get("weights_sha256")) and str(row["weights_sha256"]) \
+            else weights.get(label)
+        if w:
+            model_details[R.K_WEIGHTS] = w
+        model_info = {"name": label, "id": model_id, "additional_details": model_details}
+        if "/" in model_id and not model_id.startswith("safetyrepro/"):
+            model_info["developer"] = model_id.split("/", 1)[0]
+        base = package.split("==", 1)[0].split(" [", 1)[0]
+        version = package.split("==", 1)[1].split(" [", 1)[0] if "==" in package else \
+            str(versions.get(R.VERSION_KEYS.get(base, base), "unknown"))
+        record = {
+            "schema_version": R.SCHEMA_VERSION, "evaluation_id": evaluation_id, "retrieved_timestamp": stamp,
+            "source_metadata": {"source_name": "SafetyRepro", "source_type": "evaluation_run",
+                                "source_organization_name": organization, "evaluator_relationship": relationship,
+                                "additional_details": {R.K_GRID_SHA: grid_sha256, R.K_RULES_SHA: rules.sha256}},
+            "eval_library": {"name": R.LIBRARY_NAMES.get(base, base), "version": version,
+                             "additional_details": {R.K_VERSION: safetyrepro.__version__, R.K_PACKAGE: package}},
+            "model_info": model_info, "evaluation_results": [result],
+        }
+        lines = _instance_lines(cell_items, evaluation_id, model_id, row) if cell_items is not None and \
+            len(cell_items) else []
+        if lines:
+            text = "".join(lines)
+            record["detailed_evaluation_results"] = {
+                "format": "jsonl", "file_path": f"{folder}/{name}_samples.jsonl", "hash_algorithm": "sha256",
+                "checksum": hashlib.sha256(text.encode("utf-8")).hexdigest(), "total_rows": len(lines)}
+            out.files[f"{folder}/{name}_samples.jsonl"] = text
+        out.files[f"{folder}/{name}.json"] = R.dump_json(record)
+        out.records.append({"file": f"{folder}/{name}.json", "samples": f"{folder}/{name}_samples.jsonl" if lines else None,
+                            "evaluation_id": evaluation_id, "model": label, "model_id": model_id,
+                            "config_id": row["config_id"], "precision": precision, "package": package,
+                            "score": row["score"], "n_items": int(row["n_items"]), "n_seeds": int(row["n_seeds"])})
+    if not out.records:
+        raise UserError(f"grid {grid_name} has no cell with status ok: nothing to export")
+    verdicts = verdict_tables(raw, rules_path, rules)
+    out.files[R.VERDICTS_FILE] = R.dump_json({
+        "format": R.VERDICTS_FORMAT, "version": 1, "eee_schema_version": R.SCHEMA_VERSION,
+        "written_by": f"safetyrepro {safetyrepro.__version__} export eee",
+        "grid": {"name": grid_name, "sha256": grid_sha256}, "rules_sha256": rules.sha256,
+        "retrieved_timestamp": stamp,
+        "about": "SafetyRepro's verdict tables for the models of these records: rho_flip.csv's rows (per benchmark x "
+                 "slice x model pair: strict sign counts over the configurations every model has) and rho_flip_max, "
+                 "per (precision, package) group, as `safetyrepro analyze` computes them; rho_flip_csv is "
+                 "rho_flip.csv's exact text. EEE's schema describes one model's results and has no place for a "
+                 "comparison between models, so they are kept here (docs/eee.md).",
+        "groups": verdicts, "records": out.records, "cells_not_exported": out.skipped,
+    })
+    return out
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _rows(frame: pd.DataFrame) -> list[dict]:
+    return [{k: _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
+
+
+def verdict_tables(raw: pd.DataFrame, rules_path: str | None, rules) -> list[dict]:
+    """Per (precision, package) group of ok cells: rho_flip.csv's rows and text, rho_flip_max, and
+    the analysis's warnings; a group the analysis cannot read (one model) says why instead."""
+    from safetyrepro.analysis import api, rank_flip
+    from safetyrepro.analysis.slices import check_slices
+
+    status = raw["status"].fillna("ok").astype(str).str.strip().replace("", "ok") if "status" in raw.columns \
+        else pd.Series("ok", index=raw.index)
+    frame = raw[status == "ok"]
+    slices = check_slices(None, rules)
+    out = []
+    for (precision, package), group in frame.groupby(["precision", "package"], sort=True):
+        entry: dict[str, Any] = {"precision": str(precision), "package": str(package)}
+        try:
+            g, r = api.prepare(group.reset_index(drop=True), rules_path)
+        except UserError as e:
+            entry["not_computed"] = str(e)
+            out.append(entry)
+            continue
+        detail = rank_flip.rho_flip_table(g, r, slices)
+        table = detail[list(rank_flip.RHO_FLIP_COLUMNS)]
+        entry.update({"models": list(g.models), "slices": list(slices), "warnings": list(g.warnings),
+                      "rho_flip": _rows(table), "rho_flip_csv": table.to_csv(index=False),
+                      "rho_flip_max": _rows(rank_flip.rho_flip_max(detail, len(g.models)))})
+        out.append(entry)
+    return out
+
+
+# -- writing --------------------------------------------------------------------------------------
+def _is_earlier_export(out: Path) -> bool:
+    try:
+        data = json.loads((out / R.VERDICTS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == R.VERDICTS_FORMAT
+
+
+def check_out(out: Path) -> None:
+    """DIR must be new, empty, or an earlier export (which is replaced as a whole)."""
+    if out.is_symlink():
+        raise UserError(f"--out {out} is a symbolic link; give the folder itself")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder; choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not _is_earlier_export(out):
+        raise UserError(f"--out {out} holds files that no `safetyrepro export eee` wrote; choose a new or empty folder")
+
+
+def write_export(out: Path, export: Export) -> list[Path]:
+    """Write the files into a staging folder beside `out`, then put it in out's place in one step
+    (an earlier export there is replaced whole; a failure leaves it as it was)."""
+    check_out(out)
+    out = out.absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = out.parent / f".{out.name}.eee-stage-{os.getpid()}"
+    old = out.parent / f".{out.name}.eee-old-{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    try:
+        for rel, text in export.files.items():
+            path = stage / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "w", encoding="utf-8", newline="\n") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        moved = False
+        if out.exists():
+            os.rename(out, old)
+            moved = True
+        try:
+            os.rename(stage, out)
+        except OSError:
+            if moved:
+                os.rename(old, out)
+            raise
+        if moved:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return [out / rel for rel in export.files]
+
+
+def export_eee(grid: str | Path, out: str | Path, *, items: str | None = None, rules: str | None = None,
+               run_json: str | None = None, model_ids: dict[str, str] | None = None,
+               organization: str = "SafetyRepro", relationship: str = "third_party",
+               timestamp: str | None = None) -> tuple[Export, list[Path]]:
+    """Read GRID (and its items, rules.yaml and run.json beside it, as `analyze` finds them), build
+    the records and write them into `out`; returns (the export, the paths written)."""
+    from safetyrepro.analysis.grid_io import read_table
+    from safetyrepro.importers.common import sha256_bytes
+
+    grid_path = Path(grid)
+    raw = read_table(grid_path)
+    item_path = items_path_for(grid_path, items)
+    item_frame = read_table(item_path, "items") if item_path else None
+    export = build_export(raw, item_frame, rules_path_for(grid_path, rules),
+                          grid_sha256=sha256_bytes(grid_path.read_bytes()),
+                          run_json=load_run_json(grid_path, run_json), model_ids=model_ids, organization=organization,
+                          relationship=relationship, timestamp=timestamp, grid_name=str(grid_path))
+    return export, write_export(Path(out), export)

@@ -1,0 +1,561 @@
+"""Reading Every Eval Ever records (schema 0.3.x) into `Run`s, which the importers' `assemble` turns
+into a grid exactly as it does lm-eval's and Inspect's (safetyrepro/importers/: model splits,
+package versions, comparability, duplicates, the rules file, provenance).
+
+Two kinds of record:
+
+- SafetyRepro's own (`safetyrepro export eee`, recognised by `records.is_safetyrepro_record`): every
+  axis, the seeds' scores, the precision, package, tie rule and weights are read back from the keys
+  the export wrote; the item records from the instance-level file.
+- any other (EEE's converters for HELM, lm-eval and Inspect, leaderboard scrapes): each evaluation
+  name is a task, placed by the mapping file (`--mapping`: benchmark, template, metric, scoring,
+  shots_arg) or, for lm-eval records, by SafetyRepro's own task names; nothing is guessed, a task
+  neither places is listed as unmapped. The decoding is read from generation_args (temperature,
+  top_p); every other recorded generation setting names it, so that runs that generated differently
+  never share a configuration; a recorded prompt template names the template.
+
+`read_paths` is the I/O edge; `runs_from_record` turns one parsed record and its instance rows into
+runs without touching the disk.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from safetyrepro.importers.common import (
+    Axes,
+    BadInput,
+    BadInputError,
+    DecodingSpec,
+    ItemRow,
+    Reading,
+    Run,
+    SourceFile,
+    Unmapped,
+    as_unit_score,
+    items_match_score,
+    precision_label,
+    short_hash,
+)
+from safetyrepro.importers.mapping import (
+    AXIS_VALUE,
+    LM_EVAL_TASK,
+    NAME,
+    SCORINGS,
+    Mapping,
+    decoding_spec,
+    place_task,
+    with_settings,
+)
+from safetyrepro.limits import (
+    MAX_CHOICE,
+    MAX_COUNT,
+    MAX_SEED,
+    MAX_SHOTS,
+    Refused,
+    check_json_text,
+    decode_text,
+    label_problem,
+    loads_json,
+    read_capped,
+    shorten,
+    whole_number,
+)
+
+from . import records as R
+
+SHOTS_KEYS = (R.K_NUM_FEWSHOT, "num_fewshot", "shots", "n_shots", "fewshot", "k_shot")
+# generation settings that leave the output as it is when they have these values
+NEUTRAL = {"presence_penalty": ("0", "0.0"), "frequency_penalty": ("0", "0.0"), "num_completions": ("1",),
+           "stop_sequences": ("[]", ""), "reasoning": (False, "false")}
+SAMPLING_ARGS = ("temperature", "top_p")
+NOT_OUTPUT_ARGS = ("prompt_template", "execution_command", "agentic_eval_config", "eval_plan", "eval_limits",
+                   "sandbox")
+
+
+# -- finding and reading files (the edge) ---------------------------------------------------------------
+def _links_note(folder: Path) -> str:
+    from safetyrepro.importers.lm_eval_runs import links_note
+
+    return links_note(folder)
+
+
+def find_records(paths: Sequence[str]) -> tuple[list[Path], list[BadInput]]:
+    """Aggregate records under `paths`: a file as given, a folder searched at any depth (links not
+    followed) for `<uuid>.json`, the name EEE's datastore and converters give records."""
+    found, bad = [], []
+    for p in map(Path, paths):
+        if p.is_file():
+            if p.suffix != ".json":
+                bad.append(BadInput(str(p), "is not an Every Eval Ever aggregate record (.json)"))
+            else:
+                found.append(p)
+        elif p.is_dir():
+            here = []
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not (Path(root) / d).is_symlink() and not d.startswith("."))
+                here += [Path(root) / f for f in sorted(files)
+                         if f.endswith(".json") and R.UUID_FILE.fullmatch(f[:-5])]
+            if not here:
+                bad.append(BadInput(str(p), "holds no Every Eval Ever record (<uuid>.json at any depth)"
+                                    + _links_note(p)))
+            found += here
+        else:
+            bad.append(BadInput(str(p), "does not exist"))
+    return sorted(dict.fromkeys(found)), bad
+
+
+def _read_json_text(path: Path) -> tuple[bytes, Any]:
+    data = read_capped(path)
+    text = decode_text(data)
+    check_json_text(text)
+    try:
+        return data, loads_json(text, checked=True)
+    except ValueError as e:
+        raise Refused(f"is not JSON ({str(e).splitlines()[0][:160]})") from None
+
+
+def _companion(path: Path, record: dict) -> Path | None:
+    """The record's instance-level file: detailed_evaluation_results.file_path, rooted at the folder
+    above the `data/` the record sits in (EEE's layout), else `<uuid>_samples.jsonl` beside it."""
+    detail = record.get("detailed_evaluation_results")
+    if isinstance(detail, dict) and isinstance(detail.get("file_path"), str):
+        rel = detail["file_path"].strip()
+        for ancestor in path.absolute().parents:
+            if ancestor.name == R.DATA_DIR:
+                candidate = ancestor.parent / rel
+                if candidate.is_file():
+                    return candidate
+        beside = path.parent / Path(rel).name
+        if beside.is_file():
+            return beside
+    beside = path.with_name(path.stem + "_samples.jsonl")
+    return beside if beside.is_file() else None
+
+
+def _read_samples(path: Path, record: dict) -> tuple[bytes, list[dict]]:
+    data = read_capped(path)
+    detail = record.get("detailed_evaluation_results") or {}
+    algorithm, checksum = detail.get("hash_algorithm"), detail.get("checksum")
+    if algorithm in ("sha256", "md5") and isinstance(checksum, str) and checksum:
+        got = hashlib.new(algorithm, data).hexdigest()
+        if got != checksum.lower():
+            raise Refused(f"has {algorithm} {got}, but its record states {checksum}: the file changed since the "
+                          "record was written")
+    text = decode_text(data)
+    check_json_text(text)
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = loads_json(line, checked=True)
+        except ValueError as e:
+            raise Refused(f"line {n} is not JSON ({str(e).splitlines()[0][:120]})") from None
+        if not isinstance(row, dict):
+            raise Refused(f"line {n} is not a JSON object")
+        if row.get("evaluation_id") != record.get("evaluation_id"):
+            raise Refused(f"line {n} belongs to evaluation {shorten(row.get('evaluation_id'))}, not to its record's "
+                          f"{shorten(record.get('evaluation_id'))}")
+        rows.append(row)
+    total = detail.get("total_rows")
+    if isinstance(total, int) and total != len(rows):
+        raise Refused(f"holds {len(rows)} rows; its record states total_rows {total}: a partial file")
+    return data, rows
+
+
+def check_record(record: Any) -> str | None:
+    """Why a parsed file is not an EEE aggregate record this importer reads, or None."""
+    if not isinstance(record, dict) or "evaluation_results" not in record or "model_info" not in record:
+        return "is not an Every Eval Ever aggregate record (no evaluation_results and model_info)"
+    version = record.get("schema_version")
+    if not isinstance(version, str) or not version.startswith(R.SUPPORTED_SCHEMAS):
+        return (f"is an Every Eval Ever record of schema version {shorten(version)}; supported: "
+                f"{', '.join(v + 'x' for v in R.SUPPORTED_SCHEMAS)}")
+    results = record["evaluation_results"]
+    if not isinstance(results, list) or not results or not all(isinstance(r, dict) for r in results):
+        return "field evaluation_results: expected a non-empty list of results"
+    info = record["model_info"]
+    if not isinstance(info, dict) or not isinstance(info.get("id"), str) or not info["id"].strip():
+        return "field model_info.id: missing"
+    return None
+
+
+def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None = None,
+               skip_bad: bool = False) -> Reading:
+    """Every record under `paths` as runs; bad files raise `BadInputError` at once unless `skip_bad`,
+    which lists them and goes on."""
+    reading = Reading("eee")
+
+    def bad(b: BadInput) -> None:
+        if not skip_bad:
+            raise BadInputError(b)
+        reading.bad.append(b)
+
+    files, missing = find_records(paths)
+    for b in missing:
+        bad(b)
+    for path in files:
+        try:
+            data, record = _read_json_text(path)
+        except OSError as e:
+            bad(BadInput(str(path), f"cannot be read ({e.strerror})"))
+            continue
+        except Refused as e:
+            bad(BadInput(str(path), e.reason))
+            continue
+        problem = check_record(record)
+        if problem:
+            bad(BadInput(str(path), problem))
+            continue
+        samples_path, rows, note = _companion(path, record), None, "the record has no instance-level file"
+        samples_data = None
+        if samples_path is not None:
+            try:
+                samples_data, rows = _read_samples(samples_path, record)
+            except OSError as e:
+                bad(BadInput(str(samples_path), f"cannot be read ({e.strerror})"))
+                continue
+            except Refused as e:
+                bad(BadInput(str(samples_path), e.reason))
+                continue
+        elif record.get("detailed_evaluation_results"):
+            note = f"its instance-level file {shorten(record['detailed_evaluation_results'].get('file_path'))} is " \
+                   "not there"
+        try:
+            got = runs_from_record(record, rows, str(path), str(samples_path) if samples_path else None, mapping,
+                                   rules, metric, note)
+        except Refused as e:
+            got = [BadInput(str(path), e.reason)]
+        if any(isinstance(g, BadInput) for g in got):
+            bad(next(g for g in got if isinstance(g, BadInput)))
+            continue
+        reading.sources.append(SourceFile(str(path), "eee record", hashlib.sha256(data).hexdigest(), len(data)))
+        if samples_data is not None:
+            reading.sources.append(SourceFile(str(samples_path), "eee samples", hashlib.sha256(samples_data).hexdigest(),
+                                              len(samples_data)))
+        for g in got:
+            (reading.unmapped if isinstance(g, Unmapped) else reading.runs).append(g)
+    return reading
+
+
+# -- one record ------------------------------------------------------------------------------------
+def _created(record: dict, result: dict | None = None) -> float:
+    """When the evaluation ran (its timestamp, else when the record was made), for --duplicates newest."""
+    for value in ((result or {}).get("evaluation_timestamp"), record.get("evaluation_timestamp"),
+                  record.get("retrieved_timestamp")):
+        if value is None:
+            continue
+        try:
+            x = float(value)
+            if math.isfinite(x):
+                return x
+        except (TypeError, ValueError):
+            pass
+        try:
+            return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+    return 0.0
+
+
+def _strs(obj: Any) -> dict[str, Any]:
+    return obj if isinstance(obj, dict) else {}
+
+
+def _rows_for(rows: list[dict] | None, result: dict, results: list[dict]) -> list[dict] | None:
+    """The instance rows of one result: those naming its evaluation_result_id, or, for rows that name
+    none, those of its evaluation name when it is the only result of that name."""
+    if rows is None:
+        return None
+    rid = result.get("evaluation_result_id")
+    if rid is not None and any(r.get("evaluation_result_id") is not None for r in rows):
+        return [r for r in rows if r.get("evaluation_result_id") == rid]
+    name = result.get("evaluation_name")
+    if sum(1 for r in results if r.get("evaluation_name") == name) == 1:
+        return [r for r in rows if r.get("evaluation_name") == name]
+    return []
+
+
+def _row_score(row: dict, where: str) -> float:
+    score = as_unit_score(_strs(row.get("evaluation")).get("score"))
+    if score is None:
+        raise Refused(f"{where}: evaluation.score {shorten(_strs(row.get('evaluation')).get('score'))} is not a "
+                      "number in [0, 1]")
+    return score
+
+
+def _raw_output(row: dict) -> str | None:
+    raw = _strs(row.get("output")).get("raw")
+    return str(raw[0]) if isinstance(raw, list) and raw else None
+
+
+def runs_from_record(record: dict, rows: list[dict] | None, source: str, samples_source: str | None,
+                     mapping: Mapping, rules, metric: str | None, items_note: str) -> list[Run | Unmapped | BadInput]:
+    if R.is_safetyrepro_record(record):
+        out: list[Run | Unmapped | BadInput] = []
+        for result in record["evaluation_results"]:
+            out += _safetyrepro_runs(record, result, _rows_for(rows, result, record["evaluation_results"]), source,
+                                     samples_source, mapping, items_note)
+        return out
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for result in record["evaluation_results"]:
+        by_task[str(result.get("evaluation_name"))].append(result)
+    return [_foreign_run(record, task, results, rows, source, samples_source, mapping, rules, metric, items_note)
+            for task, results in by_task.items()]
+
+
+# -- SafetyRepro's own records ---------------------------------------------------------------------------
+def _need(d: dict, key: str, where: str) -> str:
+    v = d.get(key)
+    if not isinstance(v, str) or not v:
+        raise Refused(f"field {where}.{key}: missing (a record `safetyrepro export eee` wrote has it)")
+    return v
+
+
+def _safetyrepro_runs(record: dict, result: dict, rows: list[dict] | None, source: str, samples_source: str | None,
+                      mapping: Mapping, items_note: str) -> list[Run | BadInput]:
+    from safetyrepro.tasks.envelope import Config
+
+    gen = _strs(result.get("generation_config"))
+    g = _strs(gen.get("additional_details"))
+    args = _strs(gen.get("generation_args"))
+    sd = _strs(result.get("score_details"))
+    d = _strs(sd.get("details"))
+    mc = _strs(result.get("metric_config"))
+    md = _strs(mc.get("additional_details"))
+    info = record["model_info"]
+    idet = _strs(info.get("additional_details"))
+    where = "generation_config.additional_details"
+    config_id = _need(g, R.K_CONFIG_ID, where)
+    try:
+        cfg = Config.from_id(config_id)
+    except Exception:
+        raise Refused(f"field {where}.{R.K_CONFIG_ID}: {shorten(config_id)} is not a configuration id") from None
+    shots = whole_number(_need(g, R.K_SHOTS, where), f"{where}.{R.K_SHOTS}", 0, MAX_SHOTS, text=True)
+    axes = Axes(cfg.benchmark, _need(g, R.K_TEMPLATE, where), _need(g, R.K_DECODING, where), shots,
+                _need(g, R.K_SCORING, where))
+    if axes.config_id != config_id:
+        raise Refused(f"field {where}: the axes make {axes.config_id}, not the stated {config_id}")
+    if not NAME.fullmatch(axes.benchmark) or not AXIS_VALUE.fullmatch(axes.template) \
+            or not AXIS_VALUE.fullmatch(axes.decoding) or axes.scoring not in SCORINGS:
+        raise Refused(f"field {where}: configuration {shorten(config_id)} has a value that is no plain name")
+    label = mapping.label(idet.get(R.K_LABEL) or str(info.get("name") or info["id"]))
+    problem = label_problem(label)
+    if problem:
+        return [BadInput(source, f"field model_info: {problem} (a `models` entry of the mapping file gives one)")]
+    dd = "score_details.details"
+    n_items = whole_number(_need(d, R.K_N_ITEMS, dd), f"{dd}.{R.K_N_ITEMS}", 1, MAX_COUNT, text=True)
+    n_seeds = whole_number(_need(d, R.K_N_SEEDS, dd), f"{dd}.{R.K_N_SEEDS}", 1, MAX_COUNT, text=True)
+    score = as_unit_score(sd.get("score"))
+    if score is None:
+        raise Refused(f"field score_details.score: {shorten(sd.get('score'))} is not a number in [0, 1]")
+    parse_rate = as_unit_score(_float(d.get(R.K_PARSE_RATE)))
+    package_label = _need(d, R.K_PACKAGE, dd)
+    base = package_label.split(" [", 1)[0]  # comparability labels are made again from the item sets
+    package, _, version = base.partition("==")
+    version = version or str(_strs(record.get("eval_library")).get("version") or "unknown")
+    seed_scores = _seed_scores(d.get(R.K_SEED_SCORES), n_seeds, score, dd)
+    by_seed: dict[int, list[ItemRow]] = defaultdict(list)
+    for n, row in enumerate(rows or [], 1):
+        meta = _strs(row.get("metadata"))
+        where_row = f"{samples_source} line {n}"
+        seed = whole_number(meta.get("seed", "0"), f"{where_row}: metadata.seed", 0, MAX_SEED, text=True)
+        prediction = meta.get("prediction")
+        gold = meta.get("gold")
+        by_seed[seed].append(ItemRow(
+            str(row.get("sample_id")), _row_score(row, where_row),
+            whole_number(prediction, f"{where_row}: metadata.prediction", 0, MAX_CHOICE, text=True)
+            if prediction is not None else None,
+            whole_number(gold, f"{where_row}: metadata.gold", 0, MAX_CHOICE, text=True) if gold is not None else None,
+            _raw_output(row), {"true": True, "false": False}.get(str(meta.get("parsed"))) if "parsed" in meta else None,
+            meta.get("prompt_sha256") or None))
+    do_sample = g.get(R.K_DO_SAMPLE) == "true"
+    decoding = DecodingSpec(axes.decoding, float(args.get("temperature") or 0.0),
+                            1.0 if args.get("top_p") is None else float(args["top_p"]), do_sample,
+                            recorded=axes.decoding != "provider-default")
+    tie_rule = md.get(R.K_TIE_RULE) if axes.scoring == "logprob" else None
+    spec = {"kind": "eee:safetyrepro", "id": info["id"], "name": info.get("name")}
+    runs: list[Run | BadInput] = []
+    seeds = seed_scores if seed_scores is not None else {0: score}
+    for seed, seed_score in seeds.items():
+        items, note = None, items_note
+        have = by_seed.get(seed) if rows is not None else None
+        if rows is not None and len(seeds) == 1 and have is None and len(by_seed) == 1:
+            have = next(iter(by_seed.values()))
+        if have is not None:
+            if len(have) != n_items:
+                note = f"the instance file holds {len(have)} rows for seed {seed}, not the record's {n_items} items"
+            elif not items_match_score(have, seed_score):
+                note = "the instance rows do not average to the seed's score"
+            else:
+                items, note = tuple(have), ""
+        elif rows is not None:
+            note = f"the instance file holds no rows for seed {seed}"
+        runs.append(Run(
+            package=package, package_version=version, source=source,
+            samples_source=samples_source if items is not None else None, task=f"safetyrepro/{axes.benchmark}",
+            model=label, model_recorded=str(info["id"]), model_spec=spec, weights_id=idet.get(R.K_WEIGHTS) or None,
+            precision=_need(d, R.K_PRECISION, dd), axes=axes, decoding=decoding,
+            stress_template=g.get(R.K_STRESS_TEMPLATE) == "true", seed=seed,
+            metric=md.get(R.K_METRIC) or str(mc.get("metric_id") or "score"), tie_rule=tie_rule, score=seed_score,
+            parse_rate=1.0 if parse_rate is None else parse_rate, n_items=n_items,
+            item_ids=tuple(r.item_id for r in items) if items else None, items=items, items_note=note,
+            created=_created(record, result),
+            settings={"eee_evaluation_id": record.get("evaluation_id"), "generation_config": gen}))
+    return runs
+
+
+def _float(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _seed_scores(text: Any, n_seeds: int, score: float, where: str) -> dict[int, float] | None:
+    if text is None:
+        return None
+    try:
+        raw = json.loads(str(text))
+        got = {whole_number(k, f"{where}.{R.K_SEED_SCORES} seed", 0, MAX_SEED, text=True): as_unit_score(v)
+               for k, v in raw.items()}
+    except (ValueError, AttributeError):
+        raise Refused(f"field {where}.{R.K_SEED_SCORES}: not a JSON object of seed -> score") from None
+    if any(v is None for v in got.values()) or len(got) != n_seeds:
+        raise Refused(f"field {where}.{R.K_SEED_SCORES}: expected {n_seeds} scores in [0, 1]")
+    mean = sum(got.values()) / len(got)
+    if abs(mean - score) > 1e-9:
+        raise Refused(f"field {where}.{R.K_SEED_SCORES}: the seeds average to {mean!r}, not the score {score!r}")
+    return dict(sorted(got.items()))
+
+
+# -- any other record ------------------------------------------------------------------------------------
+def _choose(results: list[dict], wanted: str | None) -> dict | str:
+    if not wanted:
+        return results[0]
+    for r in results:
+        mc = _strs(r.get("metric_config"))
+        if wanted in (r.get("evaluation_result_id"), mc.get("metric_id"), mc.get("metric_name")):
+            return r
+    have = ", ".join(str(r.get("evaluation_result_id") or _strs(r.get("metric_config")).get("metric_id")) for r in results)
+    return f"reports no metric {wanted!r} (it has: {have})"
+
+
+def _settings(gen: dict, shots_key: str | None) -> dict[str, Any]:
+    """The recorded generation settings besides temperature and top_p that change an output."""
+    out: dict[str, Any] = {}
+    for k, v in _strs(gen.get("generation_args")).items():
+        if k in SAMPLING_ARGS or k in NOT_OUTPUT_ARGS or v is None or v in NEUTRAL.get(k, ()):
+            continue
+        out[k] = v
+    for k, v in _strs(gen.get("additional_details")).items():
+        if k == shots_key or k in SHOTS_KEYS or v is None or v in NEUTRAL.get(k, ()):
+            continue
+        out[k] = v
+    return out
+
+
+def _foreign_run(record: dict, task: str, results: list[dict], rows: list[dict] | None, source: str,
+                 samples_source: str | None, mapping: Mapping, rules, metric: str | None,
+                 items_note: str) -> Run | Unmapped | BadInput:
+    from safetyrepro.analysis.direction import direction
+    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
+
+    info = record["model_info"]
+    library = _strs(record.get("eval_library"))
+    label = mapping.label(str(info["id"]).strip())
+    problem = label_problem(label)
+    if problem:
+        return BadInput(source, f"field model_info.id: {problem} (a `models` entry of the mapping file gives one)")
+    own_lm_eval = library.get("name") == "lm_eval" and LM_EVAL_TASK.fullmatch(task) is not None
+    if mapping.task_rule(task) is None and not own_lm_eval:
+        return Unmapped(source, task, label, f"task {task!r} (an EEE record SafetyRepro did not write) is not one of "
+                        "SafetyRepro's task names and no entry of the mapping file matches it: say its benchmark "
+                        "and template with --mapping (docs/eee.md)")
+    placement = place_task(task, mapping, "lm-eval")
+    if isinstance(placement, str):
+        return Unmapped(source, task, label, placement)
+    chosen = _choose(results, placement.metric or metric)
+    if isinstance(chosen, str):
+        return Unmapped(source, task, label, chosen)
+    mc = _strs(chosen.get("metric_config"))
+    metric_name = str(chosen.get("evaluation_result_id") or mc.get("metric_id") or mc.get("metric_name") or "score")
+    sd = _strs(chosen.get("score_details"))
+    score = as_unit_score(sd.get("score"))
+    if score is None:
+        return Unmapped(source, task, label, f"metric {metric_name} is {shorten(sd.get('score'))}, not a share in "
+                        "[0, 1] (choose one with --metric or the mapping's metric)")
+    lower = mc.get("lower_is_better")
+    better = direction(placement.benchmark) if placement.benchmark in BENCHMARKS else None
+    if better is None and lower is True:
+        return Unmapped(source, task, label, f"metric {metric_name} is lower-is-better, and a benchmark SafetyRepro "
+                        "does not define is read as higher-is-better: choose a higher-is-better metric")
+    if better is not None and better.name in ("higher", "lower") and lower is not None \
+            and bool(lower) != (better.name == "lower"):
+        return Unmapped(source, task, label, f"metric {metric_name} is {'lower' if lower else 'higher'}-is-better, "
+                        f"but {placement.benchmark}'s definition reads its score {better.label}")
+    gen = _strs(chosen.get("generation_config"))
+    args = _strs(gen.get("generation_args"))
+    details = _strs(gen.get("additional_details"))
+    scoring = placement.scoring or "free_form"
+    shots_key = placement.shots_arg or next((k for k in SHOTS_KEYS if k in details), None)
+    shots = whole_number(details[shots_key], f"generation_config.additional_details.{shots_key}", 0, MAX_SHOTS,
+                         text=True) if shots_key and shots_key in details else 0
+    if scoring == "logprob":
+        decoding = decoding_spec(0.0, None, False, rules)
+    else:
+        decoding = decoding_spec(_float(args.get("temperature")), _float(args.get("top_p")), None, rules,
+                                 provider_default="temperature" not in args or args.get("temperature") is None)
+        decoding = replace(decoding, name=with_settings(decoding.name, _settings(gen, shots_key)))
+    prompt = args.get("prompt_template")
+    template = with_settings(placement.template, {"prompt": short_hash(str(prompt))} if prompt else {})
+    item_rows = _rows_for(rows, chosen, results)
+    items, note, item_ids = None, items_note, None
+    if item_rows is not None:
+        values: dict[str, list[float]] = defaultdict(list)
+        first: dict[str, dict] = {}
+        for n, row in enumerate(item_rows, 1):
+            sid = str(row.get("sample_id"))
+            values[sid].append(_row_score(row, f"{samples_source} row {n} of {metric_name}"))
+            first.setdefault(sid, row)
+        built = [ItemRow(sid, sum(v) / len(v), raw_output=_raw_output(first[sid])) for sid, v in values.items()]
+        if not built:
+            note = f"the instance file holds no rows for {metric_name}"
+        elif not items_match_score(built, score):
+            note = f"the instance rows' scores do not average to the reported {metric_name}"
+        else:
+            items, note, item_ids = tuple(built), "", tuple(values)
+    source_data = _strs(chosen.get("source_data"))
+    unc = _strs(sd.get("uncertainty"))
+    if item_ids is None and isinstance(source_data.get("sample_ids"), list) and source_data["sample_ids"]:
+        item_ids = tuple(str(s) for s in source_data["sample_ids"])
+    n_items = len(items) if items else next((whole_number(v, "sample count", 1, MAX_COUNT) for v in (
+        unc.get("num_samples"), source_data.get("samples_number")) if isinstance(v, int) and v >= 1),
+        len(item_ids) if item_ids else 0)
+    if n_items < 1:
+        return BadInput(source, f"result {metric_name} states no sample count (uncertainty.num_samples, "
+                                "source_data.samples_number) and has no instance rows")
+    if item_ids is not None and len(set(item_ids)) != n_items:
+        item_ids = None
+    precision = precision_label(_strs(info.get("additional_details")).get("precision"))
+    spec = {"kind": "eee", "id": info["id"], "name": info.get("name"), "developer": info.get("developer"),
+            "inference_platform": info.get("inference_platform")}
+    return Run(
+        package=str(library.get("name") or "eee"), package_version=str(library.get("version") or "unknown"),
+        source=source, samples_source=samples_source if items is not None else None, task=task, model=label,
+        model_recorded=str(info["id"]), model_spec=spec, weights_id=None, precision=precision,
+        axes=Axes(placement.benchmark, template, decoding.name, shots, scoring), decoding=decoding,
+        stress_template=placement.stress, seed=0, metric=metric_name, tie_rule=None, score=score, parse_rate=1.0,
+        n_items=n_items, item_ids=item_ids, items=items, items_note=note, created=_created(record, chosen),
+        settings={"eee_evaluation_id": record.get("evaluation_id"), "generation_config": gen})
