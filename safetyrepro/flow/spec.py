@@ -15,7 +15,7 @@ import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +131,7 @@ def flow_model(entry, precision: str, device: str | None, batch_size: int | None
     return FlowModel(name=entry.target, **({"model_args": args} if args else {}))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _task_own(benchmark: str, args: tuple) -> tuple[Any, Any]:
     """(generate config, version) of the task `benchmark_task` builds for these arguments."""
     from safetyrepro.tasks.inspect_tasks import benchmark_task
