@@ -23,7 +23,8 @@ def register(subparsers) -> None:
                     "item-record formats are described in docs/formats.md.")
     p.add_argument("grid", help="grid.csv or grid.parquet in the grid format of docs/formats.md (one row per cell; "
                    "optional status and tie_rate columns)")
-    p.add_argument("--out", required=True, help="output folder (created; existing files are overwritten)")
+    p.add_argument("--out", required=True, help="output folder (created; an earlier analysis there is replaced as a "
+                   "whole, a folder holding other files is refused)")
     p.add_argument("--items", help="per-item records (Parquet or CSV: model, config_id, item_id, seed, item_score; "
                    "raw_output optional, see docs/formats.md) for the significance tests, the item bootstrap and "
                    "empty-output checks; default: items.parquet or items.csv beside the grid, if present")
@@ -60,7 +61,6 @@ def analyze_grid(grid_path: Path, out: Path, rules_path: str | None = None, *, s
         rules_path = str(grid_path.parent / RULES_BESIDE)
         sys.stderr.write(f"safetyrepro: note: validating against the rules file beside the grid, {rules_path}\n")
     rules = load_rules(rules_path)
-    check_output_folder(out, inputs=(grid_path, items))
     if not 1 <= bootstrap <= MAX_BOOTSTRAP:
         raise UserError(f"--bootstrap {bootstrap}: expected a whole number of resamples from 1 to {MAX_BOOTSTRAP} "
                         "(the cap MAX_BOOTSTRAP)")
@@ -68,6 +68,7 @@ def analyze_grid(grid_path: Path, out: Path, rules_path: str | None = None, *, s
         raise UserError(f"--seed {seed}: expected a whole number from 0 to {MAX_ANALYSIS_SEED}")
     chosen_slices, chosen_thetas = check_slices(slices, rules), parse_thetas(thetas)
     grid = load_grid(grid_path, rules, precision=precision, package=package)
+    check_output_folder(out, inputs=(grid_path, items))  # before the work; the grid's own errors come first
     required = True
     if items is None:
         beside = [grid_path.parent / name for name in ITEM_FILES if (grid_path.parent / name).is_file()]
