@@ -38,6 +38,7 @@ from safetyrepro.adapters.backend import (
     Capabilities,
 )
 from safetyrepro.errors import UserError
+from safetyrepro.limits import label_problem
 
 ENGINE, LM_EVAL, INSPECT = "engine", "lm-eval", "inspect"
 PACKAGES = {ENGINE: ("lm-eval", "inspect"), LM_EVAL: ("lm-eval",), INSPECT: ("inspect",)}
@@ -156,6 +157,9 @@ def parse_model_spec(spec: str, label: str | None = None, model_args: str = "", 
         check_model_name(spec)
         entry = ModelEntry(label or spec, ENGINE, spec, "", precision, revision)
     entry.args_dict()  # malformed args are refused here
+    problem = label_problem(entry.label)  # a label names files, figures and report rows: bounded
+    if problem:
+        raise UserError(problem)
     return entry
 
 
@@ -216,13 +220,12 @@ def load_models_file(path: str | Path) -> list[ModelEntry]:
                 raise UserError(f"{where}: `{key}` {shorten(value)} is longer than {MAX_SPEC_CHARS} characters "
                                 "(the cap MAX_SPEC_CHARS)")
         label = row.get("label")
-        entry = parse_model_spec(str(row["spec"]), None if label is None else str(label), str(model_args),
-                                 row.get("precision"), None if row.get("revision") is None else str(row["revision"]))
-        problem = label_problem(entry.label, "`label`" if label is not None else "label (the spec, as no `label:` "
-                                "is given)")
-        if problem:
+        problem = label_problem(str(row["spec"]).strip() if label is None else str(label),
+                                "`label`" if label is not None else "label (the spec, as no `label:` is given)")
+        if problem:  # before the spec is parsed, so that the line names this file
             raise UserError(f"{where}: {problem}")
-        out.append(entry)
+        out.append(parse_model_spec(str(row["spec"]), None if label is None else str(label), str(model_args),
+                                    row.get("precision"), None if row.get("revision") is None else str(row["revision"])))
     return out
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from safetyrepro.errors import UserError
+from safetyrepro.limits import label_problem
 from safetyrepro.tasks.envelope import AXES, Config, Rules
 
 from .exact import exact_scores
@@ -172,6 +173,10 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
             raise UserError(f"grid {source} row {_row(out, blank)}: column {column!r} is empty")
         out[column] = out[column].astype(str).str.strip()
 
+    for label in out["model"].unique():  # a label names figures and report rows: bounded before any work
+        problem = label_problem(label)
+        if problem:
+            raise UserError(f"grid {source}: {problem}")
     shots = _numeric(out, "shots", source)
     not_int = shots.isna() | (shots != shots.round())
     if not_int.any():

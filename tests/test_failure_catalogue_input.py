@@ -417,3 +417,24 @@ def test_the_caps_are_documented():
         value = getattr(limits, name)
         assert f"{value:,}".replace(",", " ") in section or str(value) in section, (name, value)
 
+
+
+def test_a_5000_character_label_in_a_hand_written_grid_is_refused_at_once(tmp_path, capsys):
+    """analyze on a grid whose model label is 5,000 characters: refused while validating (it took 101 s
+    and 5.5 GB for a 7 MB PNG), naming the cap."""
+    sys.path.insert(0, str(Path(__file__).parent / "analysis"))
+    from analysis_grids import CC, grid_frame
+
+    frame = grid_frame({"a" * 5000: dict.fromkeys(CC, 0.5), "b": dict.fromkeys(CC, 0.6)})
+    frame.to_csv(tmp_path / "grid.csv", index=False)
+    err = _refused(["analyze", str(tmp_path / "grid.csv"), "--out", str(tmp_path / "out")], capsys,
+                   "MAX_LABEL_CHARS", "5000 characters")
+    assert not (tmp_path / "out").exists() and len(err) < 600
+
+
+def test_a_label_over_the_cap_from_the_command_line_is_refused(tmp_path, capsys):
+    """--models takes the spec as the label: a 300-character inspect: spec would name files, figures and
+    report rows, so it is refused with the cap before anything runs."""
+    _refused(["sweep", "--models", "inspect:openai-api/" + "m" * 300, "--benchmarks", "xstest",
+              "--out", str(tmp_path / "out")], capsys, "MAX_LABEL_CHARS")
+    assert not (tmp_path / "out").exists()
