@@ -56,3 +56,13 @@ llamacpp: $(VENV)/.llamacpp
 
 clean:
 	rm -rf $(VENV) $(HELM_VENV) build *.egg-info .pytest_cache
+
+# Every Eval Ever in its own venv (every-eval-ever 0.3.0 needs Python >= 3.12 and pulls duckdb and
+# huggingface-hub 1.x): its validator for `safetyrepro export eee --validate` and tests/eee, and its
+# converters (HELM's, with crfm-helm --no-deps). Python: $EEE_PYTHON, else pyenv's 3.12.1 (docs/eee.md).
+.PHONY: eee
+EEE_VENV ?= .venv-eee
+$(EEE_VENV)/.installed: scripts/eee/install_eee_venv.sh scripts/eee/requirements.txt scripts/eee/requirements-helm-nodeps.txt
+	bash scripts/eee/install_eee_venv.sh $(EEE_VENV)
+
+eee: $(EEE_VENV)/.installed
