@@ -103,8 +103,8 @@ def find_records(paths: Sequence[str]) -> tuple[list[Path], list[BadInput]]:
             here = []
             for root, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not (Path(root) / d).is_symlink() and not d.startswith("."))
-                here += [Path(root) / f for f in sorted(files)
-                         if f.endswith(".json") and R.UUID_FILE.fullmatch(f[:-5])]
+                here += [Path(root) / f for f in sorted(files) if f.endswith(".json")
+                         and R.UUID_FILE.fullmatch(f[:-5]) and not (Path(root) / f).is_symlink()]
             if not here:
                 bad.append(BadInput(str(p), "holds no Every Eval Ever record (<uuid>.json at any depth)"
                                     + _links_note(p)))

@@ -106,3 +106,20 @@ def test_the_fixture_is_what_eees_helm_converter_makes_of_the_runs(tmp_path):
         return sorted(out, key=lambda t: (t[0], t[1]["evaluation_id"]))
 
     assert shape(target) == shape(HELM)
+
+
+def test_the_imported_helm_grid_goes_out_and_back_in_unchanged(imported, tmp_path):
+    """A grid under a widened rules file (an external benchmark, decodings named by their settings)
+    exports under that rules file and imports again to the same rules and the same rho_flip.csv."""
+    if not (imported / "analysis" / "rho_flip.csv").is_file():
+        assert main(["analyze", str(imported / "grid.csv"), "--out", str(imported / "analysis"), "--no-figures",
+                     "--bootstrap", "1"]) == 0
+    assert main(["export", "eee", str(imported / "grid.csv"), "--out", str(tmp_path / "eee")]) == 0
+    rec = json.loads(sorted((tmp_path / "eee" / "data").rglob("*.json"))[0].read_text())
+    assert rec["model_info"]["id"] in (A, B) and rec["model_info"]["developer"] == "toy-org"
+    assert rec["eval_library"]["name"] == "helm"
+    assert main(["import", "eee", str(tmp_path / "eee"), "--out", str(tmp_path / "back")]) == 0
+    assert (tmp_path / "back" / "rules.yaml").read_bytes() == (imported / "rules.yaml").read_bytes()
+    assert main(["analyze", str(tmp_path / "back" / "grid.csv"), "--out", str(tmp_path / "analysis"), "--no-figures",
+                 "--bootstrap", "1"]) == 0
+    assert (tmp_path / "analysis" / "rho_flip.csv").read_bytes() == (imported / "analysis" / "rho_flip.csv").read_bytes()
