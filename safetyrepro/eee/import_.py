@@ -552,7 +552,8 @@ def _foreign_run(record: dict, task: str, results: list[dict], rows: list[dict] 
     spec = {"kind": "eee", "id": info["id"], "name": info.get("name"), "developer": info.get("developer"),
             "inference_platform": info.get("inference_platform")}
     return Run(
-        package=str(library.get("name") or "eee"), package_version=str(library.get("version") or "unknown"),
+        package=R.PACKAGE_OF_LIBRARY.get(str(library.get("name")), str(library.get("name") or "eee")),
+        package_version=str(library.get("version") or "unknown"),
         source=source, samples_source=samples_source if items is not None else None, task=task, model=label,
         model_recorded=str(info["id"]), model_spec=spec, weights_id=None, precision=precision,
         axes=Axes(placement.benchmark, template, decoding.name, shots, scoring), decoding=decoding,

@@ -158,3 +158,29 @@ def test_provenance_names_every_record_and_samples_file_with_its_sha256(trip):
         assert row.sha256 == hashlib.sha256(Path(row.path).read_bytes()).hexdigest()
         assert row.status == "imported"
     assert set(prov["kind"]) == {"eee record", "eee samples"}
+
+
+def test_an_lm_eval_record_of_a_safetyrepro_task_needs_no_mapping(tmp_path):
+    """A converter's lm_eval record named like SafetyRepro's own lm-eval task is placed by the name,
+    as `import lm-eval` places it; its shot count is the converter's num_fewshot."""
+    folder = tmp_path / "data" / "xstest" / "org" / "m"
+    folder.mkdir(parents=True)
+    record = {
+        "schema_version": "0.3.0", "evaluation_id": "xstest/org_m/1", "retrieved_timestamp": "1767225600",
+        "source_metadata": {"source_type": "evaluation_run", "source_organization_name": "x",
+                            "evaluator_relationship": "third_party"},
+        "eval_library": {"name": "lm_eval", "version": "0.4.13"},
+        "model_info": {"name": "org/m", "id": "org/m",
+                       "additional_details": {"deployment_type": "unknown", "model_availability": "unknown"}},
+        "evaluation_results": [{
+            "evaluation_result_id": "acc", "evaluation_name": "safetyrepro_xstest_t1",
+            "source_data": {"dataset_name": "xstest", "source_type": "other"},
+            "metric_config": {"metric_id": "accuracy", "lower_is_better": False, "score_type": "continuous",
+                              "min_score": 0, "max_score": 1},
+            "score_details": {"score": 0.5, "uncertainty": {"num_samples": 6}},
+            "generation_config": {"generation_args": {}, "additional_details": {"num_fewshot": "3"}}}]}
+    (folder / "0a1b2c3d-1111-4222-8333-444455556666.json").write_text(json.dumps(record))
+    assert main(["import", "eee", str(tmp_path / "data"), "--out", str(tmp_path / "g")]) == 0
+    (row,) = pd.read_csv(tmp_path / "g" / "grid.csv").itertuples()
+    assert (row.model, row.config_id, row.package, row.n_items) == ("org/m", "xstest/T1/greedy/3shot/logprob",
+                                                                    "lm-eval", 6)
