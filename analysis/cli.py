@@ -98,5 +98,5 @@ def run(args: argparse.Namespace) -> int:
             line += f"; {better.label}: rho_flip max {r.rho_flip_max_better:.3f} ({r.pairs_better})"
         print(line.replace("(none (no pair reverses))", "(no pair reverses)"))
     print(f"wrote {len(written)} files to {args.out} in {time.perf_counter() - started:.1f} s "
-          f"(report: {Path(args.out) / 'report.md'})")
+          f"(open {Path(args.out) / 'report.html'}; Markdown: report.md)")
     return 0

@@ -209,3 +209,66 @@ def shap_bars(regressor: pd.DataFrame, classifier: pd.DataFrame, path: Path, roo
     _save(fig, path, root)
     plt.close(fig)
     return path
+
+
+MAX_PAIRS_DRAWN = 6  # pairs per benchmark in the wins map (those that reverse most), so 100 models stay readable
+
+
+def _axis_layout(config_ids, rules) -> tuple[list[str], list[tuple[str, str, int]]]:
+    """Rows: templates in the rules' order; columns: (scoring, decoding, shots) in envelope order, as the
+    configurations of one benchmark hold them."""
+    from safetyrepro.tasks.envelope import Config
+
+    cfgs = [Config.from_id(c) for c in config_ids]
+    order = {a: {v: i for i, v in enumerate(rules.axes[a])} for a in ("template", "decoding", "shots", "scoring")}
+    rows = sorted({c.template for c in cfgs}, key=lambda t: order["template"].get(t, 99))
+    cols = sorted({(c.scoring, c.decoding, c.shots) for c in cfgs},
+                  key=lambda k: (order["scoring"].get(k[0], 99), order["decoding"].get(k[1], 99),
+                                 order["shots"].get(k[2], 99)))
+    return rows, cols
+
+
+def wins_by_axes(grid, rules, detail: pd.DataFrame, path: Path, root: Path | None = None) -> Path:
+    """Per benchmark (columns) and pair (rows, up to MAX_PAIRS_DRAWN that reverse most), which model is
+    ahead in each configuration, laid out by the envelope's axes: template down, scoring / decoding /
+    shots across; read in the benchmark's better direction (CrowS-Pairs: closer to 0.5)."""
+    from matplotlib.colors import ListedColormap
+
+    plt = _pyplot()
+    full = detail[detail["slice"] == "full"]
+    panels = []
+    for b in grid.benchmarks:
+        mine = full[full["benchmark"] == b].sort_values(["rho_flip_better", "model_a", "model_b"],
+                                                         ascending=[False, True, True]).head(MAX_PAIRS_DRAWN)
+        panels.append((b, list(zip(mine["model_a"], mine["model_b"], strict=True))))
+    n_cols = max(len(p) for _, p in panels)  # benchmarks down the page, pairs across: it reads beside the text
+    fig, axes = plt.subplots(len(panels), n_cols, figsize=(max(MIN_WIDTH, 3.0 * n_cols), 0.6 + 1.55 * len(panels)),
+                             squeeze=False)
+    cmap = ListedColormap(["#d95f02", "#bdbdbd", "#1b9e77"])  # second model ahead, tie, first model ahead
+    for i, (b, pairs) in enumerate(panels):
+        m = direction(b).better_value(grid.matrix(b))
+        rows, cols = _axis_layout(m.index, rules)
+        for j in range(n_cols):
+            ax = axes[i][j]
+            if j >= len(pairs):
+                ax.axis("off")
+                continue
+            a, c = pairs[j]
+            values = np.full((len(rows), len(cols)), np.nan)
+            for cid, r in m.iterrows():
+                parts = cid.split("/")
+                col = (parts[4], parts[2], int(parts[3].removesuffix("shot")))
+                values[rows.index(parts[1]), cols.index(col)] = np.sign(r[a] - r[c])
+            ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-1, vmax=1, aspect="auto")
+            ax.set_yticks(range(len(rows)), rows, fontsize=7)
+            ax.set_xticks(range(len(cols)), [f"{'lp' if s == 'logprob' else 'ff'} {d[:3]} {k}" for s, d, k in cols],
+                          rotation=90, fontsize=6)
+            ahead_a, ahead_c = int(np.nansum(values > 0)), int(np.nansum(values < 0))
+            ax.set_title(f"{b} ({direction(b).comparative} is better)\n{a} ahead on {ahead_a}, {c} on {ahead_c}",
+                         fontsize=7)
+    fig.suptitle("Where each model is ahead\n(green: the first-named model, orange: the second, grey: tie; "
+                 "blank: not in the grid)", fontsize=8)
+    fig.tight_layout()
+    _save(fig, path, root)
+    plt.close(fig)
+    return path

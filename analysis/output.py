@@ -26,6 +26,8 @@ def draw_figures(a: Analysis, out: Path) -> FigureSet:
     folder = ensure_dir(out / "figures", root=out)
     full = a.rho_flip_detail[a.rho_flip_detail["slice"] == "full"]
     plans = {  # key -> (file, reason not to draw or None, how to draw)
+        "wins_by_axes": ("wins_by_axes.png", None,
+                         lambda p, root: fig.wins_by_axes(a.grid, a.rules, a.rho_flip_detail, p, root)),
         "rho_flip_surface": ("rho_flip_surface.png", fig.constant_reason(
             np.r_[full["rho_flip"], full["rho_flip_better"]], "rho_flip on slice full (every pair and benchmark)"),
             lambda p, root: fig.rho_flip_surface(a.rho_flip_detail, p, root)),

@@ -1,10 +1,13 @@
 """`safetyrepro plan`: how many items per configuration a paired verdict needs, and what a pilot grid
-can detect (analysis/power.py has the model). Only argparse is imported at start-up."""
+can detect (analysis/power.py has the model). Only argparse (and the stdlib-only timing reader) is imported
+at start-up."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from safetyrepro.sweep.timing import seconds_per_item  # no imports of its own: start-up stays light
 
 DEFAULT_EFFECT = 0.10
 
@@ -155,44 +158,6 @@ def _pilot_tables(grid_path: Path, items_arg: str | None):
         keys = pd.MultiIndex.from_arrays([items["model"].astype(str), items["config_id"].astype(str)])
         items = items[keys.isin(list(cells))]
     return grid, items, items_arg
-
-
-def _read_cell(path: Path) -> dict | None:
-    import gzip
-    import json
-
-    try:
-        opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as f:
-            record = json.load(f)
-    except (OSError, ValueError):  # a damaged cell file costs its timing, not the plan
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def seconds_per_item(folder: Path, cells: set[tuple[str, str]]) -> dict[str, tuple[float, int, int]]:
-    """benchmark -> (seconds per item, summed over the benchmark's cells, cells timed, cells in the grid),
-    from the sweep's cell files cells/<model-slug>/<stem>.json[.gz]: elapsed_s / n_items of each ok cell
-    of the grid. Where some cells lack a file the sum is scaled up by cells / timed."""
-    from safetyrepro.tasks.envelope import benchmark_of
-
-    found: dict[tuple[str, str], float] = {}
-    for path in sorted([*folder.glob("cells/*/*.json"), *folder.glob("cells/*/*.json.gz")]):
-        record = _read_cell(path)
-        row = (record or {}).get("row")
-        if not isinstance(row, dict) or record.get("status", "ok") != "ok":
-            continue
-        key = (str(row.get("model")), str(row.get("config_id")))
-        elapsed, n = record.get("elapsed_s"), row.get("n_items")
-        if key in cells and isinstance(elapsed, (int, float)) and isinstance(n, (int, float)) and n > 0:
-            found[key] = float(elapsed) / float(n)
-    out = {}
-    for benchmark in sorted({benchmark_of(cid) for _, cid in cells}):
-        mine = [k for k in cells if benchmark_of(k[1]) == benchmark]
-        timed = [found[k] for k in mine if k in found]
-        if timed:
-            out[benchmark] = (sum(timed) * len(mine) / len(timed), len(timed), len(mine))
-    return out
 
 
 def plan_from_grid(args: argparse.Namespace) -> list[dict]:

@@ -57,7 +57,14 @@ class Figure:
     alt: str
 
 
-Block = Heading | Para | Bullets | Table | Figure
+@dataclass(frozen=True)
+class Side:
+    """Sentences beside a figure (the verdict): side by side on a wide page, one after the other in Markdown."""
+    items: tuple[str, ...]
+    figure: Figure | None
+
+
+Block = Heading | Para | Bullets | Table | Figure | Side
 
 
 def _fmt(v) -> str:
@@ -75,7 +82,8 @@ def _fmt(v) -> str:
 def markdown_table(frame: pd.DataFrame) -> str:
     from safetyrepro.markdown import markdown_table as table
 
-    return table(list(map(str, frame.columns)), ([_fmt(v) for v in row] for row in frame.itertuples(index=False)))
+    return table(list(map(str, frame.columns)), ([_cell(c, v) for c, v in zip(frame.columns, row, strict=True)]
+                                                 for row in frame.itertuples(index=False)))
 
 
 def to_markdown(blocks: list[Block]) -> str:
@@ -95,6 +103,10 @@ def to_markdown(blocks: list[Block]) -> str:
             out.append(f"*How to read:* {md_prose(b.how_to_read)}\n\n" + markdown_table(b.frame))
         elif isinstance(b, Figure):
             out.append(f"![{md_prose(b.alt)}]({b.path})")
+        elif isinstance(b, Side):
+            out.append("\n".join(f"- {md_prose(item)}" for item in b.items))
+            if b.figure is not None:
+                out.append(f"![{md_prose(b.figure.alt)}]({b.figure.path})")
     return "\n\n".join(out) + "\n"
 
 
@@ -106,10 +118,34 @@ def _data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
+def _cell(column: str, v) -> str:
+    """A table cell: counts (columns named n_...) as whole numbers, missing values as N/A."""
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return "N/A"
+    if str(column).startswith("n_") and isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return _fmt(v)
+
+
+def _header(column) -> str:
+    """A header that may break after an underscore, never inside a word."""
+    return html.escape(str(column)).replace("_", "_<wbr>")
+
+
+def _figure_html(f: Figure, base: Path) -> str:
+    return (f'<figure><img src="{_data_uri(base / f.path)}" alt="{html.escape(f.alt)}">'
+            f"<figcaption>{html.escape(f.alt)}</figcaption></figure>")
+
+
 def to_html(blocks: list[Block], title: str, base: Path) -> str:
     """One self-contained page: every figure is read from `base` / its path and embedded."""
     parts = []
     for b in blocks:
+        if isinstance(b, Side):
+            items = "<ul>" + "".join(f"<li>{_inline_html(i)}</li>" for i in b.items) + "</ul>"
+            fig = _figure_html(b.figure, base) if b.figure is not None else ""
+            parts.append(f'<div class="side"><div class="said">{items}</div>{fig}</div>')
+            continue
         if isinstance(b, Heading):
             parts.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
         elif isinstance(b, Para):
@@ -117,21 +153,24 @@ def to_html(blocks: list[Block], title: str, base: Path) -> str:
         elif isinstance(b, Bullets):
             parts.append("<ul>" + "".join(f"<li>{_inline_html(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Table):
-            rows = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r) + "</tr>"
-                           for r in b.frame.itertuples(index=False))
-            head = "".join(f"<th>{html.escape(str(c))}</th>" for c in b.frame.columns)
+            rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(c, v))}</td>" for c, v in zip(b.frame.columns, r,
+                                                                                                 strict=True))
+                           + "</tr>" for r in b.frame.itertuples(index=False))
+            head = "".join(f"<th>{_header(c)}</th>" for c in b.frame.columns)
             parts.append(f'<p class="how"><em>How to read:</em> {_inline_html(b.how_to_read)}</p>'
                          f'<div class="tbl"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')
         elif isinstance(b, Figure):
-            parts.append(f'<figure><img src="{_data_uri(base / b.path)}" alt="{html.escape(b.alt)}">'
-                         f"<figcaption>{html.escape(b.alt)}</figcaption></figure>")
+            parts.append(_figure_html(b, base))
     # wide tables (the significance table has 17 columns) wrap their long names and values instead of
     # running off the page; a table that still cannot fit scrolls inside its own box
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;line-height:1.45}"
+    style = ("body{font-family:sans-serif;max-width:1240px;margin:2em auto;padding:0 1em;line-height:1.45}"
              ".tbl{max-width:100%;overflow-x:auto;margin:.5em 0 1.5em}"
              "table{border-collapse:collapse;font-size:.85em}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;overflow-wrap:anywhere}"
-             "th{background:#f3f3f3}img{max-width:100%}.how{color:#444}")
+             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}td{overflow-wrap:anywhere}"
+             "th{background:#f3f3f3;overflow-wrap:normal;word-break:normal;hyphens:none}"
+             "img{max-width:100%}.how{color:#444}"
+             ".side{display:flex;gap:1.2em;align-items:flex-start}.side .said{flex:1 1 48%;font-size:.9em}"
+             ".side figure{flex:1 1 52%;margin:0}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
 
@@ -432,6 +471,81 @@ def _significance_blocks(a: Analysis) -> list[Block]:
     return blocks
 
 
+MAX_VERDICT_PAIRS = 10  # pairs per benchmark in the verdict; the rest are in rho_flip.csv
+
+
+def _short(cid: str) -> str:
+    return cid.split("/", 1)[1]
+
+
+def pair_sentence(r, cert: pd.DataFrame, sig: pd.DataFrame | None) -> str:
+    """One pair on one benchmark, winner first, in the benchmark's better direction: who leads where and
+    by how much (the scores compared), how often the lead reverses, and what the items confirm."""
+    better = direction(r.benchmark)
+    plus, minus, ties, n = int(r.n_plus_better), int(r.n_minus_better), int(r.n_zero_better), int(r.n_configs)
+    lead, trail, won, lost, ext = ((r.model_a, r.model_b, plus, minus, "max") if plus >= minus
+                                   else (r.model_b, r.model_a, minus, plus, "min"))
+    mine = cert[(cert["benchmark"] == r.benchmark) & (cert["model_a"] == r.model_a) & (cert["model_b"] == r.model_b)]
+    rows = mine.set_index("extreme")
+    score = {m: None for m in (r.model_a, r.model_b)}
+
+    def at(extreme: str) -> str:
+        c = rows.loc[extreme]
+        score[r.model_a], score[r.model_b] = c["score_a"], c["score_b"]
+        first, second = (lead, trail) if extreme == ext else (trail, lead)
+        return f"{score[first]:.3f} vs {score[second]:.3f} on {_short(c['config_id'])}"
+
+    where = "" if better.monotone else f" ({better.comparative} is better)"
+    text = f"{r.benchmark}{where}: {lead} is ahead of {trail} on {won} of {n} configurations (largest lead {at(ext)})"
+    if lost:
+        text += (f", {trail} ahead on {lost} (largest {at('min' if ext == 'max' else 'max')}); the lead reverses on "
+                 f"{r.rho_flip_better:.0%} of configurations (rho_flip {r.rho_flip_better:.3f})")
+    else:
+        text += " and never behind" + (f" ({ties} tied)" if ties else "")
+    if sig is not None:
+        s = sig[(sig["benchmark"] == r.benchmark) & (sig["model_a"] == r.model_a) & (sig["model_b"] == r.model_b)]
+        if len(s):
+            s = s.iloc[0]
+            k_lead = int(s["n_plus_sig_better"] if lead == r.model_a else s["n_minus_sig_better"])
+            k_trail = int(s["n_minus_sig_better"] if lead == r.model_a else s["n_plus_sig_better"])
+            if k_lead and k_trail:
+                text += f"; item by item the reversal is confirmed ({k_lead} and {k_trail} wins survive Holm)"
+            elif k_lead or k_trail:
+                who = lead if k_lead else trail
+                text += f"; item by item only {who}'s wins are confirmed ({k_lead or k_trail} survive Holm)"
+            else:
+                text += "; no single configuration's win is confirmed item by item (Holm)"
+    return text + "."
+
+
+def verdict_sentences(a: Analysis) -> list[str]:
+    """Per benchmark: one sentence per pair (those that reverse most first), then what the grid could detect."""
+    detail = _full(a.rho_flip_detail)
+    cert = _full(a.certificate)
+    sig = None
+    if a.significant_flips is not None and not a.significant_flips.empty:
+        f = _full(a.significant_flips)
+        sig = f[f["correction"] == "holm"]
+    detects = {s.split(":", 1)[0]: s for s in detectable_sentences(a.detectable)}
+    out = []
+    for benchmark in a.grid.benchmarks:
+        rows = detail[detail["benchmark"] == benchmark].sort_values(["rho_flip_better", "model_a", "model_b"],
+                                                                    ascending=[False, True, True])
+        out += [pair_sentence(r, cert, sig) for r in rows.head(MAX_VERDICT_PAIRS).itertuples()]
+        if len(rows) > MAX_VERDICT_PAIRS:
+            out.append(f"{benchmark}: {len(rows) - MAX_VERDICT_PAIRS} more pairs are in rho_flip_detail.csv.")
+        if benchmark in detects:
+            out.append("What it could detect, " + detects[benchmark])
+    return out
+
+
+def _verdict_blocks(a: Analysis, figures: FigureSet) -> list[Block]:
+    figure = (Figure(figures.paths["wins_by_axes"], "Where each model is ahead, per benchmark and pair, laid out by "
+                     "template (rows) and scoring, decoding and shots (columns)")
+              if "wins_by_axes" in figures.paths else None)
+    return [Heading("Verdict"), Side(tuple(verdict_sentences(a)), figure)]
+
+
 def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) -> list[Block]:
     g = a.grid
     m = len(g.models)
@@ -442,7 +556,12 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
         Heading(f"SafetyRepro analysis of {Path(g.source).name}", 1),
         Para(f"Models: {', '.join(g.models)}. Benchmarks: {', '.join(g.benchmarks)}. Precision `{g.precision}`, "
              f"package `{g.package}`. {len(g.cells)} cells analysed."),
+        *_verdict_blocks(a, figures),
+        *_figure_or_sentence(figures, "orderings", "Distinct orderings reached per benchmark and slice"),
         *_scope_blocks(a),
+    ]
+    definitions: list[Block] = [
+        Heading("Definitions"),
         Para("The question: if one evaluator picks a prompt template, decoding setting, number of worked examples and "
              "scoring path, and another picks differently but just as reasonably, do they agree on which model is "
              "better? For each pair of models, rho_flip is the share of configurations on which the less frequent "
@@ -499,7 +618,6 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
         blocks.append(Table(_ordering_rows(a, PARSE_CLEAN), f"the same on slice `{PARSE_CLEAN}` (configurations "
                             "where every model parses at least 95 % of items), to read the orderings without the "
                             "degenerate cells."))
-    blocks += _figure_or_sentence(figures, "orderings", "Distinct orderings reached per benchmark and slice")
 
     blocks += [Heading("Slices and tier ablation"),
                Para("Slices restrict the configurations: core drops the stress-tier values (template T4, diverse "
@@ -592,7 +710,7 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
 
     if a.notes:
         blocks += [Heading("Notes"), Bullets(a.notes)]
-    return blocks
+    return blocks + definitions
 
 
 def write_report(a: Analysis, out: Path, figures: FigureSet) -> list[Path]:

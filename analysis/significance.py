@@ -91,8 +91,11 @@ def _empty_outputs(frame: pd.DataFrame) -> pd.DataFrame | None:
     """Free-form records whose raw output is empty (or only whitespace), per cell."""
     if "raw_output" not in frame.columns:
         return None
-    free = frame[frame["config_id"].str.endswith("/free_form")]
-    text = free["raw_output"].fillna("").astype(str).str.strip()
+    # a record without an output (an import that kept none) is unknown, not empty
+    free = frame[frame["config_id"].str.endswith("/free_form") & frame["raw_output"].notna()]
+    if free.empty:
+        return None
+    text = free["raw_output"].astype(str).str.strip()
     counts = free.assign(empty=(text == "")).groupby(["model", "config_id"])["empty"].agg(["size", "sum"])
     return counts.rename(columns={"size": "n_outputs", "sum": "n_empty"}).reset_index().astype(
         {"n_outputs": int, "n_empty": int})

@@ -15,6 +15,7 @@ from safetyrepro.analysis.exact import lattice_of
 from safetyrepro.analysis.grid_io import Grid, read_table
 from safetyrepro.analysis.significance import ITEM_COLUMNS
 from safetyrepro.errors import UserError
+from safetyrepro.sweep.timing import seconds_per_item
 
 from .algorithm import BenchmarkProblem
 
@@ -99,8 +100,6 @@ def used_records(replay: Replay, evaluated: dict[tuple[str, str, str], np.ndarra
 def benchmark_seconds(grid_path: Path, grid: Grid) -> dict[str, float]:
     """benchmark -> measured seconds per model evaluation of one item (mean over the grid's timed cells),
     from the sweep's cell files beside the grid; empty without them."""
-    from safetyrepro.analysis.plan_cli import seconds_per_item
-
     cells = set(zip(grid.cells["model"], grid.cells["config_id"], strict=True))
     timing = seconds_per_item(Path(grid_path).parent, cells)
     out = {}

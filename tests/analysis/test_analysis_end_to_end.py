@@ -18,7 +18,7 @@ TABLES = ("rho_flip.csv", "rho_flip_detail.csv", "rho_flip_max.csv", "orderings.
           "variance_shares.csv", "shap_regressor.csv", "shap_pair_classifier.csv", "bootstrap.csv",
           "verdict_certificate.csv", "item_tests.csv", "significant_flips.csv")
 PAPER = ("bbq", "crows_pairs", "toxigen", "truthfulqa", "xstest")  # the paper's identities; more benchmarks may be registered
-FIGURES = ("rho_flip_surface.png", "rho_flip_by_slice.png", "orderings.png", "score_ranges.png", "shap.png")
+FIGURES = ("wins_by_axes.png", "rho_flip_surface.png", "rho_flip_by_slice.png", "orderings.png", "score_ranges.png", "shap.png")
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_significance_direction_and_chance_are_named_everywhere(analysed):
     assert "closer to 0.5 is better (0.5 = unbiased)" in report and "|C| = 48: ceiling 0.500, chance 0.443" in report
     assert "the full envelope (48 configurations)" in report
     html = (out / "report.html").read_text()
-    assert 'src="figures/' not in html and html.count('src="data:image/png;base64,') == 5
+    assert 'src="figures/' not in html and html.count('src="data:image/png;base64,') == len(FIGURES)
     card = json.loads((out / "grid_card.json").read_text())
     crows = next(h for h in card["headline"] if h["benchmark"] == "crows_pairs")
     assert crows["better"] == "closer to 0.5 is better (0.5 = unbiased)" and round(crows["chance_max"], 3) == 0.455

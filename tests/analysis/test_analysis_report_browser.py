@@ -27,6 +27,15 @@ WIDTH_PROBE = ("<script>window.addEventListener('load', () => {document.body.set
                "document.body.setAttribute('data-tables-cut', JSON.stringify([...document.querySelectorAll('table')]"
                ".map(t => t.getBoundingClientRect().right).filter(r => r > window.innerWidth)));"
                "document.body.setAttribute('data-n-tables', document.querySelectorAll('table').length);"
+               # the first screen (800 px): the verdict heading, its first sentences and a figure
+               "const v = [...document.querySelectorAll('h2')].find(h => h.textContent === 'Verdict');"
+               "const li = document.querySelector('.side li'), img = document.querySelector('.side img');"
+               "document.body.setAttribute('data-first-screen', JSON.stringify([v ? v.getBoundingClientRect().top : -1,"
+               " li ? li.getBoundingClientRect().top : -1, img ? img.getBoundingClientRect().top : -1,"
+               " img ? img.getBoundingClientRect().bottom : -1]));"
+               # no header overflows its cell: a word that cannot break would (headers break only after _)
+               "document.body.setAttribute('data-headers-overflowing', JSON.stringify([...document.querySelectorAll('th')]"
+               ".filter(h => h.scrollWidth > h.clientWidth + 1).map(h => h.textContent)));"
                "});</script>")
 
 
@@ -76,3 +85,8 @@ def test_report_html_moved_alone_shows_every_figure_in_chromium(rules, tmp_path)
     cut = re.search(r'data-tables-cut="([^"]*)"', dom.stdout)
     n_tables = int(re.search(r'data-n-tables="(\d+)"', dom.stdout).group(1))
     assert n_tables >= 8 and json.loads(cut.group(1).replace("&quot;", '"')) == [], cut.group(1)  # at 1280 px
+    first = json.loads(re.search(r'data-first-screen="([^"]*)"', dom.stdout).group(1).replace("&quot;", '"'))
+    assert all(0 <= y < 800 for y in first[:3]), first  # verdict heading, a sentence and the figure start on screen
+    over = json.loads(re.search(r'data-headers-overflowing="([^"]*)"', dom.stdout).group(1).replace("&quot;", '"'))
+    assert over == [], over
+    assert "_<wbr>" in html and "n_empty 8.000" not in html
