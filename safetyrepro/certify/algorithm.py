@@ -246,8 +246,13 @@ def certify(problems: Sequence[BenchmarkProblem], oracle: Oracle, options: Certi
         plan = _trim(plan, left)
         round_no += 1
         t0 = time.monotonic()
-        _evaluate(benches, plan, oracle, cache)
+        seconds_left = None if options.budget_seconds is None else options.budget_seconds - spent
+        _evaluate(benches, plan, oracle, cache, seconds_left)
         spent += time.monotonic() - t0
+        plan = _available(benches, plan)
+        if not plan:  # the oracle stopped at the budget before this round's first items
+            stopped_by = "budget"
+            break
         paired += sum(plan.values())
         for bi, b in enumerate(benches):
             mine = {s: k for (i, s), k in plan.items() if i == bi}
@@ -269,8 +274,14 @@ def certify(problems: Sequence[BenchmarkProblem], oracle: Oracle, options: Certi
                          options)
 
 
-def _evaluate(benches: list[_Bench], plan: dict[tuple[int, int], int], oracle: Oracle, cache: dict) -> None:
-    """Ask the oracle once per (model, configuration) for the items this round needs that it lacks."""
+def _evaluate(benches: list[_Bench], plan: dict[tuple[int, int], int], oracle: Oracle, cache: dict,
+              seconds_left: float | None = None) -> None:
+    """Ask the oracle once per (model, configuration) for the items this round needs that it lacks.
+
+    An oracle with `evaluate_many(requests, seconds_left)` (the live one) gets the round's requests
+    together, [(benchmark, config_id, model, item_ids)], so it can group them by model; it may return
+    the scores of a prefix of a request's items only (nothing, even), when the evaluation budget ran out
+    during the round. A plain callable is asked request by request and answers every item."""
     wanted: dict[tuple[int, str, str], int] = {}
     for (bi, s), k in plan.items():
         b = benches[bi]
@@ -279,16 +290,39 @@ def _evaluate(benches: list[_Bench], plan: dict[tuple[int, int], int], oracle: O
         for model in stream.pair:
             key = (bi, model, stream.config_id)
             wanted[key] = max(wanted.get(key, 0), upto)
+    requests = []
     for (bi, model, cid), upto in wanted.items():
         b = benches[bi]
         have = b.drawn.get((model, cid), 0)
-        if upto <= have:
-            continue
-        items = list(b.order[have:upto])
-        scores = np.asarray(oracle(b.problem.benchmark, cid, model, items), dtype=float)
+        if upto > have:
+            requests.append((bi, model, cid, have, list(b.order[have:upto])))
+    many = getattr(oracle, "evaluate_many", None)
+    if many is not None:
+        answers = many([(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests],
+                       seconds_left)
+    else:
+        answers = [oracle(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests]
+    for (bi, model, cid, have, items), scores in zip(requests, answers, strict=True):
+        b = benches[bi]
+        scores = np.asarray(scores, dtype=float)
+        if (many is None and len(scores) != len(items)) or len(scores) > len(items):
+            raise ValueError(f"the oracle answered {len(scores)} scores for {len(items)} items ({model}, {cid})")
         store = cache.setdefault((b.problem.benchmark, cid, model), {})
-        store.update(zip(items, scores, strict=True))
-        b.drawn[(model, cid)] = upto
+        store.update(zip(items[:len(scores)], scores, strict=True))
+        b.drawn[(model, cid)] = have + len(scores)
+
+
+def _available(benches: list[_Bench], plan: dict[tuple[int, int], int]) -> dict[tuple[int, int], int]:
+    """The plan cut to the items both models of each stream were scored on (all of it, unless the
+    oracle stopped early at the budget)."""
+    out = {}
+    for (bi, s), k in plan.items():
+        b = benches[bi]
+        st = b.streams[s]
+        have = min(b.drawn.get((model, st.config_id), 0) for model in st.pair) - int(b.cs.t[s])
+        if min(k, have) > 0:
+            out[(bi, s)] = min(k, have)
+    return out
 
 
 def _advance(b: _Bench, plan: dict[int, int], cache: dict, delta: float) -> None:

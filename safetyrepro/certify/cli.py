@@ -1,5 +1,6 @@
-"""`safetyrepro certify`: certified pairwise verdicts on a budget. `--replay ITEMS --grid GRID` runs the
-algorithm on a finished run's per-item records (no model)."""
+"""`safetyrepro certify`: certified pairwise verdicts on a budget. `--models ...` evaluates models live
+(the sweep's model specs, benchmarks and envelope filters; certify/live.py); `--replay ITEMS --grid GRID`
+runs the algorithm on a finished run's per-item records (no model). docs/certify.md."""
 
 from __future__ import annotations
 
@@ -13,12 +14,23 @@ from safetyrepro.errors import UserError
 BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 
 
+LIVE_HELP = {
+    "precision": "live: fp32, bf16 (default) or nf4; replay: the grid's precision group, when it holds several",
+    "package": "live: lm-eval (default) or inspect; replay: the grid's package group, when it holds several",
+    "no_progress": "(sweep's flag; certify prints progress lines unless --quiet)",
+    "executor": "certify runs its models here (local)",
+}
+
+
 def register(sub: argparse._SubParsersAction) -> None:
+    from safetyrepro.sweep.cli import add_sweep_arguments
+
     p = sub.add_parser(
         "certify", help="certified pairwise verdicts on a budget (evaluate only where a verdict is still open)",
         description="Evaluate items in rounds, paired, only where a pairwise verdict is still open, and certify "
         "per configuration and per pair what the full fixed subset would show, with familywise error control "
-        "that holds wherever the run stops. --replay ITEMS --grid GRID replays a finished run's records.")
+        "that holds wherever the run stops. --models ... evaluates models live (the sweep's flags choose the "
+        "models, benchmarks and configurations); --replay ITEMS --grid GRID replays a finished run's records.")
     p.add_argument("--replay", metavar="ITEMS", help="a finished run's per-item records (items.parquet) as the oracle")
     p.add_argument("--grid", metavar="GRID", help="with --replay: the run's grid.csv (models, configurations)")
     p.add_argument("--alpha", type=float, default=0.05, help="familywise error of all claims of the run (default 0.05)")
@@ -29,9 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=0, help="items per configuration per round (default: N/30, >= 4)")
     p.add_argument("--allocation", default="reversal_first", choices=("reversal_first", "uniform"),
                    help="where rounds spend (default reversal_first; uniform for comparison)")
-    p.add_argument("--rules", help="rules file (default: the packaged envelope.yaml)")
-    p.add_argument("--precision", help="the grid's precision group, when it holds several")
-    p.add_argument("--package", help="the grid's package group, when it holds several")
+    live = p.add_argument_group("live certification (the sweep's flags)")
+    add_sweep_arguments(live, require_out=False, help_for=LIVE_HELP)
+    p.set_defaults(precision=None, package=None)  # replay: no group unless asked; live: the sweep's defaults
+    for action in p._actions:
+        if action.dest == "package":
+            action.choices = None  # a replayed grid's package group may be any package; live checks its own
     p.add_argument("--out", required=True, type=Path, help="output folder")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
@@ -71,17 +86,56 @@ def options_from(args: argparse.Namespace):
                           budget_evaluations=evaluations, budget_seconds=seconds, allocation=args.allocation)
 
 
+LIVE_ONLY = ("models", "models_file", "benchmarks", "templates", "decodings", "shots", "scoring", "configs", "limit",
+             "device", "batch_size", "subsample", "subset_seed", "address")
+
+
 def run(args: argparse.Namespace) -> int:
     options = options_from(args)
-    if not args.replay:
-        raise UserError("certify needs --replay ITEMS --grid GRID (live certification of models: docs/certify.md)")
+    live = bool(args.models or args.models_file)
+    if args.replay and live:
+        raise UserError("give --replay ITEMS --grid GRID (a finished run) or --models ... (live), not both")
+    if not args.replay and not live:
+        raise UserError("certify needs --models ... (live evaluation) or --replay ITEMS --grid GRID (a finished "
+                        "run's records); docs/certify.md")
+    say = None if args.quiet else (lambda line: print(f"certify: {line}", file=sys.stderr, flush=True))
+    if live:
+        if args.grid:
+            raise UserError("--grid goes with --replay; a live run plans its configurations from the sweep's flags")
+        from .live import run_live
+
+        args.precision = args.precision or "bf16"
+        args.package = args.package or "lm-eval"
+        from safetyrepro.sweep.plan import PACKAGES
+
+        if args.package not in PACKAGES:
+            raise UserError(f"--package {args.package!r}: a live run goes through {' or '.join(PACKAGES)}")
+        result, paths = run_live(args, options, say)
+    else:
+        given = [f"--{k.replace('_', '-')}" for k in LIVE_ONLY if getattr(args, k, None) not in (None, False)]
+        if given:
+            raise UserError(f"{given[0]} is a live flag (with --models); a replay takes its models and "
+                            "configurations from --grid")
+        result, paths = _replay(args, options, say)
+    from .outputs import certificate_table
+
+    for r in certificate_table(result).itertuples():
+        print(f"{r.benchmark:<12} {r.model_a} vs {r.model_b}: {r.verdict} ({r.n_evaluations:,} of {r.n_full:,} paired "
+              f"evaluations)")
+    print(f"wrote {len(paths)} files to {args.out} ({result.paired_evaluations:,} of {result.full_paired_evaluations:,} "
+          f"paired evaluations, {100 * result.paired_evaluations / max(result.full_paired_evaluations, 1):.0f} %; "
+          f"{result.seconds:.1f} s evaluating; stopped: {result.stopped_by}; report: {args.out / 'report.md'})")
+    return 0
+
+
+def _replay(args: argparse.Namespace, options, say):
     if not args.grid:
         raise UserError("--replay needs --grid GRID: the run's grid.csv names the models and configurations")
     from safetyrepro.analysis.grid_io import load_grid
     from safetyrepro.tasks.envelope import load_rules
 
     from .algorithm import certify
-    from .outputs import certificate_table, write_outputs
+    from .outputs import write_outputs
     from .replay import benchmark_seconds, load_replay, used_records
 
     rules = load_rules(args.rules)
@@ -89,14 +143,7 @@ def run(args: argparse.Namespace) -> int:
     replay = load_replay(args.replay, grid)
     for w in (*grid.warnings, *replay.warnings):
         print(f"warning: {w}", file=sys.stderr)
-    say = None if args.quiet else (lambda line: print(f"certify: {line}", file=sys.stderr, flush=True))
     result = certify(replay.problems, replay.oracle, options, progress=say)
     paths = write_outputs(result, args.out, used_records(replay, result.evaluated), f"replay of {args.replay}",
                           benchmark_seconds(Path(args.grid), grid))
-    for r in certificate_table(result).itertuples():
-        print(f"{r.benchmark:<12} {r.model_a} vs {r.model_b}: {r.verdict} ({r.n_evaluations:,} of {r.n_full:,} paired "
-              f"evaluations)")
-    print(f"wrote {len(paths)} files to {args.out} ({result.paired_evaluations:,} of {result.full_paired_evaluations:,} "
-          f"paired evaluations, {100 * result.paired_evaluations / max(result.full_paired_evaluations, 1):.0f} %; "
-          f"report: {args.out / 'report.md'})")
-    return 0
+    return result, paths

@@ -116,12 +116,14 @@ def report_markdown(result: CertifyResult, source: str) -> str:
 
 
 def write_outputs(result: CertifyResult, out: Path, records: pd.DataFrame | None, source: str,
-                  seconds_per_evaluation: dict[str, float] | None = None) -> list[Path]:
+                  seconds_per_evaluation: dict[str, float] | None = None, extra_cost: dict | None = None) -> list[Path]:
+    """The run's files; `extra_cost` adds to (or replaces) cost.json's fields (a live run's measured timing)."""
     ensure_dir(out)
     paths = []
+    costs = {**cost(result, seconds_per_evaluation), **(extra_cost or {})}
     for name, text in (("certificate.csv", certificate_table(result).to_csv(index=False)),
                        ("claims.csv", claims_table(result).to_csv(index=False)),
-                       ("cost.json", json.dumps(cost(result, seconds_per_evaluation), indent=2) + "\n"),
+                       ("cost.json", json.dumps(costs, indent=2) + "\n"),
                        ("report.md", report_markdown(result, source))):
         paths.append(atomic_write(out / name, text, root=out))
     if records is not None:

