@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 # CPU build of torch (a wheel on disk here); on a GPU machine: make TORCH="torch==2.13.0 --index-url ..."
 TORCH  ?= torch==2.13.0
-EXTRAS ?= dev,models,nf4,ray
+EXTRAS ?= dev,models,nf4,ray,flow
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
