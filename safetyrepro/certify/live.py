@@ -311,7 +311,10 @@ def plan_live(args):
     if (out / "sweep.json").exists() or (out / "grid.csv").exists():
         raise UserError(f"--out {out} holds a sweep; certify writes items.parquet and its own files there: "
                         "choose another --out")
-    return Sweep.create(options_from_args(args))
+    sweep = Sweep.create(options_from_args(args))
+    if len(sweep.spec.models) < 2:
+        raise UserError("certify compares models pairwise: give at least two (--models A B ...)")
+    return sweep
 
 
 def run_live(args, options, say) -> tuple[object, list[Path]]:
