@@ -110,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
 
         if args.package not in PACKAGES:
             raise UserError(f"--package {args.package!r}: a live run goes through {' or '.join(PACKAGES)}")
-        result, paths = run_live(args, options, say)
+        from safetyrepro.sweep.cli import options_from_args
+
+        result, paths = run_live(options_from_args(args), Path(args.out), options, say)
     else:
         given = [f"--{k.replace('_', '-')}" for k in LIVE_ONLY if getattr(args, k, None) not in (None, False)]
         if given:

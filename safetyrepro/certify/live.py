@@ -299,25 +299,23 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else ""
 
 
-def plan_live(args):
-    """The validated live run of `certify --models ...`: (planned Sweep, its oracle's problems), or a
-    UserError before any model loads."""
-    from safetyrepro.sweep.cli import options_from_args
+def plan_live(sweep_options, out: Path):
+    """The validated live run of `certify --models ...` (a planned Sweep), or a UserError before any model
+    loads. `sweep_options` are the sweep's own (sweep/cli.py options_from_args, called by the CLI)."""
     from safetyrepro.sweep.sweeper import Sweep
 
-    if getattr(args, "executor", "local") != "local":
+    if getattr(sweep_options, "executor", "local") != "local":
         raise UserError("certify runs its models here (--executor local): rounds are small and sequential")
-    out = Path(args.out)
     if (out / "sweep.json").exists() or (out / "grid.csv").exists():
         raise UserError(f"--out {out} holds a sweep; certify writes items.parquet and its own files there: "
                         "choose another --out")
-    sweep = Sweep.create(options_from_args(args))
+    sweep = Sweep.create(sweep_options)
     if len(sweep.spec.models) < 2:
         raise UserError("certify compares models pairwise: give at least two (--models A B ...)")
     return sweep
 
 
-def run_live(args, options, say) -> tuple[object, list[Path]]:
+def run_live(sweep_options, out: Path, options, say) -> tuple[object, list[Path]]:
     """Plan, certify, write the outputs (under the folder's lock); (result, paths written)."""
     from safetyrepro.sweep.cached_backend import outputs_cache_path
     from safetyrepro.sweep.outputs_cache import OutputsCache
@@ -325,12 +323,12 @@ def run_live(args, options, say) -> tuple[object, list[Path]]:
     from .algorithm import certify
     from .outputs import write_outputs
 
-    sweep = plan_live(args)
-    oracle = LiveOracle(sweep, say=say, log_dir=Path(args.out) / "logs")
+    sweep = plan_live(sweep_options, out)
+    oracle = LiveOracle(sweep, say=say, log_dir=out / "logs")
     problems = oracle.problems()
     OutputsCache(outputs_cache_path()).check()  # a bad cache is found here, not after a model load
     previous = None
-    cost_path = Path(args.out) / "cost.json"
+    cost_path = out / "cost.json"
     if cost_path.is_file() and not cost_path.is_symlink():
         try:
             previous = json.loads(cost_path.read_text())
@@ -345,7 +343,7 @@ def run_live(args, options, say) -> tuple[object, list[Path]]:
                   f"{spec.package} ({spec.precision}, {sum(len(q.config_ids) for q in problems)} configurations"
                   + (f", the first {spec.limit} items" if spec.limit else "") + ")")
         extra = oracle.cost_extra(result, previous if isinstance(previous, dict) else None)
-        paths = write_outputs(result, Path(args.out), oracle.records(result.evaluated), source, extra_cost=extra)
+        paths = write_outputs(result, out, oracle.records(result.evaluated), source, extra_cost=extra)
         return result, paths
     finally:
         sweep.store.unlock()
