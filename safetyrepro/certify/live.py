@@ -58,6 +58,7 @@ class LiveOracle:
     rows: dict = field(default_factory=dict)         # (model, config_id, item_id, seed) -> items.parquet row
     calls: int = 0
     _lattices: dict = field(default_factory=dict)   # benchmark -> the lattice its problem declares
+    _kept: dict = field(default_factory=dict)       # (model, config_id, item_id) -> item scores kept, one per seed
 
     def __post_init__(self):
         self.cells = {(c.model, c.config.config_id): c for c in self.sweep.cells}
@@ -102,6 +103,17 @@ class LiveOracle:
                 per = math.lcm(per, ties)
             lattice = math.lcm(lattice, per)
         return lattice
+
+    def keep_earlier(self, frame: pd.DataFrame) -> int:
+        """Take an earlier run's records (its items.parquet, the same command: models, rules, precision,
+        package, tie rule) as evaluated: a rerun, on this machine or a new one whose outputs cache is empty,
+        goes on where that run stopped. Returns the (model, configuration, item) triples taken."""
+        frame = frame[[(m, c) in self.cells for m, c in zip(frame["model"], frame["config_id"], strict=True)]]
+        for row in frame.to_dict(orient="records"):
+            key = (str(row["model"]), str(row["config_id"]), str(row["item_id"]))
+            self.rows[(*key, int(row["seed"]))] = row
+            self._kept.setdefault(key, []).append(float(row["item_score"]))
+        return len(self._kept)
 
     # -- models -------------------------------------------------------------------------------
     def driver(self, model: str):
@@ -175,13 +187,18 @@ class LiveOracle:
         from safetyrepro.sweep.outputs_cache import OutputsCacheError
 
         cell = self.cells[(model, cid)]
+        label = f"{model} {cid}"
+        kept = [i for i in ids if len(self._kept.get((model, cid, i), ())) == len(cell.seeds)]
+        todo = [i for i in ids if len(self._kept.get((model, cid, i), ())) != len(cell.seeds)]
+        if not todo:  # every item from an earlier run's records: no model needed
+            self._say(f"{label}: {len(ids)} items from the earlier run's records")
+            return np.array([sum(self._kept[(model, cid, i)]) / len(cell.seeds) for i in ids], dtype=float)
         driver = self.driver(model)
         calls_before = driver.backend.model_calls
         t0 = time.monotonic()
-        label = f"{model} {cid}"
-        with _Heartbeat(self._say, label, len(ids)):
+        with _Heartbeat(self._say, label, len(todo)):
             try:
-                records = driver.run_cell(cell.config, cell.seeds, ids)
+                records = driver.run_cell(cell.config, cell.seeds, todo)
             except (UserError, OutputsCacheError):
                 raise
             except Exception as e:
@@ -202,6 +219,8 @@ class LiveOracle:
             self.rows[(model, cid, r.item_id, r.seed)] = {
                 "model": model, "config_id": cid, "benchmark": benchmark, "package": spec.package,
                 "precision": cell.config.precision, **r.to_dict()}
+        for i in kept:
+            by_item[i] = self._kept[(model, cid, i)]
         missing = [i for i in ids if len(by_item.get(i, ())) != len(cell.seeds)]
         if missing:
             raise UserError(f"{label}: the driver returned {len(by_item.get(missing[0], ()))} of {len(cell.seeds)} "
@@ -210,7 +229,8 @@ class LiveOracle:
         lattice = self._lattices.get(benchmark)
         if lattice is not None and not on_lattice(scores, lattice):
             raise RuntimeError(f"{label}: item scores off the lattice 1/{lattice} the confidence sequences assume")
-        self._say(f"{label}: {len(ids)} items in {dt:.1f} s" + ("" if worked else " (cached)"))
+        self._say(f"{label}: {len(todo)} items in {dt:.1f} s" + ("" if worked else " (cached)")
+                  + (f", {len(kept)} from the earlier run's records" if kept else ""))
         return scores
 
     def _say(self, line: str) -> None:
@@ -224,6 +244,7 @@ class LiveOracle:
         from safetyrepro.sweep.records import ItemRecord
 
         used = {(model, cid, str(i)) for (_, cid, model), items in evaluated.items() for i in items}
+        used |= set(self._kept)  # an earlier run's records stay: they were evaluated, and a later run resumes from them
         rows = [r for (m, c, i, _), r in self.rows.items() if (m, c, i) in used]
         columns = ["model", "config_id", "benchmark", "package", "precision", *ItemRecord.__dataclass_fields__]
         frame = pd.DataFrame(rows, columns=columns)
@@ -334,6 +355,16 @@ def run_live(sweep_options, out: Path, options, say) -> tuple[object, list[Path]
             previous = json.loads(cost_path.read_text())
         except (ValueError, UnicodeDecodeError):
             previous = None
+    earlier = out / "items.parquet"
+    if isinstance(previous, dict) and earlier.is_file() and not earlier.is_symlink():
+        same = _same_command(previous.get("live") or {}, sweep.spec)
+        if same:
+            n = oracle.keep_earlier(pd.read_parquet(earlier))
+            if say is not None:
+                say(f"resuming: {n:,} (model, configuration, item) evaluations from {earlier}")
+        elif say is not None:
+            say(f"{earlier} is from another certify command ({same_why(previous.get('live') or {}, sweep.spec)}); "
+                "starting afresh")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     sweep.store.lock()  # one run at a time writes the folder
     try:
@@ -347,6 +378,27 @@ def run_live(sweep_options, out: Path, options, say) -> tuple[object, list[Path]
         return result, paths
     finally:
         sweep.store.unlock()
+
+
+RESUME_KEYS = ("models", "model_specs", "package", "precision", "tie_rule", "rules_sha256", "limit")
+
+
+def _now(spec) -> dict:
+    return {"models": list(spec.models), "model_specs": list(spec.model_specs), "package": spec.package,
+            "precision": spec.precision, "tie_rule": spec.tie_rule, "rules_sha256": spec.rules_sha256,
+            "limit": spec.limit}
+
+
+def _same_command(previous: dict, spec) -> bool:
+    """An earlier run's records serve this one when they were made the same way (models and their specs,
+    package, precision, tie rule, rules, item limit); the filters may differ (its cells are matched one by one)."""
+    now = _now(spec)
+    return all(previous.get(k) == now[k] for k in RESUME_KEYS)
+
+
+def same_why(previous: dict, spec) -> str:
+    now = _now(spec)
+    return ", ".join(f"{k} was {previous.get(k)!r}" for k in RESUME_KEYS if previous.get(k) != now[k])
 
 
 def on_lattice(scores: np.ndarray, lattice: int) -> bool:

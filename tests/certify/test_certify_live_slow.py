@@ -204,3 +204,24 @@ def test_a_time_budget_stops_inside_a_round_without_overshooting_much():
 def test_certify_without_replay_or_models_is_one_line(tmp_path):
     rc, _, err, _ = _run(["certify", "--out", str(tmp_path / "o")])
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "--models" in err and "--replay" in err
+
+
+def test_a_run_stopped_by_its_budget_resumes_from_its_records_without_the_model():
+    """The first run stops on its budget; its items.parquet, given to a fresh oracle (a new machine: no
+    outputs cache), is taken as evaluated, so the second run asks the model only for items it lacks and
+    ends with the certificate of a run that never stopped."""
+    whole_oracle, problem, _ = _stand_in(0.0)
+    whole = certify([problem], whole_oracle, CertifyOptions(alpha=0.05, delta=0.0, seed=5, batch=10))
+    first_oracle, problem, _ = _stand_in(0.0)
+    first = certify([problem], first_oracle, CertifyOptions(alpha=0.05, delta=0.0, seed=5, batch=10,
+                                                            budget_evaluations=30))
+    assert first.stopped_by == "budget"
+    records = first_oracle.records(first.evaluated)
+    again, problem, log = _stand_in(0.0)
+    assert again.keep_earlier(records) == sum(len(v) for v in first.evaluated.values())
+    second = certify([problem], again, CertifyOptions(alpha=0.05, delta=0.0, seed=5, batch=10))
+    asked = {(m, c, i) for m, c, ids in log for i in ids}
+    assert not asked & {(m, c, i) for (_, c, m), items in first.evaluated.items() for i in items}
+    assert [(c.config_id, c.claim, c.items_used) for c in second.claims] == \
+        [(c.config_id, c.claim, c.items_used) for c in whole.claims]
+    assert len(again.records(second.evaluated)) >= len(records)
