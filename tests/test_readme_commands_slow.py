@@ -1,7 +1,7 @@
-"""Every command of the README's lm-eval and Inspect sections, run as written (DIR is an exported
-SmolLM2 folder), prints the score that `safetyrepro sweep` gives for the same configuration and model:
-a README example cannot mislead. The commands are read from README.md itself, so an edit to the
-README is tested as it stands."""
+"""Every command of the lm-eval and Inspect sections of docs/lm_eval_and_inspect.md (moved there from
+the README), run as written (DIR is an exported SmolLM2 folder), prints the score that `safetyrepro
+sweep` gives for the same configuration and model: a documented example cannot mislead. The commands
+are read from that page itself, so an edit to it is tested as it stands."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "lm_eval_and_inspect.md"  # the README links it
 BIN = Path(sys.executable).parent
 
 
@@ -88,13 +88,13 @@ def sweep_score(cfg: dict, tmp: Path, env: dict) -> float:
 
 
 def check_command(command: str, n: int, folder: Path, tmp_path: Path, env: dict) -> str:
-    """Run one README command as written, then the sweep of the same configuration; same score."""
+    """Run one documented command as written, then the sweep of the same configuration; same score."""
     argv = shlex.split(command.replace("DIR", str(folder)))
     if argv[0] == "lm_eval":
         cfg = lm_eval_config(argv)
         res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3000)
         assert res.returncode == 0, res.stderr[-3000:]
-        assert "has a chat template but lm-eval sent plain text" not in res.stderr  # the README's flags match
+        assert "has a chat template but lm-eval sent plain text" not in res.stderr  # the page's flags match
         printed = lm_eval_score(res.stdout, argv[argv.index("--tasks") + 1])
     else:
         cfg = inspect_config(argv)
