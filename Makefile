@@ -40,14 +40,14 @@ yaml: $(STAMP)
 	$(BIN)/python -m safetyrepro.tasks.lm_eval_tasks
 
 # HELM for `safetyrepro crosspkg` and the HELM plugin, in its own venv (crfm-helm cannot share one
-# resolve with inspect-ai, and a plain `pip install crfm-helm` replaces the CPU torch): see README.
+# resolve with inspect-ai, and a plain `pip install crfm-helm` replaces the CPU torch): see docs/crosspkg.md.
 HELM_VENV ?= .venv-helm
 $(HELM_VENV)/.installed: pyproject.toml setup.py scripts/helm/constraints.txt scripts/helm/install_helm_venv.sh
 	PYTHON=$(PYTHON) bash scripts/helm/install_helm_venv.sh $(HELM_VENV) "$(TORCH)"
 
 helm: $(HELM_VENV)/.installed
 
-# llama.cpp's server in .venv, for local GGUF models behind an OpenAI-compatible API (README: Bring your own model).
+# llama.cpp's server in .venv, for local GGUF models behind an OpenAI-compatible API (docs/sweeps.md: Bring your own model).
 $(VENV)/.llamacpp: $(STAMP)
 	$(BIN)/python -m pip install -q "llama-cpp-python[server]==0.3.36" "openai>=1.60"
 	touch $(VENV)/.llamacpp

@@ -125,7 +125,7 @@ def main() -> int:
     server = None
     if "llamacpp" in args.only:
         server, url = start_llamacpp(resolved.path, root / "llamacpp-server.log")
-        # this server takes text prompts, not token ids (README, "A local server")
+        # this server takes text prompts, not token ids (docs/sweeps.md, "A local server")
         specs["llamacpp"] = (f"lm-eval:local-completions:base_url={url}/completions,model=smol,tokenizer={folder},"
                              "tokenizer_backend=huggingface,tokenized_requests=False,num_concurrent=1,max_retries=2")
     times, outs = {}, {}

@@ -1,5 +1,5 @@
 """Performance of the sweeper, measured side by side in one process. Not a test: it prints times and
-ratios (README "Performance" records a run). Every measurement starts from an empty output cache.
+ratios (docs/performance.md records a run). Every measurement starts from an empty output cache.
 
     python perf/bench_sweep.py                      # all four, SmolLM2, toxigen, --limit 8
     python perf/bench_sweep.py --only a --limit 4   # (a) only

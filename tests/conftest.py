@@ -22,7 +22,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def data_dir() -> Path:
     d = os.environ.get("SAFETYREPRO_DATA_DIR")
     if not d or not Path(d).is_dir():
-        pytest.fail("set SAFETYREPRO_DATA_DIR to a benchmark mirror laid out like shared/data (README: Data)")
+        pytest.fail("set SAFETYREPRO_DATA_DIR to a benchmark mirror laid out like shared/data (docs/benchmarks.md)")
     return Path(d)
 
 

@@ -1,4 +1,4 @@
-"""The catalogue of bad inputs and faults (README: Failures). Every case: exit code 2 (0 for a closed
+"""The catalogue of bad inputs and faults (docs/failures.md). Every case: exit code 2 (0 for a closed
 pipe), exactly one line on stderr naming the problem, no traceback, and a finished sweep folder
 that is byte-identical afterwards. No model is loaded: each case is refused before that. The
 healing cases that need a real model (damaged cell files recomputed) are in tests/sweep/test_sweep_slow.py."""

@@ -30,7 +30,7 @@ def add_sweep_arguments(p: argparse.ArgumentParser, require_out: bool = True,
                    "e.g. lm-eval:hf:pretrained=/models/smol); inspect:<provider>/<model> (an Inspect provider, "
                    "e.g. inspect:openai-api/llamacpp/smol)")
     p.add_argument("--models-file", type=Path, metavar="FILE.yaml",
-                   help="models with labels, model args and precision/revision notes (README: Bring your own model)")
+                   help="models with labels, model args and precision/revision notes (docs/sweeps.md: Bring your own model)")
     p.add_argument("--benchmarks", nargs="+", metavar="B", help="default: all five")
     p.add_argument("--tier", default="full", help="full, core, excl_t4, excl_diverse, free_form, logprob, "
                    "conservative_core (default: full)")
