@@ -150,14 +150,20 @@ class LiveOracle:
 
     def evaluate_many(self, requests: Sequence[tuple[str, str, str, Sequence[str]]],
                       seconds_left: float | None = None) -> list[np.ndarray]:
-        """Each request's item scores (seed means), model by model in the sweep's order. With
+        """Each request's item scores (seed means), configuration by configuration (the models in the
+        sweep's order within each). With
         `seconds_left`, no call starts once that much time has passed, and a call expected to outrun it
         is cut to the items that fit (by the seconds per item measured so far): a request may then be
         answered for a prefix of its items only."""
         start = time.monotonic()
         answers: list[np.ndarray] = [np.zeros(0)] * len(requests)
+        # configuration by configuration, every model of it together (the drivers stay loaded): a budget
+        # that ends inside a round leaves paired items behind, not one model's items with no partner
         rank = {m: i for i, m in enumerate(self.sweep.spec.models)}
-        order = sorted(range(len(requests)), key=lambda i: rank[requests[i][2]])
+        first: dict[tuple[str, str], int] = {}
+        for i, (benchmark, cid, _, _) in enumerate(requests):
+            first.setdefault((benchmark, cid), i)
+        order = sorted(range(len(requests)), key=lambda i: (first[requests[i][:2]], rank[requests[i][2]]))
         for i in order:
             benchmark, cid, model, ids = requests[i]
             ids = list(ids)

@@ -174,11 +174,12 @@ def _stand_in(per_item: float, n: int = 60):
     return oracle, problem, log
 
 
-def test_a_round_is_asked_model_by_model_and_scores_the_items_asked():
+def test_a_round_is_asked_configuration_by_configuration_and_scores_the_items_asked():
     oracle, problem, log = _stand_in(0.0)
     result = certify([problem], oracle, CertifyOptions(alpha=0.05, delta=0.0, seed=3, batch=20))
-    models = [m for m, _, _ in log]
-    assert models[:4] == ["a", "a", "b", "b"]  # the first round: model a's two configurations, then b's
+    asked = [(m, c) for m, c, _ in log]
+    t1, t2 = problem.config_ids
+    assert asked[:4] == [("a", t1), ("b", t1), ("a", t2), ("b", t2)]  # both models of a configuration together
     assert result.stopped_by in ("answered", "exhausted") and result.paired_evaluations > 0
     for (_, cid, model), items in result.evaluated.items():
         asked = [i for m, c, ids in log if (m, c) == (model, cid) for i in ids]
@@ -192,7 +193,7 @@ def test_a_time_budget_stops_inside_a_round_without_overshooting_much():
     t0 = time.monotonic()
     result = certify([problem], oracle, CertifyOptions(alpha=0.05, delta=0.0, seed=1, batch=40, budget_seconds=1.5))
     wall = time.monotonic() - t0
-    # a: 2 x 0.4 s, b: 0.4 s on T1, then T2 cut to the ~30 items the last 0.3 s allow (b's measured rate)
+    # a and b on T1, a on T2 (0.4 s each), then b on T2 cut to the ~30 items the last 0.3 s allow (its rate)
     assert result.stopped_by == "budget" and wall < 1.5 + 0.5, wall
     assert 40 < result.paired_evaluations < 80
     assert sum(len(ids) for m, c, ids in log if (m, c) == ("b", problem.config_ids[1])) < 40
