@@ -42,11 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allocation", default="reversal_first", choices=("reversal_first", "uniform"),
                    help="where rounds spend (default reversal_first; uniform for comparison)")
     live = p.add_argument_group("live certification (the sweep's flags)")
-    add_sweep_arguments(live, require_out=False, help_for=LIVE_HELP)
+    # a replayed grid's package group may be any package; a live run checks its own
+    add_sweep_arguments(live, require_out=False, help_for=LIVE_HELP, any_package=True)
     p.set_defaults(precision=None, package=None)  # replay: no group unless asked; live: the sweep's defaults
-    for action in p._actions:
-        if action.dest == "package":
-            action.choices = None  # a replayed grid's package group may be any package; live checks its own
     p.add_argument("--out", required=True, type=Path, help="output folder")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)

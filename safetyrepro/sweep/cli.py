@@ -20,8 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_sweep_arguments(p: argparse.ArgumentParser, require_out: bool = True,
-                        help_for: dict[str, str] | None = None) -> None:
-    """The sweep's flags on `p`; `help_for` (dest -> text) replaces some help texts (the demo's defaults)."""
+                        help_for: dict[str, str] | None = None, any_package: bool = False) -> None:
+    """The sweep's flags on `p`; `help_for` (dest -> text) replaces some help texts (the demo's defaults);
+    `any_package`: --package takes any name (certify's replay reads a grid of any package group)."""
     if help_for:
         p = _HelpOverride(p, help_for)
     p.add_argument("--models", nargs="+", metavar="MODEL",
@@ -42,7 +43,8 @@ def add_sweep_arguments(p: argparse.ArgumentParser, require_out: bool = True,
                    help="only these configurations, by id as in grid.csv (e.g. truthfulqa/T3/diverse/0shot/free_form); "
                         "without --benchmarks, their benchmarks")
     p.add_argument("--limit", type=int, help="score only the first N items of each fixed subset")
-    p.add_argument("--package", default="lm-eval", choices=("lm-eval", "inspect"), help="default: lm-eval")
+    p.add_argument("--package", default="lm-eval", choices=None if any_package else ("lm-eval", "inspect"),
+                   help="default: lm-eval")
     p.add_argument("--precision", default="bf16", help="fp32, bf16 (default) or nf4")
     p.add_argument("--tie-rule", default="expected", choices=("expected", "first"),
                    help="logprob items whose top candidates tie: expected credit 1/k (default) or lm-eval's "
