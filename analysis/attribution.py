@@ -23,6 +23,8 @@ from .rank_flip import model_pairs
 MIN_ROWS_REGRESSOR = 20
 MIN_ROWS_CLASSIFIER = 8
 MIN_PER_CLASS = 2
+PAIR_CLASSIFIERS_MAX = 200  # pair classifiers fitted per benchmark, the most reversed pairs first
+NOTES_PER_KIND_MAX = 10     # more skipped pairs of one kind than this are named in one note
 
 
 @dataclass(frozen=True)
@@ -51,20 +53,19 @@ def _lgbm_params(n_rows: int, seed: int, n_estimators: int, num_leaves: int) -> 
                 deterministic=True, force_row_wise=True, n_jobs=1, verbose=-1)
 
 
-def _mean_abs_shap(model, x: pd.DataFrame) -> np.ndarray:
-    with warnings.catch_warnings():
-        # shap warns about matplotlib colour-map APIs on import and about its binary-LightGBM output
-        # format on every call; neither concerns the numbers read here
-        warnings.simplefilter("ignore")
-        import shap
+def shap_values(model, x: pd.DataFrame) -> np.ndarray:
+    """What `shap.TreeExplainer(model).shap_values(x)` returns for a LightGBM model (path-dependent
+    TreeSHAP, no background data): shap hands that case to LightGBM's own TreeSHAP,
+    `booster.predict(x, num_iteration=-1, pred_contrib=True)`, less the expected-value column (here on
+    one thread, as the fit: rows are explained independently). Called here directly, because building
+    shap's own copy of the trees first (dump_model, parsed per tree) cost several times the fit, once
+    per pair (tests/analysis/test_analysis_scaling.py holds the two equal)."""
+    values = np.asarray(model.booster_.predict(x, num_iteration=-1, pred_contrib=True, num_threads=1))
+    return values[:, :-1]
 
-        values = shap.TreeExplainer(model).shap_values(x)
-    if isinstance(values, list):  # older shap: one array per class
-        values = values[-1]
-    values = np.asarray(values)
-    if values.ndim == 3:
-        values = values[:, :, -1]
-    return np.abs(values).mean(axis=0)
+
+def _mean_abs_shap(model, x: pd.DataFrame) -> np.ndarray:
+    return np.abs(shap_values(model, x)).mean(axis=0)
 
 
 def _share(values: np.ndarray) -> np.ndarray:
@@ -94,10 +95,39 @@ def score_regressor(grid: Grid, rules: Rules, seed: int) -> tuple[pd.DataFrame, 
                          "r2_in_sample": r2, "n_rows": len(x)}), None
 
 
-def pair_classifiers(grid: Grid, rules: Rules, seed: int) -> tuple[pd.DataFrame, list[str]]:
-    """Per benchmark x pair on the benchmark's common configurations; ties are left out (no sign)."""
+def _fit_classifier(x: pd.DataFrame, y: np.ndarray, seed: int) -> tuple[float, np.ndarray]:
+    """(in-sample accuracy, mean |SHAP| per axis) of one pair's classifier."""
     import lightgbm as lgb
 
+    clf = lgb.LGBMClassifier(**_lgbm_params(len(x), seed, n_estimators=50, num_leaves=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(x, y)
+    return float((clf.predict(x) == y).mean()), _mean_abs_shap(clf, x)
+
+
+def _pair_notes(benchmark: str, skipped: list[tuple[str, str, str]]) -> list[str]:
+    """One note per skipped pair (kind, pair, words), in pair order; a kind with more than
+    NOTES_PER_KIND_MAX pairs is said in one note that names the first of them."""
+    counts: dict[str, list[str]] = {}
+    for kind, pair, _ in skipped:
+        counts.setdefault(kind, []).append(pair)
+    notes = [words for kind, _, words in skipped if len(counts[kind]) <= NOTES_PER_KIND_MAX]
+    for kind, pairs in counts.items():
+        if len(pairs) > NOTES_PER_KIND_MAX:
+            notes.append(f"classifier {benchmark}: {len(pairs)} pairs {kind} ({', '.join(pairs[:NOTES_PER_KIND_MAX])}, "
+                         "...)")
+    return notes
+
+
+def pair_classifiers(grid: Grid, rules: Rules, seed: int) -> tuple[pd.DataFrame, list[str]]:
+    """Per benchmark x pair on the benchmark's common configurations; ties are left out (no sign).
+
+    A grid of many models has M(M-1)/2 pairs per benchmark (4,950 at 100 models, a LightGBM fit and
+    its SHAP values each), so at most PAIR_CLASSIFIERS_MAX pairs are fitted per benchmark: those whose
+    verdict reverses most (the most wins of the smaller side, then pair order); the rest are named in
+    one note. Pairs with the same untied configurations and the same winners pose the same problem
+    and share one fit (the fit is deterministic, so the rows are what separate fits would give)."""
     rows, notes = [], []
     for benchmark in grid.benchmarks:
         ids = grid.config_ids(benchmark)
@@ -105,26 +135,46 @@ def pair_classifiers(grid: Grid, rules: Rules, seed: int) -> tuple[pd.DataFrame,
         axes_frame = grid.cells[grid.cells["benchmark"] == benchmark].drop_duplicates("config_id") \
             .set_index("config_id").loc[list(ids)]
         x_all = encode_axes(axes_frame, rules)
+        values = m.to_numpy(dtype=float)
+        column = {model: i for i, model in enumerate(m.columns)}
+        candidates, skipped = [], []
         for a, b in model_pairs(grid.models):
-            diff = (m[a] - m[b]).to_numpy()
-            strict = diff != 0
-            y = (diff[strict] > 0).astype(int)
+            va, vb = values[:, column[a]], values[:, column[b]]
+            strict = va != vb
+            y = (va[strict] > vb[strict]).astype(int)
             wins_a, wins_b = int(y.sum()), int(len(y) - y.sum())
             where = f"{benchmark} {a} vs {b}"
             if min(wins_a, wins_b) == 0:
-                notes.append(f"classifier {where}: no strict reversal, nothing to localise")
+                skipped.append(("without a strict reversal, nothing to localise", f"{a} vs {b}",
+                                f"classifier {where}: no strict reversal, nothing to localise"))
                 continue
             if len(y) < MIN_ROWS_CLASSIFIER or min(wins_a, wins_b) < MIN_PER_CLASS:
-                notes.append(f"classifier {where}: skipped, {wins_a} wins for {a} and {wins_b} for {b} are too "
-                             f"few to fit (needs {MIN_ROWS_CLASSIFIER} untied configs, {MIN_PER_CLASS} per side)")
+                skipped.append((f"skipped: too few wins on one side to fit (needs {MIN_ROWS_CLASSIFIER} untied configs, "
+                                f"{MIN_PER_CLASS} per side)", f"{a} vs {b}",
+                                f"classifier {where}: skipped, {wins_a} wins for {a} and {wins_b} for {b} are too "
+                                f"few to fit (needs {MIN_ROWS_CLASSIFIER} untied configs, {MIN_PER_CLASS} per side)"))
                 continue
+            candidates.append((a, b, strict, y, wins_a, wins_b))
+        notes += _pair_notes(benchmark, skipped)
+        chosen = candidates
+        if len(candidates) > PAIR_CLASSIFIERS_MAX:
+            order = sorted(range(len(candidates)), key=lambda i: -min(candidates[i][4], candidates[i][5]))
+            keep = set(order[:PAIR_CLASSIFIERS_MAX])
+            chosen = [c for i, c in enumerate(candidates) if i in keep]
+            left = [c for i, c in enumerate(candidates) if i not in keep]
+            floor = min((min(c[4], c[5]) for c in chosen), default=0)
+            notes.append(f"classifier {benchmark}: {len(left)} of {len(candidates)} pairs with a strict reversal not "
+                         f"fitted (at most {PAIR_CLASSIFIERS_MAX} per benchmark, those that reverse most: at least "
+                         f"{floor} wins on the smaller side); not fitted: "
+                         + ", ".join(f"{a} vs {b}" for a, b, *_ in left[:NOTES_PER_KIND_MAX])
+                         + (", ..." if len(left) > NOTES_PER_KIND_MAX else ""))
+        fitted: dict[tuple[bytes, bytes], tuple[float, np.ndarray]] = {}
+        for a, b, strict, y, wins_a, wins_b in chosen:
+            key = (strict.tobytes(), y.tobytes())
             x = x_all[strict]
-            clf = lgb.LGBMClassifier(**_lgbm_params(len(x), seed, n_estimators=50, num_leaves=4))
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                clf.fit(x, y)
-            accuracy = float((clf.predict(x) == y).mean())
-            shap_abs = _mean_abs_shap(clf, x)
+            if key not in fitted:
+                fitted[key] = _fit_classifier(x, y, seed)
+            accuracy, shap_abs = fitted[key]
             for axis, value, share in zip(x.columns, shap_abs, _share(shap_abs), strict=True):
                 rows.append({"benchmark": benchmark, "model_a": a, "model_b": b, "axis": axis,
                              "mean_abs_shap": float(value), "share": float(share), "n_configs": len(x),

@@ -37,7 +37,7 @@ from .direction import direction, has_pass_fail
 from .dispersion import compliance_flip, dispersion
 from .grid_io import Grid
 from .orderings import orderings_reached
-from .rank_flip import model_pairs, pair_counts
+from .rank_flip import pair_columns, sign_counts
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, slice_config_ids
 
 EMPTY_SHARE_MAX = 1 - PARSE_CLEAN_MIN  # more empty outputs than this makes a cell degenerate
@@ -98,16 +98,21 @@ def degenerate_cells(grid: Grid, empty_outputs: pd.DataFrame | None = None,
     flags = _flags(cells)
     flagged = cells[flags.any(axis=1)]
     rows = []
+    matrices: dict[str, pd.DataFrame] = {}  # one pivot per benchmark, not one per flagged cell
+    lowest: dict[str, pd.Series] = {}
     for r in flagged.itertuples():
         f = flags.loc[r.Index]
-        m = grid.matrix(r.benchmark)
+        if r.benchmark not in matrices:
+            matrices[r.benchmark] = grid.matrix(r.benchmark)
+            lowest[r.benchmark] = matrices[r.benchmark].min()
+        m = matrices[r.benchmark]
         better = direction(r.benchmark).better_value(m.loc[r.config_id])
         rows.append({"model": r.model, "benchmark": r.benchmark, "config_id": r.config_id, "score": float(r.score),
                      "parse_rate": float(r.parse_rate), "n_empty": r.n_empty, "n_outputs": r.n_outputs,
                      "n_parsed": r.n_predictions, "top_share": r.top_share, "agreement": r.agreement,
                      "majority_share": r.majority_share,
                      "reasons": ";".join(c for c in REASON_CODES if f[c]), "reason": _words(r, f),
-                     "lowest_of_model": bool(r.score <= m[r.model].min()),
+                     "lowest_of_model": bool(r.score <= lowest[r.benchmark][r.model]),
                      "last_in_config": bool(better[r.model] < better.drop(r.model).min())})
     out = pd.DataFrame(rows, columns=list(CELL_COLUMNS))
     for column in ("n_empty", "n_outputs", "n_parsed"):  # counts print as integers, blank where unknown
@@ -120,16 +125,17 @@ def _reading(grid: Grid, benchmark: str, ids: Sequence[str], thetas: Sequence[fl
     if not ids:
         return {}
     m = grid.matrix(benchmark, config_ids=ids)
+    x = m.to_numpy(dtype=float)
     out = {}
-    for model in grid.models:
-        d = dispersion(m[model])
+    for k, model in enumerate(m.columns):
+        d = dispersion(x[:, k])
         out[(model, "score_min")] = d.low
         out[(model, "sdi")] = d.sdi
         if has_pass_fail(benchmark):
             for theta in thetas:
-                out[(model, f"cfr@{theta}")] = compliance_flip(m[model], theta).cfr
-    counts = [pair_counts(m[a].to_numpy(), m[b].to_numpy()) for a, b in model_pairs(grid.models)]
-    out[("all", "rho_flip_max")] = max(c.rho_flip for c in counts)
+                out[(model, f"cfr@{theta}")] = compliance_flip(x[:, k], theta).cfr
+    plus, minus, _ = sign_counts(x, *pair_columns(m.columns))
+    out[("all", "rho_flip_max")] = float(np.minimum(plus, minus).max() / len(x))
     out[("all", "n_orderings")] = orderings_reached(m).n_orderings
     if not direction(benchmark).monotone:
         out[("all", "n_orderings_better")] = orderings_reached(direction(benchmark).better_value(m)).n_orderings

@@ -77,8 +77,11 @@ def dispersion_tables(grid: Grid, rules: Rules, slices: tuple[str, ...],
     """(sdi, cfr) in long form: one row per model x benchmark x slice (x theta)."""
     sdi_rows, cfr_rows = [], []
     for benchmark, name, m in slice_matrices(grid, rules, slices):
+        x = m.to_numpy(dtype=float)  # a column of the array, not of the DataFrame: same values, no pandas per cell
+        column = {model: k for k, model in enumerate(m.columns)}
         for model in grid.models:
-            d = dispersion(m[model])
+            scores = x[:, column[model]]
+            d = dispersion(scores)
             sdi_rows.append({"model": model, "benchmark": benchmark, "slice": name, "n_configs": d.n,
                              "min": d.low, "max": d.high, "mean": d.mean, "range": d.range, "sdi": d.sdi})
             for theta in (*thetas, MEDIAN):
@@ -88,7 +91,7 @@ def dispersion_tables(grid: Grid, rules: Rules, slices: tuple[str, ...],
                     row.update(threshold=np.nan, pass_share=np.nan, cfr=np.nan, ceiling=np.nan,
                                note="N/A: no pass/fail reading")
                 else:
-                    c = compliance_flip(m[model], theta)
+                    c = compliance_flip(scores, theta)
                     row.update(threshold=c.threshold, pass_share=c.pass_share, cfr=c.cfr,
                                ceiling=cfr_ceiling(c.n) if c.n > 1 else np.nan, note="")
                 cfr_rows.append(row)

@@ -76,19 +76,58 @@ def model_pairs(models: tuple[str, ...]) -> list[tuple[str, str]]:
     return list(itertools.combinations(sorted(models), 2))
 
 
+PAIR_BLOCK = 1 << 14  # pairs compared at once (configs x block booleans), so memory stays flat in M
+
+
+def pair_columns(columns, pairs: list[tuple[str, str]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j): the column positions of model_a and model_b of every pair (`model_pairs` order by default)."""
+    where = {m: k for k, m in enumerate(columns)}
+    pairs = model_pairs(tuple(columns)) if pairs is None else pairs
+    i = np.fromiter((where[a] for a, _ in pairs), dtype=np.intp, count=len(pairs))
+    j = np.fromiter((where[b] for _, b in pairs), dtype=np.intp, count=len(pairs))
+    return i, j
+
+
+def sign_counts(x: np.ndarray, i: np.ndarray, j: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`pair_counts` for every pair at once: (n_plus, n_minus, n_zero) arrays over the pairs (i, j) of
+    the columns of a configs x models array, compared with the same strict `>` and `<`."""
+    x = np.asarray(x, dtype=float)
+    plus, minus = np.empty(len(i), dtype=np.int64), np.empty(len(i), dtype=np.int64)
+    for start in range(0, len(i), PAIR_BLOCK):
+        a, b = x[:, i[start:start + PAIR_BLOCK]], x[:, j[start:start + PAIR_BLOCK]]
+        plus[start:start + PAIR_BLOCK] = np.count_nonzero(a > b, axis=0)
+        minus[start:start + PAIR_BLOCK] = np.count_nonzero(a < b, axis=0)
+    return plus, minus, len(x) - plus - minus
+
+
 def rho_flip_table(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> pd.DataFrame:
     """One row per benchmark x slice x pair, detail columns included; empty slices have no rows."""
-    rows = []
+    pairs = model_pairs(grid.models)
+    parts = []
     for benchmark, name, m in slice_matrices(grid, rules, slices):
         better = direction(benchmark)
         mb = better.better_value(m)
-        for a, b in model_pairs(grid.models):
-            c = pair_counts(m[a].to_numpy(), m[b].to_numpy())
-            cb = pair_counts(mb[a].to_numpy(), mb[b].to_numpy())
-            rows.append((benchmark, name, a, b, c.n_plus, c.n_minus, c.n_zero, c.n_configs,
-                         c.rho_flip, c.ceiling, c.saturated, c.d1, c.d2, chance_rho_flip(c.n_configs), better.label,
-                         cb.n_plus, cb.n_minus, cb.n_zero, cb.rho_flip))
-    return pd.DataFrame(rows, columns=list(RHO_FLIP_DETAIL_COLUMNS))
+        i, j = pair_columns(m.columns, pairs)
+        plus, minus, zero = sign_counts(m.to_numpy(dtype=float), i, j)
+        plus_b, minus_b, zero_b = sign_counts(mb.to_numpy(dtype=float), i, j)
+        n = len(m)
+        minority = np.minimum(plus, minus)
+        parts.append({
+            "benchmark": [benchmark] * len(pairs), "slice": [name] * len(pairs),
+            "model_a": [a for a, _ in pairs], "model_b": [b for _, b in pairs],
+            "n_plus": plus, "n_minus": minus, "n_zero": zero, "n_configs": np.full(len(pairs), n, dtype=np.int64),
+            "rho_flip": minority / n, "ceiling": np.full(len(pairs), (n // 2) / n),
+            "saturated": (minority == n // 2) & (n >= 2), "d1": (plus == 0) | (minus == 0),
+            "d2": ((plus > 0).astype(int) + (minus > 0) + (zero > 0)) == 1,
+            "chance": np.full(len(pairs), chance_rho_flip(n)), "better": [better.label] * len(pairs),
+            "n_plus_better": plus_b, "n_minus_better": minus_b, "n_zero_better": zero_b,
+            "rho_flip_better": np.minimum(plus_b, minus_b) / n,
+        })
+    if not parts:
+        return pd.DataFrame([], columns=list(RHO_FLIP_DETAIL_COLUMNS))
+    columns = {c: [v for part in parts for v in part[c]] if isinstance(parts[0][c], list)
+               else np.concatenate([part[c] for part in parts]) for c in RHO_FLIP_DETAIL_COLUMNS}
+    return pd.DataFrame(columns, columns=list(RHO_FLIP_DETAIL_COLUMNS))
 
 
 NO_REVERSAL = "none (no pair reverses)"

@@ -11,6 +11,29 @@ The point estimates come from statsmodels. The bootstrap refits the same linear 
 times per benchmark, so it uses a small numpy Type-II routine (tested equal to statsmodels) that
 reuses one design matrix instead of re-parsing a formula per resample; it is run for the headline
 (Type-II, free-form) only.
+
+Both grow with the model factor: the design has M x (1 + sum of (levels - 1)) columns, and
+statsmodels plus a thousand lstsq refits per benchmark took over half an hour at 10 models. Above
+REFERENCE_MAX_PARAMS parameters the same sums of squares come from the configuration-level
+reduction instead (`config_level_terms`, `config_level_bootstrap`): every model has every
+configuration, and a configuration resample gives all models' cells the same weight (its number
+of draws), so the weighted design is a product of "which model" and "which configuration". Write
+y[m, c] = ybar[c] + d[m, c] with ybar the mean over models. The span of a hierarchical set of
+terms splits into two orthogonal parts, 1 (x) W (ybar's regression on the axis main effects in the
+set) and 1-perp (x) U (each model's deviation on the axes it interacts with, plus a constant when
+`model` is in), so every residual sum of squares is a weighted regression over the C
+configurations (p <= 1 + sum of (levels - 1) columns), never over the M x C rows:
+
+    SS(model)      = sum_m (sum_c w_c d[m, c])^2 / sum_c w_c                 (Type II)
+    SS(axis a)     = M (RSS_w(ybar; W without a) - RSS_w(ybar; W))           (Type II and III)
+    SS(model:a)    = sum_m RSS_w(d_m; U without a) - sum_m RSS_w(d_m; U)     (Type II and III)
+    SS(model) III  = sum_m RSS_w(d_m; sum-coded axes, no constant) - sum_m RSS_w(d_m; U)
+    residual       = M RSS_w(ybar; W) + sum_m RSS_w(d_m; U)
+
+These are the same sums of squares (tested against statsmodels and the lstsq routine to 1e-9
+relative), computed in another order, so they agree to rounding, not to the last bit; below the
+threshold (the study's three models) the reference routines run unchanged, so published tables
+stay byte for byte.
 """
 
 from __future__ import annotations
@@ -24,6 +47,7 @@ import pandas as pd
 
 from safetyrepro.tasks.envelope import Rules
 
+from .bootstrap import draw_weights
 from .grid_io import Grid
 from .slices import PARSE_CLEAN, slice_config_ids
 
@@ -174,17 +198,143 @@ def bootstrap_rho(frame: pd.DataFrame, axes: tuple[str, ...], n_resamples: int,
                   rng: np.random.Generator) -> np.ndarray:
     """rho on resamples of the configurations (all models' cells of a drawn config come together)."""
     frame = frame.sort_values(["config_id", "model"]).reset_index(drop=True)
+    configs = frame["config_id"].unique()
+    draws = np.array([rng.integers(0, len(configs), size=len(configs)) for _ in range(n_resamples)], dtype=int)
+    table = ConfigTable.of(frame, axes) if n_parameters(frame, axes) > REFERENCE_MAX_PARAMS else None
+    if table is not None:
+        return config_level_bootstrap(table, axes, draws.reshape(n_resamples, len(configs)))
     blocks = design_blocks(frame, axes)
     y = frame["score"].to_numpy(dtype=float)
-    configs = frame["config_id"].unique()
     rows_of = [np.flatnonzero(frame["config_id"].to_numpy() == c) for c in configs]
     out = np.empty(n_resamples)
-    for k in range(n_resamples):
-        draw = rng.integers(0, len(configs), size=len(configs))
+    for k, draw in enumerate(draws):
         idx = np.concatenate([rows_of[j] for j in draw])
         ss = type2_sums_of_squares({t: b[idx] for t, b in blocks.items()}, y[idx])
         out[k] = _rho_from_sums(ss, axes)
     return out
+
+
+# -- the configuration-level reduction (module docstring) for designs above REFERENCE_MAX_PARAMS --------
+REFERENCE_MAX_PARAMS = 32  # up to this many parameters statsmodels and the lstsq bootstrap run as they are
+
+
+def n_parameters(frame: pd.DataFrame, axes: tuple[str, ...]) -> int:
+    """Columns of the treatment-coded design: intercept, main effects, model x axis interactions."""
+    n_models = frame["model"].nunique()
+    levels = [frame[a].nunique() - 1 for a in axes]
+    return 1 + (n_models - 1) + sum(levels) + (n_models - 1) * sum(levels)
+
+
+@dataclass(frozen=True)
+class ConfigTable:
+    """One slice as a complete configs x models score table (configs sorted as the bootstrap draws
+    them) with each configuration's axis level codes."""
+
+    scores: np.ndarray             # C x M
+    codes: dict[str, np.ndarray]   # axis -> C level codes 0..L-1 (levels sorted)
+    n_levels: dict[str, int]
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame, axes: tuple[str, ...]) -> ConfigTable | None:
+        """None unless every model has every configuration exactly once."""
+        frame = frame.sort_values(["config_id", "model"])
+        configs = frame["config_id"].unique()
+        models = np.sort(frame["model"].unique())
+        if len(frame) != len(configs) * len(models) or frame.duplicated(["config_id", "model"]).any():
+            return None
+        wide = frame.pivot(index="config_id", columns="model", values="score").loc[configs, models]
+        first = frame.drop_duplicates("config_id").set_index("config_id").loc[configs]
+        codes, n_levels = {}, {}
+        for a in axes:
+            levels = sorted(first[a].unique())
+            codes[a] = first[a].map({v: i for i, v in enumerate(levels)}).to_numpy(dtype=int)
+            n_levels[a] = len(levels)
+        return cls(wide.to_numpy(dtype=float), codes, n_levels)
+
+    def treatment(self, axes: tuple[str, ...]) -> np.ndarray:
+        """Intercept and treatment dummies (first level left out) of `axes`: C x p."""
+        cols = [np.ones(len(self.scores))]
+        for a in axes:
+            cols.extend((self.codes[a] == level).astype(float) for level in range(1, self.n_levels[a]))
+        return np.column_stack(cols)
+
+    def sum_coded(self, axes: tuple[str, ...]) -> np.ndarray:
+        """Sum-to-zero columns (each level but the last, minus the last) of `axes`, no intercept."""
+        cols = []
+        for a in axes:
+            last = (self.codes[a] == self.n_levels[a] - 1).astype(float)
+            cols.extend((self.codes[a] == level) - last for level in range(self.n_levels[a] - 1))
+        return np.column_stack(cols) if cols else np.zeros((len(self.scores), 0))
+
+
+def _rss(x: np.ndarray, y: np.ndarray) -> float:
+    """Residual sum of squares of every column of y (C or C x k) on the columns of x (C x p)."""
+    if x.shape[1] == 0:
+        return float(np.sum(y * y))
+    beta = np.linalg.lstsq(x, y, rcond=None)[0]
+    r = y - x @ beta
+    return float(np.sum(r * r))
+
+
+def config_level_terms(table: ConfigTable, axes: tuple[str, ...],
+                       anova_type: str = "II") -> list[tuple[str, float, float]] | None:
+    """(term, df, sum_sq) as `anova_terms` gives them, from the configuration-level reduction; None when
+    the axes' main-effect design over the configurations is rank-deficient (statsmodels then decides
+    the degrees of freedom)."""
+    y = table.scores
+    n_cfg, n_models = y.shape
+    ybar = y.mean(axis=1)
+    d = y - ybar[:, None]
+    w_full = table.treatment(axes)
+    if np.linalg.matrix_rank(w_full) < w_full.shape[1]:
+        return None
+    rss_w = _rss(w_full, ybar)
+    rss_u = _rss(w_full, d)
+    out = []
+    if anova_type == "III":
+        model_ss = _rss(table.sum_coded(axes), d) - rss_u
+    else:
+        model_ss = float(np.sum(d.sum(axis=0) ** 2) / n_cfg)
+    out.append(("model", float(n_models - 1), max(model_ss, 0.0)))
+    for a in axes:
+        others = tuple(b for b in axes if b != a)
+        out.append((a, float(table.n_levels[a] - 1), max(n_models * (_rss(table.treatment(others), ybar) - rss_w), 0.0)))
+    for a in axes:
+        others = tuple(b for b in axes if b != a)
+        out.append((f"model:{a}", float((n_models - 1) * (table.n_levels[a] - 1)),
+                    max(_rss(table.treatment(others), d) - rss_u, 0.0)))
+    out.append(("residual", float(n_cfg * n_models - n_models * w_full.shape[1]), max(n_models * rss_w + rss_u, 0.0)))
+    return out
+
+
+def _weighted_rss(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per resample r: min over beta of sum_c weights[r, c] (y_c - x_c beta)^2, by SVD of the
+    row-scaled design (a level no draw reached leaves a zero singular value, dropped as lstsq does)."""
+    root = np.sqrt(weights)
+    xs = root[:, :, None] * x[None]
+    ys = root * y[None]
+    u, s, _ = np.linalg.svd(xs, full_matrices=False)
+    keep = s > s[:, :1] * max(x.shape) * np.finfo(float).eps
+    coef = np.einsum("rcp,rc->rp", u, ys) * keep
+    r = ys - np.einsum("rcp,rp->rc", u, coef)
+    return np.sum(r * r, axis=1)
+
+
+def config_level_bootstrap(table: ConfigTable, axes: tuple[str, ...], draws: np.ndarray) -> np.ndarray:
+    """rho (Type II) on each resample of configurations: `draws` is resamples x C configuration
+    indices; a configuration drawn k times weighs k."""
+    n_cfg, n_models = table.scores.shape
+    weights = draw_weights(draws, n_cfg)
+    ybar = table.scores.mean(axis=1)
+    d = table.scores - ybar[:, None]
+    model = np.maximum(np.sum((weights @ d) ** 2, axis=1) / weights.sum(axis=1), 0.0)
+    rss_w = _weighted_rss(table.treatment(axes), ybar, weights)
+    impl = np.zeros(len(draws))
+    for a in axes:
+        without = _weighted_rss(table.treatment(tuple(b for b in axes if b != a)), ybar, weights)
+        impl += np.maximum(n_models * (without - rss_w), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(model > 0, impl / np.where(model > 0, model, 1.0), np.inf)
 
 
 def anova_config_ids(grid: Grid, rules: Rules, benchmark: str, slice_name: str) -> tuple[str, ...]:
@@ -216,7 +366,12 @@ def variance_attribution(grid: Grid, rules: Rules, benchmark: str, n_resamples: 
         return (f"{benchmark}: {len(frame)} {cells} cannot fit {n_params} parameters with any residual "
                 "degrees of freedom")
     total = float(((frame["score"] - frame["score"].mean()) ** 2).sum())
-    raw = anova_terms(frame, axes, anova_type)
+    raw = None
+    if n_params > REFERENCE_MAX_PARAMS:
+        table = ConfigTable.of(frame, axes)
+        raw = config_level_terms(table, axes, anova_type) if table is not None else None
+    if raw is None:
+        raw = anova_terms(frame, axes, anova_type)
     omega = omega_squared(raw, total) if total > 0 else {}
     terms = tuple(Term(name, _group(name), df, ss, ss / total if total > 0 else float("nan"),
                        omega.get(name, float("nan")))

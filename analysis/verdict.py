@@ -5,13 +5,14 @@ benchmark's better direction (for CrowS-Pairs: closer to 0.5), `diff_better` the
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from safetyrepro.tasks.envelope import Rules
 
 from .direction import direction
 from .grid_io import Grid
-from .rank_flip import model_pairs
+from .rank_flip import PAIR_BLOCK, model_pairs, pair_columns
 from .slices import slice_matrices
 
 CERTIFICATE_COLUMNS = ("benchmark", "slice", "model_a", "model_b", "extreme", "config_id", "score_a",
@@ -21,12 +22,30 @@ CERTIFICATE_COLUMNS = ("benchmark", "slice", "model_a", "model_b", "extreme", "c
 def verdict_certificate(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> pd.DataFrame:
     """Two rows per benchmark x slice x pair: extreme "max" (A most ahead in the better direction)
     and "min" (B most ahead). Among equal differences the first configuration in envelope order is named."""
-    rows = []
+    pairs = model_pairs(grid.models)
+    parts = []
     for benchmark, name, m in slice_matrices(grid, rules, slices):
-        better = direction(benchmark).better_value(m)
-        for a, b in model_pairs(grid.models):
-            diff, ahead = m[a] - m[b], better[a] - better[b]
-            for extreme, cid in (("max", ahead.idxmax()), ("min", ahead.idxmin())):
-                rows.append((benchmark, name, a, b, extreme, cid, float(m.at[cid, a]), float(m.at[cid, b]),
-                             float(diff[cid]), float(ahead[cid]), grid.precision, grid.package))
-    return pd.DataFrame(rows, columns=list(CERTIFICATE_COLUMNS))
+        x = m.to_numpy(dtype=float)
+        bx = direction(benchmark).better_value(m).to_numpy(dtype=float)
+        i, j = pair_columns(m.columns, pairs)
+        ids = m.index.to_numpy()
+        for start in range(0, len(pairs), PAIR_BLOCK):
+            ii, jj = i[start:start + PAIR_BLOCK], j[start:start + PAIR_BLOCK]
+            ahead = bx[:, ii] - bx[:, jj]  # configs x pairs; argmax/argmin name the first extreme, as idxmax does
+            at = np.stack([ahead.argmax(axis=0), ahead.argmin(axis=0)], axis=1)  # pairs x (max, min)
+            cols = np.stack([np.arange(len(ii))] * 2, axis=1)
+            sa, sb = x[at, ii[:, None]], x[at, jj[:, None]]
+            n = 2 * len(ii)
+            block = pairs[start:start + PAIR_BLOCK]
+            parts.append({
+                "benchmark": [benchmark] * n, "slice": [name] * n,
+                "model_a": [a for a, _ in block for _ in (0, 1)], "model_b": [b for _, b in block for _ in (0, 1)],
+                "extreme": ["max", "min"] * len(ii), "config_id": list(ids[at.ravel()]),
+                "score_a": sa.ravel(), "score_b": sb.ravel(), "diff": (sa - sb).ravel(),
+                "diff_better": ahead[at, cols].ravel(), "precision": [grid.precision] * n, "package": [grid.package] * n,
+            })
+    if not parts:
+        return pd.DataFrame([], columns=list(CERTIFICATE_COLUMNS))
+    return pd.DataFrame({c: [v for part in parts for v in part[c]] if isinstance(parts[0][c], list)
+                         else np.concatenate([part[c] for part in parts]) for c in CERTIFICATE_COLUMNS},
+                        columns=list(CERTIFICATE_COLUMNS))
