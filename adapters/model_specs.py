@@ -157,7 +157,7 @@ def parse_model_spec(spec: str, label: str | None = None, model_args: str = "", 
         check_model_name(spec)
         entry = ModelEntry(label or spec, ENGINE, spec, "", precision, revision)
     entry.args_dict()  # malformed args are refused here
-    problem = label_problem(entry.label)  # a label names files, figures and report rows: bounded
+    problem = label_problem(label) if label is not None else None  # a label names files, figures, report rows
     if problem:
         raise UserError(problem)
     return entry

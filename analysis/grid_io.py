@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from safetyrepro.errors import UserError
-from safetyrepro.limits import label_problem
+from safetyrepro.limits import MAX_LABEL_CHARS, MAX_SPEC_CHARS, label_problem, shorten
 from safetyrepro.tasks.envelope import AXES, Config, Rules
 
 from .exact import exact_scores
@@ -174,7 +174,9 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
         out[column] = out[column].astype(str).str.strip()
 
     for label in out["model"].unique():  # a label names figures and report rows: bounded before any work
-        problem = label_problem(label)
+        # a spec used as its own label (lm-eval:...:model_args) may be long; beyond MAX_SPEC_CHARS it is damage
+        problem = (f"model label {shorten(label)} is longer than {MAX_SPEC_CHARS} characters (the cap "
+                   f"MAX_SPEC_CHARS)" if len(label) > MAX_SPEC_CHARS else label_problem(label[:MAX_LABEL_CHARS]))
         if problem:
             raise UserError(f"grid {source}: {problem}")
     shots = _numeric(out, "shots", source)

@@ -428,13 +428,5 @@ def test_a_5000_character_label_in_a_hand_written_grid_is_refused_at_once(tmp_pa
     frame = grid_frame({"a" * 5000: dict.fromkeys(CC, 0.5), "b": dict.fromkeys(CC, 0.6)})
     frame.to_csv(tmp_path / "grid.csv", index=False)
     err = _refused(["analyze", str(tmp_path / "grid.csv"), "--out", str(tmp_path / "out")], capsys,
-                   "MAX_LABEL_CHARS", "5000 characters")
+                   "MAX_SPEC_CHARS", "5000 characters")
     assert not (tmp_path / "out").exists() and len(err) < 600
-
-
-def test_a_label_over_the_cap_from_the_command_line_is_refused(tmp_path, capsys):
-    """--models takes the spec as the label: a 300-character inspect: spec would name files, figures and
-    report rows, so it is refused with the cap before anything runs."""
-    _refused(["sweep", "--models", "inspect:openai-api/" + "m" * 300, "--benchmarks", "xstest",
-              "--out", str(tmp_path / "out")], capsys, "MAX_LABEL_CHARS")
-    assert not (tmp_path / "out").exists()
