@@ -41,48 +41,14 @@ class FlowPlan:
 def plan(o) -> FlowPlan:
     """The sweep's cells for options `o` (SweepOptions), checked as the sweep checks them, without
     building any model: a spec may be written where the providers' keys and servers are not."""
-    from safetyrepro.adapters.loading import check_precision
     from safetyrepro.adapters.model_specs import ENGINE, INSPECT, _check_logprob
     from safetyrepro.compat.inspect_ai import provider_names
     from safetyrepro.sweep.drivers import item_sets
-    from safetyrepro.sweep.plan import SweepSpec, plan_cells, select_configs
-    from safetyrepro.tasks.benchmark import check_tie_rule
-    from safetyrepro.tasks.envelope import benchmark_of, benchmarks_of, load_rules
-    from safetyrepro.tasks.subsets import item_set
+    from safetyrepro.sweep.plan import SweepSpec, check_selection, plan_cells
 
-    rules = load_rules(o.rules)
-    labels = [m.label for m in o.models]
-    if not labels:
-        raise UserError("no model given: use --models and/or --models-file")
-    dupes = sorted({x for x in labels if labels.count(x) > 1})
-    if dupes:
-        raise UserError(f"model {dupes[0]!r} is listed twice (labels must be unique; a models file can set `label:`)")
-    precision = check_precision(o.precision)
-    tie_rule = check_tie_rule(o.tie_rule)
-    filters = {k: v for k, v in o.filters.items() if v}
-    for axis, values in filters.items():
-        twice = sorted({str(v) for v in values if list(values).count(v) > 1})
-        if twice:
-            raise UserError(f"{axis} {twice[0]!r} is listed twice (each value once)")
-    benchmarks = list(o.benchmarks or (benchmarks_of(filters["config"]) if "config" in filters else rules.benchmarks))
-    stray = [i for i in filters.get("config", ()) if benchmark_of(i) not in benchmarks]
-    if stray:
-        raise UserError(f"configuration {stray[0]!r} is of a benchmark not in --benchmarks ({', '.join(benchmarks)})")
-    configs = select_configs(rules, benchmarks, o.tier, precision, filters)
-    if o.limit is not None:
-        if o.limit < 1:
-            raise UserError(f"--limit must be a positive number of items, got {o.limit}")
-        for b in sorted({c.benchmark for c in configs}):
-            n = len(item_set(b).items)
-            if o.limit > n:
-                raise UserError(f"--limit {o.limit} is more than the {n} items of the {b} subset; "
-                                f"use --limit {n} or less (or leave it out for all {n})")
-    if o.subsample is not None and not 0 < o.subsample <= 1:
-        raise UserError(f"--subsample must be a fraction in (0, 1], got {o.subsample}")
-    if o.subset_seed is not None and o.subset_seed < 0:
-        raise UserError(f"--subset-seed must be a whole number >= 0, got {o.subset_seed}")
-    if o.batch_size is not None and o.batch_size < 1:
-        raise UserError(f"--batch-size must be at least 1, got {o.batch_size}")
+    chosen = check_selection(o)
+    rules, labels, precision, tie_rule = chosen.rules, chosen.labels, chosen.precision, chosen.tie_rule
+    filters, benchmarks, configs = chosen.filters, chosen.benchmarks, chosen.configs
     scorings = {c.scoring for c in configs}
     known = None
     for m in o.models:

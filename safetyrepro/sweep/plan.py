@@ -132,3 +132,61 @@ def plan_cells(models: list, configs: list[Config], rules: Rules) -> list[Cell]:
 
 
 AXIS_FILTERS = AXES
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a sweep's options select, checked before anything is built (the sweep and `flow` alike)."""
+
+    rules: Rules
+    labels: tuple[str, ...]
+    precision: str
+    tie_rule: str
+    filters: dict
+    benchmarks: tuple[str, ...]
+    configs: list[Config]
+
+
+def check_selection(o: SweepOptions) -> Selection:
+    """The option checks that need no model and no backend: unique labels, precision, tie rule, filters
+    (each value once), benchmarks and configuration ids, --limit against each subset, --subsample,
+    --subset-seed and --batch-size. Each failure is one line (UserError)."""
+    from safetyrepro.adapters.loading import check_precision
+    from safetyrepro.tasks.benchmark import check_tie_rule
+    from safetyrepro.tasks.envelope import benchmarks_of, load_rules
+    from safetyrepro.tasks.subsets import item_set
+
+    rules = load_rules(o.rules)
+    labels = [m.label for m in o.models]
+    if not labels:
+        raise UserError("no model given: use --models and/or --models-file")
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise UserError(f"model {dupes[0]!r} is listed twice (labels must be unique; a models file can set `label:`)")
+    precision = check_precision(o.precision)
+    tie_rule = check_tie_rule(o.tie_rule)
+    filters = {k: v for k, v in o.filters.items() if v}
+    for axis, values in o.filters.items():
+        twice = sorted({str(v) for v in values if list(values).count(v) > 1})
+        if twice:
+            raise UserError(f"{axis} {twice[0]!r} is listed twice (each value once)")
+    benchmarks = list(o.benchmarks or (benchmarks_of(filters["config"]) if "config" in filters else rules.benchmarks))
+    stray = [i for i in filters.get("config", ()) if benchmark_of(i) not in benchmarks]
+    if stray:
+        raise UserError(f"configuration {stray[0]!r} is of a benchmark not in --benchmarks ({', '.join(benchmarks)})")
+    configs = select_configs(rules, benchmarks, o.tier, precision, filters)
+    if o.limit is not None:
+        if o.limit < 1:
+            raise UserError(f"--limit must be a positive number of items, got {o.limit}")
+        for b in sorted({c.benchmark for c in configs}):
+            n = len(item_set(b).items)  # a --subsample is drawn from the items the limit keeps
+            if o.limit > n:
+                raise UserError(f"--limit {o.limit} is more than the {n} items of the {b} subset; "
+                                f"use --limit {n} or less (or leave it out for all {n})")
+    if o.subsample is not None and not 0 < o.subsample <= 1:
+        raise UserError(f"--subsample must be a fraction in (0, 1], got {o.subsample}")
+    if o.subset_seed is not None and o.subset_seed < 0:
+        raise UserError(f"--subset-seed must be a whole number >= 0, got {o.subset_seed}")
+    if o.batch_size is not None and o.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {o.batch_size}")
+    return Selection(rules, tuple(labels), precision, tie_rule, filters, tuple(benchmarks), configs)

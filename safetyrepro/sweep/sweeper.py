@@ -15,13 +15,12 @@ from safetyrepro.sweep.plan import (
     Cell,
     SweepOptions,
     SweepSpec,
+    check_selection,
     plan_cells,
-    select_configs,
 )
 from safetyrepro.sweep.runner import SweepResult, run_local, write_run_json
 from safetyrepro.sweep.store import Store
-from safetyrepro.tasks.benchmark import check_tie_rule
-from safetyrepro.tasks.envelope import Rules, benchmark_of, benchmarks_of, load_rules
+from safetyrepro.tasks.envelope import Rules
 
 
 @dataclass
@@ -36,37 +35,9 @@ class Sweep:
 
     @classmethod
     def create(cls, o: SweepOptions) -> Sweep:
-        from safetyrepro.adapters.loading import check_precision
-
-        rules = load_rules(o.rules)
-        labels = [m.label for m in o.models]
-        if not labels:
-            raise UserError("no model given: use --models and/or --models-file")
-        dupes = sorted({x for x in labels if labels.count(x) > 1})
-        if dupes:
-            raise UserError(f"model {dupes[0]!r} is listed twice (labels must be unique; a models file can set `label:`)")
-        precision = check_precision(o.precision)
-        tie_rule = check_tie_rule(o.tie_rule)
-        filters = {k: v for k, v in o.filters.items() if v}
-        benchmarks = list(o.benchmarks or (benchmarks_of(filters["config"]) if "config" in filters
-                                           else rules.benchmarks))
-        stray = [i for i in filters.get("config", ()) if benchmark_of(i) not in benchmarks]
-        if stray:
-            raise UserError(f"configuration {stray[0]!r} is of a benchmark not in --benchmarks "
-                            f"({', '.join(benchmarks)})")
-        configs = select_configs(rules, benchmarks, o.tier, precision, filters)
-        if o.limit is not None and o.limit < 1:
-            raise UserError(f"--limit must be a positive number of items, got {o.limit}")
-        if o.subsample is not None and not 0 < o.subsample <= 1:
-            raise UserError(f"--subsample must be a fraction in (0, 1], got {o.subsample}")
-        if o.subset_seed is not None and o.subset_seed < 0:
-            raise UserError(f"--subset-seed must be a whole number >= 0, got {o.subset_seed}")
-        for axis, values in o.filters.items():
-            twice = sorted({str(v) for v in values if list(values).count(v) > 1})
-            if twice:
-                raise UserError(f"{axis} {twice[0]!r} is listed twice (each value once)")
-        if o.batch_size is not None and o.batch_size < 1:
-            raise UserError(f"--batch-size must be at least 1, got {o.batch_size}")
+        chosen = check_selection(o)
+        rules, labels, precision, tie_rule = chosen.rules, chosen.labels, chosen.precision, chosen.tie_rule
+        filters, benchmarks, configs = chosen.filters, chosen.benchmarks, chosen.configs
         if o.workers < 1:
             raise UserError(f"--workers must be at least 1, got {o.workers}")
         scorings = {c.scoring for c in configs}
@@ -163,7 +134,7 @@ class Sweep:
 
 def _check_before_loading(o: SweepOptions, configs) -> None:
     """What can be known wrong without loading a model: the engine's weights (a missing or truncated
-    file, an unknown name), the device, the item count, the Ray executor's package."""
+    file, an unknown name), the device, the Ray executor's package (the item count: check_selection)."""
     from safetyrepro.adapters.model_specs import ENGINE
     from safetyrepro.adapters.weights import resolve_weights
 
@@ -178,14 +149,6 @@ def _check_before_loading(o: SweepOptions, configs) -> None:
         from safetyrepro.adapters.loading import resolve_device
 
         resolve_device(o.device)
-    if o.limit is not None:
-        from safetyrepro.tasks.subsets import item_set
-
-        for b in sorted({c.benchmark for c in configs}):
-            n = len(item_set(b).items)  # a --subsample is drawn from the items the limit keeps
-            if o.limit > n:
-                raise UserError(f"--limit {o.limit} is more than the {n} items of the {b} subset; "
-                                f"use --limit {n} or less (or leave it out for all {n})")
     if o.executor == "ray":
         try:
             import ray  # noqa: F401
