@@ -487,11 +487,11 @@ def pair_sentence(r, cert: pd.DataFrame, sig: pd.DataFrame | None) -> str:
                                    else (r.model_b, r.model_a, minus, plus, "min"))
     mine = cert[(cert["benchmark"] == r.benchmark) & (cert["model_a"] == r.model_a) & (cert["model_b"] == r.model_b)]
     rows = mine.set_index("extreme")
-    score = {m: None for m in (r.model_a, r.model_b)}
 
     def at(extreme: str) -> str:
+        """The two scores at that extreme, the model ahead there first."""
         c = rows.loc[extreme]
-        score[r.model_a], score[r.model_b] = c["score_a"], c["score_b"]
+        score = {r.model_a: c["score_a"], r.model_b: c["score_b"]}
         first, second = (lead, trail) if extreme == ext else (trail, lead)
         return f"{score[first]:.3f} vs {score[second]:.3f} on {_short(c['config_id'])}"
 

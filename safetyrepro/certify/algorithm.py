@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -169,7 +170,7 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
     alpha_each = options.alpha / max(n_streams, 1)
     benches = []
     for p in problems:
-        rng = np.random.default_rng([options.seed, _stable_hash(p.benchmark)])
+        rng = np.random.default_rng([options.seed, zlib.crc32(p.benchmark.encode())])
         order = np.array(p.item_ids, dtype=object)[rng.permutation(len(p.item_ids))]
         pairs = model_pairs(p.models)
         streams = [_Stream(p.benchmark, pair, cid, i) for i, (pair, cid) in
@@ -177,12 +178,6 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
         cs = WorBettingCS(len(streams), len(p.item_ids), alpha_each, -1.0, 1.0, p.lattice)
         benches.append(_Bench(p, order, cs, streams, pairs, {pair: "undecided" for pair in pairs}))
     return benches, alpha_each
-
-
-def _stable_hash(text: str) -> int:
-    import zlib
-
-    return zlib.crc32(text.encode())
 
 
 def _allocation(b: _Bench, options: CertifyOptions) -> dict[int, int]:
@@ -367,12 +362,9 @@ def _rows(benches: list[_Bench], delta: float) -> tuple[list[ClaimRow], list[Pai
         for pair in b.pairs:
             mine = [s for s in b.streams if s.pair == pair]
             verdict = b.verdict[pair]
-            if verdict == "flip":
-                deciding = tuple(s.config_id for s in mine if s.claim in ("a_better", "b_better"))
-            elif verdict == "undecided":
-                deciding = tuple(s.config_id for s in mine if s.claim in ("a_better", "b_better"))
-            else:
-                deciding = tuple(s.config_id for s in mine)
+            # a flip (or an open pair) rests on its decided wins; a stable or equivalent verdict on every configuration
+            deciding = tuple(s.config_id for s in mine if verdict not in ("flip", "undecided")
+                             or s.claim in ("a_better", "b_better"))
             used = int(sum(b.cs.t[s.index] for s in mine))
             pairs.append(PairRow(b.problem.benchmark, *pair, verdict, used, len(mine) * n, deciding,
                                  sum(s.claim == "undecided" for s in mine)))
