@@ -3,13 +3,14 @@
 # all five benchmarks, the full envelope, certified pairwise verdicts on a wall-time budget per run.
 #
 #   scripts/certified_study.sh                    # one piece: --budget 50m of evaluation, into runs/certified
-#   scripts/certified_study.sh --budget 2h        # a longer piece
+#   scripts/certified_study.sh --budget 8h        # a longer piece (it saves itself every 10 minutes as it goes)
 #   scripts/certified_study.sh --save             # copy the run's outputs into docs/study/certified (to commit)
 #
 # Each piece resumes where the last stopped: the committed docs/study/certified/{items.parquet,cost.json} are
 # put into the run folder first, and certify takes an earlier run's records of the same command as evaluated
-# (docs/certify.md, *Resuming*), so a new machine with an empty outputs cache goes on too. Run it from a clone
-# of committed main in its own venv, at the lowest priority: nice -n 19 scripts/certified_study.sh
+# (docs/certify.md, *Resuming*), so a new machine with an empty outputs cache goes on too. The 24-item
+# study's records (docs/study) are the first 24 draws of every configuration (--order subset). Run it from a
+# clone of committed main in its own venv, at the lowest priority: nice -n 19 scripts/certified_study.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUDGET=50m
@@ -37,4 +38,4 @@ if [ ! -f "$OUT/cost.json" ] && [ -f "$D/cost.json" ] && [ -f "$D/items.parquet"
   for f in "${FILES[@]}"; do [ -f "$D/$f" ] && cp "$D/$f" "$OUT/$f"; done
 fi
 exec "$SR" certify --models smollm2 gemma3-270m qwen2.5-coder-0.5b --tier full --precision fp32 \
-    --alpha 0.05 --delta 0.05 --seed 0 --budget "$BUDGET" --out "$OUT"
+    --alpha 0.05 --delta 0.05 --order subset --records docs/study --budget "$BUDGET" --out "$OUT"

@@ -18,16 +18,32 @@ within delta) or `undecided`.
 
 Allocation (why it spends where it does). A configuration stops as soon as its claim is made, and a pair
 as soon as its verdict is known, so work goes only where an answer is still open. Within an open pair,
-each round gives every open configuration `batch` more items, and twice that to the configurations that
+each round gives an open configuration `batch` more items, and twice that to the configurations that
 could reverse the pair's standing: while the pair has wins on one side only, those whose running
 difference points the other way. A flip needs one decided win in the minority direction, and stable
-needs every configuration decided, so these are the ones whose answer changes the verdict; configurations
-far from 0 decide in a few dozen items whatever they are given. `uniform` allocation (every open
-configuration the same batch) is kept for comparison (perf/certify_allocation.py).
+needs every configuration decided, so these are the ones whose answer changes the verdict.
+
+The open configurations are taken cheapest answer first: each one's expected cost to decide is the items
+it still needs (from its running difference and spread, optimistic while it has few items: a difference
+d with variance v decides after about 2 v log(1/alpha) / d^2 + log(1/alpha) / |d| items, a difference
+inside delta needs the same with delta - |d|, and every item settles it) times what one more paired item
+costs (the oracle's seconds per item of each model, when it knows them: a log-probability configuration
+costs a tenth of a sampled free-form one; items the oracle already holds cost nothing), halved for a
+configuration that could reverse the pair. With `round_seconds` a round takes configurations in that
+order until its estimated cost is spent, so a budget that ends early has bought the cheapest answers,
+and the order is re-planned after each round from what was learnt; without it, every open configuration
+gets its batch each round, in that order (which only matters when an evaluation budget cuts the round).
+`uniform` allocation (every open configuration the same batch, in plain order) is kept for comparison
+(perf/certify_allocation.py).
+
+Draw order: `seeded` permutes the problem's items with --seed; `subset` keeps the problem's own order,
+which for a live run is the fixed subset's seeded order (tasks/subsets.py): a sweep with --limit N
+scored exactly the first N draws, so its records serve as certify's first rounds.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 import zlib
@@ -42,6 +58,8 @@ from safetyrepro.analysis.rank_flip import model_pairs
 CLAIMS = ("a_better", "b_better", "within_delta", "undecided")
 VERDICTS = ("flip", "stable_a", "stable_b", "equivalent", "undecided")
 ALLOCATIONS = ("reversal_first", "uniform")
+ORDERS = ("seeded", "subset")
+REVERSAL_BOOST = 2
 
 
 @dataclass(frozen=True)
@@ -64,9 +82,14 @@ class CertifyOptions:
     budget_evaluations: int | None = None  # paired evaluations (pair x configuration x item)
     budget_seconds: float | None = None    # wall time of the oracle's evaluations
     allocation: str = "reversal_first"
+    order: str = "seeded"          # "subset": the problem's own item order (a live run's fixed subset order)
+    round_seconds: float | None = None  # a round's estimated cost in the oracle's seconds (None: every open stream)
 
 
-# scores(benchmark, config_id, model, item_ids) -> array of item scores (each item's mean over its seeds)
+# scores(benchmark, config_id, model, item_ids) -> array of item scores (each item's mean over its seeds).
+# An oracle may also offer `cost(benchmark, config_id, model) -> seconds per item or None` (what one more
+# item costs) and `held(benchmark, config_id, model, item_ids) -> int` (how many of the leading item_ids it
+# already holds, at no cost); the allocation uses them when present.
 Oracle = Callable[[str, str, str, Sequence[str]], np.ndarray]
 
 
@@ -126,7 +149,7 @@ class CertifyResult:
     full_paired_evaluations: int
     full_model_evaluations: int
     seconds: float
-    stopped_by: str   # "answered", "budget" or "exhausted"
+    stopped_by: str   # "answered", "budget", "exhausted", "interrupted", or "running" (a checkpoint)
     alpha_each: float
     options: CertifyOptions
 
@@ -170,8 +193,10 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
     alpha_each = options.alpha / max(n_streams, 1)
     benches = []
     for p in problems:
-        rng = np.random.default_rng([options.seed, zlib.crc32(p.benchmark.encode())])
-        order = np.array(p.item_ids, dtype=object)[rng.permutation(len(p.item_ids))]
+        order = np.array(p.item_ids, dtype=object)
+        if options.order == "seeded":
+            rng = np.random.default_rng([options.seed, zlib.crc32(p.benchmark.encode())])
+            order = order[rng.permutation(len(p.item_ids))]
         pairs = model_pairs(p.models)
         streams = [_Stream(p.benchmark, pair, cid, i) for i, (pair, cid) in
                    enumerate((pair, cid) for pair in pairs for cid in p.config_ids)]
@@ -180,11 +205,11 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
     return benches, alpha_each
 
 
-def _allocation(b: _Bench, options: CertifyOptions) -> dict[int, int]:
-    """Stream index -> items to draw this round (before the budget)."""
+def _allocation(b: _Bench, options: CertifyOptions) -> dict[int, tuple[int, bool]]:
+    """Stream index -> (items to draw this round, whether it could reverse its pair), before costs and budget."""
     n = len(b.order)
     size = _batch(options, n)
-    out: dict[int, int] = {}
+    out: dict[int, tuple[int, bool]] = {}
     for pair in b.pairs:
         if b.verdict[pair] != "undecided":
             continue
@@ -198,9 +223,63 @@ def _allocation(b: _Bench, options: CertifyOptions) -> dict[int, int]:
         for s in open_:
             t = int(b.cs.t[s.index])
             running = b.cs.total[s.index] / t * 2 - 1 if t else 0.0  # mean difference so far
-            boost = 2 if lean and np.sign(running) == -lean else 1
-            out[s.index] = min(size * boost, n - t)
+            reverses = bool(lean) and np.sign(running) == -lean
+            out[s.index] = (min(size * (REVERSAL_BOOST if reverses else 1), n - t), reverses)
     return out
+
+
+def items_to_decide(t: int, mean: float, variance: float, n: int, log_inv_alpha: float, delta: float) -> float:
+    """About how many items a stream needs in all before its claim is made: the sooner of a win (its
+    difference, optimistic by one standard error while few items are in) and within_delta (pessimistic
+    by the same), never more than the whole subset. A planning heuristic, not part of the guarantee."""
+    v = max(variance, 0.01)
+    se = math.sqrt(v / max(t, 1))
+    d_win = min(1.0, abs(mean) + se)
+    need = 2 * v * log_inv_alpha / d_win ** 2 + log_inv_alpha / d_win
+    inside = delta - (abs(mean) + se)
+    if inside > 0:
+        need = min(need, 2 * v * log_inv_alpha / inside ** 2 + log_inv_alpha / inside)
+    return float(min(need, n))
+
+
+def _plan(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[int, int], int]:
+    """This round's draws, {(bench, stream): items}, in the order they are worth taking (module docstring)."""
+    cost_of = getattr(oracle, "cost", None)
+    held_of = getattr(oracle, "held", None)
+    log_inv_alpha = math.log(1 / (options.alpha / max(sum(len(b.streams) for b in benches), 1)))
+    ranked = []   # (expected seconds to decide, this round's seconds, position, (bench, stream), items)
+    for bi, b in enumerate(benches):
+        n = len(b.order)
+        for s, (k, reverses) in _allocation(b, options).items():
+            st = b.streams[s]
+            t = int(b.cs.t[s])
+            per_item, now = 0.0, 0.0
+            for model in st.pair:
+                c = cost_of(b.problem.benchmark, st.config_id, model) if cost_of is not None else None
+                c = 1.0 if c is None else max(float(c), 1e-6)
+                have = b.drawn.get((model, st.config_id), 0)
+                upto = t + k
+                new = list(b.order[have:upto]) if upto > have else []
+                free = held_of(b.problem.benchmark, st.config_id, model, new) if (held_of and new) else 0
+                per_item += c
+                now += c * (len(new) - free)
+            if options.allocation == "uniform":
+                ranked.append((0.0, now, len(ranked), (bi, s), k))
+                continue
+            mean = b.cs.total[s] / t * 2 - 1 if t else 0.0
+            variance = 4 * b.cs.var_sum[s] / (t + 1)  # the plug-in spread of y, in the difference's units
+            need = max(items_to_decide(t, mean, variance, n, log_inv_alpha, options.delta) - t, 1.0)
+            worth = 0.0 if now == 0 else per_item * need / (REVERSAL_BOOST if reverses else 1)
+            ranked.append((worth, now, len(ranked), (bi, s), k))
+    ranked.sort(key=lambda r: (r[0], r[2]))
+    plan: dict[tuple[int, int], int] = {}
+    spent = 0.0
+    for _, now, _, key, k in ranked:
+        if options.round_seconds is not None and plan and now > 0 and spent + now > options.round_seconds:
+            continue  # a cheaper stream further down may still fit
+        plan[key] = k
+        spent += now
+    return plan
 
 
 def _trim(alloc: dict[tuple[int, int], int], left: int | None) -> dict[tuple[int, int], int]:
@@ -217,46 +296,76 @@ def _trim(alloc: dict[tuple[int, int], int], left: int | None) -> dict[tuple[int
 
 
 def certify(problems: Sequence[BenchmarkProblem], oracle: Oracle, options: CertifyOptions,
-            progress: Callable[[str], None] | None = None) -> CertifyResult:
-    """Run certification to its answer or its budget; see the module docstring."""
+            progress: Callable[[str], None] | None = None,
+            checkpoint: Callable[[CertifyResult], None] | None = None,
+            checkpoint_seconds: float = 600.0) -> CertifyResult:
+    """Run certification to its answer or its budget; see the module docstring.
+
+    `checkpoint`, when given, receives the result as of the last finished round (stopped_by "running")
+    at most every `checkpoint_seconds`, between rounds and, with an oracle that calls `tick`, between its
+    calls inside a round, so a long run can be saved as it goes. An interrupt (Ctrl-C) ends the run with
+    the result as of the last finished round (stopped_by "interrupted")."""
     if options.allocation not in ALLOCATIONS:
         raise ValueError(f"allocation {options.allocation!r}: one of {', '.join(ALLOCATIONS)}")
+    if options.order not in ORDERS:
+        raise ValueError(f"order {options.order!r}: one of {', '.join(ORDERS)}")
     benches, alpha_each = _setup(problems, options)
     cache: dict[tuple[str, str, str], dict[str, float]] = {}
-    paired = 0
+    state = {"paired": 0, "spent": 0.0, "saved": time.monotonic()}
     start = time.monotonic()
-    spent = 0.0
+
+    def result(stopped_by: str) -> CertifyResult:
+        seconds = state["spent"] or time.monotonic() - start
+        return _result(benches, state["paired"], seconds, stopped_by, alpha_each, options)
+
+    def tick() -> None:
+        if checkpoint is not None and time.monotonic() - state["saved"] >= checkpoint_seconds:
+            checkpoint(result("running"))
+            state["saved"] = time.monotonic()
+
     stopped_by = "answered"
     round_no = 0
-    while True:
-        plan = {(bi, s): k for bi, b in enumerate(benches) for s, k in _allocation(b, options).items() if k > 0}
-        if not plan:
-            stopped_by = "answered" if all(v != "undecided" for b in benches for v in b.verdict.values()) \
-                else "exhausted"
-            break
-        left = None if options.budget_evaluations is None else options.budget_evaluations - paired
-        if (left is not None and left <= 0) or (options.budget_seconds is not None and spent >= options.budget_seconds):
-            stopped_by = "budget"
-            break
-        plan = _trim(plan, left)
-        round_no += 1
-        t0 = time.monotonic()
-        seconds_left = None if options.budget_seconds is None else options.budget_seconds - spent
-        _evaluate(benches, plan, oracle, cache, seconds_left)
-        spent += time.monotonic() - t0
-        plan = _available(benches, plan)
-        if not plan:  # the oracle stopped at the budget before this round's first items
-            stopped_by = "budget"
-            break
-        paired += sum(plan.values())
-        for bi, b in enumerate(benches):
-            mine = {s: k for (i, s), k in plan.items() if i == bi}
-            if mine:
-                _advance(b, mine, cache, options.delta)
-        if progress is not None:
-            open_pairs = sum(v == "undecided" for b in benches for v in b.verdict.values())
-            progress(f"round {round_no}: {paired:,} paired evaluations, {open_pairs} pair(s) open, "
-                     f"{spent:.0f} s evaluating")
+    try:
+        while True:
+            plan = {key: k for key, k in _plan(benches, options, oracle).items() if k > 0}
+            if not plan:
+                stopped_by = "answered" if all(v != "undecided" for b in benches for v in b.verdict.values()) \
+                    else "exhausted"
+                break
+            left = None if options.budget_evaluations is None else options.budget_evaluations - state["paired"]
+            if (left is not None and left <= 0) or \
+                    (options.budget_seconds is not None and state["spent"] >= options.budget_seconds):
+                stopped_by = "budget"
+                break
+            plan = _trim(plan, left)
+            round_no += 1
+            t0 = time.monotonic()
+            seconds_left = None if options.budget_seconds is None else options.budget_seconds - state["spent"]
+            _evaluate(benches, plan, oracle, cache, seconds_left, tick)
+            state["spent"] += time.monotonic() - t0
+            plan = _available(benches, plan)
+            if not plan:  # the oracle stopped at the budget before this round's first items
+                stopped_by = "budget"
+                break
+            state["paired"] += sum(plan.values())
+            for bi, b in enumerate(benches):
+                mine = {s: k for (i, s), k in plan.items() if i == bi}
+                if mine:
+                    _advance(b, mine, cache, options.delta)
+            if progress is not None:
+                open_pairs = sum(v == "undecided" for b in benches for v in b.verdict.values())
+                progress(f"round {round_no}: {state['paired']:,} paired evaluations, {open_pairs} pair(s) open, "
+                         f"{state['spent']:.0f} s evaluating")
+            tick()
+    except KeyboardInterrupt:
+        stopped_by = "interrupted"
+        # what the oracle answered is in its records (a rerun resumes from them); the sequences hold what
+        # was fed to them, valid at whatever size each reached
+    return result(stopped_by)
+
+
+def _result(benches: list[_Bench], paired: int, seconds: float, stopped_by: str, alpha_each: float,
+            options: CertifyOptions) -> CertifyResult:
     claims, pairs = _rows(benches, options.delta)
     evaluated = {}
     for b in benches:
@@ -265,18 +374,18 @@ def certify(problems: Sequence[BenchmarkProblem], oracle: Oracle, options: Certi
     full_paired = sum(len(b.pairs) * len(b.problem.config_ids) * len(b.order) for b in benches)
     full_model = sum(len(b.problem.models) * len(b.problem.config_ids) * len(b.order) for b in benches)
     return CertifyResult(claims, pairs, evaluated, paired, sum(len(v) for v in evaluated.values()), full_paired,
-                         full_model, time.monotonic() - start if spent == 0 else spent, stopped_by, alpha_each,
-                         options)
+                         full_model, seconds, stopped_by, alpha_each, options)
 
 
 def _evaluate(benches: list[_Bench], plan: dict[tuple[int, int], int], oracle: Oracle, cache: dict,
-              seconds_left: float | None = None) -> None:
+              seconds_left: float | None = None, tick: Callable[[], None] | None = None) -> None:
     """Ask the oracle once per (model, configuration) for the items this round needs that it lacks.
 
     An oracle with `evaluate_many(requests, seconds_left)` (the live one) gets the round's requests
     together, [(benchmark, config_id, model, item_ids)], so it can group them by model; it may return
     the scores of a prefix of a request's items only (nothing, even), when the evaluation budget ran out
-    during the round. A plain callable is asked request by request and answers every item."""
+    during the round, and calls `tick()` between its calls when it takes a `tick` argument (checkpoints).
+    A plain callable is asked request by request and answers every item."""
     wanted: dict[tuple[int, str, str], int] = {}
     for (bi, s), k in plan.items():
         b = benches[bi]
@@ -293,8 +402,9 @@ def _evaluate(benches: list[_Bench], plan: dict[tuple[int, int], int], oracle: O
             requests.append((bi, model, cid, have, list(b.order[have:upto])))
     many = getattr(oracle, "evaluate_many", None)
     if many is not None:
-        answers = many([(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests],
-                       seconds_left)
+        asked = [(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests]
+        takes_tick = "tick" in inspect.signature(many).parameters
+        answers = many(asked, seconds_left, tick=tick) if takes_tick else many(asked, seconds_left)
     else:
         answers = [oracle(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests]
     for (bi, model, cid, have, items), scores in zip(requests, answers, strict=True):

@@ -36,7 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--alpha", type=float, default=0.05, help="familywise error of all claims of the run (default 0.05)")
     p.add_argument("--delta", type=float, default=0.05,
                    help="a configuration within +-delta is claimed within_delta and stops (default 0.05)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the item order (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the item order with --order seeded (default 0)")
+    p.add_argument("--order", choices=("subset", "seeded"),
+                   help="draw order: subset (live default: the fixed subset's own seeded order, so a sweep's "
+                   "--limit N records are the first N draws) or seeded (replay default: permuted with --seed)")
+    p.add_argument("--records", nargs="+", metavar="PATH", default=[],
+                   help="live: earlier records to take as evaluated (a sweep's or certify run's folder, or its "
+                   "items.parquet, made with the same models, package, precision, tie rule and rules)")
     p.add_argument("--budget", help="paired evaluations (e.g. 20000), or wall time of evaluation (90s, 30m, 2h)")
     p.add_argument("--batch", type=int, default=0, help="items per configuration per round (default: N/30, >= 4)")
     p.add_argument("--allocation", default="reversal_first", choices=("reversal_first", "uniform"),
@@ -80,8 +86,16 @@ def options_from(args: argparse.Namespace):
     if not 0 <= args.seed < 2**63:
         raise UserError(f"--seed {args.seed}: must be a whole number from 0 to 2**63 - 1")
     evaluations, seconds = parse_budget(args.budget)
+    live = bool(args.models or args.models_file)
+    order = args.order or ("subset" if live else "seeded")
+    if order == "subset" and not live:
+        raise UserError("--order subset is the fixed subset's order of a live run; a replay's records carry no "
+                        "order: use --order seeded (the default) and --seed")
+    from .live import LIVE_ROUND_SECONDS
+
     return CertifyOptions(alpha=args.alpha, delta=args.delta, seed=args.seed, batch=args.batch,
-                          budget_evaluations=evaluations, budget_seconds=seconds, allocation=args.allocation)
+                          budget_evaluations=evaluations, budget_seconds=seconds, allocation=args.allocation,
+                          order=order, round_seconds=LIVE_ROUND_SECONDS if live else None)
 
 
 LIVE_ONLY = ("models", "models_file", "benchmarks", "templates", "decodings", "shots", "scoring", "configs", "limit",
@@ -110,9 +124,11 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--package {args.package!r}: a live run goes through {' or '.join(PACKAGES)}")
         from safetyrepro.sweep.cli import options_from_args
 
-        result, paths = run_live(options_from_args(args), Path(args.out), options, say)
+        result, paths = run_live(options_from_args(args), Path(args.out), options, say, records=args.records)
     else:
         given = [f"--{k.replace('_', '-')}" for k in LIVE_ONLY if getattr(args, k, None) not in (None, False)]
+        if args.records:
+            given.insert(0, "--records")
         if given:
             raise UserError(f"{given[0]} is a live flag (with --models); a replay takes its models and "
                             "configurations from --grid")
@@ -125,6 +141,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {len(paths)} files to {args.out} ({result.paired_evaluations:,} of {result.full_paired_evaluations:,} "
           f"paired evaluations, {100 * result.paired_evaluations / max(result.full_paired_evaluations, 1):.0f} %; "
           f"{result.seconds:.1f} s evaluating; stopped: {result.stopped_by}; report: {args.out / 'report.md'})")
+    if result.stopped_by == "interrupted":
+        print("interrupted: the run so far is saved; rerun the same command to go on", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from safetyrepro.errors import UserError
+from safetyrepro.limits import shorten
 
 from .algorithm import BenchmarkProblem
 
@@ -58,7 +59,10 @@ class LiveOracle:
     rows: dict = field(default_factory=dict)         # (model, config_id, item_id, seed) -> items.parquet row
     calls: int = 0
     _lattices: dict = field(default_factory=dict)   # benchmark -> the lattice its problem declares
-    _kept: dict = field(default_factory=dict)       # (model, config_id, item_id) -> item scores kept, one per seed
+    _kept: dict = field(default_factory=dict)       # (model, config_id, item_id) -> {seed: item score} kept
+    prior_rates: dict = field(default_factory=dict)  # (model, config_id) -> seconds per item, earlier certify runs
+    sweep_rates: dict = field(default_factory=dict)  # (model, config_id) -> seconds per item, earlier sweeps' cells
+    earlier_weights: dict = field(default_factory=dict)  # label -> {weights_sha256: the records file made with it}
 
     def __post_init__(self):
         self.cells = {(c.model, c.config.config_id): c for c in self.sweep.cells}
@@ -104,16 +108,54 @@ class LiveOracle:
             lattice = math.lcm(lattice, per)
         return lattice
 
-    def keep_earlier(self, frame: pd.DataFrame) -> int:
-        """Take an earlier run's records (its items.parquet, the same command: models, rules, precision,
-        package, tie rule) as evaluated: a rerun, on this machine or a new one whose outputs cache is empty,
-        goes on where that run stopped. Returns the (model, configuration, item) triples taken."""
+    def keep_earlier(self, frame: pd.DataFrame, subset: set[str] | None = None) -> int:
+        """Take earlier records (items.parquet of an earlier certify run or a sweep made the same way:
+        models, rules, precision, package, tie rule; see check_earlier) as evaluated: a rerun, on this
+        machine or a new one whose outputs cache is empty, goes on where that run stopped, and a sweep's
+        --limit N records are the first N draws of `--order subset`. Records of other cells, of items
+        outside this run's subset and of seeds the cell does not run are left out; a record given twice
+        counts once. Returns the (model, configuration, item) triples held."""
         frame = frame[[(m, c) in self.cells for m, c in zip(frame["model"], frame["config_id"], strict=True)]]
         for row in frame.to_dict(orient="records"):
             key = (str(row["model"]), str(row["config_id"]), str(row["item_id"]))
-            self.rows[(*key, int(row["seed"]))] = row
-            self._kept.setdefault(key, []).append(float(row["item_score"]))
+            seed = int(row["seed"])
+            if (subset is not None and key[2] not in subset) or seed not in self.cells[key[:2]].seeds:
+                continue
+            self.rows[(*key, seed)] = row
+            self._kept.setdefault(key, {})[seed] = float(row["item_score"])
         return len(self._kept)
+
+    def _held(self, model: str, cid: str, item_id: str) -> bool:
+        return len(self._kept.get((model, cid, item_id), ())) == len(self.cells[(model, cid)].seeds)
+
+    def held(self, benchmark: str, config_id: str, model: str, item_ids: Sequence[str]) -> int:
+        """How many of the leading item_ids earlier records already answer (they cost nothing)."""
+        n = 0
+        for i in item_ids:
+            if not self._held(model, config_id, str(i)):
+                break
+            n += 1
+        return n
+
+    def cost(self, benchmark: str, config_id: str, model: str) -> float:
+        """Seconds one more item of this cell is expected to take (every seed): measured in this run, else
+        from earlier runs (cost.json, a sweep's cell files), else the mean of cells scored and decoded the
+        same way, else a default by kind; what the allocation ranks configurations by."""
+        rate = self._rate(model, config_id)
+        if rate is not None:
+            return rate
+        cell = self.cells[(model, config_id)]
+        return DEFAULT_SECONDS_PER_ITEM[cell.config.scoring] * len(cell.seeds)
+
+    def _rate(self, model: str, config_id: str) -> float | None:
+        measured = {k: v.seconds / v.evaluations for k, v in self.timing.items() if v.evaluations}
+        for rates in (measured, self.prior_rates, self.sweep_rates):
+            if (model, config_id) in rates:
+                return rates[(model, config_id)]
+        kind = _kind(self.cells[(model, config_id)])
+        known = {**self.sweep_rates, **self.prior_rates, **measured}
+        alike = [r for (m, c), r in known.items() if m == model and (m, c) in self.cells and _kind(self.cells[(m, c)]) == kind]
+        return sum(alike) / len(alike) if alike else None
 
     # -- models -------------------------------------------------------------------------------
     def driver(self, model: str):
@@ -134,6 +176,12 @@ class LiveOracle:
                 raise UserError(f"{model} failed to load: {type(e).__name__}: {_first_line(e)}") from None
             backend.prefetch_seeds = self.sweep.prefetch_seeds(model)
             self.models_run[model] = backend_record(backend)
+            sha = self.models_run[model].get("weights_sha256")
+            other = {k: v for k, v in self.earlier_weights.get(model, {}).items() if k != sha}
+            if sha and other:
+                k, path = next(iter(other.items()))
+                raise UserError(f"{model}'s records in {path} were made with weights {k[:12]}..., this run loads "
+                                f"{str(sha)[:12]}...: those records are not this model's (leave them out)")
             log_dir = None
             if spec.package == "inspect":
                 from safetyrepro.atomic import ensure_dir
@@ -149,12 +197,12 @@ class LiveOracle:
         return self.evaluate_many([(benchmark, config_id, model, item_ids)])[0]
 
     def evaluate_many(self, requests: Sequence[tuple[str, str, str, Sequence[str]]],
-                      seconds_left: float | None = None) -> list[np.ndarray]:
-        """Each request's item scores (seed means), configuration by configuration (the models in the
-        sweep's order within each). With
-        `seconds_left`, no call starts once that much time has passed, and a call expected to outrun it
-        is cut to the items that fit (by the seconds per item measured so far): a request may then be
-        answered for a prefix of its items only."""
+                      seconds_left: float | None = None, tick: Callable[[], None] | None = None) -> list[np.ndarray]:
+        """Each request's item scores (seed means), configuration by configuration in the order asked (the
+        models in the sweep's order within each), calling `tick` after each call. With `seconds_left`, no
+        call starts once that much time has passed, and a call expected to outrun it is cut to the items
+        that fit (by `cost`; items held from earlier records are free): a request may then be answered for
+        a prefix of its items only."""
         start = time.monotonic()
         answers: list[np.ndarray] = [np.zeros(0)] * len(requests)
         # configuration by configuration, every model of it together (the drivers stay loaded): a budget
@@ -172,33 +220,40 @@ class LiveOracle:
                 left = None if seconds_left is None else seconds_left - (time.monotonic() - start)
                 if left is not None and left <= 0:
                     break
-                todo = ids[len(done):]
-                rate = self._rate(model, cid)
-                if left is not None and rate and rate * len(todo) > left:
-                    todo = todo[:max(1, int(left / rate))]
+                todo = self._fitting(benchmark, cid, model, ids[len(done):], left)
                 done += list(self._run(benchmark, cid, model, todo))
+                if tick is not None:
+                    tick()
             answers[i] = np.asarray(done, dtype=float)
             if seconds_left is not None and seconds_left - (time.monotonic() - start) <= 0:
                 break
         return answers
 
-    def _rate(self, model: str, cid: str) -> float | None:
-        t = self.timing.get((model, cid))
-        if t and t.evaluations:
-            return t.seconds / t.evaluations
-        mine = [v for (m, _), v in self.timing.items() if m == model and v.evaluations]
-        return sum(v.seconds for v in mine) / sum(v.evaluations for v in mine) if mine else None
+    def _fitting(self, benchmark: str, cid: str, model: str, todo: list[str], left: float | None) -> list[str]:
+        """The leading items of `todo` expected to fit in `left` seconds (at least one to evaluate)."""
+        if left is None:
+            return todo
+        rate = self._rate(model, cid)
+        if rate is None:  # nothing measured yet: the first call tells
+            return todo
+        fit = max(1, int(left / max(rate, 1e-9)))
+        new = 0
+        for j, i in enumerate(todo):
+            if not self._held(model, cid, i):
+                new += 1
+                if new > fit:
+                    return todo[:j]
+        return todo
 
     def _run(self, benchmark: str, cid: str, model: str, ids: list[str]) -> np.ndarray:
         from safetyrepro.sweep.outputs_cache import OutputsCacheError
 
         cell = self.cells[(model, cid)]
         label = f"{model} {cid}"
-        kept = [i for i in ids if len(self._kept.get((model, cid, i), ())) == len(cell.seeds)]
-        todo = [i for i in ids if len(self._kept.get((model, cid, i), ())) != len(cell.seeds)]
-        if not todo:  # every item from an earlier run's records: no model needed
-            self._say(f"{label}: {len(ids)} items from the earlier run's records")
-            return np.array([sum(self._kept[(model, cid, i)]) / len(cell.seeds) for i in ids], dtype=float)
+        kept = [i for i in ids if self._held(model, cid, i)]
+        todo = [i for i in ids if not self._held(model, cid, i)]
+        if not todo:  # every item from earlier records: no model needed
+            return np.array([sum(self._kept[(model, cid, i)].values()) / len(cell.seeds) for i in ids], dtype=float)
         driver = self.driver(model)
         calls_before = driver.backend.model_calls
         t0 = time.monotonic()
@@ -217,7 +272,7 @@ class LiveOracle:
         if worked:
             t = self.timing.setdefault((model, cid), _Timing())
             t.seconds += dt
-            t.evaluations += len(ids)
+            t.evaluations += len(todo)
         spec = self.sweep.spec
         by_item: dict[str, list[float]] = {}
         for r in records:
@@ -226,7 +281,7 @@ class LiveOracle:
                 "model": model, "config_id": cid, "benchmark": benchmark, "package": spec.package,
                 "precision": cell.config.precision, **r.to_dict()}
         for i in kept:
-            by_item[i] = self._kept[(model, cid, i)]
+            by_item[i] = list(self._kept[(model, cid, i)].values())
         missing = [i for i in ids if len(by_item.get(i, ())) != len(cell.seeds)]
         if missing:
             raise UserError(f"{label}: the driver returned {len(by_item.get(missing[0], ()))} of {len(cell.seeds)} "
@@ -236,7 +291,7 @@ class LiveOracle:
         if lattice is not None and not on_lattice(scores, lattice):
             raise RuntimeError(f"{label}: item scores off the lattice 1/{lattice} the confidence sequences assume")
         self._say(f"{label}: {len(todo)} items in {dt:.1f} s" + ("" if worked else " (cached)")
-                  + (f", {len(kept)} from the earlier run's records" if kept else ""))
+                  + (f", {len(kept)} from earlier records" if kept else ""))
         return scores
 
     def _say(self, line: str) -> None:
@@ -244,31 +299,33 @@ class LiveOracle:
             self.say(line)
 
     # -- outputs ------------------------------------------------------------------------------
-    def records(self, evaluated: dict[tuple[str, str, str], np.ndarray]) -> pd.DataFrame:
-        """items.parquet: the records of every (model, configuration, item) the run used, in the sweep's
-        items.parquet columns, sorted by model, configuration, item and seed."""
+    def records(self) -> pd.DataFrame:
+        """items.parquet: every record this run evaluated or took from earlier records (a later run resumes
+        from them, including a round's items a budget or an interrupt cut before the sequences used them),
+        in the sweep's items.parquet columns, sorted by model, configuration, item and seed."""
         from safetyrepro.sweep.records import ItemRecord
 
-        used = {(model, cid, str(i)) for (_, cid, model), items in evaluated.items() for i in items}
-        used |= set(self._kept)  # an earlier run's records stay: they were evaluated, and a later run resumes from them
-        rows = [r for (m, c, i, _), r in self.rows.items() if (m, c, i) in used]
+        rows = list(self.rows.values())
         columns = ["model", "config_id", "benchmark", "package", "precision", *ItemRecord.__dataclass_fields__]
         frame = pd.DataFrame(rows, columns=columns)
         return frame.sort_values(["model", "config_id", "item_id", "seed"], kind="stable").reset_index(drop=True)
 
-    def cost_extra(self, result, previous: dict | None) -> dict:
+    def cost_extra(self, result) -> dict:
         """Measured seconds beside the full grid's estimate: each (model, configuration)'s measured
         seconds per model evaluation (one item, every seed) x the full subset's items, summed over the
-        grid; a cell not measured in this run (every item came from the cache) takes its rate from the
-        previous cost.json in the folder, else the mean rate of its benchmark."""
+        grid; a cell not measured in this run takes its rate from earlier certify runs whose records it
+        holds, else from earlier sweeps' cell files (--records), else the mean rate of its benchmark."""
         rates = {f"{m}|{c}": t.seconds / t.evaluations for (m, c), t in self.timing.items() if t.evaluations}
         source = "this run"
-        old = (previous or {}).get("seconds_per_model_evaluation_by_cell") or {}
-        for key, value in old.items():
-            if key not in rates and isinstance(value, (int, float)):
-                rates[key] = float(value)
-                source = "this run and an earlier run (cached items cost nothing now)" if self.timing else \
-                    "an earlier run (every item came from the cache)"
+        for (m, c), value in self.prior_rates.items():
+            if f"{m}|{c}" not in rates:
+                rates[f"{m}|{c}"] = value
+                source = "this run and earlier certify runs" if self.timing else "earlier certify runs"
+        by_cell = dict(rates)
+        from_sweeps = {f"{m}|{c}": v for (m, c), v in self.sweep_rates.items() if f"{m}|{c}" not in rates}
+        if from_sweeps:
+            rates.update(from_sweeps)
+            source += " (cells never certified: an earlier sweep's cell files)"
         full, per_benchmark, complete = 0.0, {}, True
         for problem in self.problems():
             mine = [rates[f"{m}|{c}"] for m in problem.models for c in problem.config_ids if f"{m}|{c}" in rates]
@@ -287,7 +344,7 @@ class LiveOracle:
             "model_load_seconds": self.load_seconds,
             "oracle_calls": self.calls,
             "seconds_per_model_evaluation": per_benchmark,
-            "seconds_per_model_evaluation_by_cell": {k: round(v, 4) for k, v in sorted(rates.items())},
+            "seconds_per_model_evaluation_by_cell": {k: round(v, 4) for k, v in sorted(by_cell.items())},
             "measured_seconds_full_grid": round(full, 1) if complete and rates else None,
             "timing_from": source if rates else None,
             "live": {"models": list(spec.models), "model_specs": list(spec.model_specs),
@@ -296,6 +353,15 @@ class LiveOracle:
                      "rules_sha256": spec.rules_sha256},
             "models_run": self.models_run,
         }
+
+
+DEFAULT_SECONDS_PER_ITEM = {"logprob": 0.3, "free_form": 2.5}  # one seed, before anything is measured (docs/measured.md)
+LIVE_ROUND_SECONDS = 600.0   # a live round's estimated cost: re-planned from what was learnt at least this often
+
+
+def _kind(cell) -> tuple[str, int]:
+    """Cells alike in cost: scoring, and seeds (a sampled decoding runs every seed)."""
+    return cell.config.scoring, len(cell.seeds)
 
 
 class _Heartbeat:
@@ -342,8 +408,12 @@ def plan_live(sweep_options, out: Path):
     return sweep
 
 
-def run_live(sweep_options, out: Path, options, say) -> tuple[object, list[Path]]:
-    """Plan, certify, write the outputs (under the folder's lock); (result, paths written)."""
+def run_live(sweep_options, out: Path, options, say, records: Sequence[str | Path] = (),
+             checkpoint_seconds: float = 600.0) -> tuple[object, list[Path]]:
+    """Plan, certify, write the outputs (under the folder's lock); (result, paths written). `records`:
+    earlier items.parquet files (of sweeps or certify runs made the same way) whose items are taken as
+    evaluated. The outputs are also written every `checkpoint_seconds` while the run goes on, and when
+    it is interrupted, so a stopped run loses nothing a rerun would need."""
     from safetyrepro.sweep.cached_backend import outputs_cache_path
     from safetyrepro.sweep.outputs_cache import OutputsCache
 
@@ -353,58 +423,165 @@ def run_live(sweep_options, out: Path, options, say) -> tuple[object, list[Path]
     sweep = plan_live(sweep_options, out)
     oracle = LiveOracle(sweep, say=say, log_dir=out / "logs")
     problems = oracle.problems()
+    earlier = [_earlier_source(Path(r), sweep.spec) for r in records]  # every given file checked before any is read
     OutputsCache(outputs_cache_path()).check()  # a bad cache is found here, not after a model load
-    previous = None
-    cost_path = out / "cost.json"
-    if cost_path.is_file() and not cost_path.is_symlink():
-        try:
-            previous = json.loads(cost_path.read_text())
-        except (ValueError, UnicodeDecodeError):
-            previous = None
-    earlier = out / "items.parquet"
-    if isinstance(previous, dict) and earlier.is_file() and not earlier.is_symlink():
-        same = _same_command(previous.get("live") or {}, sweep.spec)
-        if same:
-            n = oracle.keep_earlier(pd.read_parquet(earlier))
-            if say is not None:
-                say(f"resuming: {n:,} (model, configuration, item) evaluations from {earlier}")
+    previous = _read_json(out / "cost.json")
+    own = out / "items.parquet"
+    if isinstance(previous, dict) and own.is_file() and not own.is_symlink():
+        if _same_command(previous.get("live") or {}, sweep.spec):
+            earlier.insert(0, (own, previous))
         elif say is not None:
-            say(f"{earlier} is from another certify command ({same_why(previous.get('live') or {}, sweep.spec)}); "
+            say(f"{own} is from another certify command ({same_why(previous.get('live') or {}, sweep.spec)}); "
                 "starting afresh")
+    for path, made in earlier:
+        n = oracle.keep_earlier(read_records(path), {str(i) for q in problems for i in q.item_ids})
+        for label, sha in _earlier_weights(path.parent, made).items():
+            oracle.earlier_weights.setdefault(label, {})[sha] = path
+        if "sweep_folder" in made:
+            from safetyrepro.sweep.timing import cell_seconds_per_item
+
+            oracle.sweep_rates.update({k: v for k, v in cell_seconds_per_item(path.parent).items() if k in oracle.cells})
+        else:
+            oracle.prior_rates.update(_certify_rates(made))
+        if say is not None:
+            say(f"{'resuming' if path == own else 'earlier records'}: {n:,} (model, configuration, item) evaluations "
+                f"held after {path}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    spec = sweep.spec
+    source = (f"live evaluation of {', '.join(spec.models)} on {', '.join(spec.benchmarks)} through "
+              f"{spec.package} ({spec.precision}, {sum(len(q.config_ids) for q in problems)} configurations"
+              + (f", the first {spec.limit} items" if spec.limit else "") + ")")
+
+    def write(result):
+        extra = oracle.cost_extra(result)
+        return write_outputs(result, out, oracle.records(), source, extra_cost=extra)
+
+    def checkpoint(result):
+        write(result)
+        if say is not None:
+            say(f"saved the run so far to {out} ({result.paired_evaluations:,} paired evaluations fed)")
+
     sweep.store.lock()  # one run at a time writes the folder
     try:
-        result = certify(problems, oracle, options, progress=say)
-        spec = sweep.spec
-        source = (f"live evaluation of {', '.join(spec.models)} on {', '.join(spec.benchmarks)} through "
-                  f"{spec.package} ({spec.precision}, {sum(len(q.config_ids) for q in problems)} configurations"
-                  + (f", the first {spec.limit} items" if spec.limit else "") + ")")
-        extra = oracle.cost_extra(result, previous if isinstance(previous, dict) else None)
-        paths = write_outputs(result, out, oracle.records(result.evaluated), source, extra_cost=extra)
-        return result, paths
+        result = certify(problems, oracle, options, progress=say, checkpoint=checkpoint,
+                         checkpoint_seconds=checkpoint_seconds)
+        return result, write(result)
     finally:
         sweep.store.unlock()
 
 
-RESUME_KEYS = ("models", "model_specs", "package", "precision", "tie_rule", "rules_sha256", "limit")
+def read_records(path: Path) -> pd.DataFrame:
+    from safetyrepro.analysis.grid_io import read_table
+    from safetyrepro.analysis.significance import ITEM_COLUMNS
+
+    frame = read_table(path, what="items")
+    missing = [c for c in ITEM_COLUMNS if c not in frame.columns]
+    if missing:
+        raise UserError(f"items file {path} lacks column(s) {', '.join(missing)}")
+    scores = pd.to_numeric(frame["item_score"], errors="coerce")
+    seeds = pd.to_numeric(frame["seed"], errors="coerce")
+    bad = scores.isna() | (scores < 0) | (scores > 1) | seeds.isna() | (seeds != seeds.round())
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise UserError(f"items file {path} row {i + 1}: item_score must be a number in [0, 1] and seed a whole number")
+    return frame.assign(model=frame["model"].astype(str), config_id=frame["config_id"].astype(str),
+                        item_id=frame["item_id"].astype(str), item_score=scores, seed=seeds.astype("int64"))
+
+
+def _read_json(path: Path):
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        from safetyrepro.limits import MAX_CONFIG_BYTES, read_capped
+
+        return json.loads(read_capped(path, MAX_CONFIG_BYTES, "MAX_CONFIG_BYTES"))
+    except (ValueError, UnicodeDecodeError, OSError, UserError):
+        return None
+
+
+def _earlier_source(path: Path, spec) -> tuple[Path, dict]:
+    """(items file, how it was made) for `--records PATH`: a sweep's or certify run's folder or its
+    items.parquet, made the same way as this run (models and specs, package, precision, tie rule,
+    rules); the item limit may differ (a record of an item is the same whatever else was scored)."""
+    items = path / "items.parquet" if path.is_dir() else path
+    folder = items.parent
+    if not items.is_file():
+        raise UserError(f"--records {path}: no items file there (give a sweep's or certify run's folder, or its "
+                        "items.parquet)")
+    sweep_json, cost = _read_json(folder / "sweep.json"), _read_json(folder / "cost.json")
+    made = sweep_json if isinstance(sweep_json, dict) else (cost or {}).get("live") if isinstance(cost, dict) else None
+    if not isinstance(made, dict):
+        raise UserError(f"--records {path}: neither a sweep.json nor a live certify run's cost.json beside {items.name}, "
+                        "so how its records were made is unknown")
+    if not _same_command(made, spec):
+        raise UserError(f"--records {path}: its records were made another way ({same_why(made, spec)}); certify "
+                        "takes only records of the same models, package, precision, tie rule and rules")
+    return items, (cost if isinstance(cost, dict) and made is not sweep_json else {**made, "sweep_folder": str(folder)})
+
+
+def _certify_rates(cost: dict) -> dict[tuple[str, str], float]:
+    """(model, configuration) -> measured seconds per item in an earlier certify run's cost.json."""
+    out = {}
+    for key, value in (cost.get("seconds_per_model_evaluation_by_cell") or {}).items():
+        model, _, cid = str(key).partition("|")
+        if cid and isinstance(value, (int, float)) and value > 0:
+            out[(model, cid)] = float(value)
+    return out
+
+
+RESUME_KEYS = ("package", "precision", "tie_rule", "rules_sha256")
 
 
 def _now(spec) -> dict:
-    return {"models": list(spec.models), "model_specs": list(spec.model_specs), "package": spec.package,
-            "precision": spec.precision, "tie_rule": spec.tie_rule, "rules_sha256": spec.rules_sha256,
-            "limit": spec.limit}
+    return {"package": spec.package, "precision": spec.precision, "tie_rule": spec.tie_rule,
+            "rules_sha256": spec.rules_sha256}
+
+
+def _specs(made: dict) -> dict[str, str]:
+    models, specs = made.get("models") or [], made.get("model_specs") or []
+    if not isinstance(models, list) or not isinstance(specs, list) or len(models) != len(specs):
+        return {}
+    return {str(m): str(s) for m, s in zip(models, specs, strict=True)}
 
 
 def _same_command(previous: dict, spec) -> bool:
-    """An earlier run's records serve this one when they were made the same way (models and their specs,
-    package, precision, tie rule, rules, item limit); the filters may differ (its cells are matched one by one)."""
-    now = _now(spec)
-    return all(previous.get(k) == now[k] for k in RESUME_KEYS)
+    """Earlier records serve this run when they were made the same way: package, precision, tie rule and
+    rules, and every model the two runs share under one label from the same spec. Other models, the
+    filters and the item limit may differ (cells and items are matched one by one); the weights a
+    label loads are checked when it loads (LiveOracle.driver)."""
+    return not same_why(previous, spec)
 
 
 def same_why(previous: dict, spec) -> str:
     now = _now(spec)
-    return ", ".join(f"{k} was {previous.get(k)!r}" for k in RESUME_KEYS if previous.get(k) != now[k])
+    why = [f"{k} was {shorten(previous.get(k))}" for k in RESUME_KEYS if previous.get(k) != now[k]]
+    earlier = _specs(previous)
+    if not earlier:
+        why.append("its models and specs are not recorded")
+    for label, model_spec in zip(spec.models, spec.model_specs, strict=True):
+        if label in earlier and earlier[label] != model_spec:
+            why.append(f"{shorten(label)} was {shorten(earlier[label])}")
+    if earlier and not set(earlier) & set(spec.models):
+        why.append("it shares no model with this run")
+    return ", ".join(why)
+
+
+def _earlier_weights(folder: Path, made: dict) -> dict[str, str]:
+    """label -> weights_sha256 the earlier records were made with, where recorded (a certify run's
+    cost.json, a sweep's grid.csv)."""
+    out = {}
+    for label, record in ((made.get("models_run") or {}) if isinstance(made.get("models_run"), dict) else {}).items():
+        if isinstance(record, dict) and isinstance(record.get("weights_sha256"), str):
+            out[str(label)] = record["weights_sha256"]
+    grid = folder / "grid.csv"
+    if "sweep_folder" in made and grid.is_file() and not grid.is_symlink():
+        try:
+            frame = pd.read_csv(grid, usecols=["model", "weights_sha256"], dtype=str)
+        except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+            return out
+        for label, sha in frame.dropna().drop_duplicates("model").itertuples(index=False):
+            out[str(label)] = str(sha)
+    return out
 
 
 def on_lattice(scores: np.ndarray, lattice: int) -> bool:

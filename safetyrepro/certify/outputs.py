@@ -39,7 +39,8 @@ def cost(result: CertifyResult, seconds_per_evaluation: dict[str, float] | None 
            "share_of_full_model": result.model_evaluations / max(result.full_model_evaluations, 1),
            "seconds_evaluating": round(result.seconds, 3), "stopped_by": result.stopped_by,
            "alpha": result.options.alpha, "alpha_each": result.alpha_each, "delta": result.options.delta,
-           "seed": result.options.seed, "allocation": result.options.allocation,
+           "seed": result.options.seed, "order": result.options.order, "allocation": result.options.allocation,
+           "round_seconds": result.options.round_seconds,
            "budget_evaluations": result.options.budget_evaluations, "budget_seconds": result.options.budget_seconds}
     benchmarks = sorted({p.benchmark for p in result.pairs})
     if seconds_per_evaluation and all(b in seconds_per_evaluation for b in benchmarks):
