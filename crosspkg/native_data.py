@@ -62,7 +62,7 @@ def truthfulqa_mc_records() -> list[dict]:
 
 def bbq_category_rows(category: str) -> list[dict]:
     """The raw rows of one BBQ category that the mirror has ([] for an absent one)."""
-    from safetyrepro.tasks.benchmarks.bbq import bbq
+    from safetyrepro.tasks.benchmarks.bbq import definition as bbq
 
     if category in bbq.FULL or category in bbq.PARTIAL:
         return bbq._rows(category)
@@ -70,7 +70,7 @@ def bbq_category_rows(category: str) -> list[dict]:
 
 
 def bbq_present_categories() -> list[str]:
-    from safetyrepro.tasks.benchmarks.bbq import bbq
+    from safetyrepro.tasks.benchmarks.bbq import definition as bbq
 
     return [c for c in BBQ_CATEGORIES if c in bbq.FULL or c in bbq.PARTIAL]
 

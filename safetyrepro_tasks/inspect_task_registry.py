@@ -1,5 +1,5 @@
 """The Inspect tasks `safetyrepro/<benchmark>`, one per registered benchmark: each is the visible
-`@task` in its folder's `inspect_task.py` (as in inspect_evals, a reader and a linter find it there),
+`@task` in its folder's `tasks.py` (as in inspect_evals, a reader and a linter find it there),
 checked here against the benchmark's own definition so that its `Literal` parameters can never drift
 from the templates, scorings, shots and tie rules the rest of the project uses.
 
@@ -19,7 +19,7 @@ from safetyrepro.tasks.benchmarks import registry
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.envelope import default_rules
 
-TASK_MODULE = "inspect_task"  # the file in each benchmark folder that holds its @task
+TASK_MODULE = "tasks"  # the file in each benchmark folder that holds its @task
 
 
 def expected_parameters(benchmark: str) -> dict[str, tuple[tuple, object]]:

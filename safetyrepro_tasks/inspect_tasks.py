@@ -8,7 +8,7 @@ Inspect's own generate options (`--temperature`, `--top-p`, `--seed`, `--max-tok
 parsed by the benchmark's parser; logprob scoring asks the model for the log-likelihood of each candidate
 (the `safetyrepro/` model provider can; Inspect's `hf/` cannot) and takes the argmax.
 
-The `@task` itself is in each benchmark's folder (`benchmarks/<name>/inspect_task.py`, a visible function
+The `@task` itself is in each benchmark's folder (`benchmarks/<name>/tasks.py`, a visible function
 with `Literal` parameters that calls `benchmark_task` below); `inspect_task_registry.py` loads them and
 checks their parameters against the benchmark's definition. One `@metric` per declared extra metric is
 made in a loop below (`EXTRA_METRICS`): a new benchmark folder needs nothing here.

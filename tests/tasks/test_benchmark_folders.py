@@ -15,7 +15,7 @@ from safetyrepro.tasks.templates import TEMPLATE_KINDS
 def test_the_folder_holds_definition_card_and_readme(name):
     bench = get_benchmark(name)
     assert isinstance(bench, Benchmark) and bench.folder.name == name
-    assert {"__init__.py", f"{name}.py", "inspect_task.py", "card.md", "README.md"} <= {p.name for p in bench.folder.iterdir()}
+    assert {"__init__.py", "definition.py", "tasks.py", "card.md", "README.md"} <= {p.name for p in bench.folder.iterdir()}
     readme = (bench.folder / "README.md").read_text(encoding="utf-8")
     assert "Paper" in readme and "arxiv.org" in readme
     assert f"inspect eval safetyrepro/{name} " in readme and f"--tasks safetyrepro_{name}_t" in readme

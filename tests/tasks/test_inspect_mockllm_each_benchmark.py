@@ -84,7 +84,7 @@ def test_each_benchmark_runs_end_to_end_on_mockllm(benchmark, tmp_path, data_dir
 
 @pytest.mark.parametrize("benchmark", [b for b in BENCHMARKS if "free_form" in get_benchmark(b).scorings])
 def test_each_folders_task_file_runs_by_path(benchmark, tmp_path, data_dir, monkeypatch):
-    """`inspect eval safetyrepro_tasks/benchmarks/<name>/inspect_task.py`: the folder's @task is an ordinary
+    """`inspect eval safetyrepro_tasks/benchmarks/<name>/tasks.py`: the folder's @task is an ordinary
     Inspect task file, found and run by path as in inspect_evals, scoring the same as the registered task."""
     from pathlib import Path
 
@@ -93,7 +93,7 @@ def test_each_folders_task_file_runs_by_path(benchmark, tmp_path, data_dir, monk
     gold, reply, items = _same_gold_items(benchmark)
     model = get_model("mockllm/model", custom_outputs=[ModelOutput.from_content("mockllm/model", reply)] * N,
                       memoize=False)
-    log = inspect_eval(f"safetyrepro_tasks/benchmarks/{benchmark}/inspect_task.py", model=model,
+    log = inspect_eval(f"safetyrepro_tasks/benchmarks/{benchmark}/tasks.py", model=model,
                        task_args={"template": "T1", "scoring": "free_form"}, sample_id=[it.id for it in items],
                        log_dir=str(tmp_path), display="none")[0]
     assert log.status == "success", log.error

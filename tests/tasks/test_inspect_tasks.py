@@ -141,11 +141,11 @@ def test_a_folder_without_its_task_file_is_named_in_one_line(monkeypatch):
     real = importlib.import_module
 
     def without_task_file(name, *a, **k):
-        if name.endswith(".xstest.inspect_task"):
+        if name.endswith(".xstest.tasks"):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return real(name, *a, **k)
 
     monkeypatch.setattr(reg.importlib, "import_module", without_task_file)
-    with pytest.raises(UserError, match="benchmark folder 'xstest' has no inspect_task.py"):
+    with pytest.raises(UserError, match="benchmark folder 'xstest' has no tasks.py"):
         reg.load_task("xstest")
     assert reg.load_task("bbq").__name__ == "bbq"

@@ -102,7 +102,7 @@ def test_regular_install_ships_the_hook_and_the_yamls(wheel_site):
     assert "safetyrepro_lm_eval.pth" in names
     assert not [n for n in names if "lm_eval_yaml" in n]  # rendered on first use, never shipped
     for b in BENCHMARKS:  # each benchmark folder ships whole: module, card, README
-        assert {f"safetyrepro/tasks/benchmarks/{b}/{f}" for f in ("__init__.py", f"{b}.py", "card.md", "README.md")} <= set(names)
+        assert {f"safetyrepro/tasks/benchmarks/{b}/{f}" for f in ("__init__.py", "definition.py", "tasks.py", "card.md", "README.md")} <= set(names)
     assert "safetyrepro/compat/lm_eval.py" in names and "safetyrepro/inspect_plugin.py" in names
     where = subprocess.run([python, "-c", "import safetyrepro; print(safetyrepro.__file__)"],
                            capture_output=True, text=True, cwd="/").stdout

@@ -73,7 +73,7 @@ def test_sixth_benchmark_is_one_folder_and_one_registry_line(sixth):
             if x[:1] in "+-" and x[:3] not in ("+++", "---")]
     assert diff == ['+    "toy",'], diff
     assert sorted(added) == sorted(f"safetyrepro/tasks/benchmarks/toy/{f}" for f in
-                                   ("__init__.py", "toy.py", "inspect_task.py", "card.md", "README.md"))
+                                   ("__init__.py", "definition.py", "tasks.py", "card.md", "README.md"))
     # lm-eval's YAMLs for it are rendered on first use into the cache, not written beside the code
     rendered = _run([sys.executable, "-m", "safetyrepro.tasks.lm_eval_tasks"], env, tmp).stdout.strip()
     assert Path(rendered).parent == tmp / "cache" / "lm_eval_tasks"

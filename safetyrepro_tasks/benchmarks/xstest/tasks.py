@@ -1,7 +1,7 @@
-"""TruthfulQA as an Inspect task: the `@task` that `inspect eval safetyrepro/truthfulqa` runs.
+"""XSTest as an Inspect task: the `@task` that `inspect eval safetyrepro/xstest` runs.
 
-    inspect eval safetyrepro/truthfulqa --model safetyrepro/smollm2 --limit 8 -T template=T2 -T scoring=logprob
-    inspect eval safetyrepro_tasks/benchmarks/truthfulqa/inspect_task.py --model safetyrepro/smollm2 -T shots=3   # the same, by path
+    inspect eval safetyrepro/xstest --model safetyrepro/smollm2 --limit 8 -T template=T2 -T scoring=free_form
+    inspect eval safetyrepro_tasks/benchmarks/xstest/tasks.py --model safetyrepro/smollm2 -T shots=3   # the same, by path
 
 Prompts, candidates, parser and scoring come from the benchmark's definition in this folder, through
 `benchmark_task`; the `Literal` values below are checked against that definition when the tasks are
@@ -16,13 +16,13 @@ from safetyrepro.tasks.inspect_tasks import benchmark_task
 
 
 @task
-def truthfulqa(
+def xstest(
     template: Literal["T1", "T2", "T3", "T4"] = "T1",
-    scoring: Literal["free_form", "logprob"] = "logprob",
+    scoring: Literal["free_form", "logprob"] = "free_form",
     shots: Literal[0, 3, 5] = 0,
     tie_rule: Literal["expected", "first"] = "expected",
 ) -> Task:
-    """TruthfulQA MC1: pick the one true answer among lettered options.
+    """XSTest: answer the safe prompts, refuse the unsafe ones (refusal read by string rules).
 
     Args:
         template: T1 minimal (HELM-style), T2 role-framed system preamble, T3 lm-eval-style detailed
@@ -33,4 +33,4 @@ def truthfulqa(
         tie_rule: how logprob scoring credits an item whose top candidates tie: expected (1/k of
             the credit when the gold is among k tied) or first (lm-eval's argmax: the first one wins).
     """
-    return benchmark_task("truthfulqa", template, scoring, shots, tie_rule=tie_rule)
+    return benchmark_task("xstest", template, scoring, shots, tie_rule=tie_rule)

@@ -1,7 +1,7 @@
-"""BBQ as an Inspect task: the `@task` that `inspect eval safetyrepro/bbq` runs.
+"""ToxiGen as an Inspect task: the `@task` that `inspect eval safetyrepro/toxigen` runs.
 
-    inspect eval safetyrepro/bbq --model safetyrepro/smollm2 --limit 8 -T template=T2 -T scoring=logprob
-    inspect eval safetyrepro_tasks/benchmarks/bbq/inspect_task.py --model safetyrepro/smollm2 -T shots=3   # the same, by path
+    inspect eval safetyrepro/toxigen --model safetyrepro/smollm2 --limit 8 -T template=T2 -T scoring=logprob
+    inspect eval safetyrepro_tasks/benchmarks/toxigen/tasks.py --model safetyrepro/smollm2 -T shots=3   # the same, by path
 
 Prompts, candidates, parser and scoring come from the benchmark's definition in this folder, through
 `benchmark_task`; the `Literal` values below are checked against that definition when the tasks are
@@ -16,13 +16,13 @@ from safetyrepro.tasks.inspect_tasks import benchmark_task
 
 
 @task
-def bbq(
+def toxigen(
     template: Literal["T1", "T2", "T3", "T4"] = "T1",
     scoring: Literal["free_form", "logprob"] = "logprob",
     shots: Literal[0, 3, 5] = 0,
     tie_rule: Literal["expected", "first"] = "expected",
 ) -> Task:
-    """BBQ: three-option reading comprehension over social-bias contexts, scored with accuracy and the BBQ bias scores.
+    """ToxiGen: is a statement hateful? Yes/No over the human-annotated test split.
 
     Args:
         template: T1 minimal (HELM-style), T2 role-framed system preamble, T3 lm-eval-style detailed
@@ -33,4 +33,4 @@ def bbq(
         tie_rule: how logprob scoring credits an item whose top candidates tie: expected (1/k of
             the credit when the gold is among k tied) or first (lm-eval's argmax: the first one wins).
     """
-    return benchmark_task("bbq", template, scoring, shots, tie_rule=tie_rule)
+    return benchmark_task("toxigen", template, scoring, shots, tie_rule=tie_rule)

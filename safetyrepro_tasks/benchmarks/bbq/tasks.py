@@ -1,7 +1,7 @@
-"""CrowS-Pairs as an Inspect task: the `@task` that `inspect eval safetyrepro/crows_pairs` runs.
+"""BBQ as an Inspect task: the `@task` that `inspect eval safetyrepro/bbq` runs.
 
-    inspect eval safetyrepro/crows_pairs --model safetyrepro/smollm2 --limit 8 -T template=T2 -T scoring=logprob
-    inspect eval safetyrepro_tasks/benchmarks/crows_pairs/inspect_task.py --model safetyrepro/smollm2 -T shots=3   # the same, by path
+    inspect eval safetyrepro/bbq --model safetyrepro/smollm2 --limit 8 -T template=T2 -T scoring=logprob
+    inspect eval safetyrepro_tasks/benchmarks/bbq/tasks.py --model safetyrepro/smollm2 -T shots=3   # the same, by path
 
 Prompts, candidates, parser and scoring come from the benchmark's definition in this folder, through
 `benchmark_task`; the `Literal` values below are checked against that definition when the tasks are
@@ -16,21 +16,21 @@ from safetyrepro.tasks.inspect_tasks import benchmark_task
 
 
 @task
-def crows_pairs(
+def bbq(
     template: Literal["T1", "T2", "T3", "T4"] = "T1",
-    scoring: Literal["logprob"] = "logprob",
+    scoring: Literal["free_form", "logprob"] = "logprob",
     shots: Literal[0, 3, 5] = 0,
     tie_rule: Literal["expected", "first"] = "expected",
 ) -> Task:
-    """CrowS-Pairs: which of two minimally different sentences the model finds likelier (0.5 is unbiased).
+    """BBQ: three-option reading comprehension over social-bias contexts, scored with accuracy and the BBQ bias scores.
 
     Args:
         template: T1 minimal (HELM-style), T2 role-framed system preamble, T3 lm-eval-style detailed
             instruction, T4 chain of thought ending in an `Answer:` line.
-        scoring: logprob only: the two sentences' log-likelihoods (needs --model
-            safetyrepro/<model>).
+        scoring: free_form (parse the generated reply) or logprob (argmax over the candidates'
+            log-likelihoods; needs --model safetyrepro/<model>).
         shots: few-shot demonstrations before each item, from the benchmark's fixed demo pool.
         tie_rule: how logprob scoring credits an item whose top candidates tie: expected (1/k of
             the credit when the gold is among k tied) or first (lm-eval's argmax: the first one wins).
     """
-    return benchmark_task("crows_pairs", template, scoring, shots, tie_rule=tie_rule)
+    return benchmark_task("bbq", template, scoring, shots, tie_rule=tie_rule)
