@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from safetyrepro.errors import UserError
+from safetyrepro.grid_schema import GRID_COLUMNS, OK, OPTIONAL_COLUMNS, STATUS, STATUSES, TIE_RATE
 from safetyrepro.limits import MAX_LABEL_CHARS, MAX_SPEC_CHARS, label_problem, shorten
 from safetyrepro.tasks.envelope import AXES, Config, Rules
 
@@ -29,18 +30,6 @@ from .exact import exact_scores
 
 MAX_COUNT = 10**9  # items or seeds per cell
 
-GRID_COLUMNS = (
-    "model", "benchmark", "template", "decoding", "shots", "scoring", "precision", "package",
-    "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id",
-)
-# Optional columns the analysis reads when present (docs/formats.md):
-#   status    ok (default when absent or blank) | failed | not_applicable; only ok rows are analysed
-#   tie_rate  share of logprob items whose top candidates tie exactly (NaN for free-form)
-STATUS = "status"
-OK = "ok"
-STATUSES = (OK, "failed", "not_applicable")
-TIE_RATE = "tie_rate"
-OPTIONAL_COLUMNS = (STATUS, TIE_RATE)
 # Ties are decided on the written values, so CSV floats must parse exactly: pandas 3 does by
 # default (and deprecates the option); pandas 2 needs the round-trip parser.
 _EXACT_FLOATS = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}

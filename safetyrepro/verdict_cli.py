@@ -52,7 +52,7 @@ def _from_runs(args):
     """(grid frame, items frame, rules, label A, label B) from two runs."""
     import pandas as pd
 
-    from safetyrepro.importers.write import import_runs
+    from safetyrepro.importers.run import import_runs
     from safetyrepro.tasks.envelope import parse_rules
 
     parts = []

@@ -120,7 +120,11 @@ def test_no_import_circle_at_module_level():
 def test_no_import_circle_even_through_imports_inside_functions():
     """A circle hidden in a function-level import (a backend importing the factory that imports it) works
     until someone moves the import up; the layers are meant to point one way, so none is allowed."""
-    graph = {m: {d for d in _all_imports(p) if d in MODULES and d != m} for m, p in MODULES.items()}
+    def runs(imported: str) -> set[str]:  # importing a.b.c runs a, a.b and a.b.c
+        parts = imported.split(".")
+        return {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & set(MODULES)
+
+    graph = {m: {d for imp in _all_imports(p, m) for d in runs(imp)} - {m} for m, p in MODULES.items()}
     cycles = _cycles(graph)
     assert cycles == [], "import circles (function-level imports included):\n" + "\n".join(
         " -> ".join(c) for c in cycles)
@@ -156,15 +160,28 @@ def test_each_module_imports_alone_in_a_fresh_interpreter():
     assert failed == [], "\n\n".join(failed)
 
 
-def _all_imports(path: Path) -> set[str]:
-    """Every module a file imports, function bodies included."""
+def _all_imports(path: Path, name: str | None = None) -> set[str]:
+    """Every module a file imports, function bodies included (relative imports resolved when the file's
+    module name is given; `if TYPE_CHECKING:` blocks left out: they never run)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = None if name is None else name if path.name == "__init__.py" else name.rpartition(".")[0]
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+               for n in ast.walk(node)}
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                if package is None:
+                    continue
+                up = package.split(".")
+                base = ".".join(up[: len(up) - node.level + 1] + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
     return out
 
 
@@ -178,7 +195,46 @@ def test_below_the_command_line_nothing_reads_argparse_or_imports_a_cli_module()
     for name, path in MODULES.items():
         if is_cli(name):
             continue
-        ups = sorted(m for m in _all_imports(path) if m in MODULES and is_cli(m))
+        ups = sorted(m for m in _all_imports(path, name) if m in MODULES and is_cli(m))
         if ups:
             bad.append(f"{name} imports {', '.join(ups)}")
     assert bad == [], "\n".join(bad)
+
+
+# The layers, bottom to top (docs/architecture.md). A module may import its own layer and those below it,
+# never one above, not even inside a function; circles within a layer are caught above.
+GROUND = ("errors", "atomic", "limits", "cache_root", "markdown", "provenance", "console", "grid_schema")
+LAYERS = (
+    ("ground", lambda m: m == "safetyrepro" or m.split(".")[1] in GROUND),
+    ("compat", lambda m: m.startswith("safetyrepro.compat")),
+    ("benchmarks", lambda m: m.startswith("safetyrepro.tasks")),
+    ("models", lambda m: m.startswith("safetyrepro.adapters") or m in ("safetyrepro.lm_eval_plugin",
+                                                                          "safetyrepro.inspect_plugin")),
+    ("statistics", lambda m: m.startswith("safetyrepro.analysis")),
+    ("runs", lambda m: m.split(".")[1] in ("sweep", "importers")),
+    ("studies and formats", lambda m: m.split(".")[1] in ("certify", "eee", "flow", "crosspkg", "equivalence")),
+)
+
+
+def _is_entry(m: str) -> bool:
+    return m.endswith((".cli", "_cli")) or m in ("safetyrepro.cli", "safetyrepro.demo", "safetyrepro.crosspkg.__main__")
+
+
+def layer_of(m: str) -> int:
+    if _is_entry(m):
+        return len(LAYERS)
+    for i, (_, member) in enumerate(LAYERS):
+        if member(m):
+            return i
+    raise AssertionError(f"{m} is in no layer: add it to LAYERS (and to docs/architecture.md)")
+
+
+def test_nothing_below_imports_anything_above():
+    bad = []
+    for name, path in MODULES.items():
+        mine = layer_of(name)
+        for d in _all_imports(path, name):
+            if d in MODULES and layer_of(d) > mine:
+                names = [n for n, _ in LAYERS] + ["entry points"]
+                bad.append(f"{name} ({names[mine]}) imports {d} ({names[layer_of(d)]})")
+    assert bad == [], "\n".join(sorted(bad))

@@ -33,6 +33,9 @@ def export_eee(grid, out, **kwargs):
 def import_eee(paths: Sequence[str], *, metric: str | None = None, mapping: str | None = None,
                duplicates: str = "newest", skip_bad: bool = False) -> Imported:
     """EEE records (folders searched for <uuid>.json, or record files) as an `Imported`."""
-    from safetyrepro.importers.write import import_runs
+    from safetyrepro.importers.run import import_runs
 
-    return import_runs("eee", paths, metric=metric, mapping_path=mapping, duplicates=duplicates, skip_bad=skip_bad)
+    from .import_ import read_paths
+
+    return import_runs("eee", paths, metric=metric, mapping_path=mapping, duplicates=duplicates, skip_bad=skip_bad,
+                       read_paths=read_paths)

@@ -31,13 +31,12 @@ import pandas as pd
 import yaml
 
 from safetyrepro.errors import UserError
+from safetyrepro.grid_schema import WRITTEN_COLUMNS, grid_row
 
 from .common import Reading, Run, Unmapped, item_set_key
 from .mapping import Mapping
 
 DUPLICATES = ("newest", "keep", "refuse")
-GRID_COLUMNS = ["model", "benchmark", "template", "decoding", "shots", "scoring", "precision", "package",
-                "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id", "status"]
 EXTRA_COLUMNS = ["seed_scores", "metric", "tie_rule", "item_set", "package_version", "task", "weights_sha256",
                  "items", "sources"]
 ITEM_COLUMNS = ["model", "config_id", "benchmark", "package", "precision", "item_id", "seed", "item_score",
@@ -309,18 +308,15 @@ def _cells(runs: list[Run]) -> tuple[list[dict], list[dict], dict[str, set[str]]
             fed[r.source].add(cell)
             if r.samples_source:
                 fed[r.samples_source].add(cell)
-        rows.append({
-            "model": model, "benchmark": first.axes.benchmark, "template": first.axes.template,
-            "decoding": first.axes.decoding, "shots": first.axes.shots, "scoring": first.axes.scoring,
-            "precision": precision, "package": package, "n_items": max(r.n_items for r in group),
-            "n_seeds": len(group), "score": sum(r.score for r in group) / len(group),
-            "parse_rate": sum(r.parse_rate for r in group) / len(group), "config_id": config_id, "status": "ok",
-            "seed_scores": json.dumps({str(s): r.score for s, r in zip(seeds, group, strict=True)}),
-            "metric": first.metric, "tie_rule": first.tie_rule or "", "package_version": first.package_version,
-            "item_set": item_set_key(first.item_ids, first.n_items), "task": first.task,
-            "weights_sha256": first.weights_id or "", "items": "yes" if has_items else f"no: {note}",
-            "sources": ";".join(dict.fromkeys(r.source for r in group)),
-        })
+        rows.append(grid_row(
+            model, first.axes, precision, package, max(r.n_items for r in group), len(group),
+            sum(r.score for r in group) / len(group), sum(r.parse_rate for r in group) / len(group),
+            None, config_id,  # the tier is read off the rules the import writes (assemble)
+            seed_scores=json.dumps({str(s): r.score for s, r in zip(seeds, group, strict=True)}),
+            metric=first.metric, tie_rule=first.tie_rule or "", package_version=first.package_version,
+            item_set=item_set_key(first.item_ids, first.n_items), task=first.task,
+            weights_sha256=first.weights_id or "", items="yes" if has_items else f"no: {note}",
+            sources=";".join(dict.fromkeys(r.source for r in group))))
         if has_items:
             for s, r in zip(seeds, group, strict=True):
                 for it in r.items:
@@ -371,7 +367,7 @@ def assemble(reading: Reading, duplicates: str, mapping: Mapping, packaged_text:
     rules = parse_rules(rules_text, "rules.yaml")
     for row in rows:
         row["tier"] = rules.tier(Config(row["benchmark"], row["template"], row["decoding"], row["shots"], row["scoring"]))
-    grid = pd.DataFrame(rows)[GRID_COLUMNS + EXTRA_COLUMNS]
+    grid = pd.DataFrame(rows)[[*WRITTEN_COLUMNS, *EXTRA_COLUMNS]]
     validate_cells(grid.copy(), rules, "the imported grid")  # what analyze will check, before anything is written
     warnings = [f"{n['kind']}: {n['subject']}: {n['values']}; {n['resolution']}" for n in notes]
     for u in reading.unmapped:

@@ -53,12 +53,17 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .write import check_out, import_runs, write_outputs
+    from .run import import_runs
+    from .write import check_out, write_outputs
+
+    reader = None
+    if args.package == "eee":  # Every Eval Ever's reader lives with its exporter (docs/eee.md)
+        from safetyrepro.eee.import_ import read_paths as reader
 
     out = Path(args.out)
     check_out(out)
     imported = import_runs(args.package, args.paths, metric=args.metric, mapping_path=args.mapping,
-                           duplicates=args.duplicates, skip_bad=args.skip_bad)
+                           duplicates=args.duplicates, skip_bad=args.skip_bad, read_paths=reader)
     for w in imported.warnings:
         sys.stderr.write(f"safetyrepro: warning: {w}\n")
     written = write_outputs(out, imported)

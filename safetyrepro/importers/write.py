@@ -1,11 +1,12 @@
-"""Import end to end: check the output folder, read the runs, assemble, and only after everything was
-validated write the whole set (staged beside the folder and swapped in at once, never through a link)."""
+"""Writing an import: check the output folder first, and only after everything was read and validated
+(importers/run.py) write the whole set, staged beside the folder and swapped in at once, never through
+a link."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safetyrepro.atomic import (
     atomic_write,
@@ -16,10 +17,9 @@ from safetyrepro.atomic import (
 )
 from safetyrepro.errors import UserError
 
-from .assemble import Imported, assemble
-from .mapping import load_mapping
+if TYPE_CHECKING:
+    from .assemble import Imported
 
-PACKAGES = ("lm-eval", "inspect", "eee")
 OUTPUTS = ("grid.csv", "grid.parquet", "items.parquet", "rules.yaml", "run.json", "provenance.csv", "unmapped.csv",
            "duplicates.csv", "disagreements.csv", "bad_inputs.csv")
 
@@ -60,44 +60,6 @@ def check_out(out: Path) -> None:
     if (out / "grid.csv").exists() and read_marker(out) is None and legacy_import(out, ["grid.csv"]) is None:
         raise UserError(f"--out {out} holds a grid that no `safetyrepro import` wrote; choose another --out")
     check_output_set(out, "import", legacy=legacy_import, carry=_legacy_analysis)
-
-
-def _sha256_file(path: str) -> tuple[str, int]:
-    from safetyrepro.tasks.sources import sha256_file
-
-    try:
-        return sha256_file(Path(path)), Path(path).stat().st_size
-    except OSError:
-        return "", 0
-
-
-def import_runs(package: str, paths: Sequence[str], *, metric: str | None = None, mapping_path: str | None = None,
-                duplicates: str = "newest", skip_bad: bool = False) -> Imported:
-    """Read and assemble, writing nothing (the Python entry point for notebooks, and the CLI's)."""
-    from safetyrepro.tasks.envelope import RULES_PATH, parse_rules
-
-    if package not in PACKAGES:
-        raise UserError(f"unknown package {package!r}; allowed: {', '.join(PACKAGES)}")
-    mapping = load_mapping(mapping_path)
-    packaged_text = RULES_PATH.read_bytes()
-    rules = parse_rules(packaged_text, str(RULES_PATH))
-    if package == "lm-eval":
-        from .lm_eval_runs import read_paths
-    elif package == "eee":  # Every Eval Ever records (safetyrepro/eee/import_.py, docs/eee.md)
-        from safetyrepro.eee.import_ import read_paths
-    else:
-        from .inspect_logs import read_paths
-    reading = read_paths(list(paths), mapping, rules, metric=metric, skip_bad=skip_bad)
-    extra = []
-    if mapping.path:
-        size = len(Path(mapping.path).read_bytes())
-        extra.append({"path": mapping.path, "kind": "mapping file", "sha256": mapping.sha256, "bytes": size,
-                      "status": "used", "cells": ""})
-    for b in reading.bad:
-        sha, size = _sha256_file(b.path)
-        extra.append({"path": b.path, "kind": f"{package} input", "sha256": sha, "bytes": size,
-                      "status": f"bad: {b.reason}", "cells": ""})
-    return assemble(reading, duplicates, mapping, packaged_text, extra)
 
 
 def write_outputs(out: Path, imported: Imported) -> list[Path]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from safetyrepro.atomic import ensure_dir
+from safetyrepro.grid_schema import cell_stem
 from safetyrepro.sweep.records import ItemRecord, prompt_hash
 from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, tied_winners
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
@@ -86,7 +87,7 @@ class LmEvalDriver(_Driver):
         from safetyrepro.sweep.store import slug
 
         path = Path(self.log_dir) / "lm-eval" / slug(self.backend.identity.label) / \
-            cfg.config_id.replace("/", "__") / f"seed{seed}"
+            cell_stem(cfg.config_id) / f"seed{seed}"
         ensure_dir(path, root=self.log_dir)  # lm-eval writes there itself: no link on the way
         return EvaluationTracker(output_path=str(path))
 

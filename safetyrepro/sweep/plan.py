@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from safetyrepro.errors import UserError
+from safetyrepro.grid_schema import cell_stem
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import AXES, Config, Rules, benchmark_of
 
@@ -76,7 +77,7 @@ class Cell:
 
     @property
     def file_stem(self) -> str:
-        return self.config.config_id.replace("/", "__")
+        return cell_stem(self.config.config_id)
 
 
 def select_configs(rules: Rules, benchmarks: list[str], tier: str, precision: str,

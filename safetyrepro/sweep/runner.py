@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from safetyrepro.atomic import atomic_write
+from safetyrepro.grid_schema import grid_row
 from safetyrepro.provenance import source_commit
 from safetyrepro.sweep.outputs_cache import OutputsCacheError
 from safetyrepro.sweep.plan import Cell, SweepSpec
@@ -38,15 +39,11 @@ def cell_record(cell: Cell, spec: SweepSpec, rules: Rules, identity: dict, recor
     bench = get_benchmark(cell.config.benchmark)
     summary = summarize(records, bench, items)
     cfg = cell.config
-    row = {
-        "model": cell.model, "benchmark": cfg.benchmark, "template": cfg.template, "decoding": cfg.decoding,
-        "shots": cfg.shots, "scoring": cfg.scoring, "precision": cfg.precision, "package": spec.package,
-        "n_items": summary.n_items, "n_seeds": len(summary.seed_scores), "score": summary.score,
-        "parse_rate": summary.parse_rate, "tier": rules.tier(cfg), "config_id": cfg.config_id,
-        "seed_scores": json.dumps({str(k): v for k, v in summary.seed_scores.items()}),
-        "extra_metrics": json.dumps(summary.extra), "subset_id": items.subset_id,
-        "weights_sha256": identity.get("weights_sha256") or "", "tie_rate": summary.tie_rate,
-    }
+    row = grid_row(cell.model, cfg, cfg.precision, spec.package, summary.n_items, len(summary.seed_scores),
+                   summary.score, summary.parse_rate, rules.tier(cfg), cfg.config_id, status=None,
+                   seed_scores=json.dumps({str(k): v for k, v in summary.seed_scores.items()}),
+                   extra_metrics=json.dumps(summary.extra), subset_id=items.subset_id,
+                   weights_sha256=identity.get("weights_sha256") or "", tie_rate=summary.tie_rate)
     # elapsed time and provenance stay out of the grid row, so a resumed sweep's grid is byte-identical to an
     # uninterrupted one; computed_by says which code made the numbers (the engine's decode version included)
     computed_by = {"commit": source_commit()}
@@ -66,10 +63,8 @@ def not_applicable_record(cell: Cell, spec: SweepSpec, rules: Rules, n_items: in
     """A cell the model's backend cannot run (logprob scoring without continuation log-likelihoods):
     kept in the grid with its status, never scored, left out of every analysis slice."""
     cfg = cell.config
-    row = {"model": cell.model, "benchmark": cfg.benchmark, "template": cfg.template, "decoding": cfg.decoding,
-           "shots": cfg.shots, "scoring": cfg.scoring, "precision": cfg.precision, "package": spec.package,
-           "n_items": n_items, "n_seeds": len(cell.seeds), "score": None, "parse_rate": None,
-           "tier": rules.tier(cfg), "config_id": cfg.config_id}
+    row = grid_row(cell.model, cfg, cfg.precision, spec.package, n_items, len(cell.seeds), None, None, rules.tier(cfg),
+                   cfg.config_id, status=None)
     return {"key": cell.key, "status": "not_applicable", "row": row, "items": [],
             "reason": "the backend gives no continuation log-likelihoods"}
 

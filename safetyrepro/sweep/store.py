@@ -29,9 +29,8 @@ from safetyrepro.atomic import (
     replace_within,
 )
 from safetyrepro.errors import UserError
+from safetyrepro.grid_schema import WRITTEN_COLUMNS, written_order
 
-GRID_COLUMNS = ["model", "benchmark", "template", "decoding", "shots", "scoring", "precision", "package",
-                "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id", "status"]
 DONE_STATUSES = ("ok", "not_applicable")  # a cell with either is finished; "failed" is retried
 MAX_SLUG = 80
 
@@ -222,10 +221,7 @@ class Store:
                       key=lambda r: rank[r["key"]])
         ok = [r for r in done if r["status"] == "ok"]
         grid = pd.DataFrame([{**r["row"], "status": r["status"]} for r in done])
-        if grid.empty:
-            grid = pd.DataFrame(columns=GRID_COLUMNS)
-        extra = [c for c in grid.columns if c not in GRID_COLUMNS]
-        grid = grid[GRID_COLUMNS + extra]
+        grid = pd.DataFrame(columns=list(WRITTEN_COLUMNS)) if grid.empty else grid[written_order(grid.columns)]
         paths = {"grid": self.root / "grid.csv", "grid_parquet": self.root / "grid.parquet",
                  "items": self.root / "items.parquet"}
         atomic_write(paths["grid"], grid.to_csv(index=False), root=self.root)
