@@ -221,7 +221,7 @@ class Emulator:
 
     # phase 2: run what is missing, once
     def fill(self, gens: set[str], lls: set[tuple[str, str]]) -> None:
-        from safetyrepro.adapters.engine import GenRequest, LoglikRequest
+        from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest
 
         todo_g = sorted(p for p in gens if p not in self.gen)
         todo_l = sorted(r for r in lls if r not in self.ll)
@@ -297,7 +297,7 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
     """Emulate the endpoints, check them against the real runs on all their items, and decompose the
     walks (the result; `write_decomposition` writes it). `limit` keeps the first N items of each stack's item set for the walks only (the 2^k corners
     are the expensive part); the agreement check always uses every item."""
-    from safetyrepro.adapters.engine import load_engine
+    from safetyrepro.adapters.engine.engine import load_engine
     from safetyrepro.crosspkg.anchor import model_folder
 
     folder = model_folder(anchor.model, anchor.precision)

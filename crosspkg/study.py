@@ -117,7 +117,7 @@ def run_study(args) -> int:
         from safetyrepro.crosspkg.helm_env import helm_bin
 
         helm_bin()  # fail early with the `make helm` hint
-    from safetyrepro.adapters.loading import resolve_device
+    from safetyrepro.adapters.catalogue.loading import resolve_device
 
     device = resolve_device(args.device)
     anchor = Anchor(model=args.model, precision=args.precision, max_new_tokens=args.max_new_tokens,

@@ -105,8 +105,8 @@ def compare_with_engine(name: str, engine: Path, other: Path) -> dict:
 
 
 def main() -> int:
-    from safetyrepro.adapters.loading import materialised_folder
-    from safetyrepro.adapters.weights import cache_sharing_models, resolve_weights
+    from safetyrepro.adapters.catalogue.loading import materialised_folder
+    from safetyrepro.adapters.catalogue.weights import cache_sharing_models, resolve_weights
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--benchmark", default="toxigen")

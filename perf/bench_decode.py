@@ -101,7 +101,7 @@ def roofline(model, prompt_tokens: int, n_prompts: int, rows: int, new_tokens: i
 
 
 def run_engine(engine, prompts, seeds, new_tokens, temperature, top_p):
-    from safetyrepro.adapters.backend import GenRequest
+    from safetyrepro.adapters.backends.backend import GenRequest
 
     reqs = [GenRequest(p, new_tokens, temperature=temperature, top_p=top_p, seed=s)
             for p in prompts for s in seeds]
@@ -154,7 +154,7 @@ def time_cell(python: str, label: str) -> float:
     import tempfile
     from pathlib import Path
 
-    from safetyrepro.adapters.weights import cache_sharing_models
+    from safetyrepro.adapters.catalogue.weights import cache_sharing_models
 
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "SAFETYREPRO_CACHE_DIR": str(cache_sharing_models(Path(tmp) / "cache"))}
@@ -197,7 +197,7 @@ def main() -> None:
 
     import torch
 
-    from safetyrepro.adapters.engine import load_engine
+    from safetyrepro.adapters.engine.engine import load_engine
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -41,7 +41,7 @@ WORDS = ("the a of to and in is was for on that with as by it at from this be ar
 
 
 def make_requests(n_items: int, context_words: int, seed: int = 0):
-    from safetyrepro.adapters.engine import LoglikRequest
+    from safetyrepro.adapters.engine.engine import LoglikRequest
 
     rng = random.Random(seed)
     reqs = []
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from safetyrepro.adapters.engine import load_engine
+    from safetyrepro.adapters.engine.engine import load_engine
 
     if args.threads:
         torch.set_num_threads(args.threads)

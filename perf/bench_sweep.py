@@ -103,7 +103,7 @@ def _time_cell(driver, cfg, seeds, ids) -> float:
 
 
 def bench_bcd(model: str, benchmark: str, limit: int, tmp: Path) -> None:
-    from safetyrepro.adapters.model_specs import parse_model_spec
+    from safetyrepro.adapters.catalogue.model_specs import parse_model_spec
     from safetyrepro.sweep.drivers import LmEvalDriver, item_sets
     from safetyrepro.sweep.outputs_cache import OutputsCache
     from safetyrepro.sweep.sweeper import open_cached_backend
@@ -169,7 +169,7 @@ def bench_d(engine, benchmark: str, limit: int, ids) -> None:
     """Scoring throughput against the floor: one batched forward over exactly the same tokens."""
     import torch
 
-    from safetyrepro.adapters.engine import DEFAULT_BATCH_SIZE, LoglikRequest
+    from safetyrepro.adapters.engine.engine import DEFAULT_BATCH_SIZE, LoglikRequest
     from safetyrepro.tasks.benchmarks.registry import get_benchmark
     from safetyrepro.tasks.rendering import continuation
     from safetyrepro.tasks.subsets import item_set

@@ -27,7 +27,7 @@ os.environ.setdefault("SAFETYREPRO_OFFLINE", "1")
 
 def requests_for(engine, benchmark: str, limit: int, shots_levels=(0,)):
     """(item key, gold-credit function, list of LoglikRequest) for every logprob configuration's items."""
-    from safetyrepro.adapters.engine import LoglikRequest
+    from safetyrepro.adapters.engine.engine import LoglikRequest
     from safetyrepro.tasks.benchmarks.registry import get_benchmark
     from safetyrepro.tasks.rendering import continuation
     from safetyrepro.tasks.subsets import item_set
@@ -55,7 +55,7 @@ def score(engine, flat, exact: bool, cold: bool = True):
 
 
 def main() -> None:
-    from safetyrepro.adapters.engine import load_engine
+    from safetyrepro.adapters.engine.engine import load_engine
     from safetyrepro.tasks.benchmark import tied_winners
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

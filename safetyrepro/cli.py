@@ -17,7 +17,7 @@ from safetyrepro.errors import UserError
 SUBCOMMANDS = {
     "envelope": "safetyrepro.tasks.envelope_cli",
     "items": "safetyrepro.tasks.items_cli",
-    "models": "safetyrepro.adapters.models_cli",
+    "models": "safetyrepro.adapters.catalogue.models_cli",
     "sweep": "safetyrepro.sweep.cli",
     "demo": "safetyrepro.demo",
     "analyze": "safetyrepro.analysis.cli",

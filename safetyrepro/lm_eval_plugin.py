@@ -11,7 +11,7 @@ that acts only when lm-eval itself is imported, and then through `safetyrepro.co
 Nothing in lm-eval's installed folder is written or changed on disk. A step that fails says so on
 stderr, naming the lm-eval version and what is lost; lm-eval itself keeps working. Set
 SAFETYREPRO_NO_LM_EVAL_HOOK=1 to switch it off (then use `--include_path` and
-`safetyrepro.adapters.plugin_lm_eval` yourself). The YAMLs' functions are in
+`safetyrepro.adapters.plugins.plugin_lm_eval` yourself). The YAMLs' functions are in
 `safetyrepro.tasks.lm_eval_task_functions`; the Inspect counterpart is `safetyrepro.inspect_plugin`.
 """
 
@@ -35,7 +35,7 @@ def task_dir() -> Path:
 
 
 def _model_class():
-    from safetyrepro.adapters.plugin_lm_eval import SafetyReproLM
+    from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM
 
     return SafetyReproLM
 

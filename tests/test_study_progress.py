@@ -1,4 +1,4 @@
-"""docs/study/progress.py: which saved cells a new run may reuse, and the measured time left (no model)."""
+"""scripts/study/progress.py: which saved cells a new run may reuse, and the measured time left (no model)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def progress():
-    spec = importlib.util.spec_from_file_location("study_progress", ROOT / "docs" / "study" / "progress.py")
+    spec = importlib.util.spec_from_file_location("study_progress", ROOT / "scripts" / "study" / "progress.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -1,4 +1,4 @@
-"""docs/study/reproduce.sh, the study's one command, on a few items: it finishes and writes the same
+"""scripts/study/reproduce.sh, the study's one command, on a few items: it finishes and writes the same
 kinds of files as the published study (grid, per-item records, run record, analysis with report and
 GRID card, the precision and item-subsample comparisons). The narrowing options are passed through to
 every sweep, as the script documents; the full study is not a test."""
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _reproduce(out: Path, saved: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "TQDM_DISABLE": "1", "SAFETYREPRO": str(Path(sys.executable).parent / "safetyrepro"),
            "STUDY_SAVED": str(saved), **(env or {})}
-    res = subprocess.run(["bash", str(ROOT / "docs" / "study" / "reproduce.sh"), "--limit", "4", "--out", str(out),
+    res = subprocess.run(["bash", str(ROOT / "scripts" / "study" / "reproduce.sh"), "--limit", "4", "--out", str(out),
                           "--models", "smollm2", "gemma3-270m", "--benchmarks", "xstest", "--tier", "conservative_core",
                           "--scoring", "logprob", *extra], capture_output=True, text=True, env=env, timeout=3600,
                          cwd=out.parent)

@@ -298,7 +298,7 @@ def test_compare_replaces_its_own_output_whole_and_refuses_foreign_files(analyse
 
 
 def test_models_export_is_swapped_in_whole(tmp_path, monkeypatch, capsys):
-    from safetyrepro.adapters import loading
+    from safetyrepro.adapters.catalogue import loading
 
     cached = tmp_path / "cached"
     cached.mkdir()

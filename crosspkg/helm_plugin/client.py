@@ -34,7 +34,7 @@ class SafetyReproEngineClient(Client):
     @property
     def engine(self):
         if self._engine is None:
-            from safetyrepro.adapters.engine import load_engine
+            from safetyrepro.adapters.engine.engine import load_engine
 
             self._engine = load_engine(self.model_path, self.precision, self.device, batch_size=self.batch_size)
         return self._engine
@@ -45,7 +45,7 @@ class SafetyReproEngineClient(Client):
         return self.engine.render(messages)
 
     def make_request(self, request: Request) -> RequestResult:
-        from safetyrepro.adapters.engine import GenRequest, LoglikRequest
+        from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest
         from safetyrepro.tasks.rendering import continuation
 
         t0 = time.time()

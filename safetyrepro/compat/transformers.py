@@ -26,7 +26,7 @@ _SLAB_LAYER: type | None = None
 
 
 def slab_cache_layer(slab, idx: int, n: int):
-    """Layer `idx` of an engine KV slab (adapters/kv_slab.py `_Slab`: `buf`, `writes`, `cols`, `width`,
+    """Layer `idx` of an engine KV slab (adapters/engine/kv_slab.py `_Slab`: `buf`, `writes`, `cols`, `width`,
     `layer_major`, `rows_index()`) as a transformers cache layer: `update` writes the new key/value
     states into the slab's tensor in place and returns views of it. What it must provide (keys,
     values, is_initialized, get_seq_length, no lazy initialisation) is DynamicLayer's contract in

@@ -41,7 +41,7 @@ class FlowPlan:
 def plan(o) -> FlowPlan:
     """The sweep's cells for options `o` (SweepOptions), checked as the sweep checks them, without
     building any model: a spec may be written where the providers' keys and servers are not."""
-    from safetyrepro.adapters.model_specs import ENGINE, INSPECT, _check_logprob
+    from safetyrepro.adapters.catalogue.model_specs import ENGINE, INSPECT, _check_logprob
     from safetyrepro.compat.inspect_ai import provider_names
     from safetyrepro.sweep.drivers import item_sets
     from safetyrepro.sweep.plan import SweepSpec, check_selection, plan_cells
@@ -77,7 +77,7 @@ def plan(o) -> FlowPlan:
 def flow_model_name(entry) -> str:
     """The Inspect model a sweep model is on Flow: `safetyrepro/<model>` for the engine (the
     provider of safetyrepro/inspect_plugin.py), `<provider>/<model>` for an Inspect provider."""
-    from safetyrepro.adapters.model_specs import ENGINE
+    from safetyrepro.adapters.catalogue.model_specs import ENGINE
 
     return f"safetyrepro/{entry.target}" if entry.kind == ENGINE else entry.target
 
@@ -88,7 +88,7 @@ def flow_model(entry, precision: str, device: str | None, batch_size: int | None
     (`get_model(<provider>/<model>, **model_args)`)."""
     from inspect_flow import FlowModel
 
-    from safetyrepro.adapters.model_specs import ENGINE
+    from safetyrepro.adapters.catalogue.model_specs import ENGINE
 
     if entry.kind == ENGINE:
         args = {"precision": precision, "device": device, "batch_size": batch_size}

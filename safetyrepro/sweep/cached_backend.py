@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from safetyrepro.adapters.backend import SEED_PER_REQUEST, GenResult
+from safetyrepro.adapters.backends.backend import SEED_PER_REQUEST, GenResult
 from safetyrepro.sweep.outputs_cache import OutputsCache, cache_key
 
 
@@ -110,6 +110,6 @@ def outputs_cache_path():
 
 def open_cached_backend(entry, precision: str, device: str | None, batch_size: int | None) -> CachedBackend:
     """Load a model's backend once and put the output cache in front of it (the local and the Ray executor)."""
-    from safetyrepro.adapters.factory import open_backend
+    from safetyrepro.adapters.backends.factory import open_backend
 
     return CachedBackend(open_backend(entry, precision, device, batch_size), OutputsCache(outputs_cache_path()))

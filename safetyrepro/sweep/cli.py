@@ -65,7 +65,7 @@ def add_sweep_arguments(p: argparse.ArgumentParser, require_out: bool = True,
 
 def options_from_args(args: argparse.Namespace):
     """The argparse namespace as a SweepOptions (the only place below the command line that reads it)."""
-    from safetyrepro.adapters.model_specs import load_models_file, parse_model_spec
+    from safetyrepro.adapters.catalogue.model_specs import load_models_file, parse_model_spec
     from safetyrepro.sweep.plan import SweepOptions
 
     models = [parse_model_spec(m) for m in (args.models or [])]

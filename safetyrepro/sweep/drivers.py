@@ -2,7 +2,7 @@
 
 Both drivers use the package's own machinery end to end: lm-eval builds its requests from the
 SafetyRepro task YAML and scores with the task's process_results; Inspect runs the `safetyrepro/<b>`
-task with its solver and scorer. The model is a Backend (adapters/backend.py), loaded once per
+task with its solver and scorer. The model is a Backend (adapters/backends/backend.py), loaded once per
 sweep and wrapped in the outputs cache: the engine, or a model of the package's own backends. A
 driver never asks which.
 """
@@ -63,7 +63,7 @@ class LmEvalDriver(_Driver):
     def __init__(self, backend, rules: Rules, items_for, log_dir: str | None = None, tie_rule: str = DEFAULT_TIE_RULE):
         from lm_eval.tasks import TaskManager
 
-        from safetyrepro.adapters.plugin_lm_eval import SafetyReproLM
+        from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM
         from safetyrepro.compat.lm_eval import ask_environment_once
         from safetyrepro.lm_eval_plugin import task_dir
 
@@ -145,7 +145,7 @@ class InspectDriver(_Driver):
     def __init__(self, backend, rules: Rules, items_for, log_dir: str, tie_rule: str = DEFAULT_TIE_RULE):
         from inspect_ai.model import get_model
 
-        from safetyrepro.adapters.plugin_inspect import attach_backend
+        from safetyrepro.adapters.plugins.plugin_inspect import attach_backend
 
         self.backend, self.rules, self.items_for, self.log_dir = backend, rules, items_for, log_dir
         self.tie_rule = tie_rule

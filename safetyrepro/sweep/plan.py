@@ -152,7 +152,7 @@ def check_selection(o: SweepOptions) -> Selection:
     """The option checks that need no model and no backend: unique labels, precision, tie rule, filters
     (each value once), benchmarks and configuration ids, --limit against each subset, --subsample,
     --subset-seed and --batch-size. Each failure is one line (UserError)."""
-    from safetyrepro.adapters.loading import check_precision
+    from safetyrepro.adapters.catalogue.loading import check_precision
     from safetyrepro.tasks.benchmark import check_tie_rule
     from safetyrepro.tasks.envelope import benchmarks_of, load_rules
     from safetyrepro.tasks.subsets import item_set

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from safetyrepro.adapters.model_specs import check_runnable
+from safetyrepro.adapters.catalogue.model_specs import check_runnable
 from safetyrepro.atomic import ensure_dir
 from safetyrepro.errors import UserError
 from safetyrepro.sweep.cached_backend import open_cached_backend, outputs_cache_path  # noqa: F401  (re-exported)
@@ -135,18 +135,18 @@ class Sweep:
 def _check_before_loading(o: SweepOptions, configs) -> None:
     """What can be known wrong without loading a model: the engine's weights (a missing or truncated
     file, an unknown name), the device, the Ray executor's package (the item count: check_selection)."""
-    from safetyrepro.adapters.model_specs import ENGINE
-    from safetyrepro.adapters.weights import resolve_weights
+    from safetyrepro.adapters.catalogue.model_specs import ENGINE
+    from safetyrepro.adapters.catalogue.weights import resolve_weights
 
     for m in o.models:
         if m.kind == ENGINE:
             resolve_weights(m.target)
             if m.precision:
-                from safetyrepro.adapters.loading import check_precision
+                from safetyrepro.adapters.catalogue.loading import check_precision
 
                 check_precision(m.precision)
     if any(m.kind == ENGINE for m in o.models) or o.device:
-        from safetyrepro.adapters.loading import resolve_device
+        from safetyrepro.adapters.catalogue.loading import resolve_device
 
         resolve_device(o.device)
     if o.executor == "ray":

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from safetyrepro.adapters.engine import GenRequest, LoglikRequest
+from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest
 
 pytestmark = pytest.mark.slow
 
@@ -166,7 +166,7 @@ def test_lm_eval_safetyrepro_and_hf_choose_the_same(smollm2, smollm2_hf_folder, 
     prefill chunk, which the engine computes as HFLM's one-shot forward does: with the model-dtype
     head and HFLM's log-softmax in float32, the same numbers; with the float32 head (the default),
     numbers within the bf16 head's rounding and the same choice wherever HFLM's values do not tie."""
-    from safetyrepro.adapters.plugin_lm_eval import SafetyReproLM
+    from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM
 
     ours = _run_lm_eval(SafetyReproLM.from_engine(smollm2), None, mc_task_dir)
     with _engine_model_head(smollm2):
@@ -192,7 +192,7 @@ def test_lm_eval_few_shot_chunked_prefill_stays_close_to_hf(smollm2, smollm2_hf_
     """3-shot contexts (53-65 tokens) span several prefill chunks: the engine attends chunk by chunk
     where HFLM runs one forward, which moves bf16 numbers (measured here: up to 0.20 nats, where a
     one-token last chunk takes SDPA's single-query path) but not the per-item choices."""
-    from safetyrepro.adapters.plugin_lm_eval import SafetyReproLM
+    from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM
 
     with _engine_model_head(smollm2):
         ours = _run_lm_eval(SafetyReproLM.from_engine(smollm2), None, mc_task_dir, limit=10, num_fewshot=3)
@@ -208,7 +208,7 @@ def test_lm_eval_few_shot_chunked_prefill_stays_close_to_hf(smollm2, smollm2_hf_
 
 def test_nf4_scores_close_to_bf16(smollm2):
     """NF4 (bitsandbytes, CPU) against bf16 on the same items: close, not equal."""
-    from safetyrepro.adapters.engine import load_engine
+    from safetyrepro.adapters.engine.engine import load_engine
 
     nf4 = load_engine("smollm2", "nf4", "cpu")
     assert nf4.info.precision == "nf4" and nf4.info.weights_sha256 == smollm2.info.weights_sha256
@@ -235,7 +235,7 @@ def test_inspect_provider_greedy_seeds_and_logliks(smollm2):
     import anyio
     from inspect_ai.model import ChatMessageUser, GenerateConfig, get_model
 
-    from safetyrepro.adapters import plugin_inspect  # noqa: F401  (registers the provider)
+    from safetyrepro.adapters.plugins import plugin_inspect  # noqa: F401  (registers the provider)
 
     model = get_model("safetyrepro/smollm2", device="cpu", memoize=False)
     assert model.api.engine is smollm2  # loaded once per process
@@ -276,7 +276,7 @@ def test_lm_eval_cli_bad_model_args_are_one_line(args, needle, mc_task_dir):
 def test_lm_eval_rolling_loglik_equals_the_empty_context_score(smollm2):
     from types import SimpleNamespace
 
-    from safetyrepro.adapters.plugin_lm_eval import SafetyReproLM
+    from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM
 
     lm = SafetyReproLM.from_engine(smollm2)
     text = "The quick brown fox jumps over the lazy dog. It was a sunny day."
@@ -292,7 +292,7 @@ def test_decoding_sized_to_the_work_gives_each_request_its_own_text(precision):
     (row blocks padded) and in bf16; greedy texts are transformers' `generate` on the prompt alone."""
     import torch
 
-    from safetyrepro.adapters.engine import load_engine
+    from safetyrepro.adapters.engine.engine import load_engine
 
     eng = load_engine("smollm2", precision, "cpu")
     prompts = [_chat(eng, q) for q in QUESTIONS] + [_chat(eng, q + " Answer briefly.") for q in QUESTIONS[:5]]

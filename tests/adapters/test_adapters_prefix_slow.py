@@ -9,7 +9,7 @@ import contextlib
 
 import pytest
 
-from safetyrepro.adapters.engine import GenRequest, LoglikRequest
+from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest
 
 pytestmark = pytest.mark.slow
 

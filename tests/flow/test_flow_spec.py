@@ -24,7 +24,7 @@ def test_spec_holds_the_sweeps_cells_with_the_drivers_arguments(tmp_path, data_d
     from inspect_ai.model import GenerateConfig
     from inspect_flow.api import load_spec_data
 
-    from safetyrepro.adapters.model_specs import parse_model_spec
+    from safetyrepro.adapters.catalogue.model_specs import parse_model_spec
     from safetyrepro.sweep.drivers import inspect_generate_args, inspect_task_args
     from safetyrepro.sweep.plan import plan_cells, select_configs
     from safetyrepro.tasks.envelope import default_rules

@@ -58,7 +58,7 @@ def printed_scores(stdout: str) -> dict[str, dict[str, float]]:
 
 
 def sweep(models: list[str], out: Path, env: dict, tmp_path: Path, *extra: str, limit: str = LIMIT) -> pd.DataFrame:
-    from safetyrepro.adapters.weights import cache_sharing_models
+    from safetyrepro.adapters.catalogue.weights import cache_sharing_models
 
     cache = cache_sharing_models(tmp_path / f"cache-{out.name}")  # its own outputs cache: the model work is redone
     run([BIN / "safetyrepro", "sweep", "--models", *models, "--benchmarks", "xstest", "--decodings", "greedy",

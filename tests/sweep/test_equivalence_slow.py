@@ -21,7 +21,7 @@ CONFIGS = [c for c in RULES.configs() if c.decoding == "greedy" and c.shots == 3
 
 @pytest.fixture(scope="module")
 def pair(data_dir):
-    from safetyrepro.adapters.engine import load_engine
+    from safetyrepro.adapters.engine.engine import load_engine
     from safetyrepro.equivalence import PackagePair
 
     logging.getLogger("lm_eval").setLevel(logging.ERROR)

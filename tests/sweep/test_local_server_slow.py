@@ -32,7 +32,7 @@ def _free_port() -> int:
 def llamacpp_server(tmp_path_factory):
     """`python -m llama_cpp.server` on 127.0.0.1:<free port> with SmolLM2's GGUF, as the README starts it."""
     pytest.importorskip("llama_cpp", reason="the llamacpp extra is not installed (make llamacpp)")
-    from safetyrepro.adapters.weights import resolve_weights
+    from safetyrepro.adapters.catalogue.weights import resolve_weights
 
     gguf = resolve_weights("smollm2").path
     port = _free_port()
@@ -100,7 +100,7 @@ def test_lm_eval_local_completions_on_the_server(llamacpp_server, tmp_path, smol
     """Free-form cells through lm-eval's completions client; the server's echoed prompt log-probabilities
     are probed before the sweep starts, found one token late (llama-cpp-python 0.3.36), and its logprob
     cells recorded as not applicable with that reason, rather than scored wrongly."""
-    from safetyrepro.adapters.model_specs import probe_prompt_logprobs
+    from safetyrepro.adapters.catalogue.model_specs import probe_prompt_logprobs
 
     ok, why = probe_prompt_logprobs(f"{llamacpp_server}/completions", "smol")
     assert not ok and "one token late" in why

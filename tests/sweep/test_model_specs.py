@@ -8,8 +8,13 @@ import socket
 
 import pytest
 
-from safetyrepro.adapters.backend import GREEDY_EXACT, GREEDY_NONE, SEED_PER_REQUEST, SEED_PER_RUN
-from safetyrepro.adapters.model_specs import (
+from safetyrepro.adapters.backends.backend import (
+    GREEDY_EXACT,
+    GREEDY_NONE,
+    SEED_PER_REQUEST,
+    SEED_PER_RUN,
+)
+from safetyrepro.adapters.catalogue.model_specs import (
     ENGINE,
     INSPECT,
     LM_EVAL,

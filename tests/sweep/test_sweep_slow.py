@@ -26,7 +26,7 @@ def sweep_cmd(out: Path, *extra: str, models=("smollm2",)) -> list[str]:
 
 def env_with_cache(cache: Path) -> dict:
     """An outputs cache of its own; the model weights (and their dequantised folders) are shared."""
-    from safetyrepro.adapters.weights import cache_sharing_models
+    from safetyrepro.adapters.catalogue.weights import cache_sharing_models
 
     return {**os.environ, "SAFETYREPRO_CACHE_DIR": str(cache_sharing_models(cache)), "TQDM_DISABLE": "1"}
 
@@ -62,7 +62,7 @@ def test_cell_records_say_what_computed_them_and_what_they_cost(reference):
     import json
     import re
 
-    from safetyrepro.adapters.engine import DECODE_VERSION
+    from safetyrepro.adapters.engine.engine import DECODE_VERSION
 
     root, _ = reference
     recs = [json.loads(p.read_text()) for p in sorted((root / "out" / "cells").glob("*/*.json"))]

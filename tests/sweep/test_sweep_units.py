@@ -188,14 +188,14 @@ class _Backend:
     """A stand-in backend: counts calls, echoes prompt and seed."""
 
     def __init__(self, spec: str, seeds: str):
-        from safetyrepro.adapters.backend import BackendIdentity, Capabilities
+        from safetyrepro.adapters.backends.backend import BackendIdentity, Capabilities
 
         self.identity = BackendIdentity("lm-eval", spec, spec, "bf16", None)
         self.capabilities = Capabilities(loglikelihood=True, seeds=seeds)
         self.calls = []
 
     def generate_detailed(self, requests, batch_size=None, progress=False):
-        from safetyrepro.adapters.backend import GenResult
+        from safetyrepro.adapters.backends.backend import GenResult
 
         self.calls.append([(r.prompt, r.seed) for r in requests])
         return [GenResult(f"{r.prompt}/{r.seed}", 0, 0, "unknown", r.seed) for r in requests]
@@ -206,7 +206,7 @@ class _Backend:
 
 
 def test_cached_backend_keys_hold_the_backend_and_prefetch_only_per_request_seeds(tmp_path):
-    from safetyrepro.adapters.backend import (
+    from safetyrepro.adapters.backends.backend import (
         SEED_PER_REQUEST,
         SEED_PER_RUN,
         GenRequest,
@@ -234,7 +234,7 @@ def test_cached_backend_keys_hold_the_backend_and_prefetch_only_per_request_seed
 def test_cached_backend_serves_async_backends_from_the_cache(tmp_path):
     import anyio
 
-    from safetyrepro.adapters.backend import SEED_PER_REQUEST, GenRequest, GenResult
+    from safetyrepro.adapters.backends.backend import SEED_PER_REQUEST, GenRequest, GenResult
     from safetyrepro.sweep.cached_backend import CachedBackend
 
     class Async(_Backend):
@@ -256,8 +256,8 @@ def test_engine_generation_keys_name_the_decode_version_and_logprob_keys_stay():
     change)."""
     import re
 
-    from safetyrepro.adapters.backend import BackendIdentity
-    from safetyrepro.adapters.engine import DECODE_VERSION
+    from safetyrepro.adapters.backends.backend import BackendIdentity
+    from safetyrepro.adapters.engine.engine import DECODE_VERSION
     from safetyrepro.provenance import source_commit
 
     first = BackendIdentity("engine", "smollm2", "smollm2", "fp32", "ab" * 32, extra={"device": "cpu"})

@@ -156,7 +156,7 @@ def test_a_failed_model_registration_is_said_loudly_and_lm_eval_keeps_working():
     """The start-up plugin registers `--model safetyrepro` through lm-eval's register_model; when that
     fails, stderr names the step, the lm-eval version and what is lost, and lm-eval still imports."""
     probe = ("import sys, types\n"
-             "sys.modules['safetyrepro.adapters.plugin_lm_eval'] = types.ModuleType('broken')\n"
+             "sys.modules['safetyrepro.adapters.plugins.plugin_lm_eval'] = types.ModuleType('broken')\n"
              "import lm_eval.api.registry as r\n"
              "print('safetyrepro' in r.model_registry.keys())\n")
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/", timeout=300)

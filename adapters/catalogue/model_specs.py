@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
-from safetyrepro.adapters.backend import (
+from safetyrepro.adapters.backends.backend import (
     GREEDY_EXACT,
     GREEDY_NONE,
     GREEDY_REQUESTED,
@@ -165,7 +165,7 @@ def parse_model_spec(spec: str, label: str | None = None, model_args: str = "", 
 
 def check_model_name(name: str) -> None:
     """An engine model: an embedded label, a local .gguf file or HF folder, or a hub id org/name."""
-    from safetyrepro.adapters.weights import EMBEDDED
+    from safetyrepro.adapters.catalogue.weights import EMBEDDED
 
     if name in EMBEDDED or Path(name).expanduser().exists() or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
         return

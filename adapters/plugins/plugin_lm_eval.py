@@ -86,9 +86,9 @@ class SafetyReproLM(TemplateLM):
             if unknown:
                 raise UserError(f"unknown model_args for --model safetyrepro: {', '.join(sorted(unknown))}; "
                                 "allowed: model, precision, device, batch_size, seed, max_gen_toks")
-            from safetyrepro.adapters.engine import load_engine
-            from safetyrepro.adapters.loading import check_precision
-            from safetyrepro.adapters.weights import resolve_weights
+            from safetyrepro.adapters.catalogue.loading import check_precision
+            from safetyrepro.adapters.catalogue.weights import resolve_weights
+            from safetyrepro.adapters.engine.engine import load_engine
 
             bs = _batch_size(batch_size, max_batch_size)
             resolve_weights(pretrained or model)  # a refusal comes before any note on the device
@@ -139,7 +139,7 @@ class SafetyReproLM(TemplateLM):
 
     @property
     def prefix_token_id(self) -> int:
-        from safetyrepro.adapters.engine import prefix_token_id
+        from safetyrepro.adapters.engine.engine import prefix_token_id
 
         return prefix_token_id(self.tokenizer)
 
@@ -194,8 +194,8 @@ class SafetyReproLM(TemplateLM):
         x 8 log-likelihoods or DECODE_MAX_ROWS generations, what the engine runs side by side); one
         call for backends whose sampling is seeded per call, so that a run's requests share one
         stream as in the package itself."""
-        from safetyrepro.adapters.backend import SEED_PER_REQUEST
-        from safetyrepro.adapters.engine import DECODE_MAX_ROWS, DEFAULT_BATCH_SIZE
+        from safetyrepro.adapters.backends.backend import SEED_PER_REQUEST
+        from safetyrepro.adapters.engine.engine import DECODE_MAX_ROWS, DEFAULT_BATCH_SIZE
 
         if self.engine.capabilities.seeds != SEED_PER_REQUEST:
             return [range(0, n)] if n else []
@@ -206,7 +206,7 @@ class SafetyReproLM(TemplateLM):
         return [range(i, min(n, i + step)) for i in range(0, n, step)]
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        from safetyrepro.adapters.engine import LoglikRequest
+        from safetyrepro.adapters.engine.engine import LoglikRequest
 
         self._warn_if_plain_text()
         reqs = [LoglikRequest(*req.args) for req in requests]
@@ -244,7 +244,7 @@ class SafetyReproLM(TemplateLM):
     def _gen_request(self, context: str, gen_kwargs: dict, k: int):
         import torch
 
-        from safetyrepro.adapters.engine import GenRequest, derive_seed
+        from safetyrepro.adapters.engine.engine import GenRequest, derive_seed
 
         kw = dict(gen_kwargs or {})
         bad = [name for name in _UNSUPPORTED_GEN_KWARGS if name in kw and kw[name] not in (None, 0, 1, 1.0)]

@@ -2,9 +2,9 @@
 saved compactly under docs/study/cells/, restored into a new run folder, and the time left
 estimated from the measured cost of the cells done.
 
-    docs/study/reproduce.sh --status   # done, left, measured time left (progress.py status)
-    docs/study/reproduce.sh --save     # finished cells -> docs/study/cells, progress.md (progress.py save)
-    python docs/study/progress.py save|restore|status --run OUT/grid -- SWEEP ARGS   # what those run
+    scripts/study/reproduce.sh --status   # done, left, measured time left (progress.py status)
+    scripts/study/reproduce.sh --save     # finished cells -> docs/study/cells, progress.md (progress.py save)
+    python scripts/study/progress.py save|restore|status --run OUT/grid -- SWEEP ARGS   # what those run
 
 reproduce.sh restores before it sweeps, and passes its own sweep arguments (one definition).
 
@@ -82,7 +82,7 @@ def _saved(dest: Path) -> dict[Path, dict]:
 
 
 def _current_decode() -> int:
-    from safetyrepro.adapters.engine import DECODE_VERSION
+    from safetyrepro.adapters.engine.engine import DECODE_VERSION
 
     return DECODE_VERSION
 
@@ -205,7 +205,7 @@ def estimate(done: list[tuple[dict, float]], todo: list[dict],
 
 def _param_ratios(models: list[str]) -> dict[str, float]:
     """Parameter count of each embedded model over the first model's (the catalogue's `params`)."""
-    from safetyrepro.adapters.weights import EMBEDDED
+    from safetyrepro.adapters.catalogue.weights import EMBEDDED
 
     def count(m: str) -> float | None:
         text = getattr(EMBEDDED.get(m), "params", "") or ""
@@ -260,7 +260,7 @@ def status(run: Path, dest: Path, sweep_args: list[str], cells=None) -> str:
                 f"(whatever else ran beside them; on an idle 2-core machine the wall time lies between half of "
                 f"that, {left_cpu / 7200:.1f} h, and all of it)" if done_cpu else
                 "CPU time left: not known yet (no done cell recorded its CPU seconds)")
-    lines = ["# Study progress (written by docs/study/progress.py)", "",
+    lines = ["# Study progress (written by scripts/study/progress.py)", "",
              f"cells done {n_done} of {len(cells)}, left {len(todo)}, measured time left {left / 3600:.1f} h "
              f"(from {len(done)} timed cells; wall seconds on the machine that ran them, with whatever else it ran)",
              "", cpu_line, "",

@@ -21,7 +21,7 @@ import struct
 import sys
 from pathlib import Path
 
-from safetyrepro.adapters.weights import ResolvedModel, cache_dir
+from safetyrepro.adapters.catalogue.weights import ResolvedModel, cache_dir
 from safetyrepro.errors import UserError, one_of
 
 PRECISIONS = ("bf16", "fp32", "nf4")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from safetyrepro.adapters.backend import (
+from safetyrepro.adapters.backends.backend import (
     SEED_PER_REQUEST,
     SEED_PER_RUN,
     BackendIdentity,
@@ -27,7 +27,11 @@ from safetyrepro.adapters.backend import (
     LoglikRequest,
     StatedBackend,
 )
-from safetyrepro.adapters.model_specs import LM_EVAL_COMPLETIONS, LM_EVAL_IN_PROCESS, ModelEntry
+from safetyrepro.adapters.catalogue.model_specs import (
+    LM_EVAL_COMPLETIONS,
+    LM_EVAL_IN_PROCESS,
+    ModelEntry,
+)
 from safetyrepro.errors import UserError
 
 DEFAULT_BATCH_SIZE = 8
@@ -44,7 +48,7 @@ class LmEvalBackend(StatedBackend):
         args = entry.args_dict()
         extra: dict = {}
         if entry.target in LM_EVAL_IN_PROCESS:  # lm-eval's own default is cuda:0, as its CLI's --device
-            from safetyrepro.adapters.loading import resolve_device
+            from safetyrepro.adapters.catalogue.loading import resolve_device
 
             extra = {"batch_size": batch_size or DEFAULT_BATCH_SIZE, "device": resolve_device(device)}
         elif batch_size:  # API clients: lm-eval's default (1 request per call) unless asked
@@ -155,7 +159,7 @@ def _local_weights_sha256(args: dict[str, str]) -> str | None:
     """sha256 of the local weight files a model arg points at (a folder or a .gguf), else None."""
     from pathlib import Path
 
-    from safetyrepro.adapters.weights import hf_weight_files, weights_sha256_of
+    from safetyrepro.adapters.catalogue.weights import hf_weight_files, weights_sha256_of
 
     for key in ("pretrained", "model", "gguf_file", "path"):
         value = args.get(key)

@@ -1,5 +1,5 @@
 """The engine's generation: continuous batching of decode rows on a KV slab, sized to the work and
-the memory, with greedy or seeded top-p sampling per request (adapters/sampling.py)."""
+the memory, with greedy or seeded top-p sampling per request (adapters/engine/sampling.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from safetyrepro.adapters.backend import GenRequest, GenResult
-from safetyrepro.adapters.engine_head import EXACT_ROW_BLOCK
-from safetyrepro.adapters.engine_prefill import _Row
-from safetyrepro.adapters.sampling import next_tokens
-from safetyrepro.adapters.tokenisation import prefix_token_id
+from safetyrepro.adapters.backends.backend import GenRequest, GenResult
+from safetyrepro.adapters.engine.engine_head import EXACT_ROW_BLOCK
+from safetyrepro.adapters.engine.engine_prefill import _Row
+from safetyrepro.adapters.engine.sampling import next_tokens
+from safetyrepro.adapters.engine.tokenisation import prefix_token_id
 from safetyrepro.errors import UserError
 
 DECODE_ROWS_PER_PROMPT = 8  # decoding with an explicit batch_size: that many prompts, batch_size x this rows
@@ -124,7 +124,7 @@ class GenerateMixin:
         length (no padding)."""
         import torch
 
-        from safetyrepro.adapters.kv_slab import KVSlab
+        from safetyrepro.adapters.engine.kv_slab import KVSlab
 
         if batch_size is None:  # sized to the work and the memory (decode_rows)
             max_rows = self.decode_rows(max(len(prompts[i]) + reqs[i].max_new_tokens for i in order) if order else 1)
@@ -264,7 +264,7 @@ class GenerateMixin:
         Returns (slab, rows, old index -> new index)."""
         import torch
 
-        from safetyrepro.adapters.kv_slab import KVSlab
+        from safetyrepro.adapters.engine.kv_slab import KVSlab
 
         out_rows: list[_GenRow | None] = [rows[b] for b in keep] + [r for r, _ in new]
         width = max(r.length for r in out_rows)

@@ -1,4 +1,4 @@
-"""Tokenisation as lm-eval's HFLM does it (the engine's reproducibility rules, adapters/engine.py):
+"""Tokenisation as lm-eval's HFLM does it (the engine's reproducibility rules, adapters/engine/engine.py):
 special tokens by the tokenizer's own default unless the text already starts with the BOS/prefix
 token's text, trailing whitespace of a context moved into its continuation, an empty context read as
 the BOS (else EOS) token, and the model's context length from its config."""

@@ -70,7 +70,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from safetyrepro.adapters.backend import (  # noqa: F401  (GenRequest, GenResult re-exported)
+from safetyrepro.adapters.backends.backend import (  # noqa: F401  (GenRequest, GenResult re-exported)
     GREEDY_EXACT,
     SEED_PER_REQUEST,
     BackendIdentity,
@@ -79,7 +79,7 @@ from safetyrepro.adapters.backend import (  # noqa: F401  (GenRequest, GenResult
     GenResult,
     LoglikRequest,
 )
-from safetyrepro.adapters.engine_generate import (  # noqa: F401  (re-exported: the engine's public names)
+from safetyrepro.adapters.engine.engine_generate import (  # noqa: F401  (re-exported: the engine's public names)
     DECODE_KEY_BLOCK,
     DECODE_KV_MB,
     DECODE_MAX_ROWS,
@@ -90,15 +90,15 @@ from safetyrepro.adapters.engine_generate import (  # noqa: F401  (re-exported: 
     derive_seed,
     first_stop,
 )
-from safetyrepro.adapters.engine_head import EXACT_ROW_BLOCK, HeadMixin  # noqa: F401
-from safetyrepro.adapters.engine_prefill import PrefillMixin, _Row
-from safetyrepro.adapters.prefix_cache import (
+from safetyrepro.adapters.engine.engine_head import EXACT_ROW_BLOCK, HeadMixin  # noqa: F401
+from safetyrepro.adapters.engine.engine_prefill import PrefillMixin, _Row
+from safetyrepro.adapters.engine.prefix_cache import (
     PrefixStore,
     chunk_size_from_env,
     enabled_from_env,
     max_bytes_from_env,
 )
-from safetyrepro.adapters.tokenisation import (  # noqa: F401
+from safetyrepro.adapters.engine.tokenisation import (  # noqa: F401
     DEFAULT_MAX_LENGTH,
     encode_pair,
     prefix_token_id,
@@ -269,8 +269,8 @@ _ENGINES_LOCK = threading.Lock()
 
 def _engine_key(model: str, precision: str, device: str | None):
     """((weights path, precision, device), resolved weights); validates all three."""
-    from safetyrepro.adapters.loading import check_precision, resolve_device
-    from safetyrepro.adapters.weights import resolve_weights
+    from safetyrepro.adapters.catalogue.loading import check_precision, resolve_device
+    from safetyrepro.adapters.catalogue.weights import resolve_weights
 
     precision = check_precision(precision)
     resolved = resolve_weights(model)
@@ -284,8 +284,8 @@ def load_engine(model: str, precision: str = "bf16", device: str | None = None,
     Raises UserError for an unknown model name, an unreadable GGUF file, an unknown precision or
     device. An engine put in place with `install_engine` (for example one wrapped in an output
     cache) is returned as it is."""
-    from safetyrepro.adapters import rowwise_attention
-    from safetyrepro.adapters.loading import load_hf
+    from safetyrepro.adapters.catalogue.loading import load_hf
+    from safetyrepro.adapters.engine import rowwise_attention
     from safetyrepro.compat.transformers import attention_implementation
 
     key, resolved = _engine_key(model, precision, device)

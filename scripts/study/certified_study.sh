@@ -2,17 +2,17 @@
 # The certified study (docs/study/certified/README.md): the three embedded models on the 300-item subsets of
 # all five benchmarks, the full envelope, certified pairwise verdicts on a wall-time budget per run.
 #
-#   scripts/certified_study.sh                    # one piece: --budget 50m of evaluation, into runs/certified
-#   scripts/certified_study.sh --budget 8h        # a longer piece (it saves itself every 10 minutes as it goes)
-#   scripts/certified_study.sh --save             # copy the run's outputs into docs/study/certified (to commit)
+#   scripts/study/certified_study.sh                    # one piece: --budget 50m of evaluation, into runs/certified
+#   scripts/study/certified_study.sh --budget 8h        # a longer piece (it saves itself every 10 minutes as it goes)
+#   scripts/study/certified_study.sh --save             # copy the run's outputs into docs/study/certified (to commit)
 #
 # Each piece resumes where the last stopped: the committed docs/study/certified/{items.parquet,cost.json} are
 # put into the run folder first, and certify takes an earlier run's records of the same command as evaluated
 # (docs/certify.md, *Resuming*), so a new machine with an empty outputs cache goes on too. The 24-item
 # study's records (docs/study) are the first 24 draws of every configuration (--order subset). Run it from a
-# clone of committed main in its own venv, at the lowest priority: nice -n 19 scripts/certified_study.sh
+# clone of committed main in its own venv, at the lowest priority: nice -n 19 scripts/study/certified_study.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUDGET=50m
 OUT=runs/certified
 SAVE=0

@@ -1,6 +1,6 @@
 """The paper's results beside the study's, point by point, as one Markdown table (for docs/study/README.md).
 
-    python docs/study/paper_comparison.py runs/study/analysis --precision runs/study/precision \
+    python scripts/study/paper_comparison.py runs/study/analysis --precision runs/study/precision \
         --subsamples runs/study/subsamples [--out FILE]
 
 Reads only the files `safetyrepro analyze` and `safetyrepro compare` write (rho_flip_max.csv,

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The first SafetyRepro study, from scratch, in one command (docs/study/README.md says what it is).
 #
-#   docs/study/reproduce.sh                         # the published study: 24 items, into runs/study
-#   docs/study/reproduce.sh --limit 4 --out /tmp/s  # the same steps on 4 items (a quick check)
-#   docs/study/reproduce.sh --publish               # then copy the outputs into docs/study/
-#   docs/study/reproduce.sh --status                # cells done and left, measured time left (step 1)
-#   docs/study/reproduce.sh --save                  # finished cells -> docs/study/cells, steps/<name>/cells (to commit)
+#   scripts/study/reproduce.sh                         # the published study: 24 items, into runs/study
+#   scripts/study/reproduce.sh --limit 4 --out /tmp/s  # the same steps on 4 items (a quick check)
+#   scripts/study/reproduce.sh --publish               # then copy the outputs into docs/study/
+#   scripts/study/reproduce.sh --status                # cells done and left, measured time left (step 1)
+#   scripts/study/reproduce.sh --save                  # finished cells -> docs/study/cells, steps/<name>/cells (to commit)
 #
 # Steps, each resumable (rerun the same command after any interruption; finished cells are kept, and the
 # cells saved by --save, step 1's under docs/study/cells and steps 3-4's under docs/study/steps/<name>/, are
-# restored first, so a new machine goes on where the last one stopped; docs/study/progress.py says which are
+# restored first, so a new machine goes on where the last one stopped; scripts/study/progress.py says which are
 # reused):
 #   1. the full envelope (48 configurations per benchmark, 12 for CrowS-Pairs, sampled cells with the 5 seeds
 #      of the rules file) on all five benchmarks for SmolLM2-135M, Gemma 3 270M and Qwen2.5-Coder-0.5B,
@@ -56,9 +56,9 @@ step_args() {  # step_args NAME: the sweep arguments of that step, into ARGS
   ARGS+=("${EXTRA[@]+"${EXTRA[@]}"}")
 }
 SAVED=${STUDY_SAVED:-docs/study}  # where --save keeps finished cells (the repository; a test points it elsewhere)
-progress() { "$PY" docs/study/progress.py "$@"; }
+progress() { "$PY" scripts/study/progress.py "$@"; }
 if [ "$ACTION" = status ]; then
-  exec "$PY" docs/study/progress.py status --run "$OUT/grid" --dest "$SAVED" -- "${STEP1[@]}"
+  exec "$PY" scripts/study/progress.py status --run "$OUT/grid" --dest "$SAVED" -- "${STEP1[@]}"
 fi
 if [ "$ACTION" = save ]; then
   progress save --run "$OUT/grid" --dest "$SAVED" -- "${STEP1[@]}"
@@ -121,7 +121,7 @@ pd.read_parquet(sys.argv[1]).to_parquet(sys.argv[2], index=False, compression="z
 PY
   rm -rf "$D/analysis" "$D/precision" "$D/subsamples"
   cp -r "$OUT/analysis" "$OUT/precision" "$OUT/subsamples" "$D"/
-  "$PY" docs/study/paper_comparison.py "$OUT/analysis" --precision "$OUT/precision" --subsamples "$OUT/subsamples" \
+  "$PY" scripts/study/paper_comparison.py "$OUT/analysis" --precision "$OUT/precision" --subsamples "$OUT/subsamples" \
       --out "$D/paper_comparison.md"
   echo "published into $D (items.parquet: $(du -h "$D/items.parquet" | cut -f1))"
 fi

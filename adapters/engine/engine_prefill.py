@@ -1,14 +1,14 @@
 """The engine's chunked prefill: the canonical computation of prompt key/value states and of the
-logits at wanted positions, with prefix reuse through the prefix store (adapters/engine.py says the
-rules; adapters/kv_slab.py holds the states)."""
+logits at wanted positions, with prefix reuse through the prefix store (adapters/engine/engine.py says the
+rules; adapters/engine/kv_slab.py holds the states)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from safetyrepro.adapters.engine_head import EXACT_ROW_BLOCK
-from safetyrepro.adapters.prefix_cache import chunk_keys
+from safetyrepro.adapters.engine.engine_head import EXACT_ROW_BLOCK
+from safetyrepro.adapters.engine.prefix_cache import chunk_keys
 
 
 class PrefillMixin:
@@ -152,7 +152,7 @@ class PrefillMixin:
         (row-wise attention) or, without it, one chunk alone on a one-row cache."""
         import torch
 
-        from safetyrepro.adapters.kv_slab import KVSlab
+        from safetyrepro.adapters.engine.kv_slab import KVSlab
 
         C, device = self.chunk_size, self.model.device
         toks: list[int] = []

@@ -38,7 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _rows() -> list[dict]:
-    from safetyrepro.adapters.weights import EMBEDDED, embedded_cache_path, embedded_installed
+    from safetyrepro.adapters.catalogue.weights import (
+        EMBEDDED,
+        embedded_cache_path,
+        embedded_installed,
+    )
 
     rows = []
     for spec in EMBEDDED.values():
@@ -59,7 +63,7 @@ def run_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    from safetyrepro.adapters.weights import cache_dir
+    from safetyrepro.adapters.catalogue.weights import cache_dir
 
     cols = ("label", "name", "params", "chat", "default", "installed", "upstream", "licence")
     table = [cols] + [(r["label"], r["name"], r["params"], "yes" if r["chat_template"] else "no",
@@ -85,7 +89,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_fetch(args: argparse.Namespace) -> int:
-    from safetyrepro.adapters.weights import resolve_weights
+    from safetyrepro.adapters.catalogue.weights import resolve_weights
 
     r = resolve_weights(args.model)
     print(f"{r.label}\t{r.kind}\t{r.path}\tsha256:{r.weights_sha256()}")
@@ -93,8 +97,8 @@ def run_fetch(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from safetyrepro.adapters.loading import export_hf_folder
-    from safetyrepro.adapters.weights import resolve_weights
+    from safetyrepro.adapters.catalogue.loading import export_hf_folder
+    from safetyrepro.adapters.catalogue.weights import resolve_weights
 
     r = resolve_weights(args.model)
     out = export_hf_folder(r, args.out, args.precision, overwrite=args.overwrite)

@@ -99,7 +99,7 @@ class _Batcher:
 
     def _drain(self, first) -> list:
         items = [first]
-        from safetyrepro.adapters.engine import DECODE_MAX_ROWS
+        from safetyrepro.adapters.engine.engine import DECODE_MAX_ROWS
 
         cap = self.batch_size * 4 if self.batch_size else DECODE_MAX_ROWS
         deadline = time.monotonic() + DRAIN_WAIT_S
@@ -155,7 +155,7 @@ class SafetyReproModelAPI(ModelAPI):
                  config: GenerateConfig | None = None, **model_args: Any):
         super().__init__(model_name=model_name, base_url=base_url, api_key=api_key,
                          config=config if config is not None else GenerateConfig())
-        from safetyrepro.adapters.engine import load_engine
+        from safetyrepro.adapters.engine.engine import load_engine
         from safetyrepro.compat.inspect_ai import PrerequisiteError
 
         try:  # Inspect prints a PrerequisiteError as one message, without a traceback
@@ -194,7 +194,7 @@ class SafetyReproModelAPI(ModelAPI):
 
     def gen_request(self, input, config: GenerateConfig):
         """The engine request for a list of messages and a generate config."""
-        from safetyrepro.adapters.engine import GenRequest
+        from safetyrepro.adapters.engine.engine import GenRequest
 
         if config.top_k is not None:
             raise UserError("safetyrepro/ models do not support top_k; use temperature and top_p")
@@ -240,7 +240,7 @@ class SafetyReproModelAPI(ModelAPI):
     # ----------------------------------------------------------------- log-likelihoods
 
     def _loglik_requests(self, messages, continuations):
-        from safetyrepro.adapters.engine import LoglikRequest
+        from safetyrepro.adapters.engine.engine import LoglikRequest
 
         context = self.backend.render(_as_dicts(messages))
         return [LoglikRequest(context, c) for c in continuations]

@@ -14,14 +14,18 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from safetyrepro.adapters.backend import (
+from safetyrepro.adapters.backends.backend import (
     BackendIdentity,
     GenRequest,
     GenResult,
     LoglikRequest,
     StatedBackend,
 )
-from safetyrepro.adapters.model_specs import ModelEntry, build_inspect_model, inspect_base_url
+from safetyrepro.adapters.catalogue.model_specs import (
+    ModelEntry,
+    build_inspect_model,
+    inspect_base_url,
+)
 from safetyrepro.errors import UserError
 
 
