@@ -1,15 +1,12 @@
-"""`safetyrepro demo`: one question, answered with a certificate. Is SmolLM2-135M less biased than
-Qwen2.5-Coder-0.5B on BBQ, or does the answer depend on how the evaluator prompts them? The demo
-certifies it live (`safetyrepro certify`, docs/certify.md): both models on BBQ's 300-item subset, over
-eight configurations of the envelope (templates T2 and T4, greedy decoding, 0 and 3 shots, both
-scorings), paired items in rounds only where the verdict is still open, stopping as soon as it is
-known; then it says the verdict in one sentence, what it cost against the full grid, and where the
-certified study of all three models on all five benchmarks is.
-
-Why this pair and these configurations: in the first study (24 items, docs/study) SmolLM2 led on BBQ
-with the role-framed T2 template and three shots, by 29 points, and Qwen led with the chain-of-thought
-T4 template at zero shots, by 29 points, every one of its wins on an item SmolLM2 got wrong; the
-certified study (docs/study/certified) certifies pairs like this one at the scale of the whole envelope.
+"""`safetyrepro demo`: one question, answered with a certificate. On BBQ, is Qwen2.5-Coder-0.5B less biased
+than SmolLM2-135M, or does the answer depend on how the evaluator prompts them? The demo certifies it live
+(`safetyrepro certify`, docs/certify.md) on BBQ's 300-item subset, on the two configurations where the
+studies found the lead on each side: chain of thought (T4, greedy, zero-shot, free-form), where Qwen
+leads, and the role-framed template with three examples scored by log-probabilities (T2, greedy,
+3-shot), where SmolLM2 does. It starts from the records the studies published (docs/study: the first 24
+items of every configuration; docs/study/certified: what the certified study evaluated), evaluates live
+only what they lack, in paired rounds, and stops as soon as the verdict is known; then it says the
+verdict in one sentence, what it cost against the full grid, and where the certified study is.
 """
 
 from __future__ import annotations
@@ -22,27 +19,23 @@ import time
 from pathlib import Path
 
 DEMO_MODELS = ("qwen2.5-coder-0.5b", "smollm2")
-DEMO_BENCHMARKS = ("bbq",)
-DEMO_FILTERS = {"templates": ["T2", "T4"], "decodings": ["greedy"], "shots": [0, 3]}
-DEMO_PRECISION = "fp32"  # the studies': the demo's items are theirs, item for item
-DEMO_BUDGET = "7m"       # of evaluation: with loading, the demo stays within ten minutes on two cores
+DEMO_CONFIGS = ("bbq/T4/greedy/0shot/free_form", "bbq/T2/greedy/3shot/logprob")
+DEMO_PRECISION = "fp32"  # the studies': their records are the demo's first draws
+DEMO_BUDGET = "8m"       # of evaluation: with loading, the demo ends within ten minutes on two cores
 DEMO_OUT = Path("runs/demo")
+STUDY_DIR = Path(__file__).resolve().parents[1] / "docs" / "study"  # this checkout's published studies
 STUDY = "docs/study/certified/README.md"
 DESCRIPTION = (
-    f"Answer one question with a certificate: on BBQ, is {DEMO_MODELS[1]} less biased than {DEMO_MODELS[0]}, or "
-    "does the answer depend on the prompt? Certifies the pair live over eight configurations (templates T2 and "
-    "T4, greedy, 0 and 3 shots, both scorings) of BBQ's 300-item subset, evaluating paired items only where the "
-    "verdict is still open (docs/certify.md), then says the verdict in one sentence and what it cost against "
-    f"the full grid. About 5 minutes on two CPU cores from an empty cache (at most {DEMO_BUDGET} of evaluation). "
+    f"Answer one question with a certificate: on BBQ, is {DEMO_MODELS[0]} less biased than {DEMO_MODELS[1]}, or "
+    f"does the answer depend on the prompt? Certifies the pair live on {' and '.join(DEMO_CONFIGS)} over BBQ's "
+    "300-item subset, starting from the studies' published records (docs/study, docs/study/certified) and "
+    "evaluating paired items only where the verdict is still open (docs/certify.md), then says the verdict in one "
+    f"sentence and what it cost against the full grid. At most {DEMO_BUDGET} of evaluation (docs/measured.md). "
     "The sweep's flags below change the question (other models, benchmarks or configurations).")
 DEMO_HELP = {
     "models": f"embedded names, HF folders, .gguf files or hub ids (demo default: {' '.join(DEMO_MODELS)})",
-    "benchmarks": f"benchmarks to certify (demo default: {' '.join(DEMO_BENCHMARKS)})",
-    "templates": f"only these templates (demo default: {' '.join(DEMO_FILTERS['templates'])}, unless --benchmarks, "
-                 "--configs or another axis is given)",
-    "decodings": f"only these decodings (demo default: {' '.join(DEMO_FILTERS['decodings'])}, as for --templates)",
-    "shots": f"only these few-shot counts (demo default: {' '.join(map(str, DEMO_FILTERS['shots']))}, as for "
-             "--templates)",
+    "configs": f"configuration ids (demo default: {' '.join(DEMO_CONFIGS)}, unless --benchmarks or an axis filter "
+               "is given)",
     "precision": f"fp32, bf16 or nf4 (demo default: {DEMO_PRECISION}, the studies')",
 }
 AXIS_OPTIONS = ("benchmarks", "templates", "decodings", "shots", "scoring", "configs")
@@ -57,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--alpha", type=float, default=0.05, help="familywise error of the certificate (default 0.05)")
     p.add_argument("--budget", default=DEMO_BUDGET,
                    help=f"evaluation budget, paired evaluations or wall time (demo default: {DEMO_BUDGET})")
+    p.add_argument("--study", type=Path, default=STUDY_DIR,
+                   help="the published studies whose records are taken as evaluated (default: docs/study of this "
+                   "checkout; a folder without them: everything is evaluated live)")
     add_sweep_arguments(p, require_out=False, help_for=DEMO_HELP)
     p.set_defaults(func=run, models=None, benchmarks=None, precision=DEMO_PRECISION)
 
@@ -66,10 +62,14 @@ def demo_selection(args: argparse.Namespace) -> argparse.Namespace:
     if not args.models and not getattr(args, "models_file", None):
         args.models = list(DEMO_MODELS)
     if not any(getattr(args, a, None) for a in AXIS_OPTIONS):
-        args.benchmarks = list(DEMO_BENCHMARKS)
-        for axis, values in DEMO_FILTERS.items():
-            setattr(args, axis, list(values))
+        args.configs = list(DEMO_CONFIGS)
     return args
+
+
+def study_records(study: Path) -> list[Path]:
+    """The published records the demo starts from: the first study's (its --limit 24 records are the
+    first 24 draws of every configuration) and the certified study's, where this checkout has them."""
+    return [folder for folder in (study, study / "certified") if (folder / "items.parquet").is_file()]
 
 
 def quiet_openmp_waits() -> bool:
@@ -115,10 +115,12 @@ def run(args: argparse.Namespace) -> int:
     options = CertifyOptions(alpha=args.alpha, budget_evaluations=evaluations, budget_seconds=seconds,
                              order="subset", round_seconds=LIVE_ROUND_SECONDS)
     models = " and ".join(args.models) if args.models else f"the models of {args.models_file}"
-    print(f"demo: certify {models} on {', '.join(args.benchmarks or ['the named configurations'])} "
-          f"({args.precision}; -> {args.out})", flush=True)
+    what = ", ".join(args.configs) if args.configs and not args.benchmarks else ", ".join(args.benchmarks or [])
+    records = study_records(args.study)
+    print(f"demo: certify {models} on {what} ({args.precision}; -> {args.out})"
+          + (f"; starting from the records in {', '.join(map(str, records))}" if records else ""), flush=True)
     say = lambda line: print(f"certify: {line}", file=sys.stderr, flush=True)  # noqa: E731
-    result, _ = run_live(options_from_args(args), Path(args.out), options, say)
+    result, _ = run_live(options_from_args(args), Path(args.out), options, say, records=records)
     full = json.loads((Path(args.out) / "cost.json").read_text()).get("measured_seconds_full_grid")
     print()
     for line in closing_lines(result, None if full is None else full / 3600):

@@ -11,14 +11,15 @@ import pytest
 from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, certify
 from safetyrepro.cli import build_parser, main
 from safetyrepro.demo import (
-    DEMO_BENCHMARKS,
     DEMO_BUDGET,
-    DEMO_FILTERS,
+    DEMO_CONFIGS,
     DEMO_MODELS,
     DEMO_PRECISION,
     STUDY,
+    STUDY_DIR,
     closing_lines,
     demo_selection,
+    study_records,
 )
 from safetyrepro.sweep.plan import select_configs
 from safetyrepro.tasks.envelope import default_rules
@@ -31,43 +32,48 @@ def test_demo_help_shows_the_demo_defaults_not_the_sweeps(capsys):
         main(["demo", "--help"])
     assert stop.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    assert "demo default: bbq)" in text and "demo default: qwen2.5-coder-0.5b smollm2)" in text
-    assert "demo default: T2 T4, unless --benchmarks, --configs or another axis is given" in text
+    assert "demo default: qwen2.5-coder-0.5b smollm2)" in text
+    assert f"demo default: {' '.join(DEMO_CONFIGS)}, unless --benchmarks or an axis filter is given" in text
     assert f"demo default: {DEMO_BUDGET}" in text and "demo default: fp32, the studies'" in text
-    assert "default: all five" not in text and "bf16 (default)" not in text
+    assert "bf16 (default)" not in text
     args = build_parser().parse_args(["demo"])
-    assert (args.models, args.benchmarks, args.precision, args.templates) == (None, None, DEMO_PRECISION, None)
+    assert (args.models, args.configs, args.precision, args.study) == (None, None, DEMO_PRECISION, STUDY_DIR)
 
 
-def test_the_demo_certifies_its_eight_configurations_unless_told_otherwise():
+def test_the_demo_certifies_its_two_configurations_unless_told_otherwise():
     args = demo_selection(build_parser().parse_args(["demo"]))
-    assert args.models == list(DEMO_MODELS) and args.benchmarks == list(DEMO_BENCHMARKS)
-    filters = {"template": args.templates, "decoding": args.decodings, "shots": args.shots}
-    cfgs = select_configs(default_rules(), args.benchmarks, args.tier, DEMO_PRECISION, filters)
-    assert sorted(c.config_id for c in cfgs) == sorted(
-        f"bbq/{t}/greedy/{k}shot/{s}" for t in ("T2", "T4") for k in (0, 3) for s in ("free_form", "logprob"))
+    assert args.models == list(DEMO_MODELS) and args.configs == list(DEMO_CONFIGS) and args.benchmarks is None
+    cfgs = select_configs(default_rules(), ["bbq"], args.tier, DEMO_PRECISION, {"config": args.configs})
+    assert sorted(c.config_id for c in cfgs) == sorted(DEMO_CONFIGS)
     # naming a benchmark, an axis or configurations replaces the demo's slice; naming models keeps it
-    mine = demo_selection(build_parser().parse_args(["demo", "--benchmarks", "xstest"]))
-    assert mine.benchmarks == ["xstest"] and mine.templates is None
-    assert demo_selection(build_parser().parse_args(["demo", "--shots", "5"])).templates is None
+    assert demo_selection(build_parser().parse_args(["demo", "--benchmarks", "xstest"])).configs is None
+    assert demo_selection(build_parser().parse_args(["demo", "--shots", "5"])).configs is None
     other = demo_selection(build_parser().parse_args(["demo", "--models", "gemma3-270m", "smollm2"]))
-    assert other.models == ["gemma3-270m", "smollm2"] and other.templates == DEMO_FILTERS["templates"]
+    assert other.models == ["gemma3-270m", "smollm2"] and other.configs == list(DEMO_CONFIGS)
 
 
-def test_the_question_is_the_one_the_published_study_raised():
-    """The demo's reason, from the first study's records (docs/study/items.parquet, 24 items): SmolLM2
-    led by 29 points with T2 at three shots (log-probabilities), Qwen by 29 points with T4 at zero shots,
-    every one of Qwen's wins there on an item SmolLM2 got wrong."""
-    items = pd.read_parquet(REPO / "docs/study/items.parquet")
+def test_the_demo_starts_from_the_published_records(tmp_path):
+    assert study_records(STUDY_DIR) == [STUDY_DIR, STUDY_DIR / "certified"]
+    assert study_records(tmp_path) == []  # a checkout without them: everything live
+
+
+def test_the_question_is_the_one_the_published_studies_raised():
+    """The demo's reason, from the published records: in the first study (24 items) Qwen led on T4 chain of
+    thought by 29 points, every one of its wins on an item SmolLM2 got wrong; on T2 at three shots SmolLM2
+    led by 29 points there, by 4.3 points on all 300 items in the certified study's records."""
     qwen, smol = DEMO_MODELS
-    means = items[items["benchmark"] == "bbq"].groupby(["config_id", "model", "item_id"])["item_score"].mean()
+    t4, t2 = DEMO_CONFIGS
 
-    def diff(cid):
-        d = means.loc[cid, qwen] - means.loc[cid, smol]
+    def diff(path, cid, n):
+        items = pd.read_parquet(REPO / path)
+        means = items[items["config_id"] == cid].groupby(["model", "item_id"])["item_score"].mean()
+        d = means.loc[qwen] - means.loc[smol]
+        assert len(d) == n
         return round(float(d.mean()), 4), round(float((d != 0).mean()), 4)
 
-    assert diff("bbq/T2/greedy/3shot/logprob") == (round(-7 / 24, 4), round(15 / 24, 4))
-    assert diff("bbq/T4/greedy/0shot/free_form") == (round(7 / 24, 4), round(7 / 24, 4))
+    assert diff("docs/study/items.parquet", t4, 24) == (round(7 / 24, 4), round(7 / 24, 4))
+    assert diff("docs/study/items.parquet", t2, 24) == (round(-7 / 24, 4), round(15 / 24, 4))
+    assert diff("docs/study/certified/items.parquet", t2, 300)[0] == round(-13 / 300, 4)
 
 
 def _flip_result():
@@ -88,14 +94,27 @@ def test_the_closing_lines_say_the_verdict_its_cost_and_where_the_study_is():
     result = _flip_result()
     lines = closing_lines(result, 104.4)
     assert result.pairs[0].verdict == "flip"
-    assert lines[0].startswith("bbq: the verdict flips. a is ahead of b on c1 (by at least +0.")
-    assert "and b ahead of a on c2 (by at least +0." in lines[0]
+    c1, c2 = (c for c in result.claims)
+    assert lines[0].startswith(f"bbq: the verdict flips. a is ahead of b with c1 (by at least {c1.lower:.3f} after "
+                               f"{c1.items_used} of 100 items), and b ahead of a with c2 (by at least {-c2.upper:.3f}")
+    assert 0 < c1.lower and c2.upper < 0
     n, full = result.paired_evaluations, result.full_paired_evaluations
     assert full == 200 and n < full
     assert lines[1] == (f"It needed {n:,} of the full grid's 200 paired evaluations ({100 * n / 200:.0f} %) and "
                         f"{result.seconds:.0f} s of evaluation; scoring the whole grid would take about 104.4 h here. "
                         "Every claim holds with probability at least 0.95, all together.")
     assert lines[2].endswith(f"{STUDY}.") and (REPO / STUDY).is_file()
+
+
+def test_a_configuration_reads_as_words_and_an_exhausted_one_says_its_exact_margin():
+    from safetyrepro.certify.algorithm import ClaimRow
+    from safetyrepro.certify.outputs import _margin, config_words
+
+    assert config_words("bbq/T4/greedy/0shot/free_form") == (
+        "T4 (chain of thought ending in an Answer: line), greedy, 0-shot, free-form")
+    assert config_words("bbq/T2/greedy/3shot/logprob").endswith("3-shot, log-probabilities")
+    exact = ClaimRow("bbq", "a", "b", "x", "b_better", -0.043, -0.043, -0.0433, 300, 300)
+    assert _margin(exact, -1) == "by 0.043 on all 300 items"
 
 
 def test_openmp_threads_sleep_when_idle_unless_the_user_chose(monkeypatch):

@@ -311,7 +311,7 @@ def certify(problems: Sequence[BenchmarkProblem], oracle: Oracle, options: Certi
         raise ValueError(f"order {options.order!r}: one of {', '.join(ORDERS)}")
     benches, alpha_each = _setup(problems, options)
     cache: dict[tuple[str, str, str], dict[str, float]] = {}
-    state = {"paired": 0, "spent": 0.0, "saved": time.monotonic()}
+    state = {"paired": 0, "spent": 0.0, "saved": time.monotonic(), "round_start": None}
     start = time.monotonic()
 
     def result(stopped_by: str) -> CertifyResult:
@@ -339,10 +339,11 @@ def certify(problems: Sequence[BenchmarkProblem], oracle: Oracle, options: Certi
                 break
             plan = _trim(plan, left)
             round_no += 1
-            t0 = time.monotonic()
+            state["round_start"] = time.monotonic()
             seconds_left = None if options.budget_seconds is None else options.budget_seconds - state["spent"]
             _evaluate(benches, plan, oracle, cache, seconds_left, tick)
-            state["spent"] += time.monotonic() - t0
+            state["spent"] += time.monotonic() - state["round_start"]
+            state["round_start"] = None
             plan = _available(benches, plan)
             if not plan:  # the oracle stopped at the budget before this round's first items
                 stopped_by = "budget"
@@ -357,8 +358,10 @@ def certify(problems: Sequence[BenchmarkProblem], oracle: Oracle, options: Certi
                 progress(f"round {round_no}: {state['paired']:,} paired evaluations, {open_pairs} pair(s) open, "
                          f"{state['spent']:.0f} s evaluating")
             tick()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (the CLI raises it as an interrupt)
         stopped_by = "interrupted"
+        if state["round_start"] is not None:  # the evaluation of the round it cut short counts as spent
+            state["spent"] += time.monotonic() - state["round_start"]
         # what the oracle answered is in its records (a rerun resumes from them); the sequences hold what
         # was fed to them, valid at whatever size each reached
     return result(stopped_by)

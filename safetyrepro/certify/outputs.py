@@ -66,6 +66,27 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f} %"
 
 
+def config_words(config_id: str) -> str:
+    """`bbq/T4/greedy/0shot/free_form` as a reader says it: "T4 (chain of thought ending in an Answer:
+    line), greedy, 0-shot, free-form"; an id outside the envelope's shape is returned as it is."""
+    from safetyrepro.tasks.templates import TEMPLATE_KINDS
+
+    parts = config_id.split("/")
+    if len(parts) != 5 or parts[1] not in TEMPLATE_KINDS:
+        return config_id
+    _, template, decoding, shots, scoring = parts
+    return (f"{template} ({TEMPLATE_KINDS[template].summary}), {decoding}, {shots.replace('shot', '-shot')}, "
+            f"{'log-probabilities' if scoring == 'logprob' else 'free-form'}")
+
+
+def _margin(c: ClaimRow, sign: float) -> str:
+    """How far ahead a won configuration is: its exact difference once every item is in, else its bound."""
+    if c.items_used >= c.n_full:
+        return f"by {sign * c.estimate:.3f} on all {c.n_full} items"
+    bound = c.lower if sign > 0 else -c.upper
+    return f"by at least {bound:.3f} after {c.items_used} of {c.n_full} items"
+
+
 def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float) -> str:
     """One sentence a reader can repeat, winner first."""
     mine = [c for c in claims if c.benchmark == p.benchmark and (c.model_a, c.model_b) == (p.model_a, p.model_b)]
@@ -74,9 +95,9 @@ def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float) -> str:
     spent = f"({p.n_evaluations:,} of {p.n_full:,} paired evaluations, {_pct(p.n_evaluations / max(p.n_full, 1))})"
     if p.verdict == "flip":
         a, b = max(wins_a, key=lambda c: c.lower), min(wins_b, key=lambda c: c.upper)
-        return (f"{p.benchmark}: the verdict flips. {p.model_a} is ahead of {p.model_b} on {a.config_id} (by at least "
-                f"{a.lower:+.3f}) and {p.model_b} ahead of {p.model_a} on {b.config_id} (by at least {-b.upper:+.3f}) "
-                f"{spent}.")
+        return (f"{p.benchmark}: the verdict flips. {p.model_a} is ahead of {p.model_b} with {config_words(a.config_id)} "
+                f"({_margin(a, 1)}), and {p.model_b} ahead of {p.model_a} with {config_words(b.config_id)} "
+                f"({_margin(b, -1)}) {spent}.")
     if p.verdict in ("stable_a", "stable_b"):
         win, lose, wins = (p.model_a, p.model_b, wins_a) if p.verdict == "stable_a" else (p.model_b, p.model_a, wins_b)
         return (f"{p.benchmark}: {win} is ahead of {lose} wherever the envelope goes: ahead on {len(wins)} of "
