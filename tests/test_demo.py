@@ -100,9 +100,12 @@ def test_the_closing_lines_say_the_verdict_its_cost_and_where_the_study_is():
     assert 0 < c1.lower and c2.upper < 0
     n, full = result.paired_evaluations, result.full_paired_evaluations
     assert full == 200 and n < full
-    assert lines[1] == (f"It needed {n:,} of the full grid's 200 paired evaluations ({100 * n / 200:.0f} %) and "
+    assert lines[1] == (f"It used {n:,} of the full grid's 200 paired evaluations ({100 * n / 200:.0f} %), in "
                         f"{result.seconds:.0f} s of evaluation; scoring the whole grid would take about 104.4 h here. "
                         "Every claim holds with probability at least 0.95, all together.")
+    assert closing_lines(result, None, 32)[1].startswith(
+        f"It used {n:,} of the full grid's 200 paired evaluations ({100 * n / 200:.0f} %), 32 model evaluations run "
+        "here (the rest from the studies' published records) in ")
     assert lines[2].endswith(f"{STUDY}.") and (REPO / STUDY).is_file()
 
 

@@ -29,7 +29,9 @@ d with variance v decides after about 2 v log(1/alpha) / d^2 + log(1/alpha) / |d
 inside delta needs the same with delta - |d|, and every item settles it) times what one more paired item
 costs (the oracle's seconds per item of each model, when it knows them: a log-probability configuration
 costs a tenth of a sampled free-form one; items the oracle already holds cost nothing), halved for a
-configuration that could reverse the pair. With `round_seconds` a round takes configurations in that
+configuration that could reverse the pair. Items that cost nothing (held by the oracle from earlier
+records, or drawn already for another pair of the same models) are taken whole, in a round of their
+own, before anything is paid for. With `round_seconds` a round takes configurations in that
 order until its estimated cost is spent, so a budget that ends early has bought the cheapest answers,
 and the order is re-planned after each round from what was learnt; without it, every open configuration
 gets its batch each round, in that order (which only matters when an evaluation budget cuts the round).
@@ -253,6 +255,9 @@ def _plan(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
         for s, (k, reverses) in _allocation(b, options).items():
             st = b.streams[s]
             t = int(b.cs.t[s])
+            free = _free_ahead(b, st, t, held_of)
+            if free:  # what costs nothing is taken whole, before anything is paid for
+                k = min(free, n - t)
             per_item, now = 0.0, 0.0
             for model in st.pair:
                 c = cost_of(b.problem.benchmark, st.config_id, model) if cost_of is not None else None
@@ -280,6 +285,19 @@ def _plan(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
         plan[key] = k
         spent += now
     return plan
+
+
+def _free_ahead(b: _Bench, st: _Stream, t: int, held_of) -> int:
+    """How many items from the stream's position on cost nothing for both of its models: drawn already
+    (for another pair), or held by the oracle from earlier records."""
+    free = None
+    for model in st.pair:
+        have = b.drawn.get((model, st.config_id), 0)
+        ahead = max(have - t, 0)
+        if held_of is not None:
+            ahead += held_of(b.problem.benchmark, st.config_id, model, list(b.order[max(have, t):]))
+        free = ahead if free is None else min(free, ahead)
+    return free or 0
 
 
 def _trim(alloc: dict[tuple[int, int], int], left: int | None) -> dict[tuple[int, int], int]:

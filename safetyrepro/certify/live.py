@@ -341,6 +341,7 @@ class LiveOracle:
         spec = self.sweep.spec
         return {
             "seconds_model_work": round(sum(t.seconds for t in self.timing.values()), 3),
+            "model_evaluations_live": sum(t.evaluations for t in self.timing.values()),
             "model_load_seconds": self.load_seconds,
             "oracle_calls": self.calls,
             "seconds_per_model_evaluation": per_benchmark,
