@@ -23,8 +23,23 @@ from pathlib import Path
 
 import pandas as pd
 
+from safetyrepro.errors import UserError
+from safetyrepro.tasks.envelope import load_rules
+
 from .grid_io import Grid, common_configurations, select_group, validate_cells
-from .pipeline import DEFAULT_RESAMPLES, Analysis, AnalysisOptions, parse_thetas, run_analysis
+from .orderings import orderings_tables
+from .output import write_all
+from .pipeline import (
+    DEFAULT_RESAMPLES,
+    Analysis,
+    AnalysisOptions,
+    parse_thetas,
+    run_analysis,
+    table_files,
+)
+from .rank_flip import rho_flip_table
+from .significance import item_analysis, items_from_frame
+from .slices import check_slices
 
 SOURCE = "the grid DataFrame"
 
@@ -32,32 +47,24 @@ SOURCE = "the grid DataFrame"
 def prepare(grid: pd.DataFrame, rules: str | None = None, precision: str | None = None,
             package: str | None = None) -> tuple[Grid, object]:
     """(validated Grid, Rules) from a grid DataFrame: the checks `safetyrepro analyze` makes on a file."""
-    from safetyrepro.tasks.envelope import load_rules
-
     loaded = load_rules(rules)
     frame = select_group(validate_cells(grid.copy(), loaded, SOURCE), SOURCE, precision, package)
     return common_configurations(frame, SOURCE, loaded), loaded
 
 
 def _slices(slices: Sequence[str] | None, rules) -> tuple[str, ...]:
-    from .slices import check_slices
-
     return check_slices(list(slices) if slices else None, rules)
 
 
 def rho_flip(grid: pd.DataFrame, slices: Sequence[str] = ("full",), rules: str | None = None) -> pd.DataFrame:
     """rho_flip per benchmark x slice x model pair (rho_flip_detail.csv's columns): counts each way,
     ties, ceiling, chance, and the same in the benchmark's better direction."""
-    from .rank_flip import rho_flip_table
-
     g, r = prepare(grid, rules)
     return rho_flip_table(g, r, _slices(slices, r))
 
 
 def orderings(grid: pd.DataFrame, slices: Sequence[str] = ("full",), rules: str | None = None) -> pd.DataFrame:
     """Orderings reached per benchmark x slice (orderings_detail.csv's columns)."""
-    from .orderings import orderings_tables
-
     g, r = prepare(grid, rules)
     return orderings_tables(g, r, _slices(slices, r))[0]
 
@@ -66,8 +73,6 @@ def significant_flips(grid: pd.DataFrame, items: pd.DataFrame, slices: Sequence[
                       n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, rules: str | None = None) -> pd.DataFrame:
     """significant_flips.csv from a grid and its per-item records (items.parquet's format): Holm
     (confirmatory) and BH (exploratory) rows per benchmark x slice x pair."""
-    from .significance import item_analysis, items_from_frame
-
     g, r = prepare(grid, rules)
     return item_analysis(items_from_frame(items, g, "the items DataFrame"), g, r, _slices(slices, r), alpha,
                          n_resamples, seed).flips
@@ -86,15 +91,11 @@ class AnalysisResult:
 
     def tables(self) -> dict[str, pd.DataFrame | None]:
         """The tables by the file names the CLI writes them under."""
-        from .pipeline import table_files
-
         return table_files(self.analysis)
 
     def report(self, out: str | Path, figures: bool = True) -> list[Path]:
         """Write what `safetyrepro analyze` writes into `out` (the analysed grid as out/grid.csv
         first, so that the GRID card names the exact data); returns the paths written."""
-        from .output import write_all
-
         out = Path(out)
         return write_all(self.analysis, out / "grid.csv", out, figures=figures,
                          grid_text=self.grid_frame.to_csv(index=False))
@@ -106,8 +107,6 @@ def analyze(grid: pd.DataFrame, items: pd.DataFrame | None = None, *, slices: Se
             package: str | None = None) -> AnalysisResult:
     """Every analysis of `safetyrepro analyze` on a grid DataFrame (and, when given, its per-item
     records), without writing anything; `.report(dir)` writes the files."""
-    from safetyrepro.errors import UserError
-
     if n_resamples < 1:
         raise UserError(f"n_resamples {n_resamples}: needs at least one resample")
     g, r = prepare(grid, rules, precision, package)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from safetyrepro.atomic import atomic_write
+from safetyrepro.atomic import atomic_write, staged_output
 
 from .compare import Comparison
+from .output import legacy_comparison
 from .report import Bullets, Heading, Para, Table, to_markdown
 
 
@@ -54,10 +55,6 @@ def _blocks(c: Comparison) -> list:
 
 
 def write_comparison(c: Comparison, out: Path) -> list[Path]:
-    from safetyrepro.atomic import staged_output
-
-    from .output import legacy_comparison
-
     tables = {"compare_cells.csv": c.cells, "compare_summary.csv": c.summary, "compare_by_model.csv": c.by_model,
               "compare_top_cells.csv": c.top_cells, "compare_orderings.csv": c.orderings,
               "compare_ordering_summary.csv": c.ordering_summary, "compare_ranges.csv": c.ranges,

@@ -20,6 +20,9 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
+from safetyrepro.errors import UserError
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
+
 DISTANCE_DIGITS = 12  # distances are rounded so that scores symmetric about the target tie
 
 
@@ -70,9 +73,6 @@ def has_pass_fail(benchmark: str) -> bool:
 
 def score_meaning(benchmark: str) -> str:
     """What the benchmark's headline score is, as its definition says ("" for a plain accuracy)."""
-    from safetyrepro.errors import UserError
-    from safetyrepro.tasks.benchmarks.registry import get_benchmark
-
     try:
         return get_benchmark(benchmark).score_meaning
     except UserError:
@@ -80,9 +80,6 @@ def score_meaning(benchmark: str) -> str:
 
 
 def direction(benchmark: str) -> Direction:
-    from safetyrepro.errors import UserError
-    from safetyrepro.tasks.benchmarks.registry import get_benchmark
-
     try:
         declared = get_benchmark(benchmark).better
     except UserError:

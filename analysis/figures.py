@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from safetyrepro.atomic import atomic_write
+
 from .chance import chance_rho_flip
 from .direction import direction
 
@@ -34,8 +36,6 @@ def constant_reason(values, what: str) -> str | None:
 
 
 def _save(fig, path: Path, root: Path | None = None) -> Path:
-    from safetyrepro.atomic import atomic_write
-
     fmt = path.suffix.lstrip(".") or "png"
     return atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=DPI, bbox_inches="tight", pad_inches=0.15),
                         root=root)

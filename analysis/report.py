@@ -15,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from safetyrepro.atomic import atomic_write
+from safetyrepro.markdown import markdown_table as table
+from safetyrepro.markdown import md_prose
 
 from .card import headline, read_run_metadata
 from .chance import ceiling, chance_rho_flip
@@ -80,8 +82,6 @@ def _fmt(v) -> str:
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
-    from safetyrepro.markdown import markdown_table as table
-
     return table(list(map(str, frame.columns)), ([_cell(c, v) for c, v in zip(frame.columns, row, strict=True)]
                                                  for row in frame.itertuples(index=False)))
 
@@ -89,8 +89,6 @@ def markdown_table(frame: pd.DataFrame) -> str:
 def to_markdown(blocks: list[Block]) -> str:
     """The report as Markdown: the text quotes labels, config ids and task names from the grid, so
     raw HTML and link brackets in it are escaped (`md_prose`), and table cells are escaped whole."""
-    from safetyrepro.markdown import md_prose
-
     out = []
     for b in blocks:
         if isinstance(b, Heading):

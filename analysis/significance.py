@@ -253,7 +253,9 @@ def _subset_sum_law(weights: np.ndarray) -> np.ndarray:
         part = np.zeros(v * c + 1)
         part[::v] = _fair_binomial(int(c))
         if len(law) * len(part) > 4_000_000:
-            from scipy.signal import fftconvolve
+            from scipy.signal import (
+                fftconvolve,  # lazy: scipy.signal takes a second to import; only long item lists need it
+            )
 
             law = np.clip(fftconvolve(law, part), 0.0, None)
         else:

@@ -12,6 +12,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from safetyrepro.adapters.catalogue.loading import materialised_folder
+from safetyrepro.adapters.catalogue.weights import resolve_weights
 from safetyrepro.errors import UserError
 
 BENCHMARKS = ("truthfulqa", "bbq", "toxigen")
@@ -78,9 +80,6 @@ class ModelFolder:
 def model_folder(model: str, precision: str = "bf16") -> ModelFolder:
     """The anchor model as a plain HF folder: an existing folder is used as it is; an embedded label
     or a GGUF file is exported once into SafetyRepro's cache (adapters.loading.materialised_folder)."""
-    from safetyrepro.adapters.catalogue.loading import materialised_folder
-    from safetyrepro.adapters.catalogue.weights import resolve_weights
-
     if precision not in ("bf16", "fp32"):
         raise UserError(f"crosspkg runs the anchor in bf16 (or fp32), not {precision!r}")
     resolved = resolve_weights(model)

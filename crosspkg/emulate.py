@@ -23,6 +23,7 @@ same HF folder the packages loaded. Each distinct prompt is generated / scored o
 
 from __future__ import annotations
 
+import csv
 import json
 import string
 import sys
@@ -31,9 +32,15 @@ from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 
+from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest, load_engine
 from safetyrepro.atomic import atomic_write, ensure_dir, open_text_nofollow, remove_within
-from safetyrepro.crosspkg.records import ItemRecord
+from safetyrepro.crosspkg import native_data
+from safetyrepro.crosspkg.anchor import model_folder
+from safetyrepro.crosspkg.native_data import _mirror
+from safetyrepro.crosspkg.records import ItemRecord, bbq_key, question_key, toxigen_key
 from safetyrepro.crosspkg.shapley import shapley, subsets
+from safetyrepro.crosspkg.tables import csv_text
+from safetyrepro.tasks.rendering import continuation
 
 AXES = ("item_set", "candidate_object", "boilerplate", "chat", "system", "normalisation")
 ENDPOINTS: dict[str, dict] = {
@@ -75,14 +82,8 @@ class EmItem:
 
 
 def _source_fields(benchmark: str) -> dict[str, dict]:
-    from safetyrepro.crosspkg import native_data
-    from safetyrepro.crosspkg.records import bbq_key, question_key, toxigen_key
-
     if benchmark == "truthfulqa":
         out = {question_key(r["question"]): {"question": r["question"]} for r in native_data.truthfulqa_mc_records()}
-        import csv
-
-        from safetyrepro.crosspkg.native_data import _mirror
 
         with open(_mirror() / "truthfulqa" / "data" / "v1" / "TruthfulQA.csv", encoding="utf-8-sig", newline="") as f:
             for r in csv.DictReader(f):
@@ -213,16 +214,12 @@ class Emulator:
             if cfg["candidate_object"] == "generate":
                 gens.add(ctx)
             else:
-                from safetyrepro.tasks.rendering import continuation
-
                 for c in loglik_candidates(benchmark, it)[0]:
                     lls.add((ctx, continuation(c, bool(cfg["chat"]) and bool(self.tok.chat_template))))
         return gens, lls
 
     # phase 2: run what is missing, once
     def fill(self, gens: set[str], lls: set[tuple[str, str]]) -> None:
-        from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest
-
         todo_g = sorted(p for p in gens if p not in self.gen)
         todo_l = sorted(r for r in lls if r not in self.ll)
         with open_text_nofollow(self.cache_path, "a") as f:
@@ -246,8 +243,6 @@ class Emulator:
 
     # phase 3: per-item choices and the score
     def evaluate(self, benchmark: str, cfg: dict, items: list[EmItem]) -> list[dict]:
-        from safetyrepro.tasks.rendering import continuation
-
         out = []
         for it in items:
             ctx = context(self.tok, benchmark, cfg, it)
@@ -297,9 +292,6 @@ def decompose(anchor, native: dict, benchmarks, out: Path, pairs=("lm-eval:helm"
     """Emulate the endpoints, check them against the real runs on all their items, and decompose the
     walks (the result; `write_decomposition` writes it). `limit` keeps the first N items of each stack's item set for the walks only (the 2^k corners
     are the expensive part); the agreement check always uses every item."""
-    from safetyrepro.adapters.engine.engine import load_engine
-    from safetyrepro.crosspkg.anchor import model_folder
-
     folder = model_folder(anchor.model, anchor.precision)
     em_dir = ensure_dir(out / "emulate", root=out)
     cache = em_dir / "cache.jsonl"
@@ -381,8 +373,6 @@ def write_decomposition(out: Path, result: dict) -> None:
 
 
 def write_decomposition_table(out: Path, result: dict) -> None:
-    from safetyrepro.crosspkg.tables import csv_text
-
     rows = []
     for b, r in result["benchmarks"].items():
         for w in r["walks"]:

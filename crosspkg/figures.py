@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from safetyrepro.atomic import atomic_write
+
 LABELS = {"item_set": "item set", "candidate_object": "candidate object", "boilerplate": "boilerplate / primer",
           "chat": "chat template", "system": "system prompt", "normalisation": "answer normalisation"}
 
@@ -62,7 +64,6 @@ def waterfalls(result: dict | None, out: Path) -> list[Path]:
             waterfall(ax, w, f"{b}: {w['from']} → {w['to']}")
         fig.tight_layout()
         p = out / f"waterfall_{b}.png"
-        from safetyrepro.atomic import atomic_write
 
         atomic_write(p, lambda f, fig=fig: fig.savefig(f, format="png", dpi=120), root=out)
         plt.close(fig)

@@ -15,6 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from safetyrepro.atomic import atomic_write
+from safetyrepro.crosspkg.anchor import model_folder, offline_env
 from safetyrepro.errors import UserError
 
 HELM_VERSION = "0.5.16"
@@ -63,7 +65,6 @@ def helm_model_folder(src: Path, dst: Path, max_length: int) -> Path:
     mml = cfg.get("model_max_length")
     if not isinstance(mml, int) or mml > 10**7:
         cfg["model_max_length"] = int(max_length)
-    from safetyrepro.atomic import atomic_write
 
     atomic_write(dst / "tokenizer_config.json", json.dumps(cfg, indent=1))
     return dst
@@ -90,7 +91,6 @@ def write_prod_env(prod_env: Path, name: str, folder: Path, max_length: int, eos
     metadata = [{"name": name, "display_name": name.split("/", 1)[1], "description": f"local folder {folder}",
                  "creator_organization_name": "SafetyRepro", "access": "open", "release_date": datetime.date(2024, 1, 1),
                  "tags": ["TEXT_MODEL_TAG", "PARTIAL_FUNCTIONALITY_TEXT_MODEL_TAG", "INSTRUCTION_FOLLOWING_MODEL_TAG"]}]
-    from safetyrepro.atomic import atomic_write
 
     for name_, doc in (("model_deployments.yaml", {"model_deployments": deployments}),
                        ("tokenizer_configs.yaml", {"tokenizer_configs": tokenizers}), ("model_metadata.yaml", {"models": metadata})):
@@ -101,8 +101,6 @@ def write_prod_env(prod_env: Path, name: str, folder: Path, max_length: int, eos
 def helm_environment(run_dir: Path) -> dict[str, str]:
     """Offline environment for helm-run: no hub, and an empty NLTK punkt_tab so HELM's metric modules
     do not try to download it at import."""
-    from safetyrepro.crosspkg.anchor import offline_env
-
     nltk = run_dir / "nltk_data" / "tokenizers" / "punkt_tab"
     nltk.mkdir(parents=True, exist_ok=True)
     env = offline_env()
@@ -123,8 +121,6 @@ def write_plugin_env(run_dir: Path, model: str, precision: str = "bf16", device:
     """A helm-run working folder for SafetyRepro's run entries: prod_env with the model under HELM's own
     HuggingFaceClient (`<name>`, chat handling auto) and under SafetyRepro's engine (`<name>-engine`)."""
     from transformers import AutoTokenizer
-
-    from safetyrepro.crosspkg.anchor import model_folder
 
     # prod_env names the model folder by path and helm-run runs from inside run_dir (`cd` in the README's
     # recipe): a relative path would point nowhere from there. abspath, not resolve: links are not followed

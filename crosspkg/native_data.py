@@ -22,7 +22,13 @@ import hashlib
 import json
 from pathlib import Path
 
+from safetyrepro.atomic import atomic_write
+from safetyrepro.compat.helm import BBQ_DATA_DIR, TRUTHFULQA_CSV, scenario_data_path
 from safetyrepro.errors import UserError
+from safetyrepro.tasks.benchmarks.bbq import definition as bbq
+from safetyrepro.tasks.benchmarks.toxigen import SOURCE as TOXIGEN_SOURCE
+from safetyrepro.tasks.benchmarks.truthfulqa import SOURCE as TRUTHFULQA_SOURCE
+from safetyrepro.tasks.sources import fetch, mirror_dir, sha256_file
 
 # lm-eval's bbq/utils.py CATEGORIES order; the HF "All" config concatenates the category files
 BBQ_CATEGORIES = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance",
@@ -34,8 +40,6 @@ TRUTHFULQA_V1_SHA256 = "f9bd9e859cc102cb1f647f1064da7e009be752c416845cf9fa56e6ea
 
 
 def _mirror() -> Path:
-    from safetyrepro.tasks.sources import mirror_dir
-
     m = mirror_dir()
     if m is None:
         raise UserError("crosspkg needs the benchmark mirror: set --data-dir or $SAFETYREPRO_DATA_DIR "
@@ -48,10 +52,8 @@ def _mirror() -> Path:
 
 def truthfulqa_mc_records() -> list[dict]:
     """HF truthful_qa multiple_choice/validation rows: question, mc1_targets, mc2_targets."""
-    from safetyrepro.tasks.benchmarks.truthfulqa import SOURCE
-    from safetyrepro.tasks.sources import fetch
 
-    rows = json.loads(fetch(SOURCE, "data/v0/mc_task.json").read_text(encoding="utf-8"))
+    rows = json.loads(fetch(TRUTHFULQA_SOURCE, "data/v0/mc_task.json").read_text(encoding="utf-8"))
     out = []
     for r in rows:
         out.append({"question": r["question"],
@@ -62,16 +64,12 @@ def truthfulqa_mc_records() -> list[dict]:
 
 def bbq_category_rows(category: str) -> list[dict]:
     """The raw rows of one BBQ category that the mirror has ([] for an absent one)."""
-    from safetyrepro.tasks.benchmarks.bbq import definition as bbq
-
     if category in bbq.FULL or category in bbq.PARTIAL:
         return bbq._rows(category)
     return []
 
 
 def bbq_present_categories() -> list[str]:
-    from safetyrepro.tasks.benchmarks.bbq import definition as bbq
-
     return [c for c in BBQ_CATEGORIES if c in bbq.FULL or c in bbq.PARTIAL]
 
 
@@ -83,10 +81,8 @@ def bbq_records(order=BBQ_CATEGORIES) -> list[dict]:
 
 
 def toxigen_records() -> list[dict]:
-    from safetyrepro.tasks.benchmarks.toxigen import SOURCE
-    from safetyrepro.tasks.sources import fetch
 
-    with open(fetch(SOURCE, "extra/annotated_test.csv"), encoding="utf-8", newline="") as f:
+    with open(fetch(TOXIGEN_SOURCE, "extra/annotated_test.csv"), encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     for r in rows:
         r["toxicity_ai"] = float(r["toxicity_ai"])
@@ -145,16 +141,12 @@ def place_helm_scenario_data(benchmark_output: Path) -> dict:
     TruthfulQA: scenarios/truthful_qa/data/TruthfulQA.csv (v1). BBQ: scenarios/bbq/data/<Category>
     (no suffix) for all 11 categories; the two the mirror lacks are empty files and the three partial
     ones hold the rows the mirror has, so `subject=all` runs on 9 categories (recorded)."""
-    from safetyrepro.compat.helm import BBQ_DATA_DIR, TRUTHFULQA_CSV, scenario_data_path
-    from safetyrepro.tasks.sources import sha256_file
-
     mirror = _mirror()
     placed = {"truthful_qa": None, "bbq": {}}
     src = mirror / "truthfulqa" / "data" / "v1" / "TruthfulQA.csv"
     if not src.is_file() or sha256_file(src) != TRUTHFULQA_V1_SHA256:
         raise UserError(f"HELM's TruthfulQA needs {src} (v1, sha256 {TRUTHFULQA_V1_SHA256}) in the mirror")
     dst = scenario_data_path(benchmark_output, TRUTHFULQA_CSV)
-    from safetyrepro.atomic import atomic_write
 
     atomic_write(dst, src.read_bytes())
     placed["truthful_qa"] = "truthfulqa/data/v1/TruthfulQA.csv"
@@ -162,7 +154,6 @@ def place_helm_scenario_data(benchmark_output: Path) -> dict:
     bdir.mkdir(parents=True, exist_ok=True)
     for c in BBQ_CATEGORIES:
         rows = bbq_category_rows(c)
-        from safetyrepro.atomic import atomic_write
 
         atomic_write(bdir / c, "".join(json.dumps(r) + "\n" for r in rows))
         placed["bbq"][c] = len(rows)

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from safetyrepro.atomic import atomic_write
+
 
 def question_key(text: str) -> str:
     """Identity of a TruthfulQA question across data versions (whitespace and case folded)."""
@@ -52,8 +54,6 @@ class ItemRecord:
 
 
 def write_records(path: Path, records: Iterable[ItemRecord]) -> None:
-    from safetyrepro.atomic import atomic_write
-
     atomic_write(path, "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in records))
 
 

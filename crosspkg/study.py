@@ -5,12 +5,17 @@ from __future__ import annotations
 import gc
 import json
 import platform
+import re
 import sys
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from safetyrepro.adapters.catalogue.loading import resolve_device
 from safetyrepro.atomic import atomic_write, check_output_set, ensure_dir, staged_output
+from safetyrepro.crosspkg import emulate, figures, native_data, report, tables
 from safetyrepro.crosspkg.anchor import Anchor, check_benchmarks, model_folder
+from safetyrepro.crosspkg.helm_env import helm_bin
 from safetyrepro.crosspkg.records import ItemRecord, read_records, write_records
 from safetyrepro.crosspkg.stacks.helm_native import HELM_MODEL_DIR
 from safetyrepro.errors import UserError
@@ -20,8 +25,6 @@ OWN_LINKS = (HELM_MODEL_DIR,)  # HELM's model folder of links to the cached weig
 
 
 def _versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {}
     for d in ("lm_eval", "inspect_ai", "transformers", "torch", "datasets", "safetyrepro"):
         try:
@@ -33,8 +36,6 @@ def _versions() -> dict:
 
 def native_step(anchor: Anchor, out: Path, packages, batch_size: int = 8, fresh: bool = False) -> dict:
     """Run (or reload) each package's native stack. Returns {stack: {"records": {b: [...]}, "meta": {...}}}."""
-    from safetyrepro.crosspkg import native_data
-
     folder = model_folder(anchor.model, anchor.precision)
     datasets = native_data.local_datasets(out / "data")
     results: dict[str, dict] = {}
@@ -54,15 +55,21 @@ def native_step(anchor: Anchor, out: Path, packages, batch_size: int = 8, fresh:
         print(f"crosspkg: {stack}: running ...", file=sys.stderr, flush=True)
         t0 = time.time()
         if stack == "lm-eval":
-            from safetyrepro.crosspkg.stacks import lm_eval_native as mod
+            from safetyrepro.crosspkg.stacks import (
+                lm_eval_native as mod,  # lazy: only the package stacks asked for are loaded
+            )
 
             res = mod.run(anchor, folder, datasets, out, batch_size=batch_size)
         elif stack == "helm":
-            from safetyrepro.crosspkg.stacks import helm_native as mod
+            from safetyrepro.crosspkg.stacks import (
+                helm_native as mod,  # lazy: only the package stacks asked for are loaded
+            )
 
             res = mod.run(anchor, folder, out)
         else:
-            from safetyrepro.crosspkg.stacks import inspect_native as mod
+            from safetyrepro.crosspkg.stacks import (
+                inspect_native as mod,  # lazy: only the package stacks asked for are loaded
+            )
 
             res = mod.run(anchor, folder, datasets, out, variant="greedy" if stack.endswith("greedy") else "default")
         gc.collect()
@@ -105,8 +112,6 @@ def _by_benchmark(recs: list[ItemRecord]) -> dict[str, list[ItemRecord]]:
 
 
 def run_study(args) -> int:
-    from safetyrepro.crosspkg import report, tables
-
     benches = check_benchmarks(args.benchmarks)
     for p in args.packages:
         if p not in ("lm-eval", "helm", "inspect"):
@@ -114,10 +119,7 @@ def run_study(args) -> int:
     if args.limit < 1:
         raise UserError(f"--limit must be at least 1, got {args.limit}")
     if "helm" in args.packages:
-        from safetyrepro.crosspkg.helm_env import helm_bin
-
         helm_bin()  # fail early with the `make helm` hint
-    from safetyrepro.adapters.catalogue.loading import resolve_device
 
     device = resolve_device(args.device)
     anchor = Anchor(model=args.model, precision=args.precision, max_new_tokens=args.max_new_tokens,
@@ -134,7 +136,6 @@ def run_study(args) -> int:
     t8 = tables.table8(native, benches)
     decomposition = None
     t_emulate = 0.0
-    from safetyrepro.crosspkg import emulate, figures
 
     if not args.no_decompose:
         t1 = time.time()
@@ -171,8 +172,6 @@ def is_step_folder(folder: Path) -> bool:
 def legacy_study(folder: Path, files: list[str]) -> set[str] | None:
     """A study written before folders carried a marker: its run.json names the anchor; then its own
     files are the names it writes."""
-    import re
-
     try:
         run = json.loads((folder / "run.json").read_text())
     except (OSError, ValueError):

@@ -9,12 +9,14 @@ changed package setting changes the table (tests/crosspkg/test_table8.py).
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import re
 from pathlib import Path
 
 from safetyrepro.atomic import atomic_write
+from safetyrepro.markdown import markdown_table as table
 
 DEFAULT_STACKS = ("lm-eval", "helm", "inspect")  # package defaults: the range is over these
 ALL_STACKS = ("lm-eval", "helm", "inspect", "inspect-greedy")
@@ -246,8 +248,6 @@ def _fmt(v) -> str:
 
 
 def markdown_table(rows: list[dict], cols: list[str], headers: list[str] | None = None) -> str:
-    from safetyrepro.markdown import markdown_table as table
-
     return table(headers or cols, ([_fmt(r.get(c)) for c in cols] for r in rows))
 
 
@@ -271,8 +271,6 @@ def write_tables(out: Path, t7: list[dict], t8: list[dict]) -> None:
 
 
 def csv_text(rows: list[dict], cols: list[str]) -> str:
-    import io
-
     buf = io.StringIO(newline="")
     w = csv.DictWriter(buf, fieldnames=cols)
     w.writeheader()

@@ -14,12 +14,14 @@ A refusal is a UserError (one line, exit 2) that names the link and says to remo
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import io
 import json
 import os
 import re
 import secrets
+import shutil
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -351,8 +353,6 @@ def _exists(name: str, dir_fd: int) -> bool:
 
 
 def _rmtree(name: str, dir_fd: int) -> None:
-    import shutil
-
     if _exists(name, dir_fd):
         try:
             shutil.rmtree(name, dir_fd=dir_fd)  # fd-based: never follows a link out
@@ -362,8 +362,6 @@ def _rmtree(name: str, dir_fd: int) -> None:
 
 def _exchange(dir_fd: int, a: str, b: str) -> bool:
     """Swap the folders `a` and `b` of `dir_fd` in one step; False where the system cannot."""
-    import ctypes
-
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.renameat2

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from safetyrepro.sweep.drivers import InspectDriver, LmEvalDriver, item_sets
 from safetyrepro.sweep.records import ItemRecord
 from safetyrepro.tasks.envelope import Config, Rules, default_rules
 
@@ -74,8 +75,6 @@ class PackagePair:
     """lm-eval and Inspect drivers over one loaded engine, with the output cache bypassed."""
 
     def __init__(self, engine, rules: Rules | None = None, log_dir: str = "/tmp/safetyrepro-equivalence"):
-        from safetyrepro.sweep.drivers import InspectDriver, LmEvalDriver, item_sets
-
         self.rules = rules or default_rules()
         self.outer = engine
         self.raw = getattr(engine, "inner", engine)  # both packages must really call the model

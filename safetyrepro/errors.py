@@ -1,4 +1,6 @@
 """The one exception type that reaches the user as a single line (and exit code 2)."""
+import sys
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -10,9 +12,6 @@ def one_of(kind: str, value: object, allowed) -> UserError:
 
 
 def _in_lm_eval_cli() -> bool:
-    import sys
-    from pathlib import Path
-
     main = sys.modules.get("__main__")
     return Path(sys.argv[0]).name in ("lm_eval", "lm-eval") or (
         getattr(main, "__package__", None) or "").startswith("lm_eval")
@@ -21,8 +20,6 @@ def _in_lm_eval_cli() -> bool:
 def refuse(e: UserError):
     """Under lm-eval's command line, a bad SafetyRepro argument is one line on stderr and exit code 2
     (lm-eval would print a traceback); elsewhere the UserError propagates."""
-    import sys
-
     if _in_lm_eval_cli():
         sys.stderr.write(f"safetyrepro: error: {e}\n")
         raise SystemExit(2)

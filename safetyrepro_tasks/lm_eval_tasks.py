@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
 
+from safetyrepro.atomic import atomic_write
+from safetyrepro.cache_root import cache_root
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.envelope import default_rules
 
@@ -113,8 +117,6 @@ def render() -> dict[str, str]:
 
 
 def write_folder(folder: Path, files: dict[str, str]) -> Path:
-    from safetyrepro.atomic import atomic_write
-
     for name, text in files.items():
         atomic_write(folder / name, text, root=folder)
     atomic_write(folder / COMPLETE, "", root=folder)
@@ -125,11 +127,6 @@ def generated_dir() -> Path:
     """The folder holding the current YAMLs: `<cache>/lm_eval_tasks/<sha16>/`, rendered once per
     content (a changed definition or rules file gets a new folder); a temporary folder when the cache
     cannot be written."""
-    import json
-    import tempfile
-
-    from safetyrepro.cache_root import cache_root
-
     files = render()
     digest = hashlib.sha256(json.dumps(sorted(files.items())).encode("utf-8")).hexdigest()[:16]
     try:

@@ -17,6 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from safetyrepro.cache_root import cache_root
 from safetyrepro.errors import UserError
 
 DATA_DIR_ENV = "SAFETYREPRO_DATA_DIR"
@@ -53,8 +54,6 @@ def github_raw(repo: str, commit: str, path: str) -> str:
 
 
 def cache_dir() -> Path:
-    from safetyrepro.cache_root import cache_root
-
     return cache_root()
 
 

@@ -238,3 +238,87 @@ def test_nothing_below_imports_anything_above():
                 names = [n for n, _ in LAYERS] + ["entry points"]
                 bad.append(f"{name} ({names[mine]}) imports {d} ({names[layer_of(d)]})")
     assert bad == [], "\n".join(sorted(bad))
+
+
+# Packages slow or optional enough to load inside a function, so that `safetyrepro --help`, every input
+# error and every process start (the lm-eval hook) answer at once. Any other import belongs at the top.
+LAZY_PACKAGES = {"torch", "transformers", "lm_eval", "inspect_ai", "inspect_flow", "ray", "matplotlib",
+                 "statsmodels", "lightgbm", "shap", "scipy", "sklearn", "datasets", "helm", "bitsandbytes",
+                 "llama_cpp", "pyarrow", "pandas", "numpy", "yaml", "rich", "tqdm", "huggingface_hub",
+                 "tokenizers", "accelerate", "safetensors", "gguf", "openai", "jsonschema", "every_eval_ever",
+                 "sqlitedict", "pydantic", "zstandard", "duckdb", "httpx", "requests", "jinja2", "psutil",
+                 "sentencepiece", "evaluate", "nltk", "spacy"}
+# modules whose imports are all lazy by design: the entry points load a command's machinery when it runs,
+# and the lm-eval start-up hook runs in every Python process of the environment
+ALL_LAZY = {"safetyrepro.lm_eval_plugin"}
+
+
+def _third_party_at_top(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Try):
+            for n in node.body:
+                if isinstance(n, ast.Import):
+                    out.update(a.name.split(".")[0] for a in n.names)
+                elif isinstance(n, ast.ImportFrom) and not n.level and n.module:
+                    out.add(n.module.split(".")[0])
+    return out & LAZY_PACKAGES
+
+
+def test_an_import_inside_a_function_loads_something_slow_or_says_why():
+    """An import inside a function is kept only where it loads a slow or optional package that the module
+    does not load already (read from the source: the package itself, or a module of ours that imports
+    it at its top), or where a `# lazy: <why>` comment says what else keeps it there."""
+    top = {m: _module_level_imports(m, p) for m, p in MODULES.items()}
+    slow_top = {m: _third_party_at_top(p) for m, p in MODULES.items()}
+
+    def slow(m: str) -> set[str]:  # what importing m loads, of LAZY_PACKAGES
+        seen, todo, out = {m}, [m], set()
+        while todo:
+            x = todo.pop()
+            out |= slow_top[x]
+            for d in top[x] - seen:
+                seen.add(d)
+                todo.append(d)
+        return out
+
+    bad = []
+    for name, path in sorted(MODULES.items()):
+        if _is_entry(name) or name in ALL_LAZY:
+            continue
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        tree = ast.parse(text)
+        checking = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                    and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        mine = slow(name)
+        inner = [n for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in checking]
+        for node in dict.fromkeys(inner):
+            if any("# lazy:" in line for line in lines[node.lineno - 1:node.end_lineno]):
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")
+                    base = ".".join(up[: len(up) - node.level + 1] + ([base] if base else []))
+                names = [base, *(f"{base}.{a.name}" for a in node.names)]
+            else:
+                names = [a.name for a in node.names]
+            loads = set()
+            for imported in names:
+                parts = imported.split(".")
+                loads |= {parts[0]} & LAZY_PACKAGES
+                for i in range(1, len(parts) + 1):
+                    if ".".join(parts[:i]) in MODULES:
+                        loads |= slow(".".join(parts[:i]))
+            if not loads - mine:
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+    assert bad == [], ("imports inside functions that load nothing slow the module does not load already: move "
+                       "them to the top, or say why with `# lazy: ...`:\n" + "\n".join(bad))

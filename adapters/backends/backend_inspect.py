@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+import anyio
+
 from safetyrepro.adapters.backends.backend import (
     BackendIdentity,
     GenRequest,
@@ -65,7 +67,6 @@ class InspectBackend(StatedBackend):
     def generate_detailed(self, requests: Sequence[GenRequest], batch_size: int | None = None,
                           progress: bool = False) -> list[GenResult]:
         """Outside Inspect's event loop (tests, benchmarks): the requests concurrently in a loop of their own."""
-        import anyio
 
         async def main():
             results: list[GenResult | None] = [None] * len(requests)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from pathlib import Path
 
 from safetyrepro.adapters.backends.backend import (
     SEED_PER_REQUEST,
@@ -27,12 +28,15 @@ from safetyrepro.adapters.backends.backend import (
     LoglikRequest,
     StatedBackend,
 )
+from safetyrepro.adapters.catalogue.loading import resolve_device
 from safetyrepro.adapters.catalogue.model_specs import (
     LM_EVAL_COMPLETIONS,
     LM_EVAL_IN_PROCESS,
     ModelEntry,
 )
+from safetyrepro.adapters.catalogue.weights import hf_weight_files, weights_sha256_of
 from safetyrepro.errors import UserError
+from safetyrepro.tasks.rendering import plain_text
 
 DEFAULT_BATCH_SIZE = 8
 _DTYPES = {"torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float16": "fp16", "bfloat16": "bf16",
@@ -48,7 +52,6 @@ class LmEvalBackend(StatedBackend):
         args = entry.args_dict()
         extra: dict = {}
         if entry.target in LM_EVAL_IN_PROCESS:  # lm-eval's own default is cuda:0, as its CLI's --device
-            from safetyrepro.adapters.catalogue.loading import resolve_device
 
             extra = {"batch_size": batch_size or DEFAULT_BATCH_SIZE, "device": resolve_device(device)}
         elif batch_size:  # API clients: lm-eval's default (1 request per call) unless asked
@@ -90,8 +93,6 @@ class LmEvalBackend(StatedBackend):
 
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         if not self._chat:
-            from safetyrepro.tasks.rendering import plain_text
-
             return plain_text(messages)
         tok = self._completions_tokenizer()
         if tok is not None:
@@ -157,10 +158,6 @@ def _seed_everything(seed: int) -> None:
 
 def _local_weights_sha256(args: dict[str, str]) -> str | None:
     """sha256 of the local weight files a model arg points at (a folder or a .gguf), else None."""
-    from pathlib import Path
-
-    from safetyrepro.adapters.catalogue.weights import hf_weight_files, weights_sha256_of
-
     for key in ("pretrained", "model", "gguf_file", "path"):
         value = args.get(key)
         if not value:

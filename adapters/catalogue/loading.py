@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 
 from safetyrepro.adapters.catalogue.weights import ResolvedModel, cache_dir
+from safetyrepro.atomic import check_output_set, staged_output
+from safetyrepro.compat.transformers import quiet_gguf_dequantisation_bar, strip_gguf_quantizer
 from safetyrepro.errors import UserError, one_of
 
 PRECISIONS = ("bf16", "fp32", "nf4")
@@ -65,8 +67,6 @@ def _quiet_transformers():
     if os.environ.get("SAFETYREPRO_VERBOSE_LOAD"):
         return
     from transformers.utils import logging as hf_logging
-
-    from safetyrepro.compat.transformers import quiet_gguf_dequantisation_bar
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -128,8 +128,6 @@ def _load_gguf(resolved: ResolvedModel, precision: str):
     """(model, tokenizer) dequantised from a GGUF file: the slow path, taken once per precision."""
     from transformers import AutoModelForCausalLM, GgufConfig
 
-    from safetyrepro.compat.transformers import strip_gguf_quantizer
-
     _quiet_transformers()
     tokenizer = load_tokenizer(resolved)
     try:
@@ -170,7 +168,6 @@ def export_hf_folder(resolved: ResolvedModel, out: str | Path, precision: str = 
         if (out / SOURCE_FILE).is_file():
             raise UserError(f"{out} already holds an exported model; pass --overwrite to replace it")
         raise UserError(f"output folder {out} exists and is not empty")
-    from safetyrepro.atomic import check_output_set, staged_output
 
     check_output_set(out, EXPORT_COMMAND, legacy=_legacy_export)  # before the model loads
     if resolved.kind == "gguf":

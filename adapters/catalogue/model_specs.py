@@ -21,9 +21,11 @@ not-applicable cells and refuse impossible requests before any model loads.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
+import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
@@ -37,8 +39,18 @@ from safetyrepro.adapters.backends.backend import (
     SEED_PER_RUN,
     Capabilities,
 )
+from safetyrepro.adapters.catalogue.weights import EMBEDDED
+from safetyrepro.compat.lm_eval import model_required_args
 from safetyrepro.errors import UserError
-from safetyrepro.limits import label_problem
+from safetyrepro.limits import (
+    MAX_CONFIG_BYTES,
+    MAX_SPEC_CHARS,
+    Refused,
+    label_problem,
+    load_yaml,
+    read_capped,
+    shorten,
+)
 
 ENGINE, LM_EVAL, INSPECT = "engine", "lm-eval", "inspect"
 PACKAGES = {ENGINE: ("lm-eval", "inspect"), LM_EVAL: ("lm-eval",), INSPECT: ("inspect",)}
@@ -165,8 +177,6 @@ def parse_model_spec(spec: str, label: str | None = None, model_args: str = "", 
 
 def check_model_name(name: str) -> None:
     """An engine model: an embedded label, a local .gguf file or HF folder, or a hub id org/name."""
-    from safetyrepro.adapters.catalogue.weights import EMBEDDED
-
     if name in EMBEDDED or Path(name).expanduser().exists() or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
         return
     raise UserError(f"unknown model {name!r}; use an embedded name ({', '.join(EMBEDDED)}), "
@@ -176,16 +186,6 @@ def check_model_name(name: str) -> None:
 
 def load_models_file(path: str | Path) -> list[ModelEntry]:
     """The `models:` list of a YAML models file (see the module docstring)."""
-    from safetyrepro.limits import (
-        MAX_CONFIG_BYTES,
-        MAX_SPEC_CHARS,
-        Refused,
-        label_problem,
-        load_yaml,
-        read_capped,
-        shorten,
-    )
-
     p = Path(path)
     try:
         data = load_yaml(read_capped(p, MAX_CONFIG_BYTES, "MAX_CONFIG_BYTES"), f"models file {p}")
@@ -248,7 +248,6 @@ def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit
         if entry.target not in LM_EVAL_COMPLETIONS:  # what it can score is known without asking a server
             _check_logprob(entry, scorings, explicit_scoring)
         args = entry.args_dict()
-        from safetyrepro.compat.lm_eval import model_required_args
 
         missing = [k for k in (model_required_args(entry.target) or []) if k not in args]
         if entry.target in ("local-completions", "local-chat-completions") and "base_url" not in args:
@@ -298,9 +297,6 @@ def probe_prompt_logprobs(url: str, model: str, timeout: float = 30.0) -> tuple[
     lm-eval's `local-completions` reads for loglikelihood requests), and check that they are usable:
     present, and aligned (the distribution listed at position i predicts token i, not token i + 1;
     llama-cpp-python 0.3.36's server lists them one position late). Returns (usable, why not)."""
-    import json
-    import urllib.request
-
     body = json.dumps({"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1, "logprobs": 1, "echo": True,
                        "temperature": 0}).encode()
     try:

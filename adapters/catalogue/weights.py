@@ -26,6 +26,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import zipfile
@@ -33,6 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from safetyrepro.atomic import atomic_write
+from safetyrepro.cache_root import cache_root
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.sources import sha256_file
 
@@ -146,8 +149,6 @@ def weights_sha256_of(files: list[Path]) -> str:
 
 def cache_dir() -> Path:
     """The models' folder of the one cache root (safetyrepro/cache_root.py)."""
-    from safetyrepro.cache_root import cache_root
-
     return cache_root() / "models"
 
 
@@ -172,8 +173,6 @@ def _is_within(path: Path, root: Path) -> bool:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    from safetyrepro.atomic import atomic_write
-
     atomic_write(path, text)
 
 
@@ -256,8 +255,6 @@ _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?
 def gguf_data_end(path: Path) -> int:
     """The byte offset where a GGUF file's last tensor ends, read from its header alone (a few
     milliseconds, whatever the file's size): a file shorter than this is truncated."""
-    import struct
-
     import gguf
 
     size = path.stat().st_size

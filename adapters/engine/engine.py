@@ -79,6 +79,9 @@ from safetyrepro.adapters.backends.backend import (  # noqa: F401  (GenRequest, 
     GenResult,
     LoglikRequest,
 )
+from safetyrepro.adapters.catalogue.loading import check_precision, load_hf, resolve_device
+from safetyrepro.adapters.catalogue.weights import resolve_weights
+from safetyrepro.adapters.engine import rowwise_attention
 from safetyrepro.adapters.engine.engine_generate import (  # noqa: F401  (re-exported: the engine's public names)
     DECODE_KEY_BLOCK,
     DECODE_KV_MB,
@@ -106,6 +109,8 @@ from safetyrepro.adapters.engine.tokenisation import (  # noqa: F401
     split_trailing_space,
     tok_encode,
 )
+from safetyrepro.compat.transformers import attention_implementation
+from safetyrepro.tasks.rendering import plain_text
 
 DEFAULT_BATCH_SIZE = 8
 
@@ -190,8 +195,6 @@ class Engine(PrefillMixin, HeadMixin, GenerateMixin):
         """The tokenizer's chat template as lm-eval's HFLM applies it (system role dropped if the
         template rejects it); the plain-text join when the model has no template."""
         if not self.has_chat_template:
-            from safetyrepro.tasks.rendering import plain_text
-
             return plain_text(messages)
         import jinja2
 
@@ -269,9 +272,6 @@ _ENGINES_LOCK = threading.Lock()
 
 def _engine_key(model: str, precision: str, device: str | None):
     """((weights path, precision, device), resolved weights); validates all three."""
-    from safetyrepro.adapters.catalogue.loading import check_precision, resolve_device
-    from safetyrepro.adapters.catalogue.weights import resolve_weights
-
     precision = check_precision(precision)
     resolved = resolve_weights(model)
     return (str(resolved.path), precision, resolve_device(device)), resolved
@@ -284,10 +284,6 @@ def load_engine(model: str, precision: str = "bf16", device: str | None = None,
     Raises UserError for an unknown model name, an unreadable GGUF file, an unknown precision or
     device. An engine put in place with `install_engine` (for example one wrapped in an output
     cache) is returned as it is."""
-    from safetyrepro.adapters.catalogue.loading import load_hf
-    from safetyrepro.adapters.engine import rowwise_attention
-    from safetyrepro.compat.transformers import attention_implementation
-
     key, resolved = _engine_key(model, precision, device)
     with _ENGINES_LOCK:
         eng = _ENGINES.get(key)

@@ -4,6 +4,7 @@ the memory, with greedy or seeded top-p sampling per request (adapters/engine/sa
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 from collections import deque
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from safetyrepro.adapters.backends.backend import GenRequest, GenResult
 from safetyrepro.adapters.engine.engine_head import EXACT_ROW_BLOCK
 from safetyrepro.adapters.engine.engine_prefill import _Row
+from safetyrepro.adapters.engine.kv_slab import KVSlab
 from safetyrepro.adapters.engine.sampling import next_tokens
 from safetyrepro.adapters.engine.tokenisation import prefix_token_id
 from safetyrepro.errors import UserError
@@ -95,8 +97,6 @@ class GenerateMixin:
         DECODE_MAX_ROWS (matrix products stop gaining speed well before), and as many as fit
         SAFETYREPRO_DECODE_KV_MB (default DECODE_KV_MB) of key/value states when every row is
         `longest` tokens (prompt + new tokens) long."""
-        import os
-
         import torch
 
         try:
@@ -123,8 +123,6 @@ class GenerateMixin:
         attention, a group is admitted only into an empty slab and only with groups of its prompt
         length (no padding)."""
         import torch
-
-        from safetyrepro.adapters.engine.kv_slab import KVSlab
 
         if batch_size is None:  # sized to the work and the memory (decode_rows)
             max_rows = self.decode_rows(max(len(prompts[i]) + reqs[i].max_new_tokens for i in order) if order else 1)
@@ -263,8 +261,6 @@ class GenerateMixin:
         DECODE_KEY_BLOCK columns), idle rows added to make a multiple of EXACT_ROW_BLOCK.
         Returns (slab, rows, old index -> new index)."""
         import torch
-
-        from safetyrepro.adapters.engine.kv_slab import KVSlab
 
         out_rows: list[_GenRow | None] = [rows[b] for b in keep] + [r for r, _ in new]
         width = max(r.length for r in out_rows)

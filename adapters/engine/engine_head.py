@@ -3,6 +3,8 @@ transformers' `generate`'s) or a float32 copy for scored positions, both padded 
 
 from __future__ import annotations
 
+from safetyrepro.compat.transformers import apply_final_logit_softcap
+
 EXACT_ROW_BLOCK = 8  # rows of a float32 head call are padded to a multiple of this (see HeadMixin._logits)
 
 
@@ -39,7 +41,6 @@ class HeadMixin:
             weight, bias = head
             logits = torch.nn.functional.linear(hidden.float(), weight, bias)
         if self._softcap is not None:  # Gemma's final logit softcapping, as its ForCausalLM does it
-            from safetyrepro.compat.transformers import apply_final_logit_softcap
 
             logits = apply_final_logit_softcap(logits, self._softcap)
         return logits[:m]

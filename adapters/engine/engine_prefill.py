@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from safetyrepro.adapters.engine.engine_head import EXACT_ROW_BLOCK
+from safetyrepro.adapters.engine.kv_slab import KVSlab
 from safetyrepro.adapters.engine.prefix_cache import chunk_keys
+from safetyrepro.compat.transformers import base_cache_keyword, final_logit_softcap, text_config
 
 
 class PrefillMixin:
@@ -16,12 +18,6 @@ class PrefillMixin:
 
     def _kv_layout(self) -> None:
         """Base model, LM head and softcap, and the keyword the cache goes under (renamed in 5.x)."""
-        from safetyrepro.compat.transformers import (
-            base_cache_keyword,
-            final_logit_softcap,
-            text_config,
-        )
-
         self._base = self.model.base_model
         self._head = self.model.get_output_embeddings()
         text = text_config(self.model)
@@ -151,8 +147,6 @@ class PrefillMixin:
         """One forward over `items` ((identity, (row, j)): chunk j of a row), packed into one sequence
         (row-wise attention) or, without it, one chunk alone on a one-row cache."""
         import torch
-
-        from safetyrepro.adapters.engine.kv_slab import KVSlab
 
         C, device = self.chunk_size, self.model.device
         toks: list[int] = []

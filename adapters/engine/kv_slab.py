@@ -23,6 +23,8 @@ head_dim]`: a layer's keys are then one strided block that batched matrix produc
 
 from __future__ import annotations
 
+from safetyrepro.compat.transformers import cache_of_layers, slab_cache_layer
+
 
 class _Slab:
     """What a slab's layers share: the tensor and how a forward writes into it. Kept apart from
@@ -74,12 +76,9 @@ class KVSlab:
 
 
 def _cache(layers):
-    from safetyrepro.compat.transformers import cache_of_layers
-
     return cache_of_layers(layers)
 
 
 def _SlabLayer(slab: _Slab, idx: int, n: int):  # noqa: N802 - a class of compat's, made on first use
-    from safetyrepro.compat.transformers import slab_cache_layer
 
     return slab_cache_layer(slab, idx, n)

@@ -29,6 +29,13 @@ name) as "safetyrepro_rowwise"; `enable(model)` switches a loaded model to it.
 
 from __future__ import annotations
 
+from safetyrepro.compat.transformers import (
+    attention_implementation,
+    register_attention,
+    sdpa_attention_forward,
+    set_attention_implementation,
+)
+
 NAME = "safetyrepro_rowwise"
 _registered = False
 
@@ -49,8 +56,6 @@ def _canonical_mask(mask, q_len: int, kv_len: int):
 
 
 def rowwise_sdpa_forward(module, query, key, value, attention_mask, **kwargs):
-    from safetyrepro.compat.transformers import sdpa_attention_forward
-
     pads = kwargs.pop("sr_left_pad", None)
     total = kwargs.pop("sr_total_len", None)
     spans = kwargs.pop("sr_spans", None)
@@ -192,8 +197,6 @@ def _runs(spans):
 def register() -> str:
     global _registered
     if not _registered:
-        from safetyrepro.compat.transformers import register_attention
-
         register_attention(NAME, rowwise_sdpa_forward)
         _registered = True
     return NAME
@@ -201,11 +204,6 @@ def register() -> str:
 
 def enable(model) -> bool:
     """Switch a loaded model to row-wise attention; False (model unchanged) if it cannot take it."""
-    from safetyrepro.compat.transformers import (
-        attention_implementation,
-        set_attention_implementation,
-    )
-
     register()
     if attention_implementation(model) not in ("sdpa", "eager", NAME):
         return False

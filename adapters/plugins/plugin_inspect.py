@@ -46,6 +46,13 @@ from inspect_ai.model import (
     modelapi,
 )
 
+from safetyrepro.adapters.engine.engine import (
+    DECODE_MAX_ROWS,
+    GenRequest,
+    LoglikRequest,
+    load_engine,
+)
+from safetyrepro.compat.inspect_ai import PrerequisiteError, default_max_tokens
 from safetyrepro.errors import UserError
 
 DRAIN_WAIT_S = 0.05
@@ -99,7 +106,6 @@ class _Batcher:
 
     def _drain(self, first) -> list:
         items = [first]
-        from safetyrepro.adapters.engine.engine import DECODE_MAX_ROWS
 
         cap = self.batch_size * 4 if self.batch_size else DECODE_MAX_ROWS
         deadline = time.monotonic() + DRAIN_WAIT_S
@@ -155,8 +161,6 @@ class SafetyReproModelAPI(ModelAPI):
                  config: GenerateConfig | None = None, **model_args: Any):
         super().__init__(model_name=model_name, base_url=base_url, api_key=api_key,
                          config=config if config is not None else GenerateConfig())
-        from safetyrepro.adapters.engine.engine import load_engine
-        from safetyrepro.compat.inspect_ai import PrerequisiteError
 
         try:  # Inspect prints a PrerequisiteError as one message, without a traceback
             unknown = sorted(set(model_args) - set(_MODEL_ARGS))
@@ -182,8 +186,6 @@ class SafetyReproModelAPI(ModelAPI):
     # ----------------------------------------------------------------- Inspect surface
 
     def max_tokens(self) -> int | None:
-        from safetyrepro.compat.inspect_ai import default_max_tokens
-
         return default_max_tokens()
 
     def max_connections(self) -> int:
@@ -194,8 +196,6 @@ class SafetyReproModelAPI(ModelAPI):
 
     def gen_request(self, input, config: GenerateConfig):
         """The engine request for a list of messages and a generate config."""
-        from safetyrepro.adapters.engine.engine import GenRequest
-
         if config.top_k is not None:
             raise UserError("safetyrepro/ models do not support top_k; use temperature and top_p")
         if config.num_choices not in (None, 1):
@@ -240,8 +240,6 @@ class SafetyReproModelAPI(ModelAPI):
     # ----------------------------------------------------------------- log-likelihoods
 
     def _loglik_requests(self, messages, continuations):
-        from safetyrepro.adapters.engine.engine import LoglikRequest
-
         context = self.backend.render(_as_dicts(messages))
         return [LoglikRequest(context, c) for c in continuations]
 

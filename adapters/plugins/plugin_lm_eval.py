@@ -31,9 +31,22 @@ import json
 import logging
 import sys
 
+from lm_eval import utils
 from lm_eval.api.model import TemplateLM
 from tqdm import tqdm
 
+from safetyrepro.adapters.backends.backend import SEED_PER_REQUEST
+from safetyrepro.adapters.catalogue.loading import check_precision
+from safetyrepro.adapters.catalogue.weights import resolve_weights
+from safetyrepro.adapters.engine.engine import (
+    DECODE_MAX_ROWS,
+    DEFAULT_BATCH_SIZE,
+    GenRequest,
+    LoglikRequest,
+    derive_seed,
+    load_engine,
+    prefix_token_id,
+)
 from safetyrepro.errors import UserError, refuse
 
 eval_logger = logging.getLogger(__name__)
@@ -86,9 +99,6 @@ class SafetyReproLM(TemplateLM):
             if unknown:
                 raise UserError(f"unknown model_args for --model safetyrepro: {', '.join(sorted(unknown))}; "
                                 "allowed: model, precision, device, batch_size, seed, max_gen_toks")
-            from safetyrepro.adapters.catalogue.loading import check_precision
-            from safetyrepro.adapters.catalogue.weights import resolve_weights
-            from safetyrepro.adapters.engine.engine import load_engine
 
             bs = _batch_size(batch_size, max_batch_size)
             resolve_weights(pretrained or model)  # a refusal comes before any note on the device
@@ -139,8 +149,6 @@ class SafetyReproLM(TemplateLM):
 
     @property
     def prefix_token_id(self) -> int:
-        from safetyrepro.adapters.engine.engine import prefix_token_id
-
         return prefix_token_id(self.tokenizer)
 
     @property
@@ -194,9 +202,6 @@ class SafetyReproLM(TemplateLM):
         x 8 log-likelihoods or DECODE_MAX_ROWS generations, what the engine runs side by side); one
         call for backends whose sampling is seeded per call, so that a run's requests share one
         stream as in the package itself."""
-        from safetyrepro.adapters.backends.backend import SEED_PER_REQUEST
-        from safetyrepro.adapters.engine.engine import DECODE_MAX_ROWS, DEFAULT_BATCH_SIZE
-
         if self.engine.capabilities.seeds != SEED_PER_REQUEST:
             return [range(0, n)] if n else []
         if self.batch_size:
@@ -206,8 +211,6 @@ class SafetyReproLM(TemplateLM):
         return [range(i, min(n, i + step)) for i in range(0, n, step)]
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        from safetyrepro.adapters.engine.engine import LoglikRequest
-
         self._warn_if_plain_text()
         reqs = [LoglikRequest(*req.args) for req in requests]
         out: list[tuple[float, bool]] = []
@@ -225,8 +228,6 @@ class SafetyReproLM(TemplateLM):
                                                 batch_size=self.batch_size)
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
-        from lm_eval import utils
-
         out = []
         for req in tqdm(requests, disable=disable_tqdm or not self.progress_bars, desc="Running loglikelihood_rolling requests"):
             (string,) = req.args
@@ -243,8 +244,6 @@ class SafetyReproLM(TemplateLM):
 
     def _gen_request(self, context: str, gen_kwargs: dict, k: int):
         import torch
-
-        from safetyrepro.adapters.engine.engine import GenRequest, derive_seed
 
         kw = dict(gen_kwargs or {})
         bad = [name for name in _UNSUPPORTED_GEN_KWARGS if name in kw and kw[name] not in (None, 0, 1, 1.0)]

@@ -21,7 +21,9 @@ import time
 from helm.clients.client import Client
 from helm.common.request import GeneratedOutput, Request, RequestResult, Token
 
+from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest, load_engine
 from safetyrepro.crosspkg.helm_plugin.scenario import decode_prompt
+from safetyrepro.tasks.rendering import continuation
 
 
 class SafetyReproEngineClient(Client):
@@ -34,8 +36,6 @@ class SafetyReproEngineClient(Client):
     @property
     def engine(self):
         if self._engine is None:
-            from safetyrepro.adapters.engine.engine import load_engine
-
             self._engine = load_engine(self.model_path, self.precision, self.device, batch_size=self.batch_size)
         return self._engine
 
@@ -45,9 +45,6 @@ class SafetyReproEngineClient(Client):
         return self.engine.render(messages)
 
     def make_request(self, request: Request) -> RequestResult:
-        from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest
-        from safetyrepro.tasks.rendering import continuation
-
         t0 = time.time()
         messages, rest = decode_prompt(request.prompt)
         eng = self.engine

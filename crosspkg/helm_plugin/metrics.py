@@ -9,6 +9,8 @@ from helm.benchmark.metrics.metric_name import MetricName
 from helm.benchmark.metrics.reference_metric import ReferenceMetric
 from helm.benchmark.metrics.statistic import Stat
 
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
+
 
 def _item(benchmark: str, item_id: str):
     from safetyrepro.tasks.subsets import item_set
@@ -21,8 +23,6 @@ class _Common:
         self.benchmark, self.template, self.scoring = benchmark, template, scoring
 
     def _bench(self):
-        from safetyrepro.tasks.benchmarks.registry import get_benchmark
-
         return get_benchmark(self.benchmark)
 
     def get_metadata(self) -> list[MetricMetadata]:

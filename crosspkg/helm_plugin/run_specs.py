@@ -21,7 +21,7 @@ from helm.benchmark.metrics.metric import MetricSpec
 from helm.benchmark.run_spec import RunSpec, run_spec_function
 from helm.benchmark.scenarios.scenario import ScenarioSpec
 
-from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
+from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 
 PKG = "safetyrepro.crosspkg.helm_plugin"
 # the prompt is complete (scenario messages): HELM adds nothing around it
@@ -41,8 +41,6 @@ def safetyrepro_spec(benchmark: str, template: str = "T3", scoring: str = "logpr
     if scoring == "logprob":
         adapter = AdapterSpec(method=ADAPT_MULTIPLE_CHOICE_SEPARATE_ORIGINAL, max_tokens=0, **BARE)
     elif scoring == "free_form":
-        from safetyrepro.tasks.benchmarks.registry import get_benchmark
-
         stop = list(get_benchmark(benchmark).stop_sequences(template))
         adapter = AdapterSpec(method=ADAPT_GENERATION, max_tokens=int(max_new_tokens), stop_sequences=stop, **BARE)
     else:

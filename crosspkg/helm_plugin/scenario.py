@@ -17,6 +17,8 @@ from helm.benchmark.scenarios.scenario import (
     ScenarioMetadata,
 )
 
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
+
 MARK = "\u241e"  # SYMBOL FOR RECORD SEPARATOR: brackets the JSON messages inside a HELM prompt
 
 
@@ -46,7 +48,6 @@ class SafetyReproScenario(Scenario):
         self.shots, self.limit = int(shots), None if limit in (None, "") else int(limit)  # None: the whole subset
 
     def get_instances(self, output_path: str) -> list[Instance]:
-        from safetyrepro.tasks.benchmarks.registry import get_benchmark
         from safetyrepro.tasks.subsets import item_set
 
         bench = get_benchmark(self.benchmark)

@@ -20,7 +20,13 @@ import time
 from pathlib import Path
 
 from safetyrepro.atomic import open_text_nofollow
+from safetyrepro.crosspkg import helm_env
 from safetyrepro.crosspkg.anchor import Anchor, ModelFolder
+from safetyrepro.crosspkg.native_data import (
+    BBQ_CATEGORIES,
+    bbq_category_rows,
+    place_helm_scenario_data,
+)
 from safetyrepro.crosspkg.records import ItemRecord, bbq_key, question_key
 
 PACKAGE = "helm"
@@ -43,9 +49,6 @@ def run_entries(anchor: Anchor, model: str) -> dict[str, str]:
 def prepare(anchor: Anchor, folder: ModelFolder, run_dir: Path) -> dict:
     from transformers import AutoTokenizer
 
-    from safetyrepro.crosspkg import helm_env
-    from safetyrepro.crosspkg.native_data import place_helm_scenario_data
-
     name = helm_env.model_name(folder.label, folder.weights_sha256)
     hf = helm_env.helm_model_folder(folder.path, run_dir / MODEL_DIR, folder.max_length)
     eos = AutoTokenizer.from_pretrained(hf).eos_token or ""
@@ -56,8 +59,6 @@ def prepare(anchor: Anchor, folder: ModelFolder, run_dir: Path) -> dict:
 
 
 def run(anchor: Anchor, folder: ModelFolder, out: Path) -> dict:
-    from safetyrepro.crosspkg import helm_env
-
     bin_dir = helm_env.helm_bin()
     run_dir = out / HELM_RUN_DIR
     prep = prepare(anchor, folder, run_dir)
@@ -129,8 +130,6 @@ def sent_prompts(cache_dir: Path) -> tuple[set[str], list[dict]]:
 
 
 def _bbq_index() -> dict[tuple, str]:
-    from safetyrepro.crosspkg.native_data import BBQ_CATEGORIES, bbq_category_rows
-
     idx = {}
     for c in BBQ_CATEGORIES:
         for r in bbq_category_rows(c):

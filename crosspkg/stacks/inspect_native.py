@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from safetyrepro.crosspkg.anchor import Anchor, ModelFolder
+from safetyrepro.crosspkg.native_data import INSPECT_BBQ_SUBSETS, bbq_category_rows
 from safetyrepro.crosspkg.records import ItemRecord, bbq_key, question_key
 
 PACKAGE = "inspect"
@@ -63,8 +64,6 @@ def bbq_task():
     from inspect_ai.dataset import MemoryDataset, Sample
     from inspect_ai.scorer import choice
     from inspect_ai.solver import multiple_choice
-
-    from safetyrepro.crosspkg.native_data import INSPECT_BBQ_SUBSETS, bbq_category_rows
 
     samples = []
     for subset in INSPECT_BBQ_SUBSETS:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from safetyrepro.atomic import atomic_write
+from safetyrepro.compat.lm_eval import native_task_yaml
 from safetyrepro.crosspkg.anchor import NATIVE_TASKS, Anchor, ModelFolder
 from safetyrepro.crosspkg.records import ItemRecord, bbq_key, question_key, toxigen_key
 
@@ -45,8 +46,6 @@ def _jsonable(x):
 def native_config(task_manager, name: str, override: dict) -> dict:
     """lm-eval's own config of a registered task (its YAML, `!function` references resolved), with only
     the dataset location replaced."""
-    from safetyrepro.compat.lm_eval import native_task_yaml
-
     cfg = native_task_yaml(task_manager, name)
     for k in ("tag", "group"):
         cfg.pop(k, None)

@@ -30,10 +30,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.grid_io import read_table
+from safetyrepro.analysis.significance import ITEM_COLUMNS
+from safetyrepro.atomic import ensure_dir
 from safetyrepro.errors import UserError
-from safetyrepro.limits import shorten
+from safetyrepro.limits import MAX_CONFIG_BYTES, read_capped, shorten
+from safetyrepro.sweep.cached_backend import open_cached_backend, outputs_cache_path
+from safetyrepro.sweep.drivers import backend_record, make_driver
+from safetyrepro.sweep.outputs_cache import OutputsCache, OutputsCacheError
+from safetyrepro.sweep.records import ItemRecord
+from safetyrepro.sweep.runner import cell_item_ids
+from safetyrepro.sweep.sweeper import Sweep
+from safetyrepro.sweep.timing import cell_seconds_per_item
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
 
-from .algorithm import BenchmarkProblem
+from .algorithm import BenchmarkProblem, certify
+from .outputs import write_outputs
 
 HEARTBEAT_S = 30.0       # a line at least this often while one (model, configuration) call runs
 LATTICE_TOLERANCE = 1e-9
@@ -74,8 +86,6 @@ class LiveOracle:
 
     # -- the problem --------------------------------------------------------------------------
     def problems(self) -> tuple[BenchmarkProblem, ...]:
-        from safetyrepro.sweep.runner import cell_item_ids
-
         spec = self.sweep.spec
         out = []
         for benchmark in spec.benchmarks:
@@ -93,8 +103,6 @@ class LiveOracle:
         logprob item whose k top candidates tie under the `expected` tie rule (credit 1/k). The lcm over
         the benchmark's configurations (WorBettingCS widens its bounds by a grid step when that lattice
         is finer than its grid)."""
-        from safetyrepro.tasks.benchmarks.registry import get_benchmark
-
         lattice = 1
         ties = None
         for c in cells:
@@ -162,9 +170,6 @@ class LiveOracle:
         """The model's driver, loaded on first use and kept (as the sweep's open_driver, with lm-eval's
         per-call log files left out: a certify run calls a cell many times)."""
         if model not in self.drivers:
-            from safetyrepro.sweep.cached_backend import open_cached_backend
-            from safetyrepro.sweep.drivers import backend_record, make_driver
-
             o, spec = self.sweep.options, self.sweep.spec
             t0 = time.monotonic()
             self._say(f"loading {model}")
@@ -184,8 +189,6 @@ class LiveOracle:
                                 f"{str(sha)[:12]}...: those records are not this model's (leave them out)")
             log_dir = None
             if spec.package == "inspect":
-                from safetyrepro.atomic import ensure_dir
-
                 log_dir = str(ensure_dir(self.log_dir, root=self.log_dir.parent))
             self.drivers[model] = make_driver(spec.package, backend, self.sweep.rules, self.sweep.items_for, log_dir,
                                               spec.tie_rule)
@@ -246,8 +249,6 @@ class LiveOracle:
         return todo
 
     def _run(self, benchmark: str, cid: str, model: str, ids: list[str]) -> np.ndarray:
-        from safetyrepro.sweep.outputs_cache import OutputsCacheError
-
         cell = self.cells[(model, cid)]
         label = f"{model} {cid}"
         kept = [i for i in ids if self._held(model, cid, i)]
@@ -303,8 +304,6 @@ class LiveOracle:
         """items.parquet: every record this run evaluated or took from earlier records (a later run resumes
         from them, including a round's items a budget or an interrupt cut before the sequences used them),
         in the sweep's items.parquet columns, sorted by model, configuration, item and seed."""
-        from safetyrepro.sweep.records import ItemRecord
-
         rows = list(self.rows.values())
         columns = ["model", "config_id", "benchmark", "package", "precision", *ItemRecord.__dataclass_fields__]
         frame = pd.DataFrame(rows, columns=columns)
@@ -396,8 +395,6 @@ def _first_line(e: BaseException) -> str:
 def plan_live(sweep_options, out: Path):
     """The validated live run of `certify --models ...` (a planned Sweep), or a UserError before any model
     loads. `sweep_options` are the sweep's own (sweep/cli.py options_from_args, called by the CLI)."""
-    from safetyrepro.sweep.sweeper import Sweep
-
     if getattr(sweep_options, "executor", "local") != "local":
         raise UserError("certify runs its models here (--executor local): rounds are small and sequential")
     if (out / "sweep.json").exists() or (out / "grid.csv").exists():
@@ -415,12 +412,6 @@ def run_live(sweep_options, out: Path, options, say, records: Sequence[str | Pat
     earlier items.parquet files (of sweeps or certify runs made the same way) whose items are taken as
     evaluated. The outputs are also written every `checkpoint_seconds` while the run goes on, and when
     it is interrupted, so a stopped run loses nothing a rerun would need."""
-    from safetyrepro.sweep.cached_backend import outputs_cache_path
-    from safetyrepro.sweep.outputs_cache import OutputsCache
-
-    from .algorithm import certify
-    from .outputs import write_outputs
-
     sweep = plan_live(sweep_options, out)
     oracle = LiveOracle(sweep, say=say, log_dir=out / "logs")
     problems = oracle.problems()
@@ -439,8 +430,6 @@ def run_live(sweep_options, out: Path, options, say, records: Sequence[str | Pat
         for label, sha in _earlier_weights(path.parent, made).items():
             oracle.earlier_weights.setdefault(label, {})[sha] = path
         if "sweep_folder" in made:
-            from safetyrepro.sweep.timing import cell_seconds_per_item
-
             oracle.sweep_rates.update({k: v for k, v in cell_seconds_per_item(path.parent).items() if k in oracle.cells})
         else:
             oracle.prior_rates.update(_certify_rates(made))
@@ -472,9 +461,6 @@ def run_live(sweep_options, out: Path, options, say, records: Sequence[str | Pat
 
 
 def read_records(path: Path) -> pd.DataFrame:
-    from safetyrepro.analysis.grid_io import read_table
-    from safetyrepro.analysis.significance import ITEM_COLUMNS
-
     frame = read_table(path, what="items")
     missing = [c for c in ITEM_COLUMNS if c not in frame.columns]
     if missing:
@@ -493,8 +479,6 @@ def _read_json(path: Path):
     if not path.is_file() or path.is_symlink():
         return None
     try:
-        from safetyrepro.limits import MAX_CONFIG_BYTES, read_capped
-
         return json.loads(read_capped(path, MAX_CONFIG_BYTES, "MAX_CONFIG_BYTES"))
     except (ValueError, UnicodeDecodeError, OSError, UserError):
         return None

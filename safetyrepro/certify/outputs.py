@@ -11,6 +11,7 @@ import pandas as pd
 
 from safetyrepro.atomic import atomic_write, ensure_dir
 from safetyrepro.markdown import markdown_table
+from safetyrepro.tasks.templates import TEMPLATE_KINDS
 
 from .algorithm import CertifyResult, ClaimRow, PairRow
 
@@ -69,8 +70,6 @@ def _pct(x: float) -> str:
 def config_words(config_id: str) -> str:
     """`bbq/T4/greedy/0shot/free_form` as a reader says it: "T4 (chain of thought ending in an Answer:
     line), greedy, 0-shot, free-form"; an id outside the envelope's shape is returned as it is."""
-    from safetyrepro.tasks.templates import TEMPLATE_KINDS
-
     parts = config_id.split("/")
     if len(parts) != 5 or parts[1] not in TEMPLATE_KINDS:
         return config_id

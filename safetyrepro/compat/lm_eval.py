@@ -13,12 +13,11 @@ import functools
 import inspect
 import subprocess
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 
 def installed_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("lm-eval")
     except PackageNotFoundError:
@@ -150,8 +149,6 @@ def model_required_args(name: str) -> list[str] | None:
     """The constructor arguments an lm-eval model cannot do without (no default), read from its
     class's signature; None when the class cannot be imported here (e.g. vllm without its package).
     Checked against lm-eval 0.4.13."""
-    import inspect
-
     import lm_eval.models  # noqa: F401  (registers the built-in models)
     from lm_eval.api import registry
 

@@ -4,6 +4,9 @@ module level (the command line answers `--help` without it)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 
 def dynamic_cache_layer_class() -> type:
     """The per-layer cache class of `DynamicCache` (`cache_utils.DynamicLayer`), which the engine's
@@ -104,8 +107,6 @@ def text_config(model):
 def base_cache_keyword(base_model) -> str:
     """The keyword a base model's forward takes its cache under (`past_key_values`, renamed `cache` in
     transformers 5.x), read from its signature."""
-    import inspect
-
     return "cache" if "cache" in inspect.signature(base_model.forward).parameters else "past_key_values"
 
 
@@ -176,8 +177,6 @@ def set_attention_implementation(model, name: str) -> None:
 def quiet_gguf_dequantisation_bar() -> None:
     """The GGUF loader draws its dequantisation bar with tqdm directly (not through transformers'
     logging switches): switch it off."""
-    import functools
-
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
     if not isinstance(gguf_utils.tqdm, functools.partial):

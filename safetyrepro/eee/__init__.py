@@ -35,7 +35,9 @@ def import_eee(paths: Sequence[str], *, metric: str | None = None, mapping: str 
     """EEE records (folders searched for <uuid>.json, or record files) as an `Imported`."""
     from safetyrepro.importers.run import import_runs
 
-    from .import_ import read_paths
+    from .import_ import (
+        read_paths,  # lazy: the package's facade stays light: `safetyrepro --help` loads it
+    )
 
     return import_runs("eee", paths, metric=metric, mapping_path=mapping, duplicates=duplicates, skip_bad=skip_bad,
                        read_paths=read_paths)

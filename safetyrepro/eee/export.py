@@ -25,7 +25,10 @@ from typing import Any
 
 import pandas as pd
 
+import safetyrepro
 from safetyrepro.errors import UserError
+from safetyrepro.importers.common import sha256_bytes
+from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 
 from . import records as R
 
@@ -128,8 +131,6 @@ def _uncertainty(cell_items: pd.DataFrame | None) -> dict | None:
 
 
 def _source_data(benchmark: str, row: dict) -> dict:
-    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
-
     details = {k: str(row[c]) for k, c in ((R.K_ITEM_SET, "item_set"), (R.K_SUBSET, "subset_id"))
                if _present(row.get(c)) and str(row[c])}
     if benchmark in BENCHMARKS:
@@ -146,7 +147,6 @@ def _source_data(benchmark: str, row: dict) -> dict:
 
 def _metric_config(benchmark: str, row: dict, tie_rule: str | None) -> dict:
     from safetyrepro.analysis.direction import direction
-    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 
     better = direction(benchmark)
     meaning = get_benchmark(benchmark).score_meaning if benchmark in BENCHMARKS else ""
@@ -169,8 +169,6 @@ def _metric_config(benchmark: str, row: dict, tie_rule: str | None) -> dict:
 
 
 def _prompt_template(benchmark: str, template: str) -> str | None:
-    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
-
     if benchmark not in BENCHMARKS:
         return None
     texts = get_benchmark(benchmark).templates.get(template.split("+", 1)[0])
@@ -271,7 +269,6 @@ def build_export(grid_raw: pd.DataFrame, items: pd.DataFrame | None, rules_path:
                  organization: str = "SafetyRepro", relationship: str = "third_party",
                  timestamp: str | None = None, grid_name: str = "grid.csv") -> Export:
     """Every file of the export, as text, keyed by its path under DIR."""
-    import safetyrepro
     from safetyrepro.analysis.grid_io import validate_cells
     from safetyrepro.tasks.envelope import load_rules
 
@@ -484,7 +481,6 @@ def export_eee(grid: str | Path, out: str | Path, *, items: str | None = None, r
     """Read GRID (and its items, rules.yaml and run.json beside it, as `analyze` finds them), build
     the records and write them into `out`; returns (the export, the paths written)."""
     from safetyrepro.analysis.grid_io import read_table
-    from safetyrepro.importers.common import sha256_bytes
 
     grid_path = Path(grid)
     raw = read_table(grid_path)

@@ -46,6 +46,7 @@ from safetyrepro.importers.common import (
     precision_label,
     short_hash,
 )
+from safetyrepro.importers.lm_eval_runs import links_note
 from safetyrepro.importers.mapping import (
     AXIS_VALUE,
     LM_EVAL_TASK,
@@ -70,6 +71,7 @@ from safetyrepro.limits import (
     shorten,
     whole_number,
 )
+from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
 
 from . import records as R
 
@@ -84,8 +86,6 @@ NOT_OUTPUT_ARGS = ("prompt_template", "execution_command", "agentic_eval_config"
 
 # -- finding and reading files (the edge) ---------------------------------------------------------------
 def _links_note(folder: Path) -> str:
-    from safetyrepro.importers.lm_eval_runs import links_note
-
     return links_note(folder)
 
 
@@ -470,7 +470,6 @@ def _foreign_run(record: dict, task: str, results: list[dict], rows: list[dict] 
                  samples_source: str | None, mapping: Mapping, rules, metric: str | None,
                  items_note: str) -> Run | Unmapped | BadInput:
     from safetyrepro.analysis.direction import direction
-    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
 
     info = record["model_info"]
     library = _strs(record.get("eval_library"))

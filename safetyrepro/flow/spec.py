@@ -19,6 +19,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from safetyrepro import __version__
+from safetyrepro.adapters.catalogue.model_specs import ENGINE, INSPECT, _check_logprob
+from safetyrepro.atomic import atomic_write
 from safetyrepro.errors import UserError
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -41,7 +44,6 @@ class FlowPlan:
 def plan(o) -> FlowPlan:
     """The sweep's cells for options `o` (SweepOptions), checked as the sweep checks them, without
     building any model: a spec may be written where the providers' keys and servers are not."""
-    from safetyrepro.adapters.catalogue.model_specs import ENGINE, INSPECT, _check_logprob
     from safetyrepro.compat.inspect_ai import provider_names
     from safetyrepro.sweep.drivers import item_sets
     from safetyrepro.sweep.plan import SweepSpec, check_selection, plan_cells
@@ -77,8 +79,6 @@ def plan(o) -> FlowPlan:
 def flow_model_name(entry) -> str:
     """The Inspect model a sweep model is on Flow: `safetyrepro/<model>` for the engine (the
     provider of safetyrepro/inspect_plugin.py), `<provider>/<model>` for an Inspect provider."""
-    from safetyrepro.adapters.catalogue.model_specs import ENGINE
-
     return f"safetyrepro/{entry.target}" if entry.kind == ENGINE else entry.target
 
 
@@ -87,8 +87,6 @@ def flow_model(entry, precision: str, device: str | None, batch_size: int | None
     provider's model with the entry's model args, as the sweep's Inspect backend builds it
     (`get_model(<provider>/<model>, **model_args)`)."""
     from inspect_flow import FlowModel
-
-    from safetyrepro.adapters.catalogue.model_specs import ENGINE
 
     if entry.kind == ENGINE:
         args = {"precision": precision, "device": device, "batch_size": batch_size}
@@ -122,7 +120,6 @@ def build_spec(p: FlowPlan, log_dir: str, mapping_name: str):
     from inspect_ai.model import GenerateConfig
     from inspect_flow import FlowSpec, FlowTask
 
-    from safetyrepro import __version__
     from safetyrepro.sweep.drivers import inspect_generate_args, inspect_task_args
     from safetyrepro.sweep.runner import cell_item_ids
 
@@ -182,8 +179,6 @@ def write(o, out: Path, log_dir: str | None = None) -> tuple[Path, Path, FlowPla
     """Write the spec to `out` (.yaml) and beside it the import mapping (`<stem>.mapping.yaml`: the
     sweep's model labels); returns (spec path, mapping path, plan, spec)."""
     import yaml
-
-    from safetyrepro.atomic import atomic_write
 
     out = Path(out)
     if out.suffix not in SPEC_SUFFIXES:

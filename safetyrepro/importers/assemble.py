@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -32,9 +33,12 @@ import yaml
 
 from safetyrepro.errors import UserError
 from safetyrepro.grid_schema import WRITTEN_COLUMNS, grid_row
+from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
+from safetyrepro.tasks.envelope import Config, parse_rules
 
 from .common import Reading, Run, Unmapped, item_set_key
 from .mapping import Mapping
+from .write import check_out, write_outputs
 
 DUPLICATES = ("newest", "keep", "refuse")
 EXTRA_COLUMNS = ["seed_scores", "metric", "tie_rule", "item_set", "package_version", "task", "weights_sha256",
@@ -65,10 +69,6 @@ class Imported:
 
     def write(self, out) -> list:
         """Write every file `safetyrepro import --out` writes into `out` (refused where the CLI refuses)."""
-        from pathlib import Path
-
-        from .write import check_out, write_outputs
-
         check_out(Path(out))
         return write_outputs(Path(out), self)
 
@@ -83,8 +83,6 @@ def definition_misfits(runs: list[Run]) -> tuple[list[Run], list[Unmapped]]:
     """Runs placed under one of SafetyRepro's benchmarks must score it a way its definition allows
     (CrowS-Pairs: logprob only; the rules file derives that constraint from the definition, so no
     imported rules file could admit them): the others are listed as unmapped."""
-    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
-
     kept, unmapped = [], []
     for r in runs:
         allowed = get_benchmark(r.axes.benchmark).scorings if r.axes.benchmark in BENCHMARKS else None
@@ -203,8 +201,6 @@ def _base(value: str) -> str:
 def rules_for(cells: list[dict], runs: list[Run], packaged_text: bytes, packaged) -> bytes:
     """The packaged rules file when every configuration lies inside it; otherwise the packaged
     envelope widened by the imported values (docs/importing.md, "The rules file")."""
-    from safetyrepro.tasks.envelope import Config
-
     registered = set(packaged.benchmarks)
     inside = all(c["benchmark"] in registered and c["template"] in packaged.axes["template"]
                  and c["decoding"] in packaged.axes["decoding"] and c["shots"] in packaged.axes["shots"]
@@ -345,7 +341,6 @@ def assemble(reading: Reading, duplicates: str, mapping: Mapping, packaged_text:
     """Everything `safetyrepro import` writes, from what an importer read (`packaged_text`: the
     packaged rules file's bytes; `extra_sources`: provenance rows of files the reader did not use)."""
     from safetyrepro.analysis.grid_io import validate_cells
-    from safetyrepro.tasks.envelope import Config, parse_rules
 
     kept, misfits = definition_misfits(list(reading.runs))
     if misfits:

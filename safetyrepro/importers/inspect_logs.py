@@ -29,6 +29,7 @@ from safetyrepro.limits import (
     shorten,
     whole_number,
 )
+from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 
 from .archive import check_eval_archive
 from .common import (
@@ -225,8 +226,6 @@ def task_name(ev) -> str:
     """The task's name as `inspect eval` gives it: SafetyRepro's tasks run from Python are recorded as
     `<benchmark>` (a notebook) or `task` (a sweep builds them unregistered), and are known by the
     metadata they record (benchmark, item subset, rules hash)."""
-    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
-
     name = str(ev.task)
     meta = dict(ev.metadata or {})
     if meta.get("benchmark") in BENCHMARKS and "rules_sha256" in meta and "subset_id" in meta \
@@ -345,8 +344,6 @@ def output_settings(settings: dict, placement, rules) -> dict:
     (the rules file's token budget and the benchmark's stop sequences)."""
     present = {k: settings[k] for k in OUTPUT_SETTINGS if settings.get(k) is not None}
     if placement.safetyrepro:
-        from safetyrepro.tasks.benchmarks.registry import get_benchmark
-
         own = {"max_tokens": rules.max_new_tokens.get(placement.template, 96),
                "stop_seqs": list(get_benchmark(placement.benchmark).stop_sequences(placement.template)) or None}
         present = {k: v for k, v in present.items() if own.get(k, object()) != v}

@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from safetyrepro.errors import UserError
+from safetyrepro.tasks.envelope import RULES_PATH, parse_rules
+from safetyrepro.tasks.sources import sha256_file
 
 from .assemble import Imported, assemble
 from .common import Reading
@@ -20,8 +22,6 @@ Reader = Callable[..., Reading]
 
 
 def _sha256_file(path: str) -> tuple[str, int]:
-    from safetyrepro.tasks.sources import sha256_file
-
     try:
         return sha256_file(Path(path)), Path(path).stat().st_size
     except OSError:
@@ -34,8 +34,6 @@ def import_runs(package: str, paths: Sequence[str], *, metric: str | None = None
     `read_paths` reads the package's files into Runs: lm-eval's and Inspect's readers are here; a
     reader from outside the importers (Every Eval Ever's, safetyrepro/eee/import_.py) is passed in by
     its caller, so the importers never import the formats built on them."""
-    from safetyrepro.tasks.envelope import RULES_PATH, parse_rules
-
     if package not in PACKAGES:
         raise UserError(f"unknown package {package!r}; allowed: {', '.join(PACKAGES)}")
     if read_paths is None:

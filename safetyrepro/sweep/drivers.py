@@ -15,12 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from safetyrepro.atomic import ensure_dir
+from safetyrepro.compat.lm_eval import ask_environment_once, no_request_building_bar
 from safetyrepro.grid_schema import cell_stem
+from safetyrepro.lm_eval_plugin import task_dir
 from safetyrepro.sweep.records import ItemRecord, prompt_hash
+from safetyrepro.sweep.store import slug
 from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, tied_winners
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import Config, Rules
-from safetyrepro.tasks.subsets import ItemSet
+from safetyrepro.tasks.lm_eval_tasks import task_name
+from safetyrepro.tasks.subsets import ItemSet, item_set
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,6 @@ class LmEvalDriver(_Driver):
         from lm_eval.tasks import TaskManager
 
         from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM
-        from safetyrepro.compat.lm_eval import ask_environment_once
-        from safetyrepro.lm_eval_plugin import task_dir
 
         self.backend, self.rules, self.items_for = backend, rules, items_for
         self.log_dir = log_dir
@@ -84,8 +86,6 @@ class LmEvalDriver(_Driver):
             return None
         from lm_eval.loggers import EvaluationTracker
 
-        from safetyrepro.sweep.store import slug
-
         path = Path(self.log_dir) / "lm-eval" / slug(self.backend.identity.label) / \
             cell_stem(cfg.config_id) / f"seed{seed}"
         ensure_dir(path, root=self.log_dir)  # lm-eval writes there itself: no link on the way
@@ -93,10 +93,6 @@ class LmEvalDriver(_Driver):
 
     def run_cell(self, cfg: Config, seeds: Sequence[int], ids: Sequence[str]) -> list[ItemRecord]:
         from lm_eval.evaluator import simple_evaluate
-
-        from safetyrepro.compat.lm_eval import no_request_building_bar
-        from safetyrepro.tasks.lm_eval_tasks import task_name
-        from safetyrepro.tasks.subsets import item_set
 
         bench, items = get_benchmark(cfg.benchmark), self.items_for(cfg.benchmark)
         name = task_name(cfg.benchmark, cfg.template, cfg.scoring)
@@ -197,8 +193,6 @@ def backend_record(backend) -> dict:
 def item_sets(subsample: float | None, subset_seed: int | None, limit: int | None = None):
     """A sweep's item set per benchmark: the fixed subset, or with --subsample a share of the items that
     --limit scores (of the whole subset without a limit)."""
-    from safetyrepro.tasks.subsets import item_set
-
     def items_for(benchmark: str) -> ItemSet:
         if subsample is None:
             return item_set(benchmark)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sqlite3
 import threading
 from pathlib import Path
@@ -65,8 +66,6 @@ class OutputsCache:
 
     def _disk_full(self) -> bool:
         """Whether the file system holding the cache has (almost) no space left."""
-        import shutil
-
         folder = self.path.parent
         while not folder.exists() and folder != folder.parent:
             folder = folder.parent

@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from safetyrepro.adapters.catalogue.loading import check_precision
 from safetyrepro.errors import UserError
 from safetyrepro.grid_schema import cell_stem
+from safetyrepro.tasks.benchmark import check_tie_rule
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
-from safetyrepro.tasks.envelope import AXES, Config, Rules, benchmark_of
+from safetyrepro.tasks.envelope import AXES, Config, Rules, benchmark_of, benchmarks_of, load_rules
+from safetyrepro.tasks.subsets import item_set
 
 PACKAGES = ("lm-eval", "inspect")
 
@@ -152,11 +155,6 @@ def check_selection(o: SweepOptions) -> Selection:
     """The option checks that need no model and no backend: unique labels, precision, tie rule, filters
     (each value once), benchmarks and configuration ids, --limit against each subset, --subsample,
     --subset-seed and --batch-size. Each failure is one line (UserError)."""
-    from safetyrepro.adapters.catalogue.loading import check_precision
-    from safetyrepro.tasks.benchmark import check_tie_rule
-    from safetyrepro.tasks.envelope import benchmarks_of, load_rules
-    from safetyrepro.tasks.subsets import item_set
-
     rules = load_rules(o.rules)
     labels = [m.label for m in o.models]
     if not labels:

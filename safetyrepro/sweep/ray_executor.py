@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import time
 
+from safetyrepro.sweep.cached_backend import open_cached_backend
+from safetyrepro.sweep.drivers import backend_record, item_sets, make_driver
 from safetyrepro.sweep.runner import (
     SweepResult,
     cell_item_ids,
@@ -18,6 +20,7 @@ from safetyrepro.sweep.runner import (
     failed_record,
     pending_cells,
 )
+from safetyrepro.tasks.envelope import load_rules
 
 _ENV_VARS = ("SAFETYREPRO_DATA_DIR", "SAFETYREPRO_CACHE_DIR", "SAFETYREPRO_OFFLINE", "HF_HUB_OFFLINE",
              "HF_HOME", "TOKENIZERS_PARALLELISM")
@@ -37,9 +40,6 @@ def _worker_class():
                 torch.set_num_threads(max(1, threads))
             except ImportError:  # a worker that only talks to API backends
                 pass
-            from safetyrepro.sweep.cached_backend import open_cached_backend
-            from safetyrepro.sweep.drivers import backend_record, item_sets, make_driver
-            from safetyrepro.tasks.envelope import load_rules
 
             self.state = sweep_state
             self.rules = load_rules(sweep_state["rules"])

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from safetyrepro.atomic import atomic_write
+from safetyrepro.errors import UserError
 from safetyrepro.grid_schema import grid_row
 from safetyrepro.provenance import source_commit
 from safetyrepro.sweep.outputs_cache import OutputsCacheError
@@ -144,8 +147,6 @@ def run_local(spec: SweepSpec, cells: list[Cell], store: Store, rules: Rules,
 
 
 def _one_line(e: BaseException) -> str:
-    from safetyrepro.errors import UserError
-
     text = str(e).strip().splitlines()
     first = text[0] if text else ""
     return first if isinstance(e, UserError) else f"{type(e).__module__}.{type(e).__name__}: {first}"
@@ -153,8 +154,6 @@ def _one_line(e: BaseException) -> str:
 
 def write_run_json(store: Store, spec: SweepSpec, rules: Rules, engines: dict[str, dict], items_for,
                    result: SweepResult) -> Path:
-    from importlib.metadata import PackageNotFoundError, version
-
     packages = {}
     for dist in ("safetyrepro", "lm_eval", "inspect_ai", "transformers", "torch", "numpy", "pandas", "accelerate",
                  "bitsandbytes", "crfm-helm", "ray", "vllm", "llama_cpp_python"):
@@ -189,6 +188,4 @@ def write_run_json(store: Store, spec: SweepSpec, rules: Rules, engines: dict[st
 
 
 def _cpus() -> int:
-    import os
-
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

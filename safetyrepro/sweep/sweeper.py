@@ -7,10 +7,15 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from safetyrepro.adapters.catalogue.model_specs import check_runnable
+from safetyrepro.adapters.catalogue.loading import check_precision, resolve_device
+from safetyrepro.adapters.catalogue.model_specs import ENGINE, check_runnable
+from safetyrepro.adapters.catalogue.weights import resolve_weights
 from safetyrepro.atomic import ensure_dir
+from safetyrepro.console import console as make_console
 from safetyrepro.errors import UserError
 from safetyrepro.sweep.cached_backend import open_cached_backend, outputs_cache_path  # noqa: F401  (re-exported)
+from safetyrepro.sweep.drivers import backend_record, item_sets, make_driver
+from safetyrepro.sweep.outputs_cache import OutputsCache
 from safetyrepro.sweep.plan import (
     Cell,
     SweepOptions,
@@ -18,6 +23,7 @@ from safetyrepro.sweep.plan import (
     check_selection,
     plan_cells,
 )
+from safetyrepro.sweep.progress import SweepProgress
 from safetyrepro.sweep.runner import SweepResult, run_local, write_run_json
 from safetyrepro.sweep.store import Store
 from safetyrepro.tasks.envelope import Rules
@@ -56,16 +62,12 @@ class Sweep:
         return next(m for m in self.options.models if m.label == label)
 
     def items_for(self, benchmark: str):
-        from safetyrepro.sweep.drivers import item_sets
-
         return item_sets(self.spec.subsample, self.spec.subset_seed, self.spec.limit)(benchmark)
 
     def prefetch_seeds(self, label: str) -> tuple[int, ...]:
         return tuple(sorted({s for c in self.cells if c.model == label for s in c.seeds if len(c.seeds) > 1}))
 
     def open_driver(self, label: str):
-        from safetyrepro.sweep.drivers import backend_record, make_driver
-
         o = self.options
         backend = open_cached_backend(self.entry(label), self.spec.precision, o.device, o.batch_size)
         backend.prefetch_seeds = self.prefetch_seeds(label)
@@ -75,9 +77,6 @@ class Sweep:
                            self.spec.tie_rule)
 
     def run(self) -> SweepResult:
-        from safetyrepro.sweep.outputs_cache import OutputsCache
-        from safetyrepro.sweep.progress import SweepProgress
-
         if any(c.applicable for c in self.cells):  # a bad cache is found here, not after a model load
             OutputsCache(outputs_cache_path()).check()
         self.store.lock()
@@ -88,7 +87,9 @@ class Sweep:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
             progress = SweepProgress(enabled=self.options.progress)
             if self.options.executor == "ray":
-                from safetyrepro.sweep.ray_executor import run_ray
+                from safetyrepro.sweep.ray_executor import (
+                    run_ray,  # lazy: Ray loads only with --executor ray
+                )
 
                 result = run_ray(self, progress)
             else:
@@ -102,8 +103,6 @@ class Sweep:
 
     def print_summary(self, result: SweepResult) -> None:
         import pandas as pd
-
-        from safetyrepro.console import console as make_console
 
         console = make_console(highlight=False, soft_wrap=True)
         grid = pd.read_csv(result.outputs["grid"])
@@ -135,19 +134,12 @@ class Sweep:
 def _check_before_loading(o: SweepOptions, configs) -> None:
     """What can be known wrong without loading a model: the engine's weights (a missing or truncated
     file, an unknown name), the device, the Ray executor's package (the item count: check_selection)."""
-    from safetyrepro.adapters.catalogue.model_specs import ENGINE
-    from safetyrepro.adapters.catalogue.weights import resolve_weights
-
     for m in o.models:
         if m.kind == ENGINE:
             resolve_weights(m.target)
             if m.precision:
-                from safetyrepro.adapters.catalogue.loading import check_precision
-
                 check_precision(m.precision)
     if any(m.kind == ENGINE for m in o.models) or o.device:
-        from safetyrepro.adapters.catalogue.loading import resolve_device
-
         resolve_device(o.device)
     if o.executor == "ray":
         try:

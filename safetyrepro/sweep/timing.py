@@ -3,13 +3,12 @@ what `plan GRID` and `certify --replay` scale their wall-time estimates by."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 
 
 def read_cell(path: Path) -> dict | None:
-    import gzip
-    import json
-
     try:
         opener = gzip.open if path.name.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as f:
