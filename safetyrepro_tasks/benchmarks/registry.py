@@ -33,3 +33,16 @@ def get_benchmark(name: str):
         raise UserError(f"benchmark folder {name!r} defines a benchmark named {bench.name!r}; "
                         "the folder, the registry line and `name` must agree")
     return bench
+
+
+def task_export(package: str, name: str):
+    """A benchmark folder's module `__getattr__`: its Inspect @task `name` (the folder's tasks.py), exported
+    as inspect_evals packages export theirs but loaded on first use, since inspect_ai takes seconds to
+    import and lm-eval and the analysis never need it."""
+
+    def __getattr__(attr: str):
+        if attr == name:
+            return getattr(importlib.import_module(f"{package}.tasks"), name)
+        raise AttributeError(f"module {package!r} has no attribute {attr!r}")
+
+    return __getattr__

@@ -5,17 +5,10 @@ paper and runnable commands. The registry (`benchmarks/registry.py`) reads `BENC
 """
 
 from safetyrepro.tasks.benchmarks.bbq.definition import BBQ, SOURCE
+from safetyrepro.tasks.benchmarks.registry import task_export
 
 BENCHMARK = BBQ
 
 __all__ = ["BENCHMARK", "SOURCE", "BBQ", "bbq"]
 
-
-def __getattr__(name: str):
-    # the Inspect @task `bbq` (tasks.py), exported as inspect_evals packages export theirs, but loaded on
-    # first use: importing inspect_ai takes seconds, and lm-eval and the analysis never need it
-    if name == "bbq":
-        from .tasks import bbq
-
-        return bbq
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = task_export(__name__, "bbq")  # the Inspect @task in tasks.py, loaded on first use

@@ -5,17 +5,10 @@ paper and runnable commands. The registry (`benchmarks/registry.py`) reads `BENC
 """
 
 from safetyrepro.tasks.benchmarks.crows_pairs.definition import SOURCE, CrowsPairs
+from safetyrepro.tasks.benchmarks.registry import task_export
 
 BENCHMARK = CrowsPairs
 
 __all__ = ["BENCHMARK", "SOURCE", "CrowsPairs", "crows_pairs"]
 
-
-def __getattr__(name: str):
-    # the Inspect @task `crows_pairs` (tasks.py), exported as inspect_evals packages export theirs, but loaded on
-    # first use: importing inspect_ai takes seconds, and lm-eval and the analysis never need it
-    if name == "crows_pairs":
-        from .tasks import crows_pairs
-
-        return crows_pairs
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = task_export(__name__, "crows_pairs")  # the Inspect @task in tasks.py, loaded on first use
