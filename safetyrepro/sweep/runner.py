@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
-import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -132,8 +131,8 @@ def run_local(spec: SweepSpec, cells: list[Cell], store: Store, rules: Rules,
             except OutputsCacheError:
                 raise  # every later cell would fail the same way: stop the sweep, finished cells are kept
             except Exception as e:
-                if "-v" in sys.argv or "--verbose" in sys.argv:
-                    traceback.print_exc()
+                # the traceback with -v (the CLI sets INFO logging); the cell's one line either way
+                logging.getLogger(__name__).info("%s failed", cell.key, exc_info=True)
                 store.commit(cell.model, cell.file_stem, failed_record(cell, _one_line(e)))
                 result.failed.append((cell.key, _one_line(e)))
                 progress.advance(len(ids) * len(cell.seeds), failed=True)
