@@ -545,7 +545,7 @@ def same_why(previous: dict, spec) -> str:
         why.append("its models and specs are not recorded")
     for label, model_spec in zip(spec.models, spec.model_specs, strict=True):
         if label in earlier and earlier[label] != model_spec:
-            why.append(f"{shorten(label)} was {shorten(earlier[label])}")
+            why.append(f"the spec of {shorten(label)} was {shorten(earlier[label])}")
     if earlier and not set(earlier) & set(spec.models):
         why.append("it shares no model with this run")
     return ", ".join(why)
