@@ -108,7 +108,27 @@ def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float) -> str:
             f"most {sum(c.n_full - c.items_used for c in mine if c.claim == 'undecided'):,} more paired evaluations.")
 
 
-def report_markdown(result: CertifyResult, source: str) -> str:
+def hours_to_close(result: CertifyResult, by_cell: dict[str, float], by_benchmark: dict[str, float | None]) -> float | None:
+    """Model time that would close every open claim: each (model, configuration) of an open claim scored on
+    the items it still lacks, at its measured seconds per item (else its benchmark's mean); None when a
+    needed rate is unknown."""
+    need: dict[tuple[str, str, str], int] = {}
+    for c in result.claims:
+        if c.claim != "undecided":
+            continue
+        for model in (c.model_a, c.model_b):
+            have = len(result.evaluated.get((c.benchmark, c.config_id, model), ()))
+            need[(c.benchmark, c.config_id, model)] = c.n_full - have
+    seconds = 0.0
+    for (benchmark, cid, model), n in need.items():
+        rate = by_cell.get(f"{model}|{cid}", by_benchmark.get(benchmark))
+        if rate is None:
+            return None
+        seconds += rate * n
+    return seconds / 3600
+
+
+def report_markdown(result: CertifyResult, source: str, extra_cost: dict | None = None) -> str:
     lines = ["# Certified verdicts", "",
              f"Source: {source}. Every claim below holds together with probability at least {1 - result.options.alpha:.2f} "
              f"(familywise: each pair x configuration confidence sequence at alpha {result.alpha_each:.2g}), "
@@ -131,8 +151,13 @@ def report_markdown(result: CertifyResult, source: str) -> str:
         lines.append("Nothing: every configuration of every open pair was decided, or its pair's verdict was known.")
     else:
         cost_to_close = int((open_["n_full"] - open_["items_used"]).sum())
+        hours = None
+        if extra_cost and extra_cost.get("seconds_per_model_evaluation_by_cell") is not None:
+            hours = hours_to_close(result, extra_cost["seconds_per_model_evaluation_by_cell"],
+                                   extra_cost.get("seconds_per_model_evaluation") or {})
+        when = "" if hours is None else f", about {hours:,.1f} h of model time at the rates measured here"
         lines.append(f"{len(open_)} pair x configuration claims are undecided (at most {cost_to_close:,} more paired "
-                     "evaluations would close them all; the full subset always decides). They are in claims.csv.")
+                     f"evaluations would close them all{when}; the full subset always decides). They are in claims.csv.")
     return "\n".join(lines) + "\n"
 
 
@@ -145,7 +170,7 @@ def write_outputs(result: CertifyResult, out: Path, records: pd.DataFrame | None
     for name, text in (("certificate.csv", certificate_table(result).to_csv(index=False)),
                        ("claims.csv", claims_table(result).to_csv(index=False)),
                        ("cost.json", json.dumps(costs, indent=2) + "\n"),
-                       ("report.md", report_markdown(result, source))):
+                       ("report.md", report_markdown(result, source, costs))):
         paths.append(atomic_write(out / name, text, root=out))
     if records is not None:
         buffer = io.BytesIO()

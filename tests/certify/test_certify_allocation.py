@@ -141,3 +141,20 @@ def test_order_subset_is_for_live_runs(tmp_path, capsys):
                "--records", str(tmp_path), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and "--records is a live flag" in err
+
+
+def test_the_time_to_close_the_open_claims_is_each_missing_item_at_its_cells_rate():
+    from safetyrepro.certify.outputs import hours_to_close, report_markdown
+
+    problem, oracle, _ = synthetic_problem(np.random.default_rng(7), reverses_with_template, n_items=50)
+    result = certify([problem], oracle, CertifyOptions(batch=10, budget_evaluations=480))
+    open_ = [c for c in result.claims if c.claim == "undecided"]
+    assert open_ and result.stopped_by == "budget"
+    rates = {f"{m}|{c.config_id}": 2.0 if m == "a" else 1.0 for c in open_ for m in ("a", "b")}
+    missing = sum(50 - len(result.evaluated.get(("truthfulqa", c.config_id, "a"), ())) for c in open_)
+    missing_b = sum(50 - len(result.evaluated.get(("truthfulqa", c.config_id, "b"), ())) for c in open_)
+    assert hours_to_close(result, rates, {}) == pytest.approx((2.0 * missing + 1.0 * missing_b) / 3600)
+    assert hours_to_close(result, {}, {}) is None  # a rate unknown: no estimate, rather than a wrong one
+    assert hours_to_close(result, {}, {"truthfulqa": 1.0}) == pytest.approx((missing + missing_b) / 3600)
+    text = report_markdown(result, "test", {"seconds_per_model_evaluation_by_cell": rates})
+    assert f"about {(2.0 * missing + 1.0 * missing_b) / 3600:,.1f} h of model time" in text
