@@ -45,7 +45,8 @@ Reproducibility rules (tests hold the engine to them):
   logits to multiples of 1/8 at their usual magnitude, so that an item's candidates tie exactly
   (about 6 % of SmolLM2 items); `exact_scores=False` keeps the model-dtype head (HFLM's numbers).
   lm-eval's HFLM takes its log-softmax in the model dtype unless `softmax_dtype=float32` is
-  passed. Decoding follows the model's own head (greedy texts equal transformers' `generate`).
+  passed. Decoding follows the model's own head (greedy texts equal transformers' `generate` except at
+  near-ties inside bf16 rounding: docs/models.md).
 - temperature == 0 is true greedy (argmax, first index on ties). temperature > 0 samples from
   softmax(logits / temperature) restricted to the top-p nucleus (the smallest set of tokens whose
   probability reaches top_p, as transformers' TopPLogitsWarper, token for token), by inverse CDF

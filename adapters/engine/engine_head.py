@@ -1,5 +1,5 @@
 """The engine's LM head: the model's own head (decoding follows it, so greedy texts are
-transformers' `generate`'s) or a float32 copy for scored positions, both padded to full row blocks."""
+transformers' `generate`'s up to bf16 rounding) or a float32 copy for scored positions, both padded to full row blocks."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class HeadMixin:
         head always does.
 
         Default: as the model's own head computes them (the model dtype), which is what decoding
-        follows, so that greedy texts are those of transformers' `generate`. `exact`: the head in
+        follows, so that greedy texts are those of transformers' `generate` (up to bf16 rounding). `exact`: the head in
         float32 on the upcast hidden states, for scored positions. A bf16 head rounds logits of
         magnitude 16-32 to multiples of 1/8, and since the candidates of an item share the
         normaliser at their first token, their log-likelihoods then differ by multiples of 1/8 and
