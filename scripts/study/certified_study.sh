@@ -30,6 +30,7 @@ FILES=(certificate.csv claims.csv cost.json report.md items.parquet)
 if [ "$SAVE" = 1 ]; then
   mkdir -p "$D"
   for f in "${FILES[@]}"; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$D/$f"; done
+  "${PYTHON:-.venv/bin/python}" scripts/study/certified_status.py --dir "$D"
   echo "saved ${FILES[*]} into $D"
   exit 0
 fi
