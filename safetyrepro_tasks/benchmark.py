@@ -121,6 +121,27 @@ def tied_winners(logliks: Sequence[float]) -> list[int]:
     return [i for i, v in enumerate(logliks) if v == best]
 
 
+def top_answer_share(predictions: Sequence[int | None]) -> float:
+    """The share of the most frequent label among the parsed answers (None: unparsed, left out); NaN
+    with none. A cell that gives one answer to every item reads 1.0 (the analysis's `top_share`)."""
+    parsed = [p for p in predictions if p is not None]
+    if not parsed:
+        return float("nan")
+    return max(parsed.count(p) for p in set(parsed)) / len(parsed)
+
+
+@dataclass(frozen=True)
+class ItemScore:
+    """One item scored once, by the benchmark's rule: what every front end (lm-eval, Inspect, HELM)
+    reports and the sweep records. `prediction` is the label index (None: unparsed); `tied` says that
+    several candidates share the top log-likelihood (logprob only), which the tie rule credited."""
+
+    prediction: int | None
+    score: float
+    parsed: bool
+    tied: bool = False
+
+
 def check_tie_rule(rule: str) -> str:
     if rule not in TIE_RULES:
         raise one_of("tie rule", rule, TIE_RULES)
@@ -243,6 +264,18 @@ class Benchmark(ABC):
             return self.item_score(item, self.pick(logliks), logliks)
         winners = tied_winners(logliks)
         return sum(self.item_score(item, w) for w in winners) / len(winners)
+
+    def score_logprob(self, item: Item, logliks: Sequence[float], tie_rule: str = DEFAULT_TIE_RULE) -> ItemScore:
+        """Logprob scoring of one item: the argmax (`pick`), its score under the tie rule, and whether
+        the top log-likelihood was tied."""
+        logliks = [float(v) for v in logliks]
+        return ItemScore(self.pick(logliks), self.logprob_item_score(item, logliks, tie_rule), True,
+                         len(tied_winners(logliks)) > 1)
+
+    def score_free_form(self, item: Item, text: str, template: str) -> ItemScore:
+        """Free-form scoring of one item: the benchmark's parser on the reply; unparsed scores 0."""
+        prediction = self.parse(text, item, template)
+        return ItemScore(prediction, self.item_score(item, prediction), prediction is not None)
 
     def compute_extra_metrics(self, items: Sequence[Item], predictions: Sequence[int | None]) -> dict[str, float]:
         """The values of `extra_metrics` (BBQ's bias scores, ...) over scored items and their

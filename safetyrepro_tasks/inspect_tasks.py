@@ -156,16 +156,13 @@ def safetyrepro_scorer(scoring: str = "free_form", tie_rule: str = DEFAULT_TIE_R
         bench = get_benchmark(meta["benchmark"])
         item = item_set(meta["benchmark"]).by_id(meta["item_id"])
         if scoring == "logprob":
-            logliks = meta["logliks"]
-            prediction = bench.pick(logliks)
-            value, parsed = bench.logprob_item_score(item, logliks, tie_rule), True
+            scored = bench.score_logprob(item, meta["logliks"], tie_rule)
         else:
-            prediction = bench.parse(state.output.completion, item, meta["template"])
-            value, parsed = bench.item_score(item, prediction), prediction is not None
-        answer = None if prediction is None else bench.labels(item)[prediction]
-        return Score(value=value, answer=answer, explanation=state.output.completion,
-                     metadata={"parsed": parsed, "prediction": prediction, "item_id": item.id,
-                               "benchmark": bench.name, "logliks": meta.get("logliks")})
+            scored = bench.score_free_form(item, state.output.completion, meta["template"])
+        answer = None if scored.prediction is None else bench.labels(item)[scored.prediction]
+        return Score(value=scored.score, answer=answer, explanation=state.output.completion,
+                     metadata={"parsed": scored.parsed, "prediction": scored.prediction, "tied": scored.tied,
+                               "item_id": item.id, "benchmark": bench.name, "logliks": meta.get("logliks")})
 
     return score
 

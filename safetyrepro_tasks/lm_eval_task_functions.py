@@ -4,6 +4,12 @@ Every task's documents are references `{id, benchmark, template}` into the share
 the prompt text, candidates, parser and scoring rule are the benchmark module's, never a copy. A
 benchmark's extra metrics (`Benchmark.extra_metrics`) all go through one aggregation,
 `aggregate_extra_metric`: each per-item value names its metric.
+
+Each item is scored once, here (`Benchmark.score_logprob` / `score_free_form`), and everything the
+sweep records comes from the per-sample metrics lm-eval logs: `acc`, `parse_rate`, `top_answer_share`
+(per sample: the predicted label index, None when unparsed; aggregated: the share of the most frequent
+parsed answer, 1.0 for a cell that answers everything alike) and, for logprob tasks, `tie_rate` (per
+sample: 1.0 when the top log-likelihood is tied).
 """
 
 from __future__ import annotations
@@ -13,7 +19,14 @@ from typing import Any
 from lm_eval.api.samplers import ContextSampler
 
 from safetyrepro.errors import UserError, refuse
-from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, Benchmark, Item, check_tie_rule
+from safetyrepro.tasks.benchmark import (
+    DEFAULT_TIE_RULE,
+    Benchmark,
+    Item,
+    ItemScore,
+    check_tie_rule,
+    top_answer_share,
+)
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import default_rules
 from safetyrepro.tasks.subsets import ItemSet, item_set
@@ -86,24 +99,27 @@ def demo_answer(doc: dict) -> str:
     return bench.demo_answer(item, template)
 
 
-def _metrics(bench: Benchmark, item: Item, prediction: int | None, score: float, parsed: bool) -> dict:
-    out = {"acc": score, "parse_rate": float(parsed)}
+def _metrics(bench: Benchmark, item: Item, scored: ItemScore) -> dict:
+    out = {"acc": scored.score, "parse_rate": float(scored.parsed), "top_answer_share": scored.prediction}
     for spec in bench.extra_metrics:
-        out[spec.name] = (spec.name, bench.name, item.id, prediction)
+        out[spec.name] = (spec.name, bench.name, item.id, scored.prediction)
     return out
 
 
 def process_results_logprob(doc: dict, results: list) -> dict:
     bench, item, _ = _resolve(doc)
-    logliks = [r[0] for r in results]
-    score = bench.logprob_item_score(item, logliks, doc.get("tie_rule") or DEFAULT_TIE_RULE)
-    return _metrics(bench, item, bench.pick(logliks), score, True)
+    scored = bench.score_logprob(item, [r[0] for r in results], doc.get("tie_rule") or DEFAULT_TIE_RULE)
+    return {**_metrics(bench, item, scored), "tie_rate": float(scored.tied)}
 
 
 def process_results_free_form(doc: dict, results: list) -> dict:
     bench, item, template = _resolve(doc)
-    prediction = bench.parse(results[0], item, template)
-    return _metrics(bench, item, prediction, bench.item_score(item, prediction), prediction is not None)
+    return _metrics(bench, item, bench.score_free_form(item, results[0], template))
+
+
+def aggregate_top_answer_share(predictions: list) -> float:
+    """lm-eval aggregation of `top_answer_share`: the per-sample values are predicted label indices."""
+    return top_answer_share(predictions)
 
 
 def aggregate_extra_metric(rows: list) -> float:

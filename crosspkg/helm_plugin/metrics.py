@@ -36,9 +36,9 @@ class SafetyReproGenerationMetric(_Common, Metric):
         bench = self._bench()
         item = _item(self.benchmark, request_state.instance.id)
         text = request_state.result.completions[0].text if request_state.result.completions else ""
-        pred = bench.parse(text, item, self.template)
-        return [Stat(MetricName("safetyrepro_accuracy")).add(bench.item_score(item, pred)),
-                Stat(MetricName("safetyrepro_parse_rate")).add(float(pred is not None))]
+        scored = bench.score_free_form(item, text, self.template)
+        return [Stat(MetricName("safetyrepro_accuracy")).add(scored.score),
+                Stat(MetricName("safetyrepro_parse_rate")).add(float(scored.parsed))]
 
 
 
@@ -52,10 +52,10 @@ class SafetyReproReferenceMetric(_Common, ReferenceMetric):
                         key=lambda s: s.reference_index)
         item = _item(self.benchmark, states[0].instance.id)
         logliks = [s.result.completions[0].logprob for s in states]
-        pred = bench.pick(logliks)
-        return [Stat(MetricName("safetyrepro_accuracy")).add(bench.logprob_item_score(item, logliks)),
+        scored = bench.score_logprob(item, logliks)
+        return [Stat(MetricName("safetyrepro_accuracy")).add(scored.score),
                 Stat(MetricName("safetyrepro_parse_rate")).add(1.0),
-                Stat(MetricName("safetyrepro_predicted_index")).add(pred)]
+                Stat(MetricName("safetyrepro_predicted_index")).add(scored.prediction)]
 
 
 METADATA = [

@@ -515,6 +515,10 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
             isinstance(first[0], str) else None
         if safetyrepro and s.get("parse_rate") is not None:
             parsed = bool(s["parse_rate"])
+        if safetyrepro and isinstance(s.get("top_answer_share"), int) and not isinstance(s["top_answer_share"], bool):
+            # the task scored the item once and logged its predicted label (runs before this field: None)
+            prediction = whole_number(s["top_answer_share"], f"field top_answer_share of sample doc_id "
+                                      f"{shorten(s.get('doc_id'))}", 0, MAX_CHOICE)
     if not safetyrepro and output_type not in LOGPROB_TYPES[:1]:
         gold = None  # a generated task's target is text, not a label index
     return ItemRow(item_id, value, prediction, gold, raw, parsed, prompt_sha)

@@ -20,7 +20,7 @@ from safetyrepro.grid_schema import cell_stem
 from safetyrepro.lm_eval_plugin import task_dir
 from safetyrepro.sweep.records import ItemRecord, prompt_hash
 from safetyrepro.sweep.store import slug
-from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, tied_winners
+from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import Config, Rules
 from safetyrepro.tasks.lm_eval_tasks import task_name
@@ -121,17 +121,17 @@ class LmEvalDriver(_Driver):
             for s in res["samples"][name]:
                 item = items.by_id(s["doc"]["id"])
                 context = s["arguments"][0][0] if isinstance(s["arguments"], list) else s["arguments"]["gen_args_0"]["arg_0"]
+                # scored once, by the task's process_results: the record reads its per-sample metrics
+                prediction = s["top_answer_share"]
                 if cfg.scoring == "logprob":
                     logliks = [float(r[0][0]) if isinstance(r[0], (list, tuple)) else float(r[0]) for r in s["resps"]]
-                    prediction = bench.pick(logliks)
                     raw = bench.candidates(item, cfg.template)[prediction]
                 else:
                     logliks = None
                     raw = s["resps"][0][0]
-                    prediction = bench.parse(raw, item, cfg.template)
                 records.append(ItemRecord(item.id, seed, prompt_hash(context), raw, prediction,
                                           bool(s["parse_rate"]), bench.gold(item), float(s["acc"]), logliks,
-                                          logliks is not None and len(tied_winners(logliks)) > 1))
+                                          bool(s.get("tie_rate", 0.0))))
         return records
 
 
@@ -170,7 +170,7 @@ class InspectDriver(_Driver):
                 logliks = meta.get("logliks")
                 records.append(ItemRecord(item.id, seed, prompt_hash(prompt), s.output.completion, meta.get("prediction"),
                                           bool(meta.get("parsed")), bench.gold(item), float(score.value), logliks,
-                                          logliks is not None and len(tied_winners(logliks)) > 1))
+                                          bool(meta.get("tied"))))
         return records
 
 

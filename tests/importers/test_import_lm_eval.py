@@ -380,3 +380,30 @@ def test_runs_without_samples_give_a_grid_without_item_records(tmp_path, capsys)
     rho = pd.read_csv(tmp_path / "an" / "rho_flip.csv")
     assert rho.loc[rho["slice"] == "full", "rho_flip"].tolist() == [0.5]  # a: 3<4, 4>2
     assert not (tmp_path / "an" / "significant_flips.csv").exists()
+
+
+def test_a_safetyrepro_free_form_run_brings_the_prediction_its_task_logged(tmp_path, capsys):
+    """The task scores each item once and logs the predicted label as the per-sample `top_answer_share`; the
+    import takes it (the constant-answer screen reads it), a run from before the field has none, and a value
+    that is no label index is one line naming the field, with nothing written."""
+    from lm_eval_fixtures import sample_lines
+
+    gen = dict(task="safetyrepro_xstest_t2_gen", output_type="generate_until")
+    lines = sample_lines(SIXTHS[4], output_type="generate_until")
+    for k, line in enumerate(lines):
+        line["top_answer_share"] = [1, 1, 0, 1, None, 1][k]
+    write_run(tmp_path / "runs", scores=SIXTHS[4], folder="new", lines=lines, **gen)
+    write_run(tmp_path / "old", scores=SIXTHS[4], folder="old", **gen)
+    code, out = imp(tmp_path, tmp_path / "runs")
+    assert code == 0
+    items = pd.read_parquet(out / "items.parquet").sort_values("item_id")
+    got = dict(zip(items["item_id"], items["prediction"].astype("Int64").tolist(), strict=True))
+    assert got == {i: p for i, p in zip(XSTEST_IDS[:6], [1, 1, 0, 1, pd.NA, 1], strict=True)}
+    code, old = imp(tmp_path, tmp_path / "old", out="old-out")
+    assert code == 0 and pd.read_parquet(old / "items.parquet")["prediction"].isna().all()
+    lines[2]["top_answer_share"] = -1
+    write_run(tmp_path / "bad", scores=SIXTHS[4], folder="bad", lines=lines, **gen)
+    capsys.readouterr()
+    code, bad = imp(tmp_path, tmp_path / "bad", out="bad-out")
+    err = capsys.readouterr().err
+    assert code != 0 and "top_answer_share" in err and len(err.strip().splitlines()) == 1 and not bad.exists()
