@@ -33,6 +33,7 @@ import pandas as pd
 from safetyrepro.analysis.grid_io import read_table
 from safetyrepro.analysis.significance import ITEM_COLUMNS
 from safetyrepro.atomic import ensure_dir
+from safetyrepro.console import duration
 from safetyrepro.errors import UserError
 from safetyrepro.limits import MAX_CONFIG_BYTES, read_capped, shorten
 from safetyrepro.sweep.cached_backend import open_cached_backend, outputs_cache_path
@@ -215,7 +216,7 @@ class LiveOracle:
         for i, (benchmark, cid, _, _) in enumerate(requests):
             first.setdefault((benchmark, cid), i)
         order = sorted(range(len(requests)), key=lambda i: (first[requests[i][:2]], rank[requests[i][2]]))
-        for i in order:
+        for k, i in enumerate(order, 1):
             benchmark, cid, model, ids = requests[i]
             ids = list(ids)
             done: list[float] = []
@@ -224,7 +225,7 @@ class LiveOracle:
                 if left is not None and left <= 0:
                     break
                 todo = self._fitting(benchmark, cid, model, ids[len(done):], left)
-                done += list(self._run(benchmark, cid, model, todo))
+                done += list(self._run(benchmark, cid, model, todo, where=(k, len(order), seconds_left, start)))
                 if tick is not None:
                     tick()
             answers[i] = np.asarray(done, dtype=float)
@@ -248,7 +249,10 @@ class LiveOracle:
                     return todo[:j]
         return todo
 
-    def _run(self, benchmark: str, cid: str, model: str, ids: list[str]) -> np.ndarray:
+    def _run(self, benchmark: str, cid: str, model: str, ids: list[str],
+             where: tuple[int, int, float | None, float] | None = None) -> np.ndarray:
+        """`where`: (this call's place in the round, the round's calls, the budget's seconds left when the
+        round began, when it began), for the progress line."""
         cell = self.cells[(model, cid)]
         label = f"{model} {cid}"
         kept = [i for i in ids if self._held(model, cid, i)]
@@ -292,7 +296,7 @@ class LiveOracle:
         if lattice is not None and not on_lattice(scores, lattice):
             raise RuntimeError(f"{label}: item scores off the lattice 1/{lattice} the confidence sequences assume")
         self._say(f"{label}: {len(todo)} items in {dt:.1f} s" + ("" if worked else " (cached)")
-                  + (f", {len(kept)} from earlier records" if kept else ""))
+                  + (f", {len(kept)} from earlier records" if kept else "") + _round_note(where))
         return scores
 
     def _say(self, line: str) -> None:
@@ -385,6 +389,17 @@ class _Heartbeat:
         self._stop.set()
         self._thread.join()
         return False
+
+
+def _round_note(where: tuple[int, int, float | None, float] | None) -> str:
+    """'; call 3 of 12 of the round, 1.4 h of the budget left' (the budget part only under a wall budget)."""
+    if where is None:
+        return ""
+    k, n, seconds_left, start = where
+    note = f"; call {k} of {n} of the round"
+    if seconds_left is not None:
+        note += f", {duration(max(0.0, seconds_left - (time.monotonic() - start)))} of the budget left"
+    return note
 
 
 def _first_line(e: BaseException) -> str:

@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from safetyrepro.console import paced
 from safetyrepro.importers.common import (
     Axes,
     BadInput,
@@ -204,7 +205,7 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
     files, missing = find_records(paths)
     for b in missing:
         bad(b)
-    for path in files:
+    for path in paced(files, "Every Eval Ever records", prefix="import"):
         try:
             data, record = _read_json_text(path)
         except OSError as e:

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from safetyrepro.console import paced
 from safetyrepro.limits import (
     MAX_CHOICE,
     MAX_COUNT,
@@ -94,7 +95,7 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
     files, missing = _log_files(paths)
     for b in missing:
         bad(b)
-    for path in files:
+    for path in paced(files, "Inspect logs", prefix="import"):
         try:
             data = read_capped(path)
             members = _check_log_file(data, path)

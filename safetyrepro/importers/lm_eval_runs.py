@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from safetyrepro.console import paced
 from safetyrepro.limits import (
     MAX_CHOICE,
     MAX_COUNT,
@@ -174,7 +175,7 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
                                  "without its results cannot say the run's settings"))
             continue
         by_run.setdefault(key, []).append((s, m["task"]))
-    for r in results_files:
+    for r in paced(results_files, "lm-eval results files", prefix="import"):
         stamp = RESULTS_FILE.fullmatch(r.name)["stamp"]
         try:
             raw = read_capped(r)

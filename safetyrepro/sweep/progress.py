@@ -11,16 +11,11 @@ import sys
 import threading
 import time
 
+from safetyrepro.console import duration
+
+__all__ = ["HEARTBEAT_S", "SweepProgress", "duration"]
+
 HEARTBEAT_S = 30.0
-
-
-def duration(seconds: float) -> str:
-    """12 s, 4.5 min, 2.3 h."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 class SweepProgress:
