@@ -61,6 +61,20 @@ def test_each_decided_claim_is_set_against_the_24_item_reading(cs, tmp_path):
     assert "| bbq | a | b | bbq/c2 | b_better | -0.300 | -0.020 | 120 | +0.125 | overturned |" in text
     # the 24-item study read a stable win for a (2 wins, none for b); the certified flip overturns it
     assert "bbq a vs b: 24 items read stable_a, certified flip (overturned)" in text
+    # no rates measured in this cost.json: the pair's hours cannot be said, its evaluations can
+    assert "| bbq | a | b | flip | 360 | 900 | nan | nan | 2 of 3 |" in text
+
+
+def test_each_pair_says_the_model_hours_its_items_cost_against_the_full_grids(cs, tmp_path):
+    first, cert = _study(tmp_path)
+    cost = json.loads((cert / "cost.json").read_text())
+    # a at 2 s and b at 1 s per item on c1 (3 s per paired item), the benchmark's mean 0.5 s elsewhere (1 s)
+    cost["seconds_per_model_evaluation_by_cell"] = {"a|bbq/c1": 2.0, "b|bbq/c1": 1.0}
+    cost["seconds_per_model_evaluation"] = {"bbq": 0.5}
+    (cert / "cost.json").write_text(json.dumps(cost))
+    assert cs.main(["--dir", str(cert), "--first", str(first)]) == 0
+    # used: 120 items x (3 + 1 + 1) s = 600 s = 0.17 h; full: 300 x 5 s = 1500 s = 0.4 h (one decimal)
+    assert "| bbq | a | b | flip | 360 | 900 | 0.17 | 0.4 | 2 of 3 |" in (cert / "README.md").read_text()
 
 
 def test_claim_words(cs):

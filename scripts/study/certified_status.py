@@ -118,10 +118,44 @@ def status_block(folder: Path, grid_csv: Path, rho_csv: Path) -> str:
             "(rho_flip.csv) are neither confirmed nor overturned for those")
     text += ("; " + "; ".join(pair_words) + ".") if pair_words else "."
     lines.append(text)
+    lines += ["", *pair_table(cert, claims, cost)]
     if rows:
         lines += ["", "| benchmark | model_a | model_b | config_id | claim | lower | upper | items | 24-item diff | 24-item reading |",
                   "|---|---|---|---|---|---|---|---|---|---|", *rows]
     return "\n".join(lines)
+
+
+def pair_hours(claims, cost: dict) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """(benchmark, model_a, model_b) -> (model hours its items cost, model hours of the full subset), each
+    configuration's items at both models' measured seconds per item there (cost.json's by-cell rates, else
+    the benchmark's mean). An item a model was scored on serves every pair it is in, so pairs share hours."""
+    by_cell = cost.get("seconds_per_model_evaluation_by_cell") or {}
+    by_bench = cost.get("seconds_per_model_evaluation") or {}
+    out: dict[tuple[str, str, str], list[float]] = {}
+    for c in claims.itertuples():
+        rates = [by_cell.get(f"{m}|{c.config_id}", by_bench.get(c.benchmark)) for m in (c.model_a, c.model_b)]
+        if any(r is None for r in rates):
+            continue
+        per_item = sum(rates) / 3600
+        got = out.setdefault((c.benchmark, c.model_a, c.model_b), [0.0, 0.0])
+        got[0] += c.items_used * per_item
+        got[1] += c.n_full * per_item
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def pair_table(cert, claims, cost: dict) -> list[str]:
+    """Each pair's verdict, its paired evaluations and model hours against the full grid's."""
+    hours = pair_hours(claims, cost)
+    lines = ["| benchmark | model_a | model_b | verdict | paired evaluations | of the full grid's | model hours | "
+             "of the full grid's | configurations decided |", "|---|---|---|---|---|---|---|---|---|"]
+    for v in cert.itertuples():
+        mine = claims[(claims["benchmark"] == v.benchmark) & (claims["model_a"] == v.model_a)
+                      & (claims["model_b"] == v.model_b)]
+        used, full = hours.get((v.benchmark, v.model_a, v.model_b), (float("nan"), float("nan")))
+        lines.append(f"| {v.benchmark} | {v.model_a} | {v.model_b} | {v.verdict} | {v.n_evaluations:,} | "
+                     f"{v.n_full:,} | {used:.2f} | {full:.1f} | {int((mine['claim'] != 'undecided').sum())} of "
+                     f"{len(mine)} |")
+    return lines
 
 
 def fill(readme: Path, block: str) -> str:
