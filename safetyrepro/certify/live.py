@@ -207,7 +207,7 @@ class LiveOracle:
         call starts once that much time has passed, and a call expected to outrun it is cut to the items
         that fit (by `cost`; items held from earlier records are free): a request may then be answered for
         a prefix of its items only."""
-        start = time.monotonic()
+        deadline = None if seconds_left is None else time.monotonic() + seconds_left
         answers: list[np.ndarray] = [np.zeros(0)] * len(requests)
         # configuration by configuration, every model of it together (the drivers stay loaded): a budget
         # that ends inside a round leaves paired items behind, not one model's items with no partner
@@ -221,15 +221,15 @@ class LiveOracle:
             ids = list(ids)
             done: list[float] = []
             while len(done) < len(ids):
-                left = None if seconds_left is None else seconds_left - (time.monotonic() - start)
+                left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break
                 todo = self._fitting(benchmark, cid, model, ids[len(done):], left)
-                done += list(self._run(benchmark, cid, model, todo, where=(k, len(order), seconds_left, start)))
+                done += list(self._run(benchmark, cid, model, todo, where=(k, len(order), deadline)))
                 if tick is not None:
                     tick()
             answers[i] = np.asarray(done, dtype=float)
-            if seconds_left is not None and seconds_left - (time.monotonic() - start) <= 0:
+            if deadline is not None and deadline - time.monotonic() <= 0:
                 break
         return answers
 
@@ -250,9 +250,9 @@ class LiveOracle:
         return todo
 
     def _run(self, benchmark: str, cid: str, model: str, ids: list[str],
-             where: tuple[int, int, float | None, float] | None = None) -> np.ndarray:
-        """`where`: (this call's place in the round, the round's calls, the budget's seconds left when the
-        round began, when it began), for the progress line."""
+             where: tuple[int, int, float | None] | None = None) -> np.ndarray:
+        """`where`: (this call's place in the round, the round's calls, the budget's deadline on the
+        monotonic clock or None), for the progress line."""
         cell = self.cells[(model, cid)]
         label = f"{model} {cid}"
         kept = [i for i in ids if self._held(model, cid, i)]
@@ -391,14 +391,14 @@ class _Heartbeat:
         return False
 
 
-def _round_note(where: tuple[int, int, float | None, float] | None) -> str:
+def _round_note(where: tuple[int, int, float | None] | None) -> str:
     """'; call 3 of 12 of the round, 1.4 h of the budget left' (the budget part only under a wall budget)."""
     if where is None:
         return ""
-    k, n, seconds_left, start = where
+    k, n, deadline = where
     note = f"; call {k} of {n} of the round"
-    if seconds_left is not None:
-        note += f", {duration(max(0.0, seconds_left - (time.monotonic() - start)))} of the budget left"
+    if deadline is not None:
+        note += f", {duration(max(0.0, deadline - time.monotonic()))} of the budget left"
     return note
 
 
