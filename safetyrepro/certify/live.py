@@ -318,7 +318,8 @@ class LiveOracle:
         seconds per model evaluation (one item, every seed) x the full subset's items, summed over the
         grid; a cell not measured in this run takes its rate from earlier certify runs whose records it
         holds, else from earlier sweeps' cell files (--records), else the mean rate of its benchmark."""
-        rates = {f"{m}|{c}": t.seconds / t.evaluations for (m, c), t in self.timing.items() if t.evaluations}
+        # rounded as cost.json writes them, so that a rerun reading them back (prior_rates) sums the same grid
+        rates = {f"{m}|{c}": round(t.seconds / t.evaluations, 4) for (m, c), t in self.timing.items() if t.evaluations}
         source = "this run"
         for (m, c), value in self.prior_rates.items():
             if f"{m}|{c}" not in rates:
