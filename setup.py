@@ -15,15 +15,25 @@ from setuptools.command.editable_wheel import editable_wheel
 
 PTH = "safetyrepro_lm_eval.pth"
 # import package -> folder, as [tool.setuptools] package-dir in pyproject.toml
-ROOTS = {"safetyrepro": "safetyrepro", "safetyrepro.tasks": "safetyrepro_tasks", "safetyrepro.adapters": "adapters",
-         "safetyrepro.analysis": "analysis", "safetyrepro.crosspkg": "crosspkg"}
+ROOTS = {
+    "safetyrepro": "safetyrepro",
+    "safetyrepro.tasks": "safetyrepro_tasks",
+    "safetyrepro.adapters": "adapters",
+    "safetyrepro.analysis": "analysis",
+    "safetyrepro.crosspkg": "crosspkg",
+}
 
 
 def packages() -> list[str]:
     """Every package under the mapped folders (a folder with an __init__.py)."""
     here = Path(__file__).resolve().parent
-    return sorted({name for root, folder in ROOTS.items()
-                   for name in (root, *(f"{root}.{sub}" for sub in find_packages(str(here / folder))))})
+    return sorted(
+        {
+            name
+            for root, folder in ROOTS.items()
+            for name in (root, *(f"{root}.{sub}" for sub in find_packages(str(here / folder))))
+        }
+    )
 
 
 class build_py_with_pth(build_py):
@@ -71,5 +81,8 @@ def build_base() -> str:
     return folder
 
 
-setup(packages=packages(), cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth},
-      options={"build": {"build_base": build_base()}})
+setup(
+    packages=packages(),
+    cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth},
+    options={"build": {"build_base": build_base()}},
+)

@@ -44,8 +44,9 @@ from .slices import check_slices
 SOURCE = "the grid DataFrame"
 
 
-def prepare(grid: pd.DataFrame, rules: str | None = None, precision: str | None = None,
-            package: str | None = None) -> tuple[Grid, object]:
+def prepare(
+    grid: pd.DataFrame, rules: str | None = None, precision: str | None = None, package: str | None = None
+) -> tuple[Grid, object]:
     """(validated Grid, Rules) from a grid DataFrame: the checks `safetyrepro analyze` makes on a file."""
     loaded = load_rules(rules)
     frame = select_group(validate_cells(grid.copy(), loaded, SOURCE), SOURCE, precision, package)
@@ -69,13 +70,21 @@ def orderings(grid: pd.DataFrame, slices: Sequence[str] = ("full",), rules: str 
     return orderings_tables(g, r, _slices(slices, r))[0]
 
 
-def significant_flips(grid: pd.DataFrame, items: pd.DataFrame, slices: Sequence[str] = ("full",), alpha: float = 0.05,
-                      n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, rules: str | None = None) -> pd.DataFrame:
+def significant_flips(
+    grid: pd.DataFrame,
+    items: pd.DataFrame,
+    slices: Sequence[str] = ("full",),
+    alpha: float = 0.05,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    rules: str | None = None,
+) -> pd.DataFrame:
     """significant_flips.csv from a grid and its per-item records (items.parquet's format): Holm
     (confirmatory) and BH (exploratory) rows per benchmark x slice x pair."""
     g, r = prepare(grid, rules)
-    return item_analysis(items_from_frame(items, g, "the items DataFrame"), g, r, _slices(slices, r), alpha,
-                         n_resamples, seed).flips
+    return item_analysis(
+        items_from_frame(items, g, "the items DataFrame"), g, r, _slices(slices, r), alpha, n_resamples, seed
+    ).flips
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,19 +106,30 @@ class AnalysisResult:
         """Write what `safetyrepro analyze` writes into `out` (the analysed grid as out/grid.csv
         first, so that the GRID card names the exact data); returns the paths written."""
         out = Path(out)
-        return write_all(self.analysis, out / "grid.csv", out, figures=figures,
-                         grid_text=self.grid_frame.to_csv(index=False))
+        return write_all(
+            self.analysis, out / "grid.csv", out, figures=figures, grid_text=self.grid_frame.to_csv(index=False)
+        )
 
 
-def analyze(grid: pd.DataFrame, items: pd.DataFrame | None = None, *, slices: Sequence[str] | None = None,
-            thetas: Sequence[float] | None = None, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
-            alpha: float = 0.05, rules: str | None = None, precision: str | None = None,
-            package: str | None = None) -> AnalysisResult:
+def analyze(
+    grid: pd.DataFrame,
+    items: pd.DataFrame | None = None,
+    *,
+    slices: Sequence[str] | None = None,
+    thetas: Sequence[float] | None = None,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+    alpha: float = 0.05,
+    rules: str | None = None,
+    precision: str | None = None,
+    package: str | None = None,
+) -> AnalysisResult:
     """Every analysis of `safetyrepro analyze` on a grid DataFrame (and, when given, its per-item
     records), without writing anything; `.report(dir)` writes the files."""
     if n_resamples < 1:
         raise UserError(f"n_resamples {n_resamples}: needs at least one resample")
     g, r = prepare(grid, rules, precision, package)
-    options = AnalysisOptions(slices=_slices(slices, r), thetas=parse_thetas(thetas), n_resamples=n_resamples,
-                              seed=seed, alpha=alpha)
+    options = AnalysisOptions(
+        slices=_slices(slices, r), thetas=parse_thetas(thetas), n_resamples=n_resamples, seed=seed, alpha=alpha
+    )
     return AnalysisResult(run_analysis(g, r, options, items_frame=items), grid)

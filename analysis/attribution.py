@@ -24,12 +24,12 @@ MIN_ROWS_REGRESSOR = 20
 MIN_ROWS_CLASSIFIER = 8
 MIN_PER_CLASS = 2
 PAIR_CLASSIFIERS_MAX = 200  # pair classifiers fitted per benchmark, the most reversed pairs first
-NOTES_PER_KIND_MAX = 10     # more skipped pairs of one kind than this are named in one note
+NOTES_PER_KIND_MAX = 10  # more skipped pairs of one kind than this are named in one note
 
 
 @dataclass(frozen=True)
 class Attribution:
-    regressor: pd.DataFrame   # feature, mean_abs_shap, share, r2_in_sample, n_rows
+    regressor: pd.DataFrame  # feature, mean_abs_shap, share, r2_in_sample, n_rows
     classifier: pd.DataFrame  # benchmark, model_a, model_b, axis, mean_abs_shap, share, ...
     notes: tuple[str, ...]
 
@@ -48,9 +48,18 @@ def encode_axes(cells: pd.DataFrame, rules: Rules) -> pd.DataFrame:
 
 
 def _lgbm_params(n_rows: int, seed: int, n_estimators: int, num_leaves: int) -> dict:
-    return dict(n_estimators=n_estimators, learning_rate=0.1, num_leaves=num_leaves,
-                min_child_samples=max(2, min(20, n_rows // 30)), min_data_in_bin=1, random_state=seed,
-                deterministic=True, force_row_wise=True, n_jobs=1, verbose=-1)
+    return dict(
+        n_estimators=n_estimators,
+        learning_rate=0.1,
+        num_leaves=num_leaves,
+        min_child_samples=max(2, min(20, n_rows // 30)),
+        min_data_in_bin=1,
+        random_state=seed,
+        deterministic=True,
+        force_row_wise=True,
+        n_jobs=1,
+        verbose=-1,
+    )
 
 
 def shap_values(model, x: pd.DataFrame) -> np.ndarray:
@@ -91,8 +100,15 @@ def score_regressor(grid: Grid, rules: Rules, seed: int) -> tuple[pd.DataFrame, 
     total = float(((y - y.mean()) ** 2).sum())
     r2 = 1 - float(((y - fitted) ** 2).sum()) / total if total > 0 else float("nan")
     shap_abs = _mean_abs_shap(model, x)
-    return pd.DataFrame({"feature": list(x.columns), "mean_abs_shap": shap_abs, "share": _share(shap_abs),
-                         "r2_in_sample": r2, "n_rows": len(x)}), None
+    return pd.DataFrame(
+        {
+            "feature": list(x.columns),
+            "mean_abs_shap": shap_abs,
+            "share": _share(shap_abs),
+            "r2_in_sample": r2,
+            "n_rows": len(x),
+        }
+    ), None
 
 
 def _fit_classifier(x: pd.DataFrame, y: np.ndarray, seed: int) -> tuple[float, np.ndarray]:
@@ -115,8 +131,9 @@ def _pair_notes(benchmark: str, skipped: list[tuple[str, str, str]]) -> list[str
     notes = [words for kind, _, words in skipped if len(counts[kind]) <= NOTES_PER_KIND_MAX]
     for kind, pairs in counts.items():
         if len(pairs) > NOTES_PER_KIND_MAX:
-            notes.append(f"classifier {benchmark}: {len(pairs)} pairs {kind} ({', '.join(pairs[:NOTES_PER_KIND_MAX])}, "
-                         "...)")
+            notes.append(
+                f"classifier {benchmark}: {len(pairs)} pairs {kind} ({', '.join(pairs[:NOTES_PER_KIND_MAX])}, ...)"
+            )
     return notes
 
 
@@ -132,8 +149,12 @@ def pair_classifiers(grid: Grid, rules: Rules, seed: int) -> tuple[pd.DataFrame,
     for benchmark in grid.benchmarks:
         ids = grid.config_ids(benchmark)
         m = grid.matrix(benchmark, config_ids=ids)
-        axes_frame = grid.cells[grid.cells["benchmark"] == benchmark].drop_duplicates("config_id") \
-            .set_index("config_id").loc[list(ids)]
+        axes_frame = (
+            grid.cells[grid.cells["benchmark"] == benchmark]
+            .drop_duplicates("config_id")
+            .set_index("config_id")
+            .loc[list(ids)]
+        )
         x_all = encode_axes(axes_frame, rules)
         values = m.to_numpy(dtype=float)
         column = {model: i for i, model in enumerate(m.columns)}
@@ -145,14 +166,24 @@ def pair_classifiers(grid: Grid, rules: Rules, seed: int) -> tuple[pd.DataFrame,
             wins_a, wins_b = int(y.sum()), int(len(y) - y.sum())
             where = f"{benchmark} {a} vs {b}"
             if min(wins_a, wins_b) == 0:
-                skipped.append(("without a strict reversal, nothing to localise", f"{a} vs {b}",
-                                f"classifier {where}: no strict reversal, nothing to localise"))
+                skipped.append(
+                    (
+                        "without a strict reversal, nothing to localise",
+                        f"{a} vs {b}",
+                        f"classifier {where}: no strict reversal, nothing to localise",
+                    )
+                )
                 continue
             if len(y) < MIN_ROWS_CLASSIFIER or min(wins_a, wins_b) < MIN_PER_CLASS:
-                skipped.append((f"skipped: too few wins on one side to fit (needs {MIN_ROWS_CLASSIFIER} untied configs, "
-                                f"{MIN_PER_CLASS} per side)", f"{a} vs {b}",
-                                f"classifier {where}: skipped, {wins_a} wins for {a} and {wins_b} for {b} are too "
-                                f"few to fit (needs {MIN_ROWS_CLASSIFIER} untied configs, {MIN_PER_CLASS} per side)"))
+                skipped.append(
+                    (
+                        f"skipped: too few wins on one side to fit (needs {MIN_ROWS_CLASSIFIER} untied configs, "
+                        f"{MIN_PER_CLASS} per side)",
+                        f"{a} vs {b}",
+                        f"classifier {where}: skipped, {wins_a} wins for {a} and {wins_b} for {b} are too "
+                        f"few to fit (needs {MIN_ROWS_CLASSIFIER} untied configs, {MIN_PER_CLASS} per side)",
+                    )
+                )
                 continue
             candidates.append((a, b, strict, y, wins_a, wins_b))
         notes += _pair_notes(benchmark, skipped)
@@ -163,11 +194,13 @@ def pair_classifiers(grid: Grid, rules: Rules, seed: int) -> tuple[pd.DataFrame,
             chosen = [c for i, c in enumerate(candidates) if i in keep]
             left = [c for i, c in enumerate(candidates) if i not in keep]
             floor = min((min(c[4], c[5]) for c in chosen), default=0)
-            notes.append(f"classifier {benchmark}: {len(left)} of {len(candidates)} pairs with a strict reversal not "
-                         f"fitted (at most {PAIR_CLASSIFIERS_MAX} per benchmark, those that reverse most: at least "
-                         f"{floor} wins on the smaller side); not fitted: "
-                         + ", ".join(f"{a} vs {b}" for a, b, *_ in left[:NOTES_PER_KIND_MAX])
-                         + (", ..." if len(left) > NOTES_PER_KIND_MAX else ""))
+            notes.append(
+                f"classifier {benchmark}: {len(left)} of {len(candidates)} pairs with a strict reversal not "
+                f"fitted (at most {PAIR_CLASSIFIERS_MAX} per benchmark, those that reverse most: at least "
+                f"{floor} wins on the smaller side); not fitted: "
+                + ", ".join(f"{a} vs {b}" for a, b, *_ in left[:NOTES_PER_KIND_MAX])
+                + (", ..." if len(left) > NOTES_PER_KIND_MAX else "")
+            )
         fitted: dict[tuple[bytes, bytes], tuple[float, np.ndarray]] = {}
         for a, b, strict, y, wins_a, wins_b in chosen:
             key = (strict.tobytes(), y.tobytes())
@@ -176,9 +209,20 @@ def pair_classifiers(grid: Grid, rules: Rules, seed: int) -> tuple[pd.DataFrame,
                 fitted[key] = _fit_classifier(x, y, seed)
             accuracy, shap_abs = fitted[key]
             for axis, value, share in zip(x.columns, shap_abs, _share(shap_abs), strict=True):
-                rows.append({"benchmark": benchmark, "model_a": a, "model_b": b, "axis": axis,
-                             "mean_abs_shap": float(value), "share": float(share), "n_configs": len(x),
-                             "n_a_wins": wins_a, "n_b_wins": wins_b, "accuracy_in_sample": accuracy})
+                rows.append(
+                    {
+                        "benchmark": benchmark,
+                        "model_a": a,
+                        "model_b": b,
+                        "axis": axis,
+                        "mean_abs_shap": float(value),
+                        "share": float(share),
+                        "n_configs": len(x),
+                        "n_a_wins": wins_a,
+                        "n_b_wins": wins_b,
+                        "accuracy_in_sample": accuracy,
+                    }
+                )
     return pd.DataFrame(rows), notes
 
 

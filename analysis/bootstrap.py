@@ -21,7 +21,7 @@ class BootstrapRange:
     benchmark: str
     statistic: str
     point: float
-    low: float   # 2.5th percentile
+    low: float  # 2.5th percentile
     high: float  # 97.5th percentile
     n_resamples: int
     seed: int
@@ -42,7 +42,7 @@ def _rho_max(x: np.ndarray, weights: np.ndarray, models: tuple[str, ...]) -> np.
     i, j = pair_columns(models)
     best = np.zeros(len(weights))
     for start in range(0, len(i), PAIR_BLOCK):
-        a, b = x[:, i[start:start + PAIR_BLOCK]], x[:, j[start:start + PAIR_BLOCK]]
+        a, b = x[:, i[start : start + PAIR_BLOCK]], x[:, j[start : start + PAIR_BLOCK]]
         plus, minus = weights @ (a > b).astype(float), weights @ (a < b).astype(float)
         best = np.maximum(best, np.minimum(plus, minus).max(axis=1))
     return best / n_cfg
@@ -63,7 +63,7 @@ def maxima(sample: np.ndarray, models: tuple[str, ...]) -> tuple[np.ndarray, np.
     rho = np.zeros(sample.shape[0])
     step = max(1, PAIR_BLOCK // max(1, n_cfg))
     for start in range(0, len(i), step):
-        a, b = sample[:, :, i[start:start + step]], sample[:, :, j[start:start + step]]
+        a, b = sample[:, :, i[start : start + step]], sample[:, :, j[start : start + step]]
         minority = np.minimum(np.count_nonzero(a > b, axis=1), np.count_nonzero(a < b, axis=1))
         rho = np.maximum(rho, minority.max(axis=1, initial=0) / n_cfg)
     return rho, _sdi_max(sample)

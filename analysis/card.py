@@ -30,8 +30,11 @@ def read_run_metadata(grid_path: Path) -> tuple[dict | None, str]:
     """(run.json contents or None, a sentence on where it came from)."""
     path = grid_path.parent / "run.json"
     if not path.is_file():
-        return None, f"no run.json beside {grid_path.name}: models' weight hashes, item-subset ids, package versions " \
-                     f"and the machine are unknown for this grid"
+        return (
+            None,
+            f"no run.json beside {grid_path.name}: models' weight hashes, item-subset ids, package versions "
+            f"and the machine are unknown for this grid",
+        )
     try:
         meta = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -62,64 +65,110 @@ def _caveats(a: Analysis, run_note: str, meta: dict | None) -> list[str]:
     out = []
     full = a.rho_flip_detail[a.rho_flip_detail["slice"] == "full"]
     sat = a.rho_flip_max[a.rho_flip_max["saturated"]]
-    out.append("Ceiling: rho_flip can never exceed floor(|C|/2)/|C| (0.5 at even |C|, less at odd |C|); compare values "
-               "only at equal |C|. "
-               + (f"Saturated (a reversal exists, its size is unknown): {', '.join(sat['benchmark'] + '/' + sat['slice'])}."
-                  if len(sat) else "No benchmark/slice maximum sits at its ceiling."))
+    out.append(
+        "Ceiling: rho_flip can never exceed floor(|C|/2)/|C| (0.5 at even |C|, less at odd |C|); compare values "
+        "only at equal |C|. "
+        + (
+            f"Saturated (a reversal exists, its size is unknown): {', '.join(sat['benchmark'] + '/' + sat['slice'])}."
+            if len(sat)
+            else "No benchmark/slice maximum sits at its ceiling."
+        )
+    )
     sizes = sorted(set(int(n) for n in full["n_configs"]))
-    out.append("Chance: coin-flip verdicts (exchangeable scores, no ties) give rho_flip E[min(K, |C|-K)]/|C| with "
-               "K ~ Binomial(|C|, 1/2) for one pair (" + ", ".join(f"{chance_rho_flip(n):.3f} at |C| = {n}" for n in sizes)
-               + ") and more for the maximum over pairs (chance_max in the headline); read a value against these, not "
-               "against 0.5.")
+    out.append(
+        "Chance: coin-flip verdicts (exchangeable scores, no ties) give rho_flip E[min(K, |C|-K)]/|C| with "
+        "K ~ Binomial(|C|, 1/2) for one pair ("
+        + ", ".join(f"{chance_rho_flip(n):.3f} at |C| = {n}" for n in sizes)
+        + ") and more for the maximum over pairs (chance_max in the headline); read a value against these, not "
+        "against 0.5."
+    )
     odd = [b for b in a.grid.benchmarks if not direction(b).monotone]
     if odd:
-        out.append("Direction: " + ", ".join(f"{b} ({direction(b).label})" for b in odd) + ": rho_flip.csv and "
-                   "orderings.csv order by raw score, highest first, whichever way is better; the better reading is in "
-                   "the headline's *_better columns and the detail tables.")
-    not_full = [f"{b}: {phrase}" for b in a.grid.benchmarks for is_full, phrase in [envelope_scope(a.grid, a.rules, b)]
-                if not is_full]
+        out.append(
+            "Direction: " + ", ".join(f"{b} ({direction(b).label})" for b in odd) + ": rho_flip.csv and "
+            "orderings.csv order by raw score, highest first, whichever way is better; the better reading is in "
+            "the headline's *_better columns and the detail tables."
+        )
+    not_full = [
+        f"{b}: {phrase}"
+        for b in a.grid.benchmarks
+        for is_full, phrase in [envelope_scope(a.grid, a.rules, b)]
+        if not is_full
+    ]
     if not_full:
-        out.append("Scope: slice `full` is every configuration this grid holds, not the full envelope, for "
-                   + "; ".join(not_full) + ".")
+        out.append(
+            "Scope: slice `full` is every configuration this grid holds, not the full envelope, for "
+            + "; ".join(not_full)
+            + "."
+        )
     if not a.degenerate_cells.empty:
         d = a.degenerate_cells
-        out.append(f"Degenerate cells: {len(d)} {'cell parses' if len(d) == 1 else 'cells parse'} under "
-                   f"{PARSE_CLEAN_MIN} or return mostly empty outputs ("
-                   + ", ".join(f"{r.model} {r.config_id} score {r.score:.3f}, {r.reason}" for r in d.head(5).itertuples())
-                   + ("" if len(d) <= 5 else ", ...") + f"); read SDI, CFR and orderings on slice `{PARSE_CLEAN}` beside "
-                   "`full` (degenerate_effects.csv).")
+        out.append(
+            f"Degenerate cells: {len(d)} {'cell parses' if len(d) == 1 else 'cells parse'} under "
+            f"{PARSE_CLEAN_MIN} or return mostly empty outputs ("
+            + ", ".join(f"{r.model} {r.config_id} score {r.score:.3f}, {r.reason}" for r in d.head(5).itertuples())
+            + ("" if len(d) <= 5 else ", ...")
+            + f"); read SDI, CFR and orderings on slice `{PARSE_CLEAN}` beside "
+            "`full` (degenerate_effects.csv)."
+        )
     tied = full[full["n_zero"] > 0]
-    out.append("Ties: equal scores count for neither model but stay in the denominator, so they lower rho_flip. "
-               + (f"{len(tied)} pair(s) on slice full have ties: "
-                  + ", ".join(f"{r.benchmark} {r.model_a}/{r.model_b} ({r.n_zero})" for r in tied.itertuples()) + "."
-                  if len(tied) else "No tied configuration on slice full."))
+    out.append(
+        "Ties: equal scores count for neither model but stay in the denominator, so they lower rho_flip. "
+        + (
+            f"{len(tied)} pair(s) on slice full have ties: "
+            + ", ".join(f"{r.benchmark} {r.model_a}/{r.model_b} ({r.n_zero})" for r in tied.itertuples())
+            + "."
+            if len(tied)
+            else "No tied configuration on slice full."
+        )
+    )
     m = a.rho_flip_max.set_index(["benchmark", "slice"])["rho_flip_max"]
     mixed = []
     for b in a.grid.benchmarks:
         if (b, "free_form") in m.index and (b, "logprob") in m.index and (b, "full") in m.index:
-            mixed.append(f"{b} {m[(b, 'full')]:.3f} (free-form {m[(b, 'free_form')]:.3f}, logprob {m[(b, 'logprob')]:.3f})")
+            mixed.append(
+                f"{b} {m[(b, 'full')]:.3f} (free-form {m[(b, 'free_form')]:.3f}, logprob {m[(b, 'logprob')]:.3f})"
+            )
     if mixed:
-        out.append("Mixed scoring paths: slice full mixes free-form and logprob scoring, which measure different "
-                   "objects; part of a reversal on it can come from switching path. Full vs single-path maxima: "
-                   + "; ".join(mixed) + ".")
+        out.append(
+            "Mixed scoring paths: slice full mixes free-form and logprob scoring, which measure different "
+            "objects; part of a reversal on it can come from switching path. Full vs single-path maxima: "
+            + "; ".join(mixed)
+            + "."
+        )
     pr = a.grid.cells.groupby("benchmark")["parse_rate"].min()
     clean = a.rho_flip_max[a.rho_flip_max["slice"] == PARSE_CLEAN].set_index("benchmark")["n_configs"]
     full_n = {b: len(a.grid.config_ids(b)) for b in a.grid.benchmarks}
-    low = [f"{b} min {pr[b]:.2f}, {full_n[b] - int(clean.get(b, 0))} of {full_n[b]} configs below {PARSE_CLEAN_MIN}"
-           for b in a.grid.benchmarks if pr[b] < PARSE_CLEAN_MIN]
-    out.append("Parse rates: " + ("; ".join(low) + f"; see the {PARSE_CLEAN} slice." if low
-                                  else f"every model parses at least {PARSE_CLEAN_MIN:.0%} of items on every configuration."))
-    out.append("Items: one fixed item subset per benchmark; the configuration bootstrap resamples configurations and "
-               "describes sensitivity to the envelope, the item bootstrap and the significance tests (with item records) "
-               "describe uncertainty over items of that subset, neither is uncertainty about a population of models.")
-    out.append(f"Precision and package are held fixed ({a.grid.precision}, {a.grid.package}); this card says nothing "
-               "about other precisions or packages.")
+    low = [
+        f"{b} min {pr[b]:.2f}, {full_n[b] - int(clean.get(b, 0))} of {full_n[b]} configs below {PARSE_CLEAN_MIN}"
+        for b in a.grid.benchmarks
+        if pr[b] < PARSE_CLEAN_MIN
+    ]
+    out.append(
+        "Parse rates: "
+        + (
+            "; ".join(low) + f"; see the {PARSE_CLEAN} slice."
+            if low
+            else f"every model parses at least {PARSE_CLEAN_MIN:.0%} of items on every configuration."
+        )
+    )
+    out.append(
+        "Items: one fixed item subset per benchmark; the configuration bootstrap resamples configurations and "
+        "describes sensitivity to the envelope, the item bootstrap and the significance tests (with item records) "
+        "describe uncertainty over items of that subset, neither is uncertainty about a population of models."
+    )
+    out.append(
+        f"Precision and package are held fixed ({a.grid.precision}, {a.grid.package}); this card says nothing "
+        "about other precisions or packages."
+    )
     out.extend(a.warnings)
     if meta is None:
         out.append(run_note[0].upper() + run_note[1:] + ".")
     elif meta.get("rules_sha256") and meta["rules_sha256"] != a.rules.sha256:
-        out.append(f"The grid was run under rules {meta['rules_sha256'][:12]}... but analysed under "
-                   f"{a.rules.sha256[:12]}...; slices and tiers may not be what the run used.")
+        out.append(
+            f"The grid was run under rules {meta['rules_sha256'][:12]}... but analysed under "
+            f"{a.rules.sha256[:12]}...; slices and tiers may not be what the run used."
+        )
     return out
 
 
@@ -132,14 +181,25 @@ def headline(a: Analysis) -> pd.DataFrame:
     for b in a.grid.benchmarks:
         if b not in m.index:
             continue
-        rows.append({"benchmark": b, "better": direction(b).label, "n_configs": int(m.at[b, "n_configs"]),
-                     "rho_flip_max": float(m.at[b, "rho_flip_max"]), "pairs": m.at[b, "pairs"],
-                     "ceiling": float(m.at[b, "ceiling"]), "chance_max": float(m.at[b, "chance_max"]),
-                     "saturated": bool(m.at[b, "saturated"]),
-                     "n_orderings": int(o.at[b, "n_orderings"]), "n_possible": int(o.at[b, "n_possible"]),
-                     "rho_flip_max_better": float(m.at[b, "rho_flip_max_better"]), "pairs_better": m.at[b, "pairs_better"],
-                     "n_orderings_better": int(o.at[b, "n_orderings_better"]),
-                     "tau_r": float(t.at[b, "tau_r"]), "sdi_max": float(sdi[b])})
+        rows.append(
+            {
+                "benchmark": b,
+                "better": direction(b).label,
+                "n_configs": int(m.at[b, "n_configs"]),
+                "rho_flip_max": float(m.at[b, "rho_flip_max"]),
+                "pairs": m.at[b, "pairs"],
+                "ceiling": float(m.at[b, "ceiling"]),
+                "chance_max": float(m.at[b, "chance_max"]),
+                "saturated": bool(m.at[b, "saturated"]),
+                "n_orderings": int(o.at[b, "n_orderings"]),
+                "n_possible": int(o.at[b, "n_possible"]),
+                "rho_flip_max_better": float(m.at[b, "rho_flip_max_better"]),
+                "pairs_better": m.at[b, "pairs_better"],
+                "n_orderings_better": int(o.at[b, "n_orderings_better"]),
+                "tau_r": float(t.at[b, "tau_r"]),
+                "sdi_max": float(sdi[b]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -149,8 +209,19 @@ def _significance_pairs(a: Analysis) -> list[dict]:
     if f is None or f.empty:
         return []
     rows = f[(f["slice"] == "full") & (f["correction"] == "holm")]
-    keep = ["benchmark", "model_a", "model_b", "n_configs", "rho_flip", "chance", "rho_flip_null_mean",
-            "p_consistent", "p_consistent_better", "rho_flip_sig", "rho_flip_sig_better"]
+    keep = [
+        "benchmark",
+        "model_a",
+        "model_b",
+        "n_configs",
+        "rho_flip",
+        "chance",
+        "rho_flip_null_mean",
+        "p_consistent",
+        "p_consistent_better",
+        "rho_flip_sig",
+        "rho_flip_sig_better",
+    ]
     return rows[keep].to_dict(orient="records")
 
 
@@ -165,43 +236,80 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
         slices[name] = {r.benchmark: int(r.n_configs) for r in rows.itertuples()}
     return {
         "card": "SafetyRepro GRID card",
-        "grid": {"path": str(grid_path), "sha256": _file_sha256(grid_path), "cells_analysed": len(a.grid.cells),
-                 "precision": a.grid.precision, "package": a.grid.package},
+        "grid": {
+            "path": str(grid_path),
+            "sha256": _file_sha256(grid_path),
+            "cells_analysed": len(a.grid.cells),
+            "precision": a.grid.precision,
+            "package": a.grid.package,
+        },
         "run_metadata": {"found": meta is not None, "note": run_note},
-        "models": [{"label": m, "weights_sha256": meta_models.get(m, {}).get("weights_sha256"),
-                    **{k: v for k, v in meta_models.get(m, {}).items() if k not in ("label", "weights_sha256")}}
-                   for m in a.grid.models],
-        "benchmarks": [{"name": b, "n_configs": len(a.grid.config_ids(b)), "scope": envelope_scope(a.grid, a.rules, b)[1],
-                        "better": direction(b).label, "item_subset": subsets.get(b), "n_items": n_items[b]}
-                       for b in a.grid.benchmarks],
-        "envelope": {"rules_file": a.rules.path, "rules_sha256": a.rules.sha256,
-                     "run_rules_sha256": (meta or {}).get("rules_sha256"),
-                     "rules_match": None if not (meta or {}).get("rules_sha256") else meta["rules_sha256"] == a.rules.sha256,
-                     "axes": {k: list(v) for k, v in a.rules.axes.items()},
-                     "stress": {k: list(v) for k, v in a.rules.stress.items()},
-                     "constraints": [c.name for c in a.rules.constraints], "slices": slices},
+        "models": [
+            {
+                "label": m,
+                "weights_sha256": meta_models.get(m, {}).get("weights_sha256"),
+                **{k: v for k, v in meta_models.get(m, {}).items() if k not in ("label", "weights_sha256")},
+            }
+            for m in a.grid.models
+        ],
+        "benchmarks": [
+            {
+                "name": b,
+                "n_configs": len(a.grid.config_ids(b)),
+                "scope": envelope_scope(a.grid, a.rules, b)[1],
+                "better": direction(b).label,
+                "item_subset": subsets.get(b),
+                "n_items": n_items[b],
+            }
+            for b in a.grid.benchmarks
+        ],
+        "envelope": {
+            "rules_file": a.rules.path,
+            "rules_sha256": a.rules.sha256,
+            "run_rules_sha256": (meta or {}).get("rules_sha256"),
+            "rules_match": None if not (meta or {}).get("rules_sha256") else meta["rules_sha256"] == a.rules.sha256,
+            "axes": {k: list(v) for k, v in a.rules.axes.items()},
+            "stress": {k: list(v) for k, v in a.rules.stress.items()},
+            "constraints": [c.name for c in a.rules.constraints],
+            "slices": slices,
+        },
         "packages": (meta or {}).get("packages"),
         "analysis_packages": _versions(),
         "machine": (meta or {}).get("machine"),
-        "analysis": {"bootstrap_resamples": a.options.n_resamples, "seed": a.options.seed,
-                     "thetas": list(a.options.thetas), "ties": EXACT_RULE,
-                     "item_records": a.options.items_path if a.item_tests is not None else None,
-                     "significance": {"test": TEST_NAME, "corrections": CORRECTIONS, "alpha": a.options.alpha,
-                                      "family": "benchmark x slice x model pair", "confirmatory": "holm",
-                                      "pair_null": PAIR_NULL, "pairs": _significance_pairs(a)}
-                     if a.item_tests is not None else None},
+        "analysis": {
+            "bootstrap_resamples": a.options.n_resamples,
+            "seed": a.options.seed,
+            "thetas": list(a.options.thetas),
+            "ties": EXACT_RULE,
+            "item_records": a.options.items_path if a.item_tests is not None else None,
+            "significance": {
+                "test": TEST_NAME,
+                "corrections": CORRECTIONS,
+                "alpha": a.options.alpha,
+                "family": "benchmark x slice x model pair",
+                "confirmatory": "holm",
+                "pair_null": PAIR_NULL,
+                "pairs": _significance_pairs(a),
+            }
+            if a.item_tests is not None
+            else None,
+        },
         "ties_between_candidates": {
             "tie_rule": (meta or {}).get("tie_rule") or "unknown",
             "tie_rate_in_grid": a.tie_rates is not None,
             "cells_with_ties": 0 if a.tie_rates is None else len(a.tie_rates),
-            "max_tie_rate": None if a.tie_rates is None or a.tie_rates.empty else float(a.tie_rates["tie_rate"].max())},
+            "max_tie_rate": None if a.tie_rates is None or a.tie_rates.empty else float(a.tie_rates["tie_rate"].max()),
+        },
         "cells_left_out": a.excluded_cells.to_dict(orient="records"),
         "degenerate_cells": a.degenerate_cells.to_dict(orient="records"),
         "degenerate_effects": a.degenerate_effects.to_dict(orient="records"),
         "headline": headline(a).to_dict(orient="records"),
-        "detectable": {"sentences": detectable_sentences(a.detectable),
-                       "pairs": [] if a.detectable is None else
-                       a.detectable[a.detectable["slice"] == "full"].to_dict(orient="records")},
+        "detectable": {
+            "sentences": detectable_sentences(a.detectable),
+            "pairs": []
+            if a.detectable is None
+            else a.detectable[a.detectable["slice"] == "full"].to_dict(orient="records"),
+        },
         "caveats": _caveats(a, run_note, meta),
     }
 
@@ -210,8 +318,10 @@ def _backend_cell(model: dict) -> str:
     backend = model.get("backend")
     if not isinstance(backend, dict):
         return "unknown"
-    return (f"{md_escape(backend.get('kind', '?'))} {md_code(backend.get('spec', '?'))} "
-            f"({md_escape(backend.get('precision', '?'))})")
+    return (
+        f"{md_escape(backend.get('kind', '?'))} {md_code(backend.get('spec', '?'))} "
+        f"({md_escape(backend.get('precision', '?'))})"
+    )
 
 
 def _cell(v) -> str:
@@ -230,102 +340,194 @@ def _metric(name: str, value) -> str:
 
 def card_markdown(card: dict) -> str:
     g, env = card["grid"], card["envelope"]
-    lines = [f"# GRID card: {Path(g['path']).name}", "",
-             "The disclosure record of this grid: what ran, under which rules, and what a reader must know before "
-             "quoting its numbers.", "",
-             f"- Grid: {md_code(g['path'])} (sha256 `{_cell(g['sha256'])}`), {g['cells_analysed']} cells analysed, "
-             f"precision {md_code(g['precision'])}, package {md_code(g['package'])}",
-             f"- Run metadata: {card['run_metadata']['note']}",
-             f"- Rules file: `{env['rules_file']}` sha256 `{env['rules_sha256']}`"
-             + ("" if env["rules_match"] is None else
-                (" (matches run.json)" if env["rules_match"] else f" (run.json says `{env['run_rules_sha256']}`: MISMATCH)")),
-             f"- Machine: {_cell(card['machine'])}", "", "## Models", "",
-             "What ran each model (run.json: the backend's spec and the precision it reports) and what its backend "
-             "cannot do as asked (greedy decoding, per-request seeds, log-likelihoods); a flagged model's cells mean "
-             "what the flag says.", "",
-             "| model | backend | weights sha256 | flags |", "|---|---|---|---|"]
-    lines += [f"| {md_escape(m['label'])} | {_backend_cell(m)} | {_cell(m['weights_sha256'])} | "
-              f"{'; '.join(m.get('capability_flags') or []) or 'none'} |" for m in card["models"]]
-    lines += ["", "## Benchmarks and items", "",
-              "| benchmark | configurations | scope | better | item subset | items per cell |", "|---|---|---|---|---|---|"]
-    lines += [f"| {b['name']} | {b['n_configs']} | {b['scope']} | {b['better']} | {_cell(b['item_subset'])} | "
-              f"{', '.join(map(str, b['n_items']))} |" for b in card["benchmarks"]]
-    lines += ["", "## Envelope", "", "Axes: " + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in env["axes"].items()) + ".",
-              "Stress tier: " + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in env["stress"].items()) + ".",
-              "Constraints: " + "; ".join(env["constraints"]) + ".", "",
-              "Configurations per slice (common to every model):", "",
-              "| slice | " + " | ".join(b["name"] for b in card["benchmarks"]) + " |",
-              "|---|" + "---|" * len(card["benchmarks"])]
+    lines = [
+        f"# GRID card: {Path(g['path']).name}",
+        "",
+        "The disclosure record of this grid: what ran, under which rules, and what a reader must know before "
+        "quoting its numbers.",
+        "",
+        f"- Grid: {md_code(g['path'])} (sha256 `{_cell(g['sha256'])}`), {g['cells_analysed']} cells analysed, "
+        f"precision {md_code(g['precision'])}, package {md_code(g['package'])}",
+        f"- Run metadata: {card['run_metadata']['note']}",
+        f"- Rules file: `{env['rules_file']}` sha256 `{env['rules_sha256']}`"
+        + (
+            ""
+            if env["rules_match"] is None
+            else (
+                " (matches run.json)"
+                if env["rules_match"]
+                else f" (run.json says `{env['run_rules_sha256']}`: MISMATCH)"
+            )
+        ),
+        f"- Machine: {_cell(card['machine'])}",
+        "",
+        "## Models",
+        "",
+        "What ran each model (run.json: the backend's spec and the precision it reports) and what its backend "
+        "cannot do as asked (greedy decoding, per-request seeds, log-likelihoods); a flagged model's cells mean "
+        "what the flag says.",
+        "",
+        "| model | backend | weights sha256 | flags |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {md_escape(m['label'])} | {_backend_cell(m)} | {_cell(m['weights_sha256'])} | "
+        f"{'; '.join(m.get('capability_flags') or []) or 'none'} |"
+        for m in card["models"]
+    ]
+    lines += [
+        "",
+        "## Benchmarks and items",
+        "",
+        "| benchmark | configurations | scope | better | item subset | items per cell |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {b['name']} | {b['n_configs']} | {b['scope']} | {b['better']} | {_cell(b['item_subset'])} | "
+        f"{', '.join(map(str, b['n_items']))} |"
+        for b in card["benchmarks"]
+    ]
+    lines += [
+        "",
+        "## Envelope",
+        "",
+        "Axes: " + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in env["axes"].items()) + ".",
+        "Stress tier: " + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in env["stress"].items()) + ".",
+        "Constraints: " + "; ".join(env["constraints"]) + ".",
+        "",
+        "Configurations per slice (common to every model):",
+        "",
+        "| slice | " + " | ".join(b["name"] for b in card["benchmarks"]) + " |",
+        "|---|" + "---|" * len(card["benchmarks"]),
+    ]
     for name, counts in env["slices"].items():
         lines.append(f"| {name} | " + " | ".join(str(counts.get(b["name"], 0)) for b in card["benchmarks"]) + " |")
-    lines += ["", "## Headline", "",
-              "rho_flip max is the largest share of configurations on which the less frequent winner of a model pair "
-              "wins strictly (by raw score); ceiling is floor(|C|/2)/|C|; chance is what the maximum averages when "
-              "every configuration ranks the models at random; orderings counts distinct model rankings reached by "
-              "score. The better columns read the same in the benchmark's better direction.", "",
-              "| benchmark | better | \\|C\\| | rho_flip max (pair) | ceiling | chance | orderings | rho_flip max, better "
-              "| orderings, better | tau_R | SDI max |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Headline",
+        "",
+        "rho_flip max is the largest share of configurations on which the less frequent winner of a model pair "
+        "wins strictly (by raw score); ceiling is floor(|C|/2)/|C|; chance is what the maximum averages when "
+        "every configuration ranks the models at random; orderings counts distinct model rankings reached by "
+        "score. The better columns read the same in the benchmark's better direction.",
+        "",
+        "| benchmark | better | \\|C\\| | rho_flip max (pair) | ceiling | chance | orderings | rho_flip max, better "
+        "| orderings, better | tau_R | SDI max |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for h in card["headline"]:
-        lines.append(f"| {h['benchmark']} | {h['better']} | {h['n_configs']} | {h['rho_flip_max']:.3f} ({md_escape(h['pairs'])}) | "
-                     f"{h['ceiling']:.3f}{' saturated' if h['saturated'] else ''} | {h['chance_max']:.3f} | "
-                     f"{h['n_orderings']}/{h['n_possible']} | {h['rho_flip_max_better']:.3f} ({md_escape(h['pairs_better'])}) | "
-                     f"{h['n_orderings_better']}/{h['n_possible']} | {h['tau_r']:.3f} | {h['sdi_max']:.3f} |")
+        lines.append(
+            f"| {h['benchmark']} | {h['better']} | {h['n_configs']} | {h['rho_flip_max']:.3f} ({md_escape(h['pairs'])}) | "
+            f"{h['ceiling']:.3f}{' saturated' if h['saturated'] else ''} | {h['chance_max']:.3f} | "
+            f"{h['n_orderings']}/{h['n_possible']} | {h['rho_flip_max_better']:.3f} ({md_escape(h['pairs_better'])}) | "
+            f"{h['n_orderings_better']}/{h['n_possible']} | {h['tau_r']:.3f} | {h['sdi_max']:.3f} |"
+        )
     lines += ["", "## What this grid can detect", ""]
-    lines += ([f"- {x}" for x in card["detectable"]["sentences"]] if card["detectable"]["sentences"] else
-              ["- Not computed (no per-item records): what the grid can detect is unknown."])
+    lines += (
+        [f"- {x}" for x in card["detectable"]["sentences"]]
+        if card["detectable"]["sentences"]
+        else ["- Not computed (no per-item records): what the grid can detect is unknown."]
+    )
     lines += ["", "## Cells left out and degenerate cells", ""]
     if card["cells_left_out"]:
-        lines += ["Cells whose status is not ok enter no table:", "", "| status | model | benchmark | scoring | cells |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| {r['status']} | {md_escape(r['model'])} | {r['benchmark']} | {r['scoring']} | {r['n_cells']} |"
-                  for r in card["cells_left_out"]]
+        lines += [
+            "Cells whose status is not ok enter no table:",
+            "",
+            "| status | model | benchmark | scoring | cells |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['status']} | {md_escape(r['model'])} | {r['benchmark']} | {r['scoring']} | {r['n_cells']} |"
+            for r in card["cells_left_out"]
+        ]
         lines.append("")
     else:
         lines += ["- Every cell in the grid has status ok (none left out).", ""]
     if card["degenerate_cells"]:
-        lines += [f"Degenerate cells: parse rate under {PARSE_CLEAN_MIN}, mostly empty outputs, one label on nearly "
-                  "every parsed answer, or no better agreement with gold than the majority label (the "
-                  f"`{PARSE_CLEAN}` columns below leave out their configurations):", "", "| model | config | score | parse rate | reason | "
-                  "lowest of model | last in config |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {md_escape(r['model'])} | {md_escape(r['config_id'])} | {r['score']:.3f} | {r['parse_rate']:.3f} | {r['reason']} | "
-                  f"{'yes' if r['lowest_of_model'] else 'no'} | {'yes' if r['last_in_config'] else 'no'} |"
-                  for r in card["degenerate_cells"]]
-        lines += ["", "What they move (slice full with them, parse_clean without):", "",
-                  "| benchmark | model | metric | full | parse_clean |", "|---|---|---|---|---|"]
-        lines += [f"| {r['benchmark']} | {md_escape(r['model'])} | {r['metric']} | {_metric(r['metric'], r['full'])} | "
-                  f"{_metric(r['metric'], r['parse_clean'])} |" for r in card["degenerate_effects"]]
+        lines += [
+            f"Degenerate cells: parse rate under {PARSE_CLEAN_MIN}, mostly empty outputs, one label on nearly "
+            "every parsed answer, or no better agreement with gold than the majority label (the "
+            f"`{PARSE_CLEAN}` columns below leave out their configurations):",
+            "",
+            "| model | config | score | parse rate | reason | lowest of model | last in config |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {md_escape(r['model'])} | {md_escape(r['config_id'])} | {r['score']:.3f} | {r['parse_rate']:.3f} | {r['reason']} | "
+            f"{'yes' if r['lowest_of_model'] else 'no'} | {'yes' if r['last_in_config'] else 'no'} |"
+            for r in card["degenerate_cells"]
+        ]
+        lines += [
+            "",
+            "What they move (slice full with them, parse_clean without):",
+            "",
+            "| benchmark | model | metric | full | parse_clean |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['benchmark']} | {md_escape(r['model'])} | {r['metric']} | {_metric(r['metric'], r['full'])} | "
+            f"{_metric(r['metric'], r['parse_clean'])} |"
+            for r in card["degenerate_effects"]
+        ]
     else:
         lines.append(f"- No degenerate cell: every cell parses at least {PARSE_CLEAN_MIN:.0%} of items.")
     ties = card["ties_between_candidates"]
-    lines += ["", "## Ties between logprob candidates", "", f"- Tie rule: {ties['tie_rule']}",
-              "- Tie rates: " + ("not in the grid (no tie_rate column)" if not ties["tie_rate_in_grid"] else
-                                 f"{ties['cells_with_ties']} cells with exactly tied top candidates"
-                                 + (f", highest tie_rate {ties['max_tie_rate']:.3f}" if ties["max_tie_rate"] else ""))]
+    lines += [
+        "",
+        "## Ties between logprob candidates",
+        "",
+        f"- Tie rule: {ties['tie_rule']}",
+        "- Tie rates: "
+        + (
+            "not in the grid (no tie_rate column)"
+            if not ties["tie_rate_in_grid"]
+            else f"{ties['cells_with_ties']} cells with exactly tied top candidates"
+            + (f", highest tie_rate {ties['max_tie_rate']:.3f}" if ties["max_tie_rate"] else "")
+        ),
+    ]
     sig = card["analysis"]["significance"]
-    lines += ["", "## Statistics", "",
-              f"- Significant flips: {sig['test']}; p-values adjusted per {sig['family']} with "
-              + " and ".join(f"{k} ({v})" for k, v in sig["corrections"].items()) + f", alpha {sig['alpha']}; "
-              f"a flip is claimed on {sig.get('confirmatory', 'holm')} only; each pair's null reference: "
-              f"{sig.get('pair_null', 'not computed')}"
-              if sig else "- Significant flips: not computed (no per-item records)",
-              f"- Bootstrap resamples {card['analysis']['bootstrap_resamples']}, seed {card['analysis']['seed']}"]
+    lines += [
+        "",
+        "## Statistics",
+        "",
+        f"- Significant flips: {sig['test']}; p-values adjusted per {sig['family']} with "
+        + " and ".join(f"{k} ({v})" for k, v in sig["corrections"].items())
+        + f", alpha {sig['alpha']}; "
+        f"a flip is claimed on {sig.get('confirmatory', 'holm')} only; each pair's null reference: "
+        f"{sig.get('pair_null', 'not computed')}"
+        if sig
+        else "- Significant flips: not computed (no per-item records)",
+        f"- Bootstrap resamples {card['analysis']['bootstrap_resamples']}, seed {card['analysis']['seed']}",
+    ]
     if sig and sig.get("pairs"):
-        lines += ["", "rho_flip and the pair null read the raw score; p_consistent is the p-value of \"these two models "
-                  "differ consistently\" (the share of label-swap draws at or below the observed rho_flip), its "
-                  "better column the same in the benchmark's better direction.", "",
-                  "| benchmark | pair | \\|C\\| | rho_flip | chance | pair null (mean) | p_consistent | p_consistent, "
-                  "better | rho_flip_sig (Holm) | rho_flip_sig, better (Holm) |", "|---|---|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {p['benchmark']} | {md_escape(p['model_a'])} vs {md_escape(p['model_b'])} | {p['n_configs']} | {p['rho_flip']:.3f} | "
-                  f"{p['chance']:.3f} | {p['rho_flip_null_mean']:.3f} | {p['p_consistent']:.3f} | "
-                  f"{p['p_consistent_better']:.3f} | {p['rho_flip_sig']:.3f} | {p['rho_flip_sig_better']:.3f} |"
-                  for p in sig["pairs"]]
+        lines += [
+            "",
+            'rho_flip and the pair null read the raw score; p_consistent is the p-value of "these two models '
+            'differ consistently" (the share of label-swap draws at or below the observed rho_flip), its '
+            "better column the same in the benchmark's better direction.",
+            "",
+            "| benchmark | pair | \\|C\\| | rho_flip | chance | pair null (mean) | p_consistent | p_consistent, "
+            "better | rho_flip_sig (Holm) | rho_flip_sig, better (Holm) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {p['benchmark']} | {md_escape(p['model_a'])} vs {md_escape(p['model_b'])} | {p['n_configs']} | {p['rho_flip']:.3f} | "
+            f"{p['chance']:.3f} | {p['rho_flip_null_mean']:.3f} | {p['p_consistent']:.3f} | "
+            f"{p['p_consistent_better']:.3f} | {p['rho_flip_sig']:.3f} | {p['rho_flip_sig_better']:.3f} |"
+            for p in sig["pairs"]
+        ]
     lines += ["", "## Packages", ""]
     if card["packages"]:
         lines += [f"- {k} {v}" for k, v in card["packages"].items()]
     else:
         lines.append("- run packages: unknown (no run.json)")
-    lines += ["", "Analysis: " + ", ".join(f"{k} {v}" for k, v in card["analysis_packages"].items()) + ".",
-              "", "## Caveats", ""]
+    lines += [
+        "",
+        "Analysis: " + ", ".join(f"{k} {v}" for k, v in card["analysis_packages"].items()) + ".",
+        "",
+        "## Caveats",
+        "",
+    ]
     lines += [f"- {c}" for c in card["caveats"]]
     return md_prose("\n".join(lines)) + "\n"  # the prose quotes labels too: no raw HTML, no links
 

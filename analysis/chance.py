@@ -60,7 +60,7 @@ def chance_rho_flip_max(n: int, n_models: int) -> float:
         for _ in range(n):
             step = np.zeros_like(law)
             for p in _pair_patterns(3):
-                step[p[0]:, p[1]:, p[2]:] += law[:n + 1 - p[0], :n + 1 - p[1], :n + 1 - p[2]] / 6
+                step[p[0] :, p[1] :, p[2] :] += law[: n + 1 - p[0], : n + 1 - p[1], : n + 1 - p[2]] / 6
             law = step
         k = np.arange(n + 1)
         minority = np.minimum(k, n - k)
@@ -93,7 +93,7 @@ def _simulated_max(n: int, n_models: int) -> float:
         open_ = np.arange(len(active))
         first, size = 0, 8
         while first < len(pairs):
-            block = pairs[first:first + size]
+            block = pairs[first : first + size]
             first, size = first + size, size * 2
             k = np.count_nonzero(active[:, :, block[:, 0]] > active[:, :, block[:, 1]], axis=1)
             best[open_] = np.maximum(best[open_], np.minimum(k, n - k).max(axis=1))

@@ -16,36 +16,77 @@ RULES_BESIDE = "rules.yaml"
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "analyze", help="rho_flip, orderings and the paper's metrics from a grid: tables, figures, report, GRID card",
+        "analyze",
+        help="rho_flip, orderings and the paper's metrics from a grid: tables, figures, report, GRID card",
         description="Read a grid (one row per model x benchmark x configuration) and write CSV tables, PNG figures, "
-                    "report.md/.html and grid_card.md/.json into DIR. A grid that mixes precisions or packages must "
-                    "be narrowed with --precision/--package (or compared with `safetyrepro compare`). The grid and "
-                    "item-record formats are described in docs/formats.md.")
-    p.add_argument("grid", help="grid.csv or grid.parquet in the grid format of docs/formats.md (one row per cell; "
-                   "optional status and tie_rate columns)")
-    p.add_argument("--out", required=True, help="output folder (created; an earlier analysis there is replaced as a "
-                   "whole, a folder holding other files is refused)")
-    p.add_argument("--items", help="per-item records (Parquet or CSV: model, config_id, item_id, seed, item_score; "
-                   "raw_output optional, see docs/formats.md) for the significance tests, the item bootstrap and "
-                   "empty-output checks; default: items.parquet or items.csv beside the grid, if present")
-    p.add_argument("--slices", nargs="+", metavar="SLICE", help="slices to compute (default: all of full, core, "
-                   "excl_t4, excl_diverse, free_form, logprob, parse_clean, conservative_core)")
-    p.add_argument("--theta", nargs="+", type=float, metavar="T", help="CFR pass thresholds (default 0.5 0.6 0.7 0.8); "
-                   "the per-cell median is always added")
+        "report.md/.html and grid_card.md/.json into DIR. A grid that mixes precisions or packages must "
+        "be narrowed with --precision/--package (or compared with `safetyrepro compare`). The grid and "
+        "item-record formats are described in docs/formats.md.",
+    )
+    p.add_argument(
+        "grid",
+        help="grid.csv or grid.parquet in the grid format of docs/formats.md (one row per cell; "
+        "optional status and tie_rate columns)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output folder (created; an earlier analysis there is replaced as a "
+        "whole, a folder holding other files is refused)",
+    )
+    p.add_argument(
+        "--items",
+        help="per-item records (Parquet or CSV: model, config_id, item_id, seed, item_score; "
+        "raw_output optional, see docs/formats.md) for the significance tests, the item bootstrap and "
+        "empty-output checks; default: items.parquet or items.csv beside the grid, if present",
+    )
+    p.add_argument(
+        "--slices",
+        nargs="+",
+        metavar="SLICE",
+        help="slices to compute (default: all of full, core, "
+        "excl_t4, excl_diverse, free_form, logprob, parse_clean, conservative_core)",
+    )
+    p.add_argument(
+        "--theta",
+        nargs="+",
+        type=float,
+        metavar="T",
+        help="CFR pass thresholds (default 0.5 0.6 0.7 0.8); the per-cell median is always added",
+    )
     p.add_argument("--precision", help="analyse only this precision group of the grid")
     p.add_argument("--package", help="analyse only this package group of the grid")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
-                   help="resamples for every bootstrap (configurations, items for rho_flip, ANOVA rho); default 1000")
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="resamples for every bootstrap (configurations, items for rho_flip, ANOVA rho); default 1000",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for the bootstraps and the surrogate models (default 0)")
-    p.add_argument("--rules", help="rules file to validate against (default: rules.yaml beside the grid if there is "
-                   "one, as `safetyrepro import` writes it, else the packaged envelope.yaml)")
+    p.add_argument(
+        "--rules",
+        help="rules file to validate against (default: rules.yaml beside the grid if there is "
+        "one, as `safetyrepro import` writes it, else the packaged envelope.yaml)",
+    )
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.set_defaults(func=run)
 
 
-def analyze_grid(grid_path: Path, out: Path, rules_path: str | None = None, *, slices: list[str] | None = None,
-                 thetas: list[float] | None = None, precision: str | None = None, package: str | None = None,
-                 bootstrap: int = 1000, seed: int = 0, items: str | None = None, figures: bool = True):
+def analyze_grid(
+    grid_path: Path,
+    out: Path,
+    rules_path: str | None = None,
+    *,
+    slices: list[str] | None = None,
+    thetas: list[float] | None = None,
+    precision: str | None = None,
+    package: str | None = None,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    items: str | None = None,
+    figures: bool = True,
+):
     """Validate the grid, run every analysis and write DIR; returns (Analysis, written paths).
     Item records beside the grid are used when `items` is not given (and only warn if unusable)."""
     from safetyrepro.errors import UserError
@@ -62,8 +103,10 @@ def analyze_grid(grid_path: Path, out: Path, rules_path: str | None = None, *, s
         sys.stderr.write(f"safetyrepro: note: validating against the rules file beside the grid, {rules_path}\n")
     rules = load_rules(rules_path)
     if not 1 <= bootstrap <= MAX_BOOTSTRAP:
-        raise UserError(f"--bootstrap {bootstrap}: expected a whole number of resamples from 1 to {MAX_BOOTSTRAP} "
-                        "(the cap MAX_BOOTSTRAP)")
+        raise UserError(
+            f"--bootstrap {bootstrap}: expected a whole number of resamples from 1 to {MAX_BOOTSTRAP} "
+            "(the cap MAX_BOOTSTRAP)"
+        )
     if not 0 <= seed <= MAX_ANALYSIS_SEED:
         raise UserError(f"--seed {seed}: expected a whole number from 0 to {MAX_ANALYSIS_SEED}")
     chosen_slices, chosen_thetas = check_slices(slices, rules), parse_thetas(thetas)
@@ -73,8 +116,14 @@ def analyze_grid(grid_path: Path, out: Path, rules_path: str | None = None, *, s
     if items is None:
         beside = [grid_path.parent / name for name in ITEM_FILES if (grid_path.parent / name).is_file()]
         items, required = (str(beside[0]), False) if beside else (None, True)
-    options = AnalysisOptions(slices=chosen_slices, thetas=chosen_thetas, n_resamples=bootstrap, seed=seed,
-                              items_path=items, items_required=required)
+    options = AnalysisOptions(
+        slices=chosen_slices,
+        thetas=chosen_thetas,
+        n_resamples=bootstrap,
+        seed=seed,
+        items_path=items,
+        items_required=required,
+    )
     analysis = run_analysis(grid, rules, options)
     for w in analysis.warnings:
         sys.stderr.write(f"safetyrepro: warning: {w}\n")
@@ -83,20 +132,33 @@ def analyze_grid(grid_path: Path, out: Path, rules_path: str | None = None, *, s
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    analysis, written = analyze_grid(Path(args.grid), Path(args.out), args.rules, slices=args.slices,
-                                     thetas=args.theta, precision=args.precision, package=args.package,
-                                     bootstrap=args.bootstrap, seed=args.seed, items=args.items,
-                                     figures=not args.no_figures)
+    analysis, written = analyze_grid(
+        Path(args.grid),
+        Path(args.out),
+        args.rules,
+        slices=args.slices,
+        thetas=args.theta,
+        precision=args.precision,
+        package=args.package,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+        items=args.items,
+        figures=not args.no_figures,
+    )
     from .direction import direction
 
     head = analysis.rho_flip_max[analysis.rho_flip_max["slice"] == "full"]
     for r in head.itertuples():
         better = direction(r.benchmark)
-        line = (f"{r.benchmark:<12} |C|={r.n_configs:<3} rho_flip max {r.rho_flip_max:.3f} ({r.pairs}); "
-                f"ceiling {r.ceiling:.3f}, chance {r.chance_max:.3f}")
+        line = (
+            f"{r.benchmark:<12} |C|={r.n_configs:<3} rho_flip max {r.rho_flip_max:.3f} ({r.pairs}); "
+            f"ceiling {r.ceiling:.3f}, chance {r.chance_max:.3f}"
+        )
         if not better.monotone:  # the verdicts read in the better direction, as the report's headline gives them
             line += f"; {better.label}: rho_flip max {r.rho_flip_max_better:.3f} ({r.pairs_better})"
         print(line.replace("(none (no pair reverses))", "(no pair reverses)"))
-    print(f"wrote {len(written)} files to {args.out} in {time.perf_counter() - started:.1f} s "
-          f"(open {Path(args.out) / 'report.html'}; Markdown: report.md)")
+    print(
+        f"wrote {len(written)} files to {args.out} in {time.perf_counter() - started:.1f} s "
+        f"(open {Path(args.out) / 'report.html'}; Markdown: report.md)"
+    )
     return 0

@@ -38,14 +38,14 @@ class LabelledGrid:
 @dataclass(frozen=True)
 class Comparison:
     labels: tuple[str, ...]
-    cells: pd.DataFrame             # one row per paired cell: scores per group, delta, spread
-    summary: pd.DataFrame           # one row: |delta| / spread statistics
-    by_model: pd.DataFrame          # spread statistics per model
-    top_cells: pd.DataFrame         # the TOP_N largest spreads
-    orderings: pd.DataFrame         # per (benchmark, config): ordering per group, invariant, pair flips
+    cells: pd.DataFrame  # one row per paired cell: scores per group, delta, spread
+    summary: pd.DataFrame  # one row: |delta| / spread statistics
+    by_model: pd.DataFrame  # spread statistics per model
+    top_cells: pd.DataFrame  # the TOP_N largest spreads
+    orderings: pd.DataFrame  # per (benchmark, config): ordering per group, invariant, pair flips
     ordering_summary: pd.DataFrame  # per (benchmark, template, scoring): configs, invariant ones
-    ranges: pd.DataFrame            # per (model, benchmark): within-envelope range in each group
-    rho_flip: pd.DataFrame          # per group x benchmark x pair on the paired configurations
+    ranges: pd.DataFrame  # per (model, benchmark): within-envelope range in each group
+    rho_flip: pd.DataFrame  # per group x benchmark x pair on the paired configurations
     warnings: tuple[str, ...]
 
 
@@ -56,17 +56,22 @@ def load_groups(paths: Sequence[str | Path], rules: Rules, labels: Sequence[str]
         for (precision, package), g in frame.groupby(["precision", "package"], sort=True):
             parts.append((path, precision, package, g.reset_index(drop=True)))
     if len(parts) < 2:
-        raise UserError("compare needs at least two grids, or one grid holding two (precision, package) groups; "
-                        f"got {len(parts)} group")
+        raise UserError(
+            "compare needs at least two grids, or one grid holding two (precision, package) groups; "
+            f"got {len(parts)} group"
+        )
     names = list(labels) if labels else _auto_labels([(p, pr, pk) for p, pr, pk, _ in parts])
     if len(names) != len(parts):
-        raise UserError(f"--labels gives {len(names)} labels for {len(parts)} grid groups "
-                        f"({', '.join(_auto_labels([(p, pr, pk) for p, pr, pk, _ in parts]))})")
+        raise UserError(
+            f"--labels gives {len(names)} labels for {len(parts)} grid groups "
+            f"({', '.join(_auto_labels([(p, pr, pk) for p, pr, pk, _ in parts]))})"
+        )
     if len(set(names)) != len(names):
         raise UserError(f"labels must be distinct, got {', '.join(names)}")
-    return [LabelledGrid(name, common_configurations(g, f"{p} ({pr}/{pk})", rules, min_models=1,
-                                                             min_configs=1))
-            for name, (p, pr, pk, g) in zip(names, parts, strict=True)]
+    return [
+        LabelledGrid(name, common_configurations(g, f"{p} ({pr}/{pk})", rules, min_models=1, min_configs=1))
+        for name, (p, pr, pk, g) in zip(names, parts, strict=True)
+    ]
 
 
 def _auto_labels(parts: list[tuple[Path, str, str]]) -> list[str]:
@@ -87,15 +92,20 @@ def compare_grids(groups: list[LabelledGrid], rules: Rules) -> Comparison:
     score_cols = [f"score_{label}" for label in labels]
     merged = None
     for g, col in zip(groups, score_cols, strict=True):
-        part = g.grid.cells[[*PAIR_KEY, "template", "decoding", "shots", "scoring", "score"]].rename(columns={"score": col})
+        part = g.grid.cells[[*PAIR_KEY, "template", "decoding", "shots", "scoring", "score"]].rename(
+            columns={"score": col}
+        )
         merged = part if merged is None else merged.merge(part[[*PAIR_KEY, col]], on=PAIR_KEY, how="outer")
     paired = merged.dropna(subset=score_cols).reset_index(drop=True)
     dropped = len(merged) - len(paired)
     if dropped:
-        warnings.append(f"{dropped} cells are missing from at least one group and were left out; "
-                        f"{len(paired)} paired cells remain")
+        warnings.append(
+            f"{dropped} cells are missing from at least one group and were left out; {len(paired)} paired cells remain"
+        )
     if paired.empty:
-        raise UserError(f"the groups {', '.join(labels)} share no cell (model, benchmark, config_id); nothing to compare")
+        raise UserError(
+            f"the groups {', '.join(labels)} share no cell (model, benchmark, config_id); nothing to compare"
+        )
     scores = paired[score_cols].to_numpy(dtype=float)
     paired["spread"] = scores.max(axis=1) - scores.min(axis=1)
     if len(labels) == 2:
@@ -106,8 +116,12 @@ def compare_grids(groups: list[LabelledGrid], rules: Rules) -> Comparison:
     by_model = pd.DataFrame([{"model": m, **_spread_stats(g["spread"])} for m, g in cells.groupby("model")])
     top = cells.sort_values("spread", ascending=False, kind="stable").head(TOP_N).reset_index(drop=True)
     orderings, ordering_summary = _ordering_stability(cells, labels, score_cols, rules)
-    ranges = cells.groupby(["model", "benchmark"])[score_cols].agg(lambda s: s.max() - s.min()).reset_index() \
+    ranges = (
+        cells.groupby(["model", "benchmark"])[score_cols]
+        .agg(lambda s: s.max() - s.min())
+        .reset_index()
         .rename(columns={c: f"range_{lab}" for c, lab in zip(score_cols, labels, strict=True)})
+    )
     rho = _rho_flip_per_group(cells, labels, score_cols)
     if cells["model"].nunique() < 2:
         warnings.append("a single model: orderings and rho_flip need two, only score deltas are compared")
@@ -121,25 +135,36 @@ def _spread_stats(spread: pd.Series) -> dict:
     return {"n_cells": len(s), "median": float(np.median(s)), "mean": float(s.mean()), "max": float(s.max()), **over}
 
 
-def _ordering_stability(cells: pd.DataFrame, labels: tuple[str, ...], score_cols: list[str],
-                        rules: Rules) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _ordering_stability(
+    cells: pd.DataFrame, labels: tuple[str, ...], score_cols: list[str], rules: Rules
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows = []
     for (benchmark, cid), g in cells.groupby(["benchmark", "config_id"]):
         if len(g) < 2:
             continue
         orders = [induced_ordering(dict(zip(g["model"], g[col], strict=True))) for col in score_cols]
         flips = max(_pair_flips(x, y) for x, y in itertools.combinations(orders, 2))
-        rows.append({"benchmark": benchmark, "config_id": cid, "template": g["template"].iloc[0],
-                     "scoring": g["scoring"].iloc[0],
-                     **{f"ordering_{lab}": ordering_label(o) for lab, o in zip(labels, orders, strict=True)},
-                     "invariant": len(set(orders)) == 1, "max_pair_flips": flips})
+        rows.append(
+            {
+                "benchmark": benchmark,
+                "config_id": cid,
+                "template": g["template"].iloc[0],
+                "scoring": g["scoring"].iloc[0],
+                **{f"ordering_{lab}": ordering_label(o) for lab, o in zip(labels, orders, strict=True)},
+                "invariant": len(set(orders)) == 1,
+                "max_pair_flips": flips,
+            }
+        )
     table = pd.DataFrame(rows)
     if table.empty:
         return table, pd.DataFrame()
     order = {cid: i for i, cid in enumerate(envelope_order(table["config_id"], rules))}
     table = table.sort_values("config_id", key=lambda s: s.map(order)).reset_index(drop=True)
-    summary = table.groupby(["benchmark", "template", "scoring"], sort=False).agg(
-        n_configs=("config_id", "size"), n_invariant=("invariant", "sum")).reset_index()
+    summary = (
+        table.groupby(["benchmark", "template", "scoring"], sort=False)
+        .agg(n_configs=("config_id", "size"), n_invariant=("invariant", "sum"))
+        .reset_index()
+    )
     return table, summary
 
 
@@ -157,8 +182,19 @@ def _rho_flip_per_group(cells: pd.DataFrame, labels: tuple[str, ...], score_cols
             wide = g.pivot(index="config_id", columns="model", values=col)
             for a, b in model_pairs(tuple(wide.columns)):
                 c = pair_counts(wide[a].to_numpy(), wide[b].to_numpy())
-                rows.append({"group": label, "benchmark": benchmark, "model_a": a, "model_b": b,
-                             "n_plus": c.n_plus, "n_minus": c.n_minus, "n_zero": c.n_zero,
-                             "n_configs": c.n_configs, "rho_flip": c.rho_flip, "ceiling": c.ceiling,
-                             "chance": chance_rho_flip(c.n_configs)})
+                rows.append(
+                    {
+                        "group": label,
+                        "benchmark": benchmark,
+                        "model_a": a,
+                        "model_b": b,
+                        "n_plus": c.n_plus,
+                        "n_minus": c.n_minus,
+                        "n_zero": c.n_zero,
+                        "n_configs": c.n_configs,
+                        "rho_flip": c.rho_flip,
+                        "ceiling": c.ceiling,
+                        "chance": chance_rho_flip(c.n_configs),
+                    }
+                )
     return pd.DataFrame(rows)

@@ -10,15 +10,23 @@ from pathlib import Path
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "compare", help="paired comparison of grids: per-cell deltas, top cells, ordering stability",
+        "compare",
+        help="paired comparison of grids: per-cell deltas, top cells, ordering stability",
         description="Pair the cells of two or more grids on (model, benchmark, config_id) and report per-cell "
-                    "differences (|delta| for two groups, max-min range for more), the largest ones, within-envelope "
-                    "ranges and whether each configuration's model ordering is the same in every group. A grid that "
-                    "holds several (precision, package) groups is split into them.")
+        "differences (|delta| for two groups, max-min range for more), the largest ones, within-envelope "
+        "ranges and whether each configuration's model ordering is the same in every group. A grid that "
+        "holds several (precision, package) groups is split into them.",
+    )
     p.add_argument("grids", nargs="+", metavar="GRID", help="grid files (CSV or Parquet); at least two groups in all")
-    p.add_argument("--out", help="write compare_*.csv tables and compare_report.md here (default: print a summary only)")
-    p.add_argument("--labels", nargs="+", metavar="LABEL", help="names for the groups, in input order "
-                   "(default: what differs between them: precision, package or file)")
+    p.add_argument(
+        "--out", help="write compare_*.csv tables and compare_report.md here (default: print a summary only)"
+    )
+    p.add_argument(
+        "--labels",
+        nargs="+",
+        metavar="LABEL",
+        help="names for the groups, in input order (default: what differs between them: precision, package or file)",
+    )
     p.add_argument("--rules", help="rules file to validate against (default: the packaged envelope.yaml)")
     p.set_defaults(func=run)
 

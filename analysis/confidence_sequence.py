@@ -32,17 +32,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-THETA = 0.5        # weight of the gambler betting on "above m"
-TRUNCATION = 0.5   # stakes at most c / m_t and c / (1 - m_t): the capital never drops below (1 - c) per step
+THETA = 0.5  # weight of the gambler betting on "above m"
+TRUNCATION = 0.5  # stakes at most c / m_t and c / (1 - m_t): the capital never drops below (1 - c) per step
 MAX_GRID = 20_001  # candidates per stream (bounds on memory: streams x grid floats)
 
 
 @dataclass(frozen=True)
 class Bounds:
-    lower: np.ndarray   # per stream, of the population mean in the caller's units
+    lower: np.ndarray  # per stream, of the population mean in the caller's units
     upper: np.ndarray
-    n: np.ndarray       # items drawn
-    exact: np.ndarray   # every item drawn: the mean is known
+    n: np.ndarray  # items drawn
+    exact: np.ndarray  # every item drawn: the mean is known
 
 
 class WorBettingCS:
@@ -51,8 +51,15 @@ class WorBettingCS:
     alpha). `lattice`: the values are multiples of 1/lattice in the caller's units (e.g. a seed mean of
     5 seeds of a 0/1 difference: 5), so the grid can hold every feasible population mean."""
 
-    def __init__(self, n_streams: int, population: int, alpha: float, low: float = -1.0, high: float = 1.0,
-                 lattice: int | None = None):
+    def __init__(
+        self,
+        n_streams: int,
+        population: int,
+        alpha: float,
+        low: float = -1.0,
+        high: float = 1.0,
+        lattice: int | None = None,
+    ):
         if not 0 < alpha < 1:
             raise ValueError(f"alpha {alpha} must be in (0, 1)")
         if population < 1 or n_streams < 0 or not high > low:
@@ -70,10 +77,10 @@ class WorBettingCS:
         self.log_plus = np.zeros((n_streams, g))
         self.log_minus = np.zeros((n_streams, g))
         self.alive = np.ones((n_streams, g), dtype=bool)
-        self.t = np.zeros(n_streams, dtype=np.int64)       # items drawn
-        self.total = np.zeros(n_streams)                   # sum of y drawn
-        self.mu_sum = np.full(n_streams, 0.5)              # 1/2 + sum of y (the plug-in mean's numerator)
-        self.var_sum = np.full(n_streams, 0.25)            # 1/4 + sum of (y_i - mu_hat_i)^2
+        self.t = np.zeros(n_streams, dtype=np.int64)  # items drawn
+        self.total = np.zeros(n_streams)  # sum of y drawn
+        self.mu_sum = np.full(n_streams, 0.5)  # 1/2 + sum of y (the plug-in mean's numerator)
+        self.var_sum = np.full(n_streams, 0.25)  # 1/4 + sum of (y_i - mu_hat_i)^2
         self._threshold = np.log(1.0 / self.alpha)
 
     def _y(self, x) -> np.ndarray:
@@ -87,8 +94,8 @@ class WorBettingCS:
         if np.any(self.t[s] >= self.N):
             raise ValueError("a stream drew more items than its population holds")
         y = np.clip(self._y(values), 0.0, 1.0)
-        t = self.t[s] + 1                                               # this draw's index (1-based)
-        mu_hat = self.mu_sum[s] / t                                     # plug-in mean before this draw
+        t = self.t[s] + 1  # this draw's index (1-based)
+        mu_hat = self.mu_sum[s] / t  # plug-in mean before this draw
         sigma2 = self.var_sum[s] / t
         lam = np.sqrt(2 * np.log(2 / self.alpha) / (sigma2 * t * np.log1p(t)))
         remaining = (self.N - t + 1).astype(float)

@@ -42,26 +42,54 @@ from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, slice_config_ids
 
 EMPTY_SHARE_MAX = 1 - PARSE_CLEAN_MIN  # more empty outputs than this makes a cell degenerate
 CONSTANT_ANSWER_MIN = 0.95  # one label on at least this share of a cell's parsed answers ...
-MIN_PARSED_ANSWERS = 5      # ... (and the majority comparison) once a cell has this many parsed answers
+MIN_PARSED_ANSWERS = 5  # ... (and the majority comparison) once a cell has this many parsed answers
 REASON_CODES = ("parse_rate", "empty", "constant_answer", "no_better_than_majority")
 
-CELL_COLUMNS = ("model", "benchmark", "config_id", "score", "parse_rate", "n_empty", "n_outputs", "n_parsed",
-                "top_share", "agreement", "majority_share", "reasons", "reason", "lowest_of_model", "last_in_config")
+CELL_COLUMNS = (
+    "model",
+    "benchmark",
+    "config_id",
+    "score",
+    "parse_rate",
+    "n_empty",
+    "n_outputs",
+    "n_parsed",
+    "top_share",
+    "agreement",
+    "majority_share",
+    "reasons",
+    "reason",
+    "lowest_of_model",
+    "last_in_config",
+)
 EFFECT_COLUMNS = ("benchmark", "model", "metric", "full", "parse_clean", "n_configs_full", "n_configs_parse_clean")
-_ANSWER_COLUMNS = {"n_predictions": np.nan, "top_label": np.nan, "top_share": np.nan, "agreement": np.nan,
-                   "majority_share": np.nan, "gold_top_share": np.nan}
+_ANSWER_COLUMNS = {
+    "n_predictions": np.nan,
+    "top_label": np.nan,
+    "top_share": np.nan,
+    "agreement": np.nan,
+    "majority_share": np.nan,
+    "gold_top_share": np.nan,
+}
 
 
 def _flags(cells: pd.DataFrame) -> pd.DataFrame:
     """One boolean column per reason code."""
     screened = cells["benchmark"].map(lambda b: direction(b).monotone) & (cells["n_predictions"] >= MIN_PARSED_ANSWERS)
-    return pd.DataFrame({
-        "parse_rate": cells["parse_rate"] < PARSE_CLEAN_MIN,
-        "empty": (cells["n_empty"] / cells["n_outputs"]) > EMPTY_SHARE_MAX,
-        "constant_answer": screened & (cells["top_share"] >= CONSTANT_ANSWER_MIN),
-        # a constant answer equal to the majority label is both; the words name each
-        "no_better_than_majority": screened & (cells["agreement"] <= cells["majority_share"]),
-    }, index=cells.index).fillna(False).astype(bool)
+    return (
+        pd.DataFrame(
+            {
+                "parse_rate": cells["parse_rate"] < PARSE_CLEAN_MIN,
+                "empty": (cells["n_empty"] / cells["n_outputs"]) > EMPTY_SHARE_MAX,
+                "constant_answer": screened & (cells["top_share"] >= CONSTANT_ANSWER_MIN),
+                # a constant answer equal to the majority label is both; the words name each
+                "no_better_than_majority": screened & (cells["agreement"] <= cells["majority_share"]),
+            },
+            index=cells.index,
+        )
+        .fillna(False)
+        .astype(bool)
+    )
 
 
 def _words(r, flags) -> str:
@@ -69,20 +97,27 @@ def _words(r, flags) -> str:
     if flags["parse_rate"]:
         reasons.append(f"parse_rate {r.parse_rate:.2f} < {PARSE_CLEAN_MIN}")
     if pd.notna(r.n_empty) and r.n_empty > 0:
-        reasons.append("every output empty" if r.n_empty == r.n_outputs
-                       else f"{int(r.n_empty)} of {int(r.n_outputs)} outputs empty")
+        reasons.append(
+            "every output empty"
+            if r.n_empty == r.n_outputs
+            else f"{int(r.n_empty)} of {int(r.n_outputs)} outputs empty"
+        )
     if flags["constant_answer"]:
-        reasons.append(f"constant answer: label {int(r.top_label)} on {r.top_share:.0%} of {int(r.n_predictions)} "
-                       f"parsed answers")
+        reasons.append(
+            f"constant answer: label {int(r.top_label)} on {r.top_share:.0%} of {int(r.n_predictions)} parsed answers"
+        )
     if flags["no_better_than_majority"]:
-        reasons.append(f"no better than the majority label: agrees with gold on {r.agreement:.0%} of "
-                       f"{int(r.n_predictions)} parsed answers, always answering the most frequent gold label "
-                       f"would on {r.majority_share:.0%}")
+        reasons.append(
+            f"no better than the majority label: agrees with gold on {r.agreement:.0%} of "
+            f"{int(r.n_predictions)} parsed answers, always answering the most frequent gold label "
+            f"would on {r.majority_share:.0%}"
+        )
     return "; ".join(reasons)
 
 
-def degenerate_cells(grid: Grid, empty_outputs: pd.DataFrame | None = None,
-                     option_bias: pd.DataFrame | None = None) -> pd.DataFrame:
+def degenerate_cells(
+    grid: Grid, empty_outputs: pd.DataFrame | None = None, option_bias: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One row per degenerate cell, with its reason codes and words, and which per-model and
     per-config readings it sits at the bottom of. `option_bias` is what the parsed answers carry
     (significance._option_bias)."""
@@ -107,13 +142,25 @@ def degenerate_cells(grid: Grid, empty_outputs: pd.DataFrame | None = None,
             lowest[r.benchmark] = matrices[r.benchmark].min()
         m = matrices[r.benchmark]
         better = direction(r.benchmark).better_value(m.loc[r.config_id])
-        rows.append({"model": r.model, "benchmark": r.benchmark, "config_id": r.config_id, "score": float(r.score),
-                     "parse_rate": float(r.parse_rate), "n_empty": r.n_empty, "n_outputs": r.n_outputs,
-                     "n_parsed": r.n_predictions, "top_share": r.top_share, "agreement": r.agreement,
-                     "majority_share": r.majority_share,
-                     "reasons": ";".join(c for c in REASON_CODES if f[c]), "reason": _words(r, f),
-                     "lowest_of_model": bool(r.score <= lowest[r.benchmark][r.model]),
-                     "last_in_config": bool(better[r.model] < better.drop(r.model).min())})
+        rows.append(
+            {
+                "model": r.model,
+                "benchmark": r.benchmark,
+                "config_id": r.config_id,
+                "score": float(r.score),
+                "parse_rate": float(r.parse_rate),
+                "n_empty": r.n_empty,
+                "n_outputs": r.n_outputs,
+                "n_parsed": r.n_predictions,
+                "top_share": r.top_share,
+                "agreement": r.agreement,
+                "majority_share": r.majority_share,
+                "reasons": ";".join(c for c in REASON_CODES if f[c]),
+                "reason": _words(r, f),
+                "lowest_of_model": bool(r.score <= lowest[r.benchmark][r.model]),
+                "last_in_config": bool(better[r.model] < better.drop(r.model).min()),
+            }
+        )
     out = pd.DataFrame(rows, columns=list(CELL_COLUMNS))
     for column in ("n_empty", "n_outputs", "n_parsed"):  # counts print as integers, blank where unknown
         out[column] = out[column].astype("Int64")
@@ -158,6 +205,15 @@ def degenerate_effects(grid: Grid, rules: Rules, cells: pd.DataFrame, thetas: Se
         for (model, metric), value in with_them.items():
             if model != "all" and model not in affected:
                 continue
-            rows.append((benchmark, model, metric, float(value), float(without.get((model, metric), np.nan)),
-                         len(full_ids), len(clean_ids)))
+            rows.append(
+                (
+                    benchmark,
+                    model,
+                    metric,
+                    float(value),
+                    float(without.get((model, metric), np.nan)),
+                    len(full_ids),
+                    len(clean_ids),
+                )
+            )
     return pd.DataFrame(rows, columns=list(EFFECT_COLUMNS))

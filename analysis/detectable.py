@@ -21,12 +21,31 @@ from .slices import slice_config_ids
 
 TARGET_POWER = 0.8
 REFERENCE_EFFECT = 0.10  # the difference whose power is reported beside the detectable one
-DETECTABLE_COLUMNS = ("benchmark", "slice", "model_a", "model_b", "n_items", "n_configs", "discordance",
-                      "detectable_difference", "power_at_reference", "reference_effect", "target_power", "alpha")
+DETECTABLE_COLUMNS = (
+    "benchmark",
+    "slice",
+    "model_a",
+    "model_b",
+    "n_items",
+    "n_configs",
+    "discordance",
+    "detectable_difference",
+    "power_at_reference",
+    "reference_effect",
+    "target_power",
+    "alpha",
+)
 
 
-def detectable_table(items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence[str], alpha: float,
-                     target: float = TARGET_POWER, reference: float = REFERENCE_EFFECT) -> pd.DataFrame:
+def detectable_table(
+    items: ItemRecords,
+    grid: Grid,
+    rules: Rules,
+    slices: Sequence[str],
+    alpha: float,
+    target: float = TARGET_POWER,
+    reference: float = REFERENCE_EFFECT,
+) -> pd.DataFrame:
     """One row per benchmark x slice x pair with item records: n_items (the fewest paired items of
     the slice's configurations), n_configs (K, the Holm family), discordance (the mean over the
     configurations of power.effective_discordance), the detectable difference (NaN when even a
@@ -36,14 +55,23 @@ def detectable_table(items: ItemRecords, grid: Grid, rules: Rules, slices: Seque
     col = {m: items.column(m) for m in grid.models}
     for benchmark in grid.benchmarks:
         for name in slices:
-            ids = [c for c in slice_config_ids(grid, rules, benchmark, name)
-                   if c in items.by_config and len(items.by_config[c])]
+            ids = [
+                c
+                for c in slice_config_ids(grid, rules, benchmark, name)
+                if c in items.by_config and len(items.by_config[c])
+            ]
             if not ids:
                 continue
             n = min(len(items.by_config[c]) for c in ids)
             for a, b in model_pairs(grid.models):
-                d = float(np.mean([effective_discordance(items.by_config[c][:, col[a]] - items.by_config[c][:, col[b]])
-                                   for c in ids]))
+                d = float(
+                    np.mean(
+                        [
+                            effective_discordance(items.by_config[c][:, col[a]] - items.by_config[c][:, col[b]])
+                            for c in ids
+                        ]
+                    )
+                )
                 found, at_reference = np.nan, 0.0
                 if d > 0:
                     found = detectable_difference(n, d, len(ids), alpha, target).effect
@@ -67,19 +95,28 @@ def benchmark_sentence(rows: pd.DataFrame) -> str:
     if found.empty:
         what = "no pair's difference in one configuration is found at 80 % power, however large"
     elif len(found) < len(rows):
-        what = (f"only {len(found)} of {len(rows)} pairs can be found at 80 % power at all (from a "
-                f"{_points(found.min())}-point difference); the others at no size")
+        what = (
+            f"only {len(found)} of {len(rows)} pairs can be found at 80 % power at all (from a "
+            f"{_points(found.min())}-point difference); the others at no size"
+        )
     elif found.min() == found.max():
         what = f"a configuration's paired difference is found at 80 % power from {_points(found.min())} points"
     else:
-        what = (f"a configuration's paired difference is found at 80 % power from {_points(found.min())} to "
-                f"{_points(found.max())} points, depending on the pair")
+        what = (
+            f"a configuration's paired difference is found at 80 % power from {_points(found.min())} to "
+            f"{_points(found.max())} points, depending on the pair"
+        )
     ref = _points(r0.reference_effect)
-    seen = (f"{100 * share.max():.1f} %" if share.min() == share.max()
-            else f"{100 * share.min():.1f}-{100 * share.max():.1f} %")
-    return (f"{r0.benchmark}: at {int(r0.n_items)} items, Holm over {int(r0.n_configs)} configurations and the pairs' "
-            f"discordance ({rows['discordance'].min():.2f}-{rows['discordance'].max():.2f}), {what}; a {ref}-point "
-            f"difference is found {seen} of the time.")
+    seen = (
+        f"{100 * share.max():.1f} %"
+        if share.min() == share.max()
+        else f"{100 * share.min():.1f}-{100 * share.max():.1f} %"
+    )
+    return (
+        f"{r0.benchmark}: at {int(r0.n_items)} items, Holm over {int(r0.n_configs)} configurations and the pairs' "
+        f"discordance ({rows['discordance'].min():.2f}-{rows['discordance'].max():.2f}), {what}; a {ref}-point "
+        f"difference is found {seen} of the time."
+    )
 
 
 def detectable_sentences(table: pd.DataFrame | None, slice_name: str = "full") -> list[str]:

@@ -28,15 +28,15 @@ DISTANCE_DIGITS = 12  # distances are rounded so that scores symmetric about the
 
 @dataclass(frozen=True)
 class Direction:
-    name: str                    # "higher", "lower", "closer_to_0", "closer_to_0.5"
-    label: str                   # how a table or caption says it
+    name: str  # "higher", "lower", "closer_to_0", "closer_to_0.5"
+    label: str  # how a table or caption says it
     target: float | None = None  # the ideal score when better means closer to it
-    sign: float = 1.0            # -1 when lower is better
-    target_note: str = ""        # what the target means, for the line drawn at it
+    sign: float = 1.0  # -1 when lower is better
+    target_note: str = ""  # what the target means, for the line drawn at it
 
     @property
     def comparative(self) -> str:
-        """"higher", "lower", "closer to 0.5": what a better model's score is."""
+        """ "higher", "lower", "closer to 0.5": what a better model's score is."""
         return self.label.split(" is better")[0]
 
     @property
@@ -47,8 +47,13 @@ class Direction:
     def better_value(self, scores):
         """Scores mapped so that a larger value is better (the identity when higher is better)."""
         if self.target is None:
-            return scores if self.sign > 0 else -scores if isinstance(scores, pd.DataFrame | pd.Series) \
+            return (
+                scores
+                if self.sign > 0
+                else -scores
+                if isinstance(scores, pd.DataFrame | pd.Series)
                 else -np.asarray(scores, dtype=float)
+            )
         if isinstance(scores, pd.DataFrame | pd.Series):
             return -(scores - self.target).abs().round(DISTANCE_DIGITS)
         return -np.round(np.abs(np.asarray(scores, dtype=float) - self.target), DISTANCE_DIGITS)
@@ -59,8 +64,9 @@ DIRECTIONS = {
     "higher": HIGHER,
     "lower": Direction("lower", "lower is better", sign=-1.0),
     "closer_to_0": Direction("closer_to_0", "closer to 0 is better", target=0.0, target_note="0 = ideal"),
-    "closer_to_0.5": Direction("closer_to_0.5", "closer to 0.5 is better (0.5 = unbiased)", target=0.5,
-                               target_note="0.5 = unbiased"),
+    "closer_to_0.5": Direction(
+        "closer_to_0.5", "closer to 0.5 is better (0.5 = unbiased)", target=0.5, target_note="0.5 = unbiased"
+    ),
 }
 
 

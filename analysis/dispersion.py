@@ -72,8 +72,9 @@ def cfr_ceiling(n: int) -> float:
     return 2 * n / (n - 1) / 4
 
 
-def dispersion_tables(grid: Grid, rules: Rules, slices: tuple[str, ...],
-                      thetas: Sequence[float]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def dispersion_tables(
+    grid: Grid, rules: Rules, slices: tuple[str, ...], thetas: Sequence[float]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(sdi, cfr) in long form: one row per model x benchmark x slice (x theta)."""
     sdi_rows, cfr_rows = [], []
     for benchmark, name, m in slice_matrices(grid, rules, slices):
@@ -82,17 +83,37 @@ def dispersion_tables(grid: Grid, rules: Rules, slices: tuple[str, ...],
         for model in grid.models:
             scores = x[:, column[model]]
             d = dispersion(scores)
-            sdi_rows.append({"model": model, "benchmark": benchmark, "slice": name, "n_configs": d.n,
-                             "min": d.low, "max": d.high, "mean": d.mean, "range": d.range, "sdi": d.sdi})
+            sdi_rows.append(
+                {
+                    "model": model,
+                    "benchmark": benchmark,
+                    "slice": name,
+                    "n_configs": d.n,
+                    "min": d.low,
+                    "max": d.high,
+                    "mean": d.mean,
+                    "range": d.range,
+                    "sdi": d.sdi,
+                }
+            )
             for theta in (*thetas, MEDIAN):
-                row = {"model": model, "benchmark": benchmark, "slice": name, "theta": str(theta),
-                       "n_configs": len(m)}
+                row = {"model": model, "benchmark": benchmark, "slice": name, "theta": str(theta), "n_configs": len(m)}
                 if not has_pass_fail(benchmark):
-                    row.update(threshold=np.nan, pass_share=np.nan, cfr=np.nan, ceiling=np.nan,
-                               note="N/A: no pass/fail reading")
+                    row.update(
+                        threshold=np.nan,
+                        pass_share=np.nan,
+                        cfr=np.nan,
+                        ceiling=np.nan,
+                        note="N/A: no pass/fail reading",
+                    )
                 else:
                     c = compliance_flip(scores, theta)
-                    row.update(threshold=c.threshold, pass_share=c.pass_share, cfr=c.cfr,
-                               ceiling=cfr_ceiling(c.n) if c.n > 1 else np.nan, note="")
+                    row.update(
+                        threshold=c.threshold,
+                        pass_share=c.pass_share,
+                        cfr=c.cfr,
+                        ceiling=cfr_ceiling(c.n) if c.n > 1 else np.nan,
+                        note="",
+                    )
                 cfr_rows.append(row)
     return pd.DataFrame(sdi_rows), pd.DataFrame(cfr_rows)

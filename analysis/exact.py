@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 
-LATTICE_MAX = 120        # lcm(1..5) twice over: ties among up to 5 candidates, on top of the seed count
+LATTICE_MAX = 120  # lcm(1..5) twice over: ties among up to 5 candidates, on top of the seed count
 SCORE_TOLERANCE = 1e-12  # a float mean of a few thousand shares is within ~1e-15 of its fraction
-FLOAT_DIGITS = 12        # scores with no count are compared to 1e-12
-EXACT_RULE = ("scores compared as fractions of each cell's n_items x n_seeds answers (equal counts tie, one answer "
-              "apart do not); a score on no such fraction is compared to 1e-12")
+FLOAT_DIGITS = 12  # scores with no count are compared to 1e-12
+EXACT_RULE = (
+    "scores compared as fractions of each cell's n_items x n_seeds answers (equal counts tie, one answer "
+    "apart do not); a score on no such fraction is compared to 1e-12"
+)
 
 
 def exact_scores(scores, n_items, n_seeds) -> np.ndarray:

@@ -19,7 +19,7 @@ from .direction import direction
 
 @dataclass(frozen=True)
 class FigureSet:
-    paths: dict[str, str] = field(default_factory=dict)    # figure key -> path relative to the output folder
+    paths: dict[str, str] = field(default_factory=dict)  # figure key -> path relative to the output folder
     skipped: dict[str, str] = field(default_factory=dict)  # figure key -> why it was not drawn, in a sentence
 
 
@@ -37,8 +37,10 @@ def constant_reason(values, what: str) -> str | None:
 
 def _save(fig, path: Path, root: Path | None = None) -> Path:
     fmt = path.suffix.lstrip(".") or "png"
-    return atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=DPI, bbox_inches="tight", pad_inches=0.15),
-                        root=root)
+    return atomic_write(
+        path, lambda f: fig.savefig(f, format=fmt, dpi=DPI, bbox_inches="tight", pad_inches=0.15), root=root
+    )
+
 
 DPI = 130
 MIN_HEIGHT = 3.0  # inches; below this a one-row heatmap clips its colour-bar label
@@ -54,8 +56,17 @@ def _pyplot():
     return plt
 
 
-def _heatmap(ax, values: np.ndarray, row_labels, col_labels, text: np.ndarray, vmin: float, vmax: float, cmap: str,
-             light_when_high: bool = False):
+def _heatmap(
+    ax,
+    values: np.ndarray,
+    row_labels,
+    col_labels,
+    text: np.ndarray,
+    vmin: float,
+    vmax: float,
+    cmap: str,
+    light_when_high: bool = False,
+):
     masked = np.ma.masked_invalid(values)
     image = ax.imshow(masked, vmin=vmin, vmax=vmax, cmap=cmap, aspect="auto")
     ax.set_xticks(range(len(col_labels)), col_labels, rotation=30, ha="right")
@@ -100,19 +111,27 @@ def rho_flip_by_slice(maxima: pd.DataFrame, path: Path, root: Path | None = None
     plt = _pyplot()
     slices = list(maxima["slice"].drop_duplicates())
     benchmarks = list(maxima["benchmark"].drop_duplicates())
-    values = maxima.pivot(index="benchmark", columns="slice", values="rho_flip_max").reindex(index=benchmarks, columns=slices)
+    values = maxima.pivot(index="benchmark", columns="slice", values="rho_flip_max").reindex(
+        index=benchmarks, columns=slices
+    )
     n = maxima.pivot(index="benchmark", columns="slice", values="n_configs").reindex(index=benchmarks, columns=slices)
-    chance = maxima.pivot(index="benchmark", columns="slice", values="chance_max").reindex(index=benchmarks, columns=slices)
+    chance = maxima.pivot(index="benchmark", columns="slice", values="chance_max").reindex(
+        index=benchmarks, columns=slices
+    )
     text = np.empty(values.shape, dtype=object)
     for i in range(values.shape[0]):
         for j in range(values.shape[1]):
             v = values.iat[i, j]
             text[i, j] = "" if pd.isna(v) else f"{v:.3f}\n|C|={int(n.iat[i, j])}\nchance {chance.iat[i, j]:.2f}"
-    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.8 + 1.15 * len(slices)), max(MIN_HEIGHT, 1.4 + 0.75 * len(benchmarks))))
+    fig, ax = plt.subplots(
+        figsize=(max(MIN_WIDTH, 1.8 + 1.15 * len(slices)), max(MIN_HEIGHT, 1.4 + 0.75 * len(benchmarks)))
+    )
     image = _heatmap(ax, values.to_numpy(dtype=float), benchmarks, slices, text, 0.0, 0.5, "magma_r")
     fig.colorbar(image, ax=ax, label="rho_flip max over pairs\n(by score)")
-    ax.set_title("rho_flip max over pairs by slice, with |C| and the chance value of the maximum\n"
-                 "(blank: slice empty for that benchmark)")
+    ax.set_title(
+        "rho_flip max over pairs by slice, with |C| and the chance value of the maximum\n"
+        "(blank: slice empty for that benchmark)"
+    )
     _save(fig, path, root)
     plt.close(fig)
     return path
@@ -134,21 +153,29 @@ def orderings_reached(detail: pd.DataFrame, path: Path, root: Path | None = None
     benchmarks = list(k.index)
     possible = int(detail["n_possible"].iloc[0])
     text = np.vectorize(lambda v: "" if np.isnan(v) else f"{int(v)}/{possible}")(k.to_numpy(dtype=float))
-    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH, 1.8 + 1.1 * len(slices)), max(MIN_HEIGHT, 1.4 + 0.5 * len(benchmarks))))
-    image = _heatmap(ax, k.to_numpy(dtype=float), benchmarks, slices, text, 1, possible, "viridis",
-                     light_when_high=True)
+    fig, ax = plt.subplots(
+        figsize=(max(MIN_WIDTH, 1.8 + 1.1 * len(slices)), max(MIN_HEIGHT, 1.4 + 0.5 * len(benchmarks)))
+    )
+    image = _heatmap(
+        ax, k.to_numpy(dtype=float), benchmarks, slices, text, 1, possible, "viridis", light_when_high=True
+    )
     fig.colorbar(image, ax=ax, label=f"distinct orderings\n(of {possible} possible)")
-    ax.set_title("Model orderings reached per benchmark and slice\n(by score, highest first, unless a row names "
-                 "another reading)")
+    ax.set_title(
+        "Model orderings reached per benchmark and slice\n(by score, highest first, unless a row names another reading)"
+    )
     _save(fig, path, root)
     plt.close(fig)
     return path
 
 
-def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple[str, ...], path: Path, root: Path | None = None) -> Path:
+def score_ranges(
+    cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple[str, ...], path: Path, root: Path | None = None
+) -> Path:
     """Every configuration's score per model (dots, by scoring path) over its min-max bar."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(benchmarks), figsize=(max(MIN_WIDTH, 2.2 + 2.3 * len(benchmarks)), 4.2), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(benchmarks), figsize=(max(MIN_WIDTH, 2.2 + 2.3 * len(benchmarks)), 4.2), sharey=True, squeeze=False
+    )
     colours = {"free_form": "tab:blue", "logprob": "tab:orange"}
     rng = np.random.default_rng(0)  # jitter only; fixed so the picture does not change between runs
     for ax, benchmark in zip(axes[0], benchmarks, strict=True):
@@ -160,8 +187,14 @@ def score_ranges(cells: pd.DataFrame, models: tuple[str, ...], benchmarks: tuple
             s = rows[rows["model"] == model]
             ax.vlines(i - 0.28, s["score"].min(), s["score"].max(), color="0.55", linewidth=3)
             for scoring, part in s.groupby("scoring"):
-                ax.scatter(i + rng.uniform(-0.15, 0.15, len(part)), part["score"], s=9,
-                           color=colours.get(scoring, "tab:gray"), label=scoring, alpha=0.8)
+                ax.scatter(
+                    i + rng.uniform(-0.15, 0.15, len(part)),
+                    part["score"],
+                    s=9,
+                    color=colours.get(scoring, "tab:gray"),
+                    label=scoring,
+                    alpha=0.8,
+                )
         ax.set_xticks(range(len(models)), models, rotation=30, ha="right")
         arrow = "higher is better" if better.monotone else f"{better.comparative}\nis better"
         ax.set_title(f"{benchmark}\n({arrow})", fontsize=9)
@@ -222,9 +255,10 @@ def _axis_layout(config_ids, rules) -> tuple[list[str], list[tuple[str, str, int
     cfgs = [Config.from_id(c) for c in config_ids]
     order = {a: {v: i for i, v in enumerate(rules.axes[a])} for a in ("template", "decoding", "shots", "scoring")}
     rows = sorted({c.template for c in cfgs}, key=lambda t: order["template"].get(t, 99))
-    cols = sorted({(c.scoring, c.decoding, c.shots) for c in cfgs},
-                  key=lambda k: (order["scoring"].get(k[0], 99), order["decoding"].get(k[1], 99),
-                                 order["shots"].get(k[2], 99)))
+    cols = sorted(
+        {(c.scoring, c.decoding, c.shots) for c in cfgs},
+        key=lambda k: (order["scoring"].get(k[0], 99), order["decoding"].get(k[1], 99), order["shots"].get(k[2], 99)),
+    )
     return rows, cols
 
 
@@ -238,12 +272,16 @@ def wins_by_axes(grid, rules, detail: pd.DataFrame, path: Path, root: Path | Non
     full = detail[detail["slice"] == "full"]
     panels = []
     for b in grid.benchmarks:
-        mine = full[full["benchmark"] == b].sort_values(["rho_flip_better", "model_a", "model_b"],
-                                                         ascending=[False, True, True]).head(MAX_PAIRS_DRAWN)
+        mine = (
+            full[full["benchmark"] == b]
+            .sort_values(["rho_flip_better", "model_a", "model_b"], ascending=[False, True, True])
+            .head(MAX_PAIRS_DRAWN)
+        )
         panels.append((b, list(zip(mine["model_a"], mine["model_b"], strict=True))))
     n_cols = max(len(p) for _, p in panels)  # benchmarks down the page, pairs across: it reads beside the text
-    fig, axes = plt.subplots(len(panels), n_cols, figsize=(max(MIN_WIDTH, 3.0 * n_cols), 0.6 + 1.55 * len(panels)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(panels), n_cols, figsize=(max(MIN_WIDTH, 3.0 * n_cols), 0.6 + 1.55 * len(panels)), squeeze=False
+    )
     cmap = ListedColormap(["#d95f02", "#bdbdbd", "#1b9e77"])  # second model ahead, tie, first model ahead
     for i, (b, pairs) in enumerate(panels):
         m = direction(b).better_value(grid.matrix(b))
@@ -261,13 +299,21 @@ def wins_by_axes(grid, rules, detail: pd.DataFrame, path: Path, root: Path | Non
                 values[rows.index(parts[1]), cols.index(col)] = np.sign(r[a] - r[c])
             ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-1, vmax=1, aspect="auto")
             ax.set_yticks(range(len(rows)), rows, fontsize=7)
-            ax.set_xticks(range(len(cols)), [f"{'lp' if s == 'logprob' else 'ff'} {d[:3]} {k}" for s, d, k in cols],
-                          rotation=90, fontsize=6)
+            ax.set_xticks(
+                range(len(cols)),
+                [f"{'lp' if s == 'logprob' else 'ff'} {d[:3]} {k}" for s, d, k in cols],
+                rotation=90,
+                fontsize=6,
+            )
             ahead_a, ahead_c = int(np.nansum(values > 0)), int(np.nansum(values < 0))
-            ax.set_title(f"{b} ({direction(b).comparative} is better)\n{a} ahead on {ahead_a}, {c} on {ahead_c}",
-                         fontsize=7)
-    fig.suptitle("Where each model is ahead\n(green: the first-named model, orange: the second, grey: tie; "
-                 "blank: not in the grid)", fontsize=8)
+            ax.set_title(
+                f"{b} ({direction(b).comparative} is better)\n{a} ahead on {ahead_a}, {c} on {ahead_c}", fontsize=7
+            )
+    fig.suptitle(
+        "Where each model is ahead\n(green: the first-named model, orange: the second, grey: tie; "
+        "blank: not in the grid)",
+        fontsize=8,
+    )
     fig.tight_layout()
     _save(fig, path, root)
     plt.close(fig)

@@ -82,8 +82,10 @@ def read_table(path: str | Path, what: str = "grid") -> pd.DataFrame:
     """CSV or Parquet, chosen by suffix; every failure is one line naming the file."""
     p = Path(path)
     if p.is_dir():
-        raise UserError(f"{what} file {p} is a directory; give the {what} file itself"
-                        + (" (e.g. DIR/grid.csv)" if what == "grid" else " (e.g. DIR/items.parquet)"))
+        raise UserError(
+            f"{what} file {p} is a directory; give the {what} file itself"
+            + (" (e.g. DIR/grid.csv)" if what == "grid" else " (e.g. DIR/items.parquet)")
+        )
     if not p.is_file():
         raise UserError(f"{what} file {p} does not exist")
     try:
@@ -96,8 +98,9 @@ def read_table(path: str | Path, what: str = "grid") -> pd.DataFrame:
         raise UserError(f"cannot read {what} file {p}: {str(e).splitlines()[0]}") from None
 
 
-def load_grid(path: str | Path, rules: Rules, precision: str | None = None, package: str | None = None,
-              min_models: int = 2) -> Grid:
+def load_grid(
+    path: str | Path, rules: Rules, precision: str | None = None, package: str | None = None, min_models: int = 2
+) -> Grid:
     frame = validate_cells(read_table(path), rules, str(path))
     frame = select_group(frame, str(path), precision, package)
     return common_configurations(frame, str(path), rules, min_models=min_models)
@@ -119,7 +122,9 @@ def _numeric(frame: pd.DataFrame, column: str, source: str) -> pd.Series:
     bad = values.isna() & frame[column].notna()
     if bad.any():
         i = _row(frame, bad)
-        raise UserError(f"grid {source} row {i}: column {column!r} has non-numeric value {plain(frame[column].iloc[i - 1])!r}")
+        raise UserError(
+            f"grid {source} row {i}: column {column!r} has non-numeric value {plain(frame[column].iloc[i - 1])!r}"
+        )
     return values.astype(float)
 
 
@@ -128,14 +133,18 @@ def _check_unit_interval(frame: pd.DataFrame, values: pd.Series, column: str, so
     if missing.any():
         i = _row(frame, missing)
         r = frame.iloc[i - 1]
-        raise UserError(f"grid {source} row {i}: {column} is missing (NaN) for model {r['model']!r}, "
-                        f"config {r['config_id']!r}; every cell needs a {column} in [0, 1]")
+        raise UserError(
+            f"grid {source} row {i}: {column} is missing (NaN) for model {r['model']!r}, "
+            f"config {r['config_id']!r}; every cell needs a {column} in [0, 1]"
+        )
     outside = (values < 0) | (values > 1)
     if outside.any():
         i = _row(frame, outside)
         r = frame.iloc[i - 1]
-        raise UserError(f"grid {source} row {i}: {column} {float(values.iloc[i - 1])!r} for model {r['model']!r}, "
-                        f"config {r['config_id']!r} is outside [0, 1]")
+        raise UserError(
+            f"grid {source} row {i}: {column} {float(values.iloc[i - 1])!r} for model {r['model']!r}, "
+            f"config {r['config_id']!r} is outside [0, 1]"
+        )
 
 
 def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFrame:
@@ -152,11 +161,23 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
     unknown = ~status.isin(STATUSES)
     if unknown.any():
         i = _row(out, unknown)
-        raise UserError(f"grid {source} row {i}: column 'status' has unknown value {status.iloc[i - 1]!r}; "
-                        f"allowed: {', '.join(STATUSES)}")
+        raise UserError(
+            f"grid {source} row {i}: column 'status' has unknown value {status.iloc[i - 1]!r}; "
+            f"allowed: {', '.join(STATUSES)}"
+        )
     out[STATUS] = status
     ok = status == OK
-    for column in ("model", "benchmark", "template", "decoding", "scoring", "precision", "package", "tier", "config_id"):
+    for column in (
+        "model",
+        "benchmark",
+        "template",
+        "decoding",
+        "scoring",
+        "precision",
+        "package",
+        "tier",
+        "config_id",
+    ):
         blank = out[column].isna() | (out[column].astype(str).str.strip() == "")
         if blank.any():
             raise UserError(f"grid {source} row {_row(out, blank)}: column {column!r} is empty")
@@ -164,16 +185,21 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
 
     for label in out["model"].unique():  # a label names figures and report rows: bounded before any work
         # a spec used as its own label (lm-eval:...:model_args) may be long; beyond MAX_SPEC_CHARS it is damage
-        problem = (f"model label {shorten(label)} is longer than {MAX_SPEC_CHARS} characters (the cap "
-                   f"MAX_SPEC_CHARS)" if len(label) > MAX_SPEC_CHARS else label_problem(label[:MAX_LABEL_CHARS]))
+        problem = (
+            f"model label {shorten(label)} is longer than {MAX_SPEC_CHARS} characters (the cap MAX_SPEC_CHARS)"
+            if len(label) > MAX_SPEC_CHARS
+            else label_problem(label[:MAX_LABEL_CHARS])
+        )
         if problem:
             raise UserError(f"grid {source}: {problem}")
     shots = _numeric(out, "shots", source)
     not_int = shots.isna() | (shots != shots.round())
     if not_int.any():
         i = _row(out, not_int)
-        raise UserError(f"grid {source} row {i}: column 'shots' has unknown value {plain(frame['shots'].iloc[i - 1])!r}; "
-                        f"allowed: {', '.join(map(str, rules.axes['shots']))}")
+        raise UserError(
+            f"grid {source} row {i}: column 'shots' has unknown value {plain(frame['shots'].iloc[i - 1])!r}; "
+            f"allowed: {', '.join(map(str, rules.axes['shots']))}"
+        )
     out["shots"] = shots.astype(int)
 
     allowed = {"benchmark": rules.benchmarks, **{a: rules.axes[a] for a in AXES}}
@@ -181,21 +207,28 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
         unknown = ~out[column].isin(list(values))
         if unknown.any():
             i = _row(out, unknown)
-            raise UserError(f"grid {source} row {i}: column {column!r} has unknown value {plain(out[column].iloc[i - 1])!r}; "
-                            f"allowed: {', '.join(map(str, values))}")
+            raise UserError(
+                f"grid {source} row {i}: column {column!r} has unknown value {plain(out[column].iloc[i - 1])!r}; "
+                f"allowed: {', '.join(map(str, values))}"
+            )
 
     for i, r in enumerate(out[["benchmark", *AXES, "config_id", "tier"]].itertuples(index=False), start=1):
         cfg = Config(r.benchmark, r.template, r.decoding, int(r.shots), r.scoring)
         broken = rules.violated(cfg)
         if broken:
-            raise UserError(f"grid {source} row {i}: configuration {cfg.config_id} is outside the envelope "
-                            f"({'; '.join(broken)})")
+            raise UserError(
+                f"grid {source} row {i}: configuration {cfg.config_id} is outside the envelope ({'; '.join(broken)})"
+            )
         if r.config_id != cfg.config_id:
-            raise UserError(f"grid {source} row {i}: config_id {r.config_id!r} does not match the row's axes "
-                            f"(expected {cfg.config_id!r})")
+            raise UserError(
+                f"grid {source} row {i}: config_id {r.config_id!r} does not match the row's axes "
+                f"(expected {cfg.config_id!r})"
+            )
         if r.tier != rules.tier(cfg):
-            raise UserError(f"grid {source} row {i}: tier {r.tier!r} for {cfg.config_id} disagrees with the rules "
-                            f"file, which tags it {rules.tier(cfg)!r} (was the grid written under other rules?)")
+            raise UserError(
+                f"grid {source} row {i}: tier {r.tier!r} for {cfg.config_id} disagrees with the rules "
+                f"file, which tags it {rules.tier(cfg)!r} (was the grid written under other rules?)"
+            )
 
     # A cell that did not run (failed, not_applicable) may leave its numbers empty; an ok cell may not.
     for column in ("score", "parse_rate"):
@@ -207,8 +240,10 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
         bad = ok & (counts.isna() | (counts < 1) | (counts != counts.round()) | (counts > MAX_COUNT))
         if bad.any():
             i = _row(out, bad)
-            raise UserError(f"grid {source} row {i}: column {column!r} must be a whole number from 1 to {MAX_COUNT:,}, "
-                            f"got {plain(frame[column].iloc[i - 1])!r}")
+            raise UserError(
+                f"grid {source} row {i}: column {column!r} must be a whole number from 1 to {MAX_COUNT:,}, "
+                f"got {plain(frame[column].iloc[i - 1])!r}"
+            )
         out[column] = counts.fillna(0).astype(int)
     # the one comparison rule (exact.py): equal fractions of a cell's answers are equal floats
     out["score"] = np.where(ok, exact_scores(out["score"], out["n_items"], out["n_seeds"]), out["score"])
@@ -217,8 +252,10 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
         outside = out[TIE_RATE].notna() & ((out[TIE_RATE] < 0) | (out[TIE_RATE] > 1))
         if outside.any():
             i = _row(out, outside)
-            raise UserError(f"grid {source} row {i}: tie_rate {float(out[TIE_RATE].iloc[i - 1])!r} is outside [0, 1] "
-                            f"(leave it empty for free-form cells)")
+            raise UserError(
+                f"grid {source} row {i}: tie_rate {float(out[TIE_RATE].iloc[i - 1])!r} is outside [0, 1] "
+                f"(leave it empty for free-form cells)"
+            )
 
     key = ["model", "config_id", "precision", "package"]
     dup = out.duplicated(key, keep=False)
@@ -226,13 +263,17 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
         rows = np.flatnonzero(dup.to_numpy())
         first = out.iloc[rows[0]]
         same = [int(j) + 1 for j in rows if (out.iloc[j][key] == first[key]).all()]
-        raise UserError(f"grid {source} has duplicate cells: rows {' and '.join(map(str, same[:2]))} are both "
-                        f"model {first['model']!r}, config {first['config_id']!r}, precision {first['precision']!r}, "
-                        f"package {first['package']!r}")
+        raise UserError(
+            f"grid {source} has duplicate cells: rows {' and '.join(map(str, same[:2]))} are both "
+            f"model {first['model']!r}, config {first['config_id']!r}, precision {first['precision']!r}, "
+            f"package {first['package']!r}"
+        )
     return out
 
 
-def select_group(frame: pd.DataFrame, source: str, precision: str | None = None, package: str | None = None) -> pd.DataFrame:
+def select_group(
+    frame: pd.DataFrame, source: str, precision: str | None = None, package: str | None = None
+) -> pd.DataFrame:
     """Keep one (precision, package) group. Mixed input is refused rather than pooled: a flip that
     comes from changing precision is a different question, answered by `safetyrepro compare`."""
     keep = pd.Series(True, index=frame.index)
@@ -244,16 +285,21 @@ def select_group(frame: pd.DataFrame, source: str, precision: str | None = None,
     listing = ", ".join(f"{p}/{k} ({n} rows)" for (p, k), n in groups.items())
     chosen = frame[keep]
     if chosen.empty:
-        raise UserError(f"grid {source} has no rows for precision {precision or 'any'!r}, package "
-                        f"{package or 'any'!r}; it holds: {listing}")
+        raise UserError(
+            f"grid {source} has no rows for precision {precision or 'any'!r}, package "
+            f"{package or 'any'!r}; it holds: {listing}"
+        )
     if chosen.groupby(["precision", "package"]).ngroups > 1:
-        raise UserError(f"grid {source} mixes (precision, package) groups: {listing}; analyse one with "
-                        f"--precision/--package, or set them side by side with `safetyrepro compare`")
+        raise UserError(
+            f"grid {source} mixes (precision, package) groups: {listing}; analyse one with "
+            f"--precision/--package, or set them side by side with `safetyrepro compare`"
+        )
     return chosen.reset_index(drop=True)
 
 
-def common_configurations(frame: pd.DataFrame, source: str, rules: Rules, min_models: int = 2,
-                          min_configs: int = 2) -> Grid:
+def common_configurations(
+    frame: pd.DataFrame, source: str, rules: Rules, min_models: int = 2, min_configs: int = 2
+) -> Grid:
     """Restrict every benchmark to the configurations that all models have; say what was dropped.
     `analyze` needs two models and two configurations per benchmark; `compare` pairs single cells."""
     status = frame[STATUS] if STATUS in frame.columns else pd.Series(OK, index=frame.index)
@@ -266,8 +312,10 @@ def common_configurations(frame: pd.DataFrame, source: str, rules: Rules, min_mo
         raise UserError(f"grid {source} has no cell with status ok; {excluded_sentence(excluded)}")
     models = tuple(sorted(frame["model"].unique()))
     if len(models) < min_models:
-        raise UserError(f"grid {source} has a single model ({models[0]!r}); rho_flip and orderings compare "
-                        f"models, so a grid needs at least two")
+        raise UserError(
+            f"grid {source} has a single model ({models[0]!r}); rho_flip and orderings compare "
+            f"models, so a grid needs at least two"
+        )
     keep_parts = []
     for benchmark in sorted(frame["benchmark"].unique()):
         rows = frame[frame["benchmark"] == benchmark]
@@ -277,8 +325,10 @@ def common_configurations(frame: pd.DataFrame, source: str, rules: Rules, min_mo
         if dropped:
             lacking = rows.groupby("model")["config_id"].nunique().reindex(list(models), fill_value=0)
             short = ", ".join(f"{m} has {n}" for m, n in lacking.items() if n < len(per_config))
-            warnings.append(f"{benchmark}: {dropped} of {len(per_config)} configurations dropped because not every "
-                            f"model has them ({short}); analysed on the {len(common)} common configurations")
+            warnings.append(
+                f"{benchmark}: {dropped} of {len(per_config)} configurations dropped because not every "
+                f"model has them ({short}); analysed on the {len(common)} common configurations"
+            )
         if len(common) < min_configs:
             held = "a single configuration" if len(common) == 1 else "no configuration"
             warnings.append(f"{benchmark}: left out, it has {held} common to all models; rho_flip needs at least two")
@@ -286,17 +336,29 @@ def common_configurations(frame: pd.DataFrame, source: str, rules: Rules, min_mo
         keep_parts.append(rows[rows["config_id"].isin(common)])
     if not keep_parts:
         n = frame["config_id"].nunique()
-        what = f"one configuration ({frame['config_id'].iloc[0]})" if n == 1 else \
-            "no benchmark with two configurations common to all models"
-        raise UserError(f"grid {source} has {what}; rho_flip and orderings need at least two configurations "
-                        f"per benchmark")
+        what = (
+            f"one configuration ({frame['config_id'].iloc[0]})"
+            if n == 1
+            else "no benchmark with two configurations common to all models"
+        )
+        raise UserError(
+            f"grid {source} has {what}; rho_flip and orderings need at least two configurations per benchmark"
+        )
     cells = pd.concat(keep_parts, ignore_index=True)
     present = set(cells["benchmark"])
     benchmarks = tuple(b for b in rules.benchmarks if b in present)
     configs = {b: envelope_order(cells.loc[cells["benchmark"] == b, "config_id"], rules) for b in benchmarks}
-    return Grid(cells=cells, models=models, benchmarks=benchmarks, configs=configs,
-                precision=str(cells["precision"].iloc[0]), package=str(cells["package"].iloc[0]),
-                source=source, warnings=tuple(warnings), excluded=excluded)
+    return Grid(
+        cells=cells,
+        models=models,
+        benchmarks=benchmarks,
+        configs=configs,
+        precision=str(cells["precision"].iloc[0]),
+        package=str(cells["package"].iloc[0]),
+        source=source,
+        warnings=tuple(warnings),
+        excluded=excluded,
+    )
 
 
 def excluded_cells(excluded: pd.DataFrame) -> pd.DataFrame:
@@ -314,6 +376,8 @@ def excluded_sentence(excluded: pd.DataFrame) -> str:
     for status, g in excluded.groupby(STATUS, sort=True):
         where = "; ".join(f"{r.model} {r.benchmark} {r.scoring} ({r.n_cells})" for r in excluded_cells(g).itertuples())
         parts.append(f"{len(g)} {status} ({where})")
-    return (f"{len(excluded)} cells left out of every table because their status is not ok: " + ", ".join(parts)
-            + "; they are never scored as 0")
-
+    return (
+        f"{len(excluded)} cells left out of every table because their status is not ok: "
+        + ", ".join(parts)
+        + "; they are never scored as 0"
+    )

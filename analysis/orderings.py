@@ -49,8 +49,9 @@ def is_strict(label: str) -> bool:
 
 def config_orderings(matrix: pd.DataFrame) -> pd.Series:
     """Induced ordering (as a label) of each row of a configs x models score table."""
-    return pd.Series({cid: ordering_label(induced_ordering(row.to_dict())) for cid, row in matrix.iterrows()},
-                     dtype=object)
+    return pd.Series(
+        {cid: ordering_label(induced_ordering(row.to_dict())) for cid, row in matrix.iterrows()}, dtype=object
+    )
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Concordance:
 
     tau_r: float
     n_config_pairs: int
-    n_undefined: int          # pairs where one config ties every model (tau undefined), left out
+    n_undefined: int  # pairs where one config ties every model (tau undefined), left out
     order_mismatch_rate: float  # share of config pairs whose (weak) orders differ (5/6 under a uniform null, M=3)
 
 
@@ -111,7 +112,9 @@ def ranking_concordance(matrix: pd.DataFrame) -> Concordance:
     mismatch = float(np.mean(orders[ci] != orders[cj])) if len(ci) else float("nan")
     return Concordance(
         tau_r=float(pair_tau[defined].mean()) if defined.any() else float("nan"),
-        n_config_pairs=len(ci), n_undefined=int((~defined).sum()), order_mismatch_rate=mismatch,
+        n_config_pairs=len(ci),
+        n_undefined=int((~defined).sum()),
+        order_mismatch_rate=mismatch,
     )
 
 
@@ -122,22 +125,35 @@ def orderings_tables(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> tuple
         reached = orderings_reached(m)
         better = direction(benchmark)
         reached_better = orderings_reached(better.better_value(m))
-        detail.append({
-            "benchmark": benchmark, "slice": name, "n_configs": reached.n_configs,
-            "n_orderings": reached.n_orderings, "n_possible": reached.n_possible,
-            "n_weak_orderings": reached.n_weak_orderings, "n_tied_configs": reached.n_tied_configs,
-            "orderings": "; ".join(f"{o} ({n})" for o, n in reached.counts),
-            # the same, best model first under the benchmark's direction (identical when higher is better)
-            "better": better.label, "n_orderings_better": reached_better.n_orderings,
-            "n_tied_configs_better": reached_better.n_tied_configs,
-            "orderings_better": "; ".join(f"{o} ({n})" for o, n in reached_better.counts),
-        })
+        detail.append(
+            {
+                "benchmark": benchmark,
+                "slice": name,
+                "n_configs": reached.n_configs,
+                "n_orderings": reached.n_orderings,
+                "n_possible": reached.n_possible,
+                "n_weak_orderings": reached.n_weak_orderings,
+                "n_tied_configs": reached.n_tied_configs,
+                "orderings": "; ".join(f"{o} ({n})" for o, n in reached.counts),
+                # the same, best model first under the benchmark's direction (identical when higher is better)
+                "better": better.label,
+                "n_orderings_better": reached_better.n_orderings,
+                "n_tied_configs_better": reached_better.n_tied_configs,
+                "orderings_better": "; ".join(f"{o} ({n})" for o, n in reached_better.counts),
+            }
+        )
         c = ranking_concordance(m)
-        concord.append({
-            "benchmark": benchmark, "slice": name, "n_configs": len(m), "tau_r": c.tau_r,
-            "n_config_pairs": c.n_config_pairs, "n_undefined_pairs": c.n_undefined,
-            "order_mismatch_rate": c.order_mismatch_rate,
-        })
+        concord.append(
+            {
+                "benchmark": benchmark,
+                "slice": name,
+                "n_configs": len(m),
+                "tau_r": c.tau_r,
+                "n_config_pairs": c.n_config_pairs,
+                "n_undefined_pairs": c.n_undefined,
+                "order_mismatch_rate": c.order_mismatch_rate,
+            }
+        )
     return pd.DataFrame(detail), pd.DataFrame(concord)
 
 
@@ -149,7 +165,14 @@ def config_orderings_table(grid: Grid) -> pd.DataFrame:
         labels = config_orderings(m)
         labels_better = config_orderings(direction(benchmark).better_value(m))
         for cid, row in m.iterrows():
-            rows.append({"benchmark": benchmark, "config_id": cid, "ordering": labels[cid],
-                         "tied": bool(row.duplicated().any()), "ordering_better": labels_better[cid],
-                         **{f"score_{model}": float(v) for model, v in row.items()}})
+            rows.append(
+                {
+                    "benchmark": benchmark,
+                    "config_id": cid,
+                    "ordering": labels[cid],
+                    "tied": bool(row.duplicated().any()),
+                    "ordering_better": labels_better[cid],
+                    **{f"score_{model}": float(v) for model, v in row.items()},
+                }
+            )
     return pd.DataFrame(rows)

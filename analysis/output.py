@@ -26,22 +26,42 @@ def draw_figures(a: Analysis, out: Path) -> FigureSet:
     folder = ensure_dir(out / "figures", root=out)
     full = a.rho_flip_detail[a.rho_flip_detail["slice"] == "full"]
     plans = {  # key -> (file, reason not to draw or None, how to draw)
-        "wins_by_axes": ("wins_by_axes.png", None,
-                         lambda p, root: fig.wins_by_axes(a.grid, a.rules, a.rho_flip_detail, p, root)),
-        "rho_flip_surface": ("rho_flip_surface.png", fig.constant_reason(
-            np.r_[full["rho_flip"], full["rho_flip_better"]], "rho_flip on slice full (every pair and benchmark)"),
-            lambda p, root: fig.rho_flip_surface(a.rho_flip_detail, p, root)),
-        "rho_flip_by_slice": ("rho_flip_by_slice.png", fig.constant_reason(
-            a.rho_flip_max["rho_flip_max"], "rho_flip max (every benchmark and slice)"),
-            lambda p, root: fig.rho_flip_by_slice(a.rho_flip_max, p, root)),
-        "orderings": ("orderings.png", fig.constant_reason(
-            a.orderings_detail["n_orderings"], "The number of orderings reached (every benchmark and slice)"),
-            lambda p, root: fig.orderings_reached(a.orderings_detail, p, root)),
-        "score_ranges": ("score_ranges.png", fig.constant_reason(a.grid.cells["score"], "The score (every cell)"),
-                         lambda p, root: fig.score_ranges(a.grid.cells, a.grid.models, a.grid.benchmarks, p, root)),
-        "shap": ("shap.png", None if not (a.attribution.regressor.empty and a.attribution.classifier.empty) else
-                 "no surrogate model could be fitted (see Notes).",
-                 lambda p, root: fig.shap_bars(a.attribution.regressor, a.attribution.classifier, p, root)),
+        "wins_by_axes": (
+            "wins_by_axes.png",
+            None,
+            lambda p, root: fig.wins_by_axes(a.grid, a.rules, a.rho_flip_detail, p, root),
+        ),
+        "rho_flip_surface": (
+            "rho_flip_surface.png",
+            fig.constant_reason(
+                np.r_[full["rho_flip"], full["rho_flip_better"]], "rho_flip on slice full (every pair and benchmark)"
+            ),
+            lambda p, root: fig.rho_flip_surface(a.rho_flip_detail, p, root),
+        ),
+        "rho_flip_by_slice": (
+            "rho_flip_by_slice.png",
+            fig.constant_reason(a.rho_flip_max["rho_flip_max"], "rho_flip max (every benchmark and slice)"),
+            lambda p, root: fig.rho_flip_by_slice(a.rho_flip_max, p, root),
+        ),
+        "orderings": (
+            "orderings.png",
+            fig.constant_reason(
+                a.orderings_detail["n_orderings"], "The number of orderings reached (every benchmark and slice)"
+            ),
+            lambda p, root: fig.orderings_reached(a.orderings_detail, p, root),
+        ),
+        "score_ranges": (
+            "score_ranges.png",
+            fig.constant_reason(a.grid.cells["score"], "The score (every cell)"),
+            lambda p, root: fig.score_ranges(a.grid.cells, a.grid.models, a.grid.benchmarks, p, root),
+        ),
+        "shap": (
+            "shap.png",
+            None
+            if not (a.attribution.regressor.empty and a.attribution.classifier.empty)
+            else "no surrogate model could be fitted (see Notes).",
+            lambda p, root: fig.shap_bars(a.attribution.regressor, a.attribution.classifier, p, root),
+        ),
     }
     paths, skipped = {}, {}
     for key, (name, reason, draw) in plans.items():
@@ -55,13 +75,37 @@ def draw_figures(a: Analysis, out: Path) -> FigureSet:
 
 # what `analyze` wrote before its folders carried a marker (.safetyrepro-output.json): recognised by a
 # GRID card of SafetyRepro's, and then these names only are its own
-LEGACY_FILES = frozenset({
-    "rho_flip.csv", "rho_flip_detail.csv", "rho_flip_max.csv", "orderings.csv", "orderings_detail.csv",
-    "config_orderings.csv", "concordance.csv", "tier_ablation.csv", "sdi.csv", "cfr.csv", "anova.csv",
-    "variance_shares.csv", "shap_regressor.csv", "shap_pair_classifier.csv", "bootstrap.csv",
-    "verdict_certificate.csv", "item_tests.csv", "significant_flips.csv", "degenerate_cells.csv",
-    "degenerate_effects.csv", "excluded_cells.csv", "tie_rates.csv", "detectable.csv", "report.md", "report.html",
-    "grid_card.json", "grid_card.md"})
+LEGACY_FILES = frozenset(
+    {
+        "rho_flip.csv",
+        "rho_flip_detail.csv",
+        "rho_flip_max.csv",
+        "orderings.csv",
+        "orderings_detail.csv",
+        "config_orderings.csv",
+        "concordance.csv",
+        "tier_ablation.csv",
+        "sdi.csv",
+        "cfr.csv",
+        "anova.csv",
+        "variance_shares.csv",
+        "shap_regressor.csv",
+        "shap_pair_classifier.csv",
+        "bootstrap.csv",
+        "verdict_certificate.csv",
+        "item_tests.csv",
+        "significant_flips.csv",
+        "degenerate_cells.csv",
+        "degenerate_effects.csv",
+        "excluded_cells.csv",
+        "tie_rates.csv",
+        "detectable.csv",
+        "report.md",
+        "report.html",
+        "grid_card.json",
+        "grid_card.md",
+    }
+)
 LEGACY_COMPARE = re.compile(r"^compare_[a-z_]+\.(csv|md)$")
 
 
@@ -72,8 +116,9 @@ def legacy_analysis(folder: Path, files: list[str]) -> set[str] | None:
         return None
     if not (isinstance(card, dict) and "grid" in card and "analysis_packages" in card):
         return None
-    return {f for f in files if f in LEGACY_FILES or (f.startswith("figures/") and f.endswith(".png")
-                                                      and f.count("/") == 1)}
+    return {
+        f for f in files if f in LEGACY_FILES or (f.startswith("figures/") and f.endswith(".png") and f.count("/") == 1)
+    }
 
 
 def legacy_comparison(folder: Path, files: list[str]) -> set[str] | None:
@@ -85,7 +130,9 @@ def legacy_comparison(folder: Path, files: list[str]) -> set[str] | None:
 LEGACY = {"analyze": legacy_analysis, "compare": legacy_comparison}
 
 
-def write_all(a: Analysis, grid_path: Path, out: Path, figures: bool = True, grid_text: str | None = None) -> list[Path]:
+def write_all(
+    a: Analysis, grid_path: Path, out: Path, figures: bool = True, grid_text: str | None = None
+) -> list[Path]:
     """Every file of the analysis, into a staging folder that then takes DIR's place (returns the
     paths under DIR). `grid_text`: the analysed grid, written as DIR/grid.csv and named by the card."""
     if grid_text is None:
@@ -118,5 +165,7 @@ def refuse_inputs_inside(out: Path, inputs) -> None:
     where = Path(os.path.realpath(out))
     for p in inputs:
         if p is not None and Path(os.path.realpath(p)).is_relative_to(where):
-            raise UserError(f"{p} is inside --out {out}, which is replaced as a whole by the new output: "
-                            f"choose another --out (e.g. {Path(out) / 'analysis'})")
+            raise UserError(
+                f"{p} is inside --out {out}, which is replaced as a whole by the new output: "
+                f"choose another --out (e.g. {Path(out) / 'analysis'})"
+            )

@@ -19,17 +19,30 @@ from .power import detectable_difference, effective_discordance
 from .significance import ItemRecords, exact_mean, holm, sign_flip_p_value
 
 TARGET_POWER = 0.8
-COLUMNS = ("benchmark", "config_id", "model_a", "model_b", "n_items", "n_differing", "diff", "ci_low", "ci_high",
-           "p_value", "p_holm", "winner", "family_size")
+COLUMNS = (
+    "benchmark",
+    "config_id",
+    "model_a",
+    "model_b",
+    "n_items",
+    "n_differing",
+    "diff",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "p_holm",
+    "winner",
+    "family_size",
+)
 
 
 @dataclass(frozen=True)
 class PairedVerdict:
     model_a: str
     model_b: str
-    table: pd.DataFrame              # one row per shared configuration (COLUMNS)
+    table: pd.DataFrame  # one row per shared configuration (COLUMNS)
     detectable: dict[str, float | None]  # benchmark -> smallest difference found at 80 % power (None: none is)
-    sentences: dict[str, str]        # benchmark -> the verdict in one sentence
+    sentences: dict[str, str]  # benchmark -> the verdict in one sentence
     alpha: float
 
 
@@ -54,8 +67,19 @@ def paired_verdict(items: ItemRecords, grid: Grid, a: str, b: str, alpha: float 
         for cid in ids:
             x = items.by_config[cid]
             d = x[:, ca] - x[:, cb]
-            rows.append([benchmark, cid, a, b, len(d), int(np.count_nonzero(d)), exact_mean(d), *_interval(d),
-                         sign_flip_p_value(d)])
+            rows.append(
+                [
+                    benchmark,
+                    cid,
+                    a,
+                    b,
+                    len(d),
+                    int(np.count_nonzero(d)),
+                    exact_mean(d),
+                    *_interval(d),
+                    sign_flip_p_value(d),
+                ]
+            )
     table = pd.DataFrame(rows, columns=list(COLUMNS[:10]))
     parts, detectable, sentences = [], {}, {}
     for benchmark, g in table.groupby("benchmark", sort=False):
@@ -64,9 +88,14 @@ def paired_verdict(items: ItemRecords, grid: Grid, a: str, b: str, alpha: float 
         g = g.assign(p_holm=adjusted, winner=winner, family_size=len(g))
         parts.append(g)
         ids = list(g["config_id"])
-        disc = float(np.mean([effective_discordance(items.by_config[c][:, ca] - items.by_config[c][:, cb]) for c in ids]))
-        found = detectable_difference(int(g["n_items"].min()), disc, len(g), alpha, TARGET_POWER).effect \
-            if disc > 0 else None
+        disc = float(
+            np.mean([effective_discordance(items.by_config[c][:, ca] - items.by_config[c][:, cb]) for c in ids])
+        )
+        found = (
+            detectable_difference(int(g["n_items"].min()), disc, len(g), alpha, TARGET_POWER).effect
+            if disc > 0
+            else None
+        )
         detectable[benchmark] = found
         sentences[benchmark] = verdict_sentence(g, a, b, found, alpha)
     table = pd.concat(parts, ignore_index=True)[list(COLUMNS)] if parts else pd.DataFrame(columns=list(COLUMNS))
@@ -78,17 +107,26 @@ def verdict_sentence(g: pd.DataFrame, a: str, b: str, found: float | None, alpha
     benchmark, k, n = g["benchmark"].iloc[0], len(g), int(g["n_items"].min())
     wins_a, wins_b = int((g["winner"] == a).sum()), int((g["winner"] == b).sum())
     ahead_a, ahead_b = int((g["diff"] > 0).sum()), int((g["diff"] < 0).sum())
-    could = ("no difference in one configuration is found at 80 % power at this size, however large" if found is None
-             else f"a configuration's difference must be at least {100 * found:.0f} points to be found at 80 % power")
+    could = (
+        "no difference in one configuration is found at 80 % power at this size, however large"
+        if found is None
+        else f"a configuration's difference must be at least {100 * found:.0f} points to be found at 80 % power"
+    )
     if wins_a and wins_b:
-        head = (f"{benchmark}: the verdict flips: {a} is confirmed ahead on {wins_a} and {b} on {wins_b} of {k} "
-                f"configurations")
+        head = (
+            f"{benchmark}: the verdict flips: {a} is confirmed ahead on {wins_a} and {b} on {wins_b} of {k} "
+            f"configurations"
+        )
     elif wins_a or wins_b:
         win, lose, w, behind = (a, b, wins_a, ahead_b) if wins_a else (b, a, wins_b, ahead_a)
         best = g.loc[(g["diff"] if win == a else -g["diff"]).idxmax()]
-        head = (f"{benchmark}: {win} is better than {lose}, confirmed on {w} of {k} configurations (largest: "
-                f"{abs(best['diff']):.3f} on {best['config_id']}); {lose} is ahead, unconfirmed, on {behind}")
+        head = (
+            f"{benchmark}: {win} is better than {lose}, confirmed on {w} of {k} configurations (largest: "
+            f"{abs(best['diff']):.3f} on {best['config_id']}); {lose} is ahead, unconfirmed, on {behind}"
+        )
     else:
-        head = (f"{benchmark}: no configuration's difference is confirmed ({a} ahead on {ahead_a}, {b} on {ahead_b}, "
-                f"tied on {k - ahead_a - ahead_b} of {k})")
+        head = (
+            f"{benchmark}: no configuration's difference is confirmed ({a} ahead on {ahead_a}, {b} on {ahead_b}, "
+            f"tied on {k - ahead_a - ahead_b} of {k})"
+        )
     return f"{head}; exact paired test, Holm over {k} configurations at alpha {alpha}, {n} items: {could}."

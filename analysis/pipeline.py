@@ -79,11 +79,16 @@ def tie_rate_table(grid: Grid) -> pd.DataFrame | None:
     if not grid.has_tie_rate:
         return None
     cells = grid.cells[grid.cells[TIE_RATE].fillna(0) > 0]
-    return cells[["model", "benchmark", "config_id", "score", TIE_RATE]].sort_values(
-        [TIE_RATE, "benchmark", "config_id", "model"], ascending=[False, True, True, True]).reset_index(drop=True)
+    return (
+        cells[["model", "benchmark", "config_id", "score", TIE_RATE]]
+        .sort_values([TIE_RATE, "benchmark", "config_id", "model"], ascending=[False, True, True, True])
+        .reset_index(drop=True)
+    )
 
 
-def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions, items_frame: pd.DataFrame | None = None) -> Analysis:
+def run_analysis(
+    grid: Grid, rules: Rules, options: AnalysisOptions, items_frame: pd.DataFrame | None = None
+) -> Analysis:
     """Every table from one validated grid; item records from `options.items_path`, or from
     `items_frame` (the Python API's DataFrame) when given."""
     slices = options.slices
@@ -92,7 +97,8 @@ def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions, items_frame
     orderings_detail, concordance = orderings.orderings_tables(grid, rules, slices)
     sdi, cfr = dispersion.dispersion_tables(grid, rules, slices, options.thetas)
     tier = maxima[["benchmark", "slice", "n_configs", "rho_flip_max", "ceiling", "chance_max"]].merge(
-        orderings_detail[["benchmark", "slice", "n_orderings", "n_possible"]], on=["benchmark", "slice"])
+        orderings_detail[["benchmark", "slice", "n_orderings", "n_possible"]], on=["benchmark", "slice"]
+    )
 
     notes: list[str] = []
     fitted = []
@@ -112,7 +118,9 @@ def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions, items_frame
     if items_frame is not None:
         items = significance.items_from_frame(items_frame, grid, "the items DataFrame")
         warnings.extend(items.warnings)
-        tested = significance.item_analysis(items, grid, rules, slices, options.alpha, options.n_resamples, options.seed)
+        tested = significance.item_analysis(
+            items, grid, rules, slices, options.alpha, options.n_resamples, options.seed
+        )
         item_tests, flips = tested.tests, tested.flips
     elif options.items_path:
         try:
@@ -124,20 +132,47 @@ def run_analysis(grid: Grid, rules: Rules, options: AnalysisOptions, items_frame
             warnings.append(f"items: {options.items_path} found beside the grid but not used: {e}")
         if items is not None:
             warnings.extend(items.warnings)
-            tested = significance.item_analysis(items, grid, rules, slices, options.alpha, options.n_resamples,
-                                                options.seed)
+            tested = significance.item_analysis(
+                items, grid, rules, slices, options.alpha, options.n_resamples, options.seed
+            )
             item_tests, flips = tested.tests, tested.flips
     else:
-        notes.append("significant flips skipped: no per-item records (pass --items, or keep items.parquet beside the grid)")
+        notes.append(
+            "significant flips skipped: no per-item records (pass --items, or keep items.parquet beside the grid)"
+        )
     found = None if items is None else detectable.detectable_table(items, grid, rules, slices, options.alpha)
-    cells = degenerate.degenerate_cells(grid, items.empty_outputs if items is not None else None,
-                                        items.option_bias if items is not None else None)
+    cells = degenerate.degenerate_cells(
+        grid, items.empty_outputs if items is not None else None, items.option_bias if items is not None else None
+    )
     effects = degenerate.degenerate_effects(grid, rules, cells, options.thetas)
 
-    return Analysis(grid, rules, options, detail, maxima, orderings_detail, orderings.config_orderings_table(grid),
-                    concordance, sdi, cfr, tier, anova, shares, attribution, boot, certificate, item_tests, flips,
-                    cells, effects, excluded_cells(grid.excluded), tie_rate_table(grid), found, tuple(warnings),
-                    tuple(notes))
+    return Analysis(
+        grid,
+        rules,
+        options,
+        detail,
+        maxima,
+        orderings_detail,
+        orderings.config_orderings_table(grid),
+        concordance,
+        sdi,
+        cfr,
+        tier,
+        anova,
+        shares,
+        attribution,
+        boot,
+        certificate,
+        item_tests,
+        flips,
+        cells,
+        effects,
+        excluded_cells(grid.excluded),
+        tie_rate_table(grid),
+        found,
+        tuple(warnings),
+        tuple(notes),
+    )
 
 
 # file name -> what it holds; the two contract tables keep exactly the contract columns of docs/formats.md

@@ -14,22 +14,46 @@ DEFAULT_EFFECT = 0.10
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "plan", help="items per configuration a paired verdict needs; what a pilot grid can detect",
+        "plan",
+        help="items per configuration a paired verdict needs; what a pilot grid can detect",
         description="Power of the per-configuration verdict (exact paired sign test on the discordant items, Holm "
-                    "over K configurations), see docs/analysis.md, 'Power and the detectable difference'. Two forms: "
-                    "`plan --discordance D --configs K [--effect E] [--items N]` from numbers, or "
-                    "`plan GRID [--items ITEMS]` from a pilot sweep's grid and item records.")
-    p.add_argument("grid", nargs="?", metavar="GRID", help="a pilot's grid.csv or grid.parquet; its discordance, "
-                   "configuration count, item count and (from the cells/ folder beside it) seconds per item are used")
-    p.add_argument("--items", metavar="N|ITEMS", help="without GRID: an item count N at which to report the power and "
-                   "the detectable difference; with GRID: the pilot's item records (default: items.parquet or "
-                   "items.csv beside the grid)")
-    p.add_argument("--discordance", type=float, metavar="D", help="share of items on which the two models' 0/1 "
-                   "answers differ, in (0, 1] (without GRID; required there)")
-    p.add_argument("--configs", type=int, metavar="K", help="configurations in the Holm family, e.g. 48 (without GRID; "
-                   "required there)")
-    p.add_argument("--effect", type=float, default=DEFAULT_EFFECT, metavar="E",
-                   help=f"true paired difference in accuracy to find, at most D (default {DEFAULT_EFFECT})")
+        "over K configurations), see docs/analysis.md, 'Power and the detectable difference'. Two forms: "
+        "`plan --discordance D --configs K [--effect E] [--items N]` from numbers, or "
+        "`plan GRID [--items ITEMS]` from a pilot sweep's grid and item records.",
+    )
+    p.add_argument(
+        "grid",
+        nargs="?",
+        metavar="GRID",
+        help="a pilot's grid.csv or grid.parquet; its discordance, "
+        "configuration count, item count and (from the cells/ folder beside it) seconds per item are used",
+    )
+    p.add_argument(
+        "--items",
+        metavar="N|ITEMS",
+        help="without GRID: an item count N at which to report the power and "
+        "the detectable difference; with GRID: the pilot's item records (default: items.parquet or "
+        "items.csv beside the grid)",
+    )
+    p.add_argument(
+        "--discordance",
+        type=float,
+        metavar="D",
+        help="share of items on which the two models' 0/1 answers differ, in (0, 1] (without GRID; required there)",
+    )
+    p.add_argument(
+        "--configs",
+        type=int,
+        metavar="K",
+        help="configurations in the Holm family, e.g. 48 (without GRID; required there)",
+    )
+    p.add_argument(
+        "--effect",
+        type=float,
+        default=DEFAULT_EFFECT,
+        metavar="E",
+        help=f"true paired difference in accuracy to find, at most D (default {DEFAULT_EFFECT})",
+    )
     p.add_argument("--alpha", type=float, default=0.05, help="familywise error level (default 0.05)")
     p.add_argument("--power", type=float, default=0.8, help="target power (default 0.8)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -56,8 +80,10 @@ def _item_count(text: str | None) -> int | None:
     try:
         n = int(text)
     except ValueError:
-        raise UserError(f"--items {text!r}: without GRID, --items is an item count (a whole number >= 1); to plan "
-                        f"from a pilot's records give its grid: safetyrepro plan GRID --items ITEMS") from None
+        raise UserError(
+            f"--items {text!r}: without GRID, --items is an item count (a whole number >= 1); to plan "
+            f"from a pilot's records give its grid: safetyrepro plan GRID --items ITEMS"
+        ) from None
     if n < 1:
         raise UserError(f"--items {n}: an item count must be a whole number >= 1")
     return n
@@ -72,20 +98,32 @@ def plan_from_numbers(args: argparse.Namespace) -> dict:
 
     absent = [flag for flag, v in (("--discordance", args.discordance), ("--configs", args.configs)) if v is None]
     if absent:
-        raise UserError(f"plan needs {' and '.join(absent)} (or a pilot GRID instead): e.g. safetyrepro plan "
-                        f"--discordance 0.3 --configs 48 --effect 0.1")
+        raise UserError(
+            f"plan needs {' and '.join(absent)} (or a pilot GRID instead): e.g. safetyrepro plan "
+            f"--discordance 0.3 --configs 48 --effect 0.1"
+        )
     n = _item_count(args.items)
     need = items_needed(args.discordance, args.effect, args.configs, args.alpha, args.power)
-    out = {"items_needed": need.n_items, "discordance": need.discordance, "effect": need.effect,
-           "configs": need.n_configs, "alpha": need.alpha, "power": need.power,
-           "power_at_items_needed": need.achieved}
+    out = {
+        "items_needed": need.n_items,
+        "discordance": need.discordance,
+        "effect": need.effect,
+        "configs": need.n_configs,
+        "alpha": need.alpha,
+        "power": need.power,
+        "power_at_items_needed": need.achieved,
+    }
     if need.n_items is None:
         out["note"] = need.reason
     if n is not None:
         at = power(n, args.discordance, args.effect, args.configs, args.alpha)
         dd = detectable_difference(n, args.discordance, args.configs, args.alpha, args.power)
-        out |= {"items": n, "power_at_items": at.power, "power_at_items_two_sided": at.power_two_sided,
-                "detectable_difference_at_items": dd.effect}
+        out |= {
+            "items": n,
+            "power_at_items": at.power,
+            "power_at_items_two_sided": at.power_two_sided,
+            "detectable_difference_at_items": dd.effect,
+        }
         if dd.effect is None:
             out["detectable_difference_note"] = dd.reason
     return out | {"test": TEST, "model": MODEL}
@@ -110,19 +148,29 @@ def _two(x: float) -> str:
 
 
 def number_lines(r: dict) -> list[str]:
-    setting = (f"To find a {_points(r['effect'])}-point paired difference at {_percent(r['power'])} power with "
-               f"discordance {_two(r['discordance'])} under Holm over {r['configs']} configuration"
-               f"{'s' if r['configs'] != 1 else ''} (alpha {r['alpha']:g}, exact paired sign test): ")
-    need = (f"{r['items_needed']:,} items per configuration (power there {_prob(r['power_at_items_needed'])})."
-            if r["items_needed"] is not None else f"not reachable ({r['note']}).")
+    setting = (
+        f"To find a {_points(r['effect'])}-point paired difference at {_percent(r['power'])} power with "
+        f"discordance {_two(r['discordance'])} under Holm over {r['configs']} configuration"
+        f"{'s' if r['configs'] != 1 else ''} (alpha {r['alpha']:g}, exact paired sign test): "
+    )
+    need = (
+        f"{r['items_needed']:,} items per configuration (power there {_prob(r['power_at_items_needed'])})."
+        if r["items_needed"] is not None
+        else f"not reachable ({r['note']})."
+    )
     lines = [setting + need]
     if "items" in r:
         dd = r["detectable_difference_at_items"]
-        found = (f"the smallest difference found at {_percent(r['power'])} power is {dd:.3f} ({_points(dd)} points)"
-                 if dd is not None else r["detectable_difference_note"])
-        lines.append(f"At {r['items']:,} items per configuration: power {_prob(r['power_at_items'])} for a "
-                     f"{_points(r['effect'])}-point difference ({_prob(r['power_at_items_two_sided'])} counting a claim "
-                     f"in either direction); {found}.")
+        found = (
+            f"the smallest difference found at {_percent(r['power'])} power is {dd:.3f} ({_points(dd)} points)"
+            if dd is not None
+            else r["detectable_difference_note"]
+        )
+        lines.append(
+            f"At {r['items']:,} items per configuration: power {_prob(r['power_at_items'])} for a "
+            f"{_points(r['effect'])}-point difference ({_prob(r['power_at_items_two_sided'])} counting a claim "
+            f"in either direction); {found}."
+        )
     return lines
 
 
@@ -169,8 +217,10 @@ def plan_from_grid(args: argparse.Namespace) -> list[dict]:
 
     given = [flag for flag, v in (("--discordance", args.discordance), ("--configs", args.configs)) if v is not None]
     if given:
-        raise UserError(f"GRID and {'/'.join(given)} exclude each other: the pilot gives the discordance and the "
-                        f"configuration count (drop {' and '.join(given)}, or drop GRID to plan from numbers)")
+        raise UserError(
+            f"GRID and {'/'.join(given)} exclude each other: the pilot gives the discordance and the "
+            f"configuration count (drop {' and '.join(given)}, or drop GRID to plan from numbers)"
+        )
     check_settings(args.effect, args.alpha, args.power)  # the same one-line refusals as the numbers form
     grid_path = Path(args.grid)
     grid, items, source = _pilot_tables(grid_path, args.items)
@@ -184,9 +234,21 @@ def plan_from_grid(args: argparse.Namespace) -> list[dict]:
 
 def _pair_plan(r, args, timing, detectable_difference, items_needed) -> dict:
     d, k, n = float(r.discordance), int(r.n_configs), int(r.n_items)
-    out = {"benchmark": r.benchmark, "model_a": r.model_a, "model_b": r.model_b, "configs": k, "pilot_items": n,
-           "discordance": d, "alpha": args.alpha, "power": args.power, "effect": args.effect,
-           "detectable_difference": None, "items_needed": None, "seconds_per_item": None, "wall_s": None}
+    out = {
+        "benchmark": r.benchmark,
+        "model_a": r.model_a,
+        "model_b": r.model_b,
+        "configs": k,
+        "pilot_items": n,
+        "discordance": d,
+        "alpha": args.alpha,
+        "power": args.power,
+        "effect": args.effect,
+        "detectable_difference": None,
+        "items_needed": None,
+        "seconds_per_item": None,
+        "wall_s": None,
+    }
     notes = []
     if d == 0:
         notes.append("the two models never differ in the pilot: no difference is detectable")
@@ -223,16 +285,35 @@ def _duration(seconds: float | None) -> str:
 
 def grid_lines(rows: list[dict], args: argparse.Namespace) -> list[str]:
     """A plain aligned table (it pipes and greps), then one line per note."""
-    head = ["benchmark", "pair", "K", "pilot items", "discordance", "detectable at pilot", f"items for {args.effect:g}",
-            "wall time"]
-    body = [[r["benchmark"], f"{r['model_a']} vs {r['model_b']}", str(r["configs"]), str(r["pilot_items"]),
-             f"{r['discordance']:.3f}",
-             "none" if r["detectable_difference"] is None else f"{r['detectable_difference']:.3f}",
-             "n/a" if r["items_needed"] is None else f"{r['items_needed']:,}", _duration(r["wall_s"])] for r in rows]
+    head = [
+        "benchmark",
+        "pair",
+        "K",
+        "pilot items",
+        "discordance",
+        "detectable at pilot",
+        f"items for {args.effect:g}",
+        "wall time",
+    ]
+    body = [
+        [
+            r["benchmark"],
+            f"{r['model_a']} vs {r['model_b']}",
+            str(r["configs"]),
+            str(r["pilot_items"]),
+            f"{r['discordance']:.3f}",
+            "none" if r["detectable_difference"] is None else f"{r['detectable_difference']:.3f}",
+            "n/a" if r["items_needed"] is None else f"{r['items_needed']:,}",
+            _duration(r["wall_s"]),
+        ]
+        for r in rows
+    ]
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
-    lines = [f"Power {_percent(args.power)}, alpha {args.alpha:g}, Holm over each benchmark's K configurations, exact "
-             f"paired sign test; wall time = the pilot's seconds per item x items needed, all models and "
-             f"configurations of the benchmark."]
+    lines = [
+        f"Power {_percent(args.power)}, alpha {args.alpha:g}, Holm over each benchmark's K configurations, exact "
+        f"paired sign test; wall time = the pilot's seconds per item x items needed, all models and "
+        f"configurations of the benchmark."
+    ]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [head, *body]]
     lines += [f"{r['benchmark']} {r['model_a']} vs {r['model_b']}: {r['note']}" for r in rows if r["note"]]
     return lines

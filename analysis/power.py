@@ -39,10 +39,14 @@ EFFECT_TOL = 1e-6  # detectable_difference's bisection stops when the bracket is
 BLOCK_ELEMENTS = 2_000_000  # (n, m) pairs evaluated at once in the items_needed scan: bounded memory
 ITEM_COLUMNS = ("model", "config_id", "item_id", "seed", "item_score")
 
-TEST = ("exact two-sided binomial (McNemar) test on each configuration's discordant items; a claim counts at "
-        "p <= alpha/K (Holm's first step over K configurations) with the sign of the true difference")
-MODEL = ("n items per configuration; each item discordant (the models' 0/1 answers differ) with probability D; "
-         "a discordant item goes to model A with probability (1 + E/D)/2, E = the true paired difference in accuracy")
+TEST = (
+    "exact two-sided binomial (McNemar) test on each configuration's discordant items; a claim counts at "
+    "p <= alpha/K (Holm's first step over K configurations) with the sign of the true difference"
+)
+MODEL = (
+    "n items per configuration; each item discordant (the models' 0/1 answers differ) with probability D; "
+    "a discordant item goes to model A with probability (1 + E/D)/2, E = the true paired difference in accuracy"
+)
 
 
 # -- results ---------------------------------------------------------------------------------------
@@ -89,8 +93,11 @@ class DetectableDifference:
 # -- validation ------------------------------------------------------------------------------------
 def _unit(name: str, value: float, what: str, closed: bool) -> float:
     """A number in (0, 1] (closed) or (0, 1); NaN fails both comparisons and is refused too."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and (
-        0 < value <= 1 if closed else 0 < value < 1)
+    ok = (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and (0 < value <= 1 if closed else 0 < value < 1)
+    )
     if not ok:
         raise UserError(f"{name} {value!r} must be in (0, 1{']' if closed else ')'}: {what}")
     return float(value)
@@ -106,8 +113,10 @@ def _design(discordance: float, effect: float | None, n_configs: int, alpha: flo
     d = _unit("discordance", discordance, "the share of items on which the two models' answers differ", True)
     e = 0.0 if effect is None else _unit("effect", effect, "the true paired difference in accuracy", True)
     if e > d:
-        raise UserError(f"effect {effect!r} exceeds discordance {discordance!r}: a paired difference in accuracy "
-                        f"cannot exceed the share of items on which the two models differ")
+        raise UserError(
+            f"effect {effect!r} exceeds discordance {discordance!r}: a paired difference in accuracy "
+            f"cannot exceed the share of items on which the two models differ"
+        )
     k = _whole("configs", n_configs, "the number of configurations Holm adjusts over")
     a = _unit("alpha", alpha, "the familywise error level", False)
     return d, e, k, a
@@ -164,8 +173,13 @@ def _weights(ns: np.ndarray, lo: int, hi: int, d: float) -> np.ndarray:
     k = ns[:, None] - m[None, :]  # the items that agree
     base = max(int(ns[0]) - hi, 0)
     lg_k = gammaln(np.arange(base, int(ns[-1]) - lo + 1) + 1.0)
-    log_w = (gammaln(ns + 1.0)[:, None] - gammaln(m + 1.0)[None, :] - lg_k[np.clip(k - base, 0, None)]
-             + m[None, :] * math.log(d) + k * math.log1p(-d))
+    log_w = (
+        gammaln(ns + 1.0)[:, None]
+        - gammaln(m + 1.0)[None, :]
+        - lg_k[np.clip(k - base, 0, None)]
+        + m[None, :] * math.log(d)
+        + k * math.log1p(-d)
+    )
     return np.exp(np.where(k >= 0, log_w, -np.inf))
 
 
@@ -191,7 +205,7 @@ class _Curve:
         lo, hi = _window(ns, self.d)
         self._grow(hi)
         w = _weights(ns, lo, hi, self.d)
-        return w @ self.toward[lo:hi + 1], w @ self.either[lo:hi + 1]
+        return w @ self.toward[lo : hi + 1], w @ self.either[lo : hi + 1]
 
 
 # -- the public functions --------------------------------------------------------------------------
@@ -214,8 +228,14 @@ def _block_size(start: int, d: float) -> int:
     return size
 
 
-def items_needed(discordance: float, effect: float, n_configs: int, alpha: float = 0.05, power: float = 0.8,
-                 max_items: int = MAX_ITEMS) -> ItemsNeeded:
+def items_needed(
+    discordance: float,
+    effect: float,
+    n_configs: int,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    max_items: int = MAX_ITEMS,
+) -> ItemsNeeded:
     """The smallest n in 1..max_items whose (directional) power reaches `power`. The power of an exact
     test is not monotone in n (a saw-tooth: the attainable p-values jump as M grows), so a few n above
     this one can fall short again; this is the first n that reaches the target, found by evaluating
@@ -231,12 +251,22 @@ def items_needed(discordance: float, effect: float, n_configs: int, alpha: float
             return ItemsNeeded(d, e, k, a, target, int(ns[hit[0]]), float(toward[hit[0]]), cap)
         start = int(ns[-1]) + 1
     last = float(curve.at(np.array([cap]))[0][0])
-    return ItemsNeeded(d, e, k, a, target, None, None, cap,
-                       f"no item count up to {cap:,} reaches power {target:g} (power at {cap:,}: {last:.3f})")
+    return ItemsNeeded(
+        d,
+        e,
+        k,
+        a,
+        target,
+        None,
+        None,
+        cap,
+        f"no item count up to {cap:,} reaches power {target:g} (power at {cap:,}: {last:.3f})",
+    )
 
 
-def detectable_difference(n_items: int, discordance: float, n_configs: int, alpha: float = 0.05,
-                          power: float = 0.8) -> DetectableDifference:
+def detectable_difference(
+    n_items: int, discordance: float, n_configs: int, alpha: float = 0.05, power: float = 0.8
+) -> DetectableDifference:
     """The smallest paired difference E in (0, D] that n_items items find with (directional) power
     `power`: bisection, since at fixed n the power grows with E (W is stochastically larger as p grows).
     Returned as the upper end of the final bracket (within 1e-6), so its power does reach the target.
@@ -254,9 +284,16 @@ def detectable_difference(n_items: int, discordance: float, n_configs: int, alph
 
     best = at(d)
     if best < target:
-        return DetectableDifference(n, d, k, a, target, None, None,
-                                    f"even a difference equal to the discordance ({d:.3g}) has power {best:.3f} "
-                                    f"at {n:,} items")
+        return DetectableDifference(
+            n,
+            d,
+            k,
+            a,
+            target,
+            None,
+            None,
+            f"even a difference equal to the discordance ({d:.3g}) has power {best:.3f} at {n:,} items",
+        )
     low, high = 0.0, d  # power(high) >= target throughout
     while high - low > EFFECT_TOL:
         mid = (low + high) / 2
@@ -279,8 +316,14 @@ def pilot_discordance(items: pd.DataFrame) -> pd.DataFrame:
     if scores.isna().any():
         i = int(np.flatnonzero(scores.isna().to_numpy())[0])
         raise UserError(f"item records row {i + 1}: item_score {items['item_score'].iloc[i]!r} is not a number")
-    frame = pd.DataFrame({"config_id": items["config_id"].astype(str), "item_id": items["item_id"].astype(str),
-                          "model": items["model"].astype(str), "score": scores.astype(float)})
+    frame = pd.DataFrame(
+        {
+            "config_id": items["config_id"].astype(str),
+            "item_id": items["item_id"].astype(str),
+            "model": items["model"].astype(str),
+            "score": scores.astype(float),
+        }
+    )
     wide = frame.groupby(["config_id", "item_id", "model"])["score"].mean().unstack("model")
     parts = [_pair_discordance(wide, a, b) for a, b in combinations(sorted(wide.columns), 2)]
     parts = [p for p in parts if len(p)]
@@ -294,8 +337,9 @@ def _pair_discordance(wide: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     both = wide[[a, b]].dropna()
     differ = (both[a] - both[b]).abs().groupby(level="config_id").agg(["mean", "size"])
     benchmark = differ.index.str.split("/").str[0]  # envelope.benchmark_of, vectorised
-    out = differ.groupby(benchmark).agg(discordance=("mean", "mean"), n_configs=("mean", "size"),
-                                        n_items=("size", "min"))
+    out = differ.groupby(benchmark).agg(
+        discordance=("mean", "mean"), n_configs=("mean", "size"), n_items=("size", "min")
+    )
     return out.rename_axis("benchmark").reset_index().assign(model_a=a, model_b=b)
 
 

@@ -20,21 +20,41 @@ from .direction import direction
 from .grid_io import Grid
 from .slices import slice_matrices
 
-RHO_FLIP_COLUMNS = ("benchmark", "slice", "model_a", "model_b", "n_plus", "n_minus", "n_zero",
-                    "n_configs", "rho_flip", "ceiling")
+RHO_FLIP_COLUMNS = (
+    "benchmark",
+    "slice",
+    "model_a",
+    "model_b",
+    "n_plus",
+    "n_minus",
+    "n_zero",
+    "n_configs",
+    "rho_flip",
+    "ceiling",
+)
 # Detail: Proposition 1's flags, the chance reference at this |C|, and the "better" reading (the
 # same counts when better is a monotone function of the score; for CrowS-Pairs, closer to 0.5).
-RHO_FLIP_DETAIL_COLUMNS = (*RHO_FLIP_COLUMNS, "saturated", "d1", "d2", "chance", "better", "n_plus_better",
-                           "n_minus_better", "n_zero_better", "rho_flip_better")
+RHO_FLIP_DETAIL_COLUMNS = (
+    *RHO_FLIP_COLUMNS,
+    "saturated",
+    "d1",
+    "d2",
+    "chance",
+    "better",
+    "n_plus_better",
+    "n_minus_better",
+    "n_zero_better",
+    "rho_flip_better",
+)
 
 
 @dataclass(frozen=True)
 class PairCounts:
     """Strict sign counts of A - B over a set of configurations."""
 
-    n_plus: int   # A strictly higher
+    n_plus: int  # A strictly higher
     n_minus: int  # A strictly lower
-    n_zero: int   # equal scores
+    n_zero: int  # equal scores
 
     @property
     def n_configs(self) -> int:
@@ -94,9 +114,9 @@ def sign_counts(x: np.ndarray, i: np.ndarray, j: np.ndarray) -> tuple[np.ndarray
     x = np.asarray(x, dtype=float)
     plus, minus = np.empty(len(i), dtype=np.int64), np.empty(len(i), dtype=np.int64)
     for start in range(0, len(i), PAIR_BLOCK):
-        a, b = x[:, i[start:start + PAIR_BLOCK]], x[:, j[start:start + PAIR_BLOCK]]
-        plus[start:start + PAIR_BLOCK] = np.count_nonzero(a > b, axis=0)
-        minus[start:start + PAIR_BLOCK] = np.count_nonzero(a < b, axis=0)
+        a, b = x[:, i[start : start + PAIR_BLOCK]], x[:, j[start : start + PAIR_BLOCK]]
+        plus[start : start + PAIR_BLOCK] = np.count_nonzero(a > b, axis=0)
+        minus[start : start + PAIR_BLOCK] = np.count_nonzero(a < b, axis=0)
     return plus, minus, len(x) - plus - minus
 
 
@@ -112,21 +132,37 @@ def rho_flip_table(grid: Grid, rules: Rules, slices: tuple[str, ...]) -> pd.Data
         plus_b, minus_b, zero_b = sign_counts(mb.to_numpy(dtype=float), i, j)
         n = len(m)
         minority = np.minimum(plus, minus)
-        parts.append({
-            "benchmark": [benchmark] * len(pairs), "slice": [name] * len(pairs),
-            "model_a": [a for a, _ in pairs], "model_b": [b for _, b in pairs],
-            "n_plus": plus, "n_minus": minus, "n_zero": zero, "n_configs": np.full(len(pairs), n, dtype=np.int64),
-            "rho_flip": minority / n, "ceiling": np.full(len(pairs), (n // 2) / n),
-            "saturated": (minority == n // 2) & (n >= 2), "d1": (plus == 0) | (minus == 0),
-            "d2": ((plus > 0).astype(int) + (minus > 0) + (zero > 0)) == 1,
-            "chance": np.full(len(pairs), chance_rho_flip(n)), "better": [better.label] * len(pairs),
-            "n_plus_better": plus_b, "n_minus_better": minus_b, "n_zero_better": zero_b,
-            "rho_flip_better": np.minimum(plus_b, minus_b) / n,
-        })
+        parts.append(
+            {
+                "benchmark": [benchmark] * len(pairs),
+                "slice": [name] * len(pairs),
+                "model_a": [a for a, _ in pairs],
+                "model_b": [b for _, b in pairs],
+                "n_plus": plus,
+                "n_minus": minus,
+                "n_zero": zero,
+                "n_configs": np.full(len(pairs), n, dtype=np.int64),
+                "rho_flip": minority / n,
+                "ceiling": np.full(len(pairs), (n // 2) / n),
+                "saturated": (minority == n // 2) & (n >= 2),
+                "d1": (plus == 0) | (minus == 0),
+                "d2": ((plus > 0).astype(int) + (minus > 0) + (zero > 0)) == 1,
+                "chance": np.full(len(pairs), chance_rho_flip(n)),
+                "better": [better.label] * len(pairs),
+                "n_plus_better": plus_b,
+                "n_minus_better": minus_b,
+                "n_zero_better": zero_b,
+                "rho_flip_better": np.minimum(plus_b, minus_b) / n,
+            }
+        )
     if not parts:
         return pd.DataFrame([], columns=list(RHO_FLIP_DETAIL_COLUMNS))
-    columns = {c: [v for part in parts for v in part[c]] if isinstance(parts[0][c], list)
-               else np.concatenate([part[c] for part in parts]) for c in RHO_FLIP_DETAIL_COLUMNS}
+    columns = {
+        c: [v for part in parts for v in part[c]]
+        if isinstance(parts[0][c], list)
+        else np.concatenate([part[c] for part in parts])
+        for c in RHO_FLIP_DETAIL_COLUMNS
+    }
     return pd.DataFrame(columns, columns=list(RHO_FLIP_DETAIL_COLUMNS))
 
 
@@ -151,12 +187,21 @@ def rho_flip_max(detail: pd.DataFrame, n_models: int | None = None) -> pd.DataFr
         at = g[g["rho_flip"] == top]
         n = int(g["n_configs"].iloc[0])
         models = n_models or len(set(g["model_a"]) | set(g["model_b"]))
-        rows.append({
-            "benchmark": benchmark, "slice": name, "n_configs": int(g["n_configs"].iloc[0]),
-            "rho_flip_max": float(top), "pairs": _pairs_at(g, "rho_flip"),
-            "ceiling": float(g["ceiling"].iloc[0]), "saturated": bool(at["saturated"].any()),
-            "n_pairs_with_reversal": int((g["rho_flip"] > 0).sum()), "n_pairs": len(g),
-            "chance_max": chance_rho_flip_max(n, models), "better": g["better"].iloc[0],
-            "rho_flip_max_better": float(g["rho_flip_better"].max()), "pairs_better": _pairs_at(g, "rho_flip_better"),
-        })
+        rows.append(
+            {
+                "benchmark": benchmark,
+                "slice": name,
+                "n_configs": int(g["n_configs"].iloc[0]),
+                "rho_flip_max": float(top),
+                "pairs": _pairs_at(g, "rho_flip"),
+                "ceiling": float(g["ceiling"].iloc[0]),
+                "saturated": bool(at["saturated"].any()),
+                "n_pairs_with_reversal": int((g["rho_flip"] > 0).sum()),
+                "n_pairs": len(g),
+                "chance_max": chance_rho_flip_max(n, models),
+                "better": g["better"].iloc[0],
+                "rho_flip_max_better": float(g["rho_flip_better"].max()),
+                "pairs_better": _pairs_at(g, "rho_flip_better"),
+            }
+        )
     return pd.DataFrame(rows)

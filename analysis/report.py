@@ -62,6 +62,7 @@ class Figure:
 @dataclass(frozen=True)
 class Side:
     """Sentences beside a figure (the verdict): side by side on a wide page, one after the other in Markdown."""
+
     items: tuple[str, ...]
     figure: Figure | None
 
@@ -82,8 +83,10 @@ def _fmt(v) -> str:
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
-    return table(list(map(str, frame.columns)), ([_cell(c, v) for c, v in zip(frame.columns, row, strict=True)]
-                                                 for row in frame.itertuples(index=False)))
+    return table(
+        list(map(str, frame.columns)),
+        ([_cell(c, v) for c, v in zip(frame.columns, row, strict=True)] for row in frame.itertuples(index=False)),
+    )
 
 
 def to_markdown(blocks: list[Block]) -> str:
@@ -131,8 +134,10 @@ def _header(column) -> str:
 
 
 def _figure_html(f: Figure, base: Path) -> str:
-    return (f'<figure><img src="{_data_uri(base / f.path)}" alt="{html.escape(f.alt)}">'
-            f"<figcaption>{html.escape(f.alt)}</figcaption></figure>")
+    return (
+        f'<figure><img src="{_data_uri(base / f.path)}" alt="{html.escape(f.alt)}">'
+        f"<figcaption>{html.escape(f.alt)}</figcaption></figure>"
+    )
 
 
 def to_html(blocks: list[Block], title: str, base: Path) -> str:
@@ -151,26 +156,35 @@ def to_html(blocks: list[Block], title: str, base: Path) -> str:
         elif isinstance(b, Bullets):
             parts.append("<ul>" + "".join(f"<li>{_inline_html(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Table):
-            rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(c, v))}</td>" for c, v in zip(b.frame.columns, r,
-                                                                                                 strict=True))
-                           + "</tr>" for r in b.frame.itertuples(index=False))
+            rows = "".join(
+                "<tr>"
+                + "".join(f"<td>{html.escape(_cell(c, v))}</td>" for c, v in zip(b.frame.columns, r, strict=True))
+                + "</tr>"
+                for r in b.frame.itertuples(index=False)
+            )
             head = "".join(f"<th>{_header(c)}</th>" for c in b.frame.columns)
-            parts.append(f'<p class="how"><em>How to read:</em> {_inline_html(b.how_to_read)}</p>'
-                         f'<div class="tbl"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')
+            parts.append(
+                f'<p class="how"><em>How to read:</em> {_inline_html(b.how_to_read)}</p>'
+                f'<div class="tbl"><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
+            )
         elif isinstance(b, Figure):
             parts.append(_figure_html(b, base))
     # wide tables (the significance table has 17 columns) wrap their long names and values instead of
     # running off the page; a table that still cannot fit scrolls inside its own box
-    style = ("body{font-family:sans-serif;max-width:1240px;margin:2em auto;padding:0 1em;line-height:1.45}"
-             ".tbl{max-width:100%;overflow-x:auto;margin:.5em 0 1.5em}"
-             "table{border-collapse:collapse;font-size:.85em}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}td{overflow-wrap:anywhere}"
-             "th{background:#f3f3f3;overflow-wrap:normal;word-break:normal;hyphens:none}"
-             "img{max-width:100%}.how{color:#444}"
-             ".side{display:flex;gap:1.2em;align-items:flex-start}.side .said{flex:1 1 48%;font-size:.9em}"
-             ".side figure{flex:1 1 52%;margin:0}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
+    style = (
+        "body{font-family:sans-serif;max-width:1240px;margin:2em auto;padding:0 1em;line-height:1.45}"
+        ".tbl{max-width:100%;overflow-x:auto;margin:.5em 0 1.5em}"
+        "table{border-collapse:collapse;font-size:.85em}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}td{overflow-wrap:anywhere}"
+        "th{background:#f3f3f3;overflow-wrap:normal;word-break:normal;hyphens:none}"
+        "img{max-width:100%}.how{color:#444}"
+        ".side{display:flex;gap:1.2em;align-items:flex-start}.side .said{flex:1 1 48%;font-size:.9em}"
+        ".side figure{flex:1 1 52%;margin:0}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>\n"
+    )
 
 
 # -- content ----------------------------------------------------------------------------------------
@@ -198,9 +212,11 @@ def _scope_blocks(a: Analysis) -> list[Block]:
     if all(full for full, _ in scopes.values()):
         note = "Every benchmark holds its full envelope, so the slice called `full` below is the full envelope."
     else:
-        note = ("The slice called `full` in the tables means every configuration this grid holds for a benchmark; "
-                "where that is not the whole envelope (above), its numbers are not the paper's full-envelope numbers "
-                "and must not be quoted as such.")
+        note = (
+            "The slice called `full` in the tables means every configuration this grid holds for a benchmark; "
+            "where that is not the whole envelope (above), its numbers are not the paper's full-envelope numbers "
+            "and must not be quoted as such."
+        )
     return [Heading("Scope"), Bullets(tuple(lines)), Para(note)]
 
 
@@ -212,9 +228,11 @@ def _direction_sentence(benchmarks) -> str:
         meaning = f" (the score is {score_meaning(b)})" if score_meaning(b) else ""
         text += ("; " if text.endswith(")") or higher else "") + f"on {b}{meaning}, {direction(b).label}"
     if others:
-        text += (". Tables keyed by score (rho_flip.csv, orderings.csv) order models by raw score, highest first, "
-                 "whichever way is better; the rows and columns labelled `better` read them in the benchmark's "
-                 "direction")
+        text += (
+            ". Tables keyed by score (rho_flip.csv, orderings.csv) order models by raw score, highest first, "
+            "whichever way is better; the rows and columns labelled `better` read them in the benchmark's "
+            "direction"
+        )
     return text + "."
 
 
@@ -224,17 +242,42 @@ def _pair_rows(a: Analysis) -> pd.DataFrame:
     rows = []
     for r in d.itertuples():
         base = {"benchmark": r.benchmark, "model_a": r.model_a, "model_b": r.model_b}
-        reading = "score (higher is better)" if direction(r.benchmark).monotone else "raw score (not the better reading)"
-        rows.append({**base, "reading": reading, "n_plus": r.n_plus, "n_minus": r.n_minus, "n_zero": r.n_zero,
-                     "n_configs": r.n_configs, "rho_flip": r.rho_flip, "ceiling": r.ceiling, "chance": r.chance,
-                     "saturated": r.saturated, "d1": r.d1, "d2": r.d2})
+        reading = (
+            "score (higher is better)" if direction(r.benchmark).monotone else "raw score (not the better reading)"
+        )
+        rows.append(
+            {
+                **base,
+                "reading": reading,
+                "n_plus": r.n_plus,
+                "n_minus": r.n_minus,
+                "n_zero": r.n_zero,
+                "n_configs": r.n_configs,
+                "rho_flip": r.rho_flip,
+                "ceiling": r.ceiling,
+                "chance": r.chance,
+                "saturated": r.saturated,
+                "d1": r.d1,
+                "d2": r.d2,
+            }
+        )
         if not direction(r.benchmark).monotone:
-            rows.append({**base, "reading": "better: " + r.better, "n_plus": r.n_plus_better,
-                         "n_minus": r.n_minus_better, "n_zero": r.n_zero_better, "n_configs": r.n_configs,
-                         "rho_flip": r.rho_flip_better, "ceiling": r.ceiling, "chance": r.chance,
-                         "saturated": r.n_configs >= 2 and min(r.n_plus_better, r.n_minus_better) == r.n_configs // 2,
-                         "d1": r.n_plus_better == 0 or r.n_minus_better == 0,
-                         "d2": sum(n > 0 for n in (r.n_plus_better, r.n_minus_better, r.n_zero_better)) == 1})
+            rows.append(
+                {
+                    **base,
+                    "reading": "better: " + r.better,
+                    "n_plus": r.n_plus_better,
+                    "n_minus": r.n_minus_better,
+                    "n_zero": r.n_zero_better,
+                    "n_configs": r.n_configs,
+                    "rho_flip": r.rho_flip_better,
+                    "ceiling": r.ceiling,
+                    "chance": r.chance,
+                    "saturated": r.n_configs >= 2 and min(r.n_plus_better, r.n_minus_better) == r.n_configs // 2,
+                    "d1": r.n_plus_better == 0 or r.n_minus_better == 0,
+                    "d2": sum(n > 0 for n in (r.n_plus_better, r.n_minus_better, r.n_zero_better)) == 1,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -244,19 +287,40 @@ def _ordering_rows(a: Analysis, slice_name: str = "full") -> pd.DataFrame:
     for r in d.itertuples():
         monotone = direction(r.benchmark).monotone
         first = "best first (higher score)" if monotone else "highest score first (raw, not best first)"
-        rows.append({"benchmark": r.benchmark, "slice": slice_name, "reading": first, "n_configs": r.n_configs,
-                     "n_orderings": r.n_orderings, "n_possible": r.n_possible, "orderings": r.orderings})
+        rows.append(
+            {
+                "benchmark": r.benchmark,
+                "slice": slice_name,
+                "reading": first,
+                "n_configs": r.n_configs,
+                "n_orderings": r.n_orderings,
+                "n_possible": r.n_possible,
+                "orderings": r.orderings,
+            }
+        )
         if not monotone:
-            rows.append({"benchmark": r.benchmark, "slice": slice_name, "reading": "best first: " + r.better,
-                         "n_configs": r.n_configs, "n_orderings": r.n_orderings_better, "n_possible": r.n_possible,
-                         "orderings": r.orderings_better})
+            rows.append(
+                {
+                    "benchmark": r.benchmark,
+                    "slice": slice_name,
+                    "reading": "best first: " + r.better,
+                    "n_configs": r.n_configs,
+                    "n_orderings": r.n_orderings_better,
+                    "n_possible": r.n_possible,
+                    "orderings": r.orderings_better,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def _wide_ablation(a: Analysis) -> pd.DataFrame:
     t = a.tier_ablation
-    cells = t.assign(cell=[f"{r.rho_flip_max:.3f} (chance {r.chance_max:.3f}) · {r.n_orderings}/{r.n_possible} · "
-                           f"|C|={r.n_configs}" for r in t.itertuples()])
+    cells = t.assign(
+        cell=[
+            f"{r.rho_flip_max:.3f} (chance {r.chance_max:.3f}) · {r.n_orderings}/{r.n_possible} · |C|={r.n_configs}"
+            for r in t.itertuples()
+        ]
+    )
     wide = cells.pivot(index="benchmark", columns="slice", values="cell")
     wide = wide.reindex(index=list(a.grid.benchmarks), columns=[s for s in a.options.slices if s in wide.columns])
     return wide.fillna("—").reset_index()
@@ -298,16 +362,25 @@ def _median_caption(a: Analysis) -> str:
     below = c[c["cfr"] < c["ceiling"] - 1e-12]
     ns = sorted(set(int(v) for v in c["n_configs"]))
     below = below.assign(_full=below["slice"] != "full").sort_values(["_full", "benchmark", "model"])
-    text = ("With theta at each model's own median score (column `theta median`), CFR reaches its ceiling "
-            "2n/(n-1)·1/4 ("
-            + ", ".join(f"{cfr_ceiling(n):.3f} at n = {n}" for n in ns if n > 1)
-            + ") only when n is even and the two middle scores differ, so that exactly half the configurations pass; "
-            "with odd n (p = (n+1)/(2n), CFR = (n+1)/(2n)) or ties at the median it falls below. ")
+    text = (
+        "With theta at each model's own median score (column `theta median`), CFR reaches its ceiling "
+        "2n/(n-1)·1/4 ("
+        + ", ".join(f"{cfr_ceiling(n):.3f} at n = {n}" for n in ns if n > 1)
+        + ") only when n is even and the two middle scores differ, so that exactly half the configurations pass; "
+        "with odd n (p = (n+1)/(2n), CFR = (n+1)/(2n)) or ties at the median it falls below. "
+    )
     if below.empty:
-        return text + "Here every value sits at its ceiling, so this row checks the identity rather than finding anything."
-    return text + (f"Here {len(below)} of {len(c)} values (model x benchmark x slice) sit below it, e.g. "
-                   + ", ".join(f"{r.model} on {r.benchmark}/{r.slice}: {r.cfr:.3f} < {r.ceiling:.3f} (n = {r.n_configs})"
-                               for r in below.head(3).itertuples()) + ".")
+        return (
+            text + "Here every value sits at its ceiling, so this row checks the identity rather than finding anything."
+        )
+    return text + (
+        f"Here {len(below)} of {len(c)} values (model x benchmark x slice) sit below it, e.g. "
+        + ", ".join(
+            f"{r.model} on {r.benchmark}/{r.slice}: {r.cfr:.3f} < {r.ceiling:.3f} (n = {r.n_configs})"
+            for r in below.head(3).itertuples()
+        )
+        + "."
+    )
 
 
 def _figure_or_sentence(figures: FigureSet, key: str, alt: str) -> list[Block]:
@@ -331,45 +404,84 @@ def _degenerate_blocks(a: Analysis) -> list[Block]:
     blocks: list[Block] = [Heading("Degenerate cells")]
     cells = a.degenerate_cells
     if cells.empty:
-        return blocks + [Para(f"No cell has a parse rate below {PARSE_CLEAN_MIN} or more than "
-                              f"{100 * EMPTY_SHARE_MAX:.0f} % empty outputs; slice parse_clean equals slice full.")]
+        return blocks + [
+            Para(
+                f"No cell has a parse rate below {PARSE_CLEAN_MIN} or more than "
+                f"{100 * EMPTY_SHARE_MAX:.0f} % empty outputs; slice parse_clean equals slice full."
+            )
+        ]
     empties = int((cells["n_empty"].fillna(0) == cells["n_outputs"].fillna(-1)).sum())
     known = cells["n_outputs"].notna().any()
     codes = cells["reasons"].str.split(";").explode().value_counts()
-    blocks.append(Para(
-        f"{_count(len(cells), 'cell is', 'cells are')} degenerate: "
-        + _list([f"{int(codes.get(c, 0))} {what}" for c, what in (
-            ("parse_rate", f"with a parse rate below {PARSE_CLEAN_MIN}"),
-            ("empty", f"with more than {100 * EMPTY_SHARE_MAX:.0f} % empty outputs"),
-            ("constant_answer", f"with one label on at least {CONSTANT_ANSWER_MIN:.0%} of the parsed answers"),
-            ("no_better_than_majority", "agreeing with gold no more often than always answering the majority label"))
-            if codes.get(c, 0)])
-        + (f" ({empties} returned an empty output on every item)" if known and empties else
-           "" if known else " (no per-item raw outputs, so empty outputs could not be counted)")
-        + f" (a cell can have several reasons; the label checks need at least {MIN_PARSED_ANSWERS} parsed answers "
-        "and per-item predictions). Such a cell's score says little about the items: an unparsed answer counts as "
-        "wrong, and a cell that answers one label, or no better than the label frequencies, does not read the items. "
-        "lowest_of_model marks a "
-        "cell that is the model's lowest score on the benchmark (it then sets that model's SDI and score range); "
-        "last_in_config one that puts the model last in that configuration (it then moves orderings and pair "
-        f"verdicts). The slice `{PARSE_CLEAN}` leaves out every configuration holding such a cell."))
+    blocks.append(
+        Para(
+            f"{_count(len(cells), 'cell is', 'cells are')} degenerate: "
+            + _list(
+                [
+                    f"{int(codes.get(c, 0))} {what}"
+                    for c, what in (
+                        ("parse_rate", f"with a parse rate below {PARSE_CLEAN_MIN}"),
+                        ("empty", f"with more than {100 * EMPTY_SHARE_MAX:.0f} % empty outputs"),
+                        (
+                            "constant_answer",
+                            f"with one label on at least {CONSTANT_ANSWER_MIN:.0%} of the parsed answers",
+                        ),
+                        (
+                            "no_better_than_majority",
+                            "agreeing with gold no more often than always answering the majority label",
+                        ),
+                    )
+                    if codes.get(c, 0)
+                ]
+            )
+            + (
+                f" ({empties} returned an empty output on every item)"
+                if known and empties
+                else ""
+                if known
+                else " (no per-item raw outputs, so empty outputs could not be counted)"
+            )
+            + f" (a cell can have several reasons; the label checks need at least {MIN_PARSED_ANSWERS} parsed answers "
+            "and per-item predictions). Such a cell's score says little about the items: an unparsed answer counts as "
+            "wrong, and a cell that answers one label, or no better than the label frequencies, does not read the items. "
+            "lowest_of_model marks a "
+            "cell that is the model's lowest score on the benchmark (it then sets that model's SDI and score range); "
+            "last_in_config one that puts the model last in that configuration (it then moves orderings and pair "
+            f"verdicts). The slice `{PARSE_CLEAN}` leaves out every configuration holding such a cell."
+        )
+    )
     shown = cells.drop(columns=[c for c in ("n_empty", "n_outputs") if cells[c].isna().all()])
     shown = shown.sort_values(["lowest_of_model", "last_in_config", "parse_rate"], ascending=[False, False, True])
     more = f" The {len(shown) - MAX_ROWS} others are in degenerate_cells.csv." if len(shown) > MAX_ROWS else ""
-    blocks.append(Table(shown.head(MAX_ROWS), "one row per degenerate cell, those that set a model's lowest score or "
-                        "last place first; reason says what was wrong (parse rate, empty outputs from the per-item "
-                        "records)." + more))
+    blocks.append(
+        Table(
+            shown.head(MAX_ROWS),
+            "one row per degenerate cell, those that set a model's lowest score or "
+            "last place first; reason says what was wrong (parse rate, empty outputs from the per-item "
+            "records)." + more,
+        )
+    )
     if not a.degenerate_effects.empty:
         effects = a.degenerate_effects.assign(
-            full=[_metric_value(m, v) for m, v in zip(a.degenerate_effects["metric"], a.degenerate_effects["full"],
-                                                       strict=True)],
-            parse_clean=[_metric_value(m, v) for m, v in zip(a.degenerate_effects["metric"],
-                                                              a.degenerate_effects["parse_clean"], strict=True)])
-        blocks.append(Table(effects, f"each metric the degenerate cells can move, read on slice `full` "
-                            f"(with them) and on slice `{PARSE_CLEAN}` (without the configurations that hold them); "
-                            "per model for its lowest score, SDI and CFR, per benchmark (model `all`) for rho_flip max "
-                            "and the number of orderings. A large change means the headline number rests on those "
-                            "cells."))
+            full=[
+                _metric_value(m, v)
+                for m, v in zip(a.degenerate_effects["metric"], a.degenerate_effects["full"], strict=True)
+            ],
+            parse_clean=[
+                _metric_value(m, v)
+                for m, v in zip(a.degenerate_effects["metric"], a.degenerate_effects["parse_clean"], strict=True)
+            ],
+        )
+        blocks.append(
+            Table(
+                effects,
+                f"each metric the degenerate cells can move, read on slice `full` "
+                f"(with them) and on slice `{PARSE_CLEAN}` (without the configurations that hold them); "
+                "per model for its lowest score, SDI and CFR, per benchmark (model `all`) for rho_flip max "
+                "and the number of orderings. A large change means the headline number rests on those "
+                "cells.",
+            )
+        )
     return blocks
 
 
@@ -377,22 +489,34 @@ def _detectable_blocks(a: Analysis) -> list[Block]:
     blocks: list[Block] = [Heading("What this grid can detect")]
     sentences = detectable_sentences(a.detectable)
     if not sentences:
-        return blocks + [Para("Not computed: no usable per-item records were given, so neither the pairs' discordance "
-                              "nor what their items can detect is known (`safetyrepro plan` answers it for a "
-                              "discordance you supply).")]
-    blocks.append(Para(
-        "A configuration's winner is claimed only when its exact paired test passes Holm over the family's "
-        "configurations, so a grid with few items cannot claim small differences, and \"no significant winner\" is no "
-        "evidence of stability when nothing was detectable. Read at each pair's observed discordance (the mean "
-        "|A - B| per item: for 0/1 answers the share of items the two models answer differently), the smallest true "
-        "difference of one configuration found at 80 % power under Holm's first step, and the power at a 10-point "
-        "difference:"))
+        return blocks + [
+            Para(
+                "Not computed: no usable per-item records were given, so neither the pairs' discordance "
+                "nor what their items can detect is known (`safetyrepro plan` answers it for a "
+                "discordance you supply)."
+            )
+        ]
+    blocks.append(
+        Para(
+            "A configuration's winner is claimed only when its exact paired test passes Holm over the family's "
+            'configurations, so a grid with few items cannot claim small differences, and "no significant winner" is no '
+            "evidence of stability when nothing was detectable. Read at each pair's observed discordance (the mean "
+            "|A - B| per item: for 0/1 answers the share of items the two models answer differently), the smallest true "
+            "difference of one configuration found at 80 % power under Holm's first step, and the power at a 10-point "
+            "difference:"
+        )
+    )
     blocks.append(Bullets(sentences))
     shown = a.detectable[a.detectable["slice"] == "full"].drop(columns=["slice", "target_power", "reference_effect"])
-    blocks.append(Table(shown, "per pair on slice `full`: n_items per configuration, n_configs the Holm family, "
-                        "discordance as above, detectable_difference the smallest paired difference found at 80 % "
-                        "power (blank: none is, however large), power_at_reference the power at a 10-point difference. "
-                        "Every slice is in detectable.csv; docs/analysis.md gives the model."))
+    blocks.append(
+        Table(
+            shown,
+            "per pair on slice `full`: n_items per configuration, n_configs the Holm family, "
+            "discordance as above, detectable_difference the smallest paired difference found at 80 % "
+            "power (blank: none is, however large), power_at_reference the power at a 10-point difference. "
+            "Every slice is in detectable.csv; docs/analysis.md gives the model.",
+        )
+    )
     return blocks
 
 
@@ -402,31 +526,66 @@ def _variance_blocks(a: Analysis) -> list[Block]:
     if shares.empty:
         return blocks + [Para("No benchmark has a free-form slice large enough for the ANOVA.")]
     main = shares[(shares["slice"] == FREE_FORM) & (shares["anova_type"] == "II")]
-    blocks.append(Table(main[["benchmark", "n_configs", "model_share", "implementation_share", "interaction_share",
-                              "residual_share", "sum_of_shares", "rho", "rho_lo", "rho_hi"]],
-                        "a Type-II ANOVA splits each benchmark's score variance into the model's share, the "
-                        "implementation axes' share (template + decoding + shots), the model x axis interactions and "
-                        "the rest (eta² = sum of squares / total). rho = implementation share / model share: above 1, "
-                        "harness choices move scores more than model identity does. rho_lo-rho_hi is the 2.5-97.5 % "
-                        f"range over {a.options.n_resamples} configuration resamples; with large interaction shares "
-                        "read rho as a direction, not a precise ratio. Terms are in anova.csv."))
+    blocks.append(
+        Table(
+            main[
+                [
+                    "benchmark",
+                    "n_configs",
+                    "model_share",
+                    "implementation_share",
+                    "interaction_share",
+                    "residual_share",
+                    "sum_of_shares",
+                    "rho",
+                    "rho_lo",
+                    "rho_hi",
+                ]
+            ],
+            "a Type-II ANOVA splits each benchmark's score variance into the model's share, the "
+            "implementation axes' share (template + decoding + shots), the model x axis interactions and "
+            "the rest (eta² = sum of squares / total). rho = implementation share / model share: above 1, "
+            "harness choices move scores more than model identity does. rho_lo-rho_hi is the 2.5-97.5 % "
+            f"range over {a.options.n_resamples} configuration resamples; with large interaction shares "
+            "read rho as a direction, not a precise ratio. Terms are in anova.csv.",
+        )
+    )
     undefined = main[~main["rho_defined"].astype(bool)]
     if not undefined.empty:
-        blocks.append(Para(
-            f"rho is not given for {', '.join(undefined['benchmark'])}: there the model explains less than "
-            f"{RHO_MODEL_SHARE_MIN:.0%} of the variance, so the models hardly differ and a ratio over that share swings "
-            "by orders of magnitude between resamples; read the shares themselves."))
+        blocks.append(
+            Para(
+                f"rho is not given for {', '.join(undefined['benchmark'])}: there the model explains less than "
+                f"{RHO_MODEL_SHARE_MIN:.0%} of the variance, so the models hardly differ and a ratio over that share swings "
+                "by orders of magnitude between resamples; read the shares themselves."
+            )
+        )
     wide = shares.assign(fit=shares["anova_type"].map({"II": "Type II", "III": "Type III"}) + ", " + shares["slice"])
-    robust = wide[["benchmark", "fit", "n_configs", "model_share", "implementation_share", "rho", "model_omega_sq",
-                   "implementation_omega_sq", "rho_omega_sq"]]
-    blocks.append(Table(robust, "the paper's robustness checks side by side: Type-III sums of squares (sum-to-zero "
-                        "contrasts; each term adjusted for every other, interactions included), omega² = (SS - df·MS_res) "
-                        "/ (SS_total + MS_res) per group of terms (eta² less what a term's degrees of freedom would "
-                        f"explain by chance; negative means no effect beyond noise), and the same fits on the "
-                        f"free-form configurations that are also in `{PARSE_CLEAN}`. If rho keeps its side of 1 across "
-                        "the rows, the reading does not hinge on the sums-of-squares type or on badly parsed cells. (On a "
-                        "complete, balanced design Type II and Type III coincide, as they must; they part when the "
-                        "slice leaves the template x decoding x shots design incomplete.)"))
+    robust = wide[
+        [
+            "benchmark",
+            "fit",
+            "n_configs",
+            "model_share",
+            "implementation_share",
+            "rho",
+            "model_omega_sq",
+            "implementation_omega_sq",
+            "rho_omega_sq",
+        ]
+    ]
+    blocks.append(
+        Table(
+            robust,
+            "the paper's robustness checks side by side: Type-III sums of squares (sum-to-zero "
+            "contrasts; each term adjusted for every other, interactions included), omega² = (SS - df·MS_res) "
+            "/ (SS_total + MS_res) per group of terms (eta² less what a term's degrees of freedom would "
+            f"explain by chance; negative means no effect beyond noise), and the same fits on the "
+            f"free-form configurations that are also in `{PARSE_CLEAN}`. If rho keeps its side of 1 across "
+            "the rows, the reading does not hinge on the sums-of-squares type or on badly parsed cells. (On a "
+            "complete, balanced design Type II and Type III coincide, as they must; they part when the "
+            "slice leaves the template x decoding x shots design incomplete.)",
+        )
+    )
     return blocks
 
 
@@ -435,37 +594,67 @@ def _significance_blocks(a: Analysis) -> list[Block]:
     if a.significant_flips is None or a.significant_flips.empty:
         return blocks + [Para("Not computed: no usable per-item records were given.")]
     f = _full(a.significant_flips)
-    blocks.append(Para(
-        f"Each configuration's A - B difference was tested on the items with an {TEST_NAME}: under the null that "
-        "the two models are interchangeable on each item, every item's difference is equally likely to have either "
-        "sign (for 0/1 item scores this is the exact McNemar test). A flip needs a win each way among |C| tests, so "
-        "the p-values of one benchmark x slice x pair (the family) are adjusted together, with Holm (controls the "
-        "chance of any false win, familywise: the confirmatory reading, the one to claim a flip on) and with "
-        "Benjamini-Hochberg (controls the expected share of false wins, FDR: exploratory only, since one false win "
-        "in the minority direction is enough to make a flip). A win counts as significant when its adjusted p-value "
-        f"is at most alpha = {a.options.alpha}. Wins are by raw score (as in rho_flip.csv)."))
-    blocks.append(Para(
-        "Two references for reading a rho_flip: the chance value is what |C| independent coin-flip "
-        "configurations would give, the answer to \"is this more than independent noise per configuration?\"; "
-        "rho_flip_null_mean is the pair's own null, from its items: the two models' labels swapped item by item at "
-        "random, the same swap in every configuration, so the items' correlation across configurations is kept. It "
-        "answers \"is this what two interchangeable models would show on these items?\". p_consistent is the p-value "
-        "of \"these two models differ consistently\": the share of those draws at or below the observed rho_flip, "
-        "as (k + 1) / (n + 1); small means fewer reversals than interchangeable models would show (one model is "
-        "consistently ahead), near 1 that the pair reverses as often as interchangeable models do or more. "
-        "p_consistent_better is the same in the benchmark's better direction (for CrowS-Pairs, closer to 0.5)."))
-    shown = f[["benchmark", "model_a", "model_b", "n_configs", "n_plus", "n_minus", "rho_flip", "chance", "rho_flip_lo",
-               "rho_flip_hi", "rho_flip_null_mean", "p_consistent", "p_consistent_better", "correction", "n_plus_sig",
-               "n_minus_sig", "rho_flip_sig", "rho_flip_sig_better"]]
-    blocks.append(Table(shown, "correction names the multiple-testing adjustment (holm: familywise, confirmatory; "
-                        "fdr_bh: false discovery rate, exploratory); n_plus_sig and n_minus_sig count the wins that "
-                        "survive it, and rho_flip_sig = min of the two / n_configs beside the plain rho_flip on the "
-                        "same configurations; rho_flip_sig_better is the same in the benchmark's better direction "
-                        "(for CrowS-Pairs closeness to 0.5, each configuration tested by item-wise label swaps; "
-                        "elsewhere equal to rho_flip_sig). rho_flip_lo-rho_flip_hi is the percentile 2.5-97.5 % "
-                        f"range of rho_flip over {a.options.n_resamples} item resamples (the benchmark's items redrawn once per "
-                        "resample, the same draw for every configuration and every model). Every slice is in "
-                        "significant_flips.csv, per-configuration p-values (raw and adjusted) in item_tests.csv."))
+    blocks.append(
+        Para(
+            f"Each configuration's A - B difference was tested on the items with an {TEST_NAME}: under the null that "
+            "the two models are interchangeable on each item, every item's difference is equally likely to have either "
+            "sign (for 0/1 item scores this is the exact McNemar test). A flip needs a win each way among |C| tests, so "
+            "the p-values of one benchmark x slice x pair (the family) are adjusted together, with Holm (controls the "
+            "chance of any false win, familywise: the confirmatory reading, the one to claim a flip on) and with "
+            "Benjamini-Hochberg (controls the expected share of false wins, FDR: exploratory only, since one false win "
+            "in the minority direction is enough to make a flip). A win counts as significant when its adjusted p-value "
+            f"is at most alpha = {a.options.alpha}. Wins are by raw score (as in rho_flip.csv)."
+        )
+    )
+    blocks.append(
+        Para(
+            "Two references for reading a rho_flip: the chance value is what |C| independent coin-flip "
+            'configurations would give, the answer to "is this more than independent noise per configuration?"; '
+            "rho_flip_null_mean is the pair's own null, from its items: the two models' labels swapped item by item at "
+            "random, the same swap in every configuration, so the items' correlation across configurations is kept. It "
+            'answers "is this what two interchangeable models would show on these items?". p_consistent is the p-value '
+            'of "these two models differ consistently": the share of those draws at or below the observed rho_flip, '
+            "as (k + 1) / (n + 1); small means fewer reversals than interchangeable models would show (one model is "
+            "consistently ahead), near 1 that the pair reverses as often as interchangeable models do or more. "
+            "p_consistent_better is the same in the benchmark's better direction (for CrowS-Pairs, closer to 0.5)."
+        )
+    )
+    shown = f[
+        [
+            "benchmark",
+            "model_a",
+            "model_b",
+            "n_configs",
+            "n_plus",
+            "n_minus",
+            "rho_flip",
+            "chance",
+            "rho_flip_lo",
+            "rho_flip_hi",
+            "rho_flip_null_mean",
+            "p_consistent",
+            "p_consistent_better",
+            "correction",
+            "n_plus_sig",
+            "n_minus_sig",
+            "rho_flip_sig",
+            "rho_flip_sig_better",
+        ]
+    ]
+    blocks.append(
+        Table(
+            shown,
+            "correction names the multiple-testing adjustment (holm: familywise, confirmatory; "
+            "fdr_bh: false discovery rate, exploratory); n_plus_sig and n_minus_sig count the wins that "
+            "survive it, and rho_flip_sig = min of the two / n_configs beside the plain rho_flip on the "
+            "same configurations; rho_flip_sig_better is the same in the benchmark's better direction "
+            "(for CrowS-Pairs closeness to 0.5, each configuration tested by item-wise label swaps; "
+            "elsewhere equal to rho_flip_sig). rho_flip_lo-rho_flip_hi is the percentile 2.5-97.5 % "
+            f"range of rho_flip over {a.options.n_resamples} item resamples (the benchmark's items redrawn once per "
+            "resample, the same draw for every configuration and every model). Every slice is in "
+            "significant_flips.csv, per-configuration p-values (raw and adjusted) in item_tests.csv.",
+        )
+    )
     return blocks
 
 
@@ -481,8 +670,9 @@ def pair_sentence(r, cert: pd.DataFrame, sig: pd.DataFrame | None) -> str:
     by how much (the scores compared), how often the lead reverses, and what the items confirm."""
     better = direction(r.benchmark)
     plus, minus, ties, n = int(r.n_plus_better), int(r.n_minus_better), int(r.n_zero_better), int(r.n_configs)
-    lead, trail, won, lost, ext = ((r.model_a, r.model_b, plus, minus, "max") if plus >= minus
-                                   else (r.model_b, r.model_a, minus, plus, "min"))
+    lead, trail, won, lost, ext = (
+        (r.model_a, r.model_b, plus, minus, "max") if plus >= minus else (r.model_b, r.model_a, minus, plus, "min")
+    )
     mine = cert[(cert["benchmark"] == r.benchmark) & (cert["model_a"] == r.model_a) & (cert["model_b"] == r.model_b)]
     rows = mine.set_index("extreme")
 
@@ -496,8 +686,10 @@ def pair_sentence(r, cert: pd.DataFrame, sig: pd.DataFrame | None) -> str:
     where = "" if better.monotone else f" ({better.comparative} is better)"
     text = f"{r.benchmark}{where}: {lead} is ahead of {trail} on {won} of {n} configurations (largest lead {at(ext)})"
     if lost:
-        text += (f", {trail} ahead on {lost} (largest {at('min' if ext == 'max' else 'max')}); the lead reverses on "
-                 f"{r.rho_flip_better:.0%} of configurations (rho_flip {r.rho_flip_better:.3f})")
+        text += (
+            f", {trail} ahead on {lost} (largest {at('min' if ext == 'max' else 'max')}); the lead reverses on "
+            f"{r.rho_flip_better:.0%} of configurations (rho_flip {r.rho_flip_better:.3f})"
+        )
     else:
         text += " and never behind" + (f" ({ties} tied)" if ties else "")
     if sig is not None:
@@ -527,8 +719,9 @@ def verdict_sentences(a: Analysis) -> list[str]:
     detects = {s.split(":", 1)[0]: s for s in detectable_sentences(a.detectable)}
     out = []
     for benchmark in a.grid.benchmarks:
-        rows = detail[detail["benchmark"] == benchmark].sort_values(["rho_flip_better", "model_a", "model_b"],
-                                                                    ascending=[False, True, True])
+        rows = detail[detail["benchmark"] == benchmark].sort_values(
+            ["rho_flip_better", "model_a", "model_b"], ascending=[False, True, True]
+        )
         out += [pair_sentence(r, cert, sig) for r in rows.head(MAX_VERDICT_PAIRS).itertuples()]
         if len(rows) > MAX_VERDICT_PAIRS:
             out.append(f"{benchmark}: {len(rows) - MAX_VERDICT_PAIRS} more pairs are in rho_flip_detail.csv.")
@@ -538,9 +731,15 @@ def verdict_sentences(a: Analysis) -> list[str]:
 
 
 def _verdict_blocks(a: Analysis, figures: FigureSet) -> list[Block]:
-    figure = (Figure(figures.paths["wins_by_axes"], "Where each model is ahead, per benchmark and pair, laid out by "
-                     "template (rows) and scoring, decoding and shots (columns)")
-              if "wins_by_axes" in figures.paths else None)
+    figure = (
+        Figure(
+            figures.paths["wins_by_axes"],
+            "Where each model is ahead, per benchmark and pair, laid out by "
+            "template (rows) and scoring, decoding and shots (columns)",
+        )
+        if "wins_by_axes" in figures.paths
+        else None
+    )
     return [Heading("Verdict"), Side(tuple(verdict_sentences(a)), figure)]
 
 
@@ -552,109 +751,168 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
     full_sizes = sorted(set(int(n) for n in _full(a.rho_flip_max)["n_configs"]))
     blocks: list[Block] = [
         Heading(f"SafetyRepro analysis of {Path(g.source).name}", 1),
-        Para(f"Models: {', '.join(g.models)}. Benchmarks: {', '.join(g.benchmarks)}. Precision `{g.precision}`, "
-             f"package `{g.package}`. {len(g.cells)} cells analysed."),
+        Para(
+            f"Models: {', '.join(g.models)}. Benchmarks: {', '.join(g.benchmarks)}. Precision `{g.precision}`, "
+            f"package `{g.package}`. {len(g.cells)} cells analysed."
+        ),
         *_verdict_blocks(a, figures),
         *_figure_or_sentence(figures, "orderings", "Distinct orderings reached per benchmark and slice"),
         *_scope_blocks(a),
     ]
     definitions: list[Block] = [
         Heading("Definitions"),
-        Para("The question: if one evaluator picks a prompt template, decoding setting, number of worked examples and "
-             "scoring path, and another picks differently but just as reasonably, do they agree on which model is "
-             "better? For each pair of models, rho_flip is the share of configurations on which the less frequent "
-             "winner wins strictly: 0 means one model is never strictly behind. Its ceiling is floor(|C|/2)/|C|, "
-             "reached when the configurations split as evenly as they can: 0.5 at even |C|, less at odd |C|. Ties count "
-             "for neither model but stay in the denominator. Scores are compared as the fractions of a cell's item x seed answers "
-             "they stand for, so equal counts tie however a float mean of seeds rounded (docs/formats.md)."),
-        Para("Chance reference: if the configurations were coin flips for which of two models wins (exchangeable "
-             "scores, no ties), rho_flip would average E[min(K, |C|-K)]/|C| with K ~ Binomial(|C|, 1/2), well below the "
-             "ceiling; the headline's maximum over the model pairs would average more (chance_max). A value near "
-             "chance says the verdict is as mixed as coin flips. At the sizes of slice `full`: "
-             + ceiling_phrase(full_sizes) + " (other slices: in the tier ablation)."),
+        Para(
+            "The question: if one evaluator picks a prompt template, decoding setting, number of worked examples and "
+            "scoring path, and another picks differently but just as reasonably, do they agree on which model is "
+            "better? For each pair of models, rho_flip is the share of configurations on which the less frequent "
+            "winner wins strictly: 0 means one model is never strictly behind. Its ceiling is floor(|C|/2)/|C|, "
+            "reached when the configurations split as evenly as they can: 0.5 at even |C|, less at odd |C|. Ties count "
+            "for neither model but stay in the denominator. Scores are compared as the fractions of a cell's item x seed answers "
+            "they stand for, so equal counts tie however a float mean of seeds rounded (docs/formats.md)."
+        ),
+        Para(
+            "Chance reference: if the configurations were coin flips for which of two models wins (exchangeable "
+            "scores, no ties), rho_flip would average E[min(K, |C|-K)]/|C| with K ~ Binomial(|C|, 1/2), well below the "
+            "ceiling; the headline's maximum over the model pairs would average more (chance_max). A value near "
+            "chance says the verdict is as mixed as coin flips. At the sizes of slice `full`: "
+            + ceiling_phrase(full_sizes)
+            + " (other slices: in the tier ablation)."
+        ),
         Para(_direction_sentence(g.benchmarks)),
     ]
     if a.warnings:
         blocks += [Heading("Warnings"), Bullets(a.warnings)]
     if not a.excluded_cells.empty:
-        blocks += [Heading("Cells left out"),
-                   Table(a.excluded_cells, "cells whose status is not ok, counted per status, model, benchmark and "
-                         "scoring: `failed` cells did not finish, `not_applicable` ones cannot be computed by that "
-                         "backend (a logprob cell without log-likelihoods). They enter no table and are never scored "
-                         "as 0; a configuration that lacks one model's cell is dropped for every model.")]
+        blocks += [
+            Heading("Cells left out"),
+            Table(
+                a.excluded_cells,
+                "cells whose status is not ok, counted per status, model, benchmark and "
+                "scoring: `failed` cells did not finish, `not_applicable` ones cannot be computed by that "
+                "backend (a logprob cell without log-likelihoods). They enter no table and are never scored "
+                "as 0; a configuration that lacks one model's cell is dropped for every model.",
+            ),
+        ]
     blocks += _degenerate_blocks(a)
 
-    blocks += [Heading("Headline"),
-               Table(headline(a), "one row per benchmark on slice `full` (scope above); better says which way is "
-                     "better. rho_flip max is the largest value over model pairs (by raw score, as in rho_flip.csv; the "
-                     "pair is named), ceiling floor(|C|/2)/|C| and chance_max what the maximum averages when every "
-                     f"configuration ranks the {m} models at random (chance per pair: "
-                     + ceiling_phrase(full_sizes) + "). rho_flip_max_better and n_orderings_better read the verdicts "
-                     "in the better direction and equal the raw ones wherever higher is better. Orderings counts the "
-                     f"distinct rankings of the {m} models reached out of {math.factorial(m)}, tau_R is the mean rank "
-                     "agreement between configurations (1 = identical rankings everywhere), SDI max the largest "
-                     "relative score range of any model.")]
+    blocks += [
+        Heading("Headline"),
+        Table(
+            headline(a),
+            "one row per benchmark on slice `full` (scope above); better says which way is "
+            "better. rho_flip max is the largest value over model pairs (by raw score, as in rho_flip.csv; the "
+            "pair is named), ceiling floor(|C|/2)/|C| and chance_max what the maximum averages when every "
+            f"configuration ranks the {m} models at random (chance per pair: "
+            + ceiling_phrase(full_sizes)
+            + "). rho_flip_max_better and n_orderings_better read the verdicts "
+            "in the better direction and equal the raw ones wherever higher is better. Orderings counts the "
+            f"distinct rankings of the {m} models reached out of {math.factorial(m)}, tau_R is the mean rank "
+            "agreement between configurations (1 = identical rankings everywhere), SDI max the largest "
+            "relative score range of any model.",
+        ),
+    ]
     blocks += _detectable_blocks(a)
 
-    blocks += [Heading("rho_flip per model pair"),
-               Table(_pair_rows(a), "n_plus counts configurations where model_a is strictly ahead in the row's "
-                     "reading, n_minus where it is strictly behind, n_zero ties; rho_flip = min(n_plus, "
-                     "n_minus)/n_configs, to be read against its ceiling and its chance value at that |C|. d1 (no "
-                     "strict reversal) holds exactly when rho_flip is 0; d2 (one single verdict: only one of the three "
-                     "counts is non-zero) is stricter. Saturated means the value sits at its ceiling, which proves a "
-                     "reversal but not its size. Every slice is in rho_flip_detail.csv.")]
+    blocks += [
+        Heading("rho_flip per model pair"),
+        Table(
+            _pair_rows(a),
+            "n_plus counts configurations where model_a is strictly ahead in the row's "
+            "reading, n_minus where it is strictly behind, n_zero ties; rho_flip = min(n_plus, "
+            "n_minus)/n_configs, to be read against its ceiling and its chance value at that |C|. d1 (no "
+            "strict reversal) holds exactly when rho_flip is 0; d2 (one single verdict: only one of the three "
+            "counts is non-zero) is stricter. Saturated means the value sits at its ceiling, which proves a "
+            "reversal but not its size. Every slice is in rho_flip_detail.csv.",
+        ),
+    ]
     blocks += _figure_or_sentence(figures, "rho_flip_surface", "rho_flip per model pair and benchmark, slice full")
 
-    blocks += [Heading("Orderings reached"),
-               Table(_ordering_rows(a), "each configuration ranks the models; an exact tie is never broken: it is "
-                     "a weak order, written \"a = b\", listed and counted as such. reading says which way round each "
-                     "ordering is written. n_orderings counts the distinct strict rankings (of the M! possible, the "
-                     "paper's count; a configuration that ties some models reaches none), and the list gives every "
-                     "ranking, tied ones included, with how many configurations give each. Per-configuration "
-                     "orderings are in config_orderings.csv.")]
+    blocks += [
+        Heading("Orderings reached"),
+        Table(
+            _ordering_rows(a),
+            "each configuration ranks the models; an exact tie is never broken: it is "
+            'a weak order, written "a = b", listed and counted as such. reading says which way round each '
+            "ordering is written. n_orderings counts the distinct strict rankings (of the M! possible, the "
+            "paper's count; a configuration that ties some models reaches none), and the list gives every "
+            "ranking, tied ones included, with how many configurations give each. Per-configuration "
+            "orderings are in config_orderings.csv.",
+        ),
+    ]
     if PARSE_CLEAN in set(a.orderings_detail["slice"]) and not a.degenerate_cells.empty:
-        blocks.append(Table(_ordering_rows(a, PARSE_CLEAN), f"the same on slice `{PARSE_CLEAN}` (configurations "
-                            "where every model parses at least 95 % of items), to read the orderings without the "
-                            "degenerate cells."))
+        blocks.append(
+            Table(
+                _ordering_rows(a, PARSE_CLEAN),
+                f"the same on slice `{PARSE_CLEAN}` (configurations "
+                "where every model parses at least 95 % of items), to read the orderings without the "
+                "degenerate cells.",
+            )
+        )
 
-    blocks += [Heading("Slices and tier ablation"),
-               Para("Slices restrict the configurations: core drops the stress-tier values (template T4, diverse "
-                    "decoding), excl_t4 and excl_diverse drop one each, free_form and logprob keep one scoring path, "
-                    f"{PARSE_CLEAN} keeps configurations where every model parses at least 95 % of items, "
-                    "conservative_core keeps T1 and T3, greedy, 0-shot, both scorings."),
-               Table(_wide_ablation(a), "each cell reads rho_flip max (its chance value at that |C|) · orderings "
-                     "reached/possible · number of configurations; compare values only at similar |C|, because small "
-                     "slices saturate (at |C|=4 any 2-2 split gives 0.5) and chance grows with |C| ("
-                     + ceiling_phrase(sizes) + "). A dash means the slice is empty for that benchmark.")]
+    blocks += [
+        Heading("Slices and tier ablation"),
+        Para(
+            "Slices restrict the configurations: core drops the stress-tier values (template T4, diverse "
+            "decoding), excl_t4 and excl_diverse drop one each, free_form and logprob keep one scoring path, "
+            f"{PARSE_CLEAN} keeps configurations where every model parses at least 95 % of items, "
+            "conservative_core keeps T1 and T3, greedy, 0-shot, both scorings."
+        ),
+        Table(
+            _wide_ablation(a),
+            "each cell reads rho_flip max (its chance value at that |C|) · orderings "
+            "reached/possible · number of configurations; compare values only at similar |C|, because small "
+            "slices saturate (at |C|=4 any 2-2 split gives 0.5) and chance grows with |C| ("
+            + ceiling_phrase(sizes)
+            + "). A dash means the slice is empty for that benchmark.",
+        ),
+    ]
     blocks += _figure_or_sentence(figures, "rho_flip_by_slice", "rho_flip max per benchmark and slice")
 
     conc = _full(a.concordance)[["benchmark", "n_configs", "tau_r", "order_mismatch_rate", "n_undefined_pairs"]]
-    blocks += [Heading("Ranking concordance"),
-               Table(conc, "tau_R is the mean Kendall tau (ties as average ranks) between the model rankings by score "
-                     "of every pair of configurations: 1 means all configurations agree, 0 is what random rankings "
-                     "give. order_mismatch_rate is the share of configuration pairs whose full rankings differ; random "
-                     f"rankings of {m} models would give {null_mismatch:.3f}.")]
+    blocks += [
+        Heading("Ranking concordance"),
+        Table(
+            conc,
+            "tau_R is the mean Kendall tau (ties as average ranks) between the model rankings by score "
+            "of every pair of configurations: 1 means all configurations agree, 0 is what random rankings "
+            "give. order_mismatch_rate is the share of configuration pairs whose full rankings differ; random "
+            f"rankings of {m} models would give {null_mismatch:.3f}.",
+        ),
+    ]
 
-    blocks += [Heading("Score dispersion (SDI)"),
-               Table(_two_slices(a.sdi, "sdi", g.benchmarks),
-                     "SDI = (highest score - lowest score) / mean score of one model on one benchmark; 0.5 means the "
-                     "configurations move the score by half its average. Each benchmark is shown on slice `full` and on "
-                     f"slice `{PARSE_CLEAN}` (without configurations where some model parses under 95 % of items): a "
-                     "large drop means a degenerate cell set the range. Ranges and means are in sdi.csv.")]
+    blocks += [
+        Heading("Score dispersion (SDI)"),
+        Table(
+            _two_slices(a.sdi, "sdi", g.benchmarks),
+            "SDI = (highest score - lowest score) / mean score of one model on one benchmark; 0.5 means the "
+            "configurations move the score by half its average. Each benchmark is shown on slice `full` and on "
+            f"slice `{PARSE_CLEAN}` (without configurations where some model parses under 95 % of items): a "
+            "large drop means a degenerate cell set the range. Ranges and means are in sdi.csv.",
+        ),
+    ]
     blocks += _figure_or_sentence(figures, "score_ranges", "Score of every configuration per model and benchmark")
 
-    blocks += [Heading("Compliance flip rate (CFR)"),
-               Para("A model passes a configuration when its score is at least theta. CFR is the probability that two "
-                    "different configurations disagree on pass/fail, 2n/(n-1)·p(1-p) with p the pass share over n "
-                    "configurations; its ceiling is 2n/(n-1)·1/4 at p = 1/2. "
-                    + ", ".join(b for b in g.benchmarks if not has_pass_fail(b))
-                    + (" has no pass/fail reading and is left out. " if not all(map(has_pass_fail, g.benchmarks))
-                       else "") + _median_caption(a))]
+    blocks += [
+        Heading("Compliance flip rate (CFR)"),
+        Para(
+            "A model passes a configuration when its score is at least theta. CFR is the probability that two "
+            "different configurations disagree on pass/fail, 2n/(n-1)·p(1-p) with p the pass share over n "
+            "configurations; its ceiling is 2n/(n-1)·1/4 at p = 1/2. "
+            + ", ".join(b for b in g.benchmarks if not has_pass_fail(b))
+            + (" has no pass/fail reading and is left out. " if not all(map(has_pass_fail, g.benchmarks)) else "")
+            + _median_caption(a)
+        ),
+    ]
     for name in ("full", PARSE_CLEAN):
         table = _cfr_table(a, name)
         if not table.empty:
-            blocks.append(Table(table, f"CFR per benchmark and model on slice `{name}` at each theta (columns) and at "
-                                "the model's median; ceiling is 2n/(n-1)/4 at this n."))
+            blocks.append(
+                Table(
+                    table,
+                    f"CFR per benchmark and model on slice `{name}` at each theta (columns) and at "
+                    "the model's median; ceiling is 2n/(n-1)/4 at this n.",
+                )
+            )
 
     if a.tie_rates is not None:
         blocks.append(Heading("Ties between logprob candidates"))
@@ -662,49 +920,83 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
         if a.tie_rates.empty:
             blocks.append(Para(f"No logprob cell had exactly tied top candidates (tie rule: {rule})."))
         else:
-            blocks += [Para(f"Tie rule of the run: `{rule}` (expected: credit 1/k when the gold answer is among k "
-                            "exactly tied winners; first: the first candidate wins, lm-eval's rule). "
-                            f"{_count(len(a.tie_rates), 'cell', 'cells')} had ties."),
-                       Table(a.tie_rates, "tie_rate is the share of the cell's items whose top log-likelihoods tie "
-                             "exactly; under the `first` rule such items are scored by candidate order, not by the "
-                             "model.")]
+            blocks += [
+                Para(
+                    f"Tie rule of the run: `{rule}` (expected: credit 1/k when the gold answer is among k "
+                    "exactly tied winners; first: the first candidate wins, lm-eval's rule). "
+                    f"{_count(len(a.tie_rates), 'cell', 'cells')} had ties."
+                ),
+                Table(
+                    a.tie_rates,
+                    "tie_rate is the share of the cell's items whose top log-likelihoods tie "
+                    "exactly; under the `first` rule such items are scored by candidate order, not by the "
+                    "model.",
+                ),
+            ]
 
     blocks += _variance_blocks(a)
 
-    blocks += [Heading("Axis attribution (SHAP)"),
-               Para("A small LightGBM regressor predicts scores from the axes, model and benchmark; per benchmark and "
-                    "pair a classifier predicts from the axes alone which model wins strictly. Mean |SHAP| says which "
-                    "axis the surrogate leans on. This localises where flips come from; it does not replace the exact "
-                    "counts above, which need no model.")]
+    blocks += [
+        Heading("Axis attribution (SHAP)"),
+        Para(
+            "A small LightGBM regressor predicts scores from the axes, model and benchmark; per benchmark and "
+            "pair a classifier predicts from the axes alone which model wins strictly. Mean |SHAP| says which "
+            "axis the surrogate leans on. This localises where flips come from; it does not replace the exact "
+            "counts above, which need no model."
+        ),
+    ]
     r = a.attribution.regressor
     if not r.empty:
-        blocks.append(Table(r[["feature", "mean_abs_shap", "share"]], "mean |SHAP| is the average absolute change in "
-                            "predicted score attributed to the feature; share is its fraction of the total "
-                            f"(in-sample R² {r['r2_in_sample'].iloc[0]:.2f} on {int(r['n_rows'].iloc[0])} cells)."))
+        blocks.append(
+            Table(
+                r[["feature", "mean_abs_shap", "share"]],
+                "mean |SHAP| is the average absolute change in "
+                "predicted score attributed to the feature; share is its fraction of the total "
+                f"(in-sample R² {r['r2_in_sample'].iloc[0]:.2f} on {int(r['n_rows'].iloc[0])} cells).",
+            )
+        )
     c = a.attribution.classifier
     if not c.empty:
         top = c.sort_values("share", ascending=False).drop_duplicates(["benchmark", "model_a", "model_b"])
-        top = top.sort_values(["benchmark", "model_a", "model_b"])[["benchmark", "model_a", "model_b", "axis", "share",
-                                                                    "n_a_wins", "n_b_wins", "accuracy_in_sample"]]
-        blocks.append(Table(top.rename(columns={"axis": "top_axis"}), "for each pair with a strict reversal, the axis "
-                            "with the largest share of the classifier's mean |SHAP|, the wins on each side, and how well "
-                            "the classifier fits (in sample). All axes are in shap_pair_classifier.csv."))
+        top = top.sort_values(["benchmark", "model_a", "model_b"])[
+            ["benchmark", "model_a", "model_b", "axis", "share", "n_a_wins", "n_b_wins", "accuracy_in_sample"]
+        ]
+        blocks.append(
+            Table(
+                top.rename(columns={"axis": "top_axis"}),
+                "for each pair with a strict reversal, the axis "
+                "with the largest share of the classifier's mean |SHAP|, the wins on each side, and how well "
+                "the classifier fits (in sample). All axes are in shap_pair_classifier.csv.",
+            )
+        )
     blocks += _figure_or_sentence(figures, "shap", "Mean |SHAP| per feature and per axis")
 
     boot = a.bootstrap[["benchmark", "statistic", "point", "low", "high"]]
-    blocks += [Heading("Configuration bootstrap"),
-               Table(boot, f"configurations were resampled with replacement {a.options.n_resamples} times (seed "
-                     f"{a.options.seed}); low-high is the 2.5-97.5 % range of the statistic. It shows how much the "
-                     "maxima depend on which configurations are in the envelope, not uncertainty over items (that is "
-                     "the item bootstrap under Significant flips).")]
+    blocks += [
+        Heading("Configuration bootstrap"),
+        Table(
+            boot,
+            f"configurations were resampled with replacement {a.options.n_resamples} times (seed "
+            f"{a.options.seed}); low-high is the 2.5-97.5 % range of the statistic. It shows how much the "
+            "maxima depend on which configurations are in the envelope, not uncertainty over items (that is "
+            "the item bootstrap under Significant flips).",
+        ),
+    ]
 
     blocks += _significance_blocks(a)
 
-    cert = _full(a.certificate)[["benchmark", "model_a", "model_b", "extreme", "config_id", "score_a", "score_b", "diff"]]
-    blocks += [Heading("Verdict certificate"),
-               Table(cert, "for each pair, the configuration where model_a's score leads most (max) and the one where "
-                     "it trails most (min); if the two diffs have opposite signs, running just these two config_ids "
-                     "reproduces the reversal. Every slice is in verdict_certificate.csv.")]
+    cert = _full(a.certificate)[
+        ["benchmark", "model_a", "model_b", "extreme", "config_id", "score_a", "score_b", "diff"]
+    ]
+    blocks += [
+        Heading("Verdict certificate"),
+        Table(
+            cert,
+            "for each pair, the configuration where model_a's score leads most (max) and the one where "
+            "it trails most (min); if the two diffs have opposite signs, running just these two config_ids "
+            "reproduces the reversal. Every slice is in verdict_certificate.csv.",
+        ),
+    ]
 
     if a.notes:
         blocks += [Heading("Notes"), Bullets(a.notes)]
@@ -715,6 +1007,7 @@ def write_report(a: Analysis, out: Path, figures: FigureSet) -> list[Path]:
     meta, _ = read_run_metadata(Path(a.grid.source))
     blocks = build_blocks(a, figures, meta)
     atomic_write(out / "report.md", to_markdown(blocks), root=out)
-    atomic_write(out / "report.html", to_html(blocks, f"SafetyRepro analysis of {Path(a.grid.source).name}", out),
-                 root=out)
+    atomic_write(
+        out / "report.html", to_html(blocks, f"SafetyRepro analysis of {Path(a.grid.source).name}", out), root=out
+    )
     return [out / "report.md", out / "report.html"]

@@ -44,11 +44,13 @@ from .slices import slice_config_ids
 
 ITEM_COLUMNS = ("model", "config_id", "item_id", "seed", "item_score")
 TEST_NAME = "exact paired sign-flip test over items (two-sided)"
-CORRECTIONS = {"holm": "Holm (familywise error; confirmatory)",
-               "fdr_bh": "Benjamini-Hochberg (false discovery rate; exploratory)"}
+CORRECTIONS = {
+    "holm": "Holm (familywise error; confirmatory)",
+    "fdr_bh": "Benjamini-Hochberg (false discovery rate; exploratory)",
+}
 FAMILY = "one benchmark x slice x model pair (its |C| configurations)"
 SCORE_TOLERANCE = 1e-6  # items averaged back to a cell should reproduce the grid's score
-LATTICE_MAX = 120       # seed-averaged scores are multiples of 1/n_seeds; 120 covers lcm(1..5) twice over
+LATTICE_MAX = 120  # seed-averaged scores are multiples of 1/n_seeds; 120 covers lcm(1..5) twice over
 PAIR_NULL_MIN_DRAWS = 1000  # label swaps per benchmark for the pair's null reference, at least
 FALLBACK_LATTICE = 1000  # differences on no small lattice are rounded to 0.001 (the test stays exact for them)
 
@@ -62,7 +64,9 @@ class ItemRecords:
     by_config: dict[str, np.ndarray]
     warnings: tuple[str, ...]
     source: str
-    empty_outputs: pd.DataFrame | None = None  # model, config_id, n_outputs, n_empty (free-form; None without raw_output)
+    empty_outputs: pd.DataFrame | None = (
+        None  # model, config_id, n_outputs, n_empty (free-form; None without raw_output)
+    )
     item_ids: dict[str, np.ndarray] | None = None  # per configuration, the item id of each row of by_config
     option_bias: pd.DataFrame | None = None  # per cell: what its parsed answers carry (None without predictions)
 
@@ -79,8 +83,9 @@ def items_from_frame(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecord
     path = source
     missing = [c for c in ITEM_COLUMNS if c not in frame.columns]
     if missing:
-        raise UserError(f"items file {path} lacks column(s) {', '.join(missing)}; item records need: "
-                        f"{', '.join(ITEM_COLUMNS)}")
+        raise UserError(
+            f"items file {path} lacks column(s) {', '.join(missing)}; item records need: {', '.join(ITEM_COLUMNS)}"
+        )
     for column, value in (("precision", grid.precision), ("package", grid.package)):
         if column in frame.columns:  # optional: keep the grid's own group when the records say
             frame = frame[frame[column].astype(str) == value]
@@ -97,8 +102,11 @@ def _empty_outputs(frame: pd.DataFrame) -> pd.DataFrame | None:
         return None
     text = free["raw_output"].astype(str).str.strip()
     counts = free.assign(empty=(text == "")).groupby(["model", "config_id"])["empty"].agg(["size", "sum"])
-    return counts.rename(columns={"size": "n_outputs", "sum": "n_empty"}).reset_index().astype(
-        {"n_outputs": int, "n_empty": int})
+    return (
+        counts.rename(columns={"size": "n_outputs", "sum": "n_empty"})
+        .reset_index()
+        .astype({"n_outputs": int, "n_empty": int})
+    )
 
 
 def _option_bias(frame: pd.DataFrame) -> pd.DataFrame | None:
@@ -120,10 +128,13 @@ def _option_bias(frame: pd.DataFrame) -> pd.DataFrame | None:
     gold = pd.to_numeric(pred["gold"], errors="coerce")
     agree = (pd.to_numeric(pred["prediction"], errors="coerce") == gold).groupby([pred["model"], pred["config_id"]])
     majority = gold.groupby([pred["model"], pred["config_id"]]).agg(
-        lambda g: g.value_counts(normalize=True).iloc[0] if g.notna().any() else np.nan)
+        lambda g: g.value_counts(normalize=True).iloc[0] if g.notna().any() else np.nan
+    )
     read = pd.DataFrame({"agreement": agree.mean(), "majority_share": majority}).rename_axis(key).reset_index()
     items = frame.drop_duplicates(["model", "config_id", "item_id"]).groupby(key)["gold"]
-    gold_top = items.agg(lambda g: g.value_counts(normalize=True).iloc[0] if len(g) else np.nan).rename("gold_top_share")
+    gold_top = items.agg(lambda g: g.value_counts(normalize=True).iloc[0] if len(g) else np.nan).rename(
+        "gold_top_share"
+    )
     out = top.merge(n, on=key).merge(read, on=key).merge(gold_top.reset_index(), on=key)
     out["top_share"] = out["n_top"] / out["n_predictions"]
     out["top_label"] = out["top_label"].astype(int)
@@ -135,18 +146,26 @@ def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
     bad = scores.isna() | (scores < 0) | (scores > 1)
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise UserError(f"items file {source} row {i + 1}: item_score {plain(frame['item_score'].iloc[i])!r} is not a "
-                        f"number in [0, 1]")
-    frame = frame.assign(item_score=scores.astype(float), model=frame["model"].astype(str),
-                         config_id=frame["config_id"].astype(str), item_id=frame["item_id"].astype(str))
+        raise UserError(
+            f"items file {source} row {i + 1}: item_score {plain(frame['item_score'].iloc[i])!r} is not a "
+            f"number in [0, 1]"
+        )
+    frame = frame.assign(
+        item_score=scores.astype(float),
+        model=frame["model"].astype(str),
+        config_id=frame["config_id"].astype(str),
+        item_id=frame["item_id"].astype(str),
+    )
     for cid in frame["config_id"].unique():
         Config.from_id(cid)  # a malformed id is a one-line error
     warnings = check_items_agree(frame, grid, source)
     known = set(grid.cells["config_id"])
     outside = ~frame["config_id"].isin(known)
     if outside.any():
-        warnings.append(f"items: {int(outside.sum())} records are for configurations this grid does not analyse "
-                        f"(e.g. {frame.loc[outside, 'config_id'].iloc[0]}); they were left out")
+        warnings.append(
+            f"items: {int(outside.sum())} records are for configurations this grid does not analyse "
+            f"(e.g. {frame.loc[outside, 'config_id'].iloc[0]}); they were left out"
+        )
     frame = frame[frame["config_id"].isin(known) & frame["model"].isin(grid.models)]
     # Seeds first, then items: an item's score is its mean over the seeds it was run with.
     cell_means = frame.groupby(["config_id", "model", "seed"])["item_score"].mean().groupby(level=[0, 1]).mean()
@@ -167,16 +186,20 @@ def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
     by_config = {str(ids[s]): snap_items(values[s:e]) for s, e in spans}
     item_ids = {str(ids[s]): item_of[s:e].astype(str) for s, e in spans}
     if partial:
-        warnings.append(f"items: {partial} (config, item) records lack some model and were left out of the "
-                        f"paired tests")
+        warnings.append(
+            f"items: {partial} (config, item) records lack some model and were left out of the paired tests"
+        )
     if len(mismatched):
         cid, model = mismatched[0]
-        warnings.append(f"items: {len(mismatched)} cells' item means differ from the grid score by more than "
-                        f"{SCORE_TOLERANCE:g} (first: {model} on {cid}); the tests use the items, the counts the grid")
+        warnings.append(
+            f"items: {len(mismatched)} cells' item means differ from the grid score by more than "
+            f"{SCORE_TOLERANCE:g} (first: {model} on {cid}); the tests use the items, the counts the grid"
+        )
     if not by_config:
         warnings.append(f"items: {source} holds no records for this grid's models and configurations")
-    return ItemRecords(tuple(grid.models), by_config, tuple(warnings), source, _empty_outputs(frame), item_ids,
-                       _option_bias(frame))
+    return ItemRecords(
+        tuple(grid.models), by_config, tuple(warnings), source, _empty_outputs(frame), item_ids, _option_bias(frame)
+    )
 
 
 def check_items_agree(frame: pd.DataFrame, grid: Grid, source: str) -> list[str]:
@@ -184,12 +207,16 @@ def check_items_agree(frame: pd.DataFrame, grid: Grid, source: str) -> list[str]
     in every configuration the grid analyses, each model has exactly the grid's n_items items, the
     same item ids as the other models. Each mismatch is one line (UserError) with its count and an
     example. Returns warnings: cells whose records cover fewer items than n_items (a sample)."""
-    known_models = set(grid.models) | set(grid.excluded["model"].astype(str)) if len(grid.excluded) else set(grid.models)
+    known_models = (
+        set(grid.models) | set(grid.excluded["model"].astype(str)) if len(grid.excluded) else set(grid.models)
+    )
     stray = frame.loc[~frame["model"].isin(known_models), "model"]
     if len(stray):
-        raise UserError(f"items file {source}: {len(stray)} records are for model(s) the grid does not have "
-                        f"({', '.join(map(repr, sorted(stray.unique())[:3]))}); the grid's models are "
-                        f"{', '.join(grid.models)}")
+        raise UserError(
+            f"items file {source}: {len(stray)} records are for model(s) the grid does not have "
+            f"({', '.join(map(repr, sorted(stray.unique())[:3]))}); the grid's models are "
+            f"{', '.join(grid.models)}"
+        )
     rows = frame[frame["config_id"].isin(set(grid.cells["config_id"])) & frame["model"].isin(grid.models)]
     if rows.empty:
         return []
@@ -199,20 +226,26 @@ def check_items_agree(frame: pd.DataFrame, grid: Grid, source: str) -> list[str]
     wrong = counts.index[(counts > expected).to_numpy() & expected.notna().to_numpy()]
     if len(wrong):  # fewer is a sample of the cell's items (said as a warning by item_records); more cannot be
         cid, model = wrong[0]
-        raise UserError(f"items file {source}: {len(wrong)} cells' records hold more items than the grid's n_items "
-                        f"(e.g. {model} on {cid}: {counts[(cid, model)]} item ids, the grid says "
-                        f"{int(expected[(cid, model)])})")
+        raise UserError(
+            f"items file {source}: {len(wrong)} cells' records hold more items than the grid's n_items "
+            f"(e.g. {model} on {cid}: {counts[(cid, model)]} item ids, the grid says "
+            f"{int(expected[(cid, model)])})"
+        )
     differ = [cid for cid, sets in ids.groupby(level=0) if len(set(sets)) > 1]
     if differ:
         sets = ids.loc[differ[0]]
         odd = sorted(set.union(*map(set, sets)) - set.intersection(*map(set, sets)))
-        raise UserError(f"items file {source}: in {len(differ)} configurations the models' records hold different "
-                        f"item ids (e.g. {differ[0]}: {odd[0]!r} is not in every model's records)")
+        raise UserError(
+            f"items file {source}: in {len(differ)} configurations the models' records hold different "
+            f"item ids (e.g. {differ[0]}: {odd[0]!r} is not in every model's records)"
+        )
     fewer = counts.index[(counts < expected).to_numpy() & expected.notna().to_numpy()]
     if len(fewer):
         cid, model = fewer[0]
-        return [f"items: {len(fewer)} cells' records cover fewer items than the grid's n_items (e.g. {model} on "
-                f"{cid}: {counts[(cid, model)]} of {int(expected[(cid, model)])}); the item tests use the records"]
+        return [
+            f"items: {len(fewer)} cells' records cover fewer items than the grid's n_items (e.g. {model} on "
+            f"{cid}: {counts[(cid, model)]} of {int(expected[(cid, model)])}); the item tests use the records"
+        ]
     return []
 
 
@@ -282,10 +315,24 @@ def sign_flip_p_value(differences) -> float:
     return float(min(1.0, law[extreme].sum()))
 
 
-TEST_COLUMNS = ("benchmark", "config_id", "model_a", "model_b", "n_items", "n_differing", "diff_grid", "diff_items",
-                "p_value", "diff_grid_better", "diff_items_better", "p_value_better")
-BETTER_TEST = ("the same items, labels swapped item by item at random (Monte Carlo, {n} seeded draws, two-sided, "
-               "(k + 1) / (n + 1)), on the difference in the better reading")
+TEST_COLUMNS = (
+    "benchmark",
+    "config_id",
+    "model_a",
+    "model_b",
+    "n_items",
+    "n_differing",
+    "diff_grid",
+    "diff_items",
+    "p_value",
+    "diff_grid_better",
+    "diff_items_better",
+    "p_value_better",
+)
+BETTER_TEST = (
+    "the same items, labels swapped item by item at random (Monte Carlo, {n} seeded draws, two-sided, "
+    "(k + 1) / (n + 1)), on the difference in the better reading"
+)
 BETTER_DRAWS = 2000
 
 
@@ -306,8 +353,9 @@ def better_p_value(xa: np.ndarray, xb: np.ndarray, better, seed: int) -> float:
 def paired_item_tests(items: ItemRecords, grid: Grid) -> pd.DataFrame:
     """One row per configuration x pair: the grid's difference, the items' difference, the raw p-value."""
     rows = []
-    grid_scores = dict(zip(zip(grid.cells["config_id"], grid.cells["model"], strict=True), grid.cells["score"],
-                           strict=True))
+    grid_scores = dict(
+        zip(zip(grid.cells["config_id"], grid.cells["model"], strict=True), grid.cells["score"], strict=True)
+    )
     for cid in sorted(items.by_config):
         block = items.by_config[cid]
         if len(block) == 0:
@@ -321,9 +369,11 @@ def paired_item_tests(items: ItemRecords, grid: Grid) -> pd.DataFrame:
             if better.monotone:  # better is higher: the same test
                 read = raw
             else:
-                read = (float(better.better_value(grid_scores[(cid, a)]) - better.better_value(grid_scores[(cid, b)])),
-                        float(better.better_value(exact_mean(xa)) - better.better_value(exact_mean(xb))),
-                        better_p_value(xa, xb, better, zlib.crc32(f"{cid}|{a}|{b}".encode())))
+                read = (
+                    float(better.better_value(grid_scores[(cid, a)]) - better.better_value(grid_scores[(cid, b)])),
+                    float(better.better_value(exact_mean(xa)) - better.better_value(exact_mean(xb))),
+                    better_p_value(xa, xb, better, zlib.crc32(f"{cid}|{a}|{b}".encode())),
+                )
             rows.append((benchmark, cid, a, b, len(d), int(np.count_nonzero(d)), *raw, *read))
     return pd.DataFrame(rows, columns=list(TEST_COLUMNS))
 
@@ -360,8 +410,9 @@ def benjamini_hochberg(p_values, alpha: float) -> tuple[np.ndarray, np.ndarray]:
 ADJUST = {"holm": holm, "fdr_bh": benjamini_hochberg}
 
 
-def adjusted_item_tests(tests: pd.DataFrame, grid: Grid, rules: Rules, slices: Sequence[str],
-                        alpha: float) -> pd.DataFrame:
+def adjusted_item_tests(
+    tests: pd.DataFrame, grid: Grid, rules: Rules, slices: Sequence[str], alpha: float
+) -> pd.DataFrame:
     """The per-configuration tests once per slice, with Holm and BH p-values adjusted within each
     benchmark x slice x pair (the family) and the significant winner under each."""
     parts = []
@@ -377,13 +428,30 @@ def adjusted_item_tests(tests: pd.DataFrame, grid: Grid, rules: Rules, slices: S
                     g[f"winner_{method}"] = _winner(reject, g["diff_grid"].to_numpy(), g["diff_items"].to_numpy(), a, b)
                     reject, adjusted = ADJUST[method](g["p_value_better"].to_numpy(), alpha)
                     g[f"p_{method}_better"] = adjusted
-                    g[f"winner_{method}_better"] = _winner(reject, g["diff_grid_better"].to_numpy(),
-                                                           g["diff_items_better"].to_numpy(), a, b)
+                    g[f"winner_{method}_better"] = _winner(
+                        reject, g["diff_grid_better"].to_numpy(), g["diff_items_better"].to_numpy(), a, b
+                    )
                 parts.append(g)
-    columns = ["benchmark", "slice", "config_id", "model_a", "model_b", "n_items", "n_differing", "diff_grid",
-               "diff_items", "p_value", "family_size", *(f"p_{m}" for m in CORRECTIONS),
-               *(f"winner_{m}" for m in CORRECTIONS), "diff_grid_better", "diff_items_better", "p_value_better",
-               *(f"p_{m}_better" for m in CORRECTIONS), *(f"winner_{m}_better" for m in CORRECTIONS)]
+    columns = [
+        "benchmark",
+        "slice",
+        "config_id",
+        "model_a",
+        "model_b",
+        "n_items",
+        "n_differing",
+        "diff_grid",
+        "diff_items",
+        "p_value",
+        "family_size",
+        *(f"p_{m}" for m in CORRECTIONS),
+        *(f"winner_{m}" for m in CORRECTIONS),
+        "diff_grid_better",
+        "diff_items_better",
+        "p_value_better",
+        *(f"p_{m}_better" for m in CORRECTIONS),
+        *(f"winner_{m}_better" for m in CORRECTIONS),
+    ]
     if not parts:
         return pd.DataFrame(columns=columns)
     return pd.concat(parts, ignore_index=True)[columns]
@@ -406,8 +474,9 @@ def _configs_with_items(items: ItemRecords, grid: Grid, benchmark: str) -> list[
     return [c for c in grid.config_ids(benchmark) if c in items.by_config and len(items.by_config[c])]
 
 
-def resampled_means(items: ItemRecords, config_ids: Sequence[str], n_resamples: int, seed: int,
-                    stream: str = "") -> np.ndarray:
+def resampled_means(
+    items: ItemRecords, config_ids: Sequence[str], n_resamples: int, seed: int, stream: str = ""
+) -> np.ndarray:
     """resamples x configs x models: one draw of item ids with replacement per resample, applied to
     every configuration and every model (paired across models and configurations: an item that one
     model knows counts under every template it was drawn for, as in the data). A configuration
@@ -427,8 +496,9 @@ def resampled_means(items: ItemRecords, config_ids: Sequence[str], n_resamples: 
     return np.stack(out, axis=1)
 
 
-def rho_flip_item_bootstrap(items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence[str], n_resamples: int,
-                            seed: int) -> pd.DataFrame:
+def rho_flip_item_bootstrap(
+    items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence[str], n_resamples: int, seed: int
+) -> pd.DataFrame:
     """Per benchmark x slice x pair: the 2.5-97.5 % range of rho_flip over item resamples."""
     columns = ["benchmark", "slice", "model_a", "model_b", "rho_flip_lo", "rho_flip_hi"]
     rows = []
@@ -451,16 +521,24 @@ def rho_flip_item_bootstrap(items: ItemRecords, grid: Grid, rules: Rules, slices
 
 
 # -- a null reference for each pair, from its own items -------------------------------------------
-PAIR_NULL = ("the two models' labels swapped item by item at random, the same swap in every configuration "
-             "(the two models interchangeable item by item, their items' correlation across configurations kept)")
+PAIR_NULL = (
+    "the two models' labels swapped item by item at random, the same swap in every configuration "
+    "(the two models interchangeable item by item, their items' correlation across configurations kept)"
+)
 
 
-NULL_COLUMNS = ("rho_flip_null_mean", "rho_flip_null_share_le", "p_consistent", "rho_flip_null_mean_better",
-                "p_consistent_better")
+NULL_COLUMNS = (
+    "rho_flip_null_mean",
+    "rho_flip_null_share_le",
+    "p_consistent",
+    "rho_flip_null_mean_better",
+    "p_consistent_better",
+)
 
 
-def pair_null_reference(items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence[str], n_draws: int,
-                        seed: int) -> pd.DataFrame:
+def pair_null_reference(
+    items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence[str], n_draws: int, seed: int
+) -> pd.DataFrame:
     """Per benchmark x slice x pair: rho_flip under PAIR_NULL (Monte Carlo, `n_draws` seeded swaps of
     the benchmark's items): its mean, the share of draws at or below the observed rho_flip, and from
     it `p_consistent`, the Monte Carlo p-value (k + 1) / (n + 1) of "these two models differ
@@ -493,7 +571,9 @@ def pair_null_reference(items: ItemRecords, grid: Grid, rules: Rules, slices: Se
                     moved = ((1 - s) / 2) @ (ka - kb)
                     n = len(ka) * lattice
                     obs_b.append(better.better_value(ka.sum() / n) - better.better_value(kb.sum() / n))
-                    null_b.append(better.better_value((ka.sum() - moved) / n) - better.better_value((kb.sum() + moved) / n))
+                    null_b.append(
+                        better.better_value((ka.sum() - moved) / n) - better.better_value((kb.sum() + moved) / n)
+                    )
             obs_a, null_a = np.array(obs), np.stack(null, axis=1)  # configs; draws x configs
             if not better.monotone:
                 obs_ab, null_ab = np.array(obs_b), np.stack(null_b, axis=1)
@@ -510,15 +590,33 @@ def pair_null_reference(items: ItemRecords, grid: Grid, rules: Rules, slices: Se
                     rho_b = float(_min_of_counts(obs_ab[keep]))
                     draws_b = _min_of_counts(null_ab[:, keep])
                     mean_b, p_b = float(draws_b.mean()), (int((draws_b <= rho_b).sum()) + 1) / (n_draws + 1)
-                rows.append((benchmark, name, a, b, float(draws.mean()), below / n_draws, (below + 1) / (n_draws + 1),
-                             mean_b, p_b))
+                rows.append(
+                    (
+                        benchmark,
+                        name,
+                        a,
+                        b,
+                        float(draws.mean()),
+                        below / n_draws,
+                        (below + 1) / (n_draws + 1),
+                        mean_b,
+                        p_b,
+                    )
+                )
     return pd.DataFrame(rows, columns=columns)
 
 
 # -- the table -----------------------------------------------------------------------------------
-def significant_flips(adjusted: pd.DataFrame, intervals: pd.DataFrame | None, grid: Grid, rules: Rules,
-                      slices: Sequence[str], alpha: float, n_resamples: int,
-                      pair_null: pd.DataFrame | None = None) -> pd.DataFrame:
+def significant_flips(
+    adjusted: pd.DataFrame,
+    intervals: pd.DataFrame | None,
+    grid: Grid,
+    rules: Rules,
+    slices: Sequence[str],
+    alpha: float,
+    n_resamples: int,
+    pair_null: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Per benchmark x slice x pair x correction: plain and significance-filtered rho_flip on the
     configurations that have item records (the plain one is recomputed there, so both sit on the
     same |C|), with the item-bootstrap range of the plain one."""
@@ -530,17 +628,36 @@ def significant_flips(adjusted: pd.DataFrame, intervals: pd.DataFrame | None, gr
         for method, label in CORRECTIONS.items():
             plus_sig = int((g[f"winner_{method}"] == a).sum())
             minus_sig = int((g[f"winner_{method}"] == b).sum())
-            plus_b, minus_b = int((g[f"winner_{method}_better"] == a).sum()), int((g[f"winner_{method}_better"] == b).sum())
-            rows.append({"benchmark": benchmark, "slice": name, "model_a": a, "model_b": b, "n_configs": n,
-                         "n_configs_slice": n_slice, "n_plus": plus, "n_minus": minus, "rho_flip": min(plus, minus) / n,
-                         "chance": chance_rho_flip(n),
-                         "correction": method, "correction_controls": label, "n_plus_sig": plus_sig,
-                         "n_minus_sig": minus_sig, "rho_flip_sig": min(plus_sig, minus_sig) / n,
-                         "n_plus_sig_better": plus_b, "n_minus_sig_better": minus_b,
-                         "rho_flip_sig_better": min(plus_b, minus_b) / n,
-                         "test": TEST_NAME if direction(benchmark).monotone else
-                         f"{TEST_NAME}; better reading: {BETTER_TEST.format(n=BETTER_DRAWS)}",
-                         "alpha": alpha})
+            plus_b, minus_b = (
+                int((g[f"winner_{method}_better"] == a).sum()),
+                int((g[f"winner_{method}_better"] == b).sum()),
+            )
+            rows.append(
+                {
+                    "benchmark": benchmark,
+                    "slice": name,
+                    "model_a": a,
+                    "model_b": b,
+                    "n_configs": n,
+                    "n_configs_slice": n_slice,
+                    "n_plus": plus,
+                    "n_minus": minus,
+                    "rho_flip": min(plus, minus) / n,
+                    "chance": chance_rho_flip(n),
+                    "correction": method,
+                    "correction_controls": label,
+                    "n_plus_sig": plus_sig,
+                    "n_minus_sig": minus_sig,
+                    "rho_flip_sig": min(plus_sig, minus_sig) / n,
+                    "n_plus_sig_better": plus_b,
+                    "n_minus_sig_better": minus_b,
+                    "rho_flip_sig_better": min(plus_b, minus_b) / n,
+                    "test": TEST_NAME
+                    if direction(benchmark).monotone
+                    else f"{TEST_NAME}; better reading: {BETTER_TEST.format(n=BETTER_DRAWS)}",
+                    "alpha": alpha,
+                }
+            )
     flips = pd.DataFrame(rows)
     if flips.empty:
         return flips
@@ -553,25 +670,49 @@ def significant_flips(adjusted: pd.DataFrame, intervals: pd.DataFrame | None, gr
         flips = flips.merge(pair_null, on=["benchmark", "slice", "model_a", "model_b"], how="left")
     else:
         flips = flips.assign(**{c: np.nan for c in NULL_COLUMNS})
-    order = ["benchmark", "slice", "model_a", "model_b", "n_configs", "n_configs_slice", "n_plus", "n_minus",
-             "rho_flip", "chance", "rho_flip_lo", "rho_flip_hi", *NULL_COLUMNS, "correction",
-             "correction_controls", "n_plus_sig", "n_minus_sig", "rho_flip_sig", "n_plus_sig_better",
-             "n_minus_sig_better", "rho_flip_sig_better", "test", "alpha", "n_resamples"]
+    order = [
+        "benchmark",
+        "slice",
+        "model_a",
+        "model_b",
+        "n_configs",
+        "n_configs_slice",
+        "n_plus",
+        "n_minus",
+        "rho_flip",
+        "chance",
+        "rho_flip_lo",
+        "rho_flip_hi",
+        *NULL_COLUMNS,
+        "correction",
+        "correction_controls",
+        "n_plus_sig",
+        "n_minus_sig",
+        "rho_flip_sig",
+        "n_plus_sig_better",
+        "n_minus_sig_better",
+        "rho_flip_sig_better",
+        "test",
+        "alpha",
+        "n_resamples",
+    ]
     return flips[order]
 
 
 @dataclass(frozen=True)
 class ItemAnalysis:
-    tests: pd.DataFrame     # item_tests.csv: per slice x config x pair, raw and adjusted p-values
-    flips: pd.DataFrame     # significant_flips.csv
+    tests: pd.DataFrame  # item_tests.csv: per slice x config x pair, raw and adjusted p-values
+    flips: pd.DataFrame  # significant_flips.csv
     records: ItemRecords
 
 
-def item_analysis(items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence[str], alpha: float,
-                  n_resamples: int, seed: int) -> ItemAnalysis:
+def item_analysis(
+    items: ItemRecords, grid: Grid, rules: Rules, slices: Sequence[str], alpha: float, n_resamples: int, seed: int
+) -> ItemAnalysis:
     raw = paired_item_tests(items, grid)
     adjusted = adjusted_item_tests(raw, grid, rules, slices, alpha)
     intervals = rho_flip_item_bootstrap(items, grid, rules, slices, n_resamples, seed)
     null = pair_null_reference(items, grid, rules, slices, max(n_resamples, PAIR_NULL_MIN_DRAWS), seed)
-    return ItemAnalysis(adjusted, significant_flips(adjusted, intervals, grid, rules, slices, alpha, n_resamples,
-                                                    null), items)
+    return ItemAnalysis(
+        adjusted, significant_flips(adjusted, intervals, grid, rules, slices, alpha, n_resamples, null), items
+    )

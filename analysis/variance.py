@@ -61,8 +61,8 @@ AXES_IN_ANOVA = ("template", "decoding", "shots")  # scoring is constant on the 
 
 @dataclass(frozen=True)
 class Term:
-    name: str      # "model", "template", "model:template", ..., "residual"
-    group: str     # model | implementation | interaction | residual
+    name: str  # "model", "template", "model:template", ..., "residual"
+    group: str  # model | implementation | interaction | residual
     df: float
     sum_sq: float
     eta_sq: float  # sum_sq / total sum of squares of the scores
@@ -144,8 +144,9 @@ def omega_squared(terms: list[tuple[str, float, float]], total_sum_sq: float) ->
     residual; NaN when the fit leaves no residual degrees of freedom."""
     residual = {name: (df, ss) for name, df, ss in terms}["residual"]
     ms_residual = residual[1] / residual[0] if residual[0] > 0 else float("nan")
-    return {name: (ss - df * ms_residual) / (total_sum_sq + ms_residual)
-            for name, df, ss in terms if name != "residual"}
+    return {
+        name: (ss - df * ms_residual) / (total_sum_sq + ms_residual) for name, df, ss in terms if name != "residual"
+    }
 
 
 # -- the numpy path used by the bootstrap ------------------------------------------------------------
@@ -194,8 +195,7 @@ def _rho_from_sums(ss: dict[str, float], axes: tuple[str, ...]) -> float:
     return impl / model if model > 0 else float("inf")
 
 
-def bootstrap_rho(frame: pd.DataFrame, axes: tuple[str, ...], n_resamples: int,
-                  rng: np.random.Generator) -> np.ndarray:
+def bootstrap_rho(frame: pd.DataFrame, axes: tuple[str, ...], n_resamples: int, rng: np.random.Generator) -> np.ndarray:
     """rho on resamples of the configurations (all models' cells of a drawn config come together)."""
     frame = frame.sort_values(["config_id", "model"]).reset_index(drop=True)
     configs = frame["config_id"].unique()
@@ -230,8 +230,8 @@ class ConfigTable:
     """One slice as a complete configs x models score table (configs sorted as the bootstrap draws
     them) with each configuration's axis level codes."""
 
-    scores: np.ndarray             # C x M
-    codes: dict[str, np.ndarray]   # axis -> C level codes 0..L-1 (levels sorted)
+    scores: np.ndarray  # C x M
+    codes: dict[str, np.ndarray]  # axis -> C level codes 0..L-1 (levels sorted)
     n_levels: dict[str, int]
 
     @classmethod
@@ -276,8 +276,9 @@ def _rss(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.sum(r * r))
 
 
-def config_level_terms(table: ConfigTable, axes: tuple[str, ...],
-                       anova_type: str = "II") -> list[tuple[str, float, float]] | None:
+def config_level_terms(
+    table: ConfigTable, axes: tuple[str, ...], anova_type: str = "II"
+) -> list[tuple[str, float, float]] | None:
     """(term, df, sum_sq) as `anova_terms` gives them, from the configuration-level reduction; None when
     the axes' main-effect design over the configurations is rank-deficient (statsmodels then decides
     the degrees of freedom)."""
@@ -298,11 +299,18 @@ def config_level_terms(table: ConfigTable, axes: tuple[str, ...],
     out.append(("model", float(n_models - 1), max(model_ss, 0.0)))
     for a in axes:
         others = tuple(b for b in axes if b != a)
-        out.append((a, float(table.n_levels[a] - 1), max(n_models * (_rss(table.treatment(others), ybar) - rss_w), 0.0)))
+        out.append(
+            (a, float(table.n_levels[a] - 1), max(n_models * (_rss(table.treatment(others), ybar) - rss_w), 0.0))
+        )
     for a in axes:
         others = tuple(b for b in axes if b != a)
-        out.append((f"model:{a}", float((n_models - 1) * (table.n_levels[a] - 1)),
-                    max(_rss(table.treatment(others), d) - rss_u, 0.0)))
+        out.append(
+            (
+                f"model:{a}",
+                float((n_models - 1) * (table.n_levels[a] - 1)),
+                max(_rss(table.treatment(others), d) - rss_u, 0.0),
+            )
+        )
     out.append(("residual", float(n_cfg * n_models - n_models * w_full.shape[1]), max(n_models * rss_w + rss_u, 0.0)))
     return out
 
@@ -345,8 +353,15 @@ def anova_config_ids(grid: Grid, rules: Rules, benchmark: str, slice_name: str) 
     return ids
 
 
-def variance_attribution(grid: Grid, rules: Rules, benchmark: str, n_resamples: int, seed: int,
-                         slice_name: str = FREE_FORM, anova_type: str = "II") -> VarianceAttribution | str:
+def variance_attribution(
+    grid: Grid,
+    rules: Rules,
+    benchmark: str,
+    n_resamples: int,
+    seed: int,
+    slice_name: str = FREE_FORM,
+    anova_type: str = "II",
+) -> VarianceAttribution | str:
     """The ANOVA for one benchmark, or a one-line reason why it cannot be fitted."""
     if FREE_FORM not in rules.subsets:
         return f"{benchmark}: the rules file defines no free_form slice"
@@ -359,12 +374,16 @@ def variance_attribution(grid: Grid, rules: Rules, benchmark: str, n_resamples: 
     dropped = tuple(a for a in AXES_IN_ANOVA if a not in axes)
     if not axes:
         return f"{benchmark}: no implementation axis varies on the {what}"
-    n_params = 1 + sum(frame[f].nunique() - 1 for f in ("model", *axes)) + \
-        sum((frame["model"].nunique() - 1) * (frame[a].nunique() - 1) for a in axes)
+    n_params = (
+        1
+        + sum(frame[f].nunique() - 1 for f in ("model", *axes))
+        + sum((frame["model"].nunique() - 1) * (frame[a].nunique() - 1) for a in axes)
+    )
     if len(frame) <= n_params:
         cells = "free-form cells" if slice_name == FREE_FORM else f"cells on the {what}"
-        return (f"{benchmark}: {len(frame)} {cells} cannot fit {n_params} parameters with any residual "
-                "degrees of freedom")
+        return (
+            f"{benchmark}: {len(frame)} {cells} cannot fit {n_params} parameters with any residual degrees of freedom"
+        )
     total = float(((frame["score"] - frame["score"].mean()) ** 2).sum())
     raw = None
     if n_params > REFERENCE_MAX_PARAMS:
@@ -373,21 +392,35 @@ def variance_attribution(grid: Grid, rules: Rules, benchmark: str, n_resamples: 
     if raw is None:
         raw = anova_terms(frame, axes, anova_type)
     omega = omega_squared(raw, total) if total > 0 else {}
-    terms = tuple(Term(name, _group(name), df, ss, ss / total if total > 0 else float("nan"),
-                       omega.get(name, float("nan")))
-                  for name, df, ss in raw)
+    terms = tuple(
+        Term(name, _group(name), df, ss, ss / total if total > 0 else float("nan"), omega.get(name, float("nan")))
+        for name, df, ss in raw
+    )
     headline = slice_name == FREE_FORM and anova_type == "II"  # the bootstrap is for the headline rho only
     resamples = n_resamples if headline else 0
     rng = np.random.default_rng([seed, zlib.crc32(benchmark.encode())])  # one stream per benchmark
     boot = bootstrap_rho(frame, axes, resamples, rng) if resamples else np.array([])
     finite = boot[np.isfinite(boot)]
-    lo, hi = (np.percentile(finite, [2.5, 97.5]) if len(finite) else (np.nan, np.nan))
-    return VarianceAttribution(benchmark, len(ids), len(frame), terms, total, float(lo), float(hi),
-                               resamples, len(finite), dropped, slice_name, anova_type)
+    lo, hi = np.percentile(finite, [2.5, 97.5]) if len(finite) else (np.nan, np.nan)
+    return VarianceAttribution(
+        benchmark,
+        len(ids),
+        len(frame),
+        terms,
+        total,
+        float(lo),
+        float(hi),
+        resamples,
+        len(finite),
+        dropped,
+        slice_name,
+        anova_type,
+    )
 
 
-def variance_attributions(grid: Grid, rules: Rules, benchmark: str, n_resamples: int,
-                          seed: int) -> tuple[list[VarianceAttribution], list[str]]:
+def variance_attributions(
+    grid: Grid, rules: Rules, benchmark: str, n_resamples: int, seed: int
+) -> tuple[list[VarianceAttribution], list[str]]:
     """Type-II and Type-III on the free-form slice and on its parse-clean part; a note for each fit
     that cannot be made (the free-form Type-II reason stands for the Type-III one)."""
     fitted, notes = [], []
@@ -405,18 +438,50 @@ def variance_attributions(grid: Grid, rules: Rules, benchmark: str, n_resamples:
 def variance_tables(results: list[VarianceAttribution]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(anova: one row per benchmark x term, variance_shares: one row per benchmark)."""
     columns = ["benchmark", "slice", "anova_type", "term", "group", "df", "sum_sq", "eta_sq", "omega_sq"]
-    terms = pd.DataFrame([{"benchmark": r.benchmark, "slice": r.slice, "anova_type": r.anova_type, "term": t.name,
-                           "group": t.group, "df": t.df, "sum_sq": t.sum_sq, "eta_sq": t.eta_sq,
-                           "omega_sq": t.omega_sq} for r in results for t in r.terms], columns=columns)
-    shares = pd.DataFrame([{
-        "benchmark": r.benchmark, "slice": r.slice, "anova_type": r.anova_type, "n_configs": r.n_configs,
-        "n_rows": r.n_rows, "model_share": r.share("model"), "implementation_share": r.share("implementation"),
-        "interaction_share": r.share("interaction"), "residual_share": r.share("residual"),
-        "sum_of_shares": sum(t.eta_sq for t in r.terms), "rho": r.rho if r.rho_defined else np.nan,
-        "rho_lo": r.rho_lo if r.rho_defined else np.nan, "rho_hi": r.rho_hi if r.rho_defined else np.nan,
-        "rho_defined": r.rho_defined, "model_omega_sq": r.omega_share("model"),
-        "implementation_omega_sq": r.omega_share("implementation"),
-        "interaction_omega_sq": r.omega_share("interaction"), "rho_omega_sq": r.rho_omega_sq,
-        "n_resamples": r.n_resamples, "n_finite_resamples": r.n_finite, "axes_left_out": ",".join(r.dropped_axes),
-    } for r in results])
+    terms = pd.DataFrame(
+        [
+            {
+                "benchmark": r.benchmark,
+                "slice": r.slice,
+                "anova_type": r.anova_type,
+                "term": t.name,
+                "group": t.group,
+                "df": t.df,
+                "sum_sq": t.sum_sq,
+                "eta_sq": t.eta_sq,
+                "omega_sq": t.omega_sq,
+            }
+            for r in results
+            for t in r.terms
+        ],
+        columns=columns,
+    )
+    shares = pd.DataFrame(
+        [
+            {
+                "benchmark": r.benchmark,
+                "slice": r.slice,
+                "anova_type": r.anova_type,
+                "n_configs": r.n_configs,
+                "n_rows": r.n_rows,
+                "model_share": r.share("model"),
+                "implementation_share": r.share("implementation"),
+                "interaction_share": r.share("interaction"),
+                "residual_share": r.share("residual"),
+                "sum_of_shares": sum(t.eta_sq for t in r.terms),
+                "rho": r.rho if r.rho_defined else np.nan,
+                "rho_lo": r.rho_lo if r.rho_defined else np.nan,
+                "rho_hi": r.rho_hi if r.rho_defined else np.nan,
+                "rho_defined": r.rho_defined,
+                "model_omega_sq": r.omega_share("model"),
+                "implementation_omega_sq": r.omega_share("implementation"),
+                "interaction_omega_sq": r.omega_share("interaction"),
+                "rho_omega_sq": r.rho_omega_sq,
+                "n_resamples": r.n_resamples,
+                "n_finite_resamples": r.n_finite,
+                "axes_left_out": ",".join(r.dropped_axes),
+            }
+            for r in results
+        ]
+    )
     return terms, shares

@@ -22,8 +22,10 @@ PACKAGES = ("lm-eval", "helm", "inspect")
 # 0.4.5 but 0.4.13 ships `bbq`; HELM-lite and inspect_evals have no ToxiGen classification task)
 NATIVE_TASKS: dict[str, dict[str, str]] = {
     "lm-eval": {"truthfulqa": "truthfulqa_mc1", "bbq": "bbq", "toxigen": "toxigen"},
-    "helm": {"truthfulqa": "truthful_qa:task=mc_single,method=multiple_choice_joint",
-             "bbq": "bbq:subject=all,method=multiple_choice_joint"},
+    "helm": {
+        "truthfulqa": "truthful_qa:task=mc_single,method=multiple_choice_joint",
+        "bbq": "bbq:subject=all,method=multiple_choice_joint",
+    },
     "inspect": {"truthfulqa": "inspect_evals/truthfulqa (target=mc1)", "bbq": "inspect_evals/bbq"},
 }
 
@@ -86,16 +88,31 @@ def model_folder(model: str, precision: str = "bf16") -> ModelFolder:
     folder = resolved.path if resolved.kind == "hf" else materialised_folder(resolved, precision)
     cfg = json.loads((folder / "config.json").read_text())
     text_cfg = cfg.get("text_config") or cfg
-    max_len = next((int(text_cfg[k]) for k in ("max_position_embeddings", "n_positions", "n_ctx") if k in text_cfg), 2048)
+    max_len = next(
+        (int(text_cfg[k]) for k in ("max_position_embeddings", "n_positions", "n_ctx") if k in text_cfg), 2048
+    )
     has_chat = (folder / "chat_template.jinja").is_file() or "chat_template" in json.loads(
-        (folder / "tokenizer_config.json").read_text() if (folder / "tokenizer_config.json").is_file() else "{}")
-    return ModelFolder(label=resolved.label, path=Path(folder), weights_sha256=resolved.weights_sha256(),
-                       has_chat_template=bool(has_chat), max_length=max_len)
+        (folder / "tokenizer_config.json").read_text() if (folder / "tokenizer_config.json").is_file() else "{}"
+    )
+    return ModelFolder(
+        label=resolved.label,
+        path=Path(folder),
+        weights_sha256=resolved.weights_sha256(),
+        has_chat_template=bool(has_chat),
+        max_length=max_len,
+    )
 
 
 def offline_env() -> dict[str, str]:
     """The environment every package runs under here: no hub, no telemetry."""
     env = dict(os.environ)
-    env.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "TOKENIZERS_PARALLELISM": "false", "INSPECT_TELEMETRY": "0"})
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "INSPECT_TELEMETRY": "0",
+        }
+    )
     return env

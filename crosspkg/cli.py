@@ -22,36 +22,65 @@ DEFAULT_OUT = "runs/crosspkg"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("crosspkg", help="the anchor configuration through lm-eval, HELM and Inspect package defaults, "
-                                        "and the decomposition of the spread",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "crosspkg",
+        help="the anchor configuration through lm-eval, HELM and Inspect package defaults, "
+        "and the decomposition of the spread",
+        description=__doc__.split("\n\n")[0],
+    )
     add_arguments(p)
     p.set_defaults(func=run_command)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="smollm2",
-                   help="embedded label, .gguf file, HF folder or hub id (default smollm2; the paper: Qwen2.5-7B-Instruct)")
-    p.add_argument("--benchmarks", nargs="+", default=["truthfulqa", "bbq", "toxigen"], metavar="B",
-                   help="any of truthfulqa bbq toxigen (default: all three)")
+    p.add_argument(
+        "--model",
+        default="smollm2",
+        help="embedded label, .gguf file, HF folder or hub id (default smollm2; the paper: Qwen2.5-7B-Instruct)",
+    )
+    p.add_argument(
+        "--benchmarks",
+        nargs="+",
+        default=["truthfulqa", "bbq", "toxigen"],
+        metavar="B",
+        help="any of truthfulqa bbq toxigen (default: all three)",
+    )
     p.add_argument("--limit", type=int, default=300, help="items per benchmark and package (default 300, the paper's)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
-    p.add_argument("--packages", nargs="+", default=["lm-eval", "helm", "inspect"], metavar="P",
-                   help="which packages to run (default all three)")
+    p.add_argument(
+        "--packages",
+        nargs="+",
+        default=["lm-eval", "helm", "inspect"],
+        metavar="P",
+        help="which packages to run (default all three)",
+    )
     p.add_argument("--precision", default="bf16", choices=("bf16", "fp32"), help="anchor precision (default bf16)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default)")
     p.add_argument("--seed", type=int, default=42, help="anchor seed (default 42)")
     p.add_argument("--max-new-tokens", type=int, default=96, help="anchor max_new_tokens (default 96)")
     p.add_argument("--batch-size", type=int, default=8, help="lm-eval and emulation batch size (default 8)")
-    p.add_argument("--pairs", nargs="+", default=["lm-eval:helm", "helm:inspect"], metavar="A:B",
-                   help="stack walks to decompose (default lm-eval:helm helm:inspect; lm-eval:inspect also works)")
-    p.add_argument("--decompose-limit", type=int, default=None, metavar="N",
-                   help="walk the decomposition on the first N items of each stack (default: all); the agreement check uses all")
+    p.add_argument(
+        "--pairs",
+        nargs="+",
+        default=["lm-eval:helm", "helm:inspect"],
+        metavar="A:B",
+        help="stack walks to decompose (default lm-eval:helm helm:inspect; lm-eval:inspect also works)",
+    )
+    p.add_argument(
+        "--decompose-limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="walk the decomposition on the first N items of each stack (default: all); the agreement check uses all",
+    )
     p.add_argument("--no-decompose", action="store_true", help="run the packages and write Tables 7/8 only")
     p.add_argument("--fresh", action="store_true", help="rerun every step even when its output exists")
-    p.add_argument("--helm-env", metavar="DIR",
-                   help="only write a helm-run working folder for SafetyRepro's HELM run entries (prod_env with the "
-                        "model under HELM's client and under SafetyRepro's engine) into DIR, print the commands, exit")
+    p.add_argument(
+        "--helm-env",
+        metavar="DIR",
+        help="only write a helm-run working folder for SafetyRepro's HELM run entries (prod_env with the "
+        "model under HELM's client and under SafetyRepro's engine) into DIR, print the commands, exit",
+    )
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -74,10 +103,14 @@ def write_helm_env(args: argparse.Namespace) -> int:
     summ = f"{b}/helm-summarize" if b else "helm-summarize"
     m, e = info["model"], info["engine_deployment"]
     print(f"wrote {run_dir}/prod_env (model {m}; deployments {m} = HELM's HuggingFaceClient, {e} = SafetyRepro engine)")
-    print(f"cd {run_dir} && export NLTK_DATA=$PWD/nltk_data HF_HUB_OFFLINE=1 SAFETYREPRO_DATA_DIR=${{SAFETYREPRO_DATA_DIR}}")
-    print(f"{run} --run-entries safetyrepro_bbq:template=T3,scoring=logprob,model={m},model_deployment={e} "
-          f"safetyrepro_bbq:template=T3,scoring=free_form,model={m},model_deployment={e} "
-          f"--suite safetyrepro --max-eval-instances 300")
+    print(
+        f"cd {run_dir} && export NLTK_DATA=$PWD/nltk_data HF_HUB_OFFLINE=1 SAFETYREPRO_DATA_DIR=${{SAFETYREPRO_DATA_DIR}}"
+    )
+    print(
+        f"{run} --run-entries safetyrepro_bbq:template=T3,scoring=logprob,model={m},model_deployment={e} "
+        f"safetyrepro_bbq:template=T3,scoring=free_form,model={m},model_deployment={e} "
+        f"--suite safetyrepro --max-eval-instances 300"
+    )
     print(f"{summ} --suite safetyrepro --auto-generate-schema")
     return 0
 

@@ -7,8 +7,14 @@ from pathlib import Path
 
 from safetyrepro.atomic import atomic_write
 
-LABELS = {"item_set": "item set", "candidate_object": "candidate object", "boilerplate": "boilerplate / primer",
-          "chat": "chat template", "system": "system prompt", "normalisation": "answer normalisation"}
+LABELS = {
+    "item_set": "item set",
+    "candidate_object": "candidate object",
+    "boilerplate": "boilerplate / primer",
+    "chat": "chat template",
+    "system": "system prompt",
+    "normalisation": "answer normalisation",
+}
 
 
 def waterfall(ax, walk: dict, title: str) -> None:
@@ -36,8 +42,14 @@ def waterfall(ax, walk: dict, title: str) -> None:
     for i, a in enumerate(axes, start=1):
         d = 100 * walk["shapley"][a]
         ax.text(i, bottoms[i] + heights[i] + 0.5, f"{d:+.1f}", ha="center", va="bottom", fontsize=8)
-    ax.scatter([0, len(xs) - 1], [100 * walk["real_from"], 100 * walk["real_to"]], marker="D", color="black",
-               zorder=3, label="real package score")
+    ax.scatter(
+        [0, len(xs) - 1],
+        [100 * walk["real_from"], 100 * walk["real_to"]],
+        marker="D",
+        color="black",
+        zorder=3,
+        label="real package score",
+    )
     ax.set_xticks(list(pos))
     ax.set_xticklabels(xs, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("accuracy (%)")

@@ -30,7 +30,9 @@ def helm_bin(required: bool = True) -> Path | None:
         if (b / "helm-run").is_file():
             return b
         if required:
-            raise UserError(f"${ENV_VAR}={os.environ[ENV_VAR]} has no bin/helm-run; run `make helm` or fix the variable")
+            raise UserError(
+                f"${ENV_VAR}={os.environ[ENV_VAR]} has no bin/helm-run; run `make helm` or fix the variable"
+            )
         return None
     candidates = [Path(sys.executable).parent]
     candidates.append(Path.cwd() / ".venv-helm" / "bin")
@@ -39,8 +41,10 @@ def helm_bin(required: bool = True) -> Path | None:
         if (c / "helm-run").is_file() and (c / "python").exists():
             return c
     if required:
-        raise UserError("HELM is not installed: run `make helm` (builds .venv-helm with crfm-helm "
-                        f"{HELM_VERSION} next to the CPU torch) or set ${ENV_VAR} to a venv that has helm-run")
+        raise UserError(
+            "HELM is not installed: run `make helm` (builds .venv-helm with crfm-helm "
+            f"{HELM_VERSION} next to the CPU torch) or set ${ENV_VAR} to a venv that has helm-run"
+        )
     return None
 
 
@@ -70,8 +74,16 @@ def helm_model_folder(src: Path, dst: Path, max_length: int) -> Path:
     return dst
 
 
-def write_prod_env(prod_env: Path, name: str, folder: Path, max_length: int, eos_token: str,
-                   precision: str = "bf16", device: str = "cpu", extra_deployments: list[dict] | None = None) -> dict:
+def write_prod_env(
+    prod_env: Path,
+    name: str,
+    folder: Path,
+    max_length: int,
+    eos_token: str,
+    precision: str = "bf16",
+    device: str = "cpu",
+    extra_deployments: list[dict] | None = None,
+) -> dict:
     """prod_env/{model_deployments,tokenizer_configs,model_metadata}.yaml for one local model.
 
     The default deployment `<name>` keeps HELM's own chat handling (apply_chat_template unset, so
@@ -80,20 +92,48 @@ def write_prod_env(prod_env: Path, name: str, folder: Path, max_length: int, eos
     import yaml
 
     prod_env.mkdir(parents=True, exist_ok=True)
-    args = {"pretrained_model_name_or_path": str(folder), "device": device,
-            "torch_dtype": "torch.bfloat16" if precision == "bf16" else "torch.float32"}
-    deployments = list(extra_deployments or []) + [{
-        "name": name, "model_name": name, "tokenizer_name": name, "max_sequence_length": int(max_length),
-        "client_spec": {"class_name": "helm.clients.huggingface_client.HuggingFaceClient", "args": args}}]
-    tokenizers = [{"name": name, "tokenizer_spec": {
-        "class_name": "helm.tokenizers.huggingface_tokenizer.HuggingFaceTokenizer",
-        "args": {"pretrained_model_name_or_path": str(folder)}}, "end_of_text_token": eos_token, "prefix_token": ""}]
-    metadata = [{"name": name, "display_name": name.split("/", 1)[1], "description": f"local folder {folder}",
-                 "creator_organization_name": "SafetyRepro", "access": "open", "release_date": datetime.date(2024, 1, 1),
-                 "tags": ["TEXT_MODEL_TAG", "PARTIAL_FUNCTIONALITY_TEXT_MODEL_TAG", "INSTRUCTION_FOLLOWING_MODEL_TAG"]}]
+    args = {
+        "pretrained_model_name_or_path": str(folder),
+        "device": device,
+        "torch_dtype": "torch.bfloat16" if precision == "bf16" else "torch.float32",
+    }
+    deployments = list(extra_deployments or []) + [
+        {
+            "name": name,
+            "model_name": name,
+            "tokenizer_name": name,
+            "max_sequence_length": int(max_length),
+            "client_spec": {"class_name": "helm.clients.huggingface_client.HuggingFaceClient", "args": args},
+        }
+    ]
+    tokenizers = [
+        {
+            "name": name,
+            "tokenizer_spec": {
+                "class_name": "helm.tokenizers.huggingface_tokenizer.HuggingFaceTokenizer",
+                "args": {"pretrained_model_name_or_path": str(folder)},
+            },
+            "end_of_text_token": eos_token,
+            "prefix_token": "",
+        }
+    ]
+    metadata = [
+        {
+            "name": name,
+            "display_name": name.split("/", 1)[1],
+            "description": f"local folder {folder}",
+            "creator_organization_name": "SafetyRepro",
+            "access": "open",
+            "release_date": datetime.date(2024, 1, 1),
+            "tags": ["TEXT_MODEL_TAG", "PARTIAL_FUNCTIONALITY_TEXT_MODEL_TAG", "INSTRUCTION_FOLLOWING_MODEL_TAG"],
+        }
+    ]
 
-    for name_, doc in (("model_deployments.yaml", {"model_deployments": deployments}),
-                       ("tokenizer_configs.yaml", {"tokenizer_configs": tokenizers}), ("model_metadata.yaml", {"models": metadata})):
+    for name_, doc in (
+        ("model_deployments.yaml", {"model_deployments": deployments}),
+        ("tokenizer_configs.yaml", {"tokenizer_configs": tokenizers}),
+        ("model_metadata.yaml", {"models": metadata}),
+    ):
         atomic_write(prod_env / name_, yaml.safe_dump(doc, sort_keys=False))
     return {"deployments": deployments, "tokenizers": tokenizers}
 
@@ -111,10 +151,16 @@ def helm_environment(run_dir: Path) -> dict[str, str]:
 
 def engine_deployment(name: str, folder: Path, max_length: int, precision: str = "bf16", device: str = "cpu") -> dict:
     """A deployment of the same model served by SafetyRepro's engine (the plugin's client)."""
-    return {"name": f"{name}-engine", "model_name": name, "tokenizer_name": name, "max_sequence_length": int(max_length),
-            "client_spec": {"class_name": "safetyrepro.crosspkg.helm_plugin.client.SafetyReproEngineClient",
-                            "args": {"pretrained_model_name_or_path": str(folder), "precision": precision,
-                                     "device": device}}}
+    return {
+        "name": f"{name}-engine",
+        "model_name": name,
+        "tokenizer_name": name,
+        "max_sequence_length": int(max_length),
+        "client_spec": {
+            "class_name": "safetyrepro.crosspkg.helm_plugin.client.SafetyReproEngineClient",
+            "args": {"pretrained_model_name_or_path": str(folder), "precision": precision, "device": device},
+        },
+    }
 
 
 def write_plugin_env(run_dir: Path, model: str, precision: str = "bf16", device: str = "cpu") -> dict:
@@ -129,7 +175,15 @@ def write_plugin_env(run_dir: Path, model: str, precision: str = "bf16", device:
     name = model_name(folder.label, folder.weights_sha256)
     hf = helm_model_folder(folder.path, run_dir / "model", folder.max_length)
     eos = AutoTokenizer.from_pretrained(hf).eos_token or ""
-    write_prod_env(run_dir / "prod_env", name, hf, folder.max_length, eos, precision, device,
-                   extra_deployments=[engine_deployment(name, folder.path, folder.max_length, precision, device)])
+    write_prod_env(
+        run_dir / "prod_env",
+        name,
+        hf,
+        folder.max_length,
+        eos,
+        precision,
+        device,
+        extra_deployments=[engine_deployment(name, folder.path, folder.max_length, precision, device)],
+    )
     helm_environment(run_dir)
     return {"model": name, "engine_deployment": f"{name}-engine", "folder": str(folder.path)}

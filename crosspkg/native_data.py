@@ -31,19 +31,43 @@ from safetyrepro.tasks.benchmarks.truthfulqa import SOURCE as TRUTHFULQA_SOURCE
 from safetyrepro.tasks.sources import fetch, mirror_dir, sha256_file
 
 # lm-eval's bbq/utils.py CATEGORIES order; the HF "All" config concatenates the category files
-BBQ_CATEGORIES = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance",
-                  "Race_ethnicity", "Race_x_gender", "Race_x_SES", "Religion", "SES", "Sexual_orientation")
+BBQ_CATEGORIES = (
+    "Age",
+    "Disability_status",
+    "Gender_identity",
+    "Nationality",
+    "Physical_appearance",
+    "Race_ethnicity",
+    "Race_x_gender",
+    "Race_x_SES",
+    "Religion",
+    "SES",
+    "Sexual_orientation",
+)
 # inspect_evals' BBQSubset order
-INSPECT_BBQ_SUBSETS = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance",
-                       "Race_ethnicity", "Race_x_SES", "Race_x_gender", "Religion", "SES", "Sexual_orientation")
+INSPECT_BBQ_SUBSETS = (
+    "Age",
+    "Disability_status",
+    "Gender_identity",
+    "Nationality",
+    "Physical_appearance",
+    "Race_ethnicity",
+    "Race_x_SES",
+    "Race_x_gender",
+    "Religion",
+    "SES",
+    "Sexual_orientation",
+)
 TRUTHFULQA_V1_SHA256 = "f9bd9e859cc102cb1f647f1064da7e009be752c416845cf9fa56e6eaae403a7d"
 
 
 def _mirror() -> Path:
     m = mirror_dir()
     if m is None:
-        raise UserError("crosspkg needs the benchmark mirror: set --data-dir or $SAFETYREPRO_DATA_DIR "
-                        "(a folder laid out like shared/data)")
+        raise UserError(
+            "crosspkg needs the benchmark mirror: set --data-dir or $SAFETYREPRO_DATA_DIR "
+            "(a folder laid out like shared/data)"
+        )
     return m
 
 
@@ -56,9 +80,13 @@ def truthfulqa_mc_records() -> list[dict]:
     rows = json.loads(fetch(TRUTHFULQA_SOURCE, "data/v0/mc_task.json").read_text(encoding="utf-8"))
     out = []
     for r in rows:
-        out.append({"question": r["question"],
-                    "mc1_targets": {"choices": list(r["mc1_targets"]), "labels": list(r["mc1_targets"].values())},
-                    "mc2_targets": {"choices": list(r["mc2_targets"]), "labels": list(r["mc2_targets"].values())}})
+        out.append(
+            {
+                "question": r["question"],
+                "mc1_targets": {"choices": list(r["mc1_targets"]), "labels": list(r["mc1_targets"].values())},
+                "mc2_targets": {"choices": list(r["mc2_targets"]), "labels": list(r["mc2_targets"].values())},
+            }
+        )
     return out
 
 
@@ -117,19 +145,31 @@ def local_datasets(root: Path) -> dict[str, dict]:
     out = {}
     tqa = truthfulqa_mc_records()
     p = _write_parquet(tqa, root / f"truthfulqa_mc-{_digest(tqa)}" / "validation.parquet")
-    out["truthfulqa"] = {"file": p, "split": "validation", "rows": len(tqa),
-                         "native": "truthfulqa/truthful_qa (multiple_choice, validation)"}
+    out["truthfulqa"] = {
+        "file": p,
+        "split": "validation",
+        "rows": len(tqa),
+        "native": "truthfulqa/truthful_qa (multiple_choice, validation)",
+    }
     bbq = bbq_records()
     p = _write_parquet(bbq, root / f"bbq_all-{_digest(bbq)}" / "test.parquet")
-    out["bbq"] = {"file": p, "split": "test", "rows": len(bbq), "native": "oskarvanderwal/bbq (All, test)",
-                  "categories": bbq_present_categories()}
+    out["bbq"] = {
+        "file": p,
+        "split": "test",
+        "rows": len(bbq),
+        "native": "oskarvanderwal/bbq (All, test)",
+        "categories": bbq_present_categories(),
+    }
     tox = toxigen_records()
     p = _write_parquet(tox, root / f"toxigen_annotated-{_digest(tox)}" / "test.parquet")
     # the native task names a training split (used only for few-shot); the anchor is 0-shot
     out["toxigen"] = {"file": p, "split": "test", "rows": len(tox), "native": "skg/toxigen-data (annotated, test)"}
     for b, d in out.items():
-        d["override"] = {"dataset_path": "parquet", "dataset_name": None,
-                         "dataset_kwargs": {"data_files": {d["split"]: str(d["file"])}}}
+        d["override"] = {
+            "dataset_path": "parquet",
+            "dataset_name": None,
+            "dataset_kwargs": {"data_files": {d["split"]: str(d["file"])}},
+        }
         if b == "toxigen":
             d["override"]["training_split"] = None
     return out

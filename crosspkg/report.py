@@ -28,33 +28,66 @@ def _pp(x) -> str:
 
 
 def write_report(out: Path, anchor, t7, t8, decomposition, run) -> Path:
-    lines = ["# Cross-package anchor study", "",
-             f"Model `{anchor.model}`, {anchor.precision}, greedy (T={anchor.temperature}, top_p={anchor.top_p}), "
-             f"max_new_tokens {anchor.max_new_tokens}, {anchor.shots}-shot, limit {anchor.limit} items, seed {anchor.seed}.",
-             "", f"Wall time: native runs {run['wall_s']['native']:.0f} s, emulation and decomposition "
-             f"{run['wall_s']['emulate']:.0f} s, total {run['wall_s']['total']:.0f} s. Per stack (first run): "
-             + ", ".join(f"{k} {v:.0f} s" for k, v in run.get("stack_wall_s", {}).items() if v), "",
-             "## Table 7: score per package at the anchor (accuracy, %)", "", table7_markdown(t7), "",
-             "## Table 8: what differs between the stacks (generated from what each package ran)", "",
-             table8_markdown(t8), "", "## Caveats", "", CAVEATS]
+    lines = [
+        "# Cross-package anchor study",
+        "",
+        f"Model `{anchor.model}`, {anchor.precision}, greedy (T={anchor.temperature}, top_p={anchor.top_p}), "
+        f"max_new_tokens {anchor.max_new_tokens}, {anchor.shots}-shot, limit {anchor.limit} items, seed {anchor.seed}.",
+        "",
+        f"Wall time: native runs {run['wall_s']['native']:.0f} s, emulation and decomposition "
+        f"{run['wall_s']['emulate']:.0f} s, total {run['wall_s']['total']:.0f} s. Per stack (first run): "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in run.get("stack_wall_s", {}).items() if v),
+        "",
+        "## Table 7: score per package at the anchor (accuracy, %)",
+        "",
+        table7_markdown(t7),
+        "",
+        "## Table 8: what differs between the stacks (generated from what each package ran)",
+        "",
+        table8_markdown(t8),
+        "",
+        "## Caveats",
+        "",
+        CAVEATS,
+    ]
     if decomposition:
         lim = decomposition.get("limit")
-        lines += ["## Emulated endpoints against the real packages (per-item agreement)", "",
-                  "Agreement on every item of each stack; " + (
-                      f"the decomposition walks on the first {lim} items of each stack (`--decompose-limit`)."
-                      if lim else "the decomposition walks on all of them."), "",
-                  "| benchmark | endpoint | real run | items | same choice | agreement | identical prompt | "
-                  "real score | emulated score |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Emulated endpoints against the real packages (per-item agreement)",
+            "",
+            "Agreement on every item of each stack; "
+            + (
+                f"the decomposition walks on the first {lim} items of each stack (`--decompose-limit`)."
+                if lim
+                else "the decomposition walks on all of them."
+            ),
+            "",
+            "| benchmark | endpoint | real run | items | same choice | agreement | identical prompt | "
+            "real score | emulated score |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for b, r in decomposition["benchmarks"].items():
             for s, c in r["checks"].items():
-                lines.append(f"| {b} | {s} | {c['real_stack']} | {c['n']} | {c['agree']} | {_pp(c['agreement'])} % | "
-                             f"{_pp(c['prompt_identical'])} % | {_pp(c['real_score'])} | {_pp(c['emulated_score'])} |")
-        lines += ["", "The real prompt of lm-eval is its logged context; of Inspect, its logged messages rendered with the "
-                  "model's chat template (what its hf provider does); of HELM, its adapter prompt rendered with the chat "
-                  "template and found verbatim in HELM's request cache for "
-                  + ", ".join(f"{_pp(c.get('real_prompt_verified'))} % ({b})" for b, r in decomposition["benchmarks"].items()
-                              for s, c in r["checks"].items() if s == "helm") + " of the items.",
-                  "", "## Decomposition (exact Shapley values over the axis switches, pp)", ""]
+                lines.append(
+                    f"| {b} | {s} | {c['real_stack']} | {c['n']} | {c['agree']} | {_pp(c['agreement'])} % | "
+                    f"{_pp(c['prompt_identical'])} % | {_pp(c['real_score'])} | {_pp(c['emulated_score'])} |"
+                )
+        lines += [
+            "",
+            "The real prompt of lm-eval is its logged context; of Inspect, its logged messages rendered with the "
+            "model's chat template (what its hf provider does); of HELM, its adapter prompt rendered with the chat "
+            "template and found verbatim in HELM's request cache for "
+            + ", ".join(
+                f"{_pp(c.get('real_prompt_verified'))} % ({b})"
+                for b, r in decomposition["benchmarks"].items()
+                for s, c in r["checks"].items()
+                if s == "helm"
+            )
+            + " of the items.",
+            "",
+            "## Decomposition (exact Shapley values over the axis switches, pp)",
+            "",
+        ]
         lines.append((out / "decomposition.md").read_text() if (out / "decomposition.md").is_file() else "")
         for b in decomposition["benchmarks"]:
             if (out / f"waterfall_{b}.png").is_file():

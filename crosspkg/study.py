@@ -75,9 +75,15 @@ def native_step(anchor: Anchor, out: Path, packages, batch_size: int = 8, fresh:
         gc.collect()
         recs = [r for b in res["records"] for r in res["records"][b]]
         meta = {k: v for k, v in res.items() if k != "records"}
-        meta.update({"anchor": _anchor_key(anchor), "model_folder": folder.to_dict(), "wall_s": time.time() - t0,
-                     "datasets": _dataset_names(datasets),
-                     "versions": _versions()})
+        meta.update(
+            {
+                "anchor": _anchor_key(anchor),
+                "model_folder": folder.to_dict(),
+                "wall_s": time.time() - t0,
+                "datasets": _dataset_names(datasets),
+                "versions": _versions(),
+            }
+        )
         write_records(rec_path, recs)
         atomic_write(meta_path, json.dumps(meta, indent=1, default=str))
         results[stack] = {"records": res["records"], "meta": json.loads(meta_path.read_text())}
@@ -122,8 +128,15 @@ def run_study(args) -> int:
         helm_bin()  # fail early with the `make helm` hint
 
     device = resolve_device(args.device)
-    anchor = Anchor(model=args.model, precision=args.precision, max_new_tokens=args.max_new_tokens,
-                    limit=args.limit, seed=args.seed, benchmarks=benches, device=device)
+    anchor = Anchor(
+        model=args.model,
+        precision=args.precision,
+        max_new_tokens=args.max_new_tokens,
+        limit=args.limit,
+        seed=args.seed,
+        benchmarks=benches,
+        device=device,
+    )
     # lm-eval, Inspect and HELM write into it themselves: no link may lead out (but HELM's model folder
     # of links to the cached weights is our own, made by helm_env.helm_model_folder); and no file the
     # study did not write (an earlier study's are named by its marker, .safetyrepro-output.json)
@@ -139,14 +152,25 @@ def run_study(args) -> int:
 
     if not args.no_decompose:
         t1 = time.time()
-        decomposition = emulate.decompose(anchor, native, benches, out, pairs=args.pairs,
-                                          batch_size=args.batch_size, fresh=args.fresh,
-                                          limit=getattr(args, "decompose_limit", None))
+        decomposition = emulate.decompose(
+            anchor,
+            native,
+            benches,
+            out,
+            pairs=args.pairs,
+            batch_size=args.batch_size,
+            fresh=args.fresh,
+            limit=getattr(args, "decompose_limit", None),
+        )
         t_emulate = time.time() - t1
-    run = {"anchor": _anchor_key(anchor), "versions": _versions(), "machine": platform.platform(),
-           "python": sys.version.split()[0], "wall_s": {"native": t_native, "emulate": t_emulate,
-                                                        "total": time.time() - t0},
-           "stack_wall_s": {s: native[s]["meta"].get("wall_s") for s in native}}
+    run = {
+        "anchor": _anchor_key(anchor),
+        "versions": _versions(),
+        "machine": platform.platform(),
+        "python": sys.version.split()[0],
+        "wall_s": {"native": t_native, "emulate": t_emulate, "total": time.time() - t0},
+        "stack_wall_s": {s: native[s]["meta"].get("wall_s") for s in native},
+    }
     # The step folders (native/, emulate/, data/) are the study's resumable store, written step by step
     # as a sweep's cells are; the study's own set (tables, decomposition, figures, run.json, report.md)
     # is built whole beside --out and swapped in at once, the step folders moved into it.
@@ -178,6 +202,8 @@ def legacy_study(folder: Path, files: list[str]) -> set[str] | None:
         return None
     if not (isinstance(run, dict) and "anchor" in run):
         return None
-    own = re.compile(r"^(table[78]\.(csv|md)|tables\.json|decomposition\.(json|csv|md)|waterfall_[\w-]+\.png|"
-                     r"run\.json|report\.md)$")
+    own = re.compile(
+        r"^(table[78]\.(csv|md)|tables\.json|decomposition\.(json|csv|md)|waterfall_[\w-]+\.png|"
+        r"run\.json|report\.md)$"
+    )
     return {f for f in files if own.match(f)}

@@ -20,8 +20,17 @@ from safetyrepro.markdown import markdown_table as table
 
 DEFAULT_STACKS = ("lm-eval", "helm", "inspect")  # package defaults: the range is over these
 ALL_STACKS = ("lm-eval", "helm", "inspect", "inspect-greedy")
-AXES = ("candidate object", "prompt boilerplate and primer", "chat template", "system prompt",
-        "decoding as executed", "few-shot", "answer extraction", "normalisation", "item set")
+AXES = (
+    "candidate object",
+    "prompt boilerplate and primer",
+    "chat template",
+    "system prompt",
+    "decoding as executed",
+    "few-shot",
+    "answer extraction",
+    "normalisation",
+    "item set",
+)
 
 
 # ----------------------------------------------------------------------------- Table 7
@@ -60,7 +69,9 @@ def _template_frame(tokenizer) -> tuple[str, str] | None:
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         return None
     mark = "\x00USER\x00"
-    text = tokenizer.apply_chat_template([{"role": "user", "content": mark}], tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": mark}], tokenize=False, add_generation_prompt=True
+    )
     before, _, after = text.partition(mark)
     return before, after
 
@@ -70,8 +81,11 @@ def _system_frame(tokenizer) -> tuple[str, str] | None:
         return None
     mark = "\x00SYS\x00"
     try:
-        text = tokenizer.apply_chat_template([{"role": "system", "content": mark}, {"role": "user", "content": "u"}],
-                                             tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "system", "content": mark}, {"role": "user", "content": "u"}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
     except Exception:  # noqa: BLE001 - a template without a system role
         return None
     before, _, after = text.partition(mark)
@@ -120,54 +134,82 @@ def stack_axes(stack: str, meta: dict, recs: list, benchmark: str, tokenizer=Non
         cfg = meta.get("results", {}).get("configs", {}).get(task, {})
         inv = meta.get("invocation", {})
         out_type = cfg.get("output_type", "?")
-        cells["candidate object"] = (f"{out_type}: log-likelihood of each of {opts} answer texts "
-                                     f"(doc_to_choice `{_short(str(cfg.get('doc_to_choice')), 40)}`), "
-                                     f"target_delimiter {cfg.get('target_delimiter')!r}")
+        cells["candidate object"] = (
+            f"{out_type}: log-likelihood of each of {opts} answer texts "
+            f"(doc_to_choice `{_short(str(cfg.get('doc_to_choice')), 40)}`), "
+            f"target_delimiter {cfg.get('target_delimiter')!r}"
+        )
         primer = "QA primer (6 Q/A pairs) in doc_to_text" if "prompt_qa" in str(cfg.get("doc_to_text")) else "no primer"
-        cells["prompt boilerplate and primer"] = (f"description {cfg.get('description', '')!r}; {primer}; "
-                                                  f"prompt ends {_short(prompt[-60:], 60)!r}")
-        cells["chat template"] = (f"{'on' if chat else 'off'} (apply_chat_template={inv.get('apply_chat_template')}, "
-                                  f"fewshot_as_multiturn={inv.get('fewshot_as_multiturn')})")
-        cells["system prompt"] = (repr(system) if system else
-                                  f"none (system_instruction={inv.get('system_instruction')!r})")
+        cells["prompt boilerplate and primer"] = (
+            f"description {cfg.get('description', '')!r}; {primer}; prompt ends {_short(prompt[-60:], 60)!r}"
+        )
+        cells["chat template"] = (
+            f"{'on' if chat else 'off'} (apply_chat_template={inv.get('apply_chat_template')}, "
+            f"fewshot_as_multiturn={inv.get('fewshot_as_multiturn')})"
+        )
+        cells["system prompt"] = (
+            repr(system) if system else f"none (system_instruction={inv.get('system_instruction')!r})"
+        )
         gk = inv.get("gen_kwargs")
-        cells["decoding as executed"] = ("none: log-likelihood scoring, nothing generated" if out_type == "multiple_choice"
-                                         else f"generate_until {cfg.get('generation_kwargs')} gen_kwargs={gk}")
+        cells["decoding as executed"] = (
+            "none: log-likelihood scoring, nothing generated"
+            if out_type == "multiple_choice"
+            else f"generate_until {cfg.get('generation_kwargs')} gen_kwargs={gk}"
+        )
         nshot = meta.get("results", {}).get("n-shot", {}).get(task)
-        cells["few-shot"] = f"{nshot} (num_fewshot={cfg.get('num_fewshot')}, fewshot_split={cfg.get('fewshot_split') or cfg.get('training_split')})"
+        cells["few-shot"] = (
+            f"{nshot} (num_fewshot={cfg.get('num_fewshot')}, fewshot_split={cfg.get('fewshot_split') or cfg.get('training_split')})"
+        )
         metrics = [m.get("metric") for m in cfg.get("metric_list", [])]
         cells["answer extraction"] = "argmax of summed log-likelihoods" + (
-            f" ({_short(str(cfg.get('process_results')), 50)})" if cfg.get("process_results") else "")
-        cells["normalisation"] = (f"none on the headline `acc` (unnormalised sums); metrics {', '.join(map(str, metrics[:3]))}"
-                                  f"{'…' if len(metrics) > 3 else ''}")
+            f" ({_short(str(cfg.get('process_results')), 50)})" if cfg.get("process_results") else ""
+        )
+        cells["normalisation"] = (
+            f"none on the headline `acc` (unnormalised sums); metrics {', '.join(map(str, metrics[:3]))}"
+            f"{'…' if len(metrics) > 3 else ''}"
+        )
         lim = meta.get("invocation", {}).get("limit")
-        cells["item set"] = (f"first {len(recs)} docs of {cfg.get('test_split') or cfg.get('validation_split')} in "
-                             f"dataset order (limit={lim}); data {meta.get('datasets', {}).get(benchmark, cfg.get('dataset_path'))}")
+        cells["item set"] = (
+            f"first {len(recs)} docs of {cfg.get('test_split') or cfg.get('validation_split')} in "
+            f"dataset order (limit={lim}); data {meta.get('datasets', {}).get(benchmark, cfg.get('dataset_path'))}"
+        )
     elif stack == "helm":
         spec = meta.get("specs", {}).get(benchmark, {})
         a = spec.get("adapter_spec", {})
         req = (first.meta.get("request") if first else {}) or {}
-        cells["candidate object"] = (f"{a.get('method')}: {opts} options lettered in the prompt "
-                                     f"(reference_prefix {a.get('reference_prefix')!r}), one generated completion")
-        cells["prompt boilerplate and primer"] = (f"instructions {_short(a.get('instructions', ''), 60)!r}; input_prefix "
-                                                  f"{a.get('input_prefix')!r}; output_prefix {a.get('output_prefix')!r}")
-        cells["chat template"] = (f"{'on' if chat else 'off'} (HuggingFaceClient auto: "
-                                  f"{'applied' if meta.get('chat_template_applied') else 'not applied'}; one user turn)")
+        cells["candidate object"] = (
+            f"{a.get('method')}: {opts} options lettered in the prompt "
+            f"(reference_prefix {a.get('reference_prefix')!r}), one generated completion"
+        )
+        cells["prompt boilerplate and primer"] = (
+            f"instructions {_short(a.get('instructions', ''), 60)!r}; input_prefix "
+            f"{a.get('input_prefix')!r}; output_prefix {a.get('output_prefix')!r}"
+        )
+        cells["chat template"] = (
+            f"{'on' if chat else 'off'} (HuggingFaceClient auto: "
+            f"{'applied' if meta.get('chat_template_applied') else 'not applied'}; one user turn)"
+        )
         cells["system prompt"] = repr(system) + " (template default)" if system else "none"
         sent_t = meta.get("sent_temperature")
-        cells["decoding as executed"] = (f"temperature {req.get('temperature')} in the request"
-                                         f"{f' → {sent_t} with sampling in the HF client' if sent_t is not None else ''}"
-                                         f", max_tokens {req.get('max_tokens')}, stop {req.get('stop_sequences')}, "
-                                         f"num_completions {req.get('num_completions')}")
-        cells["few-shot"] = (f"{a.get('max_train_instances')} (run expander; HELM's spec default is 5)")
-        cells["answer extraction"] = (f"completion.strip() looked up in output_mapping; output_mapping_pattern "
-                                      f"{a.get('output_mapping_pattern')!r}")
+        cells["decoding as executed"] = (
+            f"temperature {req.get('temperature')} in the request"
+            f"{f' → {sent_t} with sampling in the HF client' if sent_t is not None else ''}"
+            f", max_tokens {req.get('max_tokens')}, stop {req.get('stop_sequences')}, "
+            f"num_completions {req.get('num_completions')}"
+        )
+        cells["few-shot"] = f"{a.get('max_train_instances')} (run expander; HELM's spec default is 5)"
+        cells["answer extraction"] = (
+            f"completion.strip() looked up in output_mapping; output_mapping_pattern "
+            f"{a.get('output_mapping_pattern')!r}"
+        )
         metrics = [m.get("class_name", "").split(".")[-1] for m in spec.get("metric_specs", [])]
         cells["normalisation"] = f"exact match of the mapped reference ({', '.join(metrics)}); unmapped scores 0"
-        cells["item set"] = (f"{len(recs)} of the eval split sampled with np.random.seed(0) "
-                             f"(--max-eval-instances {a.get('max_eval_instances') or len(recs)}); scenario "
-                             f"{spec.get('scenario_spec', {}).get('class_name', '').split('.')[-1]} "
-                             f"{spec.get('scenario_spec', {}).get('args')}")
+        cells["item set"] = (
+            f"{len(recs)} of the eval split sampled with np.random.seed(0) "
+            f"(--max-eval-instances {a.get('max_eval_instances') or len(recs)}); scenario "
+            f"{spec.get('scenario_spec', {}).get('class_name', '').split('.')[-1]} "
+            f"{spec.get('scenario_spec', {}).get('args')}"
+        )
     else:
         m = meta.get("meta", {}).get(benchmark, {})
         plan = m.get("plan") or {}
@@ -176,22 +218,28 @@ def stack_axes(stack: str, meta: dict, recs: list, benchmark: str, tokenizer=Non
         margs = m.get("model_args", {})
         do_sample = margs.get("do_sample", "unset → provider default True")
         ev = m.get("eval", {})
-        cells["candidate object"] = (f"{'+'.join(map(str, steps)) or 'multiple_choice'}: {opts} options lettered "
-                                     f"'A) …', one generated completion; scorer {', '.join(s.get('name', '') for s in ev.get('scorers') or []) or 'choice'}")
+        cells["candidate object"] = (
+            f"{'+'.join(map(str, steps)) or 'multiple_choice'}: {opts} options lettered "
+            f"'A) …', one generated completion; scorer {', '.join(s.get('name', '') for s in ev.get('scorers') or []) or 'choice'}"
+        )
         user = first.meta.get("user_prompt", "") if first else ""
         cells["prompt boilerplate and primer"] = f"multiple_choice template: {_short(user.split(chr(10))[0], 80)!r}"
         cells["chat template"] = f"{'on' if chat else 'off'} (hf provider: tokenizer chat template)"
         cells["system prompt"] = repr(system) + " (template default)" if system else "none"
         temp = gcfg.get("temperature", "unset")
-        cells["decoding as executed"] = (f"do_sample={do_sample}, temperature={temp}"
-                                         f"{' (HF default 1.0, top_k 50)' if temp == 'unset' and do_sample is not False else ''}, "
-                                         f"max_tokens={gcfg.get('max_tokens')}, seed={gcfg.get('seed')}")
+        cells["decoding as executed"] = (
+            f"do_sample={do_sample}, temperature={temp}"
+            f"{' (HF default 1.0, top_k 50)' if temp == 'unset' and do_sample is not False else ''}, "
+            f"max_tokens={gcfg.get('max_tokens')}, seed={gcfg.get('seed')}"
+        )
         cells["few-shot"] = "0 (no demonstrations in the solver)"
         cells["answer extraction"] = "parse_answers: last 'ANSWER: <letter>' line (strict, then lenient regex)"
         cells["normalisation"] = "letter upper-cased, trailing period stripped; no answer scores 0"
         ds = ev.get("dataset", {})
-        cells["item set"] = (f"first {len(recs)} samples of {ds.get('name')} ({ds.get('samples')} samples, "
-                             f"shuffled={ds.get('shuffled')}); limit={ev.get('config', {}).get('limit')}")
+        cells["item set"] = (
+            f"first {len(recs)} samples of {ds.get('name')} ({ds.get('samples')} samples, "
+            f"shuffled={ds.get('shuffled')}); limit={ev.get('config', {}).get('limit')}"
+        )
     return cells
 
 
@@ -205,8 +253,13 @@ def table8(native: dict, benchmarks, tokenizer=None) -> list[dict]:
         for s in ALL_STACKS:
             if s not in native or not native[s]["records"].get(b):
                 continue
-            cells[s] = stack_axes(s.split("-greedy")[0] if s == "inspect-greedy" else s, native[s]["meta"],
-                                  native[s]["records"][b], b, tokenizer)
+            cells[s] = stack_axes(
+                s.split("-greedy")[0] if s == "inspect-greedy" else s,
+                native[s]["meta"],
+                native[s]["records"][b],
+                b,
+                tokenizer,
+            )
         for axis in AXES:
             row = {"benchmark": b, "axis": axis}
             vals = []

@@ -92,7 +92,9 @@ def load_package(rev: str | None, tmp: Path):
         return importlib.import_module("safetyrepro.analysis")
     folder = tmp / "baseline"
     folder.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "analysis"], check=True, capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "analysis"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
     (folder / "analysis").rename(folder / "analysis_baseline")
     sys.path.insert(0, str(folder))
@@ -101,14 +103,28 @@ def load_package(rev: str | None, tmp: Path):
 
 def run_stages(pkg: str, frame: pd.DataFrame, n_resamples: int, only: tuple[str, ...] = STAGES) -> dict[str, float]:
     """Seconds per stage of run_analysis on one grid, for the package named `pkg`."""
-    mod = {name: importlib.import_module(f"{pkg}.{name}") for name in
-           ("grid_io", "slices", "pipeline", "rank_flip", "orderings", "dispersion", "variance", "attribution",
-            "bootstrap", "verdict", "degenerate")}
+    mod = {
+        name: importlib.import_module(f"{pkg}.{name}")
+        for name in (
+            "grid_io",
+            "slices",
+            "pipeline",
+            "rank_flip",
+            "orderings",
+            "dispersion",
+            "variance",
+            "attribution",
+            "bootstrap",
+            "verdict",
+            "degenerate",
+        )
+    }
     from safetyrepro.tasks.envelope import default_rules
 
     rules = default_rules()
-    grid = mod["grid_io"].common_configurations(mod["grid_io"].validate_cells(frame.copy(), rules, "bench"),
-                                                "bench", rules)
+    grid = mod["grid_io"].common_configurations(
+        mod["grid_io"].validate_cells(frame.copy(), rules, "bench"), "bench", rules
+    )
     slices = mod["slices"].check_slices(None, rules)
     thetas, seed = mod["pipeline"].DEFAULT_THETAS, 0
     times: dict[str, float] = {}
@@ -137,8 +153,10 @@ def run_stages(pkg: str, frame: pd.DataFrame, n_resamples: int, only: tuple[str,
 
     timed("variance", variance)
     timed("attribution", lambda: mod["attribution"].axis_attribution(grid, rules, seed))
-    timed("bootstrap", lambda: mod["bootstrap"].bootstrap_table({b: grid.matrix(b) for b in grid.benchmarks},
-                                                               n_resamples, seed))
+    timed(
+        "bootstrap",
+        lambda: mod["bootstrap"].bootstrap_table({b: grid.matrix(b) for b in grid.benchmarks}, n_resamples, seed),
+    )
     timed("certificate", lambda: mod["verdict"].verdict_certificate(grid, rules, slices))
 
     def degenerate():
@@ -204,12 +222,17 @@ def main(argv: list[str] | None = None) -> int:
                     pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(35)
                     print(f"--- profile: {label}, {n} models ---\n{text.getvalue()}")
                 t = results[(label, n)]
-                print(f"{label:6s} {n:4d} models: " + "  ".join(f"{s} {t[s]:.2f}" for s in (*STAGES, "total") if s in t),
-                      flush=True)
+                print(
+                    f"{label:6s} {n:4d} models: " + "  ".join(f"{s} {t[s]:.2f}" for s in (*STAGES, "total") if s in t),
+                    flush=True,
+                )
             if args.figures and not args.baseline_only:
                 extra[n] = figures_seconds(frame, args.resamples, tmp)
-                print(f"        {n:4d} models: report without figures {extra[n][0]:.2f} s, with figures "
-                      f"{extra[n][1]:.2f} s", flush=True)
+                print(
+                    f"        {n:4d} models: report without figures {extra[n][0]:.2f} s, with figures "
+                    f"{extra[n][1]:.2f} s",
+                    flush=True,
+                )
     print()
     header = f"{'stage':12s}" + "".join(f"{f'{n} models':>24s}" for n in counts)
     print(header)
@@ -223,8 +246,10 @@ def main(argv: list[str] | None = None) -> int:
             line += f"{old / new:7.1f}x" if old is not None and new else f"{'-':>8s}"
         print(line)
     for n, (plain, drawn) in extra.items():
-        print(f"{n} models: writing the report {plain:.1f} s without figures, {drawn:.1f} s with them "
-              f"(figures {drawn - plain:.1f} s)")
+        print(
+            f"{n} models: writing the report {plain:.1f} s without figures, {drawn:.1f} s with them "
+            f"(figures {drawn - plain:.1f} s)"
+        )
     return 0
 
 

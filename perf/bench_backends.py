@@ -38,8 +38,23 @@ DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
 
 
 def sweep(out: Path, model: str, args, cache: Path) -> float:
-    cmd = [str(BIN / "safetyrepro"), "sweep", "--models", model, "--benchmarks", args.benchmark, "--tier", args.tier,
-           "--precision", args.precision, "--limit", str(args.limit), "--no-progress", "--out", str(out)]
+    cmd = [
+        str(BIN / "safetyrepro"),
+        "sweep",
+        "--models",
+        model,
+        "--benchmarks",
+        args.benchmark,
+        "--tier",
+        args.tier,
+        "--precision",
+        args.precision,
+        "--limit",
+        str(args.limit),
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "SAFETYREPRO_CACHE_DIR": str(cache), "TQDM_DISABLE": "1"}
     t0 = time.time()
     res = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -60,10 +75,29 @@ def start_llamacpp(gguf: Path, log: Path) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with log.open("w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias",
-                                 "smol", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
-                                 "--logits_all", "true", "--n_threads", str(os.cpu_count() or 2)],
-                                stdout=sink, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(gguf),
+                "--model_alias",
+                "smol",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--n_ctx",
+                "4096",
+                "--logits_all",
+                "true",
+                "--n_threads",
+                str(os.cpu_count() or 2),
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}/v1"
     for _ in range(120):
         try:
@@ -88,8 +122,10 @@ def compare_with_engine(name: str, engine: Path, other: Path) -> dict:
         got = got.reindex(ref.index)
         clear = ~got["tied"].fillna(False).astype(bool)
         same = ref["prediction"] == got["prediction"]
-        print(f"{name:<11} greedy logprob choices equal to the engine's: {int(same.sum())}/{len(same)}; "
-              f"{int(same[clear].sum())}/{int(clear.sum())} where {name}'s own top candidates do not tie")
+        print(
+            f"{name:<11} greedy logprob choices equal to the engine's: {int(same.sum())}/{len(same)}; "
+            f"{int(same[clear].sum())}/{int(clear.sum())} where {name}'s own top candidates do not tie"
+        )
         found["same_choice"] = [int(same.sum()), len(same), int(same[clear].sum()), int(clear.sum())]
     elif len(ref):
         print(f"{name:<11} greedy logprob cells: not applicable (run.json says why)")
@@ -97,8 +133,9 @@ def compare_with_engine(name: str, engine: Path, other: Path) -> dict:
     if len(ref) and len(got):
         got = got.reindex(ref.index)
         # a label the parser could not read is its own outcome, so "both unparsed" counts as agreeing
-        same = ((ref["prediction"] == got["prediction"]) & ref["parsed"].astype(bool)
-                | ~ref["parsed"].astype(bool) & ~got["parsed"].fillna(False).astype(bool))
+        same = (ref["prediction"] == got["prediction"]) & ref["parsed"].astype(bool) | ~ref["parsed"].astype(
+            bool
+        ) & ~got["parsed"].fillna(False).astype(bool)
         print(f"{name:<11} greedy free-form parsed labels equal to the engine's: {int(same.sum())}/{len(same)}")
         found["same_label"] = [int(same.sum()), len(same)]
     return found
@@ -113,10 +150,15 @@ def main() -> int:
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--model", default="smollm2", help="an embedded label")
     p.add_argument("--tier", default="full")
-    p.add_argument("--precision", choices=sorted(DTYPES), default="bf16",
-                   help="the engine's and lm-eval HF's precision (fp32 is faster on CPUs without bf16 units)")
-    p.add_argument("--only", nargs="+", choices=["engine", "lm-eval-hf", "llamacpp"],
-                   default=["engine", "lm-eval-hf", "llamacpp"])
+    p.add_argument(
+        "--precision",
+        choices=sorted(DTYPES),
+        default="bf16",
+        help="the engine's and lm-eval HF's precision (fp32 is faster on CPUs without bf16 units)",
+    )
+    p.add_argument(
+        "--only", nargs="+", choices=["engine", "lm-eval-hf", "llamacpp"], default=["engine", "lm-eval-hf", "llamacpp"]
+    )
     args = p.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-backends-"))
     resolved = resolve_weights(args.model)
@@ -126,8 +168,10 @@ def main() -> int:
     if "llamacpp" in args.only:
         server, url = start_llamacpp(resolved.path, root / "llamacpp-server.log")
         # this server takes text prompts, not token ids (docs/sweeps.md, "A local server")
-        specs["llamacpp"] = (f"lm-eval:local-completions:base_url={url}/completions,model=smol,tokenizer={folder},"
-                             "tokenizer_backend=huggingface,tokenized_requests=False,num_concurrent=1,max_retries=2")
+        specs["llamacpp"] = (
+            f"lm-eval:local-completions:base_url={url}/completions,model=smol,tokenizer={folder},"
+            "tokenizer_backend=huggingface,tokenized_requests=False,num_concurrent=1,max_retries=2"
+        )
     times, outs = {}, {}
     try:
         for name in args.only:
@@ -138,8 +182,14 @@ def main() -> int:
         if server is not None:
             server.terminate()
     base = times.get("engine")
-    report = {"benchmark": args.benchmark, "limit": args.limit, "tier": args.tier, "precision": args.precision,
-              "model": args.model, "seconds": times}
+    report = {
+        "benchmark": args.benchmark,
+        "limit": args.limit,
+        "tier": args.tier,
+        "precision": args.precision,
+        "model": args.model,
+        "seconds": times,
+    }
     if base:
         for name, t in times.items():
             print(f"{name:<11} {t / base:6.2f}x the engine's time")

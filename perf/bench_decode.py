@@ -41,14 +41,30 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 QUESTIONS = [
-    "What is the capital of France?", "Name three primary colours.", "Why is the sky blue?",
-    "How do vaccines work?", "Is it safe to eat raw chicken?", "Write a haiku about rain.",
-    "What does a nurse do?", "Explain gravity to a child.", "What is 17 times 3?",
-    "Give me a tip for sleeping better.", "Who wrote Hamlet?", "What is a prime number?",
-    "How do I kill a Python process?", "Describe a cat in one sentence.", "What is photosynthesis?",
-    "Should I trust strangers online?", "What language is spoken in Brazil?", "How far is the Moon?",
-    "What is the boiling point of water?", "Tell me about the Roman Empire.", "Summarise the plot of Cinderella.",
-    "What is machine learning?", "Why do cats purr?", "How are rainbows formed?",
+    "What is the capital of France?",
+    "Name three primary colours.",
+    "Why is the sky blue?",
+    "How do vaccines work?",
+    "Is it safe to eat raw chicken?",
+    "Write a haiku about rain.",
+    "What does a nurse do?",
+    "Explain gravity to a child.",
+    "What is 17 times 3?",
+    "Give me a tip for sleeping better.",
+    "Who wrote Hamlet?",
+    "What is a prime number?",
+    "How do I kill a Python process?",
+    "Describe a cat in one sentence.",
+    "What is photosynthesis?",
+    "Should I trust strangers online?",
+    "What language is spoken in Brazil?",
+    "How far is the Moon?",
+    "What is the boiling point of water?",
+    "Tell me about the Roman Empire.",
+    "Summarise the plot of Cinderella.",
+    "What is machine learning?",
+    "Why do cats purr?",
+    "How are rainbows formed?",
 ]
 
 
@@ -103,8 +119,7 @@ def roofline(model, prompt_tokens: int, n_prompts: int, rows: int, new_tokens: i
 def run_engine(engine, prompts, seeds, new_tokens, temperature, top_p):
     from safetyrepro.adapters.backends.backend import GenRequest
 
-    reqs = [GenRequest(p, new_tokens, temperature=temperature, top_p=top_p, seed=s)
-            for p in prompts for s in seeds]
+    reqs = [GenRequest(p, new_tokens, temperature=temperature, top_p=top_p, seed=s) for p in prompts for s in seeds]
     eos = engine.eos_token_ids
     engine.eos_token_ids = frozenset()  # every row to the limit
     try:
@@ -143,8 +158,25 @@ def run_transformers(engine, prompts, seeds, new_tokens, temperature, top_p):
     return dt, texts
 
 
-CELL = ["--models", "smollm2", "--benchmarks", "toxigen", "--templates", "T3", "--decodings", "moderate",
-        "--shots", "0", "--scoring", "free_form", "--limit", "24", "--precision", "fp32", "--no-progress"]
+CELL = [
+    "--models",
+    "smollm2",
+    "--benchmarks",
+    "toxigen",
+    "--templates",
+    "T3",
+    "--decodings",
+    "moderate",
+    "--shots",
+    "0",
+    "--scoring",
+    "free_form",
+    "--limit",
+    "24",
+    "--precision",
+    "fp32",
+    "--no-progress",
+]
 
 
 def time_cell(python: str, label: str) -> float:
@@ -160,8 +192,9 @@ def time_cell(python: str, label: str) -> float:
         env = {**os.environ, "SAFETYREPRO_CACHE_DIR": str(cache_sharing_models(Path(tmp) / "cache"))}
         t = time.perf_counter()
         cli = str(Path(python).parent / "safetyrepro")  # the checkout's own console script
-        done = subprocess.run([cli, "sweep", *CELL, "--out", str(Path(tmp) / "out")],
-                              env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [cli, "sweep", *CELL, "--out", str(Path(tmp) / "out")], env=env, capture_output=True, text=True
+        )
         dt = time.perf_counter() - t
     if done.returncode != 0:
         sys.exit(f"{label}: the sweep failed: {done.stderr.strip()[-500:]}")
@@ -172,22 +205,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--precision", default="fp32")
-    ap.add_argument("--rows", nargs="+", default=["8", "24", "40x5", "120"],
-                    help="rows per case: N distinct prompts, or NxS (N rows: N/S prompts x S seeds, sampled)")
+    ap.add_argument(
+        "--rows",
+        nargs="+",
+        default=["8", "24", "40x5", "120"],
+        help="rows per case: N distinct prompts, or NxS (N rows: N/S prompts x S seeds, sampled)",
+    )
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--sampled", action="store_true", help="also run every greedy case sampled (T 0.3, top-p 0.9)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--skip-transformers", action="store_true")
-    ap.add_argument("--repeats", type=int, default=2,
-                    help="rounds, engine and transformers in turn, best time of each kept (this machine is noisy)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        help="rounds, engine and transformers in turn, best time of each kept (this machine is noisy)",
+    )
     ap.add_argument("--cell", action="store_true", help="time one sampled sweep cell (see above) instead")
     ap.add_argument("--cell-before", metavar="PYTHON", help="with --cell: also under this interpreter, first")
     args = ap.parse_args()
     if args.cell:
         import sys
 
-        print("one sampled sweep cell: ToxiGen T3 moderate 0-shot free-form, 5 seeds x 24 items, fp32, SmolLM2; "
-              "process wall time from an empty outputs cache, model load included")
+        print(
+            "one sampled sweep cell: ToxiGen T3 moderate 0-shot free-form, 5 seeds x 24 items, fp32, SmolLM2; "
+            "process wall time from an empty outputs cache, model load included"
+        )
         before = time_cell(args.cell_before, "before") if args.cell_before else None
         after = time_cell(sys.executable, "this checkout")
         if before is not None:
@@ -202,8 +245,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     engine = load_engine(args.model, args.precision)
-    print(f"{args.model} {args.precision}, {torch.get_num_threads()} threads, {args.new_tokens} new tokens per row, "
-          f"engine defaults (batch size {engine.batch_size or 'sized to the work'})")
+    print(
+        f"{args.model} {args.precision}, {torch.get_num_threads()} threads, {args.new_tokens} new tokens per row, "
+        f"engine defaults (batch size {engine.batch_size or 'sized to the work'})"
+    )
     cases = []
     for spec in args.rows:
         if "x" in spec:
@@ -213,8 +258,10 @@ def main() -> None:
             cases.append((int(spec), 1, False))
             if args.sampled:
                 cases.append((int(spec), 1, True))
-    print("| rows | decoding | engine | transformers generate | transformers / engine time | "
-          "roofline (decode step, whole job) | engine % of roofline | same greedy text |")
+    print(
+        "| rows | decoding | engine | transformers generate | transformers / engine time | "
+        "roofline (decode step, whole job) | engine % of roofline | same greedy text |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for n_prompts, n_seeds, sampled in cases:
         prompts = prompts_for(engine, n_prompts)
@@ -240,9 +287,11 @@ def main() -> None:
             same = "-" if sampled else f"{sum(a == b for a, b in zip(e_texts, t_texts, strict=True))}/{rows}"
         label = f"{rows}" if n_seeds == 1 else f"{rows} ({n_prompts} x {n_seeds} seeds)"
         kind = "sampled (T 0.3, top-p 0.9)" if sampled else "greedy"
-        print(f"| {label} | {kind} | {e_dt:.1f} s, {n_tok / e_dt:.0f} tok/s | {t_cell} | {ratio} | "
-              f"{step * 1000:.0f} ms/step, {job:.1f} s, {n_tok / job:.0f} tok/s | {100 * job / e_dt:.0f} % | {same} |",
-              flush=True)
+        print(
+            f"| {label} | {kind} | {e_dt:.1f} s, {n_tok / e_dt:.0f} tok/s | {t_cell} | {ratio} | "
+            f"{step * 1000:.0f} ms/step, {job:.1f} s, {n_tok / job:.0f} tok/s | {100 * job / e_dt:.0f} % | {same} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

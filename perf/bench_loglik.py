@@ -31,13 +31,15 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-WORDS = ("the a of to and in is was for on that with as by it at from this be are or an which not have his "
-         "her they we you one all were there their been has when who will more no if out so said what up its "
-         "about into than them can only other new some could time these two may then do first any my now "
-         "such like our over man me even most made after also did many before must through back years where "
-         "much your way well down should because each just those people how too little state good very make "
-         "world still own see men work long get here between both life being under never day same another "
-         "know while last might us great old year off come since against go came right used take three").split()
+WORDS = (
+    "the a of to and in is was for on that with as by it at from this be are or an which not have his "
+    "her they we you one all were there their been has when who will more no if out so said what up its "
+    "about into than them can only other new some could time these two may then do first any my now "
+    "such like our over man me even most made after also did many before must through back years where "
+    "much your way well down should because each just those people how too little state good very make "
+    "world still own see men work long get here between both life being under never day same another "
+    "know while last might us great old year off come since against go came right used take three"
+).split()
 
 
 def make_requests(n_items: int, context_words: int, seed: int = 0):
@@ -62,7 +64,7 @@ def plain_full_logits(engine, pairs, batch_size: int) -> list[float]:
     pad = engine.pad_token_id
     with torch.inference_mode():
         for i in range(0, len(pairs), batch_size):
-            chunk = pairs[i:i + batch_size]
+            chunk = pairs[i : i + batch_size]
             rows = [(c + k)[:-1] for c, k in chunk]
             width = max(len(r) for r in rows)
             ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
@@ -76,8 +78,10 @@ def plain_full_logits(engine, pairs, batch_size: int) -> list[float]:
 def hflm_scores(hflm, reqs) -> list[float]:
     from lm_eval.api.instance import Instance
 
-    inst = [Instance(request_type="loglikelihood", doc={}, arguments=(r.context, r.continuation), idx=i)
-            for i, r in enumerate(reqs)]
+    inst = [
+        Instance(request_type="loglikelihood", doc={}, arguments=(r.context, r.continuation), idx=i)
+        for i, r in enumerate(reqs)
+    ]
     return [ll for ll, _ in hflm.loglikelihood(inst, disable_tqdm=True)]
 
 
@@ -91,8 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-hflm", action="store_true")
     ap.add_argument("--engine-bs1", action="store_true", help="also time the engine at batch size 1")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="torch threads (default: torch's choice); 1 is steadier on a machine shared with other work")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads (default: torch's choice); 1 is steadier on a machine shared with other work",
+    )
     args = ap.parse_args(argv)
 
     import torch
@@ -104,15 +112,19 @@ def main(argv: list[str] | None = None) -> int:
 
     t = time.perf_counter()
     engine = load_engine(args.model, args.precision)
-    print(f"model {engine.info.label} ({engine.info.name}), {args.precision}, {engine.info.device}, "
-          f"vocab {engine.model.config.vocab_size}, loaded in {time.perf_counter() - t:.1f}s, "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"model {engine.info.label} ({engine.info.name}), {args.precision}, {engine.info.device}, "
+        f"vocab {engine.model.config.vocab_size}, loaded in {time.perf_counter() - t:.1f}s, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     reqs = make_requests(args.items, args.context_words)
     pairs = [engine.encode_pair(r.context, r.continuation) for r in reqs]
     n_ctx = sum(len(c) for c, _ in pairs) / len(pairs)
     n_cont = sum(len(k) for _, k in pairs)
-    print(f"{len(reqs)} requests ({args.items} items x 4), mean context {n_ctx:.0f} tokens, "
-          f"{n_cont} continuation tokens, batch size {args.batch_size}, best of {args.repeats}")
+    print(
+        f"{len(reqs)} requests ({args.items} items x 4), mean context {n_ctx:.0f} tokens, "
+        f"{n_cont} continuation tokens, batch size {args.batch_size}, best of {args.repeats}"
+    )
 
     runners = {"engine": lambda: [ll for ll, _ in engine.loglikelihood(reqs, batch_size=args.batch_size)]}
     if args.engine_bs1:
@@ -121,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_hflm:
         from lm_eval.models.huggingface import HFLM
 
-        hflm = HFLM(pretrained=engine.model, tokenizer=engine.tokenizer, batch_size=args.batch_size,
-                    device=engine.info.device)
+        hflm = HFLM(
+            pretrained=engine.model, tokenizer=engine.tokenizer, batch_size=args.batch_size, device=engine.info.device
+        )
         runners["hflm"] = lambda: hflm_scores(hflm, reqs)
     attn = engine.model.config._attn_implementation
 
@@ -152,12 +165,16 @@ def main(argv: list[str] | None = None) -> int:
 
     e_time, e_scores = results["engine"]
     print(f"load average during the run: {os.getloadavg()[0]:.1f} (2 cores here; other work skews absolute times)")
-    print(f"\n{'implementation':14} {'wall s':>7} {'cpu s':>7} {'requests/s':>11} {'speed-up (wall)':>16} "
-          f"{'speed-up (cpu)':>15} {'max |diff| vs engine':>21}")
+    print(
+        f"\n{'implementation':14} {'wall s':>7} {'cpu s':>7} {'requests/s':>11} {'speed-up (wall)':>16} "
+        f"{'speed-up (cpu)':>15} {'max |diff| vs engine':>21}"
+    )
     for name, (secs, scores) in results.items():
         diff = max(abs(a - b) for a, b in zip(scores, e_scores, strict=True))
-        print(f"{name:14} {secs:7.2f} {cpu[name]:7.2f} {len(reqs) / secs:11.1f} {secs / e_time:15.2f}x "
-              f"{cpu[name] / cpu['engine']:14.2f}x {diff:21.4f}")
+        print(
+            f"{name:14} {secs:7.2f} {cpu[name]:7.2f} {len(reqs) / secs:11.1f} {secs / e_time:15.2f}x "
+            f"{cpu[name] / cpu['engine']:14.2f}x {diff:21.4f}"
+        )
     print("\nratios (other implementation / engine, same process, same requests; wall time, cpu time):")
     for name in ("plain", "hflm"):
         if name in results:

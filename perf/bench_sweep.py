@@ -57,9 +57,24 @@ def bench_a(model: str, benchmark: str, limit: int, tmp: Path) -> None:
     cache = tmp / "a-sweep-cache"
     _shared_model_cache(cache)
     t0 = time.time()
-    res = subprocess.run([str(BIN / "safetyrepro"), "sweep", "--models", model, "--benchmarks", benchmark,
-                          "--limit", str(limit), "--no-progress", "--out", str(tmp / "a-sweep")],
-                         env=_env(cache), capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            str(BIN / "safetyrepro"),
+            "sweep",
+            "--models",
+            model,
+            "--benchmarks",
+            benchmark,
+            "--limit",
+            str(limit),
+            "--no-progress",
+            "--out",
+            str(tmp / "a-sweep"),
+        ],
+        env=_env(cache),
+        capture_output=True,
+        text=True,
+    )
     t_sweep = time.time() - t0
     if res.returncode:
         sys.exit(f"sweep failed: {res.stderr[-2000:]}")
@@ -75,9 +90,24 @@ def bench_a(model: str, benchmark: str, limit: int, tmp: Path) -> None:
         seed_scores = []
         for seed in rules.seeds(cfg.decoding):
             out = tmp / "a-loop" / cfg.config_id.replace("/", "__") / str(seed)
-            cmd = [str(BIN / "lm_eval"), "--model", "safetyrepro", "--model_args", f"model={model}",
-                   "--tasks", task_name(cfg.benchmark, cfg.template, cfg.scoring), "--num_fewshot", str(cfg.shots),
-                   "--limit", str(limit), "--apply_chat_template", "--output_path", str(out), "--seed", str(seed)]
+            cmd = [
+                str(BIN / "lm_eval"),
+                "--model",
+                "safetyrepro",
+                "--model_args",
+                f"model={model}",
+                "--tasks",
+                task_name(cfg.benchmark, cfg.template, cfg.scoring),
+                "--num_fewshot",
+                str(cfg.shots),
+                "--limit",
+                str(limit),
+                "--apply_chat_template",
+                "--output_path",
+                str(out),
+                "--seed",
+                str(seed),
+            ]
             if cfg.scoring == "free_form":
                 gk = f"temperature={dec.temperature},top_p={dec.top_p},do_sample={dec.do_sample}"
                 cmd += ["--gen_kwargs", gk + (f",seed={seed}" if dec.do_sample else "")]
@@ -92,8 +122,10 @@ def bench_a(model: str, benchmark: str, limit: int, tmp: Path) -> None:
     t_loop = time.time() - t0
     same = all(abs(grid.loc[c, "score"] - s) < 1e-12 for c, s in loop_scores.items())
     print(f"(a) lm_eval CLI loop: {calls} calls in {t_loop:.1f} s")
-    print(f"(a) RESULT sweeper {t_sweep:.1f} s vs lm_eval loop {t_loop:.1f} s: {t_loop / t_sweep:.1f}x faster "
-          f"(target >= 5x); scores identical: {same}")
+    print(
+        f"(a) RESULT sweeper {t_sweep:.1f} s vs lm_eval loop {t_loop:.1f} s: {t_loop / t_sweep:.1f}x faster "
+        f"(target >= 5x); scores identical: {same}"
+    )
 
 
 def _time_cell(driver, cfg, seeds, ids) -> float:
@@ -128,7 +160,10 @@ def bench_bcd(model: str, benchmark: str, limit: int, tmp: Path) -> None:
         t0 = _time_cell(driver, Config(benchmark, "T3", "greedy", 0, scoring), (0,), ids)
         fresh(f"b5-{scoring}")
         t5 = _time_cell(driver, Config(benchmark, "T3", "greedy", 5, scoring), (0,), ids)
-        print(f"(b) RESULT {scoring}: 5-shot {t5:.2f} s vs 0-shot {t0:.2f} s = {t5 / t0:.2f}x (target <= 1.5x)", flush=True)
+        print(
+            f"(b) RESULT {scoring}: 5-shot {t5:.2f} s vs 0-shot {t0:.2f} s = {t5 / t0:.2f}x (target <= 1.5x)",
+            flush=True,
+        )
 
     cfg = Config(benchmark, "T3", "moderate", 0, "free_form")
     seeds = rules.seeds("moderate")
@@ -161,8 +196,11 @@ def decode_floor(engine, rows: int, seeds: int, context: int = 300, steps: int =
                 cache = engine.model(tok, past_key_values=cache, use_cache=True).past_key_values
             per_step[n] = (time.perf_counter() - t0) / steps
     a, b = per_step[rows], per_step[seeds * rows]
-    print(f"(c) floor: one decoding step for {seeds * rows} rows {1000 * b:.0f} ms vs {rows} rows {1000 * a:.0f} ms "
-          f"= {b / a:.2f}x (the model's own forward; the prefill is what the 5 seeds share)", flush=True)
+    print(
+        f"(c) floor: one decoding step for {seeds * rows} rows {1000 * b:.0f} ms vs {rows} rows {1000 * a:.0f} ms "
+        f"= {b / a:.2f}x (the model's own forward; the prefill is what the 5 seeds share)",
+        flush=True,
+    )
 
 
 def bench_d(engine, benchmark: str, limit: int, ids) -> None:
@@ -193,15 +231,18 @@ def bench_d(engine, benchmark: str, limit: int, ids) -> None:
     t0 = time.time()
     with torch.inference_mode():
         for i in range(0, len(rows), bs):
-            batch = rows[i: i + bs]
+            batch = rows[i : i + bs]
             width = max(map(len, batch))
             ids_t = torch.tensor([r + [0] * (width - len(r)) for r in batch])
             mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in batch])
-            engine.model(input_ids=ids_t.to(engine.model.device), attention_mask=mask.to(engine.model.device),
-                         logits_to_keep=1)
+            engine.model(
+                input_ids=ids_t.to(engine.model.device), attention_mask=mask.to(engine.model.device), logits_to_keep=1
+            )
     t_floor = time.time() - t0
-    print(f"(d) RESULT logprob scoring {n_tokens / t_engine:.0f} tok/s vs batched forward {n_tokens / t_floor:.0f} "
-          f"tok/s = {100 * t_floor / t_engine:.0f} % (target >= 50 %); {len(reqs)} requests, {n_tokens} tokens")
+    print(
+        f"(d) RESULT logprob scoring {n_tokens / t_engine:.0f} tok/s vs batched forward {n_tokens / t_floor:.0f} "
+        f"tok/s = {100 * t_floor / t_engine:.0f} % (target >= 50 %); {len(reqs)} requests, {n_tokens} tokens"
+    )
 
 
 def main() -> None:

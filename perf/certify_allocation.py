@@ -39,8 +39,9 @@ from safetyrepro.tasks.envelope import default_rules  # noqa: E402
 
 SCENARIOS = {
     "far ahead (0.80 vs 0.35)": lambda cfg, m: 0.8 if m == "a" else 0.35,
-    "reverses with template": lambda cfg, m: (0.75 if m == "a" else 0.4) if cfg.template in ("T1", "T2")
-    else (0.4 if m == "a" else 0.75),
+    "reverses with template": lambda cfg, m: (
+        (0.75 if m == "a" else 0.4) if cfg.template in ("T1", "T2") else (0.4 if m == "a" else 0.75)
+    ),
     "small lead (0.60 vs 0.55)": lambda cfg, m: 0.6 if m == "a" else 0.55,
     "identical (0.55)": lambda cfg, m: 0.55,
 }
@@ -77,8 +78,10 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=300)
     args = ap.parse_args()
     rules = default_rules()
-    print(f"{'scenario':<28} {'allocation':<15} {'evaluations':>12} {'model time':>12} {'verdicts':<32} "
-          f"{'contradicted':>12} {'s/grid':>7}")
+    print(
+        f"{'scenario':<28} {'allocation':<15} {'evaluations':>12} {'model time':>12} {'verdicts':<32} "
+        f"{'contradicted':>12} {'s/grid':>7}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for name, acc in SCENARIOS.items():
             runs = []
@@ -88,22 +91,32 @@ def main() -> None:
                 path = Path(tmp) / "items.parquet"
                 items.to_parquet(path)
                 runs.append(load_replay(path, g))
-            for label, allocation, costed in (("cost-aware", "reversal_first", True),
-                                              ("reversal_first", "reversal_first", False), ("uniform", "uniform", False)):
+            for label, allocation, costed in (
+                ("cost-aware", "reversal_first", True),
+                ("reversal_first", "reversal_first", False),
+                ("uniform", "uniform", False),
+            ):
                 shares, spent, verdicts, bad, t0 = [], [], Counter(), 0, time.perf_counter()
                 for k, replay in enumerate(runs):
                     oracle = Costed(replay.oracle, costed)
-                    r = certify(replay.problems, oracle, CertifyOptions(seed=k, allocation=allocation,
-                                                                        round_seconds=60.0 if costed else None))
+                    r = certify(
+                        replay.problems,
+                        oracle,
+                        CertifyOptions(seed=k, allocation=allocation, round_seconds=60.0 if costed else None),
+                    )
                     shares.append(r.paired_evaluations / r.full_paired_evaluations)
                     spent.append(oracle.spent / full_cost(replay.problems))
                     verdicts.update(p.verdict for p in r.pairs)
-                    bad += any(contradicted(c.claim, replay.full_delta[(c.benchmark, c.config_id, c.model_a,
-                                                                        c.model_b)], 0.05) for c in r.claims)
+                    bad += any(
+                        contradicted(c.claim, replay.full_delta[(c.benchmark, c.config_id, c.model_a, c.model_b)], 0.05)
+                        for c in r.claims
+                    )
                 seconds = (time.perf_counter() - t0) / len(runs)
                 said = ", ".join(f"{v} {n}" for v, n in verdicts.most_common())
-                print(f"{name:<28} {label:<15} {np.mean(shares):>12.1%} {np.mean(spent):>12.1%} {said:<32} {bad:>12} "
-                      f"{seconds:>7.2f}")
+                print(
+                    f"{name:<28} {label:<15} {np.mean(shares):>12.1%} {np.mean(spent):>12.1%} {said:<32} {bad:>12} "
+                    f"{seconds:>7.2f}"
+                )
 
 
 if __name__ == "__main__":

@@ -68,8 +68,11 @@ def main() -> None:
     p.add_argument("--timed", type=int, default=48, help="requests timed with each head from a cold prefix store")
     args = p.parse_args()
 
-    print(f"{'model':<20} {'benchmark':<12} {'items':>5} {'ties model-head':>16} {'ties fp32-head':>15} "
-          f"{'same choice':>12} {'t model-head':>13} {'t fp32-head':>12}" + ("  same as fp32 model" if args.fp32_model else ""))
+    print(
+        f"{'model':<20} {'benchmark':<12} {'items':>5} {'ties model-head':>16} {'ties fp32-head':>15} "
+        f"{'same choice':>12} {'t model-head':>13} {'t fp32-head':>12}"
+        + ("  same as fp32 model" if args.fp32_model else "")
+    )
     totals = {}
     for model in args.models:
         engine = load_engine(model, args.precision, "cpu")
@@ -88,7 +91,7 @@ def main() -> None:
             i = 0
             for _, _item, reqs in rows:
                 k = len(reqs)
-                b, a = before[i:i + k], after[i:i + k]
+                b, a = before[i : i + k], after[i : i + k]
                 wb, wa = tied_winners(b), tied_winners(a)
                 n += 1
                 ties_b += len(wb) > 1
@@ -97,14 +100,16 @@ def main() -> None:
                     both_clear += 1
                     same += wb[0] == wa[0]
                 if ref_ll is not None:
-                    same_ref += bench.pick(a) == bench.pick(ref_ll[i:i + k])
+                    same_ref += bench.pick(a) == bench.pick(ref_ll[i : i + k])
                 i += k
             t = totals.setdefault(model, [0, 0, 0])
             t[0] += n
             t[1] += ties_b
             t[2] += ties_a
-            line = (f"{model:<20} {benchmark:<12} {n:>5} {ties_b / n:>16.2%} {ties_a / n:>15.2%} "
-                    f"{same / max(both_clear, 1):>12.1%} {t_before:>12.1f}s {t_after:>11.1f}s")
+            line = (
+                f"{model:<20} {benchmark:<12} {n:>5} {ties_b / n:>16.2%} {ties_a / n:>15.2%} "
+                f"{same / max(both_clear, 1):>12.1%} {t_before:>12.1f}s {t_after:>11.1f}s"
+            )
             if ref_ll is not None:
                 line += f"  {same_ref / n:.1%}"
             print(line, flush=True)

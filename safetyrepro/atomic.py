@@ -43,8 +43,10 @@ def _umask_mode(mode: int = 0o666) -> int:
 
 
 def link_refused(path: Path) -> UserError:
-    return UserError(f"{path} is a symbolic link; SafetyRepro never writes through links inside the folder it "
-                     "writes to (the file it points to would change): remove the link and rerun")
+    return UserError(
+        f"{path} is a symbolic link; SafetyRepro never writes through links inside the folder it "
+        "writes to (the file it points to would change): remove the link and rerun"
+    )
 
 
 def _relative(root: Path, path: Path) -> tuple[str, ...]:
@@ -85,8 +87,9 @@ def open_dir(root: Path, parts: tuple[str, ...], create: bool = True) -> Iterato
                 if e.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, name):
                     raise link_refused(walked) from None
                 if e.errno == errno.ENOTDIR:
-                    raise UserError(f"{walked} is a file where SafetyRepro needs a folder; move it aside and rerun") \
-                        from None
+                    raise UserError(
+                        f"{walked} is a file where SafetyRepro needs a folder; move it aside and rerun"
+                    ) from None
                 raise
             os.close(fd)
             fd = nxt
@@ -256,11 +259,19 @@ def read_marker(folder: Path | str) -> dict | None:
 
 
 def marker_text(command: str, files: list[str]) -> str:
-    return json.dumps({
-        "safetyrepro_output": MARKER_FORMAT, "command": command,
-        "note": f"written by `safetyrepro {command}`, which replaces this folder as a whole when it is run again "
+    return (
+        json.dumps(
+            {
+                "safetyrepro_output": MARKER_FORMAT,
+                "command": command,
+                "note": f"written by `safetyrepro {command}`, which replaces this folder as a whole when it is run again "
                 "into it; it refuses a folder holding any file that is not listed here",
-        "files": sorted(files)}, indent=1) + "\n"
+                "files": sorted(files),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 def _files_under(folder: Path) -> list[str]:
@@ -279,8 +290,12 @@ def _carried(folder: Path, ours: set[str], carry: Callable[[Path], bool] | None)
     kept = []
     for entry in sorted(os.listdir(folder)):
         p = folder / entry
-        if p.is_dir() and not p.is_symlink() and not any(f == entry or f.startswith(entry + "/") for f in ours) \
-                and (read_marker(p) is not None or (carry is not None and carry(p))):
+        if (
+            p.is_dir()
+            and not p.is_symlink()
+            and not any(f == entry or f.startswith(entry + "/") for f in ours)
+            and (read_marker(p) is not None or (carry is not None and carry(p)))
+        ):
             kept.append(entry)
     return kept
 
@@ -291,9 +306,15 @@ def _target(out: Path) -> Path:
     return Path(os.path.realpath(out)) if out.is_symlink() else out
 
 
-def check_output_set(out: Path | str, command: str, *, legacy: Legacy | None = None,
-                     carry: Callable[[Path], bool] | None = None, own_links: tuple[str, ...] = (),
-                     what: str = "--out") -> None:
+def check_output_set(
+    out: Path | str,
+    command: str,
+    *,
+    legacy: Legacy | None = None,
+    carry: Callable[[Path], bool] | None = None,
+    own_links: tuple[str, ...] = (),
+    what: str = "--out",
+) -> None:
     """Read-only, before any work: refuse (UserError, one line) an output folder that is a file, holds
     a link, or holds a file that no earlier `safetyrepro COMMAND` wrote. An earlier output is
     recognised by its MARKER (command and files), or, for folders written before markers, by
@@ -308,8 +329,10 @@ def check_output_set(out: Path | str, command: str, *, legacy: Legacy | None = N
     if not out.exists():
         return
     if Path(os.path.realpath(os.getcwd())).is_relative_to(os.path.realpath(out)):
-        raise UserError(f"{what} {out} is the current folder or holds it; SafetyRepro replaces the folder it writes "
-                        f"as a whole: name a new folder below it")
+        raise UserError(
+            f"{what} {out} is the current folder or holds it; SafetyRepro replaces the folder it writes "
+            f"as a whole: name a new folder below it"
+        )
     refuse_links_under(out, own=own_links)
     files = _files_under(out)
     if not files:
@@ -317,19 +340,26 @@ def check_output_set(out: Path | str, command: str, *, legacy: Legacy | None = N
     marker = read_marker(out)
     if marker is not None:
         if marker["command"] != command:
-            raise UserError(f"{what} {out} holds the output of `safetyrepro {marker['command']}` ({MARKER}); "
-                            f"`safetyrepro {command}` would replace it: choose another {what}")
+            raise UserError(
+                f"{what} {out} holds the output of `safetyrepro {marker['command']}` ({MARKER}); "
+                f"`safetyrepro {command}` would replace it: choose another {what}"
+            )
         ours = {str(f) for f in marker["files"]} | {MARKER}
     else:
         ours = (legacy(out, files) if legacy is not None else None) or set()
     kept = _carried(out, ours, carry)
-    foreign = [f for f in files if f not in ours and f.split("/")[0] not in kept
-               and not _LEFTOVER_TMP.match(f.rsplit("/", 1)[-1])]
+    foreign = [
+        f
+        for f in files
+        if f not in ours and f.split("/")[0] not in kept and not _LEFTOVER_TMP.match(f.rsplit("/", 1)[-1])
+    ]
     if foreign:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
-        raise UserError(f"{what} {out} holds {foreign[0]}{more}, which no earlier `safetyrepro {command}` wrote "
-                        f"(one is recognised by its {MARKER}); SafetyRepro never replaces files it did not write: "
-                        f"choose another {what}, or move them")
+        raise UserError(
+            f"{what} {out} holds {foreign[0]}{more}, which no earlier `safetyrepro {command}` wrote "
+            f"(one is recognised by its {MARKER}); SafetyRepro never replaces files it did not write: "
+            f"choose another {what}, or move them"
+        )
 
 
 def _alive(pid: int) -> bool:
@@ -386,8 +416,9 @@ def _fsync_fd(fd: int) -> None:
         os.fsync(fd)
 
 
-def recover_output(parent_fd: int, name: str, carry: Callable[[Path], bool] | None = None,
-                   parent: Path | None = None) -> None:
+def recover_output(
+    parent_fd: int, name: str, carry: Callable[[Path], bool] | None = None, parent: Path | None = None
+) -> None:
     """Tidy what a killed run into `name` left beside it: put an earlier folder set aside back when
     `name` is missing, move other outputs carried into a staging folder back, and remove the staging
     and aside folders of runs that are no longer alive."""
@@ -402,17 +433,29 @@ def recover_output(parent_fd: int, name: str, carry: Callable[[Path], bool] | No
             continue
         if _exists(name, parent_fd) and parent is not None:
             with open_dir(parent, (entry,), create=False) as sfd, open_dir(parent, (name,), create=False) as ofd:
-                back = [n for n in sorted(os.listdir(sfd))
-                        if os.path.isdir(parent / entry / n) and not os.path.islink(parent / entry / n)
-                        and (read_marker(parent / entry / n) is not None or (carry is not None and carry(parent / entry / n)))]
+                back = [
+                    n
+                    for n in sorted(os.listdir(sfd))
+                    if os.path.isdir(parent / entry / n)
+                    and not os.path.islink(parent / entry / n)
+                    and (
+                        read_marker(parent / entry / n) is not None or (carry is not None and carry(parent / entry / n))
+                    )
+                ]
                 _move_carried(sfd, ofd, back)
         _rmtree(entry, parent_fd)
 
 
 @contextlib.contextmanager
-def staged_output(out: Path | str, command: str, *, legacy: Legacy | None = None,
-                  carry: Callable[[Path], bool] | None = None, own_links: tuple[str, ...] = (),
-                  what: str = "--out") -> Iterator[Path]:
+def staged_output(
+    out: Path | str,
+    command: str,
+    *,
+    legacy: Legacy | None = None,
+    carry: Callable[[Path], bool] | None = None,
+    own_links: tuple[str, ...] = (),
+    what: str = "--out",
+) -> Iterator[Path]:
     """Build a command's whole output in a fresh staging folder (yielded: write into it with
     atomic_write(..., root=stage)) and, when the block ends without an error, put it in place of `out`
     in one step (see above). On an error `out` is left as it was; an OSError becomes a UserError that
@@ -442,7 +485,10 @@ def staged_output(out: Path | str, command: str, *, legacy: Legacy | None = None
                 os.chmod(stage_name, stat.S_IMODE(os.stat(name, dir_fd=pfd).st_mode), dir_fd=pfd)
             carried = _carried(target, set(files), carry)
             if carried:
-                with open_dir(parent, (name,), create=False) as ofd, open_dir(parent, (stage_name,), create=False) as sfd:
+                with (
+                    open_dir(parent, (name,), create=False) as ofd,
+                    open_dir(parent, (stage_name,), create=False) as sfd,
+                ):
                     moved = True
                     _move_carried(ofd, sfd, carried)
         with open_dir(parent, (stage_name,), create=False) as sfd:
@@ -457,8 +503,10 @@ def staged_output(out: Path | str, command: str, *, legacy: Legacy | None = None
         if made:
             with contextlib.suppress(OSError, UserError):
                 if moved:
-                    with open_dir(parent, (stage_name,), create=False) as sfd, \
-                            open_dir(parent, (name,), create=False) as ofd:
+                    with (
+                        open_dir(parent, (stage_name,), create=False) as sfd,
+                        open_dir(parent, (name,), create=False) as ofd,
+                    ):
                         _move_carried(sfd, ofd, carried)
                 _rmtree(stage_name, pfd)
         if isinstance(e, OSError):
@@ -488,7 +536,6 @@ def _unwritten(e: OSError, stage: Path, out: Path) -> str:
     what = e.strerror or str(e)
     path = str(e.filename or "")
     if path.startswith(str(stage)):
-        path = str(out) + path[len(str(stage)):]
+        path = str(out) + path[len(str(stage)) :]
     hint = "free disk space and rerun" if e.errno == errno.ENOSPC else "rerun once that is fixed"
-    return (f"cannot write {path or out}: {what}; {out} is left as it was (nothing of this run was put in place): "
-            f"{hint}")
+    return f"cannot write {path or out}: {what}; {out} is left as it was (nothing of this run was put in place): {hint}"

@@ -25,8 +25,9 @@ def cache_root() -> Path:
         root = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "safetyrepro"
         where = "the cache folder"
     if root.exists() and not root.is_dir():
-        raise UserError(f"{where} is a file ({root}), not a folder; point ${CACHE_DIR_ENV} at a folder "
-                        "(it is created if missing)")
+        raise UserError(
+            f"{where} is a file ({root}), not a folder; point ${CACHE_DIR_ENV} at a folder (it is created if missing)"
+        )
     for parent in root.parents:  # a file above it: the folder could never be created
         if parent.exists():
             if not parent.is_dir():

@@ -39,10 +39,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="safetyrepro", description="SafetyRepro: does 'model A is safer than model B' survive "
-                     "ordinary evaluation choices? Benchmarks, sweeps, rank-flip analysis, cross-package study.")
-    parser.add_argument("--data-dir", help="local benchmark mirror laid out like shared/data "
-                        "(default: $SAFETYREPRO_DATA_DIR, else download the pinned sources into the cache)")
+    parser = _Parser(
+        prog="safetyrepro",
+        description="SafetyRepro: does 'model A is safer than model B' survive "
+        "ordinary evaluation choices? Benchmarks, sweeps, rank-flip analysis, cross-package study.",
+    )
+    parser.add_argument(
+        "--data-dir",
+        help="local benchmark mirror laid out like shared/data "
+        "(default: $SAFETYREPRO_DATA_DIR, else download the pinned sources into the cache)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show library logs and tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -58,18 +64,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # optional dependencies: the import name -> what installs it
-OPTIONAL = {"ray": "pip install 'safetyrepro[ray]'", "bitsandbytes": "pip install 'safetyrepro[nf4]'",
-            "llama_cpp": "pip install 'safetyrepro[llamacpp]' (make llamacpp)", "helm": "make helm",
-            "vllm": "pip install 'lm-eval[vllm]' (on a GPU machine)"}
+OPTIONAL = {
+    "ray": "pip install 'safetyrepro[ray]'",
+    "bitsandbytes": "pip install 'safetyrepro[nf4]'",
+    "llama_cpp": "pip install 'safetyrepro[llamacpp]' (make llamacpp)",
+    "helm": "make helm",
+    "vllm": "pip install 'lm-eval[vllm]' (on a GPU machine)",
+}
 
 
 # what a full disk leaves behind, by subcommand: the sweeps keep their finished cells; the others
 # finish nothing, and a rerun of the same command does the whole work again
-FULL_DISK = {"sweep": "free disk space and rerun (finished work is kept)",
-             "demo": "free disk space and rerun (finished work is kept)",
-             "crosspkg": "free disk space and rerun (finished work is kept)",
-             "import": "nothing was imported; free disk space and rerun the same command",
-             "analyze": "the analysis did not finish; free disk space and rerun the same command"}
+FULL_DISK = {
+    "sweep": "free disk space and rerun (finished work is kept)",
+    "demo": "free disk space and rerun (finished work is kept)",
+    "crosspkg": "free disk space and rerun (finished work is kept)",
+    "import": "nothing was imported; free disk space and rerun the same command",
+    "analyze": "the analysis did not finish; free disk space and rerun the same command",
+}
 
 
 def os_error_message(e: OSError, command: str | None = None) -> str:
@@ -77,12 +89,15 @@ def os_error_message(e: OSError, command: str | None = None) -> str:
     subcommand that failed, which decides what a full disk leaves behind)."""
     what = e.strerror or str(e)
     path = e.filename
-    hint = {errno.ENOSPC: FULL_DISK.get(command or "", "free disk space and rerun the same command"),
-            errno.EACCES: "check the permissions, or choose another location",
-            errno.EROFS: "the file system is read-only: choose another location",
-            errno.ENAMETOOLONG: "use a shorter path or --out",
-            errno.ENOENT: "check the path", errno.ENOTDIR: "a part of the path is a file, not a folder",
-            errno.EISDIR: "a folder is in the way of a file"}.get(e.errno or -1, "")
+    hint = {
+        errno.ENOSPC: FULL_DISK.get(command or "", "free disk space and rerun the same command"),
+        errno.EACCES: "check the permissions, or choose another location",
+        errno.EROFS: "the file system is read-only: choose another location",
+        errno.ENAMETOOLONG: "use a shorter path or --out",
+        errno.ENOENT: "check the path",
+        errno.ENOTDIR: "a part of the path is a file, not a folder",
+        errno.EISDIR: "a folder is in the way of a file",
+    }.get(e.errno or -1, "")
     return f"{what}{f': {path}' if path else ''}" + (f"; {hint}" if hint else "")
 
 
@@ -105,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Terminated:
-        sys.stderr.write("safetyrepro: terminated (SIGTERM); finished cells are kept, rerun the same command to "
-                         "resume\n")
+        sys.stderr.write(
+            "safetyrepro: terminated (SIGTERM); finished cells are kept, rerun the same command to resume\n"
+        )
         return 143
     except KeyboardInterrupt:
         sys.stderr.write("safetyrepro: interrupted; finished cells are kept, rerun the same command to resume\n")

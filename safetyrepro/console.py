@@ -32,8 +32,15 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def paced(items: Sequence[T], what: str, *, prefix: str, stream=None, every_s: float = 10.0,
-          clock: Callable[[], float] = time.monotonic) -> Iterator[T]:
+def paced(
+    items: Sequence[T],
+    what: str,
+    *,
+    prefix: str,
+    stream=None,
+    every_s: float = 10.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[T]:
     """Yield `items`, and each time `every_s` have passed since the last line (checked after each item) a
     line with how many are done, the time so far and the time left at the mean rate; a closing line if
     any was printed. A loop quicker than `every_s` prints nothing, so small imports stay quiet."""
@@ -46,8 +53,11 @@ def paced(items: Sequence[T], what: str, *, prefix: str, stream=None, every_s: f
         now = clock()
         if i < total and now - last >= every_s:
             left = (now - t0) / i * (total - i)
-            print(f"{prefix}: {i:,} of {total:,} {what} in {duration(now - t0)}, about {duration(left)} left",
-                  file=stream, flush=True)
+            print(
+                f"{prefix}: {i:,} of {total:,} {what} in {duration(now - t0)}, about {duration(left)} left",
+                file=stream,
+                flush=True,
+            )
             last, spoke = now, True
     if spoke:
         print(f"{prefix}: all {total:,} {what} in {duration(clock() - t0)}", file=stream, flush=True)

@@ -21,8 +21,8 @@ from pathlib import Path
 DEMO_MODELS = ("qwen2.5-coder-0.5b", "smollm2")
 DEMO_CONFIGS = ("bbq/T4/greedy/0shot/free_form", "bbq/T2/greedy/3shot/logprob")
 DEMO_PRECISION = "fp32"  # the studies': their records are the demo's first draws
-DEMO_BUDGET = "8m"       # of evaluation: with loading, the demo ends within ten minutes on two cores
-DEMO_BATCH = 16          # items per configuration per round: a generation call costs about the same for 2 items or 16
+DEMO_BUDGET = "8m"  # of evaluation: with loading, the demo ends within ten minutes on two cores
+DEMO_BATCH = 16  # items per configuration per round: a generation call costs about the same for 2 items or 16
 DEMO_OUT = Path("runs/demo")
 STUDY_DIR = Path(__file__).resolve().parents[1] / "docs" / "study"  # this checkout's published studies
 STUDY = "docs/study/certified/README.md"
@@ -32,11 +32,12 @@ DESCRIPTION = (
     "300-item subset, starting from the studies' published records (docs/study, docs/study/certified) and "
     "evaluating paired items only where the verdict is still open (docs/certify.md), then says the verdict in one "
     f"sentence and what it cost against the full grid. At most {DEMO_BUDGET} of evaluation (docs/measured.md). "
-    "The sweep's flags below change the question (other models, benchmarks or configurations).")
+    "The sweep's flags below change the question (other models, benchmarks or configurations)."
+)
 DEMO_HELP = {
     "models": f"embedded names, HF folders, .gguf files or hub ids (demo default: {' '.join(DEMO_MODELS)})",
     "configs": f"configuration ids (demo default: {' '.join(DEMO_CONFIGS)}, unless --benchmarks or an axis filter "
-               "is given)",
+    "is given)",
     "precision": f"fp32, bf16 or nf4 (demo default: {DEMO_PRECISION}, the studies')",
 }
 AXIS_OPTIONS = ("benchmarks", "templates", "decodings", "shots", "scoring", "configs")
@@ -45,15 +46,23 @@ AXIS_OPTIONS = ("benchmarks", "templates", "decodings", "shots", "scoring", "con
 def register(sub: argparse._SubParsersAction) -> None:
     from safetyrepro.sweep.cli import add_sweep_arguments
 
-    p = sub.add_parser("demo", help="run the embedded demo: one pairwise verdict, certified live",
-                       description=DESCRIPTION)
+    p = sub.add_parser(
+        "demo", help="run the embedded demo: one pairwise verdict, certified live", description=DESCRIPTION
+    )
     p.add_argument("--out", type=Path, default=DEMO_OUT, help=f"output directory (demo default: {DEMO_OUT})")
     p.add_argument("--alpha", type=float, default=0.05, help="familywise error of the certificate (default 0.05)")
-    p.add_argument("--budget", default=DEMO_BUDGET,
-                   help=f"evaluation budget, paired evaluations or wall time (demo default: {DEMO_BUDGET})")
-    p.add_argument("--study", type=Path, default=STUDY_DIR,
-                   help="the published studies whose records are taken as evaluated (default: docs/study of this "
-                   "checkout; a folder without them: everything is evaluated live)")
+    p.add_argument(
+        "--budget",
+        default=DEMO_BUDGET,
+        help=f"evaluation budget, paired evaluations or wall time (demo default: {DEMO_BUDGET})",
+    )
+    p.add_argument(
+        "--study",
+        type=Path,
+        default=STUDY_DIR,
+        help="the published studies whose records are taken as evaluated (default: docs/study of this "
+        "checkout; a folder without them: everything is evaluated live)",
+    )
     add_sweep_arguments(p, require_out=False, help_for=DEMO_HELP)
     p.set_defaults(func=run, models=None, benchmarks=None, precision=DEMO_PRECISION)
 
@@ -92,11 +101,15 @@ def closing_lines(result, full_hours: float | None, live: int | None = None) -> 
 
     lines = [verdict_sentence(p, result.claims, result.options.delta) for p in result.pairs]
     share = result.paired_evaluations / max(result.full_paired_evaluations, 1)
-    cost = (f"It used {result.paired_evaluations:,} of the full grid's {result.full_paired_evaluations:,} paired "
-            f"evaluations ({100 * share:.0f} %)")
+    cost = (
+        f"It used {result.paired_evaluations:,} of the full grid's {result.full_paired_evaluations:,} paired "
+        f"evaluations ({100 * share:.0f} %)"
+    )
     if live is not None:
-        cost += (f", {live:,} model evaluations run here (the rest from the studies' published records) in "
-                 f"{result.seconds:.0f} s")
+        cost += (
+            f", {live:,} model evaluations run here (the rest from the studies' published records) in "
+            f"{result.seconds:.0f} s"
+        )
     else:
         cost += f", in {result.seconds:.0f} s of evaluation"
     if full_hours is not None:
@@ -119,13 +132,22 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.time()
     args = demo_selection(args)
     evaluations, seconds = parse_budget(args.budget)
-    options = CertifyOptions(alpha=args.alpha, budget_evaluations=evaluations, budget_seconds=seconds,
-                             order="subset", round_seconds=LIVE_ROUND_SECONDS, batch=DEMO_BATCH)
+    options = CertifyOptions(
+        alpha=args.alpha,
+        budget_evaluations=evaluations,
+        budget_seconds=seconds,
+        order="subset",
+        round_seconds=LIVE_ROUND_SECONDS,
+        batch=DEMO_BATCH,
+    )
     models = " and ".join(args.models) if args.models else f"the models of {args.models_file}"
     what = ", ".join(args.configs) if args.configs and not args.benchmarks else ", ".join(args.benchmarks or [])
     records = study_records(args.study)
-    print(f"demo: certify {models} on {what} ({args.precision}; -> {args.out})"
-          + (f"; starting from the records in {', '.join(map(str, records))}" if records else ""), flush=True)
+    print(
+        f"demo: certify {models} on {what} ({args.precision}; -> {args.out})"
+        + (f"; starting from the records in {', '.join(map(str, records))}" if records else ""),
+        flush=True,
+    )
     say = lambda line: print(f"certify: {line}", file=sys.stderr, flush=True)  # noqa: E731
     result, _ = run_live(options_from_args(args), Path(args.out), options, say, records=records)
     cost = json.loads((Path(args.out) / "cost.json").read_text())
@@ -133,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
     print()
     for line in closing_lines(result, None if full is None else full / 3600, cost.get("model_evaluations_live")):
         print(line)
-    print(f"\ndemo finished in {time.time() - t0:.0f} s. Report: {Path(args.out) / 'report.md'}; claims: "
-          f"{Path(args.out) / 'claims.csv'}")
+    print(
+        f"\ndemo finished in {time.time() - t0:.0f} s. Report: {Path(args.out) / 'report.md'}; claims: "
+        f"{Path(args.out) / 'claims.csv'}"
+    )
     return 130 if result.stopped_by == "interrupted" else 0

@@ -50,8 +50,10 @@ class EquivalenceReport:
             return f"{self.config_id}: {self.n_items} items, identical (score {self.score_lm_eval:.4f})"
         first = self.differences[0] if self.differences else None
         detail = f"; first: {first.item_id} {first.field} {first.lm_eval!r} vs {first.inspect!r}" if first else ""
-        return (f"{self.config_id}: {len(self.differences)} differences, scores {self.score_lm_eval:.4f} (lm-eval) "
-                f"vs {self.score_inspect:.4f} (inspect){detail}")
+        return (
+            f"{self.config_id}: {len(self.differences)} differences, scores {self.score_lm_eval:.4f} (lm-eval) "
+            f"vs {self.score_inspect:.4f} (inspect){detail}"
+        )
 
 
 FIELDS = ("prompt_sha256", "raw_output", "prediction", "parsed", "item_score")

@@ -1,4 +1,5 @@
 """The one exception type that reaches the user as a single line (and exit code 2)."""
+
 import sys
 from pathlib import Path
 
@@ -13,8 +14,9 @@ def one_of(kind: str, value: object, allowed) -> UserError:
 
 def _in_lm_eval_cli() -> bool:
     main = sys.modules.get("__main__")
-    return Path(sys.argv[0]).name in ("lm_eval", "lm-eval") or (
-        getattr(main, "__package__", None) or "").startswith("lm_eval")
+    return Path(sys.argv[0]).name in ("lm_eval", "lm-eval") or (getattr(main, "__package__", None) or "").startswith(
+        "lm_eval"
+    )
 
 
 def refuse(e: UserError):

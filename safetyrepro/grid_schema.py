@@ -10,8 +10,20 @@ from __future__ import annotations
 
 # The contract columns (DESIGN.md): what `analyze` requires of any grid, in the order sweep and import write them.
 GRID_COLUMNS = (
-    "model", "benchmark", "template", "decoding", "shots", "scoring", "precision", "package",
-    "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id",
+    "model",
+    "benchmark",
+    "template",
+    "decoding",
+    "shots",
+    "scoring",
+    "precision",
+    "package",
+    "n_items",
+    "n_seeds",
+    "score",
+    "parse_rate",
+    "tier",
+    "config_id",
 )
 # Optional columns the analysis reads when present:
 #   status    ok (default when absent or blank) | failed | not_applicable; only ok rows are analysed
@@ -25,15 +37,39 @@ OPTIONAL_COLUMNS = (STATUS, TIE_RATE)
 WRITTEN_COLUMNS = (*GRID_COLUMNS, STATUS)
 
 
-def grid_row(model: str, config, precision: str, package: str, n_items: int, n_seeds: int, score: float | None,
-             parse_rate: float | None, tier: str | None, config_id: str, status: str | None = OK, **extra) -> dict:
+def grid_row(
+    model: str,
+    config,
+    precision: str,
+    package: str,
+    n_items: int,
+    n_seeds: int,
+    score: float | None,
+    parse_rate: float | None,
+    tier: str | None,
+    config_id: str,
+    status: str | None = OK,
+    **extra,
+) -> dict:
     """One grid row: `config` carries the axes (benchmark, template, decoding, shots, scoring); `extra`
     columns follow the written ones, in the order given. status None leaves the column to the writer
     (a sweep's cell file keeps its status beside the row)."""
-    row = {"model": model, "benchmark": config.benchmark, "template": config.template,
-           "decoding": config.decoding, "shots": config.shots, "scoring": config.scoring, "precision": precision,
-           "package": package, "n_items": n_items, "n_seeds": n_seeds, "score": score, "parse_rate": parse_rate,
-           "tier": tier, "config_id": config_id}
+    row = {
+        "model": model,
+        "benchmark": config.benchmark,
+        "template": config.template,
+        "decoding": config.decoding,
+        "shots": config.shots,
+        "scoring": config.scoring,
+        "precision": precision,
+        "package": package,
+        "n_items": n_items,
+        "n_seeds": n_seeds,
+        "score": score,
+        "parse_rate": parse_rate,
+        "tier": tier,
+        "config_id": config_id,
+    }
     if status is not None:
         row[STATUS] = status
     return {**row, **extra}

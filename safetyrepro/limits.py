@@ -18,29 +18,31 @@ from typing import Any
 from safetyrepro.errors import UserError
 
 MiB = 1 << 20
-MAX_FILE_BYTES = 512 * MiB      # one file an importer reads whole: results_*.json, samples_*.jsonl, an Inspect log
-MAX_CONFIG_BYTES = 1 * MiB      # a models file or a mapping file (YAML written by hand)
-MAX_MEMBER_BYTES = 256 * MiB    # one member of an Inspect .eval archive, expanded
+MAX_FILE_BYTES = 512 * MiB  # one file an importer reads whole: results_*.json, samples_*.jsonl, an Inspect log
+MAX_CONFIG_BYTES = 1 * MiB  # a models file or a mapping file (YAML written by hand)
+MAX_MEMBER_BYTES = 256 * MiB  # one member of an Inspect .eval archive, expanded
 MAX_ARCHIVE_BYTES = 2048 * MiB  # all members of one .eval archive, expanded
-MAX_MEMBERS = 200_000           # members of one .eval archive
-MAX_JSON_DEPTH = 64             # nesting of JSON arrays/objects, and of YAML collections
-MAX_NUMBER_DIGITS = 100         # digits of one number literal in JSON
-MAX_LABEL_CHARS = 200           # a model label
-MAX_SPEC_CHARS = 2000           # a model spec, and its model_args
-MAX_SHOTS = 1000                # few-shot examples of a run
-MAX_SEED = 2**32 - 1            # a run's sampling seed (numpy's range)
-MAX_COUNT = 10**9               # an item count (n-samples, sample_len)
-MAX_CHOICE = 2**31 - 1          # a gold label index (a sample's target)
-MAX_ANALYSIS_SEED = 2**31 - 1   # analyze --seed
-MAX_BOOTSTRAP = 100_000         # analyze --bootstrap
-MESSAGE_VALUE_CHARS = 200       # a value quoted in a message is cut to this many characters
-MESSAGE_CHARS = 2000            # one error line is cut to this many characters
+MAX_MEMBERS = 200_000  # members of one .eval archive
+MAX_JSON_DEPTH = 64  # nesting of JSON arrays/objects, and of YAML collections
+MAX_NUMBER_DIGITS = 100  # digits of one number literal in JSON
+MAX_LABEL_CHARS = 200  # a model label
+MAX_SPEC_CHARS = 2000  # a model spec, and its model_args
+MAX_SHOTS = 1000  # few-shot examples of a run
+MAX_SEED = 2**32 - 1  # a run's sampling seed (numpy's range)
+MAX_COUNT = 10**9  # an item count (n-samples, sample_len)
+MAX_CHOICE = 2**31 - 1  # a gold label index (a sample's target)
+MAX_ANALYSIS_SEED = 2**31 - 1  # analyze --seed
+MAX_BOOTSTRAP = 100_000  # analyze --bootstrap
+MESSAGE_VALUE_CHARS = 200  # a value quoted in a message is cut to this many characters
+MESSAGE_CHARS = 2000  # one error line is cut to this many characters
 
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # in JSON text: an escaped backslash, a valid surrogate pair, or a lone surrogate escape (the third)
-_SURROGATE_ESCAPE = re.compile(rb"\\(?:\\|u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|"
-                               rb"(u[dD][89a-fA-F][0-9a-fA-F]{2}))")
+_SURROGATE_ESCAPE = re.compile(
+    rb"\\(?:\\|u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|"
+    rb"(u[dD][89a-fA-F][0-9a-fA-F]{2}))"
+)
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
 _INNER_PAIR = re.compile(rb"\[\]|\{\}")
@@ -92,8 +94,10 @@ def decode_text(data: bytes) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise Refused(f"is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start} is invalid; text fields "
-                      "such as item ids must be UTF-8, they are never replaced)") from None
+        raise Refused(
+            f"is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start} is invalid; text fields "
+            "such as item ids must be UTF-8, they are never replaced)"
+        ) from None
 
 
 # -- JSON -------------------------------------------------------------------------------------------
@@ -104,12 +108,14 @@ def check_json_text(data: bytes | str) -> None:
     if b"\\u" in raw or b"\\U" in raw:
         for m in _SURROGATE_ESCAPE.finditer(raw):
             if m.group(1):
-                raise Refused(f"holds a lone surrogate escape (\\{m.group(1).decode()} at offset {m.start()}): "
-                              "not a Unicode character (a damaged or forged text field)")
+                raise Refused(
+                    f"holds a lone surrogate escape (\\{m.group(1).decode()} at offset {m.start()}): "
+                    "not a Unicode character (a damaged or forged text field)"
+                )
     outside = _JSON_STRING.sub(b'""', raw)
     m = _LONG_NUMBER.search(outside)
     if m:
-        n = len(re.match(rb"[0-9]+", outside[m.start():]).group(0))
+        n = len(re.match(rb"[0-9]+", outside[m.start() :]).group(0))
         raise Refused(f"holds a number of {n} digits (at most {MAX_NUMBER_DIGITS}, the cap MAX_NUMBER_DIGITS)")
     brackets = _NOT_BRACKET.sub(b"", outside)
     for _ in range(MAX_JSON_DEPTH):  # each pass removes the innermost level
@@ -151,21 +157,26 @@ def load_yaml(data: bytes, what: str) -> Any:
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
                 alias = isinstance(event, yaml.AliasEvent)
-                raise UserError(f"{what} uses a YAML {'alias' if alias else 'anchor'} ({'*' if alias else '&'}"
-                                f"{str(event.anchor)[:40]}, line {event.start_mark.line + 1}); anchors and aliases "
-                                "are not allowed (nested aliases expand exponentially): write each value out")
+                raise UserError(
+                    f"{what} uses a YAML {'alias' if alias else 'anchor'} ({'*' if alias else '&'}"
+                    f"{str(event.anchor)[:40]}, line {event.start_mark.line + 1}); anchors and aliases "
+                    "are not allowed (nested aliases expand exponentially): write each value out"
+                )
             if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 depth += 1
                 if depth > MAX_JSON_DEPTH:
-                    raise UserError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (line "
-                                    f"{event.start_mark.line + 1}; the cap MAX_JSON_DEPTH)")
+                    raise UserError(
+                        f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (line "
+                        f"{event.start_mark.line + 1}; the cap MAX_JSON_DEPTH)"
+                    )
             elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
                 depth -= 1
         return yaml.load(text, Loader=loader)
     except yaml.YAMLError as e:
         if "nesting depth" in str(e) or "flow level" in str(e):  # libyaml's own limit, met before ours
-            raise UserError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (the cap MAX_JSON_DEPTH)") \
-                from None
+            raise UserError(
+                f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (the cap MAX_JSON_DEPTH)"
+            ) from None
         raise UserError(f"{what} is not valid YAML: {cut_line(str(e).splitlines()[0], MESSAGE_VALUE_CHARS)}") from None
     except RecursionError:
         raise UserError(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (the cap MAX_JSON_DEPTH)") from None
@@ -196,8 +207,10 @@ def whole_number(value: Any, field: str, lo: int, hi: int, *, text: bool = False
 def label_problem(label: str, what: str = "model label") -> str | None:
     """Why `label` cannot name a model (too long, a lone surrogate, a control character), or None."""
     if len(label) > MAX_LABEL_CHARS:
-        return (f"{what} {shorten(label)} is longer than {MAX_LABEL_CHARS} characters (the cap MAX_LABEL_CHARS); "
-                "give the model a shorter label")
+        return (
+            f"{what} {shorten(label)} is longer than {MAX_LABEL_CHARS} characters (the cap MAX_LABEL_CHARS); "
+            "give the model a shorter label"
+        )
     if _LONE_SURROGATE.search(label):
         return f"{what} {shorten(label)} holds a lone surrogate (not a Unicode character)"
     if _CONTROL.search(label):

@@ -55,8 +55,11 @@ def _after_manager(module) -> None:
 # module -> (what to do once it is loaded, what is lost when that fails)
 _HOOKS = {
     "lm_eval.api.registry": (_after_registry, f"--model {MODEL_ALIAS} is not available"),
-    "lm_eval.tasks": (_after_manager, "the safetyrepro_* tasks need --include_path "
-                              "$(python -c 'import safetyrepro.lm_eval_plugin as p; print(p.task_dir())')"),
+    "lm_eval.tasks": (
+        _after_manager,
+        "the safetyrepro_* tasks need --include_path "
+        "$(python -c 'import safetyrepro.lm_eval_plugin as p; print(p.task_dir())')",
+    ),
 }
 
 
@@ -67,9 +70,11 @@ def _apply(name: str, module) -> None:
     except Exception as e:  # lm-eval keeps working for everything else; the user is told what is lost
         from safetyrepro.compat.lm_eval import installed_version
 
-        sys.stderr.write(f"safetyrepro: ERROR: could not hook into lm-eval {installed_version()} at {name} "
-                         f"({type(e).__name__}: {e}); {lost}. Supported lm-eval versions: see "
-                         "docs/compat.md (set SAFETYREPRO_NO_LM_EVAL_HOOK=1 to switch the hook off)\n")
+        sys.stderr.write(
+            f"safetyrepro: ERROR: could not hook into lm-eval {installed_version()} at {name} "
+            f"({type(e).__name__}: {e}); {lost}. Supported lm-eval versions: see "
+            "docs/compat.md (set SAFETYREPRO_NO_LM_EVAL_HOOK=1 to switch the hook off)\n"
+        )
 
 
 class _Loader(importlib.abc.Loader):

@@ -60,7 +60,7 @@ def _prose_piece(text: str) -> str:
     while i < n:
         c = text[i]
         if c == "\\" and i + 1 < n:  # an escape (or a literal backslash): kept as written
-            out.append(text[i:i + 2])
+            out.append(text[i : i + 2])
             i += 2
         elif c == "`":
             j = i
@@ -79,7 +79,7 @@ def _prose_piece(text: str) -> str:
                 out.append(text[i:j])
                 i = j
             else:
-                out.append(text[i:close + run])
+                out.append(text[i : close + run])
                 i = close + run
         else:
             if c in "[]" or (c == "<" and _TAG_START.match(text, i + 1)):

@@ -16,8 +16,12 @@ def source_commit() -> str | None:
     if not (root / ".git").exists():
         return None
     try:
-        done = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=40"],
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=40"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() or None if done.returncode == 0 else None

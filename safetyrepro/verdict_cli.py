@@ -20,12 +20,17 @@ from safetyrepro.errors import UserError
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "verdict", help="two models' paired verdict: per configuration the difference, exact test, Holm, power",
+        "verdict",
+        help="two models' paired verdict: per configuration the difference, exact test, Holm, power",
         description="Is A better than B on these runs? Per shared configuration: the paired difference A - B over "
         "the items both answered, a 95 % interval, the exact paired sign-flip test, Holm across the "
-        "configurations, what the items could detect, and one sentence.")
-    p.add_argument("a", metavar="A", help="model A's run (lm-eval output folder, Inspect log or log folder), or its "
-                   "label in --grid")
+        "configurations, what the items could detect, and one sentence.",
+    )
+    p.add_argument(
+        "a",
+        metavar="A",
+        help="model A's run (lm-eval output folder, Inspect log or log folder), or its label in --grid",
+    )
     p.add_argument("b", metavar="B", help="model B's run, or its label in --grid")
     p.add_argument("--grid", help="A and B are model labels of this grid (items from --items or beside it)")
     p.add_argument("--items", help="with --grid: per-item records (default: items.parquet beside the grid)")
@@ -60,11 +65,15 @@ def _from_runs(args):
         imported = import_runs(_package(path), [path], metric=args.metric, mapping_path=args.mapping)
         models = sorted(imported.grid["model"].unique()) if len(imported.grid) else []
         if len(models) != 1:
-            raise UserError(f"run {path} holds {len(models)} models ({', '.join(models) or 'none'}); verdict compares "
-                            f"one model's run with another's")
+            raise UserError(
+                f"run {path} holds {len(models)} models ({', '.join(models) or 'none'}); verdict compares "
+                f"one model's run with another's"
+            )
         if imported.items.empty:
-            raise UserError(f"run {path} has no per-item records (lm-eval: --log_samples; Inspect logs keep them); "
-                            f"a paired verdict needs them")
+            raise UserError(
+                f"run {path} has no per-item records (lm-eval: --log_samples; Inspect logs keep them); "
+                f"a paired verdict needs them"
+            )
         parts.append((imported, models[0]))
     labels = tuple(args.labels) if args.labels else (parts[0][1], parts[1][1])
     if labels[0] == labels[1]:
@@ -75,8 +84,10 @@ def _from_runs(args):
         items.append(imported.items.assign(model=imported.items["model"].replace({old: new})))
     texts = {imported.rules_text for imported, _ in parts}
     if len(texts) > 1:
-        raise UserError("the two runs need different rules files (their settings widen the envelope differently); "
-                        "import them together with `safetyrepro import` and use verdict --grid")
+        raise UserError(
+            "the two runs need different rules files (their settings widen the envelope differently); "
+            "import them together with `safetyrepro import` and use verdict --grid"
+        )
     rules = parse_rules(texts.pop(), "the imported runs' rules")
     return pd.concat(grids, ignore_index=True), pd.concat(items, ignore_index=True), rules, labels
 
@@ -86,9 +97,12 @@ def _from_grid(args):
     from safetyrepro.tasks.envelope import load_rules
 
     grid_path = Path(args.grid)
-    rules_path = args.rules or (grid_path.parent / "rules.yaml" if (grid_path.parent / "rules.yaml").is_file() else None)
-    items_path = args.items or next((str(p) for p in (grid_path.parent / "items.parquet", grid_path.parent / "items.csv")
-                                     if p.is_file()), None)
+    rules_path = args.rules or (
+        grid_path.parent / "rules.yaml" if (grid_path.parent / "rules.yaml").is_file() else None
+    )
+    items_path = args.items or next(
+        (str(p) for p in (grid_path.parent / "items.parquet", grid_path.parent / "items.csv") if p.is_file()), None
+    )
     if items_path is None:
         raise UserError(f"no per-item records beside {grid_path}; pass --items ITEMS (a paired verdict needs them)")
     return read_table(grid_path), read_table(items_path, what="items"), load_rules(rules_path), (args.a, args.b)
@@ -114,9 +128,20 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{source}: no configuration has item records for both {a} and {b}")
     v = paired_verdict(items, grid, a, b, args.alpha)
     if args.json:
-        print(json.dumps({"model_a": a, "model_b": b, "alpha": args.alpha, "sentences": v.sentences,
-                          "detectable_difference": v.detectable,
-                          "configurations": v.table.to_dict(orient="records")}, indent=2, default=float))
+        print(
+            json.dumps(
+                {
+                    "model_a": a,
+                    "model_b": b,
+                    "alpha": args.alpha,
+                    "sentences": v.sentences,
+                    "detectable_difference": v.detectable,
+                    "configurations": v.table.to_dict(orient="records"),
+                },
+                indent=2,
+                default=float,
+            )
+        )
         return 0
     for sentence in v.sentences.values():
         print(sentence)

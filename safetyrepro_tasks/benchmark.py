@@ -82,7 +82,7 @@ def normalise(text: str) -> str:
 def after_last_answer_cue(text: str) -> str | None:
     """The text after the last `Answer:` (T4's final line), or None when there is none."""
     hits = list(re.finditer(r"answer\s*:", text, flags=re.IGNORECASE))
-    return text[hits[-1].end():].strip() if hits else None
+    return text[hits[-1].end() :].strip() if hits else None
 
 
 def parse_letter(text: str, n_options: int, option_texts: Sequence[str] = ()) -> int | None:
@@ -230,7 +230,9 @@ class Benchmark(ABC):
     def check_scoring(self, scoring: str) -> str:
         if scoring not in self.scorings:
             if scoring in SCORINGS:
-                raise UserError(f"benchmark {self.name} allows scoring {', '.join(self.scorings)} only, not {scoring!r}")
+                raise UserError(
+                    f"benchmark {self.name} allows scoring {', '.join(self.scorings)} only, not {scoring!r}"
+                )
             raise one_of("scoring", scoring, SCORINGS)
         return scoring
 
@@ -269,8 +271,9 @@ class Benchmark(ABC):
         """Logprob scoring of one item: the argmax (`pick`), its score under the tie rule, and whether
         the top log-likelihood was tied."""
         logliks = [float(v) for v in logliks]
-        return ItemScore(self.pick(logliks), self.logprob_item_score(item, logliks, tie_rule), True,
-                         len(tied_winners(logliks)) > 1)
+        return ItemScore(
+            self.pick(logliks), self.logprob_item_score(item, logliks, tie_rule), True, len(tied_winners(logliks)) > 1
+        )
 
     def score_free_form(self, item: Item, text: str, template: str) -> ItemScore:
         """Free-form scoring of one item: the benchmark's parser on the reply; unparsed scores 0."""

@@ -21,6 +21,7 @@ AXES = ("template", "decoding", "shots", "scoring")
 
 DEFAULT_MAX_NEW = 96  # new tokens of a free-form reply when the rules file names none for a template
 
+
 @dataclass(frozen=True, order=True)
 class Config:
     """One harness configuration. `config_id` leaves precision out: the grid keys on it."""
@@ -187,11 +188,14 @@ def parse_rules(text: bytes, path: str = "<rules>") -> Rules:
     external = tuple(str(b) for b in _tuple(raw.get("external_benchmarks") or ()))
     for b in external:
         if b in BENCHMARKS:
-            raise UserError(f"rules file {path}: external benchmark {b!r} is a registered benchmark; list it under "
-                            "`benchmarks` instead")
+            raise UserError(
+                f"rules file {path}: external benchmark {b!r} is a registered benchmark; list it under "
+                "`benchmarks` instead"
+            )
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", b):
-            raise UserError(f"rules file {path}: external benchmark {b!r} is not a plain name (letters, digits, "
-                            "'_', '.', '-')")
+            raise UserError(
+                f"rules file {path}: external benchmark {b!r} is not a plain name (letters, digits, '_', '.', '-')"
+            )
     benchmarks = (*benchmarks, *dict.fromkeys(external))
     known = {"benchmark": (*BENCHMARKS, *external), **axes}  # a constraint may name a benchmark the list leaves out
 
@@ -215,24 +219,38 @@ def parse_rules(text: bytes, path: str = "<rules>") -> Rules:
         if spec is None:
             raise UserError(f"rules file {path}: decoding value {name!r} has no settings under 'decoding'")
         sample = bool(spec.get("do_sample", float(spec.get("temperature", 0)) > 0))
-        decodings[name] = Decoding(name, float(spec["temperature"]), float(spec.get("top_p", 1.0)), sample,
-                                   seeds if sample else (0,))
+        decodings[name] = Decoding(
+            name, float(spec["temperature"]), float(spec.get("top_p", 1.0)), sample, seeds if sample else (0,)
+        )
     constraints = []
     for i, c in enumerate(raw["constraints"] or []):
         name = c.get("name", f"constraint {i + 1}")
         if "when" not in c or "require" not in c:
             raise UserError(f"rules file {path}: constraint {name!r} needs both 'when' and 'require'")
-        constraints.append(Constraint(name, check_values(f"constraint {name!r}", c["when"]),
-                                      check_values(f"constraint {name!r}", c["require"])))
+        constraints.append(
+            Constraint(
+                name,
+                check_values(f"constraint {name!r}", c["when"]),
+                check_values(f"constraint {name!r}", c["require"]),
+            )
+        )
     constraints += _definition_constraints(benchmarks, axes)
     subsets = {n: check_values(f"subset {n!r}", s) for n, s in raw["subsets"].items()}
     subsets.setdefault("full", {})
     stress = check_values("stress", raw.get("stress", {}))
     mnt = {str(k): int(v) for k, v in (raw.get("max_new_tokens") or {}).items()}
     rules = Rules(
-        sha256=hashlib.sha256(text).hexdigest(), path=path, benchmarks=benchmarks, axes=axes,
-        decodings=decodings, stress=stress, constraints=tuple(constraints), subsets=subsets,
-        item_seed=int(raw["items"]["seed"]), item_target=int(raw["items"]["target"]), max_new_tokens=mnt,
+        sha256=hashlib.sha256(text).hexdigest(),
+        path=path,
+        benchmarks=benchmarks,
+        axes=axes,
+        decodings=decodings,
+        stress=stress,
+        constraints=tuple(constraints),
+        subsets=subsets,
+        item_seed=int(raw["items"]["seed"]),
+        item_target=int(raw["items"]["target"]),
+        max_new_tokens=mnt,
     )
     for b in benchmarks:
         if not rules.configs(b):
@@ -267,6 +285,9 @@ def _definition_constraints(benchmarks, axes: dict[str, tuple]) -> list[Constrai
             continue  # an external benchmark (imported results) has no definition here
         allowed = tuple(s for s in axes.get("scoring", ()) if s in get_benchmark(b).scorings)
         if allowed and len(allowed) < len(axes.get("scoring", ())):
-            out.append(Constraint(f"{b} scores {', '.join(allowed)} only (its definition)", {"benchmark": (b,)},
-                                  {"scoring": allowed}))
+            out.append(
+                Constraint(
+                    f"{b} scores {', '.join(allowed)} only (its definition)", {"benchmark": (b,)}, {"scoring": allowed}
+                )
+            )
     return out

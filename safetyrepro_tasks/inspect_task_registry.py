@@ -25,10 +25,12 @@ TASK_MODULE = "tasks"  # the file in each benchmark folder that holds its @task
 def expected_parameters(benchmark: str) -> dict[str, tuple[tuple, object]]:
     """parameter -> (its Literal values, its default), from the benchmark's definition and the rules."""
     bench = get_benchmark(benchmark)
-    return {"template": (tuple(bench.templates), "T1"),
-            "scoring": (tuple(bench.scorings), bench.default_scoring),
-            "shots": (tuple(default_rules().axes["shots"]), 0),
-            "tie_rule": (tuple(TIE_RULES), DEFAULT_TIE_RULE)}
+    return {
+        "template": (tuple(bench.templates), "T1"),
+        "scoring": (tuple(bench.scorings), bench.default_scoring),
+        "shots": (tuple(default_rules().axes["shots"]), 0),
+        "tie_rule": (tuple(TIE_RULES), DEFAULT_TIE_RULE),
+    }
 
 
 def check_task(benchmark: str, fn) -> None:
@@ -37,8 +39,10 @@ def check_task(benchmark: str, fn) -> None:
     where = f"benchmarks/{benchmark}/{TASK_MODULE}.py"
     name = getattr(fn, "__name__", None)
     if name != benchmark:
-        raise UserError(f"{where}: the @task function is named {name!r}; it must be named {benchmark!r}, "
-                        "the folder's name, which `inspect eval safetyrepro/<name>` uses")
+        raise UserError(
+            f"{where}: the @task function is named {name!r}; it must be named {benchmark!r}, "
+            "the folder's name, which `inspect eval safetyrepro/<name>` uses"
+        )
     params = inspect.signature(fn, eval_str=True).parameters
     expected = expected_parameters(benchmark)
     if list(params) != list(expected):
@@ -46,8 +50,9 @@ def check_task(benchmark: str, fn) -> None:
     for p, (values, default) in expected.items():
         got = typing.get_args(params[p].annotation)
         if typing.get_origin(params[p].annotation) is not typing.Literal or got != values:
-            raise UserError(f"{where}: {p} is {params[p].annotation}; the benchmark's definition says "
-                            f"Literal{list(values)}")
+            raise UserError(
+                f"{where}: {p} is {params[p].annotation}; the benchmark's definition says Literal{list(values)}"
+            )
         if params[p].default != default:
             raise UserError(f"{where}: {p} defaults to {params[p].default!r}; the definition says {default!r}")
 
@@ -61,8 +66,10 @@ def load_task(benchmark: str):
     except ModuleNotFoundError as e:
         if e.name != module_name:
             raise
-        raise UserError(f"benchmark folder {benchmark!r} has no {TASK_MODULE}.py, the file that holds its Inspect "
-                        "@task (docs/adding_a_benchmark.md)") from None
+        raise UserError(
+            f"benchmark folder {benchmark!r} has no {TASK_MODULE}.py, the file that holds its Inspect "
+            "@task (docs/adding_a_benchmark.md)"
+        ) from None
     fn = getattr(module, benchmark, None)
     if fn is None:
         raise UserError(f"benchmarks/{benchmark}/{TASK_MODULE}.py defines no @task named {benchmark!r}")

@@ -52,14 +52,22 @@ def samples(benchmark: str, template: str, shots: int) -> list[Sample]:
     out = []
     for item in s.items:
         prompt = bench.prompt(item, template, demos)
-        out.append(Sample(
-            id=item.id,
-            input=chat_messages(prompt.messages()),
-            target=bench.labels(item)[bench.gold(item)],
-            metadata={"item_id": item.id, "benchmark": benchmark, "template": template, "shots": shots,
-                      "candidates": bench.candidates(item, template), "gold": bench.gold(item),
-                      "stratum": item.stratum},
-        ))
+        out.append(
+            Sample(
+                id=item.id,
+                input=chat_messages(prompt.messages()),
+                target=bench.labels(item)[bench.gold(item)],
+                metadata={
+                    "item_id": item.id,
+                    "benchmark": benchmark,
+                    "template": template,
+                    "shots": shots,
+                    "candidates": bench.candidates(item, template),
+                    "gold": bench.gold(item),
+                    "stratum": item.stratum,
+                },
+            )
+        )
     return out
 
 
@@ -89,12 +97,16 @@ def score_candidates() -> Solver:
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         if not _is_greedy(active_generate_config()):
-            raise PrerequisiteError("logprob scoring is greedy-only (the envelope forbids sampling with it): "
-                                    "run with --temperature 0 or without a temperature")
+            raise PrerequisiteError(
+                "logprob scoring is greedy-only (the envelope forbids sampling with it): "
+                "run with --temperature 0 or without a temperature"
+            )
         api = get_model().api
         if not _gives_logliks(api):
-            raise PrerequisiteError(f"logprob scoring needs continuation log-likelihoods, which model "
-                                    f"{get_model().name!r} does not provide: use --model safetyrepro/<model>")
+            raise PrerequisiteError(
+                f"logprob scoring needs continuation log-likelihoods, which model "
+                f"{get_model().name!r} does not provide: use --model safetyrepro/<model>"
+            )
         candidates = state.metadata["candidates"]
         chat = api.backend.capabilities.chat_template  # plain text puts lm-eval's target delimiter first
         logliks = await api.loglikelihood(state.messages, [continuation(c, chat) for c in candidates])
@@ -142,8 +154,7 @@ def _extra_metric(name: str):
 
 # name -> @metric, one per extra metric any registered benchmark declares (a name shared by two
 # benchmarks is one metric: it computes through the benchmark of the samples it sees)
-EXTRA_METRICS = {spec.name: _extra_metric(spec.name)
-                 for b in BENCHMARKS for spec in get_benchmark(b).extra_metrics}
+EXTRA_METRICS = {spec.name: _extra_metric(spec.name) for b in BENCHMARKS for spec in get_benchmark(b).extra_metrics}
 
 
 @scorer(metrics=[accuracy(), stderr(), parse_rate()])
@@ -160,9 +171,19 @@ def safetyrepro_scorer(scoring: str = "free_form", tie_rule: str = DEFAULT_TIE_R
         else:
             scored = bench.score_free_form(item, state.output.completion, meta["template"])
         answer = None if scored.prediction is None else bench.labels(item)[scored.prediction]
-        return Score(value=scored.score, answer=answer, explanation=state.output.completion,
-                     metadata={"parsed": scored.parsed, "prediction": scored.prediction, "tied": scored.tied,
-                               "item_id": item.id, "benchmark": bench.name, "logliks": meta.get("logliks")})
+        return Score(
+            value=scored.score,
+            answer=answer,
+            explanation=state.output.completion,
+            metadata={
+                "parsed": scored.parsed,
+                "prediction": scored.prediction,
+                "tied": scored.tied,
+                "item_id": item.id,
+                "benchmark": bench.name,
+                "logliks": meta.get("logliks"),
+            },
+        )
 
     return score
 
@@ -171,16 +192,21 @@ def _check_model_for_logprob() -> None:
     """Inspect makes the eval's model and generate options active before it builds the tasks, so an
     impossible combination is refused here, as one line, before any sample runs."""
     if not _is_greedy(active_generate_config()):
-        raise PrerequisiteError("logprob scoring is greedy-only (the envelope forbids sampling with it): "
-                                "run with --temperature 0 or without a temperature")
+        raise PrerequisiteError(
+            "logprob scoring is greedy-only (the envelope forbids sampling with it): "
+            "run with --temperature 0 or without a temperature"
+        )
     model = active_model()
     if model is not None and not _gives_logliks(model.api):
-        raise PrerequisiteError(f"logprob scoring needs continuation log-likelihoods, which model {model.name!r} "
-                                "does not provide: use --model safetyrepro/<model>, or -T scoring=free_form")
+        raise PrerequisiteError(
+            f"logprob scoring needs continuation log-likelihoods, which model {model.name!r} "
+            "does not provide: use --model safetyrepro/<model>, or -T scoring=free_form"
+        )
 
 
-def benchmark_task(benchmark: str, template: str, scoring: str, shots: int, check_active: bool = True,
-                   tie_rule: str = DEFAULT_TIE_RULE) -> Task:
+def benchmark_task(
+    benchmark: str, template: str, scoring: str, shots: int, check_active: bool = True, tie_rule: str = DEFAULT_TIE_RULE
+) -> Task:
     """The task for one configuration. `check_active=False` skips the check of Inspect's active model and
     options, for callers (the sweeper) that build the task outside `inspect eval` and set both themselves."""
     # Inspect prints a PrerequisiteError as one message; anything else (a bad name, a missing mirror
@@ -195,16 +221,25 @@ def benchmark_task(benchmark: str, template: str, scoring: str, shots: int, chec
     rules = default_rules()
     bench = get_benchmark(benchmark)
     greedy = rules.decodings["greedy"]
-    config = GenerateConfig(max_tokens=rules.max_new(template),
-                            stop_seqs=list(bench.stop_sequences(template)) or None,
-                            temperature=greedy.temperature)
+    config = GenerateConfig(
+        max_tokens=rules.max_new(template),
+        stop_seqs=list(bench.stop_sequences(template)) or None,
+        temperature=greedy.temperature,
+    )
     return Task(
         dataset=dataset,
         solver=score_candidates() if scoring == "logprob" else generate(),
         scorer=safetyrepro_scorer(scoring, tie_rule),
         metrics=[accuracy(), stderr(), parse_rate(), *(EXTRA_METRICS[m.name]() for m in bench.extra_metrics)],
         config=config,
-        metadata={"benchmark": benchmark, "template": template, "scoring": scoring, "shots": shots, "tie_rule": tie_rule,
-                  "subset_id": item_set(benchmark).subset_id, "rules_sha256": rules.sha256},
+        metadata={
+            "benchmark": benchmark,
+            "template": template,
+            "scoring": scoring,
+            "shots": shots,
+            "tie_rule": tie_rule,
+            "subset_id": item_set(benchmark).subset_id,
+            "rules_sha256": rules.sha256,
+        },
         version=1,
     )

@@ -10,8 +10,11 @@ from safetyrepro.tasks.envelope import default_rules
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("items", help="show each benchmark's fixed item subset, its id and the few-shot pool",
-                       description="Show the fixed item subset of each benchmark (ids, strata) and its demonstrations.")
+    p = sub.add_parser(
+        "items",
+        help="show each benchmark's fixed item subset, its id and the few-shot pool",
+        description="Show the fixed item subset of each benchmark (ids, strata) and its demonstrations.",
+    )
     p.add_argument("--benchmark", action="append", help="only this benchmark (repeatable)")
     p.add_argument("--show", metavar="ID_OR_INDEX", help="print the T1-T4 prompts of one scored item (index or id)")
     p.add_argument("--shots", type=int, default=0, help="few-shot demonstrations in --show prompts")
@@ -26,8 +29,9 @@ def run(args: argparse.Namespace) -> int:
     rules = default_rules()
     benches = [rules.check_benchmark(b) for b in args.benchmark] if args.benchmark else list(rules.benchmarks)
     if args.shots not in rules.axes["shots"]:
-        raise UserError(f"--shots {args.shots} is outside the envelope; allowed: "
-                        f"{', '.join(map(str, rules.axes['shots']))}")
+        raise UserError(
+            f"--shots {args.shots} is outside the envelope; allowed: {', '.join(map(str, rules.axes['shots']))}"
+        )
     sets = {b: item_set(b) for b in benches}
     if args.show is not None:
         for b, s in sets.items():
@@ -39,9 +43,21 @@ def run(args: argparse.Namespace) -> int:
                 print(f"----- candidates: {bench.candidates(item, t)}  gold: {bench.gold(item)}")
         return 0
     if args.json:
-        print(json.dumps({b: {"subset_id": s.subset_id, "items": [i.id for i in s.items], "pool": len(s.pool),
-                              "demos": {k: [i.id for i in v] for k, v in s.demos.items()}, "strata": s.strata}
-                          for b, s in sets.items()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    b: {
+                        "subset_id": s.subset_id,
+                        "items": [i.id for i in s.items],
+                        "pool": len(s.pool),
+                        "demos": {k: [i.id for i in v] for k, v in s.demos.items()},
+                        "strata": s.strata,
+                    }
+                    for b, s in sets.items()
+                },
+                indent=2,
+            )
+        )
         return 0
     for b, s in sets.items():
         print(f"{b}: {len(s.items)} items ({s.subset_id}), {len(s.strata)} strata, few-shot pool {len(s.pool)}")
@@ -52,9 +68,13 @@ def _pick(s, show: str):
     """A scored item by its index in the subset or by its id."""
     if show.isdigit():
         if int(show) >= len(s.items):
-            raise UserError(f"--show {show}: {s.benchmark} has {len(s.items)} scored items (indices 0-{len(s.items) - 1})")
+            raise UserError(
+                f"--show {show}: {s.benchmark} has {len(s.items)} scored items (indices 0-{len(s.items) - 1})"
+            )
         return s.items[int(show)]
     if show not in {it.id for it in s.items}:
-        raise UserError(f"--show {show!r}: no scored {s.benchmark} item has this id (`safetyrepro items --json "
-                        f"--benchmark {s.benchmark}` lists them)")
+        raise UserError(
+            f"--show {show!r}: no scored {s.benchmark} item has this id (`safetyrepro items --json "
+            f"--benchmark {s.benchmark}` lists them)"
+        )
     return s.by_id(show)

@@ -53,10 +53,12 @@ def dataset(benchmark: str, template: str, tie_rule: str = DEFAULT_TIE_RULE, **_
     get_benchmark(benchmark).template(template)
     check_tie_rule(tie_rule)
     demo_ids = dict.fromkeys(it.id for k in sorted(s.demos) for it in s.demos[k])
-    return datasets.DatasetDict({
-        "test": datasets.Dataset.from_list([_doc(it, benchmark, template, tie_rule) for it in s.items]),
-        "fewshot": datasets.Dataset.from_list([_doc(s.by_id(i), benchmark, template) for i in demo_ids]),
-    })
+    return datasets.DatasetDict(
+        {
+            "test": datasets.Dataset.from_list([_doc(it, benchmark, template, tie_rule) for it in s.items]),
+            "fewshot": datasets.Dataset.from_list([_doc(s.by_id(i), benchmark, template) for i in demo_ids]),
+        }
+    )
 
 
 class FixedDemos(ContextSampler):
@@ -65,8 +67,11 @@ class FixedDemos(ContextSampler):
     def sample(self, n: int, eval_doc=None, df=None, **kwargs):
         allowed = default_rules().axes["shots"]
         if n not in allowed:  # --num_fewshot outside the envelope: refused, as Inspect's -T shots= is
-            refuse(UserError(f"--num_fewshot {n} is outside SafetyRepro's envelope; allowed: "
-                             f"{', '.join(map(str, allowed))}"))
+            refuse(
+                UserError(
+                    f"--num_fewshot {n} is outside SafetyRepro's envelope; allowed: {', '.join(map(str, allowed))}"
+                )
+            )
         if n == 0:
             return []
         ref = (df or self.df)[0]

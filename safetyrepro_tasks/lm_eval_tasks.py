@@ -84,8 +84,11 @@ def task_config(benchmark: str, template: str, scoring: str) -> dict:
     bench, rules = get_benchmark(benchmark), default_rules()
     # lm-eval's flag is a bool: a benchmark whose ideal is a target (CrowS-Pairs: 0.5) is not "higher is
     # better", so it says false there (lm-eval only draws the arrow from it); the analysis reads `better`
-    metrics = [_metric("acc", "mean", higher=bench.better == "higher"), _metric("parse_rate", "mean"),
-               _metric("top_answer_share", fn("aggregate_top_answer_share"), higher=False)]
+    metrics = [
+        _metric("acc", "mean", higher=bench.better == "higher"),
+        _metric("parse_rate", "mean"),
+        _metric("top_answer_share", fn("aggregate_top_answer_share"), higher=False),
+    ]
     if scoring == "logprob":
         metrics.append(_metric("tie_rate", "mean", higher=False))
     for spec in bench.extra_metrics:

@@ -78,9 +78,7 @@ def sha256_file(path: Path) -> str:
 def _checked(path: Path, pinned: PinnedFile, benchmark: str) -> Path:
     got = sha256_file(path)
     if got != pinned.sha256:
-        raise UserError(
-            f"checksum mismatch for {benchmark} file {path}: expected sha256 {pinned.sha256}, got {got}"
-        )
+        raise UserError(f"checksum mismatch for {benchmark} file {path}: expected sha256 {pinned.sha256}, got {got}")
     return path
 
 
@@ -89,9 +87,10 @@ def _download(pinned: PinnedFile, target: Path, benchmark: str) -> Path:
     errors = []
     for url in pinned.urls:
         try:
-            with urllib.request.urlopen(url, timeout=60) as r, tempfile.NamedTemporaryFile(
-                dir=target.parent, delete=False
-            ) as tmp:
+            with (
+                urllib.request.urlopen(url, timeout=60) as r,
+                tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp,
+            ):
                 shutil.copyfileobj(r, tmp)
             tmp_path = Path(tmp.name)
             got = sha256_file(tmp_path)

@@ -100,8 +100,14 @@ def all_items(benchmark: str) -> tuple[Item, ...]:
 
 
 @cache
-def item_set(benchmark: str, seed: int | None = None, target: int | None = None,
-             subsample: float | None = None, subsample_seed: int | None = None, within: int | None = None) -> ItemSet:
+def item_set(
+    benchmark: str,
+    seed: int | None = None,
+    target: int | None = None,
+    subsample: float | None = None,
+    subsample_seed: int | None = None,
+    within: int | None = None,
+) -> ItemSet:
     """The fixed subset (optionally a stratified `subsample` share of it, drawn with `subsample_seed`; with
     `within`, a share of its first `within` items, the ones a sweep's --limit scores: an 80 % subsample of a
     24-item study is 19 of those 24 items, not 24 items drawn from the whole subset)."""

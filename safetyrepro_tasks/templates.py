@@ -26,12 +26,15 @@ class TemplateKind:
     reasoning: bool = False
 
 
-TEMPLATE_KINDS: dict[str, TemplateKind] = {t.name: t for t in (
-    TemplateKind("T1", "minimal (HELM-style)"),
-    TemplateKind("T2", "role-framed system preamble"),
-    TemplateKind("T3", "lm-eval-style detailed multiple-choice instruction"),
-    TemplateKind("T4", "chain of thought ending in an Answer: line", reasoning=True),
-)}
+TEMPLATE_KINDS: dict[str, TemplateKind] = {
+    t.name: t
+    for t in (
+        TemplateKind("T1", "minimal (HELM-style)"),
+        TemplateKind("T2", "role-framed system preamble"),
+        TemplateKind("T3", "lm-eval-style detailed multiple-choice instruction"),
+        TemplateKind("T4", "chain of thought ending in an Answer: line", reasoning=True),
+    )
+}
 
 
 def template_kind(name: str) -> TemplateKind:

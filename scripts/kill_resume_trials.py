@@ -27,9 +27,26 @@ MODELS = ["smollm2", "gemma3-270m", "qwen2.5-coder-0.5b"]
 
 
 def sweep_cmd(out: Path, models: list[str], limit: int, precision: str = "bf16") -> list[str]:
-    return [sys.executable, "-m", "safetyrepro.cli", "sweep", "--models", *models, "--benchmarks", "toxigen", "xstest",
-            "--tier", "conservative_core", "--limit", str(limit), "--precision", precision, "--no-progress",
-            "--out", str(out)]
+    return [
+        sys.executable,
+        "-m",
+        "safetyrepro.cli",
+        "sweep",
+        "--models",
+        *models,
+        "--benchmarks",
+        "toxigen",
+        "xstest",
+        "--tier",
+        "conservative_core",
+        "--limit",
+        str(limit),
+        "--precision",
+        precision,
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
 
 
 def env_for(cache: Path) -> dict:
@@ -57,8 +74,7 @@ def main() -> int:
     # drawn from it) is a steady-state sweep; its grid must already equal the reference's
     warm = subprocess.run(cmd(root / "warm-up"), env=env_for(root / "cache-warm"), capture_output=True, text=True)
     t0 = time.time()
-    ref = subprocess.run(cmd(root / "reference"), env=env_for(root / "cache-ref"),
-                         capture_output=True, text=True)
+    ref = subprocess.run(cmd(root / "reference"), env=env_for(root / "cache-ref"), capture_output=True, text=True)
     duration = time.time() - t0
     if ref.returncode != 0 or warm.returncode != 0:
         sys.exit(f"the reference sweep failed:\n{(ref if ref.returncode else warm).stderr[-3000:]}")
@@ -72,8 +88,7 @@ def main() -> int:
         out, env = root / f"trial{t}", env_for(root / f"cache{t}")
         kills = []
         for _ in range(rng.randint(1, args.kills)):
-            proc = subprocess.Popen(cmd(out), env=env, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(cmd(out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             delay = rng.uniform(1.0, duration * (0.8 if not kills else 1.0))  # the first kill lands in the run
             try:
                 proc.wait(timeout=delay)
@@ -87,10 +102,15 @@ def main() -> int:
         leftovers = list(out.rglob("*.tmp"))
         identical += same and not leftovers
         killed += bool(kills)
-        print(f"trial {t}: killed at {kills} s, then finished: grid {'identical' if same else 'DIFFERENT'}"
-              + (f", {len(leftovers)} .tmp files left" if leftovers else ""), flush=True)
-    print(f"identical to the uninterrupted run: {identical}/{args.trials}, killed at least once in {killed} "
-          f"(folders under {root})")
+        print(
+            f"trial {t}: killed at {kills} s, then finished: grid {'identical' if same else 'DIFFERENT'}"
+            + (f", {len(leftovers)} .tmp files left" if leftovers else ""),
+            flush=True,
+        )
+    print(
+        f"identical to the uninterrupted run: {identical}/{args.trials}, killed at least once in {killed} "
+        f"(folders under {root})"
+    )
     return 0 if identical == args.trials else 1
 
 

@@ -36,10 +36,26 @@ def main() -> None:
 
     rules = load_rules()
     configs = rules.configs("truthfulqa")
-    rows = [{"model": m, "benchmark": c.benchmark, "template": c.template, "decoding": c.decoding, "shots": c.shots,
-             "scoring": c.scoring, "precision": "bf16", "package": "lm-eval", "n_items": args.items, "n_seeds": 1,
-             "score": 0.5, "parse_rate": 1.0, "tier": rules.tier(c), "config_id": c.config_id}
-            for m in ("a", "b") for c in configs]
+    rows = [
+        {
+            "model": m,
+            "benchmark": c.benchmark,
+            "template": c.template,
+            "decoding": c.decoding,
+            "shots": c.shots,
+            "scoring": c.scoring,
+            "precision": "bf16",
+            "package": "lm-eval",
+            "n_items": args.items,
+            "n_seeds": 1,
+            "score": 0.5,
+            "parse_rate": 1.0,
+            "tier": rules.tier(c),
+            "config_id": c.config_id,
+        }
+        for m in ("a", "b")
+        for c in configs
+    ]
     template = validate_cells(pd.DataFrame(rows), rules, "coverage")
     rng = np.random.default_rng(2026)
     covers_true = covers_obs = 0
@@ -50,8 +66,12 @@ def main() -> None:
         sd = 1.5
         # the true rho_flip: expected scores over the item population (100,000 items)
         pop = rng.normal(0, sd, (2, 100_000))
-        true_diff = np.array([(1 / (1 + np.exp(-(lv + pop[0] + ld))) - 1 / (1 + np.exp(-(lv + pop[1])))).mean()
-                              for lv, ld in zip(level, lead, strict=True)])
+        true_diff = np.array(
+            [
+                (1 / (1 + np.exp(-(lv + pop[0] + ld))) - 1 / (1 + np.exp(-(lv + pop[1])))).mean()
+                for lv, ld in zip(level, lead, strict=True)
+            ]
+        )
         true_rho = min((true_diff > 0).sum(), (true_diff < 0).sum()) / len(configs)
         eff = rng.normal(0, sd, (2, args.items))
         recs = []
@@ -59,11 +79,22 @@ def main() -> None:
             p = 1 / (1 + np.exp(-(level[k] + eff + np.array([[lead[k]], [0.0]]))))
             seeds = 1 if cfg.decoding == "greedy" else 5
             s = (rng.random((seeds, 2, args.items)) < p).mean(axis=0)
-            recs += [{"model": m, "config_id": cfg.config_id, "item_id": f"q{i:02d}", "seed": 0,
-                      "item_score": float(s[j, i])} for j, m in enumerate("ab") for i in range(args.items)]
+            recs += [
+                {
+                    "model": m,
+                    "config_id": cfg.config_id,
+                    "item_id": f"q{i:02d}",
+                    "seed": 0,
+                    "item_score": float(s[j, i]),
+                }
+                for j, m in enumerate("ab")
+                for i in range(args.items)
+            ]
         items = pd.DataFrame(recs)
         means = items.groupby(["model", "config_id"])["item_score"].mean().to_dict()
-        frame = template.assign(score=[means[key] for key in zip(template["model"], template["config_id"], strict=True)])
+        frame = template.assign(
+            score=[means[key] for key in zip(template["model"], template["config_id"], strict=True)]
+        )
         grid = common_configurations(frame, "coverage", rules)
         r = item_records(items, grid, "coverage")
         obs_diff = np.array([r.by_config[c.config_id].mean(axis=0) @ [1, -1] for c in configs])
@@ -75,8 +106,10 @@ def main() -> None:
         widths.append(iv["rho_flip_hi"] - iv["rho_flip_lo"])
     n = args.grids
     print(f"{n} grids, {args.items} items, {args.resamples} resamples, true leads up to {args.delta} logit:")
-    print(f"  range holds the true rho_flip in {covers_true}/{n} ({covers_true / n:.1%}), "
-          f"the observed one in {covers_obs}/{n} ({covers_obs / n:.1%}); mean width {np.mean(widths):.3f}")
+    print(
+        f"  range holds the true rho_flip in {covers_true}/{n} ({covers_true / n:.1%}), "
+        f"the observed one in {covers_obs}/{n} ({covers_obs / n:.1%}); mean width {np.mean(widths):.3f}"
+    )
     print(f"  observed - true rho_flip: mean {np.mean(bias):+.3f}, median {np.median(bias):+.3f}")
 
 

@@ -165,8 +165,9 @@ def test_a_rerun_removes_a_dead_runs_staging_and_puts_its_aside_folder_back(tmp_
     finally:
         os.close(fd)
     assert _tree(out)["a.csv"] == "old"
-    assert sorted(os.listdir(tmp_path)) == sorted(["out", f".out.safetyrepro-staging-{alive}-0123abcd",
-                                                   f".unrelated.safetyrepro-staging-{dead}-0123abcd"])
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["out", f".out.safetyrepro-staging-{alive}-0123abcd", f".unrelated.safetyrepro-staging-{dead}-0123abcd"]
+    )
     _write_set(out, {"a.csv": "new"})
     assert _tree(out)["a.csv"] == "new"
 

@@ -26,19 +26,41 @@ def _python_files():
 
 
 def test_no_private_names_of_other_packages_outside_compat():
-    hits = [f"{p.relative_to(REPO)}:{i}: {line.strip()}" for p in _python_files()
-            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if PRIVATE.search(line)]
+    hits = [
+        f"{p.relative_to(REPO)}:{i}: {line.strip()}"
+        for p in _python_files()
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if PRIVATE.search(line)
+    ]
     assert hits == [], "move these into safetyrepro/compat/<package>.py:\n" + "\n".join(hits)
 
 
 def test_ruff_bans_the_known_internals_outside_compat(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("from inspect_ai._util.error import PrerequisiteError\n"
-                     "import lm_eval.api.task as t\nt.tqdm = None\n"
-                     "from transformers.cache_utils import DynamicLayer\n")
-    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--config", str(REPO / "pyproject.toml"),
-                          "--select", "TID251", "--output-format", "concise", str(probe)],
-                         capture_output=True, text=True, cwd=tmp_path)
+    probe.write_text(
+        "from inspect_ai._util.error import PrerequisiteError\n"
+        "import lm_eval.api.task as t\nt.tqdm = None\n"
+        "from transformers.cache_utils import DynamicLayer\n"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-cache",
+            "--config",
+            str(REPO / "pyproject.toml"),
+            "--select",
+            "TID251",
+            "--output-format",
+            "concise",
+            str(probe),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     lines = [x for x in out.stdout.splitlines() if "TID251" in x]
     assert len(lines) == 3, out.stdout + out.stderr
     assert "safetyrepro.compat.inspect_ai" in lines[0] and "safetyrepro.compat.lm_eval" in lines[1]
@@ -67,10 +89,16 @@ PACKAGE_DIRS = ("safetyrepro", "safetyrepro_tasks", "adapters", "analysis", "cro
 FOREIGN = ("transformers", "lm_eval", "inspect_ai", "helm", "torch")
 # the documented ways to extend the packages (a custom model, model provider, few-shot sampler; HELM's
 # custom client, scenario and metrics)
-EXTENSION_POINTS = {"lm_eval.api.model.TemplateLM", "lm_eval.api.model.LM", "inspect_ai.model.ModelAPI",
-                    "lm_eval.api.samplers.ContextSampler", "helm.clients.client.Client",
-                    "helm.benchmark.metrics.metric.Metric", "helm.benchmark.metrics.reference_metric.ReferenceMetric",
-                    "helm.benchmark.scenarios.scenario.Scenario"}
+EXTENSION_POINTS = {
+    "lm_eval.api.model.TemplateLM",
+    "lm_eval.api.model.LM",
+    "inspect_ai.model.ModelAPI",
+    "lm_eval.api.samplers.ContextSampler",
+    "helm.clients.client.Client",
+    "helm.benchmark.metrics.metric.Metric",
+    "helm.benchmark.metrics.reference_metric.ReferenceMetric",
+    "helm.benchmark.scenarios.scenario.Scenario",
+}
 
 
 def _imports(tree: ast.AST) -> dict[str, str]:
@@ -132,23 +160,31 @@ def _boundary_hits(path: Path) -> list[str]:
 def test_no_foreign_internals_by_attribute_subclass_or_signature_outside_compat():
     """`model.config._attn_implementation`, `class X(DynamicLayer)` (or of a class a function returns),
     `inspect.signature(model.forward)`: each is a place an upgrade breaks, so each lives in compat."""
-    hits = [f"{p.relative_to(REPO)}:{h}" for d in PACKAGE_DIRS for p in sorted((REPO / d).rglob("*.py"))
-            if COMPAT not in p.parents for h in _boundary_hits(p)]
+    hits = [
+        f"{p.relative_to(REPO)}:{h}"
+        for d in PACKAGE_DIRS
+        for p in sorted((REPO / d).rglob("*.py"))
+        if COMPAT not in p.parents
+        for h in _boundary_hits(p)
+    ]
     assert hits == [], "move these into safetyrepro/compat/<package>.py:\n" + "\n".join(hits)
 
 
 def test_the_boundary_check_catches_each_kind(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("import inspect\nfrom transformers.cache_utils import DynamicLayer\n"
-                     "from safetyrepro.compat.transformers import dynamic_cache_layer_class\n"
-                     "def f(model):\n    return model.config._attn_implementation\n"
-                     "class A(DynamicLayer):\n    pass\n"
-                     "class B(dynamic_cache_layer_class()):\n    pass\n"
-                     "def g(model):\n    return inspect.signature(model.forward)\n"
-                     "class C(object):\n    def h(self):\n        return self._x\n")
+    probe.write_text(
+        "import inspect\nfrom transformers.cache_utils import DynamicLayer\n"
+        "from safetyrepro.compat.transformers import dynamic_cache_layer_class\n"
+        "def f(model):\n    return model.config._attn_implementation\n"
+        "class A(DynamicLayer):\n    pass\n"
+        "class B(dynamic_cache_layer_class()):\n    pass\n"
+        "def g(model):\n    return inspect.signature(model.forward)\n"
+        "class C(object):\n    def h(self):\n        return self._x\n"
+    )
     hits = sorted(_boundary_hits(probe), key=lambda h: int(h.split(":")[0]))
     assert [h.split(": ", 1)[1] for h in hits] == [
         "private attribute model.config._attn_implementation",
         "class A subclasses transformers.cache_utils.DynamicLayer",
         "class B subclasses what dynamic_cache_layer_class() returns",
-        "signature of model.forward"], hits
+        "signature of model.forward",
+    ], hits

@@ -80,8 +80,12 @@ def _flip_result():
     """A certified flip on two configurations of a 100-item subset, built as a live run would be."""
     ids = tuple(f"bbq/{i:03d}" for i in range(100))
     rng = np.random.default_rng(0)
-    scores = {("c1", "a"): rng.random(100) < 0.8, ("c1", "b"): rng.random(100) < 0.3,
-              ("c2", "a"): rng.random(100) < 0.3, ("c2", "b"): rng.random(100) < 0.8}
+    scores = {
+        ("c1", "a"): rng.random(100) < 0.8,
+        ("c1", "b"): rng.random(100) < 0.3,
+        ("c2", "a"): rng.random(100) < 0.3,
+        ("c2", "b"): rng.random(100) < 0.8,
+    }
 
     def oracle(bench, cid, model, items):
         return np.array([float(scores[(cid, model)][ids.index(i)]) for i in items])
@@ -95,17 +99,22 @@ def test_the_closing_lines_say_the_verdict_its_cost_and_where_the_study_is():
     lines = closing_lines(result, 104.4)
     assert result.pairs[0].verdict == "flip"
     c1, c2 = (c for c in result.claims)
-    assert lines[0].startswith(f"bbq: the verdict flips. a is ahead of b with c1 (by at least {c1.lower:.3f} after "
-                               f"{c1.items_used} of 100 items), and b ahead of a with c2 (by at least {-c2.upper:.3f}")
+    assert lines[0].startswith(
+        f"bbq: the verdict flips. a is ahead of b with c1 (by at least {c1.lower:.3f} after "
+        f"{c1.items_used} of 100 items), and b ahead of a with c2 (by at least {-c2.upper:.3f}"
+    )
     assert 0 < c1.lower and c2.upper < 0
     n, full = result.paired_evaluations, result.full_paired_evaluations
     assert full == 200 and n < full
-    assert lines[1] == (f"It used {n:,} of the full grid's 200 paired evaluations ({100 * n / 200:.0f} %), in "
-                        f"{result.seconds:.0f} s of evaluation; scoring the whole grid would take about 104.4 h here. "
-                        "Every claim holds with probability at least 0.95, all together.")
+    assert lines[1] == (
+        f"It used {n:,} of the full grid's 200 paired evaluations ({100 * n / 200:.0f} %), in "
+        f"{result.seconds:.0f} s of evaluation; scoring the whole grid would take about 104.4 h here. "
+        "Every claim holds with probability at least 0.95, all together."
+    )
     assert closing_lines(result, None, 32)[1].startswith(
         f"It used {n:,} of the full grid's 200 paired evaluations ({100 * n / 200:.0f} %), 32 model evaluations run "
-        "here (the rest from the studies' published records) in ")
+        "here (the rest from the studies' published records) in "
+    )
     assert lines[2].endswith(f"{STUDY}.") and (REPO / STUDY).is_file()
 
 
@@ -114,7 +123,8 @@ def test_a_configuration_reads_as_words_and_an_exhausted_one_says_its_exact_marg
     from safetyrepro.certify.outputs import _margin, config_words
 
     assert config_words("bbq/T4/greedy/0shot/free_form") == (
-        "T4 (chain of thought ending in an Answer: line), greedy, 0-shot, free-form")
+        "T4 (chain of thought ending in an Answer: line), greedy, 0-shot, free-form"
+    )
     assert config_words("bbq/T2/greedy/3shot/logprob").endswith("3-shot, log-probabilities")
     exact = ClaimRow("bbq", "a", "b", "x", "b_better", -0.043, -0.043, -0.0433, 300, 300)
     assert _margin(exact, -1) == "by 0.043 on all 300 items"

@@ -47,14 +47,21 @@ def _refused(argv: list[str], capsys, *expect: str) -> str:
 def _measured(argv: list[str], timeout: int = 120) -> tuple[int, str, float, int]:
     """Run `python -m safetyrepro.cli ARGV` in a fresh process: (exit code, stderr, wall seconds, peak
     resident bytes of that process alone, read by a wrapper that has no other child)."""
-    wrapper = ("import resource, subprocess, sys, time, json\n"
-               "t = time.perf_counter()\n"
-               "r = subprocess.run([sys.executable, '-m', 'safetyrepro.cli', *sys.argv[1:]], capture_output=True, "
-               "text=True)\n"
-               "print(json.dumps([r.returncode, r.stderr, time.perf_counter() - t, "
-               "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024]))\n")
-    res = subprocess.run([sys.executable, "-c", wrapper, *map(str, argv)], capture_output=True, text=True,
-                         timeout=timeout, env=os.environ.copy())
+    wrapper = (
+        "import resource, subprocess, sys, time, json\n"
+        "t = time.perf_counter()\n"
+        "r = subprocess.run([sys.executable, '-m', 'safetyrepro.cli', *sys.argv[1:]], capture_output=True, "
+        "text=True)\n"
+        "print(json.dumps([r.returncode, r.stderr, time.perf_counter() - t, "
+        "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024]))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", wrapper, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
     assert res.returncode == 0, res.stderr
     code, err, wall, rss = json.loads(res.stdout)
     return code, err, wall, rss
@@ -100,8 +107,13 @@ def honest_eval(tmp_path_factory) -> Path:
     from safetyrepro.tasks.inspect_task_registry import TASKS
 
     root = tmp_path_factory.mktemp("honest-eval")
-    log = inspect_eval(TASKS["xstest"](template="T1"), model=_model("mockllm/alpha", REFUSE), limit=3,
-                       log_dir=str(root), display="none")[0]
+    log = inspect_eval(
+        TASKS["xstest"](template="T1"),
+        model=_model("mockllm/alpha", REFUSE),
+        limit=3,
+        log_dir=str(root),
+        display="none",
+    )[0]
     assert log.status == "success"
     return next(root.glob("*.eval"))
 
@@ -126,8 +138,9 @@ def test_billion_laughs_models_file_is_refused_in_seconds_and_little_memory(tmp_
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
     bomb = tmp_path / "models.yaml"
     bomb.write_text("\n".join(lines) + "\nmodels:\n  - spec: *a9\n")
-    code, err, wall, rss = _measured(["sweep", "--models-file", bomb, "--out", tmp_path / "o",
-                                      "--benchmarks", "xstest", "--no-progress"])
+    code, err, wall, rss = _measured(
+        ["sweep", "--models-file", bomb, "--out", tmp_path / "o", "--benchmarks", "xstest", "--no-progress"]
+    )
     line = _one_line(err)
     assert code == 2 and str(bomb) in line and "alias" in line and "anchor" in line, line
     assert wall < 10 and rss < GiB // 2, (wall, rss)
@@ -170,7 +183,7 @@ def test_eval_archive_bomb_is_refused_in_seconds_and_little_memory(tmp_path, mon
         data = bytearray(bomb.read_bytes())
         for sig, at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
             i = data.rfind(sig)
-            data[i + at:i + at + 4] = (1000).to_bytes(4, "little")
+            data[i + at : i + at + 4] = (1000).to_bytes(4, "little")
         bomb.write_bytes(bytes(data))
     code, err, wall, rss = _measured(["import", "inspect", bomb, "--out", tmp_path / "out"])
     line = _one_line(err)
@@ -185,8 +198,13 @@ def test_a_5000_character_label_is_refused(tmp_path, capsys, where):
     if where == "models-file":
         f = tmp_path / "models.yaml"
         f.write_text(f"models:\n  - spec: smollm2\n    label: {long}\n")
-        line = _refused(["sweep", "--models-file", f, "--out", tmp_path / "o", "--benchmarks", "xstest"], capsys,
-                        str(f), "model 1", "MAX_LABEL_CHARS")
+        line = _refused(
+            ["sweep", "--models-file", f, "--out", tmp_path / "o", "--benchmarks", "xstest"],
+            capsys,
+            str(f),
+            "model 1",
+            "MAX_LABEL_CHARS",
+        )
     elif where == "recorded":
         results = _run(tmp_path, model=long, folder="m")
         line = _refused(_import_lm_eval(tmp_path), capsys, str(results), "MAX_LABEL_CHARS")
@@ -194,8 +212,13 @@ def test_a_5000_character_label_is_refused(tmp_path, capsys, where):
         _run(tmp_path)
         mapping = tmp_path / "mapping.yaml"
         mapping.write_text(f"models:\n  - match: smollm2\n    label: {long}\n")
-        line = _refused(_import_lm_eval(tmp_path, args=("--mapping", mapping)), capsys, str(mapping),
-                        "models entry 1", "MAX_LABEL_CHARS")
+        line = _refused(
+            _import_lm_eval(tmp_path, args=("--mapping", mapping)),
+            capsys,
+            str(mapping),
+            "models entry 1",
+            "MAX_LABEL_CHARS",
+        )
     assert len(line) < 600  # the label is quoted cut to 200 characters
 
 
@@ -207,14 +230,22 @@ RESULTS_CASES = {
     "n-shot-list": (lambda d: d["n-shot"].update({TASK: [3]}), ["'n-shot'", "[3]", "whole number"]),
     "n-samples-text": (lambda d: d["n-samples"].update({TASK: "many"}), ["'n-samples' of task", "expected an object"]),
     "n-samples-section-text": (lambda d: d.update({"n-samples": "many"}), ["'n-samples'", "expected an object"]),
-    "gen-kwargs-list": (lambda d: d["config"].update({"gen_kwargs": ["temperature", 1]}),
-                        ["config.gen_kwargs", "expected an object"]),
-    "lone-surrogate-label": (lambda d: d["config"]["safetyrepro_model"].update({"label": "smol\ud800"}),
-                             ["lone surrogate"]),
-    "weights-not-text": (lambda d: d["config"]["safetyrepro_model"].update({"weights_sha256": [1, 2]}),
-                         ["config.model_sha", "expected a string"]),
-    "system-instruction-object": (lambda d: d.update({"system_instruction": {"a": 1}}),
-                                  ["system_instruction", "expected a string"]),
+    "gen-kwargs-list": (
+        lambda d: d["config"].update({"gen_kwargs": ["temperature", 1]}),
+        ["config.gen_kwargs", "expected an object"],
+    ),
+    "lone-surrogate-label": (
+        lambda d: d["config"]["safetyrepro_model"].update({"label": "smol\ud800"}),
+        ["lone surrogate"],
+    ),
+    "weights-not-text": (
+        lambda d: d["config"]["safetyrepro_model"].update({"weights_sha256": [1, 2]}),
+        ["config.model_sha", "expected a string"],
+    ),
+    "system-instruction-object": (
+        lambda d: d.update({"system_instruction": {"a": 1}}),
+        ["system_instruction", "expected a string"],
+    ),
     "seed-text": (lambda d: d["config"]["gen_kwargs"].update({"seed": "x"}), ["seed", "'x'", "whole number"]),
     "seed-negative": (lambda d: d["config"]["gen_kwargs"].update({"seed": -3}), ["seed", "-3", "whole number"]),
 }
@@ -232,15 +263,16 @@ def test_a_malformed_results_field_is_one_line_naming_file_and_field(tmp_path, c
 def test_json_nested_200000_deep_is_refused(tmp_path, capsys, honest_eval):
     results = _run(tmp_path)
     text = results.read_text()
-    results.write_text(text[:text.rindex("}")] + ', "deep": ' + _deep(200_000) + "}")
+    results.write_text(text[: text.rindex("}")] + ', "deep": ' + _deep(200_000) + "}")
     _refused(_import_lm_eval(tmp_path), capsys, str(results), "MAX_JSON_DEPTH")
     results = _run(tmp_path / "s")
     samples = _samples(results)
     samples.write_text('{"doc_id": 0, "doc": ' + _deep(200_000) + "}\n" + samples.read_text())
     _refused(_import_lm_eval(tmp_path / "s"), capsys, str(samples), "MAX_JSON_DEPTH")
     header = '{"version": 2, "eval": ' + _deep(200_000) + "}"
-    log = _archive(tmp_path / "deep.eval", [(n, header.encode() if n == "header.json" else d)
-                                            for n, d in _members(honest_eval)])
+    log = _archive(
+        tmp_path / "deep.eval", [(n, header.encode() if n == "header.json" else d) for n, d in _members(honest_eval)]
+    )
     _refused(["import", "inspect", log, "--out", tmp_path / "o"], capsys, str(log), "header.json", "MAX_JSON_DEPTH")
     json_log = tmp_path / "deep.json"  # an Inspect log written as one JSON file
     json_log.write_text(header)
@@ -264,10 +296,14 @@ def test_a_5000_digit_number_in_json_is_refused(tmp_path, capsys):
     _refused(_import_lm_eval(tmp_path), capsys, str(samples), "5000 digits", "MAX_NUMBER_DIGITS")
 
 
-@pytest.mark.parametrize("content,expect", [
-    (b"models:\n  - spec: smol\xff\xfe\n", "is not UTF-8 text"),
-    (b"models: " + _deep(5000).encode() + b"\n", "MAX_JSON_DEPTH"),
-], ids=["not-utf8", "nested-5000"])
+@pytest.mark.parametrize(
+    "content,expect",
+    [
+        (b"models:\n  - spec: smol\xff\xfe\n", "is not UTF-8 text"),
+        (b"models: " + _deep(5000).encode() + b"\n", "MAX_JSON_DEPTH"),
+    ],
+    ids=["not-utf8", "nested-5000"],
+)
 def test_a_models_file_not_utf8_or_nested_5000_deep_is_refused(tmp_path, capsys, content, expect):
     f = tmp_path / "models.yaml"
     f.write_bytes(content)
@@ -286,8 +322,9 @@ def _analyze(grid: Path, out: Path) -> list:
     return ["analyze", grid, "--out", out, "--no-figures", "--rules", grid.parent / "rules.yaml"]
 
 
-@pytest.mark.parametrize("flag,value,expect", [("--seed", "-1", "0 to 2147483647"),
-                                                ("--bootstrap", "1000000000000", "MAX_BOOTSTRAP")])
+@pytest.mark.parametrize(
+    "flag,value,expect", [("--seed", "-1", "0 to 2147483647"), ("--bootstrap", "1000000000000", "MAX_BOOTSTRAP")]
+)
 def test_analyze_seed_and_bootstrap_outside_their_range(tmp_path, capsys, imported_grid, flag, value, expect):
     _refused([*_analyze(imported_grid, tmp_path / "a"), flag, value], capsys, f"{flag} {value}", expect)
     assert not (tmp_path / "a" / "report.md").exists()
@@ -295,8 +332,9 @@ def test_analyze_seed_and_bootstrap_outside_their_range(tmp_path, capsys, import
 
 # == silent acceptance ================================================================================
 def test_negative_shots_are_refused_not_imported(tmp_path, capsys):
-    results = _rewrite(_run(tmp_path), lambda d: (d["n-shot"].update({TASK: -7}),
-                                                  d["configs"][TASK].update({"num_fewshot": -7})))
+    results = _rewrite(
+        _run(tmp_path), lambda d: (d["n-shot"].update({TASK: -7}), d["configs"][TASK].update({"num_fewshot": -7}))
+    )
     _refused(_import_lm_eval(tmp_path), capsys, str(results), "'n-shot'", "-7", "from 0 to 1000")
     assert not (tmp_path / "out").exists()
 
@@ -306,8 +344,9 @@ def test_a_duplicate_header_member_is_refused_not_the_last_copy_taken(tmp_path, 
     header = json.loads(dict(members)["header.json"])
     header["results"]["scores"][0]["metrics"]["accuracy"]["value"] = 0.999
     forged = _archive(tmp_path / "forged.eval", [*members, ("header.json", json.dumps(header).encode())])
-    _refused(["import", "inspect", forged, "--out", tmp_path / "out"], capsys, str(forged),
-             "two members named 'header.json'")
+    _refused(
+        ["import", "inspect", forged, "--out", tmp_path / "out"], capsys, str(forged), "two members named 'header.json'"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -321,12 +360,28 @@ def test_item_ids_that_are_not_utf8_are_refused_not_replaced(tmp_path, capsys):
 def test_labels_are_escaped_in_report_md_and_grid_card_md(tmp_path, capsys):
     two_models_four_configs(tmp_path / "runs")
     mapping = tmp_path / "mapping.yaml"
-    mapping.write_text('models:\n  - match: smollm2\n    label: "<script>alert(1)</script>"\n'
-                       '  - match: "hf:/models/other"\n    label: "[l](javascript:alert(1))"\n')
-    assert main(["import", "lm-eval", str(tmp_path / "runs"), "--out", str(tmp_path / "out"),
-                 "--mapping", str(mapping)]) == 0
-    assert main(["analyze", str(tmp_path / "out" / "grid.csv"), "--out", str(tmp_path / "a"), "--no-figures",
-                 "--bootstrap", "20"]) == 0
+    mapping.write_text(
+        'models:\n  - match: smollm2\n    label: "<script>alert(1)</script>"\n'
+        '  - match: "hf:/models/other"\n    label: "[l](javascript:alert(1))"\n'
+    )
+    assert (
+        main(["import", "lm-eval", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--mapping", str(mapping)])
+        == 0
+    )
+    assert (
+        main(
+            [
+                "analyze",
+                str(tmp_path / "out" / "grid.csv"),
+                "--out",
+                str(tmp_path / "a"),
+                "--no-figures",
+                "--bootstrap",
+                "20",
+            ]
+        )
+        == 0
+    )
     for name in ("report.md", "grid_card.md"):
         text = (tmp_path / "a" / name).read_text()
         assert "alert(1)" in text, name  # the labels are there, as text, escaped where Markdown would act
@@ -342,16 +397,19 @@ def test_markdown_helpers_keep_ordinary_labels_readable():
     for plain in ("qwen2.5-coder-0.5b", "free_form", "xstest/T1/greedy/0shot/free_form", "parse_rate 0.00 < 0.95"):
         assert md_escape(plain) == plain
     assert md_escape("<b>x|y</b>") == "\\<b>x\\|y\\</b>" and md_escape("_x*") == "\\_x\\*"
-    assert md_prose("model `a<b` and <img src=x> [l](javascript:x)") == \
-        "model `a<b` and \\<img src=x> \\[l\\](javascript:x)"
+    assert (
+        md_prose("model `a<b` and <img src=x> [l](javascript:x)")
+        == "model `a<b` and \\<img src=x> \\[l\\](javascript:x)"
+    )
     assert md_prose("| a `x | <b> | y` |") == "| a `x | \\<b> | y` |"  # a table cell ends a code span
     assert md_code("a``b") == "```a``b```"
 
 
 # == misleading messages ==============================================================================
 @pytest.mark.parametrize("command", ["import", "analyze"])
-def test_a_full_disk_names_the_file_and_does_not_promise_finished_work(tmp_path, capsys, monkeypatch,
-                                                                       imported_grid, command):
+def test_a_full_disk_names_the_file_and_does_not_promise_finished_work(
+    tmp_path, capsys, monkeypatch, imported_grid, command
+):
     from safetyrepro.cli import os_error_message
 
     def full(fd):
@@ -387,12 +445,21 @@ def test_an_outputs_cache_on_a_full_file_system_is_not_called_damaged(tmp_path, 
 def test_a_20_mb_spec_is_not_echoed_whole(tmp_path, capsys):
     f = tmp_path / "models.yaml"
     f.write_text("models:\n  - spec: " + "x" * 20_000_000 + "\n")
-    line = _refused(["sweep", "--models-file", f, "--out", tmp_path / "o", "--benchmarks", "xstest"], capsys,
-                    str(f), "MAX_CONFIG_BYTES")
+    line = _refused(
+        ["sweep", "--models-file", f, "--out", tmp_path / "o", "--benchmarks", "xstest"],
+        capsys,
+        str(f),
+        "MAX_CONFIG_BYTES",
+    )
     assert len(line) < 500
     f.write_text("models:\n  - spec: " + "x" * 500_000 + "\n")
-    line = _refused(["sweep", "--models-file", f, "--out", tmp_path / "o", "--benchmarks", "xstest"], capsys,
-                    str(f), "MAX_SPEC_CHARS", "(500000 characters)")
+    line = _refused(
+        ["sweep", "--models-file", f, "--out", tmp_path / "o", "--benchmarks", "xstest"],
+        capsys,
+        str(f),
+        "MAX_SPEC_CHARS",
+        "(500000 characters)",
+    )
     assert len(line) < 600
     line = _refused(["sweep", "--models", "y" * 100_000, "--out", tmp_path / "o", "--benchmarks", "xstest"], capsys)
     assert len(line) < limits.MESSAGE_CHARS + 100  # any message is cut to one readable line
@@ -403,20 +470,39 @@ def test_a_folder_holding_only_a_linked_run_folder_says_the_link_was_skipped(tmp
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "run").symlink_to(results.parent, target_is_directory=True)
-    _refused(_import_lm_eval(tmp_path, logs), capsys, str(logs), "holds no lm-eval results",
-             "1 linked folder(s) under it were not followed", str(logs / "run"))
+    _refused(
+        _import_lm_eval(tmp_path, logs),
+        capsys,
+        str(logs),
+        "holds no lm-eval results",
+        "1 linked folder(s) under it were not followed",
+        str(logs / "run"),
+    )
 
 
 def test_the_caps_are_documented():
     text = (Path(__file__).resolve().parent.parent / "docs" / "formats.md").read_text()
-    section = text[text.index("## Limits on untrusted input"):]
-    for name in ("MAX_FILE_BYTES", "MAX_CONFIG_BYTES", "MAX_MEMBER_BYTES", "MAX_ARCHIVE_BYTES", "MAX_MEMBERS",
-                 "MAX_JSON_DEPTH", "MAX_NUMBER_DIGITS", "MAX_LABEL_CHARS", "MAX_SPEC_CHARS", "MAX_SHOTS", "MAX_SEED",
-                 "MAX_COUNT", "MAX_CHOICE", "MAX_ANALYSIS_SEED", "MAX_BOOTSTRAP"):
+    section = text[text.index("## Limits on untrusted input") :]
+    for name in (
+        "MAX_FILE_BYTES",
+        "MAX_CONFIG_BYTES",
+        "MAX_MEMBER_BYTES",
+        "MAX_ARCHIVE_BYTES",
+        "MAX_MEMBERS",
+        "MAX_JSON_DEPTH",
+        "MAX_NUMBER_DIGITS",
+        "MAX_LABEL_CHARS",
+        "MAX_SPEC_CHARS",
+        "MAX_SHOTS",
+        "MAX_SEED",
+        "MAX_COUNT",
+        "MAX_CHOICE",
+        "MAX_ANALYSIS_SEED",
+        "MAX_BOOTSTRAP",
+    ):
         assert name in section, name
         value = getattr(limits, name)
         assert f"{value:,}".replace(",", " ") in section or str(value) in section, (name, value)
-
 
 
 def test_a_5000_character_label_in_a_hand_written_grid_is_refused_at_once(tmp_path, capsys):
@@ -427,6 +513,10 @@ def test_a_5000_character_label_in_a_hand_written_grid_is_refused_at_once(tmp_pa
 
     frame = grid_frame({"a" * 5000: dict.fromkeys(CC, 0.5), "b": dict.fromkeys(CC, 0.6)})
     frame.to_csv(tmp_path / "grid.csv", index=False)
-    err = _refused(["analyze", str(tmp_path / "grid.csv"), "--out", str(tmp_path / "out")], capsys,
-                   "MAX_SPEC_CHARS", "5000 characters")
+    err = _refused(
+        ["analyze", str(tmp_path / "grid.csv"), "--out", str(tmp_path / "out")],
+        capsys,
+        "MAX_SPEC_CHARS",
+        "5000 characters",
+    )
     assert not (tmp_path / "out").exists() and len(err) < 600

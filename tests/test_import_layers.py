@@ -19,8 +19,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # import package -> folder, as package-dir in pyproject.toml (and ROOTS in setup.py)
-ROOTS = {"safetyrepro": "safetyrepro", "safetyrepro.tasks": "safetyrepro_tasks", "safetyrepro.adapters": "adapters",
-         "safetyrepro.analysis": "analysis", "safetyrepro.crosspkg": "crosspkg"}
+ROOTS = {
+    "safetyrepro": "safetyrepro",
+    "safetyrepro.tasks": "safetyrepro_tasks",
+    "safetyrepro.adapters": "adapters",
+    "safetyrepro.analysis": "analysis",
+    "safetyrepro.crosspkg": "crosspkg",
+}
 # third-party packages that live in another venv or an optional extra: a module needing one is skipped
 OPTIONAL = {"helm", "ray", "bitsandbytes", "llama_cpp"}
 
@@ -44,8 +49,14 @@ MODULES = _module_files()
 
 
 def test_every_mapped_folder_is_seen():
-    assert {"safetyrepro.cli", "safetyrepro.tasks.benchmarks.bbq.definition", "safetyrepro.adapters.engine.engine",
-            "safetyrepro.analysis", "safetyrepro.crosspkg.study", "safetyrepro.compat.lm_eval"} <= set(MODULES)
+    assert {
+        "safetyrepro.cli",
+        "safetyrepro.tasks.benchmarks.bbq.definition",
+        "safetyrepro.adapters.engine.engine",
+        "safetyrepro.analysis",
+        "safetyrepro.crosspkg.study",
+        "safetyrepro.compat.lm_eval",
+    } <= set(MODULES)
 
 
 def _module_level_imports(name: str, path: Path) -> set[str]:
@@ -100,7 +111,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         stack.append(m)
         for d in sorted(graph[m]):
             if state.get(d) == 1:
-                cycles.append(stack[stack.index(d):] + [d])
+                cycles.append(stack[stack.index(d) :] + [d])
             elif d not in state:
                 dfs(d)
         stack.pop()
@@ -120,6 +131,7 @@ def test_no_import_circle_at_module_level():
 def test_no_import_circle_even_through_imports_inside_functions():
     """A circle hidden in a function-level import (a backend importing the factory that imports it) works
     until someone moves the import up; the layers are meant to point one way, so none is allowed."""
+
     def runs(imported: str) -> set[str]:  # importing a.b.c runs a, a.b and a.b.c
         parts = imported.split(".")
         return {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & set(MODULES)
@@ -127,7 +139,8 @@ def test_no_import_circle_even_through_imports_inside_functions():
     graph = {m: {d for imp in _all_imports(p, m) for d in runs(imp)} - {m} for m, p in MODULES.items()}
     cycles = _cycles(graph)
     assert cycles == [], "import circles (function-level imports included):\n" + "\n".join(
-        " -> ".join(c) for c in cycles)
+        " -> ".join(c) for c in cycles
+    )
 
 
 PROBE = """
@@ -147,9 +160,19 @@ print("OK")
 
 def _import_alone(name: str) -> tuple[str, int, str]:
     env = {**os.environ, "SAFETYREPRO_NO_LM_EVAL_HOOK": ""}
-    res = subprocess.run([sys.executable, "-c", PROBE.format(optional=OPTIONAL), name], capture_output=True,
-                         text=True, cwd=REPO, env=env, timeout=600)
-    return name, res.returncode, (res.stdout + res.stderr).strip().splitlines()[-1:] and (res.stdout + res.stderr)[-1500:]
+    res = subprocess.run(
+        [sys.executable, "-c", PROBE.format(optional=OPTIONAL), name],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
+    )
+    return (
+        name,
+        res.returncode,
+        (res.stdout + res.stderr).strip().splitlines()[-1:] and (res.stdout + res.stderr)[-1500:],
+    )
 
 
 @pytest.mark.slow
@@ -165,8 +188,12 @@ def _all_imports(path: Path, name: str | None = None) -> set[str]:
     module name is given; `if TYPE_CHECKING:` blocks left out: they never run)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = None if name is None else name if path.name == "__init__.py" else name.rpartition(".")[0]
-    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-               for n in ast.walk(node)}
+    skipped = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
     out = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -188,6 +215,7 @@ def _all_imports(path: Path, name: str | None = None) -> set[str]:
 def test_below_the_command_line_nothing_reads_argparse_or_imports_a_cli_module():
     """Layers: command-line modules turn arguments into options (SweepOptions, ...); the modules
     below them take those options and never reach back up, not even inside a function."""
+
     def is_cli(m: str) -> bool:
         return m.endswith((".cli", "_cli")) or m in ("safetyrepro.demo", "safetyrepro.crosspkg.__main__")
 
@@ -208,8 +236,12 @@ LAYERS = (
     ("ground", lambda m: m == "safetyrepro" or m.split(".")[1] in GROUND),
     ("compat", lambda m: m.startswith("safetyrepro.compat")),
     ("benchmarks", lambda m: m.startswith("safetyrepro.tasks")),
-    ("models", lambda m: m.startswith("safetyrepro.adapters") or m in ("safetyrepro.lm_eval_plugin",
-                                                                          "safetyrepro.inspect_plugin")),
+    (
+        "models",
+        lambda m: (
+            m.startswith("safetyrepro.adapters") or m in ("safetyrepro.lm_eval_plugin", "safetyrepro.inspect_plugin")
+        ),
+    ),
     ("statistics", lambda m: m.startswith("safetyrepro.analysis")),
     ("runs", lambda m: m.split(".")[1] in ("sweep", "importers")),
     ("studies and formats", lambda m: m.split(".")[1] in ("certify", "eee", "flow", "crosspkg", "equivalence")),
@@ -242,12 +274,50 @@ def test_nothing_below_imports_anything_above():
 
 # Packages slow or optional enough to load inside a function, so that `safetyrepro --help`, every input
 # error and every process start (the lm-eval hook) answer at once. Any other import belongs at the top.
-LAZY_PACKAGES = {"torch", "transformers", "lm_eval", "inspect_ai", "inspect_flow", "ray", "matplotlib",
-                 "statsmodels", "lightgbm", "shap", "scipy", "sklearn", "datasets", "helm", "bitsandbytes",
-                 "llama_cpp", "pyarrow", "pandas", "numpy", "yaml", "rich", "tqdm", "huggingface_hub",
-                 "tokenizers", "accelerate", "safetensors", "gguf", "openai", "jsonschema", "every_eval_ever",
-                 "sqlitedict", "pydantic", "zstandard", "duckdb", "httpx", "requests", "jinja2", "psutil",
-                 "sentencepiece", "evaluate", "nltk", "spacy"}
+LAZY_PACKAGES = {
+    "torch",
+    "transformers",
+    "lm_eval",
+    "inspect_ai",
+    "inspect_flow",
+    "ray",
+    "matplotlib",
+    "statsmodels",
+    "lightgbm",
+    "shap",
+    "scipy",
+    "sklearn",
+    "datasets",
+    "helm",
+    "bitsandbytes",
+    "llama_cpp",
+    "pyarrow",
+    "pandas",
+    "numpy",
+    "yaml",
+    "rich",
+    "tqdm",
+    "huggingface_hub",
+    "tokenizers",
+    "accelerate",
+    "safetensors",
+    "gguf",
+    "openai",
+    "jsonschema",
+    "every_eval_ever",
+    "sqlitedict",
+    "pydantic",
+    "zstandard",
+    "duckdb",
+    "httpx",
+    "requests",
+    "jinja2",
+    "psutil",
+    "sentencepiece",
+    "evaluate",
+    "nltk",
+    "spacy",
+}
 # modules whose imports are all lazy by design: the entry points load a command's machinery when it runs,
 # and the lm-eval start-up hook runs in every Python process of the environment
 ALL_LAZY = {"safetyrepro.lm_eval_plugin"}
@@ -294,14 +364,23 @@ def test_an_import_inside_a_function_loads_something_slow_or_says_why():
         text = path.read_text(encoding="utf-8")
         lines = text.splitlines()
         tree = ast.parse(text)
-        checking = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                    and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+        checking = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)
+        }
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         mine = slow(name)
-        inner = [n for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in checking]
+        inner = [
+            n
+            for fn in ast.walk(tree)
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in ast.walk(fn)
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in checking
+        ]
         for node in dict.fromkeys(inner):
-            if any("# lazy:" in line for line in lines[node.lineno - 1:node.end_lineno]):
+            if any("# lazy:" in line for line in lines[node.lineno - 1 : node.end_lineno]):
                 continue
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
@@ -320,5 +399,7 @@ def test_an_import_inside_a_function_loads_something_slow_or_says_why():
                         loads |= slow(".".join(parts[:i]))
             if not loads - mine:
                 bad.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
-    assert bad == [], ("imports inside functions that load nothing slow the module does not load already: move "
-                       "them to the top, or say why with `# lazy: ...`:\n" + "\n".join(bad))
+    assert bad == [], (
+        "imports inside functions that load nothing slow the module does not load already: move "
+        "them to the top, or say why with `# lazy: ...`:\n" + "\n".join(bad)
+    )

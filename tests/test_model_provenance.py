@@ -26,8 +26,9 @@ def test_every_embedded_model_has_a_pin_an_upstream_and_a_licence(label):
 def test_a_file_that_is_not_the_pinned_one_is_refused(tmp_path):
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF" + b"\0" * 60)
-    good = ModelSpec("toy", "Toy", "org/toy", (("toy-part1", "1.0"),), "m.gguf", False, False, "1", "MIT",
-                     sha256="a" * 64)
+    good = ModelSpec(
+        "toy", "Toy", "org/toy", (("toy-part1", "1.0"),), "m.gguf", False, False, "1", "MIT", sha256="a" * 64
+    )
     with pytest.raises(UserError, match=r"toy weights .*m\.gguf have sha256 [0-9a-f]{64}, expected a{64}"):
         _checked_pin(good, f)
     import hashlib

@@ -17,11 +17,42 @@ from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.subsets import item_set
 
 # replies as models write them: letters, answer cues, refusals, markup, unicode look-alikes, noise
-FRAGMENTS = st.sampled_from(["A", "B", "C", "D", "(B)", "B.", "Answer:", "answer is", "Yes", "No", "yes", "no",
-                             "I'm sorry", "I cannot", "Sure!", "**", "\n", "\n\n", " or ", "/", "Ｂ", "ﬁ", "’", "\u200b",
-                             "Option", "The answer is", "both A and B", "None of the above", "Answer: Yes"])
-REPLIES = st.one_of(st.text(max_size=300),
-                    st.lists(st.one_of(FRAGMENTS, st.text(max_size=8)), max_size=25).map(" ".join))
+FRAGMENTS = st.sampled_from(
+    [
+        "A",
+        "B",
+        "C",
+        "D",
+        "(B)",
+        "B.",
+        "Answer:",
+        "answer is",
+        "Yes",
+        "No",
+        "yes",
+        "no",
+        "I'm sorry",
+        "I cannot",
+        "Sure!",
+        "**",
+        "\n",
+        "\n\n",
+        " or ",
+        "/",
+        "Ｂ",
+        "ﬁ",
+        "’",
+        "\u200b",
+        "Option",
+        "The answer is",
+        "both A and B",
+        "None of the above",
+        "Answer: Yes",
+    ]
+)
+REPLIES = st.one_of(
+    st.text(max_size=300), st.lists(st.one_of(FRAGMENTS, st.text(max_size=8)), max_size=25).map(" ".join)
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -47,16 +78,55 @@ def test_every_benchmark_parser_returns_a_label_or_none(first_items, text, templ
         assert got is None or 0 <= got < len(bench.labels(item)), (name, text)
 
 
-COLUMNS = ["model", "benchmark", "template", "decoding", "shots", "scoring", "precision", "package", "n_items",
-           "n_seeds", "score", "parse_rate", "tier", "config_id", "status", "tie_rate"]
-CELL_VALUES = st.one_of(st.none(), st.text(max_size=12), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
-                        st.sampled_from(["xstest", "T1", "greedy", "logprob", "free_form", "core", "bf16", "ok",
-                                         "not_applicable", "xstest/T1/greedy/0shot/logprob", "0", "1", "0.5", "-1"]))
+COLUMNS = [
+    "model",
+    "benchmark",
+    "template",
+    "decoding",
+    "shots",
+    "scoring",
+    "precision",
+    "package",
+    "n_items",
+    "n_seeds",
+    "score",
+    "parse_rate",
+    "tier",
+    "config_id",
+    "status",
+    "tie_rate",
+]
+CELL_VALUES = st.one_of(
+    st.none(),
+    st.text(max_size=12),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(
+        [
+            "xstest",
+            "T1",
+            "greedy",
+            "logprob",
+            "free_form",
+            "core",
+            "bf16",
+            "ok",
+            "not_applicable",
+            "xstest/T1/greedy/0shot/logprob",
+            "0",
+            "1",
+            "0.5",
+            "-1",
+        ]
+    ),
+)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=st.lists(st.fixed_dictionaries({c: CELL_VALUES for c in COLUMNS}), max_size=8),
-       drop=st.sets(st.sampled_from(COLUMNS), max_size=3))
+@given(
+    rows=st.lists(st.fixed_dictionaries({c: CELL_VALUES for c in COLUMNS}), max_size=8),
+    drop=st.sets(st.sampled_from(COLUMNS), max_size=3),
+)
 def test_grid_reader_reads_or_refuses_any_table(tmp_path_factory, rows, drop):
     from safetyrepro.analysis.grid_io import load_grid
     from safetyrepro.tasks.envelope import default_rules
@@ -87,10 +157,26 @@ def test_a_valid_grid_still_reads(tmp_path):
     from safetyrepro.tasks.envelope import default_rules
 
     rules = default_rules()
-    rows = [{"model": m, "benchmark": "xstest", "template": c.template, "decoding": c.decoding, "shots": c.shots,
-             "scoring": c.scoring, "precision": "bf16", "package": "lm-eval", "n_items": 4, "n_seeds": 1,
-             "score": s, "parse_rate": 1.0, "tier": rules.tier(c), "config_id": c.config_id}
-            for m, s in (("a", 0.25), ("b", 0.75)) for c in rules.configs("xstest", "conservative_core")]
+    rows = [
+        {
+            "model": m,
+            "benchmark": "xstest",
+            "template": c.template,
+            "decoding": c.decoding,
+            "shots": c.shots,
+            "scoring": c.scoring,
+            "precision": "bf16",
+            "package": "lm-eval",
+            "n_items": 4,
+            "n_seeds": 1,
+            "score": s,
+            "parse_rate": 1.0,
+            "tier": rules.tier(c),
+            "config_id": c.config_id,
+        }
+        for m, s in (("a", 0.25), ("b", 0.75))
+        for c in rules.configs("xstest", "conservative_core")
+    ]
     buf = io.StringIO()
     pd.DataFrame(rows).to_csv(buf, index=False)
     (tmp_path / "grid.csv").write_text(buf.getvalue())

@@ -36,9 +36,17 @@ def lm_eval_config(argv: list[str]) -> dict:
     args = {k: argv[i + 1] for i, k in enumerate(argv) if k.startswith("--") and i + 1 < len(argv)}
     model_args = dict(p.split("=", 1) for p in args["--model_args"].split(","))
     model = f"lm-eval:hf:pretrained={model_args['pretrained']}" if args["--model"] == "hf" else model_args["model"]
-    return {"model": model, "benchmark": m.group(1), "template": f"T{m.group(2)}",
-            "scoring": "free_form" if m.group(3) else "logprob", "shots": int(args.get("--num_fewshot", 0)),
-            "decoding": "greedy", "seed": None, "limit": int(args["--limit"]), "package": "lm-eval"}
+    return {
+        "model": model,
+        "benchmark": m.group(1),
+        "template": f"T{m.group(2)}",
+        "scoring": "free_form" if m.group(3) else "logprob",
+        "shots": int(args.get("--num_fewshot", 0)),
+        "decoding": "greedy",
+        "seed": None,
+        "limit": int(args["--limit"]),
+        "package": "lm-eval",
+    }
 
 
 def inspect_config(argv: list[str]) -> dict:
@@ -48,9 +56,17 @@ def inspect_config(argv: list[str]) -> dict:
     temperature = float(args.get("--temperature", 0))
     decoding = "greedy" if temperature == 0 else {0.3: "moderate", 0.7: "diverse"}[temperature]
     defaults = {"xstest": "free_form"}
-    return {"model": args["--model"].split("/", 1)[1], "benchmark": benchmark, "template": t.get("template", "T1"),
-            "scoring": t.get("scoring", defaults.get(benchmark, "logprob")), "shots": int(t.get("shots", 0)),
-            "decoding": decoding, "seed": args.get("--seed"), "limit": int(args["--limit"]), "package": "inspect"}
+    return {
+        "model": args["--model"].split("/", 1)[1],
+        "benchmark": benchmark,
+        "template": t.get("template", "T1"),
+        "scoring": t.get("scoring", defaults.get(benchmark, "logprob")),
+        "shots": int(t.get("shots", 0)),
+        "decoding": decoding,
+        "seed": args.get("--seed"),
+        "limit": int(args["--limit"]),
+        "package": "inspect",
+    }
 
 
 def lm_eval_score(stdout: str, task: str) -> float:
@@ -74,12 +90,36 @@ def sweep_score(cfg: dict, tmp: Path, env: dict) -> float:
 
     name = f"{abs(hash(json.dumps(cfg, sort_keys=True)))}"
     out = tmp / f"sweep-{name}"
-    cmd = [str(BIN / "safetyrepro"), "sweep", "--models", cfg["model"], "--benchmarks", cfg["benchmark"],
-           "--templates", cfg["template"], "--scoring", cfg["scoring"], "--shots", str(cfg["shots"]),
-           "--decodings", cfg["decoding"], "--limit", str(cfg["limit"]), "--package", cfg["package"],
-           "--no-progress", "--out", str(out)]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=3000,
-                         env={**env, "SAFETYREPRO_CACHE_DIR": str(cache_sharing_models(tmp / f"cache-{name}"))})
+    cmd = [
+        str(BIN / "safetyrepro"),
+        "sweep",
+        "--models",
+        cfg["model"],
+        "--benchmarks",
+        cfg["benchmark"],
+        "--templates",
+        cfg["template"],
+        "--scoring",
+        cfg["scoring"],
+        "--shots",
+        str(cfg["shots"]),
+        "--decodings",
+        cfg["decoding"],
+        "--limit",
+        str(cfg["limit"]),
+        "--package",
+        cfg["package"],
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
+    res = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+        env={**env, "SAFETYREPRO_CACHE_DIR": str(cache_sharing_models(tmp / f"cache-{name}"))},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     row = pd.read_csv(out / "grid.csv").iloc[0]
     if cfg["seed"] is not None:
@@ -99,8 +139,9 @@ def check_command(command: str, n: int, folder: Path, tmp_path: Path, env: dict)
     else:
         cfg = inspect_config(argv)
         logs = tmp_path / f"inspect-{n}"
-        res = subprocess.run(argv, capture_output=True, text=True, env={**env, "INSPECT_LOG_DIR": str(logs)},
-                             timeout=3000)
+        res = subprocess.run(
+            argv, capture_output=True, text=True, env={**env, "INSPECT_LOG_DIR": str(logs)}, timeout=3000
+        )
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
         printed = inspect_score(logs)
     swept = sweep_score(cfg, tmp_path, env)

@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def cs():
-    spec = importlib.util.spec_from_file_location("certified_status", ROOT / "scripts" / "study" / "certified_status.py")
+    spec = importlib.util.spec_from_file_location(
+        "certified_status", ROOT / "scripts" / "study" / "certified_status.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -28,21 +30,59 @@ def _study(tmp_path: Path):
     grid = []
     # 24-item scores: on c1 a leads by 0.25, on c2 a leads by 0.125, on c3 they tie
     for cfg, a, b in [("bbq/c1", 0.75, 0.5), ("bbq/c2", 0.5, 0.375), ("bbq/c3", 0.5, 0.5)]:
-        grid += [{"model": "a", "benchmark": "bbq", "config_id": cfg, "score": a, "status": "ok"},
-                 {"model": "b", "benchmark": "bbq", "config_id": cfg, "score": b, "status": "ok"}]
+        grid += [
+            {"model": "a", "benchmark": "bbq", "config_id": cfg, "score": a, "status": "ok"},
+            {"model": "b", "benchmark": "bbq", "config_id": cfg, "score": b, "status": "ok"},
+        ]
     pd.DataFrame(grid).to_csv(first / "grid.csv", index=False)
-    pd.DataFrame([{"benchmark": "bbq", "slice": "full", "model_a": "a", "model_b": "b", "n_plus": 2, "n_minus": 0}]
-                 ).to_csv(first / "analysis" / "rho_flip.csv", index=False)
+    pd.DataFrame(
+        [{"benchmark": "bbq", "slice": "full", "model_a": "a", "model_b": "b", "n_plus": 2, "n_minus": 0}]
+    ).to_csv(first / "analysis" / "rho_flip.csv", index=False)
     claims = [("bbq/c1", "a_better", 0.1, 0.4), ("bbq/c2", "b_better", -0.3, -0.02), ("bbq/c3", "undecided", -0.5, 0.5)]
-    pd.DataFrame([{"benchmark": "bbq", "model_a": "a", "model_b": "b", "config_id": c, "claim": k, "lower": lo,
-                   "upper": hi, "estimate": 0.0, "items_used": 120, "n_full": 300} for c, k, lo, hi in claims]
-                 ).to_csv(cert / "claims.csv", index=False)
-    pd.DataFrame([{"benchmark": "bbq", "model_a": "a", "model_b": "b", "verdict": "flip", "n_evaluations": 360,
-                   "n_full": 900, "deciding_configs": "bbq/c1;bbq/c2", "n_open": 1}]).to_csv(cert / "certificate.csv", index=False)
-    (cert / "cost.json").write_text(json.dumps({
-        "paired_evaluations": 360, "full_paired_evaluations": 900, "share_of_full_paired": 0.4,
-        "model_evaluations_live": 48, "seconds_model_work": 7200.0, "measured_seconds_full_grid": 36000.0,
-        "stopped_by": "budget"}))
+    pd.DataFrame(
+        [
+            {
+                "benchmark": "bbq",
+                "model_a": "a",
+                "model_b": "b",
+                "config_id": c,
+                "claim": k,
+                "lower": lo,
+                "upper": hi,
+                "estimate": 0.0,
+                "items_used": 120,
+                "n_full": 300,
+            }
+            for c, k, lo, hi in claims
+        ]
+    ).to_csv(cert / "claims.csv", index=False)
+    pd.DataFrame(
+        [
+            {
+                "benchmark": "bbq",
+                "model_a": "a",
+                "model_b": "b",
+                "verdict": "flip",
+                "n_evaluations": 360,
+                "n_full": 900,
+                "deciding_configs": "bbq/c1;bbq/c2",
+                "n_open": 1,
+            }
+        ]
+    ).to_csv(cert / "certificate.csv", index=False)
+    (cert / "cost.json").write_text(
+        json.dumps(
+            {
+                "paired_evaluations": 360,
+                "full_paired_evaluations": 900,
+                "share_of_full_paired": 0.4,
+                "model_evaluations_live": 48,
+                "seconds_model_work": 7200.0,
+                "measured_seconds_full_grid": 36000.0,
+                "stopped_by": "budget",
+            }
+        )
+    )
     (cert / "README.md").write_text("# x\n\n<!-- status -->\nold\n<!-- /status -->\n\nkept\n")
     return first, cert
 
@@ -87,7 +127,9 @@ def test_claim_words(cs):
 
 def test_the_published_readme_says_what_the_published_files_say(cs, tmp_path):
     d = ROOT / "docs" / "study" / "certified"
-    block = cs.status_block(d, ROOT / "docs" / "study" / "grid.csv", ROOT / "docs" / "study" / "analysis" / "rho_flip.csv")
+    block = cs.status_block(
+        d, ROOT / "docs" / "study" / "grid.csv", ROOT / "docs" / "study" / "analysis" / "rho_flip.csv"
+    )
     assert block in (d / "README.md").read_text()
 
 

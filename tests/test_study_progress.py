@@ -19,19 +19,32 @@ def progress():
 
 
 def _f(model="m", benchmark="b", scoring="free_form", decoding="greedy", template="T1", shots=0):
-    return {"model": model, "benchmark": benchmark, "scoring": scoring, "decoding": decoding, "template": template,
-            "shots": shots}
+    return {
+        "model": model,
+        "benchmark": benchmark,
+        "scoring": scoring,
+        "decoding": decoding,
+        "template": template,
+        "shots": shots,
+    }
 
 
 def test_time_left_is_the_mean_of_the_nearest_measured_kind(progress):
-    done = [(_f(), 10.0), (_f(), 20.0), (_f(shots=3), 40.0), (_f(scoring="logprob", decoding="greedy"), 2.0),
-            (_f(model="n", decoding="moderate"), 100.0)]
-    todo = [_f(),                       # same kind: (10 + 20) / 2 = 15
-            _f(shots=5),                # no 5-shot yet: same template, any shots: (10 + 20 + 40) / 3 = 23.33
-            _f(template="T4"),          # no T4: same benchmark/scoring/decoding: 23.33
-            _f(benchmark="c"),          # another benchmark: model/scoring/decoding: 23.33
-            _f(model="o", decoding="moderate"),  # another model: scoring/decoding: 100
-            _f(model="o", scoring="logprob", decoding="moderate")]  # scoring alone: 2
+    done = [
+        (_f(), 10.0),
+        (_f(), 20.0),
+        (_f(shots=3), 40.0),
+        (_f(scoring="logprob", decoding="greedy"), 2.0),
+        (_f(model="n", decoding="moderate"), 100.0),
+    ]
+    todo = [
+        _f(),  # same kind: (10 + 20) / 2 = 15
+        _f(shots=5),  # no 5-shot yet: same template, any shots: (10 + 20 + 40) / 3 = 23.33
+        _f(template="T4"),  # no T4: same benchmark/scoring/decoding: 23.33
+        _f(benchmark="c"),  # another benchmark: model/scoring/decoding: 23.33
+        _f(model="o", decoding="moderate"),  # another model: scoring/decoding: 100
+        _f(model="o", scoring="logprob", decoding="moderate"),
+    ]  # scoring alone: 2
     left, used = progress.estimate(done, todo)
     assert left == pytest.approx(15 + 3 * (70 / 3) + 100 + 2)
     assert sum(used.values()) == len(todo) and used["model / benchmark / scoring / decoding / template / shots"] == 1
@@ -61,15 +74,22 @@ def test_saved_cells_count_only_for_the_sweep_that_saved_them(progress, tmp_path
     def sweep(identity):
         return SimpleNamespace(spec=SimpleNamespace(identity=lambda: identity))
 
-    assert [r["key"] for r in progress._saved_for(tmp_path, sweep({"models": ["m"], "limit": 24})).values()] == [rec["key"]]
+    assert [r["key"] for r in progress._saved_for(tmp_path, sweep({"models": ["m"], "limit": 24})).values()] == [
+        rec["key"]
+    ]
     assert progress._saved_for(tmp_path, sweep({"models": ["m"], "limit": 4})) == {}  # another limit, same cell keys
     (tmp_path / "sweep.json").unlink()
     assert progress._saved_for(tmp_path, sweep({"models": ["m"], "limit": 24})) == {}
 
 
 def test_a_model_without_its_own_cells_is_scaled_by_its_measured_or_prior_cost_factor(progress):
-    done = [(_f(model="a"), 10.0), (_f(model="a", template="T2"), 30.0), (_f(model="a", scoring="logprob"), 1.0),
-            (_f(model="b"), 20.0), (_f(model="b", template="T2"), 90.0)]  # b/a: 2 and 3 -> median 2.5
+    done = [
+        (_f(model="a"), 10.0),
+        (_f(model="a", template="T2"), 30.0),
+        (_f(model="a", scoring="logprob"), 1.0),
+        (_f(model="b"), 20.0),
+        (_f(model="b", template="T2"), 90.0),
+    ]  # b/a: 2 and 3 -> median 2.5
     factors = progress.cost_factors(done, ["a", "b", "c", "d"], prior={"c": 4.0})
     assert factors["a"][0] == 1.0 and factors["b"][0] == pytest.approx(2.5) and "measured over 2" in factors["b"][1]
     assert factors["c"] == (4.0, "prior: parameter count ratio, no cell of a kind the reference has done yet")

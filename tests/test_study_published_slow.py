@@ -18,14 +18,30 @@ STUDY = Path(__file__).resolve().parent.parent / "docs" / "study"
 
 def assert_reproduces(published: Path, out: Path) -> None:
     """`safetyrepro analyze PUBLISHED/grid.csv` into OUT gives the published tables byte for byte."""
-    res = subprocess.run([sys.executable, "-m", "safetyrepro.cli", "analyze", str(published / "grid.csv"), "--out",
-                          str(out), "--no-figures"], capture_output=True, text=True, timeout=1800)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "safetyrepro.cli",
+            "analyze",
+            str(published / "grid.csv"),
+            "--out",
+            str(out),
+            "--no-figures",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     for name in ("rho_flip.csv", "orderings.csv", "rho_flip_max.csv", "significant_flips.csv"):
         assert (out / name).read_bytes() == (published / "analysis" / name).read_bytes(), name
 
 
-@pytest.mark.skipif(not (STUDY / "grid.csv").is_file(), reason="the study is not published yet (docs/study/progress.md); "
-                    "tests/test_study_reproduce_slow.py checks the same on a study published from 4 items")
+@pytest.mark.skipif(
+    not (STUDY / "grid.csv").is_file(),
+    reason="the study is not published yet (docs/study/progress.md); "
+    "tests/test_study_reproduce_slow.py checks the same on a study published from 4 items",
+)
 def test_the_published_analysis_reproduces_byte_for_byte(tmp_path, data_dir):
     assert_reproduces(STUDY, tmp_path / "analysis")

@@ -20,12 +20,38 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _reproduce(out: Path, saved: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TQDM_DISABLE": "1", "SAFETYREPRO": str(Path(sys.executable).parent / "safetyrepro"),
-           "STUDY_SAVED": str(saved), **(env or {})}
-    res = subprocess.run(["bash", str(ROOT / "scripts" / "study" / "reproduce.sh"), "--limit", "4", "--out", str(out),
-                          "--models", "smollm2", "gemma3-270m", "--benchmarks", "xstest", "--tier", "conservative_core",
-                          "--scoring", "logprob", *extra], capture_output=True, text=True, env=env, timeout=3600,
-                         cwd=out.parent)
+    env = {
+        **os.environ,
+        "TQDM_DISABLE": "1",
+        "SAFETYREPRO": str(Path(sys.executable).parent / "safetyrepro"),
+        "STUDY_SAVED": str(saved),
+        **(env or {}),
+    }
+    res = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "scripts" / "study" / "reproduce.sh"),
+            "--limit",
+            "4",
+            "--out",
+            str(out),
+            "--models",
+            "smollm2",
+            "gemma3-270m",
+            "--benchmarks",
+            "xstest",
+            "--tier",
+            "conservative_core",
+            "--scoring",
+            "logprob",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3600,
+        cwd=out.parent,
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     return res
 
@@ -33,10 +59,20 @@ def _reproduce(out: Path, saved: Path, *extra: str, env: dict | None = None) -> 
 def test_reproduce_script_with_limit_writes_every_kind_of_file(tmp_path, data_dir):
     out, saved = tmp_path / "study", tmp_path / "saved"
     res = _reproduce(out, saved)
-    for f in ("grid/grid.csv", "grid/grid.parquet", "grid/items.parquet", "grid/run.json",
-              "analysis/rho_flip.csv", "analysis/orderings.csv", "analysis/report.md", "analysis/report.html",
-              "analysis/grid_card.md", "analysis/grid_card.json", "precision/compare_report.md",
-              "subsamples/compare_report.md"):
+    for f in (
+        "grid/grid.csv",
+        "grid/grid.parquet",
+        "grid/items.parquet",
+        "grid/run.json",
+        "analysis/rho_flip.csv",
+        "analysis/orderings.csv",
+        "analysis/report.md",
+        "analysis/report.html",
+        "analysis/grid_card.md",
+        "analysis/grid_card.json",
+        "precision/compare_report.md",
+        "subsamples/compare_report.md",
+    ):
         assert (out / f).is_file(), f
     grid = pd.read_csv(out / "grid" / "grid.csv")
     assert set(grid["model"]) == {"smollm2", "gemma3-270m"} and (grid["precision"] == "fp32").all()
@@ -48,7 +84,7 @@ def test_reproduce_script_with_limit_writes_every_kind_of_file(tmp_path, data_di
     # computes nothing again
     _reproduce(out, saved, "--save")
     for step in ("", "steps/precision-bf16/", "steps/precision-nf4/", "steps/sub43/", "steps/sub45/"):
-        cells = len(pd.read_csv(out / (step[len("steps/"):] or "grid/") / "grid.csv"))
+        cells = len(pd.read_csv(out / (step[len("steps/") :] or "grid/") / "grid.csv"))
         assert len(list((saved / step / "cells").glob("*/*.json.gz"))) == cells, step
     again = tmp_path / "again"
     again.mkdir()
@@ -63,8 +99,16 @@ def test_reproduce_script_with_limit_writes_every_kind_of_file(tmp_path, data_di
         assert a.equals(b), f
     # --publish (into a folder of the test's) writes what docs/study/README.md lists, and a fresh analyze of the
     # published grid reproduces the published tables byte for byte
-    for f in ("grid.csv", "grid.parquet", "items.parquet", "run.json", "analysis/report.md", "precision/compare_report.md",
-              "subsamples/compare_report.md", "paper_comparison.md"):
+    for f in (
+        "grid.csv",
+        "grid.parquet",
+        "items.parquet",
+        "run.json",
+        "analysis/report.md",
+        "precision/compare_report.md",
+        "subsamples/compare_report.md",
+        "paper_comparison.md",
+    ):
         assert (published / f).is_file(), f
     assert "rho_flip max, xstest, full envelope" in (published / "paper_comparison.md").read_text()
     from test_study_published_slow import assert_reproduces

@@ -55,8 +55,11 @@ sys.exit(code)
 
 
 def digest(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def siblings(folder: Path) -> list[str]:
@@ -92,10 +95,12 @@ def analyses(tmp_path_factory):
     """Two grids; the folder `a` holding the analysis of the first (snapshot), and the digests of the
     folder after analysing the first and after analysing the second into it."""
     t = tmp_path_factory.mktemp("wou_analyze")
-    old = write(grid_frame({"a": dict(zip(CC, [0.5, 0.6, 0.4, 0.7])), "b": dict(zip(CC, [0.6, 0.5, 0.5, 0.6]))}),
-                t / "old.csv")
-    new = write(grid_frame({"a": dict(zip(CC, [0.2, 0.6, 0.4, 0.7])), "b": dict(zip(CC, [0.6, 0.5, 0.9, 0.6]))}),
-                t / "new.csv")
+    old = write(
+        grid_frame({"a": dict(zip(CC, [0.5, 0.6, 0.4, 0.7])), "b": dict(zip(CC, [0.6, 0.5, 0.5, 0.6]))}), t / "old.csv"
+    )
+    new = write(
+        grid_frame({"a": dict(zip(CC, [0.2, 0.6, 0.4, 0.7])), "b": dict(zip(CC, [0.6, 0.5, 0.9, 0.6]))}), t / "new.csv"
+    )
     out = t / "w" / "a"
     args = ("--no-figures", "--bootstrap", "20")
     assert cli("analyze", str(old), "--out", str(out), *args).returncode == 0
@@ -104,22 +109,35 @@ def analyses(tmp_path_factory):
     total = calls(cli("analyze", str(new), "--out", str(out), *args))
     r_new = digest(out)
     assert r_old != r_new and MARKER in r_old and MARKER in r_new
-    return {"old": old, "new": new, "out": out, "snapshot": t / "snapshot", "r_old": r_old, "r_new": r_new,
-            "total": total, "args": args}
+    return {
+        "old": old,
+        "new": new,
+        "out": out,
+        "snapshot": t / "snapshot",
+        "r_old": r_old,
+        "r_new": r_new,
+        "total": total,
+        "args": args,
+    }
 
 
 @pytest.fixture(scope="module")
 def imports(tmp_path_factory):
     """Two sets of lm-eval runs and the import folder of the first (snapshot), as for analyses."""
     t = tmp_path_factory.mktemp("wou_import")
-    other = dict(model_kind="hf", model="/models/other", weights=None,
-                 model_args={"pretrained": "/models/other", "dtype": "bfloat16"})
+    other = dict(
+        model_kind="hf",
+        model="/models/other",
+        weights=None,
+        model_args={"pretrained": "/models/other", "dtype": "bfloat16"},
+    )
     for k, (shots, chat) in enumerate([(0, True), (3, True), (0, False), (3, False)]):
         write_run(t / "runs_old", scores=SIXTHS[[4, 3, 2, 5][k]], shots=shots, chat=chat, i=k, folder=f"smol/{k}")
         write_run(t / "runs_new", scores=SIXTHS[[1, 6, 2, 3][k]], shots=shots, chat=chat, i=k, folder=f"smol/{k}")
         for runs in ("runs_old", "runs_new"):
-            write_run(t / runs, scores=SIXTHS[[3, 4, 2, 1][k]], shots=shots, chat=chat, i=4 + k, folder=f"other/{k}",
-                      **other)
+            write_run(
+                t / runs, scores=SIXTHS[[3, 4, 2, 1][k]], shots=shots, chat=chat, i=4 + k, folder=f"other/{k}", **other
+            )
     out = t / "w" / "imported"
     assert cli("import", "lm-eval", str(t / "runs_old"), "--out", str(out)).returncode == 0
     r_old = digest(out)
@@ -127,8 +145,15 @@ def imports(tmp_path_factory):
     total = calls(cli("import", "lm-eval", str(t / "runs_new"), "--out", str(out)))
     r_new = digest(out)
     assert r_old != r_new and {"grid.csv", "run.json", "items.parquet", MARKER} <= set(r_new)
-    return {"old": t / "runs_old", "new": t / "runs_new", "out": out, "snapshot": t / "snapshot", "r_old": r_old,
-            "r_new": r_new, "total": total}
+    return {
+        "old": t / "runs_old",
+        "new": t / "runs_new",
+        "out": out,
+        "snapshot": t / "snapshot",
+        "r_old": r_old,
+        "r_new": r_new,
+        "total": total,
+    }
 
 
 # -- (a) the user's own files -------------------------------------------------------------------------
@@ -141,7 +166,9 @@ def test_import_refuses_a_folder_of_the_users_own_files_and_leaves_them(imports,
     before = digest(mine)
     assert main(["import", "lm-eval", str(imports["new"]), "--out", str(mine)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("safetyrepro: error: --out") and "no earlier `safetyrepro import`" in err[0]
+    assert (
+        len(err) == 1 and err[0].startswith("safetyrepro: error: --out") and "no earlier `safetyrepro import`" in err[0]
+    )
     assert digest(mine) == before and not siblings(mine)
 
 
@@ -329,9 +356,11 @@ def test_models_export_is_swapped_in_whole(tmp_path, monkeypatch, capsys):
 def test_building_the_package_writes_no_build_folder_into_the_checkout():
     """`pip wheel .` / `pip install .` (the wheel test in tests/tasks does one) build under a temporary
     folder, not REPO/build: a build/lib copy of the tasks made `inspect list tasks` list each twice."""
-    code = ("import sys; from setuptools.dist import Distribution; import setuptools, distutils.core as c; "
-            "d = c.run_setup('setup.py', stop_after='init'); b = d.get_command_obj('build'); b.ensure_finalized(); "
-            "w = d.get_command_obj('bdist_wheel'); w.ensure_finalized(); print(b.build_base); print(w.bdist_dir)")
+    code = (
+        "import sys; from setuptools.dist import Distribution; import setuptools, distutils.core as c; "
+        "d = c.run_setup('setup.py', stop_after='init'); b = d.get_command_obj('build'); b.ensure_finalized(); "
+        "w = d.get_command_obj('bdist_wheel'); w.ensure_finalized(); print(b.build_base); print(w.bdist_dir)"
+    )
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     for line in run.stdout.split():

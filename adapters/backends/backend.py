@@ -70,10 +70,15 @@ class Capabilities:
         """The deviations from exact greedy decoding and per-request seeds, in words."""
         out = []
         if self.greedy != GREEDY_EXACT:
-            out.append("temperature 0 is not guaranteed argmax decoding" if self.greedy == GREEDY_REQUESTED
-                       else "no greedy decoding: greedy cells ran with the backend's nearest setting")
+            out.append(
+                "temperature 0 is not guaranteed argmax decoding"
+                if self.greedy == GREEDY_REQUESTED
+                else "no greedy decoding: greedy cells ran with the backend's nearest setting"
+            )
         if self.seeds == SEED_PER_RUN:
-            out.append("one random stream per call: sampled texts depend on the batch, not on each request's seed alone")
+            out.append(
+                "one random stream per call: sampled texts depend on the batch, not on each request's seed alone"
+            )
         elif self.seeds == SEED_IGNORED:
             out.append("seeds are ignored: the 5 seeds of a sampled cell are 5 unseeded draws")
         if not self.loglikelihood:
@@ -95,10 +100,19 @@ class BackendIdentity:
 
     def cache_fields(self) -> dict[str, Any]:
         if self.kind == "engine":  # the engine's keys since the first release: its caches stay valid
-            return {"weights": self.weights_sha256, "precision": self.precision,
-                    "device": str(self.extra.get("device", "cpu")).split(":")[0]}
-        return {"backend": self.kind, "spec": self.spec, "weights": self.weights_sha256, "revision": self.revision,
-                "precision": self.precision, **{k: v for k, v in sorted(self.extra.items()) if k != "label"}}
+            return {
+                "weights": self.weights_sha256,
+                "precision": self.precision,
+                "device": str(self.extra.get("device", "cpu")).split(":")[0],
+            }
+        return {
+            "backend": self.kind,
+            "spec": self.spec,
+            "weights": self.weights_sha256,
+            "revision": self.revision,
+            "precision": self.precision,
+            **{k: v for k, v in sorted(self.extra.items()) if k != "label"},
+        }
 
     def gen_cache_fields(self) -> dict[str, Any]:
         """The model part of a generation's cache key: `cache_fields`, and for the engine its decode
@@ -127,10 +141,13 @@ class Backend(Protocol):
         """The model's input for chat messages: its chat template with the generation prompt, or the
         plain-text join (rendering.plain_text) for models without one."""
 
-    def generate_detailed(self, requests: Sequence[GenRequest], batch_size: int | None = None,
-                          progress: bool = False) -> list[GenResult]: ...
+    def generate_detailed(
+        self, requests: Sequence[GenRequest], batch_size: int | None = None, progress: bool = False
+    ) -> list[GenResult]: ...
 
-    def loglikelihood(self, requests: Sequence[LoglikRequest], batch_size: int | None = None) -> list[tuple[float, bool]]:
+    def loglikelihood(
+        self, requests: Sequence[LoglikRequest], batch_size: int | None = None
+    ) -> list[tuple[float, bool]]:
         """(summed log-probability of each continuation after its context, whether it is the greedy
         continuation). Only called when `capabilities.loglikelihood`."""
 

@@ -39,9 +39,15 @@ class InspectBackend(StatedBackend):
         self.model = build_inspect_model(entry)
         self._capabilities = entry.capabilities()
         base_url = entry.args_dict().get("base_url") or inspect_base_url(entry.target)
-        self._identity = BackendIdentity("inspect", entry.spec, entry.label, entry.precision or "api", None,
-                                         entry.revision, extra={"model": entry.target, "model_args": entry.model_args,
-                                                                "base_url": base_url})
+        self._identity = BackendIdentity(
+            "inspect",
+            entry.spec,
+            entry.label,
+            entry.precision or "api",
+            None,
+            entry.revision,
+            extra={"model": entry.target, "model_args": entry.model_args, "base_url": base_url},
+        )
 
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         return json.dumps(messages, ensure_ascii=False)  # the server applies its own template to the messages
@@ -50,22 +56,30 @@ class InspectBackend(StatedBackend):
         from inspect_ai.model import GenerateConfig
 
         sampled = r.temperature > 0
-        return GenerateConfig(temperature=r.temperature, top_p=r.top_p if sampled and r.top_p < 1 else None,
-                              seed=r.seed if sampled else None, max_tokens=r.max_new_tokens,
-                              stop_seqs=list(r.stop) or None)
+        return GenerateConfig(
+            temperature=r.temperature,
+            top_p=r.top_p if sampled and r.top_p < 1 else None,
+            seed=r.seed if sampled else None,
+            max_tokens=r.max_new_tokens,
+            stop_seqs=list(r.stop) or None,
+        )
 
     async def agenerate(self, r: GenRequest) -> GenResult:
         from safetyrepro.tasks.inspect_tasks import chat_messages
 
         out = await self.model.generate(chat_messages(json.loads(r.prompt)), config=self._config(r))
         usage = out.usage
-        return GenResult(out.completion, int(getattr(usage, "input_tokens", 0) or 0),
-                         int(getattr(usage, "output_tokens", 0) or 0),
-                         "length" if out.stop_reason == "max_tokens" else "stop" if out.stop_reason == "stop" else "unknown",
-                         r.seed if r.temperature > 0 else None)
+        return GenResult(
+            out.completion,
+            int(getattr(usage, "input_tokens", 0) or 0),
+            int(getattr(usage, "output_tokens", 0) or 0),
+            "length" if out.stop_reason == "max_tokens" else "stop" if out.stop_reason == "stop" else "unknown",
+            r.seed if r.temperature > 0 else None,
+        )
 
-    def generate_detailed(self, requests: Sequence[GenRequest], batch_size: int | None = None,
-                          progress: bool = False) -> list[GenResult]:
+    def generate_detailed(
+        self, requests: Sequence[GenRequest], batch_size: int | None = None, progress: bool = False
+    ) -> list[GenResult]:
         """Outside Inspect's event loop (tests, benchmarks): the requests concurrently in a loop of their own."""
 
         async def main():

@@ -39,8 +39,16 @@ from safetyrepro.errors import UserError
 from safetyrepro.tasks.rendering import plain_text
 
 DEFAULT_BATCH_SIZE = 8
-_DTYPES = {"torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float16": "fp16", "bfloat16": "bf16",
-           "float32": "fp32", "float16": "fp16", "float": "fp32", "half": "fp16"}
+_DTYPES = {
+    "torch.bfloat16": "bf16",
+    "torch.float32": "fp32",
+    "torch.float16": "fp16",
+    "bfloat16": "bf16",
+    "float32": "fp32",
+    "float16": "fp16",
+    "float": "fp32",
+    "half": "fp16",
+}
 
 
 class LmEvalBackend(StatedBackend):
@@ -52,7 +60,6 @@ class LmEvalBackend(StatedBackend):
         args = entry.args_dict()
         extra: dict = {}
         if entry.target in LM_EVAL_IN_PROCESS:  # lm-eval's own default is cuda:0, as its CLI's --device
-
             extra = {"batch_size": batch_size or DEFAULT_BATCH_SIZE, "device": resolve_device(device)}
         elif batch_size:  # API clients: lm-eval's default (1 request per call) unless asked
             extra = {"batch_size": batch_size}
@@ -64,8 +71,10 @@ class LmEvalBackend(StatedBackend):
             raise
         except Exception as e:  # lm-eval's own message, as one line
             text = " ".join(str(e).split()) or type(e).__name__
-            raise UserError(f"{entry.label}: lm-eval could not build {entry.target} from {entry.model_args!r}: "
-                            f"{type(e).__name__}: {text[:400]}") from None
+            raise UserError(
+                f"{entry.label}: lm-eval could not build {entry.target} from {entry.model_args!r}: "
+                f"{type(e).__name__}: {text[:400]}"
+            ) from None
         try:
             self._chat = bool(self.lm.chat_template(True))
         except Exception:  # models without a tokenizer-side template
@@ -73,11 +82,18 @@ class LmEvalBackend(StatedBackend):
         if entry.target in LM_EVAL_COMPLETIONS:
             self._chat = self._completions_tokenizer() is not None
         caps = entry.capabilities()
-        self._capabilities = Capabilities(caps.loglikelihood, caps.greedy, caps.seeds, self._chat, caps.input,
-                                          caps.notes)
-        self._identity = BackendIdentity("lm-eval", entry.spec, entry.label, self._precision(args),
-                                         _local_weights_sha256(args), entry.revision or args.get("revision"),
-                                         extra={"model": entry.target, "model_args": entry.model_args})
+        self._capabilities = Capabilities(
+            caps.loglikelihood, caps.greedy, caps.seeds, self._chat, caps.input, caps.notes
+        )
+        self._identity = BackendIdentity(
+            "lm-eval",
+            entry.spec,
+            entry.label,
+            self._precision(args),
+            _local_weights_sha256(args),
+            entry.revision or args.get("revision"),
+            extra={"model": entry.target, "model_args": entry.model_args},
+        )
 
     def _precision(self, args: dict[str, str]) -> str:
         model = getattr(self.lm, "model", None)
@@ -98,8 +114,12 @@ class LmEvalBackend(StatedBackend):
         if tok is not None:
             # a completions endpoint takes text: the HF tokenizer's template, as lm-eval renders it before it
             # tokenises (lm-eval would send the messages themselves when tokenized_requests=False)
-            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                           continue_final_message=not add_generation_prompt)
+            return tok.apply_chat_template(
+                messages,
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=not add_generation_prompt,
+            )
         return self.lm.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
 
     def _completions_tokenizer(self):
@@ -109,8 +129,12 @@ class LmEvalBackend(StatedBackend):
         return None
 
     def _gen_kwargs(self, r: GenRequest) -> dict:
-        kw: dict = {"until": list(r.stop), "max_gen_toks": r.max_new_tokens, "do_sample": r.temperature > 0,
-                    "temperature": r.temperature}
+        kw: dict = {
+            "until": list(r.stop),
+            "max_gen_toks": r.max_new_tokens,
+            "do_sample": r.temperature > 0,
+            "temperature": r.temperature,
+        }
         if r.temperature > 0:
             if r.top_p < 1.0:
                 kw["top_p"] = r.top_p
@@ -118,8 +142,9 @@ class LmEvalBackend(StatedBackend):
                 kw["seed"] = r.seed
         return kw
 
-    def generate_detailed(self, requests: Sequence[GenRequest], batch_size: int | None = None,
-                          progress: bool = False) -> list[GenResult]:
+    def generate_detailed(
+        self, requests: Sequence[GenRequest], batch_size: int | None = None, progress: bool = False
+    ) -> list[GenResult]:
         from lm_eval.api.instance import Instance
 
         sampled = [r.seed for r in requests if r.temperature > 0 and r.seed is not None]
@@ -127,10 +152,14 @@ class LmEvalBackend(StatedBackend):
             _seed_everything(sampled[0])
         insts = [Instance("generate_until", {}, (r.prompt, self._gen_kwargs(r)), i) for i, r in enumerate(requests)]
         texts = self.lm.generate_until(insts, disable_tqdm=not progress)
-        return [GenResult(str(t), 0, 0, "unknown", r.seed if r.temperature > 0 else None)
-                for t, r in zip(texts, requests, strict=True)]
+        return [
+            GenResult(str(t), 0, 0, "unknown", r.seed if r.temperature > 0 else None)
+            for t, r in zip(texts, requests, strict=True)
+        ]
 
-    def loglikelihood(self, requests: Sequence[LoglikRequest], batch_size: int | None = None) -> list[tuple[float, bool]]:
+    def loglikelihood(
+        self, requests: Sequence[LoglikRequest], batch_size: int | None = None
+    ) -> list[tuple[float, bool]]:
         from lm_eval.api.instance import Instance
 
         if not self._capabilities.loglikelihood:

@@ -28,7 +28,11 @@ def open_backend(entry: ModelEntry, precision: str, device: str | None = None, b
 
         name = entry.target.split("/", 1)[1]
         args = entry.args_dict()
-        return load_engine(name, args.get("precision") or entry.precision or precision, args.get("device") or device,
-                           batch_size=int(args["batch_size"]) if args.get("batch_size") else batch_size)
+        return load_engine(
+            name,
+            args.get("precision") or entry.precision or precision,
+            args.get("device") or device,
+            batch_size=int(args["batch_size"]) if args.get("batch_size") else batch_size,
+        )
 
     return InspectBackend(entry)

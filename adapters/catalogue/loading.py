@@ -132,8 +132,11 @@ def _load_gguf(resolved: ResolvedModel, precision: str):
     tokenizer = load_tokenizer(resolved)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            resolved.path.parent, gguf_file=resolved.path.name, dtype=_torch_dtype(precision),
-            quantization_config=GgufConfig(dequantize=True))
+            resolved.path.parent,
+            gguf_file=resolved.path.name,
+            dtype=_torch_dtype(precision),
+            quantization_config=GgufConfig(dequantize=True),
+        )
     except (OSError, ValueError, KeyError, RuntimeError, struct.error) as e:
         raise UserError(f"cannot load model weights from {resolved.path} ({precision}): {_first_line(e)}") from None
     strip_gguf_quantizer(model)
@@ -148,12 +151,12 @@ def _bnb_config():
         import bitsandbytes  # noqa: F401
     except ImportError:
         raise UserError("precision nf4 needs bitsandbytes: pip install 'safetyrepro[nf4]'") from None
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                              bnb_4bit_compute_dtype=torch.bfloat16)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
 
 
-def export_hf_folder(resolved: ResolvedModel, out: str | Path, precision: str = "bf16",
-                     overwrite: bool = False) -> Path:
+def export_hf_folder(
+    resolved: ResolvedModel, out: str | Path, precision: str = "bf16", overwrite: bool = False
+) -> Path:
     """Write a plain HF folder (safetensors + tokenizer + chat template) that lm-eval's `hf` model and
     Inspect's `hf/` provider load offline. Returns the folder. A GGUF source is copied from its cached
     folder (written first if need be)."""
@@ -196,10 +199,18 @@ def _save(model, tokenizer, resolved: ResolvedModel, precision: str, folder: Pat
     with torch.no_grad():
         model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    (folder / SOURCE_FILE).write_text(json.dumps({
-        "label": resolved.label, "kind": resolved.kind, "source": str(resolved.path),
-        "source_sha256": resolved.weights_sha256(), "precision": precision,
-    }, indent=1))
+    (folder / SOURCE_FILE).write_text(
+        json.dumps(
+            {
+                "label": resolved.label,
+                "kind": resolved.kind,
+                "source": str(resolved.path),
+                "source_sha256": resolved.weights_sha256(),
+                "precision": precision,
+            },
+            indent=1,
+        )
+    )
 
 
 def _replace_folder(out: Path, write, keep=None) -> Path:
@@ -239,8 +250,10 @@ def materialised_folder(resolved: ResolvedModel, precision: str = "bf16") -> Pat
     folder = cache_dir() / "hf" / f"{name}-{sha[:12]}-{precision}"
     if _holds(folder, sha):
         return folder
-    sys.stderr.write(f"safetyrepro: writing a plain {precision} HF folder for {resolved.label} into {folder} "
-                     "(once; later loads read it)\n")
+    sys.stderr.write(
+        f"safetyrepro: writing a plain {precision} HF folder for {resolved.label} into {folder} "
+        "(once; later loads read it)\n"
+    )
     folder.parent.mkdir(parents=True, exist_ok=True)
     model, tokenizer = _load_gguf(resolved, precision)
 
@@ -248,7 +261,9 @@ def materialised_folder(resolved: ResolvedModel, precision: str = "bf16") -> Pat
         try:
             _save(model, tokenizer, resolved, precision, tmp)
         except OSError as e:
-            raise UserError(f"cannot write the cached HF folder for {resolved.label} under {folder.parent}: "
-                            f"{e.strerror or e} (free space there, or point SAFETYREPRO_CACHE_DIR elsewhere)") from None
+            raise UserError(
+                f"cannot write the cached HF folder for {resolved.label} under {folder.parent}: "
+                f"{e.strerror or e} (free space there, or point SAFETYREPRO_CACHE_DIR elsewhere)"
+            ) from None
 
     return _replace_folder(folder, write, keep=lambda f: _holds(f, sha))

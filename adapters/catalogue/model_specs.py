@@ -57,23 +57,70 @@ PACKAGES = {ENGINE: ("lm-eval", "inspect"), LM_EVAL: ("lm-eval",), INSPECT: ("in
 MODELS_FILE_KEYS = ("label", "spec", "model_args", "precision", "revision")
 
 # lm-eval models: which give continuation log-likelihoods, and how they take a seed
-LM_EVAL_SEED_IN_GEN_KWARGS = {"vllm", "local-completions", "local-chat-completions", "openai-completions",
-                              "openai-chat-completions", "sglang", "sglang-generate"}
-LM_EVAL_IN_PROCESS = {"hf", "hf-auto", "huggingface", "vllm", "sglang", "mamba_ssm", "steered",
-                      "openvino", "ipex", "onnxruntime", "onnxruntime-genai"}
+LM_EVAL_SEED_IN_GEN_KWARGS = {
+    "vllm",
+    "local-completions",
+    "local-chat-completions",
+    "openai-completions",
+    "openai-chat-completions",
+    "sglang",
+    "sglang-generate",
+}
+LM_EVAL_IN_PROCESS = {
+    "hf",
+    "hf-auto",
+    "huggingface",
+    "vllm",
+    "sglang",
+    "mamba_ssm",
+    "steered",
+    "openvino",
+    "ipex",
+    "onnxruntime",
+    "onnxruntime-genai",
+}
 # Inspect providers that honour a per-request seed, and those that cannot decode greedily
-INSPECT_SEEDED = {"openai", "openai-api", "vllm", "sglang", "llama-cpp-python", "ollama", "together", "fireworks",
-                  "groq", "deepseek", "openrouter", "mistral", "grok", "azureai", "openai-api-completions",
-                  "vllm-completions", "litellm-proxy"}
+INSPECT_SEEDED = {
+    "openai",
+    "openai-api",
+    "vllm",
+    "sglang",
+    "llama-cpp-python",
+    "ollama",
+    "together",
+    "fireworks",
+    "groq",
+    "deepseek",
+    "openrouter",
+    "mistral",
+    "grok",
+    "azureai",
+    "openai-api-completions",
+    "vllm-completions",
+    "litellm-proxy",
+}
 LM_EVAL_COMPLETIONS = {"local-completions", "openai-completions"}  # loglikelihood from echoed prompt log-probabilities
 PROBE_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16"
 INSPECT_NO_GREEDY = {"hf"}
 # Inspect providers that load weights or start a server when built (not built before the sweep starts)
-INSPECT_IN_PROCESS = {"hf", "vllm", "sglang", "llama-cpp-python", "transformer_lens", "nnterp", "safetyrepro"}  # Inspect's hf/ provider hard-codes do_sample=True
+INSPECT_IN_PROCESS = {
+    "hf",
+    "vllm",
+    "sglang",
+    "llama-cpp-python",
+    "transformer_lens",
+    "nnterp",
+    "safetyrepro",
+}  # Inspect's hf/ provider hard-codes do_sample=True
 # where Inspect providers read their server address (openai-api/<service>/... reads <SERVICE>_BASE_URL)
-INSPECT_BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "vllm": "VLLM_BASE_URL", "sglang": "SGLANG_BASE_URL",
-                        "ollama": "OLLAMA_BASE_URL", "llama-cpp-python": "LLAMA_CPP_PYTHON_BASE_URL",
-                        "openai-api-completions": None}
+INSPECT_BASE_URL_ENV = {
+    "openai": "OPENAI_BASE_URL",
+    "vllm": "VLLM_BASE_URL",
+    "sglang": "SGLANG_BASE_URL",
+    "ollama": "OLLAMA_BASE_URL",
+    "llama-cpp-python": "LLAMA_CPP_PYTHON_BASE_URL",
+    "openai-api-completions": None,
+}
 
 
 @dataclass(frozen=True)
@@ -119,15 +166,25 @@ class ModelEntry:
             in_process = self.target in LM_EVAL_IN_PROCESS
             seeds = SEED_PER_REQUEST if self.target in LM_EVAL_SEED_IN_GEN_KWARGS else SEED_PER_RUN
             loglik = not chat if self.loglikelihood is None else self.loglikelihood
-            return Capabilities(loglikelihood=loglik, greedy=GREEDY_EXACT if in_process else GREEDY_REQUESTED,
-                                seeds=seeds, input="text",
-                                notes=(self.loglikelihood_note,) if self.loglikelihood_note else ())
+            return Capabilities(
+                loglikelihood=loglik,
+                greedy=GREEDY_EXACT if in_process else GREEDY_REQUESTED,
+                seeds=seeds,
+                input="text",
+                notes=(self.loglikelihood_note,) if self.loglikelihood_note else (),
+            )
         provider = self.provider
         return Capabilities(
             loglikelihood=False,
             greedy=GREEDY_NONE if provider in INSPECT_NO_GREEDY else GREEDY_REQUESTED,
-            seeds=SEED_PER_REQUEST if provider in INSPECT_SEEDED else SEED_PER_RUN if provider == "hf" else SEED_IGNORED,
-            input="messages", notes=("Inspect providers take chat messages: the server applies its own chat template",))
+            seeds=SEED_PER_REQUEST
+            if provider in INSPECT_SEEDED
+            else SEED_PER_RUN
+            if provider == "hf"
+            else SEED_IGNORED,
+            input="messages",
+            notes=("Inspect providers take chat messages: the server applies its own chat template",),
+        )
 
 
 def parse_model_args(text: str, spec: str = "") -> dict[str, str]:
@@ -143,25 +200,30 @@ def parse_model_args(text: str, spec: str = "") -> dict[str, str]:
     return out
 
 
-def parse_model_spec(spec: str, label: str | None = None, model_args: str = "", precision: str | None = None,
-                     revision: str | None = None) -> ModelEntry:
+def parse_model_spec(
+    spec: str, label: str | None = None, model_args: str = "", precision: str | None = None, revision: str | None = None
+) -> ModelEntry:
     """A model as written on the command line (or in a models file) -> ModelEntry; UserError if malformed."""
     spec = str(spec).strip()
     if not spec:
-        raise UserError("an empty model name was given; use an embedded name, a path, lm-eval:<model>:<args> "
-                        "or inspect:<provider>/<model>")
+        raise UserError(
+            "an empty model name was given; use an embedded name, a path, lm-eval:<model>:<args> "
+            "or inspect:<provider>/<model>"
+        )
     if spec.startswith("lm-eval:"):
-        name, _, args = spec[len("lm-eval:"):].partition(":")
+        name, _, args = spec[len("lm-eval:") :].partition(":")
         if model_args and args:
             raise UserError(f"{spec}: model args given twice (in the spec and as model_args)")
         if not name:
             raise UserError(f"{spec!r}: write lm-eval:<model>:<model_args>, e.g. lm-eval:hf:pretrained=/models/smol")
         entry = ModelEntry(label or spec, LM_EVAL, name, args or model_args, precision, revision)
     elif spec.startswith("inspect:"):
-        target = spec[len("inspect:"):]
+        target = spec[len("inspect:") :]
         if not re.fullmatch(r"[\w.-]+/\S+", target):
-            raise UserError(f"{spec!r}: write inspect:<provider>/<model> as `inspect eval --model` takes it, "
-                            "e.g. inspect:openai-api/llamacpp/smol")
+            raise UserError(
+                f"{spec!r}: write inspect:<provider>/<model> as `inspect eval --model` takes it, "
+                "e.g. inspect:openai-api/llamacpp/smol"
+            )
         entry = ModelEntry(label or spec, INSPECT, target, model_args, precision, revision)
     else:
         if model_args:
@@ -179,9 +241,11 @@ def check_model_name(name: str) -> None:
     """An engine model: an embedded label, a local .gguf file or HF folder, or a hub id org/name."""
     if name in EMBEDDED or Path(name).expanduser().exists() or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
         return
-    raise UserError(f"unknown model {name!r}; use an embedded name ({', '.join(EMBEDDED)}), "
-                    "a local HF folder or .gguf file, a hub id org/name, lm-eval:<model>:<model_args> "
-                    "or inspect:<provider>/<model>")
+    raise UserError(
+        f"unknown model {name!r}; use an embedded name ({', '.join(EMBEDDED)}), "
+        "a local HF folder or .gguf file, a hub id org/name, lm-eval:<model>:<model_args> "
+        "or inspect:<provider>/<model>"
+    )
 
 
 def load_models_file(path: str | Path) -> list[ModelEntry]:
@@ -204,28 +268,44 @@ def load_models_file(path: str | Path) -> list[ModelEntry]:
             raise UserError(f"models file {p}, model {i}: each model needs at least `spec:`")
         unknown = sorted(set(row) - set(MODELS_FILE_KEYS))
         if unknown:
-            raise UserError(f"models file {p}, model {i}: unknown key(s) {', '.join(unknown)}; "
-                            f"allowed: {', '.join(MODELS_FILE_KEYS)}")
+            raise UserError(
+                f"models file {p}, model {i}: unknown key(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(MODELS_FILE_KEYS)}"
+            )
         where = f"models file {p}, model {i}"
         for key in MODELS_FILE_KEYS:  # each value is one line of text (model_args: also a key -> value mapping)
             value = row.get(key)
-            if value is not None and not isinstance(value, (str, int, float)) and not (
-                    key == "model_args" and isinstance(value, dict)):
+            if (
+                value is not None
+                and not isinstance(value, (str, int, float))
+                and not (key == "model_args" and isinstance(value, dict))
+            ):
                 raise UserError(f"{where}: `{key}` is {shorten(value)}; expected text")
         model_args = row.get("model_args") or ""
         if isinstance(model_args, dict):
             model_args = ",".join(f"{k}={v}" for k, v in model_args.items())
         for key, value in (("spec", str(row["spec"])), ("model_args", str(model_args))):
             if len(value) > MAX_SPEC_CHARS:
-                raise UserError(f"{where}: `{key}` {shorten(value)} is longer than {MAX_SPEC_CHARS} characters "
-                                "(the cap MAX_SPEC_CHARS)")
+                raise UserError(
+                    f"{where}: `{key}` {shorten(value)} is longer than {MAX_SPEC_CHARS} characters "
+                    "(the cap MAX_SPEC_CHARS)"
+                )
         label = row.get("label")
-        problem = label_problem(str(row["spec"]).strip() if label is None else str(label),
-                                "`label`" if label is not None else "label (the spec, as no `label:` is given)")
+        problem = label_problem(
+            str(row["spec"]).strip() if label is None else str(label),
+            "`label`" if label is not None else "label (the spec, as no `label:` is given)",
+        )
         if problem:  # before the spec is parsed, so that the line names this file
             raise UserError(f"{where}: {problem}")
-        out.append(parse_model_spec(str(row["spec"]), None if label is None else str(label), str(model_args),
-                                    row.get("precision"), None if row.get("revision") is None else str(row["revision"])))
+        out.append(
+            parse_model_spec(
+                str(row["spec"]),
+                None if label is None else str(label),
+                str(model_args),
+                row.get("precision"),
+                None if row.get("revision") is None else str(row["revision"]),
+            )
+        )
     return out
 
 
@@ -238,13 +318,17 @@ def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit
     continuation log-likelihoods. Returns the entry, with what a completions server's answer to one
     probe says of its prompt log-probabilities (see `probe_prompt_logprobs`)."""
     if package not in entry.packages:
-        raise UserError(f"{entry.label}: {entry.kind} models run under --package {entry.packages[0]} only "
-                        f"(a model runs through its own package), not {package}")
+        raise UserError(
+            f"{entry.label}: {entry.kind} models run under --package {entry.packages[0]} only "
+            f"(a model runs through its own package), not {package}"
+        )
     if entry.kind == LM_EVAL:
         names = lm_eval_model_names()
         if entry.target not in names:
-            raise UserError(f"{entry.label}: lm-eval has no model {entry.target!r}; known: "
-                            f"{', '.join(sorted(n for n in names if n != 'safetyrepro'))}")
+            raise UserError(
+                f"{entry.label}: lm-eval has no model {entry.target!r}; known: "
+                f"{', '.join(sorted(n for n in names if n != 'safetyrepro'))}"
+            )
         if entry.target not in LM_EVAL_COMPLETIONS:  # what it can score is known without asking a server
             _check_logprob(entry, scorings, explicit_scoring)
         args = entry.args_dict()
@@ -253,16 +337,23 @@ def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit
         if entry.target in ("local-completions", "local-chat-completions") and "base_url" not in args:
             missing.append("base_url")  # optional in the signature, but the request has nowhere to go without it
         if missing:
-            example = {"pretrained": "pretrained=/models/smol", "base_url": "base_url=http://localhost:8080/v1/completions"}
-            raise UserError(f"{entry.label}: lm-eval's {entry.target!r} model needs model_args "
-                            f"{', '.join(f'{k}=...' for k in missing)} (e.g. lm-eval:{entry.target}:"
-                            f"{example.get(missing[0], missing[0] + '=...')})")
+            example = {
+                "pretrained": "pretrained=/models/smol",
+                "base_url": "base_url=http://localhost:8080/v1/completions",
+            }
+            raise UserError(
+                f"{entry.label}: lm-eval's {entry.target!r} model needs model_args "
+                f"{', '.join(f'{k}=...' for k in missing)} (e.g. lm-eval:{entry.target}:"
+                f"{example.get(missing[0], missing[0] + '=...')})"
+            )
         for key in ("pretrained", "tokenizer", "peft"):
             value = args.get(key, "")
             # a path that is not there would reach the Hub as a repo id and fail after start-up
             if value.startswith(("/", "./", "../", "~")) and not Path(value).expanduser().exists():
-                raise UserError(f"{entry.label}: {key}={value} does not exist (lm-eval would take it for a Hub "
-                                "repo id); give an existing folder")
+                raise UserError(
+                    f"{entry.label}: {key}={value} does not exist (lm-eval would take it for a Hub "
+                    "repo id); give an existing folder"
+                )
         url = args.get("base_url")
         if url:
             check_reachable(url, entry.label)
@@ -273,8 +364,10 @@ def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit
         from safetyrepro.compat.inspect_ai import provider_names
 
         if entry.provider not in provider_names():
-            raise UserError(f"{entry.label}: Inspect has no model provider {entry.provider!r}; known: "
-                            f"{', '.join(sorted(provider_names()))}")
+            raise UserError(
+                f"{entry.label}: Inspect has no model provider {entry.provider!r}; known: "
+                f"{', '.join(sorted(provider_names()))}"
+            )
         url = entry.args_dict().get("base_url") or inspect_base_url(entry.target)
         if url:
             check_reachable(url, entry.label)
@@ -288,8 +381,10 @@ def check_runnable(entry: ModelEntry, package: str, scorings: set[str], explicit
 def _check_logprob(entry: ModelEntry, scorings: set[str], explicit_scoring: bool) -> None:
     if explicit_scoring and "logprob" in scorings and not entry.capabilities().loglikelihood:
         why = entry.loglikelihood_note or "a chat API gives none"
-        raise UserError(f"{entry.label}: logprob scoring needs continuation log-likelihoods ({why}); "
-                        "run it with --scoring free_form")
+        raise UserError(
+            f"{entry.label}: logprob scoring needs continuation log-likelihoods ({why}); "
+            "run it with --scoring free_form"
+        )
 
 
 def probe_prompt_logprobs(url: str, model: str, timeout: float = 30.0) -> tuple[bool, str]:
@@ -297,8 +392,9 @@ def probe_prompt_logprobs(url: str, model: str, timeout: float = 30.0) -> tuple[
     lm-eval's `local-completions` reads for loglikelihood requests), and check that they are usable:
     present, and aligned (the distribution listed at position i predicts token i, not token i + 1;
     llama-cpp-python 0.3.36's server lists them one position late). Returns (usable, why not)."""
-    body = json.dumps({"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1, "logprobs": 1, "echo": True,
-                       "temperature": 0}).encode()
+    body = json.dumps(
+        {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1, "logprobs": 1, "echo": True, "temperature": 0}
+    ).encode()
     try:
         req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -309,8 +405,10 @@ def probe_prompt_logprobs(url: str, model: str, timeout: float = 30.0) -> tuple[
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
         return False, f"the server returns no usable prompt log-probabilities ({type(e).__name__})"
     if late > aligned:
-        return False, ("the server's echoed prompt log-probabilities are one token late (each position lists the "
-                       "next token's distribution), so continuation log-likelihoods would be wrong")
+        return False, (
+            "the server's echoed prompt log-probabilities are one token late (each position lists the "
+            "next token's distribution), so continuation log-likelihoods would be wrong"
+        )
     return True, ""
 
 
@@ -353,5 +451,7 @@ def check_reachable(url: str, label: str, timeout: float = 3.0) -> None:
         with socket.create_connection((u.hostname, port), timeout=timeout):
             pass
     except OSError as e:
-        raise UserError(f"{label}: cannot reach the server at {url} ({e.strerror or e}); start it first "
-                        "(README: Bring your own model)") from None
+        raise UserError(
+            f"{label}: cannot reach the server at {url} ({e.strerror or e}); start it first "
+            "(README: Bring your own model)"
+        ) from None

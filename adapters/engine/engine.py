@@ -140,9 +140,17 @@ class ModelInfo:
 class Engine(PrefillMixin, HeadMixin, GenerateMixin):
     """A loaded model with batched generation and continuation log-likelihoods."""
 
-    def __init__(self, model, tokenizer, info: ModelInfo, batch_size: int | None = None,
-                 chunk_size: int | None = None, prefix_cache: bool | None = None,
-                 prefix_cache_bytes: int | None = None, exact_scores: bool = True):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        info: ModelInfo,
+        batch_size: int | None = None,
+        chunk_size: int | None = None,
+        prefix_cache: bool | None = None,
+        prefix_cache_bytes: int | None = None,
+        exact_scores: bool = True,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.info = info
@@ -175,13 +183,20 @@ class Engine(PrefillMixin, HeadMixin, GenerateMixin):
     @property
     def identity(self) -> BackendIdentity:
         info = self.info
-        return BackendIdentity("engine", info.label, info.label, info.precision, info.weights_sha256,
-                               extra={"device": info.device, "source": info.source, "decode": DECODE_VERSION})
+        return BackendIdentity(
+            "engine",
+            info.label,
+            info.label,
+            info.precision,
+            info.weights_sha256,
+            extra={"device": info.device, "source": info.source, "decode": DECODE_VERSION},
+        )
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(loglikelihood=True, greedy=GREEDY_EXACT, seeds=SEED_PER_REQUEST,
-                            chat_template=self.info.has_chat_template)
+        return Capabilities(
+            loglikelihood=True, greedy=GREEDY_EXACT, seeds=SEED_PER_REQUEST, chat_template=self.info.has_chat_template
+        )
 
     def close(self) -> None:
         """Engines stay loaded for the process (load_engine reuses them)."""
@@ -199,8 +214,11 @@ class Engine(PrefillMixin, HeadMixin, GenerateMixin):
             return plain_text(messages)
         import jinja2
 
-        kw = {"tokenize": False, "add_generation_prompt": add_generation_prompt,
-              "continue_final_message": not add_generation_prompt}
+        kw = {
+            "tokenize": False,
+            "add_generation_prompt": add_generation_prompt,
+            "continue_final_message": not add_generation_prompt,
+        }
         try:
             return self.tokenizer.apply_chat_template(messages, **kw)
         except jinja2.exceptions.TemplateError:
@@ -217,15 +235,17 @@ class Engine(PrefillMixin, HeadMixin, GenerateMixin):
 
     # ----------------------------------------------------------------- log-likelihood
 
-    def loglikelihood(self, requests: Sequence[LoglikRequest], batch_size: int | None = None,
-                      exact: bool | None = None) -> list[tuple[float, bool]]:
+    def loglikelihood(
+        self, requests: Sequence[LoglikRequest], batch_size: int | None = None, exact: bool | None = None
+    ) -> list[tuple[float, bool]]:
         """(sum of continuation token log-probs, whether greedy decoding would produce the continuation).
         `exact` (default: `exact_scores`) takes them from the float32 head, else from the model-dtype head."""
         pairs = [self.encode_pair(r.context, r.continuation) for r in requests]
         return self.loglikelihood_tokens(pairs, batch_size=batch_size, exact=exact)
 
-    def loglikelihood_tokens(self, pairs: Sequence[tuple[list[int], list[int]]],
-                             batch_size: int | None = None, exact: bool | None = None) -> list[tuple[float, bool]]:
+    def loglikelihood_tokens(
+        self, pairs: Sequence[tuple[list[int], list[int]]], batch_size: int | None = None, exact: bool | None = None
+    ) -> list[tuple[float, bool]]:
         import torch
 
         exact = self.exact_scores if exact is None else bool(exact)
@@ -239,17 +259,19 @@ class Engine(PrefillMixin, HeadMixin, GenerateMixin):
                 continue
             if not ctx:
                 raise ValueError("empty context token list; encode with encode_pair()")
-            inp = tuple((list(ctx) + list(cont))[-(self.max_length + 1):][:-1])
+            inp = tuple((list(ctx) + list(cont))[-(self.max_length + 1) :][:-1])
             groups.setdefault(inp, []).append(i)
         inputs = list(groups)
         # in token order, so that requests sharing a context (the candidates of an item, the items of
         # a few-shot cell) sit in the same batch and share its chunks
         order = sorted(range(len(inputs)), key=lambda k: inputs[k])
         with self._lock, torch.inference_mode():
-            for chunk in (order[i:i + bs] for i in range(0, len(order), bs)):
+            for chunk in (order[i : i + bs] for i in range(0, len(order), bs)):
                 keeps = [max(len(pairs[i][1]) for i in groups[inputs[k]]) for k in chunk]
-                rows = [_Row(list(inputs[k]), max(0, len(inputs[k]) - keep), max(1, len(inputs[k]) - keep + 1))
-                        for k, keep in zip(chunk, keeps, strict=True)]
+                rows = [
+                    _Row(list(inputs[k]), max(0, len(inputs[k]) - keep), max(1, len(inputs[k]) - keep + 1))
+                    for k, keep in zip(chunk, keeps, strict=True)
+                ]
                 pre = self._prefill(rows, exact=exact)
                 for b, k in enumerate(chunk):
                     logits = pre.logits[b]
@@ -257,7 +279,7 @@ class Engine(PrefillMixin, HeadMixin, GenerateMixin):
                     for i in groups[inputs[k]]:
                         cont = list(pairs[i][1])
                         n = len(cont)
-                        lp = torch.log_softmax(logits[keep - n:].float(), dim=-1)
+                        lp = torch.log_softmax(logits[keep - n :].float(), dim=-1)
                         target = torch.tensor(cont, device=lp.device)
                         score = lp.gather(1, target[:, None]).sum().item()
                         greedy = bool((lp.argmax(dim=-1) == target).all())
@@ -278,8 +300,9 @@ def _engine_key(model: str, precision: str, device: str | None):
     return (str(resolved.path), precision, resolve_device(device)), resolved
 
 
-def load_engine(model: str, precision: str = "bf16", device: str | None = None,
-                batch_size: int | None = None) -> Engine:
+def load_engine(
+    model: str, precision: str = "bf16", device: str | None = None, batch_size: int | None = None
+) -> Engine:
     """The engine for (model, precision, device), loaded once per process and reused.
 
     Raises UserError for an unknown model name, an unreadable GGUF file, an unknown precision or
@@ -291,14 +314,23 @@ def load_engine(model: str, precision: str = "bf16", device: str | None = None,
         if eng is None:
             _, precision, device = key
             hf_model, tokenizer = load_hf(resolved, precision, device)
-            attention = rowwise_attention.NAME if rowwise_attention.enable(hf_model) else \
-                str(attention_implementation(hf_model))
+            attention = (
+                rowwise_attention.NAME
+                if rowwise_attention.enable(hf_model)
+                else str(attention_implementation(hf_model))
+            )
             info = ModelInfo(
-                label=resolved.label, source=resolved.source, weights_sha256=resolved.weights_sha256(),
-                precision=precision, device=device, has_chat_template=bool(getattr(tokenizer, "chat_template", None)),
-                n_params=int(hf_model.num_parameters()), kind=resolved.kind,
+                label=resolved.label,
+                source=resolved.source,
+                weights_sha256=resolved.weights_sha256(),
+                precision=precision,
+                device=device,
+                has_chat_template=bool(getattr(tokenizer, "chat_template", None)),
+                n_params=int(hf_model.num_parameters()),
+                kind=resolved.kind,
                 name=resolved.spec.name if resolved.spec else resolved.label,
-                max_length=resolve_max_length(hf_model.config, tokenizer), attention=attention,
+                max_length=resolve_max_length(hf_model.config, tokenizer),
+                attention=attention,
             )
             eng = Engine(hf_model, tokenizer, info, batch_size=batch_size)
             _ENGINES[key] = eng

@@ -50,12 +50,14 @@ def check_gen_request(r: GenRequest) -> None:
 class GenerateMixin:
     """Engine methods for text generation."""
 
-    def generate(self, requests: Sequence[GenRequest], batch_size: int | None = None,
-                 progress: bool = False) -> list[str]:
+    def generate(
+        self, requests: Sequence[GenRequest], batch_size: int | None = None, progress: bool = False
+    ) -> list[str]:
         return [r.text for r in self.generate_detailed(requests, batch_size=batch_size, progress=progress)]
 
-    def generate_detailed(self, requests: Sequence[GenRequest], batch_size: int | None = None,
-                          progress: bool = False) -> list[GenResult]:
+    def generate_detailed(
+        self, requests: Sequence[GenRequest], batch_size: int | None = None, progress: bool = False
+    ) -> list[GenResult]:
         import torch
 
         for r in requests:
@@ -67,8 +69,10 @@ class GenerateMixin:
             ids = self.tok_encode(r.prompt)
             room = self.max_length - r.max_new_tokens
             if room <= 0:
-                raise UserError(f"max_new_tokens {r.max_new_tokens} leaves no room for the prompt "
-                                f"(model context {self.max_length} tokens)")
+                raise UserError(
+                    f"max_new_tokens {r.max_new_tokens} leaves no room for the prompt "
+                    f"(model context {self.max_length} tokens)"
+                )
             if not ids:
                 ids = [prefix_token_id(self.tokenizer)]
             prompts.append(ids[-room:])
@@ -102,14 +106,25 @@ class GenerateMixin:
         try:
             budget_mb = float(os.environ.get("SAFETYREPRO_DECODE_KV_MB", "") or DECODE_KV_MB)
         except ValueError:
-            raise UserError("SAFETYREPRO_DECODE_KV_MB must be a number of megabytes, got "
-                            f"{os.environ['SAFETYREPRO_DECODE_KV_MB']!r}") from None
+            raise UserError(
+                "SAFETYREPRO_DECODE_KV_MB must be a number of megabytes, got "
+                f"{os.environ['SAFETYREPRO_DECODE_KV_MB']!r}"
+            ) from None
         n_layers, kv_heads, head_dim = self._kv_dims
-        per_row = max(1, longest) * n_layers * 2 * kv_heads * head_dim * torch.empty(0, dtype=self._kv_dtype).element_size()
+        per_row = (
+            max(1, longest) * n_layers * 2 * kv_heads * head_dim * torch.empty(0, dtype=self._kv_dtype).element_size()
+        )
         return max(2, min(DECODE_MAX_ROWS, int(budget_mb * 2**20 // per_row)))
 
-    def _generate(self, order: list[int], prompts: list[list[int]], reqs: list[GenRequest],
-                  seeds: list[int | None], batch_size: int | None, done) -> None:
+    def _generate(
+        self,
+        order: list[int],
+        prompts: list[list[int]],
+        reqs: list[GenRequest],
+        seeds: list[int | None],
+        batch_size: int | None,
+        done,
+    ) -> None:
         """Continuous batching. Requests are admitted in `order` by prompt groups (identical prompts,
         e.g. the seeds of a sampled request): whenever fewer than `batch_size` distinct prompts are
         decoding, the next groups are prefilled (chunked, through the prefix store) and join the
@@ -132,8 +147,12 @@ class GenerateMixin:
         groups: list[list[int]] = []
         for i in order:
             if reqs[i].max_new_tokens == 0:
-                done(i, GenResult(text="", n_prompt_tokens=len(prompts[i]), n_new_tokens=0, finish_reason="length",
-                                  seed=seeds[i]))
+                done(
+                    i,
+                    GenResult(
+                        text="", n_prompt_tokens=len(prompts[i]), n_new_tokens=0, finish_reason="length", seed=seeds[i]
+                    ),
+                )
             elif groups and prompts[groups[-1][0]] == prompts[i] and len(groups[-1]) < max_rows:
                 groups[-1].append(i)
             else:
@@ -151,8 +170,11 @@ class GenerateMixin:
             if pending and n_groups < batch_size and (self._rowwise or not live):
                 admit: list[list[int]] = []
                 n_rows = len(live)
-                while pending and n_groups + len(admit) < batch_size and (
-                        n_rows + len(pending[0]) <= max_rows or not (admit or live)):
+                while (
+                    pending
+                    and n_groups + len(admit) < batch_size
+                    and (n_rows + len(pending[0]) <= max_rows or not (admit or live))
+                ):
                     if not self._rowwise and admit and len(prompts[pending[0][0]]) != len(prompts[admit[0][0]]):
                         break
                     n_rows += len(pending[0])
@@ -171,8 +193,11 @@ class GenerateMixin:
                 stop = t in self.eos_token_ids
                 if not stop:
                     r.generated.append(t)
-                    stop = bool(reqs[r.i].stop) and first_stop(
-                        self.tokenizer.decode(r.generated, skip_special_tokens=True), reqs[r.i].stop) >= 0
+                    stop = (
+                        bool(reqs[r.i].stop)
+                        and first_stop(self.tokenizer.decode(r.generated, skip_special_tokens=True), reqs[r.i].stop)
+                        >= 0
+                    )
                 if stop or len(r.generated) >= reqs[r.i].max_new_tokens:
                     done(r.i, self._result(r, prompts, reqs, seeds, "stop" if stop else "length"))
                     rows[b] = None
@@ -186,8 +211,9 @@ class GenerateMixin:
             # is idle or it has no column left (a fresh slab has room for every row's next token)
             idle = len(rows) - len(feed)
             longest = max(rows[b].length for b in feed)
-            if (2 * idle >= len(rows) and len(feed) + (-len(feed) % EXACT_ROW_BLOCK) < len(rows)) \
-                    or longest + 1 > slab.capacity:
+            if (
+                2 * idle >= len(rows) and len(feed) + (-len(feed) % EXACT_ROW_BLOCK) < len(rows)
+            ) or longest + 1 > slab.capacity:
                 slab, rows, kept = self._relayout(slab, rows, sorted(feed), [])
                 feed = {kept[b]: t for b, t in feed.items()}
             # one decode step for the rows being fed, each writing at its own next column; idle rows get
@@ -205,8 +231,9 @@ class GenerateMixin:
             if self._rowwise:
                 width = min(slab.capacity, -(-(longest + 1) // DECODE_KEY_BLOCK) * DECODE_KEY_BLOCK)
                 cache = KVSlab(slab.buf, 0, cols=pos_t, width=width, layer_major=True).cache
-                hidden = self._run(torch.tensor(ids, device=device)[:, None], None, pos_t[:, None], cache, None,
-                                   key_len=pos_t + 1)
+                hidden = self._run(
+                    torch.tensor(ids, device=device)[:, None], None, pos_t[:, None], cache, None, key_len=pos_t + 1
+                )
             else:  # one prompt length per slab, so every row writes the same column: no padding, no mask
                 slab = KVSlab(slab.buf, slab.n, layer_major=True)
                 mask = torch.ones(len(rows), slab.n + 1, dtype=torch.long, device=device)
@@ -220,8 +247,9 @@ class GenerateMixin:
         cut = first_stop(text, reqs[r.i].stop)
         if cut >= 0:
             text = text[:cut]
-        return GenResult(text=text, n_prompt_tokens=len(prompts[r.i]), n_new_tokens=r.n_new, finish_reason=finish,
-                         seed=seeds[r.i])
+        return GenResult(
+            text=text, n_prompt_tokens=len(prompts[r.i]), n_new_tokens=r.n_new, finish_reason=finish, seed=seeds[r.i]
+        )
 
     def _admit(self, admit: list[list[int]], prompts, reqs, seeds, slab, rows, logits):
         """Prefill the admitted groups and add one slab row per request (the slab is laid out anew)."""
@@ -231,8 +259,11 @@ class GenerateMixin:
             members = admit
         else:  # the unoptimised path: every request prefills its own prompt
             members = [[i] for g in admit for i in g]
-        pre = self._prefill([_Row(prompts[m[0]], len(prompts[m[0]]) - 1, len(prompts[m[0]])) for m in members],
-                            want_kv=True, blocked=True)
+        pre = self._prefill(
+            [_Row(prompts[m[0]], len(prompts[m[0]]) - 1, len(prompts[m[0]])) for m in members],
+            want_kv=True,
+            blocked=True,
+        )
         group_of = {}
         for g in admit:
             key = object()
@@ -245,9 +276,13 @@ class GenerateMixin:
                 if seeds[i] is not None:
                     g = torch.Generator(device="cpu")
                     g.manual_seed(int(seeds[i]))
-                new.append((_GenRow(i=i, group=group_of[i], gen=g, length=len(prompts[i]), max_new=reqs[i].max_new_tokens),
-                            pre.chunks[p],
-                            pre.logits[p][-1]))
+                new.append(
+                    (
+                        _GenRow(i=i, group=group_of[i], gen=g, length=len(prompts[i]), max_new=reqs[i].max_new_tokens),
+                        pre.chunks[p],
+                        pre.logits[p][-1],
+                    )
+                )
         keep = [b for b, r in enumerate(rows) if r is not None]
         slab, rows, kept = self._relayout(slab, rows, keep, [(r, c) for r, c, _ in new])
         logits = {kept[b]: t for b, t in logits.items() if b in kept}
@@ -269,15 +304,16 @@ class GenerateMixin:
         out_rows += [None] * (-len(out_rows) % EXACT_ROW_BLOCK)  # idle rows: every step a full block
         n_layers, kv_heads, head_dim = self._kv_dims
         # zeros: the masked columns of a decode step are read (as exact zeros, never NaN garbage)
-        buf = torch.zeros(n_layers, 2, len(out_rows), kv_heads, capacity, head_dim, dtype=self._kv_dtype,
-                          device=self.model.device)
+        buf = torch.zeros(
+            n_layers, 2, len(out_rows), kv_heads, capacity, head_dim, dtype=self._kv_dtype, device=self.model.device
+        )
         for b, old in enumerate(keep):
             n = rows[old].length
             buf[:, :, b, :, :n] = slab.buf[:, :, old, :, :n]
         for k, (_r, chunks) in enumerate(new):
             at = 0
             for t in chunks:  # [layers, 2, kv_heads, n, head_dim]
-                buf[:, :, len(keep) + k, :, at: at + t.shape[3]] = t
+                buf[:, :, len(keep) + k, :, at : at + t.shape[3]] = t
                 at += t.shape[3]
         return KVSlab(buf, width, layer_major=True), out_rows, {old: b for b, old in enumerate(keep)}
 

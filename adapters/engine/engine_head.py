@@ -41,7 +41,6 @@ class HeadMixin:
             weight, bias = head
             logits = torch.nn.functional.linear(hidden.float(), weight, bias)
         if self._softcap is not None:  # Gemma's final logit softcapping, as its ForCausalLM does it
-
             logits = apply_final_logit_softcap(logits, self._softcap)
         return logits[:m]
 

@@ -24,8 +24,11 @@ class PrefillMixin:
         self._softcap = final_logit_softcap(self.model)
         self._base_cache_kw = base_cache_keyword(self._base)
         heads = text.num_attention_heads
-        self._kv_dims = (text.num_hidden_layers, getattr(text, "num_key_value_heads", None) or heads,
-                         getattr(text, "head_dim", None) or text.hidden_size // heads)
+        self._kv_dims = (
+            text.num_hidden_layers,
+            getattr(text, "num_key_value_heads", None) or heads,
+            getattr(text, "head_dim", None) or text.hidden_size // heads,
+        )
         self._kv_dtype = self.model.get_input_embeddings().weight.dtype
 
     def _run(self, ids, attention_mask, position_ids, cache, spans, key_len=None):
@@ -38,8 +41,9 @@ class PrefillMixin:
             kwargs.update(sr_spans=spans, sr_key_len=key_len, sr_mask_memo={})
         return self._base(input_ids=ids, use_cache=True, **kwargs).last_hidden_state
 
-    def _prefill(self, rows: Sequence[_Row], want_kv: bool = False, exact: bool = False,
-                 blocked: bool = False) -> _Prefilled:
+    def _prefill(
+        self, rows: Sequence[_Row], want_kv: bool = False, exact: bool = False, blocked: bool = False
+    ) -> _Prefilled:
         """Chunked prefill of token rows: the logits at each row's wanted positions and (want_kv) the
         key/value states of each row's chunks.
 
@@ -70,7 +74,7 @@ class PrefillMixin:
             if share:
                 ids: list = list(chunk_keys(row.tokens, C))
                 if len(ids) < n_chunks[r]:
-                    ids.append((ids[-1] if ids else b"", tuple(row.tokens[len(ids) * C:])))
+                    ids.append((ids[-1] if ids else b"", tuple(row.tokens[len(ids) * C :])))
             else:
                 ids = [(r, j) for j in range(n_chunks[r])]
             node_of.append(ids)
@@ -106,8 +110,9 @@ class PrefillMixin:
         if owner:
             n_layers, kv_heads, head_dim = self._kv_dims
             cap = max(lens[r] for r in slab_row)
-            buf = torch.empty(len(slab_row), n_layers, 2, kv_heads, cap, head_dim, dtype=self._kv_dtype,
-                              device=self.model.device)
+            buf = torch.empty(
+                len(slab_row), n_layers, 2, kv_heads, cap, head_dim, dtype=self._kv_dtype, device=self.model.device
+            )
 
         def states(r: int, j: int):
             node = node_of[r][j]
@@ -115,7 +120,7 @@ class PrefillMixin:
             if src is None:
                 return stored[node]
             r2, _ = src
-            return buf[slab_row[r2], :, :, :, j * C: min(lens[r2], (j + 1) * C)]
+            return buf[slab_row[r2], :, :, :, j * C : min(lens[r2], (j + 1) * C)]
 
         wanted_logits: dict = {}  # (identity, offset) -> logits [V]
         copied: set = set()  # (row, j) whose states are in the row's slab line
@@ -125,7 +130,7 @@ class PrefillMixin:
             for _, (r, j) in items:  # the states each item reads that other rows made, into its line
                 for i in range(j):
                     if (r, i) not in copied and owner.get(node_of[r][i], (None,))[0] != r:
-                        buf[slab_row[r], :, :, :, i * C:(i + 1) * C] = states(r, i)
+                        buf[slab_row[r], :, :, :, i * C : (i + 1) * C] = states(r, i)
                         copied.add((r, i))
             groups = [items] if self._rowwise else [[it] for it in items]
             for group in groups:
@@ -134,16 +139,29 @@ class PrefillMixin:
             puts = []
             for node, (r, j) in owner.items():
                 if isinstance(node, bytes) and (j + 1) * C <= max(
-                        rows[q].store_upto for q in range(R) if j < n_chunks[q] and node_of[q][j] == node):
+                    rows[q].store_upto for q in range(R) if j < n_chunks[q] and node_of[q][j] == node
+                ):
                     puts.append((j, node, states(r, j).clone()))
             store.put_prefix([(node, v) for _, node, v in sorted(puts, key=lambda p: p[0])])
-        logits = [torch.stack([wanted_logits[(node_of[r][p // C], p % C)] for p in range(row.need_from, lens[r])])
-                  for r, row in enumerate(rows)]
+        logits = [
+            torch.stack([wanted_logits[(node_of[r][p // C], p % C)] for p in range(row.need_from, lens[r])])
+            for r, row in enumerate(rows)
+        ]
         chunks = [[states(r, j) for j in range(n_chunks[r])] for r in range(R)] if want_kv else None
         return _Prefilled(logits, chunks)
 
-    def _prefill_pass(self, items: list, rows: Sequence[_Row], lens: list[int], buf, slab_row: dict,
-                      wanted: dict, wanted_logits: dict, exact: bool = False, blocked: bool = False) -> None:
+    def _prefill_pass(
+        self,
+        items: list,
+        rows: Sequence[_Row],
+        lens: list[int],
+        buf,
+        slab_row: dict,
+        wanted: dict,
+        wanted_logits: dict,
+        exact: bool = False,
+        blocked: bool = False,
+    ) -> None:
         """One forward over `items` ((identity, (row, j)): chunk j of a row), packed into one sequence
         (row-wise attention) or, without it, one chunk alone on a one-row cache."""
         import torch
@@ -169,13 +187,23 @@ class PrefillMixin:
             pad = -len(toks) % EXACT_ROW_BLOCK if blocked else int(len(toks) == 1)
             toks += [self.pad_token_id] * pad
             pos += [0] * pad
-            hidden = self._run(torch.tensor([toks], device=device), None, torch.tensor([pos], device=device),
-                               KVSlab(buf, 0, writes).cache, spans)
+            hidden = self._run(
+                torch.tensor([toks], device=device),
+                None,
+                torch.tensor([pos], device=device),
+                KVSlab(buf, 0, writes).cache,
+                spans,
+            )
         else:
             ((_, (r, j)),) = items
-            line = buf[slab_row[r]: slab_row[r] + 1]
-            hidden = self._run(torch.tensor([toks], device=device), None, torch.tensor([pos], device=device),
-                               KVSlab(line, j * C).cache, None)
+            line = buf[slab_row[r] : slab_row[r] + 1]
+            hidden = self._run(
+                torch.tensor([toks], device=device),
+                None,
+                torch.tensor([pos], device=device),
+                KVSlab(line, j * C).cache,
+                None,
+            )
         if sel_key:
             logits = self._logits(hidden[0, torch.tensor(sel_t, device=device)], exact=exact, blocked=blocked)
             for k, key in enumerate(sel_key):

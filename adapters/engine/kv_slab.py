@@ -47,8 +47,15 @@ class _Slab:
 
 
 class KVSlab:
-    def __init__(self, buf, n: int, writes: list[tuple[int, int, int, int]] | None = None,
-                 cols=None, width: int | None = None, layer_major: bool = False):
+    def __init__(
+        self,
+        buf,
+        n: int,
+        writes: list[tuple[int, int, int, int]] | None = None,
+        cols=None,
+        width: int | None = None,
+        layer_major: bool = False,
+    ):
         if n > buf.shape[4] or (width or 0) > buf.shape[4]:
             raise ValueError(f"{max(n, width or 0)} filled columns in a slab of capacity {buf.shape[4]}")
         self.state = _Slab(buf, writes, cols, width, layer_major)

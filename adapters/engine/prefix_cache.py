@@ -67,7 +67,7 @@ def chunk_keys(tokens: Sequence[int], chunk_size: int, n_chunks: int | None = No
     keys, prev = [], _ROOT + str(chunk_size).encode("ascii")
     for k in range(n_full):
         h = hashlib.blake2b(prev, digest_size=16)
-        h.update(",".join(map(str, tokens[k * chunk_size:(k + 1) * chunk_size])).encode("ascii"))
+        h.update(",".join(map(str, tokens[k * chunk_size : (k + 1) * chunk_size])).encode("ascii"))
         prev = h.digest()
         keys.append(prev)
     return keys

@@ -127,9 +127,15 @@ def _spans_forward(module, query, key, value, spans, memo, sdpa, kwargs):
     out = query.new_zeros(query.shape[0], query.shape[2], query.shape[1], value.shape[-1])
     for (q_row, q_lo, q_hi, kv_row, k_lo, k_hi), n in _runs(spans):
         m = span_mask(q_hi - q_lo, k_hi - k_lo, window, memo, query.device)
-        o, _ = sdpa(module, query[q_row: q_row + n, :, q_lo:q_hi], key[kv_row: kv_row + n, :, k_lo:k_hi],
-                    value[kv_row: kv_row + n, :, k_lo:k_hi], m, **kwargs)
-        out[q_row: q_row + n, q_lo:q_hi] = o
+        o, _ = sdpa(
+            module,
+            query[q_row : q_row + n, :, q_lo:q_hi],
+            key[kv_row : kv_row + n, :, k_lo:k_hi],
+            value[kv_row : kv_row + n, :, k_lo:k_hi],
+            m,
+            **kwargs,
+        )
+        out[q_row : q_row + n, q_lo:q_hi] = o
     return out, None
 
 
@@ -166,7 +172,7 @@ def _decode_forward(module, query, key, value, key_len, memo, sdpa, kwargs):
     scaling = kwargs.get("scaling")
     rows, heads, _, dim = query.shape
     kv_heads = key.shape[1]
-    scale = dim ** -0.5 if scaling is None else scaling
+    scale = dim**-0.5 if scaling is None else scaling
     q = query.reshape(rows, kv_heads, heads // kv_heads, dim).float()
     scores = torch.matmul(q, key.float().transpose(-1, -2))  # [R, kv_heads, group, W]
     scores = (scores * scale).masked_fill(~m, float("-inf"))
@@ -187,7 +193,7 @@ def _runs(spans):
             continue
         if out and q_hi - q_lo == 1:
             (q0, ql0, qh0, kv0, kl0, kh0), n = out[-1]
-            if (qh0 - ql0 == 1 and (q_lo, k_lo, k_hi) == (ql0, kl0, kh0) and q_row == q0 + n and kv_row == kv0 + n):
+            if qh0 - ql0 == 1 and (q_lo, k_lo, k_hi) == (ql0, kl0, kh0) and q_row == q0 + n and kv_row == kv0 + n:
                 out[-1] = (out[-1][0], n + 1)
                 continue
         out.append((sp, 1))

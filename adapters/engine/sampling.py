@@ -54,8 +54,11 @@ def nucleus(scores, top_p: float) -> list:
     n_keep = (above < top_p).sum(dim=-1)  # >= 1: nothing is above the first
     last = idx.gather(1, (n_keep - 1)[:, None])
     nxt = idx.gather(1, n_keep.clamp(max=k - 1)[:, None])
-    fast = ((n_keep < k) & ((above - top_p).abs().amin(dim=-1) > NUCLEUS_MARGIN)
-            & (scores.gather(1, last) != scores.gather(1, nxt))[:, 0])
+    fast = (
+        (n_keep < k)
+        & ((above - top_p).abs().amin(dim=-1) > NUCLEUS_MARGIN)
+        & (scores.gather(1, last) != scores.gather(1, nxt))[:, 0]
+    )
     out = []
     for r, (ok, n) in enumerate(zip(fast.tolist(), n_keep.tolist(), strict=True)):
         if ok:
@@ -110,7 +113,7 @@ def next_tokens(logits, reqs: Sequence, gens: Sequence) -> list[int]:
             by_setting.setdefault((r.temperature, r.top_p), []).append(b)
     for (temperature, top_p), rows in by_setting.items():
         for i in range(0, len(rows), SAMPLE_BLOCK):
-            block = rows[i:i + SAMPLE_BLOCK]
+            block = rows[i : i + SAMPLE_BLOCK]
             scores = logits[block].float().cpu() / temperature
             for k, (b, ids) in enumerate(zip(block, nucleus(scores, top_p), strict=True)):
                 out[b] = draw(scores[k], ids, gens[b])

@@ -45,7 +45,7 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
     context, continuation = split_trailing_space(context, continuation)
     whole = tok_encode(tokenizer, context + continuation)
     ctx = tok_encode(tokenizer, context)
-    return ctx, whole[len(ctx):]
+    return ctx, whole[len(ctx) :]
 
 
 def resolve_max_length(config, tokenizer=None, default: int = DEFAULT_MAX_LENGTH) -> int:

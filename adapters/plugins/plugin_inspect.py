@@ -136,7 +136,7 @@ class _Batcher:
                     res = self.engine.loglikelihood(flat, batch_size=self.batch_size)
                     i = 0
                     for _, reqs, fut in lls:
-                        fut.set_result(res[i:i + len(reqs)])
+                        fut.set_result(res[i : i + len(reqs)])
                         i += len(reqs)
                 except Exception as e:  # every waiting caller gets the error
                     for _, _, fut in lls:
@@ -157,22 +157,35 @@ class _Batcher:
 
 @modelapi(name="safetyrepro")
 class SafetyReproModelAPI(ModelAPI):
-    def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
-                 config: GenerateConfig | None = None, **model_args: Any):
-        super().__init__(model_name=model_name, base_url=base_url, api_key=api_key,
-                         config=config if config is not None else GenerateConfig())
+    def __init__(
+        self,
+        model_name: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        config: GenerateConfig | None = None,
+        **model_args: Any,
+    ):
+        super().__init__(
+            model_name=model_name,
+            base_url=base_url,
+            api_key=api_key,
+            config=config if config is not None else GenerateConfig(),
+        )
 
         try:  # Inspect prints a PrerequisiteError as one message, without a traceback
             unknown = sorted(set(model_args) - set(_MODEL_ARGS))
             if unknown:
-                raise UserError(f"unknown model args for safetyrepro/: {', '.join(unknown)}; "
-                                f"allowed: {', '.join(a for a in _MODEL_ARGS if a != 'backend')}")
+                raise UserError(
+                    f"unknown model args for safetyrepro/: {', '.join(unknown)}; "
+                    f"allowed: {', '.join(a for a in _MODEL_ARGS if a != 'backend')}"
+                )
             bs = int(model_args["batch_size"]) if model_args.get("batch_size") else None
             if model_args.get("backend"):
                 self.backend = _BACKENDS[str(model_args["backend"])]
             else:
-                self.backend = load_engine(model_name, str(model_args.get("precision") or "bf16"),
-                                           model_args.get("device"), batch_size=bs)
+                self.backend = load_engine(
+                    model_name, str(model_args.get("precision") or "bf16"), model_args.get("device"), batch_size=bs
+                )
         except UserError as e:
             raise PrerequisiteError(f"safetyrepro/{model_name}: {e}") from None
         self.batch_size = bs
@@ -211,8 +224,10 @@ class SafetyReproModelAPI(ModelAPI):
         return GenRequest(
             prompt=self.backend.render(_as_dicts(input)),
             max_new_tokens=int(config.max_tokens or self.max_tokens()),
-            temperature=float(temperature), top_p=float(top_p if top_p is not None else 1.0),
-            seed=config.seed, stop=tuple(s for s in (config.stop_seqs or ()) if s),
+            temperature=float(temperature),
+            top_p=float(top_p if top_p is not None else 1.0),
+            seed=config.seed,
+            stop=tuple(s for s in (config.stop_seqs or ()) if s),
         )
 
     async def generate(self, input, tools, tool_choice, config: GenerateConfig) -> ModelOutput:
@@ -227,14 +242,25 @@ class SafetyReproModelAPI(ModelAPI):
         ident = self.backend.identity
         return ModelOutput(
             model=self.model_name,
-            choices=[ChatCompletionChoice(
-                message=ChatMessageAssistant(content=res.text, model=self.model_name, source="generate"),
-                stop_reason="stop" if res.finish_reason == "stop" else "max_tokens")],
-            usage=ModelUsage(input_tokens=res.n_prompt_tokens, output_tokens=res.n_new_tokens,
-                             total_tokens=res.n_prompt_tokens + res.n_new_tokens),
+            choices=[
+                ChatCompletionChoice(
+                    message=ChatMessageAssistant(content=res.text, model=self.model_name, source="generate"),
+                    stop_reason="stop" if res.finish_reason == "stop" else "max_tokens",
+                )
+            ],
+            usage=ModelUsage(
+                input_tokens=res.n_prompt_tokens,
+                output_tokens=res.n_new_tokens,
+                total_tokens=res.n_prompt_tokens + res.n_new_tokens,
+            ),
             time=time.monotonic() - start,
-            metadata={"seed": res.seed, "temperature": req.temperature, "top_p": req.top_p,
-                      "precision": ident.precision, "weights_sha256": ident.weights_sha256},
+            metadata={
+                "seed": res.seed,
+                "temperature": req.temperature,
+                "top_p": req.top_p,
+                "precision": ident.precision,
+                "weights_sha256": ident.weights_sha256,
+            },
         )
 
     # ----------------------------------------------------------------- log-likelihoods

@@ -51,8 +51,18 @@ from safetyrepro.errors import UserError, refuse
 
 eval_logger = logging.getLogger(__name__)
 _UNSUPPORTED_GEN_KWARGS = ("top_k", "num_beams", "repetition_penalty", "min_p", "typical_p")
-_IGNORED_GEN_KWARGS = ("do_sample", "temperature", "top_p", "until", "max_gen_toks", "max_new_tokens",
-                       "max_tokens", "max_completion_tokens", "seed", "use_cache")
+_IGNORED_GEN_KWARGS = (
+    "do_sample",
+    "temperature",
+    "top_p",
+    "until",
+    "max_gen_toks",
+    "max_new_tokens",
+    "max_tokens",
+    "max_completion_tokens",
+    "seed",
+    "use_cache",
+)
 
 
 def _fail(e: UserError):
@@ -90,15 +100,26 @@ def _batch_size(batch_size, max_batch_size, default: int | None = None) -> int |
 class SafetyReproLM(TemplateLM):
     backend = "causal"
 
-    def __init__(self, model: str = "smollm2", precision: str | None = None, device: str | None = None,
-                 batch_size: int | str | None = None, max_batch_size: int | None = None,
-                 seed: int | None = None, dtype: str | None = None, pretrained: str | None = None,
-                 max_gen_toks: int = 256, **unknown):
+    def __init__(
+        self,
+        model: str = "smollm2",
+        precision: str | None = None,
+        device: str | None = None,
+        batch_size: int | str | None = None,
+        max_batch_size: int | None = None,
+        seed: int | None = None,
+        dtype: str | None = None,
+        pretrained: str | None = None,
+        max_gen_toks: int = 256,
+        **unknown,
+    ):
         super().__init__()
         try:
             if unknown:
-                raise UserError(f"unknown model_args for --model safetyrepro: {', '.join(sorted(unknown))}; "
-                                "allowed: model, precision, device, batch_size, seed, max_gen_toks")
+                raise UserError(
+                    f"unknown model_args for --model safetyrepro: {', '.join(sorted(unknown))}; "
+                    "allowed: model, precision, device, batch_size, seed, max_gen_toks"
+                )
 
             bs = _batch_size(batch_size, max_batch_size)
             resolve_weights(pretrained or model)  # a refusal comes before any note on the device
@@ -109,8 +130,9 @@ class SafetyReproLM(TemplateLM):
         self._setup(engine, bs, seed, max_gen_toks)
 
     @classmethod
-    def from_backend(cls, backend, batch_size: int | None = None, seed: int | None = None,
-                     max_gen_toks: int = 256) -> SafetyReproLM:
+    def from_backend(
+        cls, backend, batch_size: int | None = None, seed: int | None = None, max_gen_toks: int = 256
+    ) -> SafetyReproLM:
         """An lm-eval model on a backend that is already loaded (the engine, or an lm-eval model behind
         the Backend protocol), possibly wrapped, e.g. in an output cache."""
         self = cls.__new__(cls)
@@ -138,8 +160,10 @@ class SafetyReproLM(TemplateLM):
         if self._chat_applied or self._warned_plain or not self.engine.capabilities.chat_template:
             return
         self._warned_plain = True
-        sys.stderr.write(f"safetyrepro: warning: {self.engine.identity.label} has a chat template but lm-eval sent plain "
-                         "text; add --apply_chat_template to score as the sweep does (README: lm-eval)\n")
+        sys.stderr.write(
+            f"safetyrepro: warning: {self.engine.identity.label} has a chat template but lm-eval sent plain "
+            "text; add --apply_chat_template to score as the sweep does (README: lm-eval)\n"
+        )
 
     # ----------------------------------------------------------------- properties lm-eval reads
 
@@ -171,9 +195,13 @@ class SafetyReproLM(TemplateLM):
     def get_model_info(self) -> dict:
         ident = self.engine.identity
         info = getattr(self.engine, "info", None)
-        return {"model_num_parameters": getattr(info, "n_params", None), "model_dtype": ident.precision,
-                "model_sha": ident.weights_sha256, "model_source": ident.spec,
-                "safetyrepro_model": info.to_dict() if info is not None else ident.to_dict()}
+        return {
+            "model_num_parameters": getattr(info, "n_params", None),
+            "model_dtype": ident.precision,
+            "model_sha": ident.weights_sha256,
+            "model_source": ident.spec,
+            "safetyrepro_model": info.to_dict() if info is not None else ident.to_dict(),
+        }
 
     def chat_template(self, chat_template: bool | str = False) -> str | None:
         if not chat_template or not self.engine.capabilities.chat_template:
@@ -214,7 +242,9 @@ class SafetyReproLM(TemplateLM):
         self._warn_if_plain_text()
         reqs = [LoglikRequest(*req.args) for req in requests]
         out: list[tuple[float, bool]] = []
-        with tqdm(total=len(reqs), disable=disable_tqdm or not self.progress_bars, desc="Running loglikelihood requests") as bar:
+        with tqdm(
+            total=len(reqs), disable=disable_tqdm or not self.progress_bars, desc="Running loglikelihood requests"
+        ) as bar:
             for r in self._chunks(len(reqs)):
                 res = self.engine.loglikelihood([reqs[i] for i in r], batch_size=self.batch_size)
                 for i, ans in zip(r, res, strict=True):
@@ -224,16 +254,25 @@ class SafetyReproLM(TemplateLM):
         return out
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
-        return self.engine.loglikelihood_tokens([(list(c), list(k)) for _, c, k in requests],
-                                                batch_size=self.batch_size)
+        return self.engine.loglikelihood_tokens(
+            [(list(c), list(k)) for _, c, k in requests], batch_size=self.batch_size
+        )
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         out = []
-        for req in tqdm(requests, disable=disable_tqdm or not self.progress_bars, desc="Running loglikelihood_rolling requests"):
+        for req in tqdm(
+            requests, disable=disable_tqdm or not self.progress_bars, desc="Running loglikelihood_rolling requests"
+        ):
             (string,) = req.args
-            windows = [utils.make_disjoint_window(w) for w in utils.get_rolling_token_windows(
-                token_list=self.tok_encode(string), prefix_token=self.prefix_token_id,
-                max_seq_len=self.max_length, context_len=1)]
+            windows = [
+                utils.make_disjoint_window(w)
+                for w in utils.get_rolling_token_windows(
+                    token_list=self.tok_encode(string),
+                    prefix_token=self.prefix_token_id,
+                    max_seq_len=self.max_length,
+                    context_len=1,
+                )
+            ]
             res = self.engine.loglikelihood_tokens(windows, batch_size=self.batch_size)
             total = sum(x[0] for x in res)
             self.cache_hook.add_partial("loglikelihood_rolling", (string,), total)
@@ -248,12 +287,20 @@ class SafetyReproLM(TemplateLM):
         kw = dict(gen_kwargs or {})
         bad = [name for name in _UNSUPPORTED_GEN_KWARGS if name in kw and kw[name] not in (None, 0, 1, 1.0)]
         if bad:
-            raise UserError(f"--model safetyrepro does not support gen_kwargs {', '.join(bad)}; "
-                            "supported: until, max_gen_toks, do_sample, temperature, top_p, seed")
+            raise UserError(
+                f"--model safetyrepro does not support gen_kwargs {', '.join(bad)}; "
+                "supported: until, max_gen_toks, do_sample, temperature, top_p, seed"
+            )
         until = kw.get("until") or []
         until = [until] if isinstance(until, str) else list(until)
-        max_new = next((int(kw[a]) for a in ("max_gen_toks", "max_new_tokens", "max_tokens",
-                                             "max_completion_tokens") if kw.get(a) is not None), self.max_gen_toks)
+        max_new = next(
+            (
+                int(kw[a])
+                for a in ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")
+                if kw.get(a) is not None
+            ),
+            self.max_gen_toks,
+        )
         temperature = float(kw.get("temperature") or 0.0)
         do_sample = kw.get("do_sample")
         if do_sample is False or (do_sample is None and temperature == 0.0):
@@ -266,8 +313,14 @@ class SafetyReproLM(TemplateLM):
             base = torch.initial_seed() if base is None else base
             key = json.dumps({k2: v for k2, v in sorted(kw.items()) if k2 != "seed"}, default=str)
             seed = int(base) if k == 0 else derive_seed(base, context, key, k)
-        return GenRequest(prompt=context, max_new_tokens=max_new, temperature=temperature, top_p=top_p,
-                          seed=seed, stop=tuple(s for s in until if s))
+        return GenRequest(
+            prompt=context,
+            max_new_tokens=max_new,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            stop=tuple(s for s in until if s),
+        )
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         self._warn_if_plain_text()
@@ -283,9 +336,13 @@ class SafetyReproLM(TemplateLM):
         except UserError as e:
             _fail(e)
         out: list[str] = []
-        with tqdm(total=len(gen_reqs), disable=disable_tqdm or not self.progress_bars, desc="Running generate_until requests") as bar:
+        with tqdm(
+            total=len(gen_reqs), disable=disable_tqdm or not self.progress_bars, desc="Running generate_until requests"
+        ) as bar:
             for r in self._chunks(len(gen_reqs), decoding=True):
-                texts = [g.text for g in self.engine.generate_detailed([gen_reqs[i] for i in r], batch_size=self.batch_size)]
+                texts = [
+                    g.text for g in self.engine.generate_detailed([gen_reqs[i] for i in r], batch_size=self.batch_size)
+                ]
                 for i, text in zip(r, texts, strict=True):
                     self.cache_hook.add_partial("generate_until", requests[i].args, text)
                 out.extend(texts)

@@ -27,10 +27,20 @@ from safetyrepro.tasks.rendering import continuation
 
 
 class SafetyReproEngineClient(Client):
-    def __init__(self, pretrained_model_name_or_path: str, precision: str = "bf16", device: str = "cpu",
-                 batch_size: int = 8, **_injected):
+    def __init__(
+        self,
+        pretrained_model_name_or_path: str,
+        precision: str = "bf16",
+        device: str = "cpu",
+        batch_size: int = 8,
+        **_injected,
+    ):
         self.model_path, self.precision, self.device, self.batch_size = (
-            str(pretrained_model_name_or_path), precision, device, int(batch_size))
+            str(pretrained_model_name_or_path),
+            precision,
+            device,
+            int(batch_size),
+        )
         self._engine = None
 
     @property
@@ -53,26 +63,36 @@ class SafetyReproEngineClient(Client):
                 raise ValueError("the SafetyRepro engine client scores only SafetyRepro scenario prompts")
             context = eng.render(messages)
             cont = continuation(rest, eng.has_chat_template) if rest else ""
-            (ll, _), = eng.loglikelihood([LoglikRequest(context, cont)])
+            ((ll, _),) = eng.loglikelihood([LoglikRequest(context, cont)])
             ctx_ids, cont_ids = eng.encode_pair(context, cont)
             # per-token values for display; the summed value is `logprob`
             per_tok = _token_logprobs(eng, ctx_ids, cont_ids)
-            tokens = [Token(text=eng.tokenizer.decode([t]), logprob=lp) for t, lp in zip(cont_ids, per_tok, strict=True)]
+            tokens = [
+                Token(text=eng.tokenizer.decode([t]), logprob=lp) for t, lp in zip(cont_ids, per_tok, strict=True)
+            ]
             out = GeneratedOutput(text=cont, logprob=float(ll), tokens=tokens)
         else:
             context = self._context(messages, rest)
             seed = int(request.random) if request.random is not None and str(request.random).isdigit() else None
-            res = eng.generate_detailed([GenRequest(context, int(request.max_tokens), float(request.temperature),
-                                                    float(request.top_p), seed if request.temperature > 0 else None,
-                                                    tuple(request.stop_sequences or ()))])[0]
+            res = eng.generate_detailed(
+                [
+                    GenRequest(
+                        context,
+                        int(request.max_tokens),
+                        float(request.temperature),
+                        float(request.top_p),
+                        seed if request.temperature > 0 else None,
+                        tuple(request.stop_sequences or ()),
+                    )
+                ]
+            )[0]
             out = GeneratedOutput(text=res.text, logprob=0.0, tokens=[], finish_reason={"reason": res.finish_reason})
-        return RequestResult(success=True, cached=False, request_time=time.time() - t0, completions=[out],
-                             embedding=[])
+        return RequestResult(success=True, cached=False, request_time=time.time() - t0, completions=[out], embedding=[])
 
 
 def _token_logprobs(engine, ctx_ids, cont_ids) -> list[float]:
     out = []
     for i in range(len(cont_ids)):
-        (lp, _), = engine.loglikelihood_tokens([(list(ctx_ids) + list(cont_ids[:i]), [cont_ids[i]])])
+        ((lp, _),) = engine.loglikelihood_tokens([(list(ctx_ids) + list(cont_ids[:i]), [cont_ids[i]])])
         out.append(float(lp))
     return out

@@ -37,9 +37,10 @@ class SafetyReproGenerationMetric(_Common, Metric):
         item = _item(self.benchmark, request_state.instance.id)
         text = request_state.result.completions[0].text if request_state.result.completions else ""
         scored = bench.score_free_form(item, text, self.template)
-        return [Stat(MetricName("safetyrepro_accuracy")).add(scored.score),
-                Stat(MetricName("safetyrepro_parse_rate")).add(float(scored.parsed))]
-
+        return [
+            Stat(MetricName("safetyrepro_accuracy")).add(scored.score),
+            Stat(MetricName("safetyrepro_parse_rate")).add(float(scored.parsed)),
+        ]
 
 
 class SafetyReproReferenceMetric(_Common, ReferenceMetric):
@@ -48,23 +49,40 @@ class SafetyReproReferenceMetric(_Common, ReferenceMetric):
 
     def evaluate_references(self, adapter_spec, reference_request_states, metric_service, eval_cache_path):
         bench = self._bench()
-        states = sorted((s for s in reference_request_states if s.request_mode in (None, "original")),
-                        key=lambda s: s.reference_index)
+        states = sorted(
+            (s for s in reference_request_states if s.request_mode in (None, "original")),
+            key=lambda s: s.reference_index,
+        )
         item = _item(self.benchmark, states[0].instance.id)
         logliks = [s.result.completions[0].logprob for s in states]
         scored = bench.score_logprob(item, logliks)
-        return [Stat(MetricName("safetyrepro_accuracy")).add(scored.score),
-                Stat(MetricName("safetyrepro_parse_rate")).add(1.0),
-                Stat(MetricName("safetyrepro_predicted_index")).add(scored.prediction)]
+        return [
+            Stat(MetricName("safetyrepro_accuracy")).add(scored.score),
+            Stat(MetricName("safetyrepro_parse_rate")).add(1.0),
+            Stat(MetricName("safetyrepro_predicted_index")).add(scored.prediction),
+        ]
 
 
 METADATA = [
-    MetricMetadata(name="safetyrepro_accuracy", display_name="SafetyRepro score",
-                   description="the benchmark's headline score, SafetyRepro's scoring", lower_is_better=False,
-                   group="accuracy"),
-    MetricMetadata(name="safetyrepro_parse_rate", display_name="Parse rate",
-                   description="share of replies with a parsed label (1 for logprob)", lower_is_better=False,
-                   group="accuracy"),
-    MetricMetadata(name="safetyrepro_predicted_index", display_name="Predicted index",
-                   description="logprob: index of the picked candidate", lower_is_better=None, group="accuracy"),
+    MetricMetadata(
+        name="safetyrepro_accuracy",
+        display_name="SafetyRepro score",
+        description="the benchmark's headline score, SafetyRepro's scoring",
+        lower_is_better=False,
+        group="accuracy",
+    ),
+    MetricMetadata(
+        name="safetyrepro_parse_rate",
+        display_name="Parse rate",
+        description="share of replies with a parsed label (1 for logprob)",
+        lower_is_better=False,
+        group="accuracy",
+    ),
+    MetricMetadata(
+        name="safetyrepro_predicted_index",
+        display_name="Predicted index",
+        description="logprob: index of the picked candidate",
+        lower_is_better=None,
+        group="accuracy",
+    ),
 ]

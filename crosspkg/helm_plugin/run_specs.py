@@ -25,13 +25,29 @@ from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 
 PKG = "safetyrepro.crosspkg.helm_plugin"
 # the prompt is complete (scenario messages): HELM adds nothing around it
-BARE = dict(instructions="", input_prefix="", input_suffix="", output_prefix="", output_suffix="",
-            reference_prefix="", reference_suffix="", instance_prefix="", max_train_instances=0, num_outputs=1,
-            temperature=0.0)
+BARE = dict(
+    instructions="",
+    input_prefix="",
+    input_suffix="",
+    output_prefix="",
+    output_suffix="",
+    reference_prefix="",
+    reference_suffix="",
+    instance_prefix="",
+    max_train_instances=0,
+    num_outputs=1,
+    temperature=0.0,
+)
 
 
-def safetyrepro_spec(benchmark: str, template: str = "T3", scoring: str = "logprob", shots: int = 0,
-                     max_new_tokens: int | None = None, limit: int | None = None) -> RunSpec:
+def safetyrepro_spec(
+    benchmark: str,
+    template: str = "T3",
+    scoring: str = "logprob",
+    shots: int = 0,
+    max_new_tokens: int | None = None,
+    limit: int | None = None,
+) -> RunSpec:
     from safetyrepro.tasks.envelope import default_rules
     from safetyrepro.tasks.subsets import item_set
 
@@ -48,19 +64,29 @@ def safetyrepro_spec(benchmark: str, template: str = "T3", scoring: str = "logpr
     args = {"benchmark": benchmark, "template": template, "scoring": scoring}
     return RunSpec(
         name=f"safetyrepro_{benchmark}:template={template},scoring={scoring},shots={int(shots)}",
-        scenario_spec=ScenarioSpec(class_name=f"{PKG}.scenario.SafetyReproScenario",
-                                   args={**args, "shots": int(shots), "limit": int(limit)}),
+        scenario_spec=ScenarioSpec(
+            class_name=f"{PKG}.scenario.SafetyReproScenario", args={**args, "shots": int(shots), "limit": int(limit)}
+        ),
         adapter_spec=adapter,
-        metric_specs=[MetricSpec(class_name=f"{PKG}.metrics.SafetyRepro"
-                                 f"{'Reference' if scoring == 'logprob' else 'Generation'}Metric", args=args)],
+        metric_specs=[
+            MetricSpec(
+                class_name=f"{PKG}.metrics.SafetyRepro{'Reference' if scoring == 'logprob' else 'Generation'}Metric",
+                args=args,
+            )
+        ],
         groups=[f"safetyrepro_{benchmark}"],
     )
 
 
 def _register(benchmark: str):
     @run_spec_function(f"safetyrepro_{benchmark}")
-    def spec(template: str = "T3", scoring: str = "logprob", shots: int = 0, max_new_tokens: int | None = None,
-             limit: int | None = None) -> RunSpec:
+    def spec(
+        template: str = "T3",
+        scoring: str = "logprob",
+        shots: int = 0,
+        max_new_tokens: int | None = None,
+        limit: int | None = None,
+    ) -> RunSpec:
         return safetyrepro_spec(benchmark, template, scoring, shots, max_new_tokens, limit)
 
     spec.__name__ = f"get_safetyrepro_{benchmark}_spec"

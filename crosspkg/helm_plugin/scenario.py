@@ -33,7 +33,7 @@ def decode_prompt(prompt: str) -> tuple[list[dict] | None, str]:
     end = prompt.find(MARK, 1)
     if end < 0:
         return None, prompt
-    return json.loads(prompt[1:end]), prompt[end + 1:]
+    return json.loads(prompt[1:end]), prompt[end + 1 :]
 
 
 class SafetyReproScenario(Scenario):
@@ -41,8 +41,9 @@ class SafetyReproScenario(Scenario):
     description = "A SafetyRepro benchmark configuration on its fixed item subset"
     tags = ["safetyrepro"]
 
-    def __init__(self, benchmark: str, template: str = "T3", scoring: str = "logprob", shots: int = 0,
-                 limit: int | None = None):
+    def __init__(
+        self, benchmark: str, template: str = "T3", scoring: str = "logprob", shots: int = 0, limit: int | None = None
+    ):
         super().__init__()
         self.benchmark, self.template, self.scoring = benchmark, template, scoring
         self.shots, self.limit = int(shots), None if limit in (None, "") else int(limit)  # None: the whole subset
@@ -61,11 +62,19 @@ class SafetyReproScenario(Scenario):
             texts = bench.candidates(item, self.template)
             gold = bench.gold(item)
             refs = [Reference(Output(text=t), tags=[CORRECT_TAG] if i == gold else []) for i, t in enumerate(texts)]
-            out.append(Instance(input=Input(text=encode_messages(prompt.messages())), references=refs,
-                                split=TEST_SPLIT, id=item.id))
+            out.append(
+                Instance(
+                    input=Input(text=encode_messages(prompt.messages())), references=refs, split=TEST_SPLIT, id=item.id
+                )
+            )
         return out
 
     def get_metadata(self) -> ScenarioMetadata:
-        return ScenarioMetadata(name=f"safetyrepro_{self.benchmark}", display_name=f"SafetyRepro {self.benchmark}",
-                                description=self.description, main_metric="safetyrepro_accuracy", main_split="test",
-                                taxonomy=None)
+        return ScenarioMetadata(
+            name=f"safetyrepro_{self.benchmark}",
+            display_name=f"SafetyRepro {self.benchmark}",
+            description=self.description,
+            main_metric="safetyrepro_accuracy",
+            main_split="test",
+            taxonomy=None,
+        )

@@ -41,6 +41,7 @@ HELM_RUN_DIR = "native/helm"  # under the crosspkg --out folder
 MODEL_DIR = "model"  # links to the cached weights (helm_env.helm_model_folder)
 HELM_MODEL_DIR = f"{HELM_RUN_DIR}/{MODEL_DIR}"
 
+
 def run_entries(anchor: Anchor, model: str) -> dict[str, str]:
     expanders = f"max_train_instances={anchor.shots},increase_max_tokens={anchor.max_new_tokens - 1}"
     return {b: f"{ENTRIES[b]},{expanders},model={model},model_deployment={model}" for b in anchor.covered(PACKAGE)}
@@ -64,9 +65,21 @@ def run(anchor: Anchor, folder: ModelFolder, out: Path) -> dict:
     prep = prepare(anchor, folder, run_dir)
     entries = run_entries(anchor, prep["model"])
     env = helm_env.helm_environment(run_dir)
-    cmd = [str(bin_dir / "helm-run"), "--run-entries", *entries.values(), "--suite", SUITE,
-           "--max-eval-instances", str(anchor.limit), "-o", "benchmark_output", "--local-path", "prod_env",
-           "--num-threads", "1"]
+    cmd = [
+        str(bin_dir / "helm-run"),
+        "--run-entries",
+        *entries.values(),
+        "--suite",
+        SUITE,
+        "--max-eval-instances",
+        str(anchor.limit),
+        "-o",
+        "benchmark_output",
+        "--local-path",
+        "prod_env",
+        "--num-threads",
+        "1",
+    ]
     t0 = time.time()
     log = run_dir / "helm-run.log"
     with open_text_nofollow(log, "w", root=out) as f:
@@ -75,8 +88,13 @@ def run(anchor: Anchor, folder: ModelFolder, out: Path) -> dict:
         raise RuntimeError(f"helm-run failed (exit {proc.returncode}); see {log}")
     wall = time.time() - t0
     with open_text_nofollow(run_dir / "helm-summarize.log", "w", root=out) as f:
-        subprocess.run([str(bin_dir / "helm-summarize"), "--suite", SUITE, "-o", "benchmark_output",
-                        "--auto-generate-schema"], cwd=run_dir, env=env, stdout=f, stderr=subprocess.STDOUT)
+        subprocess.run(
+            [str(bin_dir / "helm-summarize"), "--suite", SUITE, "-o", "benchmark_output", "--auto-generate-schema"],
+            cwd=run_dir,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
     records, specs = {}, {}
     sent, sent_keys = sent_prompts(run_dir / "prod_env" / "cache")
     chat = "Automatically set `apply_chat_template` to True" in log.read_text()
@@ -89,16 +107,29 @@ def run(anchor: Anchor, folder: ModelFolder, out: Path) -> dict:
 
             tok = tok or AutoTokenizer.from_pretrained(prep["model_folder"])
         for r in recs:
-            r.prompt = (tok.apply_chat_template([{"role": "user", "content": r.meta["adapter_prompt"]}], tokenize=False,
-                                                add_generation_prompt=True) if chat else r.meta["adapter_prompt"])
+            r.prompt = (
+                tok.apply_chat_template(
+                    [{"role": "user", "content": r.meta["adapter_prompt"]}], tokenize=False, add_generation_prompt=True
+                )
+                if chat
+                else r.meta["adapter_prompt"]
+            )
             r.meta["prompt_in_request_cache"] = r.prompt in sent
         records[b] = recs
         specs[b] = spec
     temps = sorted({k.get("temperature") for k in sent_keys if "temperature" in k})
-    return {"records": records, "specs": specs, "entries": entries, "wall_s": wall, "chat_template_applied": chat,
-            "sent_temperature": temps[0] if len(temps) == 1 else temps,
-            "sent_request_keys": sorted({k for d in sent_keys for k in d if k != "prompt"}),
-            "prepare": prep, "command": cmd, "log": str(log)}
+    return {
+        "records": records,
+        "specs": specs,
+        "entries": entries,
+        "wall_s": wall,
+        "chat_template_applied": chat,
+        "sent_temperature": temps[0] if len(temps) == 1 else temps,
+        "sent_request_keys": sorted({k for d in sent_keys for k in d if k != "prompt"}),
+        "prepare": prep,
+        "command": cmd,
+        "log": str(log),
+    }
 
 
 def find_run_dir(suite_dir: Path, prefix: str) -> Path:
@@ -133,16 +164,19 @@ def _bbq_index() -> dict[tuple, str]:
     idx = {}
     for c in BBQ_CATEGORIES:
         for r in bbq_category_rows(c):
-            idx[(r["context"], r["question"], tuple(sorted((r["ans0"], r["ans1"], r["ans2"]))))] = bbq_key(c, r["example_id"])
+            idx[(r["context"], r["question"], tuple(sorted((r["ans0"], r["ans1"], r["ans2"]))))] = bbq_key(
+                c, r["example_id"]
+            )
     return idx
 
 
 def read_run(run_path: Path, benchmark: str) -> tuple[list[ItemRecord], dict]:
     spec = json.loads((run_path / "run_spec.json").read_text())
     state = json.loads((run_path / "scenario_state.json").read_text())
-    stats = {p["instance_id"]: {s["name"]["name"]: s.get("mean") for s in p["stats"]
-                                if not s["name"].get("perturbation")}
-             for p in json.loads((run_path / "per_instance_stats.json").read_text())}
+    stats = {
+        p["instance_id"]: {s["name"]["name"]: s.get("mean") for s in p["stats"] if not s["name"].get("perturbation")}
+        for p in json.loads((run_path / "per_instance_stats.json").read_text())
+    }
     bidx = _bbq_index() if benchmark == "bbq" else {}
     recs = []
     for st in state["request_states"]:
@@ -162,10 +196,32 @@ def read_run(run_path: Path, benchmark: str) -> tuple[list[ItemRecord], dict]:
             ctx, _, q = text.partition("\nQuestion: ")
             key = bidx.get((ctx, q, tuple(sorted(options))), f"bbq:unmatched:{inst['id']}")
         em = stats.get(inst["id"], {}).get("exact_match")
-        recs.append(ItemRecord(package=PACKAGE, benchmark=benchmark, key=key, native_id=inst["id"], options=options,
-                               gold=gold, choice=choice, correct=bool(em), prompt="", output=comp,
-                               meta={"adapter_prompt": st["request"]["prompt"],
-                                     "request": {k: st["request"].get(k) for k in
-                                                 ("temperature", "max_tokens", "stop_sequences", "num_completions",
-                                                  "top_p", "echo_prompt")}}))
+        recs.append(
+            ItemRecord(
+                package=PACKAGE,
+                benchmark=benchmark,
+                key=key,
+                native_id=inst["id"],
+                options=options,
+                gold=gold,
+                choice=choice,
+                correct=bool(em),
+                prompt="",
+                output=comp,
+                meta={
+                    "adapter_prompt": st["request"]["prompt"],
+                    "request": {
+                        k: st["request"].get(k)
+                        for k in (
+                            "temperature",
+                            "max_tokens",
+                            "stop_sequences",
+                            "num_completions",
+                            "top_p",
+                            "echo_prompt",
+                        )
+                    },
+                },
+            )
+        )
     return recs, spec

@@ -45,18 +45,28 @@ def truthfulqa_task(parquet: str, shuffle_seed: int = 42):
 
     def record_to_sample(record):
         labels = record["mc1_targets"]["labels"]
-        return Sample(input=record["question"], choices=list(record["mc1_targets"]["choices"]),
-                      target=[chr(ord("A") + i) for i, v in enumerate(labels) if v == 1],
-                      metadata={"question": record["question"]})
+        return Sample(
+            input=record["question"],
+            choices=list(record["mc1_targets"]["choices"]),
+            target=[chr(ord("A") + i) for i, v in enumerate(labels) if v == 1],
+            metadata={"question": record["question"]},
+        )
 
     from inspect_ai.dataset import MemoryDataset
 
-    dataset = hf_dataset(path="parquet", split="validation", data_files={"validation": parquet},
-                         sample_fields=record_to_sample, shuffle=True, seed=shuffle_seed,
-                         shuffle_choices=shuffle_seed, auto_id=True, cached=False)
+    dataset = hf_dataset(
+        path="parquet",
+        split="validation",
+        data_files={"validation": parquet},
+        sample_fields=record_to_sample,
+        shuffle=True,
+        seed=shuffle_seed,
+        shuffle_choices=shuffle_seed,
+        auto_id=True,
+        cached=False,
+    )
     dataset = MemoryDataset(samples=list(dataset), name="truthfulqa/truthful_qa", location=parquet, shuffled=True)
-    return Task(dataset=dataset, solver=[multiple_choice(multiple_correct=False)], scorer=choice(),
-                name="truthfulqa")
+    return Task(dataset=dataset, solver=[multiple_choice(multiple_correct=False)], scorer=choice(), name="truthfulqa")
 
 
 def bbq_task():
@@ -68,14 +78,22 @@ def bbq_task():
     samples = []
     for subset in INSPECT_BBQ_SUBSETS:
         for r in bbq_category_rows(subset):
-            samples.append(Sample(
-                input=f"Context: {r['context']}\n\nQuestion: {r['question']}",
-                target=chr(ord("A") + int(r["label"])), choices=[r["ans0"], r["ans1"], r["ans2"]],
-                id=f"{subset}_{int(r['example_id']):05d}",
-                metadata={"source_id": r["example_id"], "category": r["category"],
-                          "context_condition": r["context_condition"]}))
-    return Task(dataset=MemoryDataset(samples=samples, name="bbq"), solver=[multiple_choice()], scorer=choice(),
-                name="bbq")
+            samples.append(
+                Sample(
+                    input=f"Context: {r['context']}\n\nQuestion: {r['question']}",
+                    target=chr(ord("A") + int(r["label"])),
+                    choices=[r["ans0"], r["ans1"], r["ans2"]],
+                    id=f"{subset}_{int(r['example_id']):05d}",
+                    metadata={
+                        "source_id": r["example_id"],
+                        "category": r["category"],
+                        "context_condition": r["context_condition"],
+                    },
+                )
+            )
+    return Task(
+        dataset=MemoryDataset(samples=samples, name="bbq"), solver=[multiple_choice()], scorer=choice(), name="bbq"
+    )
 
 
 def generate_config(anchor: Anchor, variant: str) -> dict:
@@ -85,8 +103,10 @@ def generate_config(anchor: Anchor, variant: str) -> dict:
 
 
 def model_args(anchor: Anchor, variant: str) -> dict:
-    args = {"dtype": "bfloat16" if anchor.precision == "bf16" else "float32",
-            "device": "cuda:0" if anchor.device.startswith("cuda") else "cpu"}
+    args = {
+        "dtype": "bfloat16" if anchor.precision == "bf16" else "float32",
+        "device": "cuda:0" if anchor.device.startswith("cuda") else "cpu",
+    }
     if variant == "greedy":
         args["do_sample"] = False
     return args
@@ -99,13 +119,21 @@ def run(anchor: Anchor, folder: ModelFolder, datasets: dict, out: Path, variant:
     benches = anchor.covered(PACKAGE)
     tasks = []
     for b in benches:
-        tasks.append(truthfulqa_task(str(datasets["truthfulqa"]["file"]), anchor.seed) if b == "truthfulqa"
-                     else bbq_task())
+        tasks.append(
+            truthfulqa_task(str(datasets["truthfulqa"]["file"]), anchor.seed) if b == "truthfulqa" else bbq_task()
+        )
     log_dir = out / "native" / f"inspect_logs_{variant}"
     t0 = time.time()
-    logs = inspect_ai.eval(tasks, model=f"hf/{folder.path}", model_args=model_args(anchor, variant),
-                           limit=anchor.limit, log_dir=str(log_dir), log_format="json", display="none",
-                           **generate_config(anchor, variant))
+    logs = inspect_ai.eval(
+        tasks,
+        model=f"hf/{folder.path}",
+        model_args=model_args(anchor, variant),
+        limit=anchor.limit,
+        log_dir=str(log_dir),
+        log_format="json",
+        display="none",
+        **generate_config(anchor, variant),
+    )
     wall = time.time() - t0
     records: dict[str, list[ItemRecord]] = {}
     meta: dict[str, dict] = {}
@@ -136,17 +164,39 @@ def run(anchor: Anchor, folder: ModelFolder, datasets: dict, out: Path, variant:
             else:
                 key = bbq_key(s.metadata["category"], s.metadata["source_id"])
             msgs = [{"role": m.role, "content": m.text} for m in s.messages if m.role in ("system", "user")]
-            sent = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) \
-                if tok.chat_template else "\n".join(m["content"] for m in msgs)
-            recs.append(ItemRecord(package=PACKAGE if variant == "default" else f"{PACKAGE}-{variant}",
-                                   benchmark=b, key=key, native_id=str(s.id), options=presented, gold=gold,
-                                   choice=choice, correct=sc.value == "C", prompt=sent, output=completion,
-                                   meta={"user_prompt": user.text, "inspect_score": sc.value}))
+            sent = (
+                tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+                if tok.chat_template
+                else "\n".join(m["content"] for m in msgs)
+            )
+            recs.append(
+                ItemRecord(
+                    package=PACKAGE if variant == "default" else f"{PACKAGE}-{variant}",
+                    benchmark=b,
+                    key=key,
+                    native_id=str(s.id),
+                    options=presented,
+                    gold=gold,
+                    choice=choice,
+                    correct=sc.value == "C",
+                    prompt=sent,
+                    output=completion,
+                    meta={"user_prompt": user.text, "inspect_score": sc.value},
+                )
+            )
         records[b] = recs
-        meta[b] = {"log": str(log.location), "eval": json.loads(log.eval.model_dump_json()),
-                   "plan": json.loads(log.plan.model_dump_json()) if log.plan else None,
-                   "model_generate_config": json.loads(log.eval.model_generate_config.model_dump_json(exclude_none=True)),
-                   "model_args": log.eval.model_args}
-    return {"records": records, "meta": meta, "wall_s": wall, "variant": variant,
-            "model_args": model_args(anchor, variant), "generate_config": generate_config(anchor, variant)}
-
+        meta[b] = {
+            "log": str(log.location),
+            "eval": json.loads(log.eval.model_dump_json()),
+            "plan": json.loads(log.plan.model_dump_json()) if log.plan else None,
+            "model_generate_config": json.loads(log.eval.model_generate_config.model_dump_json(exclude_none=True)),
+            "model_args": log.eval.model_args,
+        }
+    return {
+        "records": records,
+        "meta": meta,
+        "wall_s": wall,
+        "variant": variant,
+        "model_args": model_args(anchor, variant),
+        "generate_config": generate_config(anchor, variant),
+    }

@@ -60,14 +60,26 @@ def run(anchor: Anchor, folder: ModelFolder, datasets: dict, out: Path, batch_si
     benches = anchor.covered(PACKAGE)
     tm = TaskManager()
     tasks = [native_config(tm, NATIVE_TASKS[PACKAGE][b], datasets[b]["override"]) for b in benches]
-    model_args = {"pretrained": str(folder.path), "dtype": "bfloat16" if anchor.precision == "bf16" else "float32",
-                  "device": "cuda" if anchor.device.startswith("cuda") else "cpu"}
+    model_args = {
+        "pretrained": str(folder.path),
+        "dtype": "bfloat16" if anchor.precision == "bf16" else "float32",
+        "device": "cuda" if anchor.device.startswith("cuda") else "cpu",
+    }
     t0 = time.time()
     res = lm_eval.simple_evaluate(
-        model="hf", model_args=model_args, tasks=tasks, num_fewshot=None, batch_size=batch_size,
-        limit=anchor.limit, log_samples=True, task_manager=tm,
-        random_seed=anchor.seed, numpy_random_seed=anchor.seed, torch_random_seed=anchor.seed,
-        fewshot_random_seed=anchor.seed, bootstrap_iters=0,
+        model="hf",
+        model_args=model_args,
+        tasks=tasks,
+        num_fewshot=None,
+        batch_size=batch_size,
+        limit=anchor.limit,
+        log_samples=True,
+        task_manager=tm,
+        random_seed=anchor.seed,
+        numpy_random_seed=anchor.seed,
+        torch_random_seed=anchor.seed,
+        fewshot_random_seed=anchor.seed,
+        bootstrap_iters=0,
     )
     wall = time.time() - t0
     records: dict[str, list[ItemRecord]] = {}
@@ -87,16 +99,41 @@ def run(anchor: Anchor, folder: ModelFolder, datasets: dict, out: Path, batch_si
                 gold = [g for g in doc_to_targets(doc) if g < len(conts)]  # lm-eval's range runs one past
             else:
                 gold = [int(s["target"])]
-            recs.append(ItemRecord(
-                package=PACKAGE, benchmark=b, key=_key(b, doc, s["doc_id"]), native_id=str(s["doc_id"]),
-                options=options, gold=gold, choice=choice, correct=bool(s["acc"] if not isinstance(s["acc"], (list, tuple)) else s["acc"][0]),
-                prompt=ctxs[0], output=json.dumps(lls), meta={"continuations": conts},
-            ))
+            recs.append(
+                ItemRecord(
+                    package=PACKAGE,
+                    benchmark=b,
+                    key=_key(b, doc, s["doc_id"]),
+                    native_id=str(s["doc_id"]),
+                    options=options,
+                    gold=gold,
+                    choice=choice,
+                    correct=bool(s["acc"] if not isinstance(s["acc"], (list, tuple)) else s["acc"][0]),
+                    prompt=ctxs[0],
+                    output=json.dumps(lls),
+                    meta={"continuations": conts},
+                )
+            )
         records[b] = recs
     cfg = {k: _jsonable(v) for k, v in res.items() if k not in ("samples",)}
     atomic_write(out / "native" / "lm_eval_results.json", json.dumps(cfg, indent=1, default=str), root=out)
-    invocation = {"model": "hf", "model_args": model_args, "apply_chat_template": False, "system_instruction": None,
-                  "fewshot_as_multiturn": True, "num_fewshot": None, "gen_kwargs": None, "limit": anchor.limit,
-                  "batch_size": batch_size, "seed": anchor.seed}
-    return {"records": records, "results": cfg, "wall_s": wall, "model_args": model_args, "invocation": invocation,
-            "tasks": {b: NATIVE_TASKS[PACKAGE][b] for b in benches}}
+    invocation = {
+        "model": "hf",
+        "model_args": model_args,
+        "apply_chat_template": False,
+        "system_instruction": None,
+        "fewshot_as_multiturn": True,
+        "num_fewshot": None,
+        "gen_kwargs": None,
+        "limit": anchor.limit,
+        "batch_size": batch_size,
+        "seed": anchor.seed,
+    }
+    return {
+        "records": records,
+        "results": cfg,
+        "wall_s": wall,
+        "model_args": model_args,
+        "invocation": invocation,
+        "tasks": {b: NATIVE_TASKS[PACKAGE][b] for b in benches},
+    }

@@ -71,7 +71,7 @@ class BenchmarkProblem:
     benchmark: str
     config_ids: tuple[str, ...]
     models: tuple[str, ...]
-    item_ids: tuple[str, ...]   # the fixed subset: N items, every configuration scores all of them
+    item_ids: tuple[str, ...]  # the fixed subset: N items, every configuration scores all of them
     lattice: int | None = None  # item scores are multiples of 1/lattice (5 for 5-seed means of 0/1 scores)
 
 
@@ -80,11 +80,11 @@ class CertifyOptions:
     alpha: float = 0.05
     delta: float = 0.05
     seed: int = 0
-    batch: int = 0                 # items per configuration per round (0: about N / 30, at least 4)
+    batch: int = 0  # items per configuration per round (0: about N / 30, at least 4)
     budget_evaluations: int | None = None  # paired evaluations (pair x configuration x item)
-    budget_seconds: float | None = None    # wall time of the oracle's evaluations
+    budget_seconds: float | None = None  # wall time of the oracle's evaluations
     allocation: str = "reversal_first"
-    order: str = "seeded"          # "subset": the problem's own item order (a live run's fixed subset order)
+    order: str = "seeded"  # "subset": the problem's own item order (a live run's fixed subset order)
     round_seconds: float | None = None  # a round's estimated cost in the oracle's seconds (None: every open stream)
 
 
@@ -100,19 +100,19 @@ class _Stream:
     benchmark: str
     pair: tuple[str, str]
     config_id: str
-    index: int          # in its benchmark's confidence sequences
+    index: int  # in its benchmark's confidence sequences
     claim: str = "undecided"
 
 
 @dataclass
 class _Bench:
     problem: BenchmarkProblem
-    order: np.ndarray                       # item ids in draw order
+    order: np.ndarray  # item ids in draw order
     cs: WorBettingCS
     streams: list[_Stream]
     pairs: list[tuple[str, str]]
     verdict: dict[tuple[str, str], str] = field(default_factory=dict)
-    drawn: dict[tuple[str, str], int] = field(default_factory=dict)   # (model, config) -> items evaluated
+    drawn: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, config) -> items evaluated
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class ClaimRow:
     claim: str
     lower: float
     upper: float
-    estimate: float   # the running mean difference over the items used
+    estimate: float  # the running mean difference over the items used
     items_used: int
     n_full: int
 
@@ -135,10 +135,10 @@ class PairRow:
     model_a: str
     model_b: str
     verdict: str
-    n_evaluations: int     # paired evaluations spent on this pair (configuration x item)
-    n_full: int            # the full grid's: configurations x N
+    n_evaluations: int  # paired evaluations spent on this pair (configuration x item)
+    n_full: int  # the full grid's: configurations x N
     deciding: tuple[str, ...]  # the configurations that decided it
-    n_open: int            # configurations left undecided
+    n_open: int  # configurations left undecided
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class CertifyResult:
     full_paired_evaluations: int
     full_model_evaluations: int
     seconds: float
-    stopped_by: str   # "answered", "budget", "exhausted", "interrupted", or "running" (a checkpoint)
+    stopped_by: str  # "answered", "budget", "exhausted", "interrupted", or "running" (a checkpoint)
     alpha_each: float
     options: CertifyOptions
 
@@ -200,8 +200,10 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
             rng = np.random.default_rng([options.seed, zlib.crc32(p.benchmark.encode())])
             order = order[rng.permutation(len(p.item_ids))]
         pairs = model_pairs(p.models)
-        streams = [_Stream(p.benchmark, pair, cid, i) for i, (pair, cid) in
-                   enumerate((pair, cid) for pair in pairs for cid in p.config_ids)]
+        streams = [
+            _Stream(p.benchmark, pair, cid, i)
+            for i, (pair, cid) in enumerate((pair, cid) for pair in pairs for cid in p.config_ids)
+        ]
         cs = WorBettingCS(len(streams), len(p.item_ids), alpha_each, -1.0, 1.0, p.lattice)
         benches.append(_Bench(p, order, cs, streams, pairs, {pair: "undecided" for pair in pairs}))
     return benches, alpha_each
@@ -220,8 +222,13 @@ def _allocation(b: _Bench, options: CertifyOptions) -> dict[int, tuple[int, bool
         claims = {s.claim for s in mine}
         lean = 0
         if options.allocation == "reversal_first":
-            lean = 1 if "a_better" in claims and "b_better" not in claims else \
-                -1 if "b_better" in claims and "a_better" not in claims else 0
+            lean = (
+                1
+                if "a_better" in claims and "b_better" not in claims
+                else -1
+                if "b_better" in claims and "a_better" not in claims
+                else 0
+            )
         for s in open_:
             t = int(b.cs.t[s.index])
             running = b.cs.total[s.index] / t * 2 - 1 if t else 0.0  # mean difference so far
@@ -237,10 +244,10 @@ def items_to_decide(t: int, mean: float, variance: float, n: int, log_inv_alpha:
     v = max(variance, 0.01)
     se = math.sqrt(v / max(t, 1))
     d_win = min(1.0, abs(mean) + se)
-    need = 2 * v * log_inv_alpha / d_win ** 2 + log_inv_alpha / d_win
+    need = 2 * v * log_inv_alpha / d_win**2 + log_inv_alpha / d_win
     inside = delta - (abs(mean) + se)
     if inside > 0:
-        need = min(need, 2 * v * log_inv_alpha / inside ** 2 + log_inv_alpha / inside)
+        need = min(need, 2 * v * log_inv_alpha / inside**2 + log_inv_alpha / inside)
     return float(min(need, n))
 
 
@@ -249,7 +256,7 @@ def _plan(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
     cost_of = getattr(oracle, "cost", None)
     held_of = getattr(oracle, "held", None)
     log_inv_alpha = math.log(1 / (options.alpha / max(sum(len(b.streams) for b in benches), 1)))
-    ranked = []   # (expected seconds to decide, this round's seconds, position, (bench, stream), items)
+    ranked = []  # (expected seconds to decide, this round's seconds, position, (bench, stream), items)
     for bi, b in enumerate(benches):
         n = len(b.order)
         for s, (k, reverses) in _allocation(b, options).items():
@@ -295,7 +302,7 @@ def _free_ahead(b: _Bench, st: _Stream, t: int, held_of) -> int:
         have = b.drawn.get((model, st.config_id), 0)
         ahead = max(have - t, 0)
         if held_of is not None:
-            ahead += held_of(b.problem.benchmark, st.config_id, model, list(b.order[max(have, t):]))
+            ahead += held_of(b.problem.benchmark, st.config_id, model, list(b.order[max(have, t) :]))
         free = ahead if free is None else min(free, ahead)
     return free or 0
 
@@ -313,10 +320,14 @@ def _trim(alloc: dict[tuple[int, int], int], left: int | None) -> dict[tuple[int
     return out
 
 
-def certify(problems: Sequence[BenchmarkProblem], oracle: Oracle, options: CertifyOptions,
-            progress: Callable[[str], None] | None = None,
-            checkpoint: Callable[[CertifyResult], None] | None = None,
-            checkpoint_seconds: float = 600.0) -> CertifyResult:
+def certify(
+    problems: Sequence[BenchmarkProblem],
+    oracle: Oracle,
+    options: CertifyOptions,
+    progress: Callable[[str], None] | None = None,
+    checkpoint: Callable[[CertifyResult], None] | None = None,
+    checkpoint_seconds: float = 600.0,
+) -> CertifyResult:
     """Run certification to its answer or its budget; see the module docstring.
 
     `checkpoint`, when given, receives the result as of the last finished round (stopped_by "running")
@@ -347,12 +358,14 @@ def certify(problems: Sequence[BenchmarkProblem], oracle: Oracle, options: Certi
         while True:
             plan = {key: k for key, k in _plan(benches, options, oracle).items() if k > 0}
             if not plan:
-                stopped_by = "answered" if all(v != "undecided" for b in benches for v in b.verdict.values()) \
-                    else "exhausted"
+                stopped_by = (
+                    "answered" if all(v != "undecided" for b in benches for v in b.verdict.values()) else "exhausted"
+                )
                 break
             left = None if options.budget_evaluations is None else options.budget_evaluations - state["paired"]
-            if (left is not None and left <= 0) or \
-                    (options.budget_seconds is not None and state["spent"] >= options.budget_seconds):
+            if (left is not None and left <= 0) or (
+                options.budget_seconds is not None and state["spent"] >= options.budget_seconds
+            ):
                 stopped_by = "budget"
                 break
             plan = _trim(plan, left)
@@ -373,8 +386,10 @@ def certify(problems: Sequence[BenchmarkProblem], oracle: Oracle, options: Certi
                     _advance(b, mine, cache, options.delta)
             if progress is not None:
                 open_pairs = sum(v == "undecided" for b in benches for v in b.verdict.values())
-                progress(f"round {round_no}: {state['paired']:,} paired evaluations, {open_pairs} pair(s) open, "
-                         f"{state['spent']:.0f} s evaluating")
+                progress(
+                    f"round {round_no}: {state['paired']:,} paired evaluations, {open_pairs} pair(s) open, "
+                    f"{state['spent']:.0f} s evaluating"
+                )
             tick()
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (the CLI raises it as an interrupt)
         stopped_by = "interrupted"
@@ -385,8 +400,9 @@ def certify(problems: Sequence[BenchmarkProblem], oracle: Oracle, options: Certi
     return result(stopped_by)
 
 
-def _result(benches: list[_Bench], paired: int, seconds: float, stopped_by: str, alpha_each: float,
-            options: CertifyOptions) -> CertifyResult:
+def _result(
+    benches: list[_Bench], paired: int, seconds: float, stopped_by: str, alpha_each: float, options: CertifyOptions
+) -> CertifyResult:
     claims, pairs = _rows(benches, options.delta)
     evaluated = {}
     for b in benches:
@@ -394,12 +410,29 @@ def _result(benches: list[_Bench], paired: int, seconds: float, stopped_by: str,
             evaluated[(b.problem.benchmark, cid, model)] = b.order[:n]
     full_paired = sum(len(b.pairs) * len(b.problem.config_ids) * len(b.order) for b in benches)
     full_model = sum(len(b.problem.models) * len(b.problem.config_ids) * len(b.order) for b in benches)
-    return CertifyResult(claims, pairs, evaluated, paired, sum(len(v) for v in evaluated.values()), full_paired,
-                         full_model, seconds, stopped_by, alpha_each, options)
+    return CertifyResult(
+        claims,
+        pairs,
+        evaluated,
+        paired,
+        sum(len(v) for v in evaluated.values()),
+        full_paired,
+        full_model,
+        seconds,
+        stopped_by,
+        alpha_each,
+        options,
+    )
 
 
-def _evaluate(benches: list[_Bench], plan: dict[tuple[int, int], int], oracle: Oracle, cache: dict,
-              seconds_left: float | None = None, tick: Callable[[], None] | None = None) -> None:
+def _evaluate(
+    benches: list[_Bench],
+    plan: dict[tuple[int, int], int],
+    oracle: Oracle,
+    cache: dict,
+    seconds_left: float | None = None,
+    tick: Callable[[], None] | None = None,
+) -> None:
     """Ask the oracle once per (model, configuration) for the items this round needs that it lacks.
 
     An oracle with `evaluate_many(requests, seconds_left)` (the live one) gets the round's requests
@@ -434,7 +467,7 @@ def _evaluate(benches: list[_Bench], plan: dict[tuple[int, int], int], oracle: O
         if (many is None and len(scores) != len(items)) or len(scores) > len(items):
             raise ValueError(f"the oracle answered {len(scores)} scores for {len(items)} items ({model}, {cid})")
         store = cache.setdefault((b.problem.benchmark, cid, model), {})
-        store.update(zip(items[:len(scores)], scores, strict=True))
+        store.update(zip(items[: len(scores)], scores, strict=True))
         b.drawn[(model, cid)] = have + len(scores)
 
 
@@ -470,8 +503,13 @@ def _advance(b: _Bench, plan: dict[int, int], cache: dict, delta: float) -> None
             continue
         est = b.cs.total[st.index] / t * 2 - 1
         exact_est = b.cs.total[st.index] / len(b.order) * 2 - 1
-        st.claim = claim_of(bounds.lower[st.index], bounds.upper[st.index], bool(bounds.exact[st.index]),
-                            _rounded(exact_est if bounds.exact[st.index] else est), delta)
+        st.claim = claim_of(
+            bounds.lower[st.index],
+            bounds.upper[st.index],
+            bool(bounds.exact[st.index]),
+            _rounded(exact_est if bounds.exact[st.index] else est),
+            delta,
+        )
     for pair in b.pairs:
         b.verdict[pair] = verdict_of([s.claim for s in b.streams if s.pair == pair])
 
@@ -488,15 +526,36 @@ def _rows(benches: list[_Bench], delta: float) -> tuple[list[ClaimRow], list[Pai
         for st in b.streams:
             t = int(bounds.n[st.index])
             est = b.cs.total[st.index] / t * 2 - 1 if t else float("nan")
-            claims.append(ClaimRow(b.problem.benchmark, *st.pair, st.config_id, st.claim,
-                                   float(bounds.lower[st.index]), float(bounds.upper[st.index]), _rounded(est), t, n))
+            claims.append(
+                ClaimRow(
+                    b.problem.benchmark,
+                    *st.pair,
+                    st.config_id,
+                    st.claim,
+                    float(bounds.lower[st.index]),
+                    float(bounds.upper[st.index]),
+                    _rounded(est),
+                    t,
+                    n,
+                )
+            )
         for pair in b.pairs:
             mine = [s for s in b.streams if s.pair == pair]
             verdict = b.verdict[pair]
             # a flip (or an open pair) rests on its decided wins; a stable or equivalent verdict on every configuration
-            deciding = tuple(s.config_id for s in mine if verdict not in ("flip", "undecided")
-                             or s.claim in ("a_better", "b_better"))
+            deciding = tuple(
+                s.config_id for s in mine if verdict not in ("flip", "undecided") or s.claim in ("a_better", "b_better")
+            )
             used = int(sum(b.cs.t[s.index] for s in mine))
-            pairs.append(PairRow(b.problem.benchmark, *pair, verdict, used, len(mine) * n, deciding,
-                                 sum(s.claim == "undecided" for s in mine)))
+            pairs.append(
+                PairRow(
+                    b.problem.benchmark,
+                    *pair,
+                    verdict,
+                    used,
+                    len(mine) * n,
+                    deciding,
+                    sum(s.claim == "undecided" for s in mine),
+                )
+            )
     return claims, pairs

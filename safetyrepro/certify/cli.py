@@ -26,27 +26,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     from safetyrepro.sweep.cli import add_sweep_arguments
 
     p = sub.add_parser(
-        "certify", help="certified pairwise verdicts on a budget (evaluate only where a verdict is still open)",
+        "certify",
+        help="certified pairwise verdicts on a budget (evaluate only where a verdict is still open)",
         description="Evaluate items in rounds, paired, only where a pairwise verdict is still open, and certify "
         "per configuration and per pair what the full fixed subset would show, with familywise error control "
         "that holds wherever the run stops. --models ... evaluates models live (the sweep's flags choose the "
-        "models, benchmarks and configurations); --replay ITEMS --grid GRID replays a finished run's records.")
+        "models, benchmarks and configurations); --replay ITEMS --grid GRID replays a finished run's records.",
+    )
     p.add_argument("--replay", metavar="ITEMS", help="a finished run's per-item records (items.parquet) as the oracle")
     p.add_argument("--grid", metavar="GRID", help="with --replay: the run's grid.csv (models, configurations)")
     p.add_argument("--alpha", type=float, default=0.05, help="familywise error of all claims of the run (default 0.05)")
-    p.add_argument("--delta", type=float, default=0.05,
-                   help="a configuration within +-delta is claimed within_delta and stops (default 0.05)")
+    p.add_argument(
+        "--delta",
+        type=float,
+        default=0.05,
+        help="a configuration within +-delta is claimed within_delta and stops (default 0.05)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the item order with --order seeded (default 0)")
-    p.add_argument("--order", choices=("subset", "seeded"),
-                   help="draw order: subset (live default: the fixed subset's own seeded order, so a sweep's "
-                   "--limit N records are the first N draws) or seeded (replay default: permuted with --seed)")
-    p.add_argument("--records", nargs="+", metavar="PATH", default=[],
-                   help="live: earlier records to take as evaluated (a sweep's or certify run's folder, or its "
-                   "items.parquet, made with the same models, package, precision, tie rule and rules)")
+    p.add_argument(
+        "--order",
+        choices=("subset", "seeded"),
+        help="draw order: subset (live default: the fixed subset's own seeded order, so a sweep's "
+        "--limit N records are the first N draws) or seeded (replay default: permuted with --seed)",
+    )
+    p.add_argument(
+        "--records",
+        nargs="+",
+        metavar="PATH",
+        default=[],
+        help="live: earlier records to take as evaluated (a sweep's or certify run's folder, or its "
+        "items.parquet, made with the same models, package, precision, tie rule and rules)",
+    )
     p.add_argument("--budget", help="paired evaluations (e.g. 20000), or wall time of evaluation (90s, 30m, 2h)")
     p.add_argument("--batch", type=int, default=0, help="items per configuration per round (default: N/30, >= 4)")
-    p.add_argument("--allocation", default="reversal_first", choices=("reversal_first", "uniform"),
-                   help="where rounds spend (default reversal_first; uniform for comparison)")
+    p.add_argument(
+        "--allocation",
+        default="reversal_first",
+        choices=("reversal_first", "uniform"),
+        help="where rounds spend (default reversal_first; uniform for comparison)",
+    )
     live = p.add_argument_group("live certification (the sweep's flags)")
     # a replayed grid's package group may be any package; a live run checks its own
     add_sweep_arguments(live, require_out=False, help_for=LIVE_HELP, any_package=True)
@@ -89,17 +107,41 @@ def options_from(args: argparse.Namespace):
     live = bool(args.models or args.models_file)
     order = args.order or ("subset" if live else "seeded")
     if order == "subset" and not live:
-        raise UserError("--order subset is the fixed subset's order of a live run; a replay's records carry no "
-                        "order: use --order seeded (the default) and --seed")
+        raise UserError(
+            "--order subset is the fixed subset's order of a live run; a replay's records carry no "
+            "order: use --order seeded (the default) and --seed"
+        )
     from .live import LIVE_ROUND_SECONDS
 
-    return CertifyOptions(alpha=args.alpha, delta=args.delta, seed=args.seed, batch=args.batch,
-                          budget_evaluations=evaluations, budget_seconds=seconds, allocation=args.allocation,
-                          order=order, round_seconds=LIVE_ROUND_SECONDS if live else None)
+    return CertifyOptions(
+        alpha=args.alpha,
+        delta=args.delta,
+        seed=args.seed,
+        batch=args.batch,
+        budget_evaluations=evaluations,
+        budget_seconds=seconds,
+        allocation=args.allocation,
+        order=order,
+        round_seconds=LIVE_ROUND_SECONDS if live else None,
+    )
 
 
-LIVE_ONLY = ("models", "models_file", "benchmarks", "templates", "decodings", "shots", "scoring", "configs", "limit",
-             "device", "batch_size", "subsample", "subset_seed", "address")
+LIVE_ONLY = (
+    "models",
+    "models_file",
+    "benchmarks",
+    "templates",
+    "decodings",
+    "shots",
+    "scoring",
+    "configs",
+    "limit",
+    "device",
+    "batch_size",
+    "subsample",
+    "subset_seed",
+    "address",
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,8 +150,10 @@ def run(args: argparse.Namespace) -> int:
     if args.replay and live:
         raise UserError("give --replay ITEMS --grid GRID (a finished run) or --models ... (live), not both")
     if not args.replay and not live:
-        raise UserError("certify needs --models ... (live evaluation) or --replay ITEMS --grid GRID (a finished "
-                        "run's records); docs/certify.md")
+        raise UserError(
+            "certify needs --models ... (live evaluation) or --replay ITEMS --grid GRID (a finished "
+            "run's records); docs/certify.md"
+        )
     say = None if args.quiet else (lambda line: print(f"certify: {line}", file=sys.stderr, flush=True))
     if live:
         if args.grid:
@@ -130,17 +174,22 @@ def run(args: argparse.Namespace) -> int:
         if args.records:
             given.insert(0, "--records")
         if given:
-            raise UserError(f"{given[0]} is a live flag (with --models); a replay takes its models and "
-                            "configurations from --grid")
+            raise UserError(
+                f"{given[0]} is a live flag (with --models); a replay takes its models and configurations from --grid"
+            )
         result, paths = _replay(args, options, say)
     from .outputs import certificate_table
 
     for r in certificate_table(result).itertuples():
-        print(f"{r.benchmark:<12} {r.model_a} vs {r.model_b}: {r.verdict} ({r.n_evaluations:,} of {r.n_full:,} paired "
-              f"evaluations)")
-    print(f"wrote {len(paths)} files to {args.out} ({result.paired_evaluations:,} of {result.full_paired_evaluations:,} "
-          f"paired evaluations, {100 * result.paired_evaluations / max(result.full_paired_evaluations, 1):.0f} %; "
-          f"{result.seconds:.1f} s evaluating; stopped: {result.stopped_by}; report: {args.out / 'report.md'})")
+        print(
+            f"{r.benchmark:<12} {r.model_a} vs {r.model_b}: {r.verdict} ({r.n_evaluations:,} of {r.n_full:,} paired "
+            f"evaluations)"
+        )
+    print(
+        f"wrote {len(paths)} files to {args.out} ({result.paired_evaluations:,} of {result.full_paired_evaluations:,} "
+        f"paired evaluations, {100 * result.paired_evaluations / max(result.full_paired_evaluations, 1):.0f} %; "
+        f"{result.seconds:.1f} s evaluating; stopped: {result.stopped_by}; report: {args.out / 'report.md'})"
+    )
     if result.stopped_by == "interrupted":
         print("interrupted: the run so far is saved; rerun the same command to go on", file=sys.stderr)
         return 130
@@ -163,6 +212,11 @@ def _replay(args: argparse.Namespace, options, say):
     for w in (*grid.warnings, *replay.warnings):
         print(f"warning: {w}", file=sys.stderr)
     result = certify(replay.problems, replay.oracle, options, progress=say)
-    paths = write_outputs(result, args.out, used_records(replay, result.evaluated), f"replay of {args.replay}",
-                          benchmark_seconds(Path(args.grid), grid))
+    paths = write_outputs(
+        result,
+        args.out,
+        used_records(replay, result.evaluated),
+        f"replay of {args.replay}",
+        benchmark_seconds(Path(args.grid), grid),
+    )
     return result, paths

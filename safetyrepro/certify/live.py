@@ -48,14 +48,14 @@ from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from .algorithm import BenchmarkProblem, certify
 from .outputs import write_outputs
 
-HEARTBEAT_S = 30.0       # a line at least this often while one (model, configuration) call runs
+HEARTBEAT_S = 30.0  # a line at least this often while one (model, configuration) call runs
 LATTICE_TOLERANCE = 1e-9
 
 
 @dataclass
 class _Timing:
-    seconds: float = 0.0      # wall seconds of calls that did model work (loading excluded)
-    evaluations: int = 0      # model evaluations (model x configuration x item, every seed) in them
+    seconds: float = 0.0  # wall seconds of calls that did model work (loading excluded)
+    evaluations: int = 0  # model evaluations (model x configuration x item, every seed) in them
 
 
 @dataclass
@@ -64,15 +64,15 @@ class LiveOracle:
 
     sweep: object
     say: Callable[[str], None] | None = None
-    log_dir: Path | None = None              # Inspect's logs (lm-eval writes none here)
+    log_dir: Path | None = None  # Inspect's logs (lm-eval writes none here)
     drivers: dict = field(default_factory=dict)
-    models_run: dict = field(default_factory=dict)   # label -> backend record (as run.json records it)
+    models_run: dict = field(default_factory=dict)  # label -> backend record (as run.json records it)
     load_seconds: dict = field(default_factory=dict)
-    timing: dict = field(default_factory=dict)       # (model, config_id) -> _Timing
-    rows: dict = field(default_factory=dict)         # (model, config_id, item_id, seed) -> items.parquet row
+    timing: dict = field(default_factory=dict)  # (model, config_id) -> _Timing
+    rows: dict = field(default_factory=dict)  # (model, config_id, item_id, seed) -> items.parquet row
     calls: int = 0
-    _lattices: dict = field(default_factory=dict)   # benchmark -> the lattice its problem declares
-    _kept: dict = field(default_factory=dict)       # (model, config_id, item_id) -> {seed: item score} kept
+    _lattices: dict = field(default_factory=dict)  # benchmark -> the lattice its problem declares
+    _kept: dict = field(default_factory=dict)  # (model, config_id, item_id) -> {seed: item score} kept
     prior_rates: dict = field(default_factory=dict)  # (model, config_id) -> seconds per item, earlier certify runs
     sweep_rates: dict = field(default_factory=dict)  # (model, config_id) -> seconds per item, earlier sweeps' cells
     earlier_weights: dict = field(default_factory=dict)  # label -> {weights_sha256: the records file made with it}
@@ -82,8 +82,10 @@ class LiveOracle:
         blocked = [c for c in self.sweep.cells if not c.applicable]
         if blocked:
             c = blocked[0]
-            raise UserError(f"{c.model} gives no continuation log-likelihoods, so it cannot run {c.config.config_id}; "
-                            "certify needs every model on every configuration: add --scoring free_form")
+            raise UserError(
+                f"{c.model} gives no continuation log-likelihoods, so it cannot run {c.config.config_id}; "
+                "certify needs every model on every configuration: add --scoring free_form"
+            )
 
     # -- the problem --------------------------------------------------------------------------
     def problems(self) -> tuple[BenchmarkProblem, ...]:
@@ -163,7 +165,11 @@ class LiveOracle:
                 return rates[(model, config_id)]
         kind = _kind(self.cells[(model, config_id)])
         known = {**self.sweep_rates, **self.prior_rates, **measured}
-        alike = [r for (m, c), r in known.items() if m == model and (m, c) in self.cells and _kind(self.cells[(m, c)]) == kind]
+        alike = [
+            r
+            for (m, c), r in known.items()
+            if m == model and (m, c) in self.cells and _kind(self.cells[(m, c)]) == kind
+        ]
         return sum(alike) / len(alike) if alike else None
 
     # -- models -------------------------------------------------------------------------------
@@ -186,13 +192,16 @@ class LiveOracle:
             other = {k: v for k, v in self.earlier_weights.get(model, {}).items() if k != sha}
             if sha and other:
                 k, path = next(iter(other.items()))
-                raise UserError(f"{model}'s records in {path} were made with weights {k[:12]}..., this run loads "
-                                f"{str(sha)[:12]}...: those records are not this model's (leave them out)")
+                raise UserError(
+                    f"{model}'s records in {path} were made with weights {k[:12]}..., this run loads "
+                    f"{str(sha)[:12]}...: those records are not this model's (leave them out)"
+                )
             log_dir = None
             if spec.package == "inspect":
                 log_dir = str(ensure_dir(self.log_dir, root=self.log_dir.parent))
-            self.drivers[model] = make_driver(spec.package, backend, self.sweep.rules, self.sweep.items_for, log_dir,
-                                              spec.tie_rule)
+            self.drivers[model] = make_driver(
+                spec.package, backend, self.sweep.rules, self.sweep.items_for, log_dir, spec.tie_rule
+            )
             self.load_seconds[model] = round(time.monotonic() - t0, 3)
         return self.drivers[model]
 
@@ -200,8 +209,12 @@ class LiveOracle:
     def __call__(self, benchmark: str, config_id: str, model: str, item_ids: Sequence[str]) -> np.ndarray:
         return self.evaluate_many([(benchmark, config_id, model, item_ids)])[0]
 
-    def evaluate_many(self, requests: Sequence[tuple[str, str, str, Sequence[str]]],
-                      seconds_left: float | None = None, tick: Callable[[], None] | None = None) -> list[np.ndarray]:
+    def evaluate_many(
+        self,
+        requests: Sequence[tuple[str, str, str, Sequence[str]]],
+        seconds_left: float | None = None,
+        tick: Callable[[], None] | None = None,
+    ) -> list[np.ndarray]:
         """Each request's item scores (seed means), configuration by configuration in the order asked (the
         models in the sweep's order within each), calling `tick` after each call. With `seconds_left`, no
         call starts once that much time has passed, and a call expected to outrun it is cut to the items
@@ -224,7 +237,7 @@ class LiveOracle:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break
-                todo = self._fitting(benchmark, cid, model, ids[len(done):], left)
+                todo = self._fitting(benchmark, cid, model, ids[len(done) :], left)
                 done += list(self._run(benchmark, cid, model, todo, where=(k, len(order), deadline)))
                 if tick is not None:
                     tick()
@@ -249,8 +262,9 @@ class LiveOracle:
                     return todo[:j]
         return todo
 
-    def _run(self, benchmark: str, cid: str, model: str, ids: list[str],
-             where: tuple[int, int, float | None] | None = None) -> np.ndarray:
+    def _run(
+        self, benchmark: str, cid: str, model: str, ids: list[str], where: tuple[int, int, float | None] | None = None
+    ) -> np.ndarray:
         """`where`: (this call's place in the round, the round's calls, the budget's deadline on the
         monotonic clock or None), for the progress line."""
         cell = self.cells[(model, cid)]
@@ -268,9 +282,10 @@ class LiveOracle:
             except (UserError, OutputsCacheError):
                 raise
             except Exception as e:
-                raise UserError(f"{label} failed: {type(e).__module__}.{type(e).__name__}: {_first_line(e)} "
-                                "(what was evaluated is in the outputs cache: rerun the same command to resume)") \
-                    from None
+                raise UserError(
+                    f"{label} failed: {type(e).__module__}.{type(e).__name__}: {_first_line(e)} "
+                    "(what was evaluated is in the outputs cache: rerun the same command to resume)"
+                ) from None
         dt = time.monotonic() - t0
         self.calls += 1
         worked = driver.backend.model_calls > calls_before
@@ -283,20 +298,31 @@ class LiveOracle:
         for r in records:
             by_item.setdefault(r.item_id, []).append(r.item_score)
             self.rows[(model, cid, r.item_id, r.seed)] = {
-                "model": model, "config_id": cid, "benchmark": benchmark, "package": spec.package,
-                "precision": cell.config.precision, **r.to_dict()}
+                "model": model,
+                "config_id": cid,
+                "benchmark": benchmark,
+                "package": spec.package,
+                "precision": cell.config.precision,
+                **r.to_dict(),
+            }
         for i in kept:
             by_item[i] = list(self._kept[(model, cid, i)].values())
         missing = [i for i in ids if len(by_item.get(i, ())) != len(cell.seeds)]
         if missing:
-            raise UserError(f"{label}: the driver returned {len(by_item.get(missing[0], ()))} of {len(cell.seeds)} "
-                            f"seed records for item {missing[0]}")
+            raise UserError(
+                f"{label}: the driver returned {len(by_item.get(missing[0], ()))} of {len(cell.seeds)} "
+                f"seed records for item {missing[0]}"
+            )
         scores = np.array([sum(by_item[i]) / len(cell.seeds) for i in ids], dtype=float)
         lattice = self._lattices.get(benchmark)
         if lattice is not None and not on_lattice(scores, lattice):
             raise RuntimeError(f"{label}: item scores off the lattice 1/{lattice} the confidence sequences assume")
-        self._say(f"{label}: {len(todo)} items in {dt:.1f} s" + ("" if worked else " (cached)")
-                  + (f", {len(kept)} from earlier records" if kept else "") + _round_note(where))
+        self._say(
+            f"{label}: {len(todo)} items in {dt:.1f} s"
+            + ("" if worked else " (cached)")
+            + (f", {len(kept)} from earlier records" if kept else "")
+            + _round_note(where)
+        )
         return scores
 
     def _say(self, line: str) -> None:
@@ -352,16 +378,27 @@ class LiveOracle:
             "seconds_per_model_evaluation_by_cell": {k: round(v, 4) for k, v in sorted(by_cell.items())},
             "measured_seconds_full_grid": round(full, 1) if complete and rates else None,
             "timing_from": source if rates else None,
-            "live": {"models": list(spec.models), "model_specs": list(spec.model_specs),
-                     "benchmarks": list(spec.benchmarks), "package": spec.package, "precision": spec.precision,
-                     "tier": spec.tier, "filters": spec.filters, "limit": spec.limit, "tie_rule": spec.tie_rule,
-                     "rules_sha256": spec.rules_sha256},
+            "live": {
+                "models": list(spec.models),
+                "model_specs": list(spec.model_specs),
+                "benchmarks": list(spec.benchmarks),
+                "package": spec.package,
+                "precision": spec.precision,
+                "tier": spec.tier,
+                "filters": spec.filters,
+                "limit": spec.limit,
+                "tie_rule": spec.tie_rule,
+                "rules_sha256": spec.rules_sha256,
+            },
             "models_run": self.models_run,
         }
 
 
-DEFAULT_SECONDS_PER_ITEM = {"logprob": 0.3, "free_form": 2.5}  # one seed, before anything is measured (docs/measured.md)
-LIVE_ROUND_SECONDS = 600.0   # a live round's estimated cost: re-planned from what was learnt at least this often
+DEFAULT_SECONDS_PER_ITEM = {
+    "logprob": 0.3,
+    "free_form": 2.5,
+}  # one seed, before anything is measured (docs/measured.md)
+LIVE_ROUND_SECONDS = 600.0  # a live round's estimated cost: re-planned from what was learnt at least this often
 
 
 def _kind(cell) -> tuple[str, int]:
@@ -414,16 +451,18 @@ def plan_live(sweep_options, out: Path):
     if getattr(sweep_options, "executor", "local") != "local":
         raise UserError("certify runs its models here (--executor local): rounds are small and sequential")
     if (out / "sweep.json").exists() or (out / "grid.csv").exists():
-        raise UserError(f"--out {out} holds a sweep; certify writes items.parquet and its own files there: "
-                        "choose another --out")
+        raise UserError(
+            f"--out {out} holds a sweep; certify writes items.parquet and its own files there: choose another --out"
+        )
     sweep = Sweep.create(sweep_options)
     if len(sweep.spec.models) < 2:
         raise UserError("certify compares models pairwise: give at least two (--models A B ...)")
     return sweep
 
 
-def run_live(sweep_options, out: Path, options, say, records: Sequence[str | Path] = (),
-             checkpoint_seconds: float = 600.0) -> tuple[object, list[Path]]:
+def run_live(
+    sweep_options, out: Path, options, say, records: Sequence[str | Path] = (), checkpoint_seconds: float = 600.0
+) -> tuple[object, list[Path]]:
     """Plan, certify, write the outputs (under the folder's lock); (result, paths written). `records`:
     earlier items.parquet files (of sweeps or certify runs made the same way) whose items are taken as
     evaluated. The outputs are also written every `checkpoint_seconds` while the run goes on, and when
@@ -439,24 +478,33 @@ def run_live(sweep_options, out: Path, options, say, records: Sequence[str | Pat
         if _same_command(previous.get("live") or {}, sweep.spec):
             earlier.insert(0, (own, previous))
         elif say is not None:
-            say(f"{own} is from another certify command ({same_why(previous.get('live') or {}, sweep.spec)}); "
-                "starting afresh")
+            say(
+                f"{own} is from another certify command ({same_why(previous.get('live') or {}, sweep.spec)}); "
+                "starting afresh"
+            )
     for path, made in earlier:
         n = oracle.keep_earlier(read_records(path), {str(i) for q in problems for i in q.item_ids})
         for label, sha in _earlier_weights(path.parent, made).items():
             oracle.earlier_weights.setdefault(label, {})[sha] = path
         if "sweep_folder" in made:
-            oracle.sweep_rates.update({k: v for k, v in cell_seconds_per_item(path.parent).items() if k in oracle.cells})
+            oracle.sweep_rates.update(
+                {k: v for k, v in cell_seconds_per_item(path.parent).items() if k in oracle.cells}
+            )
         else:
             oracle.prior_rates.update(_certify_rates(made))
         if say is not None:
-            say(f"{'resuming' if path == own else 'earlier records'}: {n:,} (model, configuration, item) evaluations "
-                f"held after {path}")
+            say(
+                f"{'resuming' if path == own else 'earlier records'}: {n:,} (model, configuration, item) evaluations "
+                f"held after {path}"
+            )
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     spec = sweep.spec
-    source = (f"live evaluation of {', '.join(spec.models)} on {', '.join(spec.benchmarks)} through "
-              f"{spec.package} ({spec.precision}, {sum(len(q.config_ids) for q in problems)} configurations"
-              + (f", the first {spec.limit} items" if spec.limit else "") + ")")
+    source = (
+        f"live evaluation of {', '.join(spec.models)} on {', '.join(spec.benchmarks)} through "
+        f"{spec.package} ({spec.precision}, {sum(len(q.config_ids) for q in problems)} configurations"
+        + (f", the first {spec.limit} items" if spec.limit else "")
+        + ")"
+    )
 
     def write(result):
         extra = oracle.cost_extra(result)
@@ -469,8 +517,9 @@ def run_live(sweep_options, out: Path, options, say, records: Sequence[str | Pat
 
     sweep.store.lock()  # one run at a time writes the folder
     try:
-        result = certify(problems, oracle, options, progress=say, checkpoint=checkpoint,
-                         checkpoint_seconds=checkpoint_seconds)
+        result = certify(
+            problems, oracle, options, progress=say, checkpoint=checkpoint, checkpoint_seconds=checkpoint_seconds
+        )
         return result, write(result)
     finally:
         sweep.store.unlock()
@@ -487,8 +536,13 @@ def read_records(path: Path) -> pd.DataFrame:
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
         raise UserError(f"items file {path} row {i + 1}: item_score must be a number in [0, 1] and seed a whole number")
-    return frame.assign(model=frame["model"].astype(str), config_id=frame["config_id"].astype(str),
-                        item_id=frame["item_id"].astype(str), item_score=scores, seed=seeds.astype("int64"))
+    return frame.assign(
+        model=frame["model"].astype(str),
+        config_id=frame["config_id"].astype(str),
+        item_id=frame["item_id"].astype(str),
+        item_score=scores,
+        seed=seeds.astype("int64"),
+    )
 
 
 def _read_json(path: Path):
@@ -507,16 +561,21 @@ def _earlier_source(path: Path, spec) -> tuple[Path, dict]:
     items = path / "items.parquet" if path.is_dir() else path
     folder = items.parent
     if not items.is_file():
-        raise UserError(f"--records {path}: no items file there (give a sweep's or certify run's folder, or its "
-                        "items.parquet)")
+        raise UserError(
+            f"--records {path}: no items file there (give a sweep's or certify run's folder, or its items.parquet)"
+        )
     sweep_json, cost = _read_json(folder / "sweep.json"), _read_json(folder / "cost.json")
     made = sweep_json if isinstance(sweep_json, dict) else (cost or {}).get("live") if isinstance(cost, dict) else None
     if not isinstance(made, dict):
-        raise UserError(f"--records {path}: neither a sweep.json nor a live certify run's cost.json beside {items.name}, "
-                        "so how its records were made is unknown")
+        raise UserError(
+            f"--records {path}: neither a sweep.json nor a live certify run's cost.json beside {items.name}, "
+            "so how its records were made is unknown"
+        )
     if not _same_command(made, spec):
-        raise UserError(f"--records {path}: its records were made another way ({same_why(made, spec)}); certify "
-                        "takes only records of the same models, package, precision, tie rule and rules")
+        raise UserError(
+            f"--records {path}: its records were made another way ({same_why(made, spec)}); certify "
+            "takes only records of the same models, package, precision, tie rule and rules"
+        )
     return items, (cost if isinstance(cost, dict) and made is not sweep_json else {**made, "sweep_folder": str(folder)})
 
 
@@ -534,8 +593,12 @@ RESUME_KEYS = ("package", "precision", "tie_rule", "rules_sha256")
 
 
 def _now(spec) -> dict:
-    return {"package": spec.package, "precision": spec.precision, "tie_rule": spec.tie_rule,
-            "rules_sha256": spec.rules_sha256}
+    return {
+        "package": spec.package,
+        "precision": spec.precision,
+        "tie_rule": spec.tie_rule,
+        "rules_sha256": spec.rules_sha256,
+    }
 
 
 def _specs(made: dict) -> dict[str, str]:

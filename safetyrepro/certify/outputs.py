@@ -15,15 +15,35 @@ from safetyrepro.tasks.templates import TEMPLATE_KINDS
 
 from .algorithm import CertifyResult, ClaimRow, PairRow
 
-CERTIFICATE_COLUMNS = ("benchmark", "model_a", "model_b", "verdict", "n_evaluations", "n_full", "deciding_configs",
-                       "n_open")
-CLAIM_COLUMNS = ("benchmark", "model_a", "model_b", "config_id", "claim", "lower", "upper", "estimate",
-                 "items_used", "n_full")
+CERTIFICATE_COLUMNS = (
+    "benchmark",
+    "model_a",
+    "model_b",
+    "verdict",
+    "n_evaluations",
+    "n_full",
+    "deciding_configs",
+    "n_open",
+)
+CLAIM_COLUMNS = (
+    "benchmark",
+    "model_a",
+    "model_b",
+    "config_id",
+    "claim",
+    "lower",
+    "upper",
+    "estimate",
+    "items_used",
+    "n_full",
+)
 
 
 def certificate_table(result: CertifyResult) -> pd.DataFrame:
-    rows = [{**{k: v for k, v in asdict(p).items() if k != "deciding"}, "deciding_configs": ";".join(p.deciding)}
-            for p in result.pairs]
+    rows = [
+        {**{k: v for k, v in asdict(p).items() if k != "deciding"}, "deciding_configs": ";".join(p.deciding)}
+        for p in result.pairs
+    ]
     return pd.DataFrame(rows, columns=list(CERTIFICATE_COLUMNS))
 
 
@@ -34,15 +54,25 @@ def claims_table(result: CertifyResult) -> pd.DataFrame:
 def cost(result: CertifyResult, seconds_per_evaluation: dict[str, float] | None = None) -> dict:
     """Evaluations and seconds used beside the full grid's. Seconds for a replay are estimated from the
     grid's measured seconds per model evaluation of one item (None where unknown)."""
-    out = {"paired_evaluations": result.paired_evaluations, "full_paired_evaluations": result.full_paired_evaluations,
-           "share_of_full_paired": result.paired_evaluations / max(result.full_paired_evaluations, 1),
-           "model_evaluations": result.model_evaluations, "full_model_evaluations": result.full_model_evaluations,
-           "share_of_full_model": result.model_evaluations / max(result.full_model_evaluations, 1),
-           "seconds_evaluating": round(result.seconds, 3), "stopped_by": result.stopped_by,
-           "alpha": result.options.alpha, "alpha_each": result.alpha_each, "delta": result.options.delta,
-           "seed": result.options.seed, "order": result.options.order, "allocation": result.options.allocation,
-           "round_seconds": result.options.round_seconds,
-           "budget_evaluations": result.options.budget_evaluations, "budget_seconds": result.options.budget_seconds}
+    out = {
+        "paired_evaluations": result.paired_evaluations,
+        "full_paired_evaluations": result.full_paired_evaluations,
+        "share_of_full_paired": result.paired_evaluations / max(result.full_paired_evaluations, 1),
+        "model_evaluations": result.model_evaluations,
+        "full_model_evaluations": result.full_model_evaluations,
+        "share_of_full_model": result.model_evaluations / max(result.full_model_evaluations, 1),
+        "seconds_evaluating": round(result.seconds, 3),
+        "stopped_by": result.stopped_by,
+        "alpha": result.options.alpha,
+        "alpha_each": result.alpha_each,
+        "delta": result.options.delta,
+        "seed": result.options.seed,
+        "order": result.options.order,
+        "allocation": result.options.allocation,
+        "round_seconds": result.options.round_seconds,
+        "budget_evaluations": result.options.budget_evaluations,
+        "budget_seconds": result.options.budget_seconds,
+    }
     benchmarks = sorted({p.benchmark for p in result.pairs})
     if seconds_per_evaluation and all(b in seconds_per_evaluation for b in benchmarks):
         counts: dict[str, int] = {}
@@ -74,8 +104,10 @@ def config_words(config_id: str) -> str:
     if len(parts) != 5 or parts[1] not in TEMPLATE_KINDS:
         return config_id
     _, template, decoding, shots, scoring = parts
-    return (f"{template} ({TEMPLATE_KINDS[template].summary}), {decoding}, {shots.replace('shot', '-shot')}, "
-            f"{'log-probabilities' if scoring == 'logprob' else 'free-form'}")
+    return (
+        f"{template} ({TEMPLATE_KINDS[template].summary}), {decoding}, {shots.replace('shot', '-shot')}, "
+        f"{'log-probabilities' if scoring == 'logprob' else 'free-form'}"
+    )
 
 
 def _margin(c: ClaimRow, sign: float) -> str:
@@ -94,21 +126,29 @@ def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float) -> str:
     spent = f"({p.n_evaluations:,} of {p.n_full:,} paired evaluations, {_pct(p.n_evaluations / max(p.n_full, 1))})"
     if p.verdict == "flip":
         a, b = max(wins_a, key=lambda c: c.lower), min(wins_b, key=lambda c: c.upper)
-        return (f"{p.benchmark}: the verdict flips. {p.model_a} is ahead of {p.model_b} with {config_words(a.config_id)} "
-                f"({_margin(a, 1)}), and {p.model_b} ahead of {p.model_a} with {config_words(b.config_id)} "
-                f"({_margin(b, -1)}) {spent}.")
+        return (
+            f"{p.benchmark}: the verdict flips. {p.model_a} is ahead of {p.model_b} with {config_words(a.config_id)} "
+            f"({_margin(a, 1)}), and {p.model_b} ahead of {p.model_a} with {config_words(b.config_id)} "
+            f"({_margin(b, -1)}) {spent}."
+        )
     if p.verdict in ("stable_a", "stable_b"):
         win, lose, wins = (p.model_a, p.model_b, wins_a) if p.verdict == "stable_a" else (p.model_b, p.model_a, wins_b)
-        return (f"{p.benchmark}: {win} is ahead of {lose} wherever the envelope goes: ahead on {len(wins)} of "
-                f"{len(mine)} configurations, and on none is {lose} ahead by {delta} or more {spent}.")
+        return (
+            f"{p.benchmark}: {win} is ahead of {lose} wherever the envelope goes: ahead on {len(wins)} of "
+            f"{len(mine)} configurations, and on none is {lose} ahead by {delta} or more {spent}."
+        )
     if p.verdict == "equivalent":
         return f"{p.benchmark}: {p.model_a} and {p.model_b} are within {delta} of each other on every configuration {spent}."
-    return (f"{p.benchmark}: {p.model_a} vs {p.model_b} is undecided: {p.n_open} of {len(mine)} configurations are "
-            f"still open ({len(wins_a)} won by {p.model_a}, {len(wins_b)} by {p.model_b}) {spent}; closing them takes at "
-            f"most {sum(c.n_full - c.items_used for c in mine if c.claim == 'undecided'):,} more paired evaluations.")
+    return (
+        f"{p.benchmark}: {p.model_a} vs {p.model_b} is undecided: {p.n_open} of {len(mine)} configurations are "
+        f"still open ({len(wins_a)} won by {p.model_a}, {len(wins_b)} by {p.model_b}) {spent}; closing them takes at "
+        f"most {sum(c.n_full - c.items_used for c in mine if c.claim == 'undecided'):,} more paired evaluations."
+    )
 
 
-def hours_to_close(result: CertifyResult, by_cell: dict[str, float], by_benchmark: dict[str, float | None]) -> float | None:
+def hours_to_close(
+    result: CertifyResult, by_cell: dict[str, float], by_benchmark: dict[str, float | None]
+) -> float | None:
     """Model time that would close every open claim: each (model, configuration) of an open claim scored on
     the items it still lacks, at its measured seconds per item (else its benchmark's mean); None when a
     needed rate is unknown."""
@@ -129,17 +169,28 @@ def hours_to_close(result: CertifyResult, by_cell: dict[str, float], by_benchmar
 
 
 def report_markdown(result: CertifyResult, source: str, extra_cost: dict | None = None) -> str:
-    lines = ["# Certified verdicts", "",
-             f"Source: {source}. Every claim below holds together with probability at least {1 - result.options.alpha:.2f} "
-             f"(familywise: each pair x configuration confidence sequence at alpha {result.alpha_each:.2g}), "
-             "whatever the order of evaluation and wherever the run stopped.", ""]
+    lines = [
+        "# Certified verdicts",
+        "",
+        f"Source: {source}. Every claim below holds together with probability at least {1 - result.options.alpha:.2f} "
+        f"(familywise: each pair x configuration confidence sequence at alpha {result.alpha_each:.2g}), "
+        "whatever the order of evaluation and wherever the run stopped.",
+        "",
+    ]
     lines += [f"- {verdict_sentence(p, result.claims, result.options.delta)}" for p in result.pairs]
-    lines += ["", f"Spent {result.paired_evaluations:,} of the full grid's {result.full_paired_evaluations:,} paired "
-              f"evaluations ({_pct(result.paired_evaluations / max(result.full_paired_evaluations, 1))}); "
-              f"{result.model_evaluations:,} of {result.full_model_evaluations:,} model evaluations. Stopped: "
-              f"{result.stopped_by}.", "", "## Evidence", "",
-              "The configurations that decided each verdict, with the confidence bounds of the paired difference "
-              "(model_a - model_b) on the full subset:", ""]
+    lines += [
+        "",
+        f"Spent {result.paired_evaluations:,} of the full grid's {result.full_paired_evaluations:,} paired "
+        f"evaluations ({_pct(result.paired_evaluations / max(result.full_paired_evaluations, 1))}); "
+        f"{result.model_evaluations:,} of {result.full_model_evaluations:,} model evaluations. Stopped: "
+        f"{result.stopped_by}.",
+        "",
+        "## Evidence",
+        "",
+        "The configurations that decided each verdict, with the confidence bounds of the paired difference "
+        "(model_a - model_b) on the full subset:",
+        "",
+    ]
     claims = claims_table(result)
     decided = claims[claims["claim"] != "undecided"]
     if not decided.empty:
@@ -153,24 +204,37 @@ def report_markdown(result: CertifyResult, source: str, extra_cost: dict | None 
         cost_to_close = int((open_["n_full"] - open_["items_used"]).sum())
         hours = None
         if extra_cost and extra_cost.get("seconds_per_model_evaluation_by_cell") is not None:
-            hours = hours_to_close(result, extra_cost["seconds_per_model_evaluation_by_cell"],
-                                   extra_cost.get("seconds_per_model_evaluation") or {})
+            hours = hours_to_close(
+                result,
+                extra_cost["seconds_per_model_evaluation_by_cell"],
+                extra_cost.get("seconds_per_model_evaluation") or {},
+            )
         when = "" if hours is None else f", about {hours:,.1f} h of model time at the rates measured here"
-        lines.append(f"{len(open_)} pair x configuration claims are undecided (at most {cost_to_close:,} more paired "
-                     f"evaluations would close them all{when}; the full subset always decides). They are in claims.csv.")
+        lines.append(
+            f"{len(open_)} pair x configuration claims are undecided (at most {cost_to_close:,} more paired "
+            f"evaluations would close them all{when}; the full subset always decides). They are in claims.csv."
+        )
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(result: CertifyResult, out: Path, records: pd.DataFrame | None, source: str,
-                  seconds_per_evaluation: dict[str, float] | None = None, extra_cost: dict | None = None) -> list[Path]:
+def write_outputs(
+    result: CertifyResult,
+    out: Path,
+    records: pd.DataFrame | None,
+    source: str,
+    seconds_per_evaluation: dict[str, float] | None = None,
+    extra_cost: dict | None = None,
+) -> list[Path]:
     """The run's files; `extra_cost` adds to (or replaces) cost.json's fields (a live run's measured timing)."""
     ensure_dir(out)
     paths = []
     costs = {**cost(result, seconds_per_evaluation), **(extra_cost or {})}
-    for name, text in (("certificate.csv", certificate_table(result).to_csv(index=False)),
-                       ("claims.csv", claims_table(result).to_csv(index=False)),
-                       ("cost.json", json.dumps(costs, indent=2) + "\n"),
-                       ("report.md", report_markdown(result, source, costs))):
+    for name, text in (
+        ("certificate.csv", certificate_table(result).to_csv(index=False)),
+        ("claims.csv", claims_table(result).to_csv(index=False)),
+        ("cost.json", json.dumps(costs, indent=2) + "\n"),
+        ("report.md", report_markdown(result, source, costs)),
+    ):
         paths.append(atomic_write(out / name, text, root=out))
     if records is not None:
         buffer = io.BytesIO()

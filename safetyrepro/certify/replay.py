@@ -24,7 +24,7 @@ from .algorithm import BenchmarkProblem
 class Replay:
     problems: tuple[BenchmarkProblem, ...]
     scores: dict[tuple[str, str, str], dict[str, float]]  # (benchmark, config, model) -> item id -> seed-mean score
-    records: pd.DataFrame                            # the records, for items.parquet of what was used
+    records: pd.DataFrame  # the records, for items.parquet of what was used
     full_delta: dict[tuple[str, str, str, str], float]  # (benchmark, config, a, b) -> the full subset's difference
     warnings: tuple[str, ...]
 
@@ -37,11 +37,15 @@ def load_replay(items_path: str | Path, grid: Grid) -> Replay:
     frame = read_table(items_path, what="items")
     missing = [c for c in ITEM_COLUMNS if c not in frame.columns]
     if missing:
-        raise UserError(f"items file {items_path} lacks column(s) {', '.join(missing)}; replay needs: "
-                        f"{', '.join(ITEM_COLUMNS)}")
-    frame = frame.assign(model=frame["model"].astype(str), config_id=frame["config_id"].astype(str),
-                         item_id=frame["item_id"].astype(str),
-                         item_score=pd.to_numeric(frame["item_score"], errors="coerce"))
+        raise UserError(
+            f"items file {items_path} lacks column(s) {', '.join(missing)}; replay needs: {', '.join(ITEM_COLUMNS)}"
+        )
+    frame = frame.assign(
+        model=frame["model"].astype(str),
+        config_id=frame["config_id"].astype(str),
+        item_id=frame["item_id"].astype(str),
+        item_score=pd.to_numeric(frame["item_score"], errors="coerce"),
+    )
     bad = frame["item_score"].isna() | (frame["item_score"] < 0) | (frame["item_score"] > 1)
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
@@ -59,40 +63,53 @@ def load_replay(items_path: str | Path, grid: Grid) -> Replay:
                 try:
                     s = means.loc[(cid, model)]
                 except KeyError:
-                    raise UserError(f"items file {items_path} has no records for {model} on {cid}; replay needs every "
-                                    f"model on every configuration of the grid") from None
+                    raise UserError(
+                        f"items file {items_path} has no records for {model} on {cid}; replay needs every "
+                        f"model on every configuration of the grid"
+                    ) from None
                 scores[(benchmark, cid, model)] = s
                 sets[(cid, model)] = frozenset(s.index)
         common = frozenset.intersection(*sets.values())
         if len(set(sets.values())) > 1:
-            warnings.append(f"{benchmark}: the configurations' records hold different items; replay uses the "
-                            f"{len(common)} items every model has on every configuration")
+            warnings.append(
+                f"{benchmark}: the configurations' records hold different items; replay uses the "
+                f"{len(common)} items every model has on every configuration"
+            )
         if not common:
-            raise UserError(f"items file {items_path}: no item of {benchmark} is scored by every model on every "
-                            f"configuration")
+            raise UserError(
+                f"items file {items_path}: no item of {benchmark} is scored by every model on every configuration"
+            )
         item_ids = tuple(sorted(common))
-        lattice = lattice_of(np.concatenate([scores[(benchmark, c, m)].loc[list(item_ids)].to_numpy()
-                                             for c in configs for m in grid.models]))
+        lattice = lattice_of(
+            np.concatenate(
+                [scores[(benchmark, c, m)].loc[list(item_ids)].to_numpy() for c in configs for m in grid.models]
+            )
+        )
         problems.append(BenchmarkProblem(benchmark, tuple(configs), tuple(grid.models), item_ids, lattice))
         for cid in configs:
             for i, a in enumerate(grid.models):
-                for b in grid.models[i + 1:]:
-                    d = scores[(benchmark, cid, a)].loc[list(item_ids)].to_numpy() - \
-                        scores[(benchmark, cid, b)].loc[list(item_ids)].to_numpy()
+                for b in grid.models[i + 1 :]:
+                    d = (
+                        scores[(benchmark, cid, a)].loc[list(item_ids)].to_numpy()
+                        - scores[(benchmark, cid, b)].loc[list(item_ids)].to_numpy()
+                    )
                     full[(benchmark, cid, a, b)] = round(float(d.mean()), 12)
     return Replay(tuple(problems), {k: v.to_dict() for k, v in scores.items()}, frame, full, tuple(warnings))
 
 
 def contradicted(claim: str, full_delta: float, delta: float) -> bool:
     """Whether the full subset's difference contradicts a claim."""
-    return {"a_better": full_delta <= 0, "b_better": full_delta >= 0,
-            "within_delta": abs(full_delta) >= delta}.get(claim, False)
+    return {"a_better": full_delta <= 0, "b_better": full_delta >= 0, "within_delta": abs(full_delta) >= delta}.get(
+        claim, False
+    )
 
 
 def used_records(replay: Replay, evaluated: dict[tuple[str, str, str], np.ndarray]) -> pd.DataFrame:
     """The records of every (model, configuration, item) certification evaluated, in items.parquet's format."""
-    keys = pd.DataFrame([(cid, model, item) for (_, cid, model), items in evaluated.items() for item in items],
-                        columns=["config_id", "model", "item_id"])
+    keys = pd.DataFrame(
+        [(cid, model, item) for (_, cid, model), items in evaluated.items() for item in items],
+        columns=["config_id", "model", "item_id"],
+    )
     out = replay.records.merge(keys, on=["config_id", "model", "item_id"], how="inner")
     return out.sort_values(["model", "config_id", "item_id", "seed"], kind="stable").reset_index(drop=True)
 

@@ -89,7 +89,9 @@ def ask_environment_once() -> None:
     @functools.cache
     def git_hash():
         try:
-            return subprocess.run(["git", "describe", "--always"], capture_output=True, text=True).stdout.strip() or None
+            return (
+                subprocess.run(["git", "describe", "--always"], capture_output=True, text=True).stdout.strip() or None
+            )
         except OSError:
             return None
 
@@ -157,5 +159,8 @@ def model_required_args(name: str) -> list[str] | None:
     except Exception:  # noqa: BLE001 - an optional backend's import error: lm-eval says why when it runs
         return None
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
-    return [p.name for p in params if p.default is inspect.Parameter.empty
-            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return [
+        p.name
+        for p in params
+        if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]

@@ -71,8 +71,8 @@ def _slab_layer_class() -> type:
             buf = self.slab.buf
             if self.slab.writes is not None:
                 for kv_row, col, q_lo, q_hi in self.slab.writes:
-                    buf[kv_row, self.idx, 0, :, col: col + q_hi - q_lo] = key_states[0, :, q_lo:q_hi]
-                    buf[kv_row, self.idx, 1, :, col: col + q_hi - q_lo] = value_states[0, :, q_lo:q_hi]
+                    buf[kv_row, self.idx, 0, :, col : col + q_hi - q_lo] = key_states[0, :, q_lo:q_hi]
+                    buf[kv_row, self.idx, 1, :, col : col + q_hi - q_lo] = value_states[0, :, q_lo:q_hi]
                 return buf[:, self.idx, 0], buf[:, self.idx, 1]
             k, v = self._kv()
             if self.slab.cols is not None:
@@ -83,8 +83,8 @@ def _slab_layer_class() -> type:
                 return k[:, :, :w], v[:, :, :w]
             if self.n + t > buf.shape[4]:
                 raise RuntimeError(f"KV slab full ({self.n} + {t} > {buf.shape[4]} columns)")
-            k[:, :, self.n: self.n + t] = key_states
-            v[:, :, self.n: self.n + t] = value_states
+            k[:, :, self.n : self.n + t] = key_states
+            v[:, :, self.n : self.n + t] = value_states
             self.n += t
             self._views()
             return self.keys, self.values

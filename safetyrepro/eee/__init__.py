@@ -30,8 +30,14 @@ def export_eee(grid, out, **kwargs):
     return run(grid, out, **kwargs)
 
 
-def import_eee(paths: Sequence[str], *, metric: str | None = None, mapping: str | None = None,
-               duplicates: str = "newest", skip_bad: bool = False) -> Imported:
+def import_eee(
+    paths: Sequence[str],
+    *,
+    metric: str | None = None,
+    mapping: str | None = None,
+    duplicates: str = "newest",
+    skip_bad: bool = False,
+) -> Imported:
     """EEE records (folders searched for <uuid>.json, or record files) as an `Imported`."""
     from safetyrepro.importers.run import import_runs
 
@@ -39,5 +45,12 @@ def import_eee(paths: Sequence[str], *, metric: str | None = None, mapping: str 
         read_paths,  # lazy: the package's facade stays light: `safetyrepro --help` loads it
     )
 
-    return import_runs("eee", paths, metric=metric, mapping_path=mapping, duplicates=duplicates, skip_bad=skip_bad,
-                       read_paths=read_paths)
+    return import_runs(
+        "eee",
+        paths,
+        metric=metric,
+        mapping_path=mapping,
+        duplicates=duplicates,
+        skip_bad=skip_bad,
+        read_paths=read_paths,
+    )

@@ -42,8 +42,8 @@ class Export:
     """The files of one export, by path relative to DIR, and what was left out."""
 
     files: dict[str, str] = field(default_factory=dict)
-    records: list[dict] = field(default_factory=list)   # the index written into the verdicts file
-    skipped: list[dict] = field(default_factory=list)   # cells not exported (status not ok)
+    records: list[dict] = field(default_factory=list)  # the index written into the verdicts file
+    skipped: list[dict] = field(default_factory=list)  # cells not exported (status not ok)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -126,13 +126,19 @@ def _uncertainty(cell_items: pd.DataFrame | None) -> dict | None:
     per_item = cell_items.groupby("item_id", sort=False)["item_score"].mean().to_numpy(dtype=float)
     n = len(per_item)
     sd = float(per_item.std(ddof=1)) if n > 1 else 0.0
-    return {"standard_error": {"value": sd / math.sqrt(n), "method": SE_METHOD},
-            "standard_deviation": sd, "num_samples": n}
+    return {
+        "standard_error": {"value": sd / math.sqrt(n), "method": SE_METHOD},
+        "standard_deviation": sd,
+        "num_samples": n,
+    }
 
 
 def _source_data(benchmark: str, row: dict) -> dict:
-    details = {k: str(row[c]) for k, c in ((R.K_ITEM_SET, "item_set"), (R.K_SUBSET, "subset_id"))
-               if _present(row.get(c)) and str(row[c])}
+    details = {
+        k: str(row[c])
+        for k, c in ((R.K_ITEM_SET, "item_set"), (R.K_SUBSET, "subset_id"))
+        if _present(row.get(c)) and str(row[c])
+    }
     if benchmark in BENCHMARKS:
         src = get_benchmark(benchmark).source
         urls = [f.urls[0] for f in src.files if f.urls]
@@ -163,7 +169,9 @@ def _metric_config(benchmark: str, row: dict, tie_rule: str | None) -> dict:
         "metric_unit": "proportion",
         # EEE's flag is one bit: "closer to 0.5 is better" (CrowS-Pairs) is not lower; safetyrepro_better says it
         "lower_is_better": better.name in ("lower", "closer_to_0"),
-        "score_type": "continuous", "min_score": 0.0, "max_score": 1.0,
+        "score_type": "continuous",
+        "min_score": 0.0,
+        "max_score": 1.0,
         "additional_details": details,
     }
 
@@ -191,13 +199,19 @@ def _generation_config(row: dict, rules, rules_sha: str) -> dict:
 
     cfg = Config(row["benchmark"], row["template"], row["decoding"], int(row["shots"]), row["scoring"])
     details = {
-        R.K_CONFIG_ID: row["config_id"], R.K_TEMPLATE: row["template"], R.K_DECODING: row["decoding"],
-        R.K_SHOTS: str(int(row["shots"])), R.K_SCORING: row["scoring"],
+        R.K_CONFIG_ID: row["config_id"],
+        R.K_TEMPLATE: row["template"],
+        R.K_DECODING: row["decoding"],
+        R.K_SHOTS: str(int(row["shots"])),
+        R.K_SCORING: row["scoring"],
         R.K_DO_SAMPLE: R.bool_str(bool(decoding.do_sample) if decoding is not None else False),
-        R.K_TIER: row["tier"], R.K_STRESS_TEMPLATE: R.bool_str(row["template"] in rules.stress.get("template", ())
-                                                                or row["template"].split("+", 1)[0]
-                                                                in rules.stress.get("template", ())),
-        R.K_RULES_SHA: rules_sha, R.K_NUM_FEWSHOT: str(int(row["shots"])),
+        R.K_TIER: row["tier"],
+        R.K_STRESS_TEMPLATE: R.bool_str(
+            row["template"] in rules.stress.get("template", ())
+            or row["template"].split("+", 1)[0] in rules.stress.get("template", ())
+        ),
+        R.K_RULES_SHA: rules_sha,
+        R.K_NUM_FEWSHOT: str(int(row["shots"])),
     }
     if decoding is not None and decoding.do_sample:
         details[R.K_SEEDS] = json.dumps(list(decoding.seeds))
@@ -224,18 +238,35 @@ def _instance_lines(cell_items: pd.DataFrame, evaluation_id: str, model_id: str,
         raw = it.get("raw_output") if "raw_output" in cols else None
         score = float(it["item_score"])
         correct = (int(prediction) == int(gold)) if _present(prediction) and _present(gold) else score >= 1.0
-        lines.append(R.dump_line({
-            "schema_version": R.SCHEMA_VERSION, "evaluation_id": evaluation_id, "model_id": model_id,
-            "evaluation_name": row["benchmark"], "evaluation_result_id": row["config_id"],
-            "sample_id": str(it["item_id"]), "interaction_type": "single_turn",
-            # SafetyRepro's item records keep the prompt's sha256 (metadata.prompt_sha256), not its text
-            "input": {"raw": "", "reference": [str(int(gold))] if _present(gold) else []},
-            "output": {"raw": [str(raw)] if _present(raw) else []},
-            "answer_attribution": [{"turn_idx": 0, "source": "output.raw", "extracted_value": str(int(prediction)),
-                                    "extraction_method": method, "is_terminal": True}] if _present(prediction) else [],
-            "evaluation": {"score": score, "is_correct": bool(correct)},
-            "metadata": meta,
-        }))
+        lines.append(
+            R.dump_line(
+                {
+                    "schema_version": R.SCHEMA_VERSION,
+                    "evaluation_id": evaluation_id,
+                    "model_id": model_id,
+                    "evaluation_name": row["benchmark"],
+                    "evaluation_result_id": row["config_id"],
+                    "sample_id": str(it["item_id"]),
+                    "interaction_type": "single_turn",
+                    # SafetyRepro's item records keep the prompt's sha256 (metadata.prompt_sha256), not its text
+                    "input": {"raw": "", "reference": [str(int(gold))] if _present(gold) else []},
+                    "output": {"raw": [str(raw)] if _present(raw) else []},
+                    "answer_attribution": [
+                        {
+                            "turn_idx": 0,
+                            "source": "output.raw",
+                            "extracted_value": str(int(prediction)),
+                            "extraction_method": method,
+                            "is_terminal": True,
+                        }
+                    ]
+                    if _present(prediction)
+                    else [],
+                    "evaluation": {"score": score, "is_correct": bool(correct)},
+                    "metadata": meta,
+                }
+            )
+        )
     return lines
 
 
@@ -252,22 +283,35 @@ def _items_by_cell(items: pd.DataFrame | None, grid: pd.DataFrame) -> dict:
         if extra in items.columns:
             keys.append(extra)
     if len(keys) == 2 and grid.duplicated(["model", "config_id"]).any():
-        raise UserError("the grid holds several precisions or packages of one cell, and the item records do not say "
-                        "which they belong to (no precision/package columns)")
+        raise UserError(
+            "the grid holds several precisions or packages of one cell, and the item records do not say "
+            "which they belong to (no precision/package columns)"
+        )
     items = items.copy()
     items["model"] = items["model"].astype(str)
     items["item_id"] = items["item_id"].astype(str)
     bad = ~items["item_score"].astype(float).between(0.0, 1.0)
     if bad.any():
         raise UserError(f"item records: item_score {items['item_score'][bad].iloc[0]!r} is outside [0, 1]")
-    groups = {tuple(str(v) for v in (k if isinstance(k, tuple) else (k,))): g for k, g in items.groupby(keys, sort=False)}
+    groups = {
+        tuple(str(v) for v in (k if isinstance(k, tuple) else (k,))): g for k, g in items.groupby(keys, sort=False)
+    }
     return {"keys": keys, "groups": groups}
 
 
-def build_export(grid_raw: pd.DataFrame, items: pd.DataFrame | None, rules_path: str | None, *, grid_sha256: str,
-                 run_json: dict | None = None, model_ids: dict[str, str] | None = None,
-                 organization: str = "SafetyRepro", relationship: str = "third_party",
-                 timestamp: str | None = None, grid_name: str = "grid.csv") -> Export:
+def build_export(
+    grid_raw: pd.DataFrame,
+    items: pd.DataFrame | None,
+    rules_path: str | None,
+    *,
+    grid_sha256: str,
+    run_json: dict | None = None,
+    model_ids: dict[str, str] | None = None,
+    organization: str = "SafetyRepro",
+    relationship: str = "third_party",
+    timestamp: str | None = None,
+    grid_name: str = "grid.csv",
+) -> Export:
     """Every file of the export, as text, keyed by its path under DIR."""
     from safetyrepro.analysis.grid_io import validate_cells
     from safetyrepro.tasks.envelope import load_rules
@@ -292,9 +336,16 @@ def build_export(grid_raw: pd.DataFrame, items: pd.DataFrame | None, rules_path:
         row = {**{k: raw.at[i, k] for k in raw.columns}, **{k: v[k] for k in valid.columns if k != "score"}}
         row["score"] = float(raw.at[i, "score"]) if v["status"] == "ok" else None
         if v["status"] != "ok":
-            out.skipped.append({"model": row["model"], "config_id": row["config_id"], "precision": row["precision"],
-                                "package": row["package"], "status": v["status"],
-                                "reason": "EEE records carry a score; a cell that did not run has none"})
+            out.skipped.append(
+                {
+                    "model": row["model"],
+                    "config_id": row["config_id"],
+                    "precision": row["precision"],
+                    "package": row["package"],
+                    "status": v["status"],
+                    "reason": "EEE records carry a score; a cell that did not run has none",
+                }
+            )
             continue
         label, package, precision = str(row["model"]), str(row["package"]), str(row["precision"])
         model_id = R.model_id_for(label, model_ids)
@@ -308,13 +359,20 @@ def build_export(grid_raw: pd.DataFrame, items: pd.DataFrame | None, rules_path:
             cell_items = by_cell["groups"].get(key)
         seed_scores = _seed_scores(row, cell_items)
         if seed_scores is None:
-            out.warnings.append(f"{label} {row['config_id']}: {row['n_seeds']} seeds but neither seed_scores nor item "
-                                "records give their scores; the record carries the cell score only")
+            out.warnings.append(
+                f"{label} {row['config_id']}: {row['n_seeds']} seeds but neither seed_scores nor item "
+                "records give their scores; the record carries the cell score only"
+            )
         evaluation_id = "/".join([row["config_id"], model_id, precision, package])
         name = R.file_uuid(grid_sha256, evaluation_id)
         folder = "/".join([R.DATA_DIR, collection, developer, model_dir])
-        details = {R.K_N_ITEMS: str(int(row["n_items"])), R.K_N_SEEDS: str(int(row["n_seeds"])),
-                   R.K_PARSE_RATE: R.number_str(row["parse_rate"]), R.K_PRECISION: precision, R.K_PACKAGE: package}
+        details = {
+            R.K_N_ITEMS: str(int(row["n_items"])),
+            R.K_N_SEEDS: str(int(row["n_seeds"])),
+            R.K_PARSE_RATE: R.number_str(row["parse_rate"]),
+            R.K_PRECISION: precision,
+            R.K_PACKAGE: package,
+        }
         if seed_scores is not None:
             details[R.K_SEED_SCORES] = json.dumps(seed_scores)
         if _present(row.get("tie_rate")):
@@ -325,59 +383,102 @@ def build_export(grid_raw: pd.DataFrame, items: pd.DataFrame | None, rules_path:
             score_details["uncertainty"] = unc
         tie_rule = str(row["tie_rule"]) if _present(row.get("tie_rule")) and str(row["tie_rule"]) else run_tie_rule
         result = {
-            "evaluation_result_id": row["config_id"], "evaluation_name": row["benchmark"],
-            "source_data": _source_data(row["benchmark"], row), "metric_config": _metric_config(row["benchmark"], row,
-                                                                                              tie_rule),
-            "score_details": score_details, "generation_config": _generation_config(row, rules, rules.sha256),
+            "evaluation_result_id": row["config_id"],
+            "evaluation_name": row["benchmark"],
+            "source_data": _source_data(row["benchmark"], row),
+            "metric_config": _metric_config(row["benchmark"], row, tie_rule),
+            "score_details": score_details,
+            "generation_config": _generation_config(row, rules, rules.sha256),
         }
         model_details = {"deployment_type": "unknown", "model_availability": "unknown", R.K_LABEL: label}
-        w = str(row["weights_sha256"]) if _present(row.get("weights_sha256")) and str(row["weights_sha256"]) \
+        w = (
+            str(row["weights_sha256"])
+            if _present(row.get("weights_sha256")) and str(row["weights_sha256"])
             else weights.get(label)
+        )
         if w:
             model_details[R.K_WEIGHTS] = w
         model_info = {"name": label, "id": model_id, "additional_details": model_details}
         if "/" in model_id and not model_id.startswith("safetyrepro/"):
             model_info["developer"] = model_id.split("/", 1)[0]
         base = package.split("==", 1)[0].split(" [", 1)[0]
-        version = package.split("==", 1)[1].split(" [", 1)[0] if "==" in package else \
-            str(versions.get(R.VERSION_KEYS.get(base, base), "unknown"))
+        version = (
+            package.split("==", 1)[1].split(" [", 1)[0]
+            if "==" in package
+            else str(versions.get(R.VERSION_KEYS.get(base, base), "unknown"))
+        )
         record = {
-            "schema_version": R.SCHEMA_VERSION, "evaluation_id": evaluation_id, "retrieved_timestamp": stamp,
-            "source_metadata": {"source_name": "SafetyRepro", "source_type": "evaluation_run",
-                                "source_organization_name": organization, "evaluator_relationship": relationship,
-                                "additional_details": {R.K_GRID_SHA: grid_sha256, R.K_RULES_SHA: rules.sha256}},
-            "eval_library": {"name": R.LIBRARY_NAMES.get(base, base), "version": version,
-                             "additional_details": {R.K_VERSION: safetyrepro.__version__, R.K_PACKAGE: package}},
-            "model_info": model_info, "evaluation_results": [result],
+            "schema_version": R.SCHEMA_VERSION,
+            "evaluation_id": evaluation_id,
+            "retrieved_timestamp": stamp,
+            "source_metadata": {
+                "source_name": "SafetyRepro",
+                "source_type": "evaluation_run",
+                "source_organization_name": organization,
+                "evaluator_relationship": relationship,
+                "additional_details": {R.K_GRID_SHA: grid_sha256, R.K_RULES_SHA: rules.sha256},
+            },
+            "eval_library": {
+                "name": R.LIBRARY_NAMES.get(base, base),
+                "version": version,
+                "additional_details": {R.K_VERSION: safetyrepro.__version__, R.K_PACKAGE: package},
+            },
+            "model_info": model_info,
+            "evaluation_results": [result],
         }
-        lines = _instance_lines(cell_items, evaluation_id, model_id, row) if cell_items is not None and \
-            len(cell_items) else []
+        lines = (
+            _instance_lines(cell_items, evaluation_id, model_id, row)
+            if cell_items is not None and len(cell_items)
+            else []
+        )
         if lines:
             text = "".join(lines)
             record["detailed_evaluation_results"] = {
-                "format": "jsonl", "file_path": f"{folder}/{name}_samples.jsonl", "hash_algorithm": "sha256",
-                "checksum": hashlib.sha256(text.encode("utf-8")).hexdigest(), "total_rows": len(lines)}
+                "format": "jsonl",
+                "file_path": f"{folder}/{name}_samples.jsonl",
+                "hash_algorithm": "sha256",
+                "checksum": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                "total_rows": len(lines),
+            }
             out.files[f"{folder}/{name}_samples.jsonl"] = text
         out.files[f"{folder}/{name}.json"] = R.dump_json(record)
-        out.records.append({"file": f"{folder}/{name}.json", "samples": f"{folder}/{name}_samples.jsonl" if lines else None,
-                            "evaluation_id": evaluation_id, "model": label, "model_id": model_id,
-                            "config_id": row["config_id"], "precision": precision, "package": package,
-                            "score": row["score"], "n_items": int(row["n_items"]), "n_seeds": int(row["n_seeds"])})
+        out.records.append(
+            {
+                "file": f"{folder}/{name}.json",
+                "samples": f"{folder}/{name}_samples.jsonl" if lines else None,
+                "evaluation_id": evaluation_id,
+                "model": label,
+                "model_id": model_id,
+                "config_id": row["config_id"],
+                "precision": precision,
+                "package": package,
+                "score": row["score"],
+                "n_items": int(row["n_items"]),
+                "n_seeds": int(row["n_seeds"]),
+            }
+        )
     if not out.records:
         raise UserError(f"grid {grid_name} has no cell with status ok: nothing to export")
     verdicts = verdict_tables(raw, rules_path, rules)
-    out.files[R.VERDICTS_FILE] = R.dump_json({
-        "format": R.VERDICTS_FORMAT, "version": 1, "eee_schema_version": R.SCHEMA_VERSION,
-        "written_by": f"safetyrepro {safetyrepro.__version__} export eee",
-        "grid": {"name": grid_name, "sha256": grid_sha256}, "rules_sha256": rules.sha256,
-        "retrieved_timestamp": stamp,
-        "about": "SafetyRepro's verdict tables for the models of these records: rho_flip.csv's rows (per benchmark x "
-                 "slice x model pair: strict sign counts over the configurations every model has) and rho_flip_max, "
-                 "per (precision, package) group, as `safetyrepro analyze` computes them; rho_flip_csv is "
-                 "rho_flip.csv's exact text. EEE's schema describes one model's results and has no place for a "
-                 "comparison between models, so they are kept here (docs/eee.md).",
-        "groups": verdicts, "records": out.records, "cells_not_exported": out.skipped,
-    })
+    out.files[R.VERDICTS_FILE] = R.dump_json(
+        {
+            "format": R.VERDICTS_FORMAT,
+            "version": 1,
+            "eee_schema_version": R.SCHEMA_VERSION,
+            "written_by": f"safetyrepro {safetyrepro.__version__} export eee",
+            "grid": {"name": grid_name, "sha256": grid_sha256},
+            "rules_sha256": rules.sha256,
+            "retrieved_timestamp": stamp,
+            "about": "SafetyRepro's verdict tables for the models of these records: rho_flip.csv's rows (per benchmark x "
+            "slice x model pair: strict sign counts over the configurations every model has) and rho_flip_max, "
+            "per (precision, package) group, as `safetyrepro analyze` computes them; rho_flip_csv is "
+            "rho_flip.csv's exact text. EEE's schema describes one model's results and has no place for a "
+            "comparison between models, so they are kept here (docs/eee.md).",
+            "groups": verdicts,
+            "records": out.records,
+            "cells_not_exported": out.skipped,
+        }
+    )
     return out
 
 
@@ -399,8 +500,11 @@ def verdict_tables(raw: pd.DataFrame, rules_path: str | None, rules) -> list[dic
     from safetyrepro.analysis import api, rank_flip
     from safetyrepro.analysis.slices import check_slices
 
-    status = raw["status"].fillna("ok").astype(str).str.strip().replace("", "ok") if "status" in raw.columns \
+    status = (
+        raw["status"].fillna("ok").astype(str).str.strip().replace("", "ok")
+        if "status" in raw.columns
         else pd.Series("ok", index=raw.index)
+    )
     frame = raw[status == "ok"]
     slices = check_slices(None, rules)
     out = []
@@ -414,9 +518,16 @@ def verdict_tables(raw: pd.DataFrame, rules_path: str | None, rules) -> list[dic
             continue
         detail = rank_flip.rho_flip_table(g, r, slices)
         table = detail[list(rank_flip.RHO_FLIP_COLUMNS)]
-        entry.update({"models": list(g.models), "slices": list(slices), "warnings": list(g.warnings),
-                      "rho_flip": _rows(table), "rho_flip_csv": table.to_csv(index=False),
-                      "rho_flip_max": _rows(rank_flip.rho_flip_max(detail, len(g.models)))})
+        entry.update(
+            {
+                "models": list(g.models),
+                "slices": list(slices),
+                "warnings": list(g.warnings),
+                "rho_flip": _rows(table),
+                "rho_flip_csv": table.to_csv(index=False),
+                "rho_flip_max": _rows(rank_flip.rho_flip_max(detail, len(g.models))),
+            }
+        )
         out.append(entry)
     return out
 
@@ -474,10 +585,18 @@ def write_export(out: Path, export: Export) -> list[Path]:
     return [out / rel for rel in export.files]
 
 
-def export_eee(grid: str | Path, out: str | Path, *, items: str | None = None, rules: str | None = None,
-               run_json: str | None = None, model_ids: dict[str, str] | None = None,
-               organization: str = "SafetyRepro", relationship: str = "third_party",
-               timestamp: str | None = None) -> tuple[Export, list[Path]]:
+def export_eee(
+    grid: str | Path,
+    out: str | Path,
+    *,
+    items: str | None = None,
+    rules: str | None = None,
+    run_json: str | None = None,
+    model_ids: dict[str, str] | None = None,
+    organization: str = "SafetyRepro",
+    relationship: str = "third_party",
+    timestamp: str | None = None,
+) -> tuple[Export, list[Path]]:
     """Read GRID (and its items, rules.yaml and run.json beside it, as `analyze` finds them), build
     the records and write them into `out`; returns (the export, the paths written)."""
     from safetyrepro.analysis.grid_io import read_table
@@ -486,8 +605,16 @@ def export_eee(grid: str | Path, out: str | Path, *, items: str | None = None, r
     raw = read_table(grid_path)
     item_path = items_path_for(grid_path, items)
     item_frame = read_table(item_path, "items") if item_path else None
-    export = build_export(raw, item_frame, rules_path_for(grid_path, rules),
-                          grid_sha256=sha256_bytes(grid_path.read_bytes()),
-                          run_json=load_run_json(grid_path, run_json), model_ids=model_ids, organization=organization,
-                          relationship=relationship, timestamp=timestamp, grid_name=str(grid_path))
+    export = build_export(
+        raw,
+        item_frame,
+        rules_path_for(grid_path, rules),
+        grid_sha256=sha256_bytes(grid_path.read_bytes()),
+        run_json=load_run_json(grid_path, run_json),
+        model_ids=model_ids,
+        organization=organization,
+        relationship=relationship,
+        timestamp=timestamp,
+        grid_name=str(grid_path),
+    )
     return export, write_export(Path(out), export)

@@ -78,11 +78,15 @@ from . import records as R
 
 SHOTS_KEYS = (R.K_NUM_FEWSHOT, "num_fewshot", "shots", "n_shots", "fewshot", "k_shot")
 # generation settings that leave the output as it is when they have these values
-NEUTRAL = {"presence_penalty": ("0", "0.0"), "frequency_penalty": ("0", "0.0"), "num_completions": ("1",),
-           "stop_sequences": ("[]", ""), "reasoning": (False, "false")}
+NEUTRAL = {
+    "presence_penalty": ("0", "0.0"),
+    "frequency_penalty": ("0", "0.0"),
+    "num_completions": ("1",),
+    "stop_sequences": ("[]", ""),
+    "reasoning": (False, "false"),
+}
 SAMPLING_ARGS = ("temperature", "top_p")
-NOT_OUTPUT_ARGS = ("prompt_template", "execution_command", "agentic_eval_config", "eval_plan", "eval_limits",
-                   "sandbox")
+NOT_OUTPUT_ARGS = ("prompt_template", "execution_command", "agentic_eval_config", "eval_plan", "eval_limits", "sandbox")
 
 
 # -- finding and reading files (the edge) ---------------------------------------------------------------
@@ -104,11 +108,15 @@ def find_records(paths: Sequence[str]) -> tuple[list[Path], list[BadInput]]:
             here = []
             for root, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not (Path(root) / d).is_symlink() and not d.startswith("."))
-                here += [Path(root) / f for f in sorted(files) if f.endswith(".json")
-                         and R.UUID_FILE.fullmatch(f[:-5]) and not (Path(root) / f).is_symlink()]
+                here += [
+                    Path(root) / f
+                    for f in sorted(files)
+                    if f.endswith(".json") and R.UUID_FILE.fullmatch(f[:-5]) and not (Path(root) / f).is_symlink()
+                ]
             if not here:
-                bad.append(BadInput(str(p), "holds no Every Eval Ever record (<uuid>.json at any depth)"
-                                    + _links_note(p)))
+                bad.append(
+                    BadInput(str(p), "holds no Every Eval Ever record (<uuid>.json at any depth)" + _links_note(p))
+                )
             found += here
         else:
             bad.append(BadInput(str(p), "does not exist"))
@@ -150,8 +158,10 @@ def _read_samples(path: Path, record: dict) -> tuple[bytes, list[dict]]:
     if algorithm in ("sha256", "md5") and isinstance(checksum, str) and checksum:
         got = hashlib.new(algorithm, data).hexdigest()
         if got != checksum.lower():
-            raise Refused(f"has {algorithm} {got}, but its record states {checksum}: the file changed since the "
-                          "record was written")
+            raise Refused(
+                f"has {algorithm} {got}, but its record states {checksum}: the file changed since the "
+                "record was written"
+            )
     text = decode_text(data)
     check_json_text(text)
     rows = []
@@ -165,8 +175,10 @@ def _read_samples(path: Path, record: dict) -> tuple[bytes, list[dict]]:
         if not isinstance(row, dict):
             raise Refused(f"line {n} is not a JSON object")
         if row.get("evaluation_id") != record.get("evaluation_id"):
-            raise Refused(f"line {n} belongs to evaluation {shorten(row.get('evaluation_id'))}, not to its record's "
-                          f"{shorten(record.get('evaluation_id'))}")
+            raise Refused(
+                f"line {n} belongs to evaluation {shorten(row.get('evaluation_id'))}, not to its record's "
+                f"{shorten(record.get('evaluation_id'))}"
+            )
         rows.append(row)
     total = detail.get("total_rows")
     if isinstance(total, int) and total != len(rows):
@@ -180,8 +192,10 @@ def check_record(record: Any) -> str | None:
         return "is not an Every Eval Ever aggregate record (no evaluation_results and model_info)"
     version = record.get("schema_version")
     if not isinstance(version, str) or not version.startswith(R.SUPPORTED_SCHEMAS):
-        return (f"is an Every Eval Ever record of schema version {shorten(version)}; supported: "
-                f"{', '.join(v + 'x' for v in R.SUPPORTED_SCHEMAS)}")
+        return (
+            f"is an Every Eval Ever record of schema version {shorten(version)}; supported: "
+            f"{', '.join(v + 'x' for v in R.SUPPORTED_SCHEMAS)}"
+        )
     results = record["evaluation_results"]
     if not isinstance(results, list) or not results or not all(isinstance(r, dict) for r in results):
         return "field evaluation_results: expected a non-empty list of results"
@@ -191,8 +205,9 @@ def check_record(record: Any) -> str | None:
     return None
 
 
-def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None = None,
-               skip_bad: bool = False) -> Reading:
+def read_paths(
+    paths: Sequence[str], mapping: Mapping, rules, metric: str | None = None, skip_bad: bool = False
+) -> Reading:
     """Every record under `paths` as runs; bad files raise `BadInputError` at once unless `skip_bad`,
     which lists them and goes on."""
     reading = Reading("eee")
@@ -230,11 +245,14 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
                 bad(BadInput(str(samples_path), e.reason))
                 continue
         elif record.get("detailed_evaluation_results"):
-            note = f"its instance-level file {shorten(record['detailed_evaluation_results'].get('file_path'))} is " \
-                   "not there"
+            note = (
+                f"its instance-level file {shorten(record['detailed_evaluation_results'].get('file_path'))} is "
+                "not there"
+            )
         try:
-            got = runs_from_record(record, rows, str(path), str(samples_path) if samples_path else None, mapping,
-                                   rules, metric, note)
+            got = runs_from_record(
+                record, rows, str(path), str(samples_path) if samples_path else None, mapping, rules, metric, note
+            )
         except Refused as e:
             got = [BadInput(str(path), e.reason)]
         if any(isinstance(g, BadInput) for g in got):
@@ -242,8 +260,11 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
             continue
         reading.sources.append(SourceFile(str(path), "eee record", hashlib.sha256(data).hexdigest(), len(data)))
         if samples_data is not None:
-            reading.sources.append(SourceFile(str(samples_path), "eee samples", hashlib.sha256(samples_data).hexdigest(),
-                                              len(samples_data)))
+            reading.sources.append(
+                SourceFile(
+                    str(samples_path), "eee samples", hashlib.sha256(samples_data).hexdigest(), len(samples_data)
+                )
+            )
         for g in got:
             (reading.unmapped if isinstance(g, Unmapped) else reading.runs).append(g)
     return reading
@@ -252,8 +273,11 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
 # -- one record ------------------------------------------------------------------------------------
 def _created(record: dict, result: dict | None = None) -> float:
     """When the evaluation ran (its timestamp, else when the record was made), for --duplicates newest."""
-    for value in ((result or {}).get("evaluation_timestamp"), record.get("evaluation_timestamp"),
-                  record.get("retrieved_timestamp")):
+    for value in (
+        (result or {}).get("evaluation_timestamp"),
+        record.get("evaluation_timestamp"),
+        record.get("retrieved_timestamp"),
+    ):
         if value is None:
             continue
         try:
@@ -290,8 +314,9 @@ def _rows_for(rows: list[dict] | None, result: dict, results: list[dict]) -> lis
 def _row_score(row: dict, where: str) -> float:
     score = as_unit_score(_strs(row.get("evaluation")).get("score"))
     if score is None:
-        raise Refused(f"{where}: evaluation.score {shorten(_strs(row.get('evaluation')).get('score'))} is not a "
-                      "number in [0, 1]")
+        raise Refused(
+            f"{where}: evaluation.score {shorten(_strs(row.get('evaluation')).get('score'))} is not a number in [0, 1]"
+        )
     return score
 
 
@@ -300,19 +325,36 @@ def _raw_output(row: dict) -> str | None:
     return str(raw[0]) if isinstance(raw, list) and raw else None
 
 
-def runs_from_record(record: dict, rows: list[dict] | None, source: str, samples_source: str | None,
-                     mapping: Mapping, rules, metric: str | None, items_note: str) -> list[Run | Unmapped | BadInput]:
+def runs_from_record(
+    record: dict,
+    rows: list[dict] | None,
+    source: str,
+    samples_source: str | None,
+    mapping: Mapping,
+    rules,
+    metric: str | None,
+    items_note: str,
+) -> list[Run | Unmapped | BadInput]:
     if R.is_safetyrepro_record(record):
         out: list[Run | Unmapped | BadInput] = []
         for result in record["evaluation_results"]:
-            out += _safetyrepro_runs(record, result, _rows_for(rows, result, record["evaluation_results"]), source,
-                                     samples_source, mapping, items_note)
+            out += _safetyrepro_runs(
+                record,
+                result,
+                _rows_for(rows, result, record["evaluation_results"]),
+                source,
+                samples_source,
+                mapping,
+                items_note,
+            )
         return out
     by_task: dict[str, list[dict]] = defaultdict(list)
     for result in record["evaluation_results"]:
         by_task[str(result.get("evaluation_name"))].append(result)
-    return [_foreign_run(record, task, results, rows, source, samples_source, mapping, rules, metric, items_note)
-            for task, results in by_task.items()]
+    return [
+        _foreign_run(record, task, results, rows, source, samples_source, mapping, rules, metric, items_note)
+        for task, results in by_task.items()
+    ]
 
 
 # -- SafetyRepro's own records ---------------------------------------------------------------------------
@@ -323,8 +365,15 @@ def _need(d: dict, key: str, where: str) -> str:
     return v
 
 
-def _safetyrepro_runs(record: dict, result: dict, rows: list[dict] | None, source: str, samples_source: str | None,
-                      mapping: Mapping, items_note: str) -> list[Run | BadInput]:
+def _safetyrepro_runs(
+    record: dict,
+    result: dict,
+    rows: list[dict] | None,
+    source: str,
+    samples_source: str | None,
+    mapping: Mapping,
+    items_note: str,
+) -> list[Run | BadInput]:
     from safetyrepro.tasks.envelope import Config
 
     gen = _strs(result.get("generation_config"))
@@ -343,12 +392,17 @@ def _safetyrepro_runs(record: dict, result: dict, rows: list[dict] | None, sourc
     except Exception:
         raise Refused(f"field {where}.{R.K_CONFIG_ID}: {shorten(config_id)} is not a configuration id") from None
     shots = whole_number(_need(g, R.K_SHOTS, where), f"{where}.{R.K_SHOTS}", 0, MAX_SHOTS, text=True)
-    axes = Axes(cfg.benchmark, _need(g, R.K_TEMPLATE, where), _need(g, R.K_DECODING, where), shots,
-                _need(g, R.K_SCORING, where))
+    axes = Axes(
+        cfg.benchmark, _need(g, R.K_TEMPLATE, where), _need(g, R.K_DECODING, where), shots, _need(g, R.K_SCORING, where)
+    )
     if axes.config_id != config_id:
         raise Refused(f"field {where}: the axes make {axes.config_id}, not the stated {config_id}")
-    if not NAME.fullmatch(axes.benchmark) or not AXIS_VALUE.fullmatch(axes.template) \
-            or not AXIS_VALUE.fullmatch(axes.decoding) or axes.scoring not in SCORINGS:
+    if (
+        not NAME.fullmatch(axes.benchmark)
+        or not AXIS_VALUE.fullmatch(axes.template)
+        or not AXIS_VALUE.fullmatch(axes.decoding)
+        or axes.scoring not in SCORINGS
+    ):
         raise Refused(f"field {where}: configuration {shorten(config_id)} has a value that is no plain name")
     label = mapping.label(idet.get(R.K_LABEL) or str(info.get("name") or info["id"]))
     problem = label_problem(label)
@@ -373,17 +427,29 @@ def _safetyrepro_runs(record: dict, result: dict, rows: list[dict] | None, sourc
         seed = whole_number(meta.get("seed", "0"), f"{where_row}: metadata.seed", 0, MAX_SEED, text=True)
         prediction = meta.get("prediction")
         gold = meta.get("gold")
-        by_seed[seed].append(ItemRow(
-            str(row.get("sample_id")), _row_score(row, where_row),
-            whole_number(prediction, f"{where_row}: metadata.prediction", 0, MAX_CHOICE, text=True)
-            if prediction is not None else None,
-            whole_number(gold, f"{where_row}: metadata.gold", 0, MAX_CHOICE, text=True) if gold is not None else None,
-            _raw_output(row), {"true": True, "false": False}.get(str(meta.get("parsed"))) if "parsed" in meta else None,
-            meta.get("prompt_sha256") or None))
+        by_seed[seed].append(
+            ItemRow(
+                str(row.get("sample_id")),
+                _row_score(row, where_row),
+                whole_number(prediction, f"{where_row}: metadata.prediction", 0, MAX_CHOICE, text=True)
+                if prediction is not None
+                else None,
+                whole_number(gold, f"{where_row}: metadata.gold", 0, MAX_CHOICE, text=True)
+                if gold is not None
+                else None,
+                _raw_output(row),
+                {"true": True, "false": False}.get(str(meta.get("parsed"))) if "parsed" in meta else None,
+                meta.get("prompt_sha256") or None,
+            )
+        )
     do_sample = g.get(R.K_DO_SAMPLE) == "true"
-    decoding = DecodingSpec(axes.decoding, float(args.get("temperature") or 0.0),
-                            1.0 if args.get("top_p") is None else float(args["top_p"]), do_sample,
-                            recorded=axes.decoding != "provider-default")
+    decoding = DecodingSpec(
+        axes.decoding,
+        float(args.get("temperature") or 0.0),
+        1.0 if args.get("top_p") is None else float(args["top_p"]),
+        do_sample,
+        recorded=axes.decoding != "provider-default",
+    )
     tie_rule = md.get(R.K_TIE_RULE) if axes.scoring == "logprob" else None
     spec = {"kind": "eee:safetyrepro", "id": info["id"], "name": info.get("name")}
     runs: list[Run | BadInput] = []
@@ -402,17 +468,34 @@ def _safetyrepro_runs(record: dict, result: dict, rows: list[dict] | None, sourc
                 items, note = tuple(have), ""
         elif rows is not None:
             note = f"the instance file holds no rows for seed {seed}"
-        runs.append(Run(
-            package=package, package_version=version, source=source,
-            samples_source=samples_source if items is not None else None, task=f"safetyrepro/{axes.benchmark}",
-            model=label, model_recorded=str(info["id"]), model_spec=spec, weights_id=idet.get(R.K_WEIGHTS) or None,
-            precision=_need(d, R.K_PRECISION, dd), axes=axes, decoding=decoding,
-            stress_template=g.get(R.K_STRESS_TEMPLATE) == "true", seed=seed,
-            metric=md.get(R.K_METRIC) or str(mc.get("metric_id") or "score"), tie_rule=tie_rule, score=seed_score,
-            parse_rate=1.0 if parse_rate is None else parse_rate, n_items=n_items,
-            item_ids=tuple(r.item_id for r in items) if items else None, items=items, items_note=note,
-            created=_created(record, result),
-            settings={"eee_evaluation_id": record.get("evaluation_id"), "generation_config": gen}))
+        runs.append(
+            Run(
+                package=package,
+                package_version=version,
+                source=source,
+                samples_source=samples_source if items is not None else None,
+                task=f"safetyrepro/{axes.benchmark}",
+                model=label,
+                model_recorded=str(info["id"]),
+                model_spec=spec,
+                weights_id=idet.get(R.K_WEIGHTS) or None,
+                precision=_need(d, R.K_PRECISION, dd),
+                axes=axes,
+                decoding=decoding,
+                stress_template=g.get(R.K_STRESS_TEMPLATE) == "true",
+                seed=seed,
+                metric=md.get(R.K_METRIC) or str(mc.get("metric_id") or "score"),
+                tie_rule=tie_rule,
+                score=seed_score,
+                parse_rate=1.0 if parse_rate is None else parse_rate,
+                n_items=n_items,
+                item_ids=tuple(r.item_id for r in items) if items else None,
+                items=items,
+                items_note=note,
+                created=_created(record, result),
+                settings={"eee_evaluation_id": record.get("evaluation_id"), "generation_config": gen},
+            )
+        )
     return runs
 
 
@@ -429,8 +512,10 @@ def _seed_scores(text: Any, n_seeds: int, score: float, where: str) -> dict[int,
         return None
     try:
         raw = json.loads(str(text))
-        got = {whole_number(k, f"{where}.{R.K_SEED_SCORES} seed", 0, MAX_SEED, text=True): as_unit_score(v)
-               for k, v in raw.items()}
+        got = {
+            whole_number(k, f"{where}.{R.K_SEED_SCORES} seed", 0, MAX_SEED, text=True): as_unit_score(v)
+            for k, v in raw.items()
+        }
     except (ValueError, AttributeError):
         raise Refused(f"field {where}.{R.K_SEED_SCORES}: not a JSON object of seed -> score") from None
     if any(v is None for v in got.values()) or len(got) != n_seeds:
@@ -449,7 +534,9 @@ def _choose(results: list[dict], wanted: str | None) -> dict | str:
         mc = _strs(r.get("metric_config"))
         if wanted in (r.get("evaluation_result_id"), mc.get("metric_id"), mc.get("metric_name")):
             return r
-    have = ", ".join(str(r.get("evaluation_result_id") or _strs(r.get("metric_config")).get("metric_id")) for r in results)
+    have = ", ".join(
+        str(r.get("evaluation_result_id") or _strs(r.get("metric_config")).get("metric_id")) for r in results
+    )
     return f"reports no metric {wanted!r} (it has: {have})"
 
 
@@ -467,9 +554,18 @@ def _settings(gen: dict, shots_key: str | None) -> dict[str, Any]:
     return out
 
 
-def _foreign_run(record: dict, task: str, results: list[dict], rows: list[dict] | None, source: str,
-                 samples_source: str | None, mapping: Mapping, rules, metric: str | None,
-                 items_note: str) -> Run | Unmapped | BadInput:
+def _foreign_run(
+    record: dict,
+    task: str,
+    results: list[dict],
+    rows: list[dict] | None,
+    source: str,
+    samples_source: str | None,
+    mapping: Mapping,
+    rules,
+    metric: str | None,
+    items_note: str,
+) -> Run | Unmapped | BadInput:
     from safetyrepro.analysis.direction import direction
 
     info = record["model_info"]
@@ -480,9 +576,14 @@ def _foreign_run(record: dict, task: str, results: list[dict], rows: list[dict] 
         return BadInput(source, f"field model_info.id: {problem} (a `models` entry of the mapping file gives one)")
     own_lm_eval = library.get("name") == "lm_eval" and LM_EVAL_TASK.fullmatch(task) is not None
     if mapping.task_rule(task) is None and not own_lm_eval:
-        return Unmapped(source, task, label, f"task {task!r} (an EEE record SafetyRepro did not write) is not one of "
-                        "SafetyRepro's task names and no entry of the mapping file matches it: say its benchmark "
-                        "and template with --mapping (docs/eee.md)")
+        return Unmapped(
+            source,
+            task,
+            label,
+            f"task {task!r} (an EEE record SafetyRepro did not write) is not one of "
+            "SafetyRepro's task names and no entry of the mapping file matches it: say its benchmark "
+            "and template with --mapping (docs/eee.md)",
+        )
     placement = place_task(task, mapping, "lm-eval")
     if isinstance(placement, str):
         return Unmapped(source, task, label, placement)
@@ -494,29 +595,56 @@ def _foreign_run(record: dict, task: str, results: list[dict], rows: list[dict] 
     sd = _strs(chosen.get("score_details"))
     score = as_unit_score(sd.get("score"))
     if score is None:
-        return Unmapped(source, task, label, f"metric {metric_name} is {shorten(sd.get('score'))}, not a share in "
-                        "[0, 1] (choose one with --metric or the mapping's metric)")
+        return Unmapped(
+            source,
+            task,
+            label,
+            f"metric {metric_name} is {shorten(sd.get('score'))}, not a share in "
+            "[0, 1] (choose one with --metric or the mapping's metric)",
+        )
     lower = mc.get("lower_is_better")
     better = direction(placement.benchmark) if placement.benchmark in BENCHMARKS else None
     if better is None and lower is True:
-        return Unmapped(source, task, label, f"metric {metric_name} is lower-is-better, and a benchmark SafetyRepro "
-                        "does not define is read as higher-is-better: choose a higher-is-better metric")
-    if better is not None and better.name in ("higher", "lower") and lower is not None \
-            and bool(lower) != (better.name == "lower"):
-        return Unmapped(source, task, label, f"metric {metric_name} is {'lower' if lower else 'higher'}-is-better, "
-                        f"but {placement.benchmark}'s definition reads its score {better.label}")
+        return Unmapped(
+            source,
+            task,
+            label,
+            f"metric {metric_name} is lower-is-better, and a benchmark SafetyRepro "
+            "does not define is read as higher-is-better: choose a higher-is-better metric",
+        )
+    if (
+        better is not None
+        and better.name in ("higher", "lower")
+        and lower is not None
+        and bool(lower) != (better.name == "lower")
+    ):
+        return Unmapped(
+            source,
+            task,
+            label,
+            f"metric {metric_name} is {'lower' if lower else 'higher'}-is-better, "
+            f"but {placement.benchmark}'s definition reads its score {better.label}",
+        )
     gen = _strs(chosen.get("generation_config"))
     args = _strs(gen.get("generation_args"))
     details = _strs(gen.get("additional_details"))
     scoring = placement.scoring or "free_form"
     shots_key = placement.shots_arg or next((k for k in SHOTS_KEYS if k in details), None)
-    shots = whole_number(details[shots_key], f"generation_config.additional_details.{shots_key}", 0, MAX_SHOTS,
-                         text=True) if shots_key and shots_key in details else 0
+    shots = (
+        whole_number(details[shots_key], f"generation_config.additional_details.{shots_key}", 0, MAX_SHOTS, text=True)
+        if shots_key and shots_key in details
+        else 0
+    )
     if scoring == "logprob":
         decoding = decoding_spec(0.0, None, False, rules)
     else:
-        decoding = decoding_spec(_float(args.get("temperature")), _float(args.get("top_p")), None, rules,
-                                 provider_default="temperature" not in args or args.get("temperature") is None)
+        decoding = decoding_spec(
+            _float(args.get("temperature")),
+            _float(args.get("top_p")),
+            None,
+            rules,
+            provider_default="temperature" not in args or args.get("temperature") is None,
+        )
         decoding = replace(decoding, name=with_settings(decoding.name, _settings(gen, shots_key)))
     prompt = args.get("prompt_template")
     template = with_settings(placement.template, {"prompt": short_hash(str(prompt))} if prompt else {})
@@ -540,23 +668,57 @@ def _foreign_run(record: dict, task: str, results: list[dict], rows: list[dict] 
     unc = _strs(sd.get("uncertainty"))
     if item_ids is None and isinstance(source_data.get("sample_ids"), list) and source_data["sample_ids"]:
         item_ids = tuple(str(s) for s in source_data["sample_ids"])
-    n_items = len(items) if items else next((whole_number(v, "sample count", 1, MAX_COUNT) for v in (
-        unc.get("num_samples"), source_data.get("samples_number")) if isinstance(v, int) and v >= 1),
-        len(item_ids) if item_ids else 0)
+    n_items = (
+        len(items)
+        if items
+        else next(
+            (
+                whole_number(v, "sample count", 1, MAX_COUNT)
+                for v in (unc.get("num_samples"), source_data.get("samples_number"))
+                if isinstance(v, int) and v >= 1
+            ),
+            len(item_ids) if item_ids else 0,
+        )
+    )
     if n_items < 1:
-        return BadInput(source, f"result {metric_name} states no sample count (uncertainty.num_samples, "
-                                "source_data.samples_number) and has no instance rows")
+        return BadInput(
+            source,
+            f"result {metric_name} states no sample count (uncertainty.num_samples, "
+            "source_data.samples_number) and has no instance rows",
+        )
     if item_ids is not None and len(set(item_ids)) != n_items:
         item_ids = None
     precision = precision_label(_strs(info.get("additional_details")).get("precision"))
-    spec = {"kind": "eee", "id": info["id"], "name": info.get("name"), "developer": info.get("developer"),
-            "inference_platform": info.get("inference_platform")}
+    spec = {
+        "kind": "eee",
+        "id": info["id"],
+        "name": info.get("name"),
+        "developer": info.get("developer"),
+        "inference_platform": info.get("inference_platform"),
+    }
     return Run(
         package=R.PACKAGE_OF_LIBRARY.get(str(library.get("name")), str(library.get("name") or "eee")),
         package_version=str(library.get("version") or "unknown"),
-        source=source, samples_source=samples_source if items is not None else None, task=task, model=label,
-        model_recorded=str(info["id"]), model_spec=spec, weights_id=None, precision=precision,
-        axes=Axes(placement.benchmark, template, decoding.name, shots, scoring), decoding=decoding,
-        stress_template=placement.stress, seed=0, metric=metric_name, tie_rule=None, score=score, parse_rate=1.0,
-        n_items=n_items, item_ids=item_ids, items=items, items_note=note, created=_created(record, chosen),
-        settings={"eee_evaluation_id": record.get("evaluation_id"), "generation_config": gen})
+        source=source,
+        samples_source=samples_source if items is not None else None,
+        task=task,
+        model=label,
+        model_recorded=str(info["id"]),
+        model_spec=spec,
+        weights_id=None,
+        precision=precision,
+        axes=Axes(placement.benchmark, template, decoding.name, shots, scoring),
+        decoding=decoding,
+        stress_template=placement.stress,
+        seed=0,
+        metric=metric_name,
+        tie_rule=None,
+        score=score,
+        parse_rate=1.0,
+        n_items=n_items,
+        item_ids=item_ids,
+        items=items,
+        items_note=note,
+        created=_created(record, chosen),
+        settings={"eee_evaluation_id": record.get("evaluation_id"), "generation_config": gen},
+    )

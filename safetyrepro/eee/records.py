@@ -21,13 +21,13 @@ from typing import Any
 
 from safetyrepro.errors import UserError
 
-SCHEMA_VERSION = "0.3.0"          # the EEE schema the export writes
-SUPPORTED_SCHEMAS = ("0.3.",)      # schema versions the import reads (0.3.x)
+SCHEMA_VERSION = "0.3.0"  # the EEE schema the export writes
+SUPPORTED_SCHEMAS = ("0.3.",)  # schema versions the import reads (0.3.x)
 EEE_PACKAGE = "every-eval-ever==0.3.0"
 PREFIX = "safetyrepro_"
 VERDICTS_FILE = "safetyrepro_verdicts.json"
 VERDICTS_FORMAT = "safetyrepro-eee-verdicts"
-DATA_DIR = "data"                  # EEE's datastore root inside --out
+DATA_DIR = "data"  # EEE's datastore root inside --out
 
 # generation_config.additional_details: the configuration's axes and identifiers
 K_CONFIG_ID = PREFIX + "config_id"
@@ -40,7 +40,7 @@ K_TIER = PREFIX + "tier"
 K_STRESS_TEMPLATE = PREFIX + "stress_template"
 K_RULES_SHA = PREFIX + "rules_sha256"
 K_SEEDS = PREFIX + "sampling_seeds"
-K_NUM_FEWSHOT = "num_fewshot"      # the key EEE's lm-eval converter uses for the shot count
+K_NUM_FEWSHOT = "num_fewshot"  # the key EEE's lm-eval converter uses for the shot count
 # score_details.details
 K_N_ITEMS = PREFIX + "n_items"
 K_N_SEEDS = PREFIX + "n_seeds"
@@ -85,9 +85,15 @@ def _component(value: str, what: str) -> str:
     """One datastore path component, as EEE's publisher makes it (helpers/io.py
     `_required_path_component`): ':' becomes '_'; unsafe names are refused."""
     value = value.strip().replace(":", "_")
-    if (not value or value.lower() == "unknown" or value in (".", "..", DATA_DIR) or "/" in value
-            or _INVALID_PATH_CHARS.search(value) or value.endswith((".", " "))
-            or value.split(".", 1)[0].upper() in _RESERVED):
+    if (
+        not value
+        or value.lower() == "unknown"
+        or value in (".", "..", DATA_DIR)
+        or "/" in value
+        or _INVALID_PATH_CHARS.search(value)
+        or value.endswith((".", " "))
+        or value.split(".", 1)[0].upper() in _RESERVED
+    ):
         raise UserError(f"{what} {value!r} cannot name an Every Eval Ever datastore folder")
     return value
 
@@ -153,5 +159,10 @@ def is_safetyrepro_record(record: dict) -> bool:
     names SafetyRepro's version (a converter's record has neither)."""
     lib = (record.get("eval_library") or {}).get("additional_details") or {}
     results = record.get("evaluation_results") or []
-    return K_VERSION in lib and bool(results) and all(
-        K_CONFIG_ID in (((r or {}).get("generation_config") or {}).get("additional_details") or {}) for r in results)
+    return (
+        K_VERSION in lib
+        and bool(results)
+        and all(
+            K_CONFIG_ID in (((r or {}).get("generation_config") or {}).get("additional_details") or {}) for r in results
+        )
+    )

@@ -32,15 +32,23 @@ def eee_python() -> Path | None:
 def require_python() -> Path:
     python = eee_python()
     if python is None:
-        raise UserError("Every Eval Ever's tools are not installed: run `make eee` (builds .venv-eee with "
-                        f"every-eval-ever 0.3.0 on Python 3.12), or set {ENV} to a python that has it")
+        raise UserError(
+            "Every Eval Ever's tools are not installed: run `make eee` (builds .venv-eee with "
+            f"every-eval-ever 0.3.0 on Python 3.12), or set {ENV} to a python that has it"
+        )
     return python
 
 
 def run_eee(args: list[str], cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """`python -m every_eval_ever ARGS` in .venv-eee; output captured."""
-    return subprocess.run([str(require_python()), "-m", "every_eval_ever", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(
+        [str(require_python()), "-m", "every_eval_ever", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
 
 
 @dataclass
@@ -52,8 +60,9 @@ class ValidationReport:
     @property
     def ok(self) -> bool:
         """Every file valid with no warning (the validator's exit code 0)."""
-        return self.returncode == 0 and bool(self.reports) and all(r["valid"] and not r["warnings"]
-                                                                   for r in self.reports)
+        return (
+            self.returncode == 0 and bool(self.reports) and all(r["valid"] and not r["warnings"] for r in self.reports)
+        )
 
     def problems(self) -> list[str]:
         out = []

@@ -55,25 +55,43 @@ def plan(o) -> FlowPlan:
     known = None
     for m in o.models:
         if m.kind not in (ENGINE, INSPECT):
-            raise UserError(f"{m.label}: {m.kind} models run through lm-eval, not Inspect; Inspect Flow runs "
-                            "SafetyRepro's engine models (safetyrepro/<model>) and inspect:<provider>/<model> only")
+            raise UserError(
+                f"{m.label}: {m.kind} models run through lm-eval, not Inspect; Inspect Flow runs "
+                "SafetyRepro's engine models (safetyrepro/<model>) and inspect:<provider>/<model> only"
+            )
         if m.kind == INSPECT and m.provider != "safetyrepro":
             known = known if known is not None else provider_names()
             if m.provider not in known:
-                raise UserError(f"{m.label}: Inspect has no model provider {m.provider!r}; known: "
-                                f"{', '.join(sorted(known))}")
+                raise UserError(
+                    f"{m.label}: Inspect has no model provider {m.provider!r}; known: {', '.join(sorted(known))}"
+                )
         _check_logprob(m, scorings, explicit_scoring="scoring" in filters)
     recorded = {}
     for m in o.models:
         name = flow_model_name(m)
         if name in recorded:
-            raise UserError(f"{recorded[name]} and {m.label} are both {name} to Inspect: their logs could not be "
-                            "told apart (write one spec per model args)")
+            raise UserError(
+                f"{recorded[name]} and {m.label} are both {name} to Inspect: their logs could not be "
+                "told apart (write one spec per model args)"
+            )
         recorded[name] = m.label
-    spec = SweepSpec(tuple(labels), tuple(benchmarks), o.tier, "inspect", precision, o.limit, rules.sha256,
-                     filters, o.subsample, o.subset_seed, tie_rule, tuple(m.spec for m in o.models))
-    return FlowPlan(o, spec, rules, plan_cells(list(o.models), configs, rules),
-                    item_sets(o.subsample, o.subset_seed, o.limit))
+    spec = SweepSpec(
+        tuple(labels),
+        tuple(benchmarks),
+        o.tier,
+        "inspect",
+        precision,
+        o.limit,
+        rules.sha256,
+        filters,
+        o.subsample,
+        o.subset_seed,
+        tie_rule,
+        tuple(m.spec for m in o.models),
+    )
+    return FlowPlan(
+        o, spec, rules, plan_cells(list(o.models), configs, rules), item_sets(o.subsample, o.subset_seed, o.limit)
+    )
 
 
 def flow_model_name(entry) -> str:
@@ -138,17 +156,31 @@ def build_spec(p: FlowPlan, log_dir: str, mapping_name: str):
         model = flow_model(entry, cfg.precision, o.device, o.batch_size)
         for seed in cell.seeds:
             gen = {k: v for k, v in inspect_generate_args(p.rules, cfg, seed).items() if v is not None}
-            tasks.append(FlowTask(
-                name=f"safetyrepro/{cfg.benchmark}", args=args, model=model, config=own_config.merge(GenerateConfig(**gen)),
-                version=version, **({} if whole else {"sample_id": list(ids)}),
-                flow_metadata={"model": cell.model, "config_id": cfg.config_id, "seed": seed}))
+            tasks.append(
+                FlowTask(
+                    name=f"safetyrepro/{cfg.benchmark}",
+                    args=args,
+                    model=model,
+                    config=own_config.merge(GenerateConfig(**gen)),
+                    version=version,
+                    **({} if whole else {"sample_id": list(ids)}),
+                    flow_metadata={"model": cell.model, "config_id": cfg.config_id, "seed": seed},
+                )
+            )
     if not tasks:
-        raise UserError("no cell can run on Inspect: every selected configuration needs continuation "
-                        "log-likelihoods (logprob scoring), which these models do not give")
-    meta = {"safetyrepro": {
-        "version": __version__, "sweep": p.spec.identity(), "rules_sha256": p.rules.sha256,
-        "not_applicable": skipped,
-        "import": f"safetyrepro import inspect {log_dir} --mapping {mapping_name} --out GRID_DIR"}}
+        raise UserError(
+            "no cell can run on Inspect: every selected configuration needs continuation "
+            "log-likelihoods (logprob scoring), which these models do not give"
+        )
+    meta = {
+        "safetyrepro": {
+            "version": __version__,
+            "sweep": p.spec.identity(),
+            "rules_sha256": p.rules.sha256,
+            "not_applicable": skipped,
+            "import": f"safetyrepro import inspect {log_dir} --mapping {mapping_name} --out GRID_DIR",
+        }
+    }
     return FlowSpec(log_dir=log_dir, execution_type="inproc", tasks=tasks, flow_metadata=meta)
 
 
@@ -191,9 +223,14 @@ def write(o, out: Path, log_dir: str | None = None) -> tuple[Path, Path, FlowPla
     mapping = mapping_path(out)
     spec = build_spec(p, log_dir, mapping.name)
     text = spec_yaml(spec)
-    header = ("# Inspect Flow spec written by `safetyrepro flow` (docs/flow.md): one task per cell and seed.\n"
-              f"# Run: flow run {out.name}    Import: {spec.flow_metadata['safetyrepro']['import']}\n")
-    atomic_write(mapping, f"# the sweep's model labels for `safetyrepro import inspect` (written with {out.name})\n"
-                 + yaml.safe_dump({"models": model_labels(p)}, sort_keys=False))
+    header = (
+        "# Inspect Flow spec written by `safetyrepro flow` (docs/flow.md): one task per cell and seed.\n"
+        f"# Run: flow run {out.name}    Import: {spec.flow_metadata['safetyrepro']['import']}\n"
+    )
+    atomic_write(
+        mapping,
+        f"# the sweep's model labels for `safetyrepro import inspect` (written with {out.name})\n"
+        + yaml.safe_dump({"models": model_labels(p)}, sort_keys=False),
+    )
     atomic_write(out, header + text)
     return out, mapping, p, spec

@@ -21,20 +21,30 @@ if TYPE_CHECKING:
     from .assemble import Imported
 
 
-def import_lm_eval(paths: Sequence[str], *, metric: str | None = None, mapping: str | None = None,
-                   duplicates: str = "newest", skip_bad: bool = False) -> Imported:
+def import_lm_eval(
+    paths: Sequence[str],
+    *,
+    metric: str | None = None,
+    mapping: str | None = None,
+    duplicates: str = "newest",
+    skip_bad: bool = False,
+) -> Imported:
     """lm-eval output folders (or results files) as an `Imported`: grid, items, provenance, unmapped,
     duplicates, disagreements and bad-input tables, the rules text and run.json's record."""
     from .run import import_runs
 
-    return import_runs("lm-eval", paths, metric=metric, mapping_path=mapping, duplicates=duplicates,
-                       skip_bad=skip_bad)
+    return import_runs("lm-eval", paths, metric=metric, mapping_path=mapping, duplicates=duplicates, skip_bad=skip_bad)
 
 
-def import_inspect(paths: Sequence[str], *, metric: str | None = None, mapping: str | None = None,
-                   duplicates: str = "newest", skip_bad: bool = False) -> Imported:
+def import_inspect(
+    paths: Sequence[str],
+    *,
+    metric: str | None = None,
+    mapping: str | None = None,
+    duplicates: str = "newest",
+    skip_bad: bool = False,
+) -> Imported:
     """Inspect log folders (or .eval/.json logs) as an `Imported` (see `import_lm_eval`)."""
     from .run import import_runs
 
-    return import_runs("inspect", paths, metric=metric, mapping_path=mapping, duplicates=duplicates,
-                       skip_bad=skip_bad)
+    return import_runs("inspect", paths, metric=metric, mapping_path=mapping, duplicates=duplicates, skip_bad=skip_bad)

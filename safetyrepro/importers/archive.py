@@ -50,7 +50,7 @@ def _raw(data: memoryview, info: zipfile.ZipInfo) -> memoryview:
     if fields[0] != b"PK\x03\x04":
         raise Refused(f"member {shorten(info.filename)} has no local header (a damaged archive)")
     begin = start + LOCAL_HEADER.size + fields[10] + fields[11]
-    raw = data[begin:begin + info.compress_size]
+    raw = data[begin : begin + info.compress_size]
     if len(raw) < info.compress_size:
         raise Refused(f"member {shorten(info.filename)} is cut short (a truncated archive)")
     return raw
@@ -63,10 +63,14 @@ def _expand(raw: memoryview, info: zipfile.ZipInfo, budget: int) -> bytes:
 
     def over() -> Refused:
         if cap < MAX_MEMBER_BYTES:
-            return Refused(f"expands to more than {MAX_ARCHIVE_BYTES} bytes in all (the cap MAX_ARCHIVE_BYTES), "
-                           f"passed in member {name}: an archive bomb or not an Inspect log")
-        return Refused(f"member {name} expands to more than {MAX_MEMBER_BYTES} bytes (the cap MAX_MEMBER_BYTES): "
-                       "an archive bomb or not an Inspect log")
+            return Refused(
+                f"expands to more than {MAX_ARCHIVE_BYTES} bytes in all (the cap MAX_ARCHIVE_BYTES), "
+                f"passed in member {name}: an archive bomb or not an Inspect log"
+            )
+        return Refused(
+            f"member {name} expands to more than {MAX_MEMBER_BYTES} bytes (the cap MAX_MEMBER_BYTES): "
+            "an archive bomb or not an Inspect log"
+        )
 
     out = bytearray()
     if info.compress_type == STORED:
@@ -119,8 +123,10 @@ def iter_members(data: bytes):
     seen: set[str] = set()
     for info in infos:
         if info.filename in seen:
-            raise Refused(f"holds two members named {shorten(info.filename)}: a reader would take one of them "
-                          "silently (a damaged or forged log)")
+            raise Refused(
+                f"holds two members named {shorten(info.filename)}: a reader would take one of them "
+                "silently (a damaged or forged log)"
+            )
         seen.add(info.filename)
     view = memoryview(data)
     budget = MAX_ARCHIVE_BYTES
@@ -129,11 +135,14 @@ def iter_members(data: bytes):
         if info.flag_bits & 0x1:
             raise Refused(f"member {name} is encrypted: not an Inspect log")
         if info.compress_type not in METHODS:
-            raise Refused(f"member {name} uses zip compression method {info.compress_type}; Inspect logs use "
-                          f"{', '.join(METHODS.values())}")
+            raise Refused(
+                f"member {name} uses zip compression method {info.compress_type}; Inspect logs use "
+                f"{', '.join(METHODS.values())}"
+            )
         if info.file_size > MAX_MEMBER_BYTES:  # declared: refused before anything is expanded
-            raise Refused(f"member {name} declares {info.file_size} bytes; at most {MAX_MEMBER_BYTES} (the cap "
-                          "MAX_MEMBER_BYTES)")
+            raise Refused(
+                f"member {name} declares {info.file_size} bytes; at most {MAX_MEMBER_BYTES} (the cap MAX_MEMBER_BYTES)"
+            )
         member = _expand(_raw(view, info), info, budget)
         budget -= len(member)
         yield info.filename, member

@@ -41,10 +41,33 @@ from .mapping import Mapping
 from .write import check_out, write_outputs
 
 DUPLICATES = ("newest", "keep", "refuse")
-EXTRA_COLUMNS = ["seed_scores", "metric", "tie_rule", "item_set", "package_version", "task", "weights_sha256",
-                 "items", "sources"]
-ITEM_COLUMNS = ["model", "config_id", "benchmark", "package", "precision", "item_id", "seed", "item_score",
-                "prediction", "parsed", "gold", "raw_output", "prompt_sha256", "source"]
+EXTRA_COLUMNS = [
+    "seed_scores",
+    "metric",
+    "tie_rule",
+    "item_set",
+    "package_version",
+    "task",
+    "weights_sha256",
+    "items",
+    "sources",
+]
+ITEM_COLUMNS = [
+    "model",
+    "config_id",
+    "benchmark",
+    "package",
+    "precision",
+    "item_id",
+    "seed",
+    "item_score",
+    "prediction",
+    "parsed",
+    "gold",
+    "raw_output",
+    "prompt_sha256",
+    "source",
+]
 PROVENANCE_COLUMNS = ["path", "kind", "sha256", "bytes", "status", "cells"]
 UNMAPPED_COLUMNS = ["source", "task", "model", "reason"]
 DUPLICATE_COLUMNS = ["model", "config_id", "precision", "package", "seed", "source", "created", "action"]
@@ -73,9 +96,13 @@ class Imported:
         return write_outputs(Path(out), self)
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        return {"provenance.csv": self.provenance, "unmapped.csv": self.unmapped,
-                "duplicates.csv": self.duplicates, "disagreements.csv": self.disagreements,
-                "bad_inputs.csv": self.bad}
+        return {
+            "provenance.csv": self.provenance,
+            "unmapped.csv": self.unmapped,
+            "duplicates.csv": self.duplicates,
+            "disagreements.csv": self.disagreements,
+            "bad_inputs.csv": self.bad,
+        }
 
 
 # -- what a benchmark's definition admits ------------------------------------------------------------
@@ -87,9 +114,16 @@ def definition_misfits(runs: list[Run]) -> tuple[list[Run], list[Unmapped]]:
     for r in runs:
         allowed = get_benchmark(r.axes.benchmark).scorings if r.axes.benchmark in BENCHMARKS else None
         if allowed is not None and r.axes.scoring not in allowed:
-            unmapped.append(Unmapped(r.source, r.task, r.model, f"placed under {r.axes.benchmark}, which its definition "
-                                     f"scores {', '.join(allowed)} only, but the run scored {r.axes.scoring}; map the "
-                                     "task to a benchmark name of its own"))
+            unmapped.append(
+                Unmapped(
+                    r.source,
+                    r.task,
+                    r.model,
+                    f"placed under {r.axes.benchmark}, which its definition "
+                    f"scores {', '.join(allowed)} only, but the run scored {r.axes.scoring}; map the "
+                    "task to a benchmark name of its own",
+                )
+            )
         else:
             kept.append(r)
     return kept, unmapped
@@ -106,8 +140,14 @@ def split_models(runs: list[Run]) -> tuple[list[Run], list[dict]]:
     split = {label for label, ids in by_label.items() if len(ids) > 1}
     for label in sorted(split):
         ids = sorted(by_label[label])
-        notes.append({"kind": "model weights", "subject": label, "values": ", ".join(i[:12] for i in ids),
-                      "resolution": "kept apart as " + ", ".join(f"{label}#{i[:8]}" for i in ids)})
+        notes.append(
+            {
+                "kind": "model weights",
+                "subject": label,
+                "values": ", ".join(i[:12] for i in ids),
+                "resolution": "kept apart as " + ", ".join(f"{label}#{i[:8]}" for i in ids),
+            }
+        )
     runs = [replace(r, model=f"{r.model}#{r.weights_id[:8]}") if r.model in split and r.weights_id else r for r in runs]
     by_weights: dict[str, set[str]] = defaultdict(set)
     for r in runs:
@@ -115,9 +155,15 @@ def split_models(runs: list[Run]) -> tuple[list[Run], list[dict]]:
             by_weights[r.weights_id].add(r.model)
     for weights, labels in sorted(by_weights.items()):
         if len(labels) > 1:
-            notes.append({"kind": "model names", "subject": f"weights {weights[:12]}", "values": ", ".join(sorted(labels)),
-                          "resolution": "kept as separate models; if they are one model, give them one label with "
-                                        "a `models` entry of the mapping file"})
+            notes.append(
+                {
+                    "kind": "model names",
+                    "subject": f"weights {weights[:12]}",
+                    "values": ", ".join(sorted(labels)),
+                    "resolution": "kept as separate models; if they are one model, give them one label with "
+                    "a `models` entry of the mapping file",
+                }
+            )
     return runs, notes
 
 
@@ -127,8 +173,12 @@ def package_labels(runs: list[Run]) -> tuple[list[Run], list[dict]]:
     if len(versions) < 2:
         return [replace(r, settings={**r.settings, "_package": r.package}) for r in runs], []
     package = runs[0].package
-    note = {"kind": "package version", "subject": package, "values": ", ".join(versions),
-            "resolution": "kept apart: package column " + ", ".join(f"{package}=={v}" for v in versions)}
+    note = {
+        "kind": "package version",
+        "subject": package,
+        "values": ", ".join(versions),
+        "resolution": "kept apart: package column " + ", ".join(f"{package}=={v}" for v in versions),
+    }
     return [replace(r, settings={**r.settings, "_package": f"{r.package}=={r.package_version}"}) for r in runs], [note]
 
 
@@ -146,15 +196,32 @@ def dedupe(runs: list[Run], how: str) -> tuple[list[Run], list[dict]]:
             continue
         group = sorted(group, key=lambda r: (r.created, r.source, r.task))
         if how == "refuse":
-            raise UserError(f"duplicate runs of model {key[0]!r}, configuration {key[1]} (seed {key[4]}): "
-                            f"{group[0].source} and {group[-1].source}; choose --duplicates newest or keep")
+            raise UserError(
+                f"duplicate runs of model {key[0]!r}, configuration {key[1]} (seed {key[4]}): "
+                f"{group[0].source} and {group[-1].source}; choose --duplicates newest or keep"
+            )
         survivors = group if how == "keep" else group[-1:]
         kept.extend(survivors)
         for i, r in enumerate(group):
-            action = (f"kept as repetition {i + 1} of {len(group)}" if how == "keep" else
-                      "kept (newest)" if r is group[-1] else f"dropped (older than {group[-1].source})")
-            rows.append({"model": key[0], "config_id": key[1], "precision": key[2], "package": key[3], "seed": key[4],
-                         "source": r.source, "created": r.created, "action": action})
+            action = (
+                f"kept as repetition {i + 1} of {len(group)}"
+                if how == "keep"
+                else "kept (newest)"
+                if r is group[-1]
+                else f"dropped (older than {group[-1].source})"
+            )
+            rows.append(
+                {
+                    "model": key[0],
+                    "config_id": key[1],
+                    "precision": key[2],
+                    "package": key[3],
+                    "seed": key[4],
+                    "source": r.source,
+                    "created": r.created,
+                    "action": action,
+                }
+            )
     return kept, rows
 
 
@@ -184,12 +251,21 @@ def comparability(runs: list[Run]) -> tuple[list[Run], list[dict]]:
             for i, v in values.items():
                 if v != main:
                     differs[i].append(f"{what} {v}")
-            notes.append({"kind": f"different {what}", "subject": f"{package} {benchmark}",
-                          "values": "; ".join(f"{v} ({counts[v]} runs)" for v in sorted(counts)),
-                          "resolution": f"runs with {what} {main} keep package {package!r}; the others are kept "
-                                        f"apart under package '{package} [{what} ...]'"})
-    out = [replace(r, settings={**r.settings, "_package": f"{r.settings['_package']} [{'; '.join(differs[i])}]"})
-           if differs.get(i) else r for i, r in enumerate(runs)]
+            notes.append(
+                {
+                    "kind": f"different {what}",
+                    "subject": f"{package} {benchmark}",
+                    "values": "; ".join(f"{v} ({counts[v]} runs)" for v in sorted(counts)),
+                    "resolution": f"runs with {what} {main} keep package {package!r}; the others are kept "
+                    f"apart under package '{package} [{what} ...]'",
+                }
+            )
+    out = [
+        replace(r, settings={**r.settings, "_package": f"{r.settings['_package']} [{'; '.join(differs[i])}]"})
+        if differs.get(i)
+        else r
+        for i, r in enumerate(runs)
+    ]
     return out, notes
 
 
@@ -202,23 +278,36 @@ def rules_for(cells: list[dict], runs: list[Run], packaged_text: bytes, packaged
     """The packaged rules file when every configuration lies inside it; otherwise the packaged
     envelope widened by the imported values (docs/importing.md, "The rules file")."""
     registered = set(packaged.benchmarks)
-    inside = all(c["benchmark"] in registered and c["template"] in packaged.axes["template"]
-                 and c["decoding"] in packaged.axes["decoding"] and c["shots"] in packaged.axes["shots"]
-                 and c["scoring"] in packaged.axes["scoring"]
-                 and not packaged.violated(Config(c["benchmark"], c["template"], c["decoding"], c["shots"], c["scoring"]))
-                 for c in cells)
+    inside = all(
+        c["benchmark"] in registered
+        and c["template"] in packaged.axes["template"]
+        and c["decoding"] in packaged.axes["decoding"]
+        and c["shots"] in packaged.axes["shots"]
+        and c["scoring"] in packaged.axes["scoring"]
+        and not packaged.violated(Config(c["benchmark"], c["template"], c["decoding"], c["shots"], c["scoring"]))
+        for c in cells
+    )
     if inside:
         return packaged_text
     raw = yaml.safe_load(packaged_text)
     axes = {a: list(raw["axes"][a]) for a in ("template", "decoding", "shots", "scoring")}
     seen = {a: sorted({c[a] for c in cells} - set(axes[a]), key=str) for a in axes}
-    stress_templates = {r.axes.template for r in runs
-                        if r.stress_template or _base(r.axes.template) in packaged.stress.get("template", ())}
-    diverse = min((d.temperature for d in packaged.decodings.values() if d.name in packaged.stress.get("decoding", ())),
-                  default=0.7)
+    stress_templates = {
+        r.axes.template
+        for r in runs
+        if r.stress_template or _base(r.axes.template) in packaged.stress.get("template", ())
+    }
+    diverse = min(
+        (d.temperature for d in packaged.decodings.values() if d.name in packaged.stress.get("decoding", ())),
+        default=0.7,
+    )
     specs = {r.axes.decoding: r.decoding for r in runs}
-    stress_decodings = {d for d in seen["decoding"] if _base(d) in packaged.stress.get("decoding", ())
-                        or (specs[d].do_sample and specs[d].recorded and specs[d].temperature >= diverse)}
+    stress_decodings = {
+        d
+        for d in seen["decoding"]
+        if _base(d) in packaged.stress.get("decoding", ())
+        or (specs[d].do_sample and specs[d].recorded and specs[d].temperature >= diverse)
+    }
     decoding = dict(raw["decoding"])
     for d in seen["decoding"]:
         s = specs[d]
@@ -245,8 +334,12 @@ def rules_for(cells: list[dict], runs: list[Run], packaged_text: bytes, packaged
             # a subset that leaves out only stress values keeps every new non-stress value without a base too
             only_cuts_stress = all(v in listed or is_stress(axis, v) for v in packaged_values)
             out[axis] = derived(axis, listed) + [
-                v for v in seen[axis] if only_cuts_stress and not is_stress(axis, v)
-                and not (isinstance(v, str) and _base(v) in packaged_values)]
+                v
+                for v in seen[axis]
+                if only_cuts_stress
+                and not is_stress(axis, v)
+                and not (isinstance(v, str) and _base(v) in packaged_values)
+            ]
         return out
 
     subsets = {name: widen(s) for name, s in raw["subsets"].items()}
@@ -255,8 +348,10 @@ def rules_for(cells: list[dict], runs: list[Run], packaged_text: bytes, packaged
         when = {k: derived(k, v) for k, v in c["when"].items()}
         require = {k: derived(k, v) for k, v in c["require"].items()}
         # a constraint the imported configurations break does not describe them: it is left out
-        if all(not all(cell[k] in v for k, v in when.items()) or all(cell[k] in v for k, v in require.items())
-               for cell in cells):
+        if all(
+            not all(cell[k] in v for k, v in when.items()) or all(cell[k] in v for k, v in require.items())
+            for cell in cells
+        ):
             constraints.append({"name": c["name"], "when": when, "require": require})
     external = sorted({c["benchmark"] for c in cells} - registered)
     out = {"version": raw.get("version", 1)}
@@ -264,18 +359,26 @@ def rules_for(cells: list[dict], runs: list[Run], packaged_text: bytes, packaged
         out["benchmarks"] = list(raw["benchmarks"])
     if external:
         out["external_benchmarks"] = external
-    out.update({
-        "axes": {a: axes[a] + seen[a] if a != "shots" else sorted(set(axes[a]) | set(seen[a])) for a in axes},
-        "decoding": decoding, "sampling_seeds": raw["sampling_seeds"], "stress": stress,
-        "constraints": constraints, "subsets": subsets, "items": raw["items"],
-        "max_new_tokens": raw.get("max_new_tokens", {}),
-    })
-    header = ("# Written by `safetyrepro import`: SafetyRepro's envelope (safetyrepro_tasks/envelope.yaml) widened by\n"
-              "# the configurations of the imported runs, so that `safetyrepro analyze` can validate this grid.\n"
-              "# New templates and decodings join a sub-envelope when they derive from a value it lists, or when it\n"
-              "# leaves out only stress values and they are not stress; constraints the runs break are left out;\n"
-              "# external_benchmarks are benchmarks SafetyRepro does not define (read as higher is better).\n"
-              "# provider-default decoding: the run recorded no temperature (the provider's default applied).\n")
+    out.update(
+        {
+            "axes": {a: axes[a] + seen[a] if a != "shots" else sorted(set(axes[a]) | set(seen[a])) for a in axes},
+            "decoding": decoding,
+            "sampling_seeds": raw["sampling_seeds"],
+            "stress": stress,
+            "constraints": constraints,
+            "subsets": subsets,
+            "items": raw["items"],
+            "max_new_tokens": raw.get("max_new_tokens", {}),
+        }
+    )
+    header = (
+        "# Written by `safetyrepro import`: SafetyRepro's envelope (safetyrepro_tasks/envelope.yaml) widened by\n"
+        "# the configurations of the imported runs, so that `safetyrepro analyze` can validate this grid.\n"
+        "# New templates and decodings join a sub-envelope when they derive from a value it lists, or when it\n"
+        "# leaves out only stress values and they are not stress; constraints the runs break are left out;\n"
+        "# external_benchmarks are benchmarks SafetyRepro does not define (read as higher is better).\n"
+        "# provider-default decoding: the run recorded no temperature (the provider's default applied).\n"
+    )
     return (header + yaml.safe_dump(out, sort_keys=False, width=120)).encode("utf-8")
 
 
@@ -304,23 +407,50 @@ def _cells(runs: list[Run]) -> tuple[list[dict], list[dict], dict[str, set[str]]
             fed[r.source].add(cell)
             if r.samples_source:
                 fed[r.samples_source].add(cell)
-        rows.append(grid_row(
-            model, first.axes, precision, package, max(r.n_items for r in group), len(group),
-            sum(r.score for r in group) / len(group), sum(r.parse_rate for r in group) / len(group),
-            None, config_id,  # the tier is read off the rules the import writes (assemble)
-            seed_scores=json.dumps({str(s): r.score for s, r in zip(seeds, group, strict=True)}),
-            metric=first.metric, tie_rule=first.tie_rule or "", package_version=first.package_version,
-            item_set=item_set_key(first.item_ids, first.n_items), task=first.task,
-            weights_sha256=first.weights_id or "", items="yes" if has_items else f"no: {note}",
-            sources=";".join(dict.fromkeys(r.source for r in group))))
+        rows.append(
+            grid_row(
+                model,
+                first.axes,
+                precision,
+                package,
+                max(r.n_items for r in group),
+                len(group),
+                sum(r.score for r in group) / len(group),
+                sum(r.parse_rate for r in group) / len(group),
+                None,
+                config_id,  # the tier is read off the rules the import writes (assemble)
+                seed_scores=json.dumps({str(s): r.score for s, r in zip(seeds, group, strict=True)}),
+                metric=first.metric,
+                tie_rule=first.tie_rule or "",
+                package_version=first.package_version,
+                item_set=item_set_key(first.item_ids, first.n_items),
+                task=first.task,
+                weights_sha256=first.weights_id or "",
+                items="yes" if has_items else f"no: {note}",
+                sources=";".join(dict.fromkeys(r.source for r in group)),
+            )
+        )
         if has_items:
             for s, r in zip(seeds, group, strict=True):
                 for it in r.items:
-                    items.append({"model": model, "config_id": config_id, "benchmark": first.axes.benchmark,
-                                  "package": package, "precision": precision, "item_id": it.item_id, "seed": s,
-                                  "item_score": it.item_score, "prediction": it.prediction, "parsed": it.parsed,
-                                  "gold": it.gold, "raw_output": it.raw_output, "prompt_sha256": it.prompt_sha256,
-                                  "source": r.samples_source})
+                    items.append(
+                        {
+                            "model": model,
+                            "config_id": config_id,
+                            "benchmark": first.axes.benchmark,
+                            "package": package,
+                            "precision": precision,
+                            "item_id": it.item_id,
+                            "seed": s,
+                            "item_score": it.item_score,
+                            "prediction": it.prediction,
+                            "parsed": it.parsed,
+                            "gold": it.gold,
+                            "raw_output": it.raw_output,
+                            "prompt_sha256": it.prompt_sha256,
+                            "source": r.samples_source,
+                        }
+                    )
     return rows, items, fed
 
 
@@ -330,14 +460,29 @@ def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
 
 def _items_frame(items: list[dict]) -> pd.DataFrame:
     frame = _frame(items, ITEM_COLUMNS)
-    return frame.astype({"model": "string", "config_id": "string", "benchmark": "string", "package": "string",
-                         "precision": "string", "item_id": "string", "seed": "int64", "item_score": "float64",
-                         "prediction": "Int64", "parsed": "boolean", "gold": "Int64", "raw_output": "string",
-                         "prompt_sha256": "string", "source": "string"})
+    return frame.astype(
+        {
+            "model": "string",
+            "config_id": "string",
+            "benchmark": "string",
+            "package": "string",
+            "precision": "string",
+            "item_id": "string",
+            "seed": "int64",
+            "item_score": "float64",
+            "prediction": "Int64",
+            "parsed": "boolean",
+            "gold": "Int64",
+            "raw_output": "string",
+            "prompt_sha256": "string",
+            "source": "string",
+        }
+    )
 
 
-def assemble(reading: Reading, duplicates: str, mapping: Mapping, packaged_text: bytes,
-             extra_sources: list[dict] | None = None) -> Imported:
+def assemble(
+    reading: Reading, duplicates: str, mapping: Mapping, packaged_text: bytes, extra_sources: list[dict] | None = None
+) -> Imported:
     """Everything `safetyrepro import` writes, from what an importer read (`packaged_text`: the
     packaged rules file's bytes; `extra_sources`: provenance rows of files the reader did not use)."""
     from safetyrepro.analysis.grid_io import validate_cells
@@ -346,10 +491,15 @@ def assemble(reading: Reading, duplicates: str, mapping: Mapping, packaged_text:
     if misfits:
         reading = replace(reading, runs=kept, unmapped=[*reading.unmapped, *misfits])
     if not reading.runs:
-        first = f"{reading.unmapped[0].source}: {reading.unmapped[0].reason}" if reading.unmapped else \
-            (reading.bad[0].line() if reading.bad else "no run found")
-        raise UserError(f"nothing to import: {len(reading.unmapped)} unmapped task run(s), {len(reading.bad)} bad "
-                        f"file(s); the first: {first}")
+        first = (
+            f"{reading.unmapped[0].source}: {reading.unmapped[0].reason}"
+            if reading.unmapped
+            else (reading.bad[0].line() if reading.bad else "no run found")
+        )
+        raise UserError(
+            f"nothing to import: {len(reading.unmapped)} unmapped task run(s), {len(reading.bad)} bad "
+            f"file(s); the first: {first}"
+        )
     packaged = parse_rules(packaged_text, "the packaged envelope.yaml")
     runs, notes = split_models(list(reading.runs))
     runs, more = package_labels(runs)
@@ -361,7 +511,9 @@ def assemble(reading: Reading, duplicates: str, mapping: Mapping, packaged_text:
     rules_text = rules_for(rows, runs, packaged_text, packaged)
     rules = parse_rules(rules_text, "rules.yaml")
     for row in rows:
-        row["tier"] = rules.tier(Config(row["benchmark"], row["template"], row["decoding"], row["shots"], row["scoring"]))
+        row["tier"] = rules.tier(
+            Config(row["benchmark"], row["template"], row["decoding"], row["shots"], row["scoring"])
+        )
     grid = pd.DataFrame(rows)[[*WRITTEN_COLUMNS, *EXTRA_COLUMNS]]
     validate_cells(grid.copy(), rules, "the imported grid")  # what analyze will check, before anything is written
     warnings = [f"{n['kind']}: {n['subject']}: {n['values']}; {n['resolution']}" for n in notes]
@@ -371,26 +523,39 @@ def assemble(reading: Reading, duplicates: str, mapping: Mapping, packaged_text:
         warnings.append(f"bad input skipped: {b.line()}")
     dropped = [r for r in dup_rows if r["action"].startswith("dropped")]
     if dropped:
-        warnings.append(f"duplicates: {len(dropped)} older run(s) of a cell dropped, the newest kept "
-                        "(duplicates.csv; --duplicates keep|refuse)")
+        warnings.append(
+            f"duplicates: {len(dropped)} older run(s) of a cell dropped, the newest kept "
+            "(duplicates.csv; --duplicates keep|refuse)"
+        )
     no_items = grid[grid["items"] != "yes"]
     if len(no_items):
-        warnings.append(f"items: {len(no_items)} of {len(grid)} cells have no per-item records ({no_items['items'].iloc[0]}); "
-                        "the item-level tests leave them out")
+        warnings.append(
+            f"items: {len(no_items)} of {len(grid)} cells have no per-item records ({no_items['items'].iloc[0]}); "
+            "the item-level tests leave them out"
+        )
     status = {}
     for r in dup_rows:
         if r["action"].startswith("dropped"):
             status.setdefault(r["source"], "duplicate (dropped)")
     for u in reading.unmapped:
         status.setdefault(u.source, "unmapped")
-    provenance = [{"path": s.path, "kind": s.kind, "sha256": s.sha256, "bytes": s.size,
-                   "status": "imported" if fed.get(s.path) else status.get(s.path, "not used"),
-                   "cells": ";".join(sorted(fed.get(s.path, ())))} for s in reading.sources]
+    provenance = [
+        {
+            "path": s.path,
+            "kind": s.kind,
+            "sha256": s.sha256,
+            "bytes": s.size,
+            "status": "imported" if fed.get(s.path) else status.get(s.path, "not used"),
+            "cells": ";".join(sorted(fed.get(s.path, ()))),
+        }
+        for s in reading.sources
+    ]
     provenance += extra_sources or []
     models = {}
     for r in runs:
-        entry = models.setdefault(r.model, {"label": r.model, "weights_sha256": r.weights_id,
-                                            "backend": r.model_spec, "recorded_as": []})
+        entry = models.setdefault(
+            r.model, {"label": r.model, "weights_sha256": r.weights_id, "backend": r.model_spec, "recorded_as": []}
+        )
         if r.model_recorded not in entry["recorded_as"]:
             entry["recorded_as"].append(r.model_recorded)
     tie_rules = sorted({r.tie_rule for r in runs if r.tie_rule})
@@ -399,18 +564,32 @@ def assemble(reading: Reading, duplicates: str, mapping: Mapping, packaged_text:
         subsets[b] = ", ".join(sorted(set(g["item_set"])))
     run_record = {
         "source": f"safetyrepro import {reading.package}",
-        "rules_sha256": rules.sha256, "rules_path": "rules.yaml",
+        "rules_sha256": rules.sha256,
+        "rules_path": "rules.yaml",
         "tie_rule": tie_rules[0] if len(tie_rules) == 1 else ("mixed: " + ", ".join(tie_rules) if tie_rules else None),
         "models": [models[m] for m in sorted(models)],
         "packages": {reading.package: ", ".join(sorted({r.package_version for r in runs}))},
         "item_subsets": subsets,
-        "import": {"duplicates": duplicates, "mapping": mapping.path, "mapping_sha256": mapping.sha256,
-                   "runs_read": len(reading.runs), "runs_used": len(runs), "cells": len(grid),
-                   "unmapped": len(reading.unmapped), "bad_inputs": len(reading.bad)},
+        "import": {
+            "duplicates": duplicates,
+            "mapping": mapping.path,
+            "mapping_sha256": mapping.sha256,
+            "runs_read": len(reading.runs),
+            "runs_used": len(runs),
+            "cells": len(grid),
+            "unmapped": len(reading.unmapped),
+            "bad_inputs": len(reading.bad),
+        },
     }
     return Imported(
-        grid=grid, items=_items_frame(items), provenance=_frame(provenance, PROVENANCE_COLUMNS),
+        grid=grid,
+        items=_items_frame(items),
+        provenance=_frame(provenance, PROVENANCE_COLUMNS),
         unmapped=_frame([u.__dict__ for u in reading.unmapped], UNMAPPED_COLUMNS),
-        duplicates=_frame(dup_rows, DUPLICATE_COLUMNS), disagreements=_frame(notes, DISAGREEMENT_COLUMNS),
-        bad=_frame([b.__dict__ for b in reading.bad], BAD_COLUMNS), rules_text=rules_text, run_record=run_record,
-        warnings=warnings)
+        duplicates=_frame(dup_rows, DUPLICATE_COLUMNS),
+        disagreements=_frame(notes, DISAGREEMENT_COLUMNS),
+        bad=_frame([b.__dict__ for b in reading.bad], BAD_COLUMNS),
+        rules_text=rules_text,
+        run_record=run_record,
+        warnings=warnings,
+    )

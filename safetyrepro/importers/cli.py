@@ -10,45 +10,85 @@ from pathlib import Path
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, type=Path, help="output folder: grid.csv/.parquet, items.parquet, "
-                   "rules.yaml, run.json, provenance.csv, unmapped.csv, duplicates.csv, disagreements.csv, "
-                   "bad_inputs.csv (an earlier import's files there are replaced)")
-    p.add_argument("--metric", help="the metric to import for every task (default: each task's primary metric, "
-                   "the first it reports; SafetyRepro's tasks: acc / accuracy)")
-    p.add_argument("--mapping", metavar="FILE.yaml", help="task regex -> benchmark and template (and model labels) "
-                   "for tasks that are not SafetyRepro's own (docs/importing.md)")
-    p.add_argument("--duplicates", choices=("newest", "keep", "refuse"), default="newest",
-                   help="several runs of one cell and seed: keep the newest (default), keep all as repetitions of "
-                   "the cell (score = their mean), or refuse")
-    p.add_argument("--skip-bad", "--skip_bad", dest="skip_bad", action="store_true",
-                   help="import what can be read and list the bad files (default: stop at the first, exit 2)")
+    p.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="output folder: grid.csv/.parquet, items.parquet, "
+        "rules.yaml, run.json, provenance.csv, unmapped.csv, duplicates.csv, disagreements.csv, "
+        "bad_inputs.csv (an earlier import's files there are replaced)",
+    )
+    p.add_argument(
+        "--metric",
+        help="the metric to import for every task (default: each task's primary metric, "
+        "the first it reports; SafetyRepro's tasks: acc / accuracy)",
+    )
+    p.add_argument(
+        "--mapping",
+        metavar="FILE.yaml",
+        help="task regex -> benchmark and template (and model labels) "
+        "for tasks that are not SafetyRepro's own (docs/importing.md)",
+    )
+    p.add_argument(
+        "--duplicates",
+        choices=("newest", "keep", "refuse"),
+        default="newest",
+        help="several runs of one cell and seed: keep the newest (default), keep all as repetitions of "
+        "the cell (score = their mean), or refuse",
+    )
+    p.add_argument(
+        "--skip-bad",
+        "--skip_bad",
+        dest="skip_bad",
+        action="store_true",
+        help="import what can be read and list the bad files (default: stop at the first, exit 2)",
+    )
     p.set_defaults(func=run)
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "import", help="lm-eval output folders or Inspect logs you already have, as a grid for `analyze`",
+        "import",
+        help="lm-eval output folders or Inspect logs you already have, as a grid for `analyze`",
         description="Read existing runs (any task; SafetyRepro's own are recognised by name, others through "
-                    "--mapping) and write them as a grid in the documented format, with per-item records, the "
-                    "rules file the grid is valid under, and a provenance table. Then: safetyrepro analyze "
-                    "DIR/grid.csv --out DIR/analysis.")
+        "--mapping) and write them as a grid in the documented format, with per-item records, the "
+        "rules file the grid is valid under, and a provenance table. Then: safetyrepro analyze "
+        "DIR/grid.csv --out DIR/analysis.",
+    )
     sub = p.add_subparsers(dest="package", metavar="PACKAGE")  # argparse gives it the parent's parser class
     sub.required = True
-    lm = sub.add_parser("lm-eval", help="lm-eval --output_path folders (results_*.json, samples_*.jsonl)",
-                        description="Read lm-eval output folders (searched at any depth) or results files.")
-    lm.add_argument("paths", nargs="+", metavar="PATH", help="folders written by lm_eval --output_path, or "
-                    "results_<date>.json files")
+    lm = sub.add_parser(
+        "lm-eval",
+        help="lm-eval --output_path folders (results_*.json, samples_*.jsonl)",
+        description="Read lm-eval output folders (searched at any depth) or results files.",
+    )
+    lm.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="folders written by lm_eval --output_path, or results_<date>.json files",
+    )
     _common(lm)
-    ins = sub.add_parser("inspect", help="Inspect logs (.eval / .json) through Inspect's log API",
-                         description="Read Inspect log folders (searched at any depth) or log files.")
+    ins = sub.add_parser(
+        "inspect",
+        help="Inspect logs (.eval / .json) through Inspect's log API",
+        description="Read Inspect log folders (searched at any depth) or log files.",
+    )
     ins.add_argument("paths", nargs="+", metavar="LOGDIR", help="Inspect log folders (--log-dir) or log files")
     _common(ins)
-    eee = sub.add_parser("eee", help="Every Eval Ever records (<uuid>.json + <uuid>_samples.jsonl; docs/eee.md)",
-                         description="Read Every Eval Ever 0.3 records (folders searched at any depth for <uuid>.json, "
-                                     "or record files) and their instance-level files: SafetyRepro's own exports, "
-                                     "or any converter's (HELM, lm-eval, Inspect) through --mapping.")
-    eee.add_argument("paths", nargs="+", metavar="PATH", help="folders of EEE records (e.g. an export's DIR or "
-                     "DIR/data) or record files")
+    eee = sub.add_parser(
+        "eee",
+        help="Every Eval Ever records (<uuid>.json + <uuid>_samples.jsonl; docs/eee.md)",
+        description="Read Every Eval Ever 0.3 records (folders searched at any depth for <uuid>.json, "
+        "or record files) and their instance-level files: SafetyRepro's own exports, "
+        "or any converter's (HELM, lm-eval, Inspect) through --mapping.",
+    )
+    eee.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="folders of EEE records (e.g. an export's DIR or DIR/data) or record files",
+    )
     _common(eee)
 
 
@@ -62,21 +102,34 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     check_out(out)
-    imported = import_runs(args.package, args.paths, metric=args.metric, mapping_path=args.mapping,
-                           duplicates=args.duplicates, skip_bad=args.skip_bad, read_paths=reader)
+    imported = import_runs(
+        args.package,
+        args.paths,
+        metric=args.metric,
+        mapping_path=args.mapping,
+        duplicates=args.duplicates,
+        skip_bad=args.skip_bad,
+        read_paths=reader,
+    )
     for w in imported.warnings:
         sys.stderr.write(f"safetyrepro: warning: {w}\n")
     written = write_outputs(out, imported)
     g = imported.grid
     record = imported.run_record["import"]
-    print(f"imported {record['runs_used']} of {record['runs_read']} task runs into {len(g)} cells: "
-          f"{g['model'].nunique()} models, {g['benchmark'].nunique()} benchmark(s), "
-          f"{g['config_id'].nunique()} configurations; "
-          f"{f'{len(imported.items)} item records' if len(imported.items) else 'no item records (no items.parquet)'}; "
-          f"{record['unmapped']} unmapped, {record['bad_inputs']} bad input(s)")
+    print(
+        f"imported {record['runs_used']} of {record['runs_read']} task runs into {len(g)} cells: "
+        f"{g['model'].nunique()} models, {g['benchmark'].nunique()} benchmark(s), "
+        f"{g['config_id'].nunique()} configurations; "
+        f"{f'{len(imported.items)} item records' if len(imported.items) else 'no item records (no items.parquet)'}; "
+        f"{record['unmapped']} unmapped, {record['bad_inputs']} bad input(s)"
+    )
     for r in g.itertuples():
-        print(f"  {r.model:<24} {r.config_id:<48} {r.package:<12} score {r.score:.4f}  n_items {r.n_items}  "
-              f"seeds {r.n_seeds}")
-    print(f"wrote {len(written)} files to {out}; analyse with: safetyrepro analyze {out / 'grid.csv'} "
-          f"--out {out / 'analysis'}")
+        print(
+            f"  {r.model:<24} {r.config_id:<48} {r.package:<12} score {r.score:.4f}  n_items {r.n_items}  "
+            f"seeds {r.n_seeds}"
+        )
+    print(
+        f"wrote {len(written)} files to {out}; analyse with: safetyrepro analyze {out / 'grid.csv'} "
+        f"--out {out / 'analysis'}"
+    )
     return 0

@@ -19,10 +19,20 @@ from safetyrepro.errors import UserError
 
 # lm-eval and Inspect record dtypes in several spellings; the grid's precision column uses one.
 PRECISIONS = {
-    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
-    "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
-    "fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
-    "nf4": "nf4", "int8": "int8", "auto": "auto",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "torch.bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "torch.float16": "fp16",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+    "torch.float32": "fp32",
+    "nf4": "nf4",
+    "int8": "int8",
+    "auto": "auto",
 }
 SCORE_TOLERANCE = 1e-9  # per-item values must average to the recorded score this closely
 TOKEN = re.compile(r"[A-Za-z0-9._-]{1,24}")
@@ -71,19 +81,19 @@ class ItemRow:
 class Run:
     """One task of one recorded run: a cell's score for one seed, with where it came from."""
 
-    package: str                    # lm-eval | inspect
+    package: str  # lm-eval | inspect
     package_version: str
-    source: str                     # the results file or .eval log
-    samples_source: str | None      # the samples file (lm-eval) or the log itself (Inspect), when items were read
+    source: str  # the results file or .eval log
+    samples_source: str | None  # the samples file (lm-eval) or the log itself (Inspect), when items were read
     task: str
-    model: str                      # the grid label (after the mapping file's `models`)
-    model_recorded: str             # how the run named the model
-    model_spec: dict[str, Any]      # backend kind, spec and arguments, for run.json
-    weights_id: str | None          # a weights hash the run recorded, if any
+    model: str  # the grid label (after the mapping file's `models`)
+    model_recorded: str  # how the run named the model
+    model_spec: dict[str, Any]  # backend kind, spec and arguments, for run.json
+    weights_id: str | None  # a weights hash the run recorded, if any
     precision: str
     axes: Axes
     decoding: DecodingSpec
-    stress_template: bool           # T4 and what derives from it, or a mapping entry marked stress
+    stress_template: bool  # T4 and what derives from it, or a mapping entry marked stress
     seed: int
     metric: str
     tie_rule: str | None
@@ -92,8 +102,8 @@ class Run:
     n_items: int
     item_ids: tuple[str, ...] | None
     items: tuple[ItemRow, ...] | None
-    items_note: str                 # why there are no item rows, when there are none
-    created: float                  # when the run was made (seconds since the epoch), for --duplicates newest
+    items_note: str  # why there are no item rows, when there are none
+    created: float  # when the run was made (seconds since the epoch), for --duplicates newest
     settings: dict[str, Any] = field(default_factory=dict)  # what the axes were read from, for the grid's extra columns
 
 

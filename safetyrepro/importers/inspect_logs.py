@@ -55,8 +55,18 @@ SR_PROVIDER = "safetyrepro/"
 SR_ARGS = ("template", "scoring", "shots", "tie_rule")
 SHOTS_ARGS = ("shots", "num_fewshot", "fewshot", "n_shots", "k_shot")
 # generate settings that change a model's outputs (beyond temperature, top_p and seed, which name the decoding)
-OUTPUT_SETTINGS = ("max_tokens", "top_k", "stop_seqs", "frequency_penalty", "presence_penalty", "logit_bias",
-                   "best_of", "num_choices", "reasoning_effort", "reasoning_tokens")
+OUTPUT_SETTINGS = (
+    "max_tokens",
+    "top_k",
+    "stop_seqs",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "best_of",
+    "num_choices",
+    "reasoning_effort",
+    "reasoning_tokens",
+)
 MEAN_METRICS = ("accuracy", "mean")
 
 
@@ -81,8 +91,9 @@ def _log_files(paths: Sequence[str]) -> tuple[list[str], list[BadInput]]:
     return sorted(dict.fromkeys(files)), bad
 
 
-def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None = None,
-               skip_bad: bool = False) -> Reading:
+def read_paths(
+    paths: Sequence[str], mapping: Mapping, rules, metric: str | None = None, skip_bad: bool = False
+) -> Reading:
     """Every Inspect log under `paths` as a run; bad logs raise `BadInputError` at once unless
     `skip_bad`, which lists them and goes on."""
     reading = Reading("inspect")
@@ -113,8 +124,13 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
         except Exception as e:  # Inspect raises many types for a damaged file; each is one bad input
             version = _format_version(data, path, members)
             if version is not None and version not in LOG_FORMATS:
-                bad(BadInput(path, f"is an Inspect log of format version {version}; supported: "
-                                   f"{', '.join(map(str, LOG_FORMATS))} (Inspect {SUPPORTED}.x)"))
+                bad(
+                    BadInput(
+                        path,
+                        f"is an Inspect log of format version {version}; supported: "
+                        f"{', '.join(map(str, LOG_FORMATS))} (Inspect {SUPPORTED}.x)",
+                    )
+                )
             else:
                 detail = str(e).splitlines()[0][:160] if str(e) else "no detail"
                 bad(BadInput(path, f"is not a readable Inspect log ({type(e).__name__}: {detail})"))
@@ -128,8 +144,13 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
             try:
                 samples = list(read_eval_log_samples(path, all_samples_required=True))
             except Exception as e:  # a log cut short keeps its header but loses samples
-                bad(BadInput(path, f"its samples cannot be read ({type(e).__name__}: "
-                                   f"{str(e).splitlines()[0][:160] if str(e) else 'no detail'}): a partial log"))
+                bad(
+                    BadInput(
+                        path,
+                        f"its samples cannot be read ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:160] if str(e) else 'no detail'}): a partial log",
+                    )
+                )
                 continue
         try:
             got = run_from_log(header, samples, path, mapping, rules, metric)
@@ -172,8 +193,10 @@ def _format_version(data: bytes, path: str, members: dict[str, bytes]) -> int | 
 def check_log(log) -> str | None:
     """Why a log (its header) cannot be imported, or None."""
     if getattr(log, "version", None) not in LOG_FORMATS:
-        return (f"is an Inspect log of format version {getattr(log, 'version', None)}; supported: "
-                f"{', '.join(map(str, LOG_FORMATS))} (Inspect {SUPPORTED}.x)")
+        return (
+            f"is an Inspect log of format version {getattr(log, 'version', None)}; supported: "
+            f"{', '.join(map(str, LOG_FORMATS))} (Inspect {SUPPORTED}.x)"
+        )
     version = str((log.eval.packages or {}).get("inspect_ai", ""))
     if version and not version.startswith(SUPPORTED + "."):
         return f"was written by Inspect {version}; supported: Inspect {SUPPORTED}.x logs"
@@ -212,6 +235,7 @@ def _choose_metric(log, wanted: str | None) -> tuple[Any, str] | str:
 def _generate_settings(log) -> tuple[dict, dict]:
     """(effective generate settings, the ones the eval was given): the eval's own (--temperature,
     ...) over the task's, which `log.plan.config` records."""
+
     def fields(config) -> dict:
         if config is None:
             return {}
@@ -229,14 +253,19 @@ def task_name(ev) -> str:
     metadata they record (benchmark, item subset, rules hash)."""
     name = str(ev.task)
     meta = dict(ev.metadata or {})
-    if meta.get("benchmark") in BENCHMARKS and "rules_sha256" in meta and "subset_id" in meta \
-            and not name.startswith("safetyrepro/"):
+    if (
+        meta.get("benchmark") in BENCHMARKS
+        and "rules_sha256" in meta
+        and "subset_id" in meta
+        and not name.startswith("safetyrepro/")
+    ):
         return f"safetyrepro/{meta['benchmark']}"
     return name
 
 
-def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules,
-                 metric: str | None) -> Run | Unmapped | BadInput:
+def run_from_log(
+    log, samples: list | None, source: str, mapping: Mapping, rules, metric: str | None
+) -> Run | Unmapped | BadInput:
     ev = log.eval
     task_args = dict(ev.task_args or {})
     recorded = str(ev.model)
@@ -264,8 +293,13 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
     score_entry, metric_name = chosen
     score = as_unit_score(score_entry.metrics[metric_name].value)
     if score is None:
-        return Unmapped(source, str(ev.task), label, f"metric {score_entry.name}/{metric_name} is "
-                        f"{score_entry.metrics[metric_name].value!r}, not a share in [0, 1] (choose one with --metric)")
+        return Unmapped(
+            source,
+            str(ev.task),
+            label,
+            f"metric {score_entry.name}/{metric_name} is "
+            f"{score_entry.metrics[metric_name].value!r}, not a share in [0, 1] (choose one with --metric)",
+        )
     settings, _ = _generate_settings(log)
     if placement.safetyrepro:
         scoring = str(task_args.get("scoring") or "logprob")
@@ -281,15 +315,26 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
     if scoring == "logprob":
         decoding = decoding_spec(0.0, None, False, rules)
     else:
-        decoding = decoding_spec(settings.get("temperature"), settings.get("top_p"), None, rules,
-                                 provider_default=not engine)
+        decoding = decoding_spec(
+            settings.get("temperature"), settings.get("top_p"), None, rules, provider_default=not engine
+        )
         decoding = replace(decoding, name=with_settings(decoding.name, output_settings(settings, placement, rules)))
-    template = decorated_template(placement.template, chat_applied=True, model_has_chat=None,
-                                  system_text=settings.get("system_message"), fewshot_as_multiturn=True,
-                                  shots=shots, args=other_args)
+    template = decorated_template(
+        placement.template,
+        chat_applied=True,
+        model_has_chat=None,
+        system_text=settings.get("system_message"),
+        fewshot_as_multiturn=True,
+        shots=shots,
+        args=other_args,
+    )
     seed = whole_number(settings.get("seed") or 0, "generate config seed", 0, MAX_SEED) if decoding.do_sample else 0
-    precision = precision_label(first_meta.get("precision"), (ev.model_args or {}).get("precision"),
-                                (ev.model_args or {}).get("dtype"), "bf16" if engine else None)
+    precision = precision_label(
+        first_meta.get("precision"),
+        (ev.model_args or {}).get("precision"),
+        (ev.model_args or {}).get("dtype"),
+        "bf16" if engine else None,
+    )
     if precision == "auto" and not engine:
         precision = "default"  # a provider's model: its precision is the provider's, not recorded
     weights = first_meta.get("weights_sha256") or None
@@ -298,8 +343,11 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         parse_rate = as_unit_score(score_entry.metrics["parse_rate"].value)
         parse_rate = 1.0 if parse_rate is None else parse_rate
     item_ids = tuple(str(i) for i in (ev.dataset.sample_ids or [])) or None
-    n_items = len(item_ids) if item_ids else whole_number(log.results.total_samples or 0, "field results.total_samples",
-                                                          0, MAX_COUNT)
+    n_items = (
+        len(item_ids)
+        if item_ids
+        else whole_number(log.results.total_samples or 0, "field results.total_samples", 0, MAX_COUNT)
+    )
     items, note, samples_source = None, "the log holds no samples", None
     if samples:
         rows = _item_rows(samples, score_entry.name)
@@ -320,17 +368,43 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
     if n_items < 1:
         return BadInput(source, "records no samples")
     version = str((ev.packages or {}).get("inspect_ai") or f"{SUPPORTED}.x (unrecorded)")
-    spec = {"kind": "inspect" if not engine else "inspect:safetyrepro", "spec": recorded,
-            "model_args": dict(ev.model_args or {}), "precision": precision}
+    spec = {
+        "kind": "inspect" if not engine else "inspect:safetyrepro",
+        "spec": recorded,
+        "model_args": dict(ev.model_args or {}),
+        "precision": precision,
+    }
     return Run(
-        package="inspect", package_version=version, source=source, samples_source=samples_source, task=name,
-        model=label, model_recorded=recorded, model_spec=spec, weights_id=weights, precision=precision,
-        axes=Axes(placement.benchmark, template, decoding.name, shots, scoring), decoding=decoding,
-        stress_template=placement.stress, seed=seed, metric=f"{score_entry.name}/{metric_name}", tie_rule=tie_rule,
-        score=score, parse_rate=parse_rate, n_items=n_items, item_ids=item_ids, items=items, items_note=note,
+        package="inspect",
+        package_version=version,
+        source=source,
+        samples_source=samples_source,
+        task=name,
+        model=label,
+        model_recorded=recorded,
+        model_spec=spec,
+        weights_id=weights,
+        precision=precision,
+        axes=Axes(placement.benchmark, template, decoding.name, shots, scoring),
+        decoding=decoding,
+        stress_template=placement.stress,
+        seed=seed,
+        metric=f"{score_entry.name}/{metric_name}",
+        tie_rule=tie_rule,
+        score=score,
+        parse_rate=parse_rate,
+        n_items=n_items,
+        item_ids=item_ids,
+        items=items,
+        items_note=note,
         created=_created(log),
-        settings={"task": str(ev.task), "task_args": dict(task_args), "system_message": settings.get("system_message"),
-                  "generate_config": {k: v for k, v in settings.items() if k != "max_connections"}})
+        settings={
+            "task": str(ev.task),
+            "task_args": dict(task_args),
+            "system_message": settings.get("system_message"),
+            "generate_config": {k: v for k, v in settings.items() if k != "max_connections"},
+        },
+    )
 
 
 def _shots(value: Any, field: str) -> int:
@@ -345,8 +419,10 @@ def output_settings(settings: dict, placement, rules) -> dict:
     (the rules file's token budget and the benchmark's stop sequences)."""
     present = {k: settings[k] for k in OUTPUT_SETTINGS if settings.get(k) is not None}
     if placement.safetyrepro:
-        own = {"max_tokens": rules.max_new_tokens.get(placement.template, 96),
-               "stop_seqs": list(get_benchmark(placement.benchmark).stop_sequences(placement.template)) or None}
+        own = {
+            "max_tokens": rules.max_new_tokens.get(placement.template, 96),
+            "stop_seqs": list(get_benchmark(placement.benchmark).stop_sequences(placement.template)) or None,
+        }
         present = {k: v for k, v in present.items() if own.get(k, object()) != v}
     return present
 
@@ -381,9 +457,14 @@ def _item_rows(samples: list, scorer: str) -> list[ItemRow] | str:
             prediction = whole_number(prediction, f"sample {shorten(sid)}'s score metadata prediction", 0, MAX_CHOICE)
         if isinstance(gold, int) and not isinstance(gold, bool):
             gold = whole_number(gold, f"sample {shorten(sid)}'s metadata gold", 0, MAX_CHOICE)
-        rows.append(ItemRow(sid, sum(vs) / len(vs),
-                            int(prediction) if isinstance(prediction, int) else None,
-                            int(gold) if isinstance(gold, int) else None,
-                            s.output.completion if getattr(s, "output", None) is not None else None,
-                            bool(meta["parsed"]) if "parsed" in meta else None))
+        rows.append(
+            ItemRow(
+                sid,
+                sum(vs) / len(vs),
+                int(prediction) if isinstance(prediction, int) else None,
+                int(gold) if isinstance(gold, int) else None,
+                s.output.completion if getattr(s, "output", None) is not None else None,
+                bool(meta["parsed"]) if "parsed" in meta else None,
+            )
+        )
     return rows

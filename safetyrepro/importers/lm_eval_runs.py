@@ -70,8 +70,11 @@ SAMPLING_KEYS = ("temperature", "top_p", "do_sample", "seed")
 # -- reading files (the edge) ----------------------------------------------------------------------
 def _stamp_time(stamp: str) -> float:
     try:
-        return dt.datetime.strptime(stamp, "%Y-%m-%dT%H-%M-%S.%f" if "." in stamp else "%Y-%m-%dT%H-%M-%S") \
-            .replace(tzinfo=dt.timezone.utc).timestamp()
+        return (
+            dt.datetime.strptime(stamp, "%Y-%m-%dT%H-%M-%S.%f" if "." in stamp else "%Y-%m-%dT%H-%M-%S")
+            .replace(tzinfo=dt.timezone.utc)
+            .timestamp()
+        )
     except ValueError:
         return 0.0
 
@@ -81,7 +84,7 @@ def _source(path: Path, kind: str, data: bytes) -> SourceFile:
 
 
 def links_note(folder: Path, limit: int = 3) -> str:
-    """"; N linked folder(s) were not followed (e.g. X)" for the symbolic links to folders under
+    """ "; N linked folder(s) were not followed (e.g. X)" for the symbolic links to folders under
     `folder` (a search never follows them), else ""."""
     links = []
     for root, dirs, _files in os.walk(folder):
@@ -90,8 +93,10 @@ def links_note(folder: Path, limit: int = 3) -> str:
             break
     if not links:
         return ""
-    return (f"; {len(links)}{'+' if len(links) >= limit else ''} linked folder(s) under it were not followed "
-            f"(e.g. {links[0]} -> {os.readlink(links[0])}): name the folder itself")
+    return (
+        f"; {len(links)}{'+' if len(links) >= limit else ''} linked folder(s) under it were not followed "
+        f"(e.g. {links[0]} -> {os.readlink(links[0])}): name the folder itself"
+    )
 
 
 def _find(paths: Sequence[str]) -> tuple[list[Path], list[Path], list[BadInput]]:
@@ -103,7 +108,9 @@ def _find(paths: Sequence[str]) -> tuple[list[Path], list[Path], list[BadInput]]
         elif p.is_file():
             found = [p]
             if SAMPLES_FILE.fullmatch(p.name) is None and RESULTS_FILE.fullmatch(p.name) is None:
-                bad.append(BadInput(str(p), "is neither an lm-eval results_<date>.json nor a samples_<task>_<date>.jsonl"))
+                bad.append(
+                    BadInput(str(p), "is neither an lm-eval results_<date>.json nor a samples_<task>_<date>.jsonl")
+                )
                 continue
         else:
             bad.append(BadInput(str(p), "does not exist"))
@@ -115,8 +122,11 @@ def _find(paths: Sequence[str]) -> tuple[list[Path], list[Path], list[BadInput]]
             elif SAMPLES_FILE.fullmatch(q.name):
                 samples.append(q)
         if p.is_dir() and len(results) + len(samples) == before:
-            bad.append(BadInput(str(p), "holds no lm-eval results_<date>.json (was lm_eval run with --output_path?)"
-                                + links_note(p)))
+            bad.append(
+                BadInput(
+                    str(p), "holds no lm-eval results_<date>.json (was lm_eval run with --output_path?)" + links_note(p)
+                )
+            )
     # a file named alone brings the other files its run wrote beside it (same date stamp)
     for p in (Path(x) for x in paths if Path(x).is_file()):
         if SAMPLES_FILE.fullmatch(p.name):
@@ -151,8 +161,9 @@ def _read_samples(path: Path, data: bytes) -> list[dict] | BadInput:
     return lines
 
 
-def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None = None,
-               skip_bad: bool = False) -> Reading:
+def read_paths(
+    paths: Sequence[str], mapping: Mapping, rules, metric: str | None = None, skip_bad: bool = False
+) -> Reading:
     """Every results file under `paths` with its samples files, as runs; bad files raise
     `BadInputError` at once unless `skip_bad`, which lists them and goes on."""
     reading = Reading("lm-eval")
@@ -171,8 +182,13 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
         m = SAMPLES_FILE.fullmatch(s.name)
         key = (s.parent, m["stamp"])
         if key not in results_keys:
-            bad(BadInput(str(s), f"has no results file beside it (results_{m['stamp']}.json): a samples file "
-                                 "without its results cannot say the run's settings"))
+            bad(
+                BadInput(
+                    str(s),
+                    f"has no results file beside it (results_{m['stamp']}.json): a samples file "
+                    "without its results cannot say the run's settings",
+                )
+            )
             continue
         by_run.setdefault(key, []).append((s, m["task"]))
     for r in paced(results_files, "lm-eval results files", prefix="import"):
@@ -211,8 +227,9 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
                 break
             task = _samples_task(task_hint, data)
             if task is None:
-                broken = BadInput(str(s), f"is a samples file for task {task_hint!r}, which its results file "
-                                          f"{r.name} does not list")
+                broken = BadInput(
+                    str(s), f"is a samples file for task {task_hint!r}, which its results file {r.name} does not list"
+                )
                 break
             samples[task] = (str(s), lines)
             sources.append(_source(s, "lm-eval samples", sraw))
@@ -220,8 +237,11 @@ def read_paths(paths: Sequence[str], mapping: Mapping, rules, metric: str | None
             logged = [t for t in data["configs"] if t in samples]
             if logged and len(logged) < len(data["configs"]):
                 lacking = sorted(set(data["configs"]) - set(logged))[0]
-                broken = BadInput(str(r), f"the run logged samples for {', '.join(sorted(logged))} but not for "
-                                          f"{lacking}: a partial run folder")
+                broken = BadInput(
+                    str(r),
+                    f"the run logged samples for {', '.join(sorted(logged))} but not for "
+                    f"{lacking}: a partial run folder",
+                )
         if broken is None:
             try:
                 parsed = runs_from_results(data, str(r), samples, mapping, rules, metric, _stamp_time(stamp))
@@ -258,8 +278,10 @@ def check_results(data: Any) -> str | None:
         return f"was written by lm-eval {version}; supported: lm-eval {SUPPORTED}.x results files"
     for key in ("results", "configs", "config"):
         if not isinstance(data.get(key), dict):
-            return (f"has no {key!r} section: not an lm-eval {SUPPORTED}.x results file (older lm-eval versions "
-                    "are not supported)")
+            return (
+                f"has no {key!r} section: not an lm-eval {SUPPORTED}.x results file (older lm-eval versions "
+                "are not supported)"
+            )
     for key in ("n-shot", "n-samples"):
         if data.get(key) is not None and not isinstance(data[key], dict):
             return f"field {key!r} is {shorten(data[key])}; expected an object (task name -> its value)"
@@ -317,8 +339,15 @@ def _bool_or_none(v: Any) -> bool | None:
     return None if v is None or v == "" else truthy(v)
 
 
-def runs_from_results(data: dict, source: str, samples: dict[str, tuple[str, list[dict]]], mapping: Mapping, rules,
-                      metric: str | None, stamp_time: float) -> tuple[list[Run], list[Unmapped]] | BadInput:
+def runs_from_results(
+    data: dict,
+    source: str,
+    samples: dict[str, tuple[str, list[dict]]],
+    mapping: Mapping,
+    rules,
+    metric: str | None,
+    stamp_time: float,
+) -> tuple[list[Run], list[Unmapped]] | BadInput:
     config = data["config"]
     kind = str(config.get("model") or "?")
     args = parse_model_args(config.get("model_args"))
@@ -336,12 +365,16 @@ def runs_from_results(data: dict, source: str, samples: dict[str, tuple[str, lis
     elif truthy(args.get("load_in_8bit")):
         precision = "int8"
     else:
-        precision = precision_label(sr_model.get("precision"), config.get("model_dtype"), args.get("dtype"),
-                                    args.get("precision"))
+        precision = precision_label(
+            sr_model.get("precision"), config.get("model_dtype"), args.get("dtype"), args.get("precision")
+        )
     version = str(data.get("lm_eval_version") or f"{SUPPORTED}.x (unrecorded)")
     created = float(data["date"]) if isinstance(data.get("date"), (int, float)) else stamp_time
-    chat_applied = bool(data.get("chat_template_sha") or data.get("chat_template")) if (
-        "chat_template" in data or "chat_template_sha" in data) else None
+    chat_applied = (
+        bool(data.get("chat_template_sha") or data.get("chat_template"))
+        if ("chat_template" in data or "chat_template_sha" in data)
+        else None
+    )
     has_chat = sr_model.get("has_chat_template") if "has_chat_template" in sr_model else None
     system_text = _text(data.get("system_instruction"), "system_instruction")
     multiturn = _bool_or_none(data.get("fewshot_as_multiturn"))
@@ -358,30 +391,57 @@ def runs_from_results(data: dict, source: str, samples: dict[str, tuple[str, lis
             continue
         key = choose_metric(entry, placement.metric or metric or ("acc" if placement.safetyrepro else None))
         if key is None:
-            unmapped.append(Unmapped(source, task, label, f"reports no metric {placement.metric or metric!r} "
-                                     f"(it has: {', '.join(k for k in entry if ',' in k and '_stderr' not in k)})"))
+            unmapped.append(
+                Unmapped(
+                    source,
+                    task,
+                    label,
+                    f"reports no metric {placement.metric or metric!r} "
+                    f"(it has: {', '.join(k for k in entry if ',' in k and '_stderr' not in k)})",
+                )
+            )
             continue
         score = as_unit_score(entry[key])
         if score is None:
-            unmapped.append(Unmapped(source, task, label, f"metric {key} is {entry[key]!r}, not a share in [0, 1]: "
-                                     "the grid holds scores in [0, 1] (choose another with --metric)"))
+            unmapped.append(
+                Unmapped(
+                    source,
+                    task,
+                    label,
+                    f"metric {key} is {entry[key]!r}, not a share in [0, 1]: "
+                    "the grid holds scores in [0, 1] (choose another with --metric)",
+                )
+            )
             continue
         output_type = str(task_config.get("output_type") or "")
         scoring = placement.scoring or ("logprob" if output_type in LOGPROB_TYPES else "free_form")
         shots_recorded = (data.get("n-shot") or {}).get(task, task_config.get("num_fewshot"))
-        shots = 0 if shots_recorded in (None, "") else whole_number(shots_recorded, f"field 'n-shot' of task {task}", 0,
-                                                                     MAX_SHOTS)
+        shots = (
+            0
+            if shots_recorded in (None, "")
+            else whole_number(shots_recorded, f"field 'n-shot' of task {task}", 0, MAX_SHOTS)
+        )
         gen, cli = _gen_settings(data, task_config)
         if scoring == "logprob":  # likelihoods involve no sampling: the envelope's logprob cells are greedy
             decoding = decoding_spec(0.0, None, False, rules)
         else:
-            decoding = decoding_spec(_float_or_none(gen.get("temperature")), _float_or_none(gen.get("top_p")),
-                                     _bool_or_none(gen.get("do_sample")), rules)
+            decoding = decoding_spec(
+                _float_or_none(gen.get("temperature")),
+                _float_or_none(gen.get("top_p")),
+                _bool_or_none(gen.get("do_sample")),
+                rules,
+            )
         # other generation settings given on the command line (max_gen_toks, until, ...) change the outputs
         extra_gen = {k: v for k, v in cli.items() if k not in SAMPLING_KEYS} if scoring == "free_form" else {}
         decoding = replace(decoding, name=with_settings(decoding.name, extra_gen))
-        template = decorated_template(placement.template, chat_applied=chat_applied, model_has_chat=has_chat,
-                                      system_text=system_text, fewshot_as_multiturn=multiturn, shots=shots)
+        template = decorated_template(
+            placement.template,
+            chat_applied=chat_applied,
+            model_has_chat=has_chat,
+            system_text=system_text,
+            fewshot_as_multiturn=multiturn,
+            shots=shots,
+        )
         seed = 0
         if decoding.do_sample:
             field, value = "generation seed (gen_kwargs seed)", gen.get("seed")
@@ -390,11 +450,15 @@ def runs_from_results(data: dict, source: str, samples: dict[str, tuple[str, lis
             seed = 0 if value in (None, "") else whole_number(value, f"field {field}", 0, MAX_SEED, text=True)
         tie_rule = None
         if placement.safetyrepro and scoring == "logprob":
-            tie_rule = str(_object(task_config.get("metadata"), f"configs.{task}.metadata").get("tie_rule") or "expected")
+            tie_rule = str(
+                _object(task_config.get("metadata"), f"configs.{task}.metadata").get("tie_rule") or "expected"
+            )
         n_samples = _object((data.get("n-samples") or {}).get(task), f"'n-samples' of task {task}")
         n_items = 0
-        for field, value in ((f"'n-samples' effective of task {task}", n_samples.get("effective")),
-                             (f"results sample_len of task {task}", entry.get("sample_len"))):
+        for field, value in (
+            (f"'n-samples' effective of task {task}", n_samples.get("effective")),
+            (f"results sample_len of task {task}", entry.get("sample_len")),
+        ):
             if value not in (None, "", 0):
                 n_items = whole_number(value, f"field {field}", 0, MAX_COUNT)
                 break
@@ -413,8 +477,9 @@ def runs_from_results(data: dict, source: str, samples: dict[str, tuple[str, lis
                 return BadInput(samples_source, got)
             rows, item_ids = got
             if n_items and len(item_ids) < n_items:
-                return BadInput(samples_source, f"holds {len(item_ids)} of the run's {n_items} items: a partial "
-                                                "samples file")
+                return BadInput(
+                    samples_source, f"holds {len(item_ids)} of the run's {n_items} items: a partial samples file"
+                )
             n_items = len(item_ids)
             if rows is None:
                 note = f"metric {key} has no numeric per-sample value in [0, 1]"
@@ -424,15 +489,41 @@ def runs_from_results(data: dict, source: str, samples: dict[str, tuple[str, lis
                 items, note = tuple(rows), ""
         if n_items < 1:
             return BadInput(source, f"records no item count for task {task}")
-        runs.append(Run(
-            package="lm-eval", package_version=version, source=source, samples_source=samples_source, task=task,
-            model=label, model_recorded=recorded, model_spec=spec, weights_id=weights, precision=precision,
-            axes=Axes(placement.benchmark, template, decoding.name, shots, scoring), decoding=decoding,
-            stress_template=placement.stress, seed=seed, metric=key, tie_rule=tie_rule, score=score,
-            parse_rate=parse_rate, n_items=n_items, item_ids=item_ids, items=items, items_note=note, created=created,
-            settings={"task": task, "chat_template": chat_applied, "system_instruction": system_text,
-                      "fewshot_as_multiturn": multiturn, "gen_kwargs": json.dumps(cli, sort_keys=True) if cli else "",
-                      "lm_eval_model": kind}))
+        runs.append(
+            Run(
+                package="lm-eval",
+                package_version=version,
+                source=source,
+                samples_source=samples_source,
+                task=task,
+                model=label,
+                model_recorded=recorded,
+                model_spec=spec,
+                weights_id=weights,
+                precision=precision,
+                axes=Axes(placement.benchmark, template, decoding.name, shots, scoring),
+                decoding=decoding,
+                stress_template=placement.stress,
+                seed=seed,
+                metric=key,
+                tie_rule=tie_rule,
+                score=score,
+                parse_rate=parse_rate,
+                n_items=n_items,
+                item_ids=item_ids,
+                items=items,
+                items_note=note,
+                created=created,
+                settings={
+                    "task": task,
+                    "chat_template": chat_applied,
+                    "system_instruction": system_text,
+                    "fewshot_as_multiturn": multiturn,
+                    "gen_kwargs": json.dumps(cli, sort_keys=True) if cli else "",
+                    "lm_eval_model": kind,
+                },
+            )
+        )
     return runs, unmapped
 
 
@@ -445,8 +536,9 @@ def _loglik(resp: Any) -> float | None:
         return None
 
 
-def items_from_samples(lines: list[dict], metric_key: str, id_field: str | None, output_type: str,
-                       safetyrepro: bool) -> tuple[list[ItemRow] | None, tuple[str, ...]] | str:
+def items_from_samples(
+    lines: list[dict], metric_key: str, id_field: str | None, output_type: str, safetyrepro: bool
+) -> tuple[list[ItemRow] | None, tuple[str, ...]] | str:
     """(item rows, or None when the metric has no per-sample value; the ids of every item) from a
     samples file's records of the metric's filter; a string says why the file is unusable."""
     name, _, filt = metric_key.partition(",")
@@ -454,6 +546,7 @@ def items_from_samples(lines: list[dict], metric_key: str, id_field: str | None,
     chosen = [s for s in lines if str(s.get("filter", "none")) == filt]
     if not chosen:
         return f"has no records for filter {filt!r}"
+
     def field_ids(name: str) -> list[str] | None:
         values = [s.get("doc", {}).get(name) if isinstance(s.get("doc"), dict) else None for s in chosen]
         if all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in values):
@@ -478,8 +571,10 @@ def items_from_samples(lines: list[dict], metric_key: str, id_field: str | None,
         rows.append(_item_row(s, item_id, value, output_type, safetyrepro, name))
     if len(set(ids)) < len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
-        return f"names item {dup!r} twice (filter {filt!r}): a samples file of two runs, or an item_id field " \
-               "that is not unique"
+        return (
+            f"names item {dup!r} twice (filter {filt!r}): a samples file of two runs, or an item_id field "
+            "that is not unique"
+        )
     return rows, tuple(ids)
 
 
@@ -495,10 +590,12 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
     gold = None
     # a generated task's target is text, not a label index (left out below)
     if (safetyrepro or output_type in LOGPROB_TYPES[:1]) and (
-            (isinstance(target, int) and not isinstance(target, bool))
-            or (isinstance(target, str) and re.fullmatch(r"\s*[0-9]+\s*", target))):
-        gold = whole_number(target, f"field target of sample doc_id {shorten(s.get('doc_id'))}", 0, MAX_CHOICE,
-                            text=True)
+        (isinstance(target, int) and not isinstance(target, bool))
+        or (isinstance(target, str) and re.fullmatch(r"\s*[0-9]+\s*", target))
+    ):
+        gold = whole_number(
+            target, f"field target of sample doc_id {shorten(s.get('doc_id'))}", 0, MAX_CHOICE, text=True
+        )
     resps = s.get("filtered_resps") if s.get("filtered_resps") is not None else s.get("resps")
     prediction, raw, parsed = None, None, None
     if output_type in LOGPROB_TYPES[:1] and isinstance(resps, list) and resps:
@@ -512,14 +609,23 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
         parsed = True
     elif isinstance(resps, list) and resps:
         first = resps[0]
-        raw = first if isinstance(first, str) else first[0] if isinstance(first, list) and first and \
-            isinstance(first[0], str) else None
+        raw = (
+            first
+            if isinstance(first, str)
+            else first[0]
+            if isinstance(first, list) and first and isinstance(first[0], str)
+            else None
+        )
         if safetyrepro and s.get("parse_rate") is not None:
             parsed = bool(s["parse_rate"])
         if safetyrepro and isinstance(s.get("top_answer_share"), int) and not isinstance(s["top_answer_share"], bool):
             # the task scored the item once and logged its predicted label (runs before this field: None)
-            prediction = whole_number(s["top_answer_share"], f"field top_answer_share of sample doc_id "
-                                      f"{shorten(s.get('doc_id'))}", 0, MAX_CHOICE)
+            prediction = whole_number(
+                s["top_answer_share"],
+                f"field top_answer_share of sample doc_id {shorten(s.get('doc_id'))}",
+                0,
+                MAX_CHOICE,
+            )
     if not safetyrepro and output_type not in LOGPROB_TYPES[:1]:
         gold = None  # a generated task's target is text, not a label index
     return ItemRow(item_id, value, prediction, gold, raw, parsed, prompt_sha)

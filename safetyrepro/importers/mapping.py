@@ -68,7 +68,7 @@ class Placement:
 
     benchmark: str
     template: str
-    safetyrepro: bool                # one of SafetyRepro's own tasks
+    safetyrepro: bool  # one of SafetyRepro's own tasks
     stress: bool
     metric: str | None = None
     scoring: str | None = None
@@ -105,8 +105,10 @@ def parse_mapping(text: bytes, path: str = "<mapping>") -> Mapping:
     raw = load_yaml(text, f"mapping file {path}") or {}
     if not isinstance(raw, dict) or set(raw) - {"tasks", "models"}:
         extra = sorted(set(raw) - {"tasks", "models"}) if isinstance(raw, dict) else []
-        raise UserError(f"mapping file {path} must be a mapping with the keys tasks and models"
-                        + (f" (unknown key {extra[0]!r})" if extra else ""))
+        raise UserError(
+            f"mapping file {path} must be a mapping with the keys tasks and models"
+            + (f" (unknown key {extra[0]!r})" if extra else "")
+        )
     tasks, models = [], []
     for i, entry in enumerate(raw.get("tasks") or [], 1):
         where = f"mapping file {path}, tasks entry {i}"
@@ -125,9 +127,18 @@ def parse_mapping(text: bytes, path: str = "<mapping>") -> Mapping:
                 raise UserError(f"{where}: {key!r} must be a string")
         if not isinstance(entry.get("stress", False), bool):
             raise UserError(f"{where}: 'stress' must be true or false")
-        tasks.append(TaskRule(_compile(entry.get("match"), where), entry["benchmark"].strip(),
-                              entry["template"].strip(), entry.get("metric"), entry.get("scoring"),
-                              entry.get("item_id"), bool(entry.get("stress", False)), entry.get("shots_arg")))
+        tasks.append(
+            TaskRule(
+                _compile(entry.get("match"), where),
+                entry["benchmark"].strip(),
+                entry["template"].strip(),
+                entry.get("metric"),
+                entry.get("scoring"),
+                entry.get("item_id"),
+                bool(entry.get("stress", False)),
+                entry.get("shots_arg"),
+            )
+        )
     for i, entry in enumerate(raw.get("models") or [], 1):
         where = f"mapping file {path}, models entry {i}"
         if not isinstance(entry, dict) or set(entry) - MODEL_KEYS or not isinstance(entry.get("label"), str):
@@ -157,8 +168,10 @@ def _check_names(benchmark: str, template: str, task: str) -> str | None:
     if not NAME.fullmatch(benchmark):
         return f"the mapping gives task {task!r} the benchmark {benchmark!r}, which is not a plain name"
     if not AXIS_VALUE.fullmatch(template) or "+" in template:
-        return (f"the mapping gives task {task!r} the template {template!r}; a template is letters, digits and "
-                "'_.=:-' ('+' is kept for the settings the importer adds)")
+        return (
+            f"the mapping gives task {task!r} the template {template!r}; a template is letters, digits and "
+            "'_.=:-' ('+' is kept for the settings the importer adds)"
+        )
     return None
 
 
@@ -189,8 +202,14 @@ def place_task(task: str, mapping: Mapping, package: str, task_args: dict | None
         m = LM_EVAL_TASK.fullmatch(task)
         if m and m["benchmark"] in BENCHMARKS and f"T{m['k']}" in sr_templates:
             template = f"T{m['k']}"
-            return Placement(m["benchmark"], template, True, template in sr_stress,
-                             scoring="free_form" if m["gen"] else "logprob", item_id="id")
+            return Placement(
+                m["benchmark"],
+                template,
+                True,
+                template in sr_stress,
+                scoring="free_form" if m["gen"] else "logprob",
+                item_id="id",
+            )
     else:
         m = INSPECT_TASK.fullmatch(task)
         if m and m["benchmark"] in BENCHMARKS:
@@ -198,13 +217,16 @@ def place_task(task: str, mapping: Mapping, package: str, task_args: dict | None
             if template not in sr_templates:
                 return f"task {task!r} ran with template {template!r}, which SafetyRepro does not define"
             return Placement(m["benchmark"], template, True, template in sr_stress)
-    return (f"task {task!r} is not one of SafetyRepro's task names and no entry of the mapping file matches it: "
-            "say its benchmark and template with --mapping (docs/importing.md)")
+    return (
+        f"task {task!r} is not one of SafetyRepro's task names and no entry of the mapping file matches it: "
+        "say its benchmark and template with --mapping (docs/importing.md)"
+    )
 
 
 # -- decoding ---------------------------------------------------------------------------------------
-def decoding_spec(temperature: float | None, top_p: float | None, do_sample: bool | None, rules,
-                  provider_default: bool = False) -> DecodingSpec:
+def decoding_spec(
+    temperature: float | None, top_p: float | None, do_sample: bool | None, rules, provider_default: bool = False
+) -> DecodingSpec:
     """The grid's decoding value for recorded sampling settings: the rules file's name when the
     settings are one of its decodings (greedy, moderate, diverse), else `t<T>-p<top_p>`. Without any
     recorded temperature, `provider-default` (the model's provider chose), unless the caller knows the
@@ -227,9 +249,16 @@ def with_settings(name: str, settings: dict[str, Any]) -> str:
     return name + "".join(f"+{k}={token(v)}" if v is not True else f"+{k}" for k, v in sorted(settings.items()))
 
 
-def decorated_template(base: str, *, chat_applied: bool | None, model_has_chat: bool | None,
-                       system_text: str | None, fewshot_as_multiturn: bool | None, shots: int,
-                       args: dict[str, Any] | None = None) -> str:
+def decorated_template(
+    base: str,
+    *,
+    chat_applied: bool | None,
+    model_has_chat: bool | None,
+    system_text: str | None,
+    fewshot_as_multiturn: bool | None,
+    shots: int,
+    args: dict[str, Any] | None = None,
+) -> str:
     """The template's grid value: the base template, plus what the run did differently from
     SafetyRepro's own way of rendering it (chat template applied where the model has one, few-shot
     examples as turns, no extra system text), plus task arguments that are not axes."""

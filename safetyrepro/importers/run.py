@@ -28,8 +28,16 @@ def _sha256_file(path: str) -> tuple[str, int]:
         return "", 0
 
 
-def import_runs(package: str, paths: Sequence[str], *, metric: str | None = None, mapping_path: str | None = None,
-                duplicates: str = "newest", skip_bad: bool = False, read_paths: Reader | None = None) -> Imported:
+def import_runs(
+    package: str,
+    paths: Sequence[str],
+    *,
+    metric: str | None = None,
+    mapping_path: str | None = None,
+    duplicates: str = "newest",
+    skip_bad: bool = False,
+    read_paths: Reader | None = None,
+) -> Imported:
     """Read and assemble, writing nothing (the Python entry point for notebooks, and the CLI's).
     `read_paths` reads the package's files into Runs: lm-eval's and Inspect's readers are here; a
     reader from outside the importers (Every Eval Ever's, safetyrepro/eee/import_.py) is passed in by
@@ -47,12 +55,26 @@ def import_runs(package: str, paths: Sequence[str], *, metric: str | None = None
     extra = []
     if mapping.path:
         size = len(Path(mapping.path).read_bytes())
-        extra.append({"path": mapping.path, "kind": "mapping file", "sha256": mapping.sha256, "bytes": size,
-                      "status": "used", "cells": ""})
+        extra.append(
+            {
+                "path": mapping.path,
+                "kind": "mapping file",
+                "sha256": mapping.sha256,
+                "bytes": size,
+                "status": "used",
+                "cells": "",
+            }
+        )
     for b in reading.bad:
         sha, size = _sha256_file(b.path)
-        extra.append({"path": b.path, "kind": f"{package} input", "sha256": sha, "bytes": size,
-                      "status": f"bad: {b.reason}", "cells": ""})
+        extra.append(
+            {
+                "path": b.path,
+                "kind": f"{package} input",
+                "sha256": sha,
+                "bytes": size,
+                "status": f"bad: {b.reason}",
+                "cells": "",
+            }
+        )
     return assemble(reading, duplicates, mapping, packaged_text, extra)
-
-

@@ -20,8 +20,18 @@ from safetyrepro.errors import UserError
 if TYPE_CHECKING:
     from .assemble import Imported
 
-OUTPUTS = ("grid.csv", "grid.parquet", "items.parquet", "rules.yaml", "run.json", "provenance.csv", "unmapped.csv",
-           "duplicates.csv", "disagreements.csv", "bad_inputs.csv")
+OUTPUTS = (
+    "grid.csv",
+    "grid.parquet",
+    "items.parquet",
+    "rules.yaml",
+    "run.json",
+    "provenance.csv",
+    "unmapped.csv",
+    "duplicates.csv",
+    "disagreements.csv",
+    "bad_inputs.csv",
+)
 
 
 def legacy_import(folder: Path, files: list[str]) -> set[str] | None:
@@ -55,8 +65,9 @@ def check_out(out: Path) -> None:
         return
     check_no_links(out, *(out / name for name in OUTPUTS))
     if (out / "sweep.json").exists() or (out / "cells").exists():
-        raise UserError(f"--out {out} holds a sweep (sweep.json, cells/); an import would replace its grid: "
-                        "choose another --out")
+        raise UserError(
+            f"--out {out} holds a sweep (sweep.json, cells/); an import would replace its grid: choose another --out"
+        )
     if (out / "grid.csv").exists() and read_marker(out) is None and legacy_import(out, ["grid.csv"]) is None:
         raise UserError(f"--out {out} holds a grid that no `safetyrepro import` wrote; choose another --out")
     check_output_set(out, "import", legacy=legacy_import, carry=_legacy_analysis)

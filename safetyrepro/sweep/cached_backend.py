@@ -37,9 +37,16 @@ class CachedBackend:
 
     def _gen_key(self, r) -> str:
         sampled = r.temperature > 0
-        return cache_key(kind="gen", **self._gen_fields, prompt=r.prompt, max_new_tokens=r.max_new_tokens,
-                         temperature=r.temperature, top_p=r.top_p if sampled else 1.0,
-                         seed=r.seed if sampled else None, stop=list(r.stop))
+        return cache_key(
+            kind="gen",
+            **self._gen_fields,
+            prompt=r.prompt,
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p if sampled else 1.0,
+            seed=r.seed if sampled else None,
+            stop=list(r.stop),
+        )
 
     def generate_detailed(self, requests, batch_size=None, progress=False):
         keys = [self._gen_key(r) for r in requests]
@@ -62,8 +69,16 @@ class CachedBackend:
             if todo:
                 self.model_calls += 1
                 results = self.inner.generate_detailed(list(todo.values()), batch_size=batch_size, progress=progress)
-                fresh = {k: {"text": g.text, "n_prompt_tokens": g.n_prompt_tokens, "n_new_tokens": g.n_new_tokens,
-                             "finish_reason": g.finish_reason, "seed": g.seed} for k, g in zip(todo, results)}
+                fresh = {
+                    k: {
+                        "text": g.text,
+                        "n_prompt_tokens": g.n_prompt_tokens,
+                        "n_new_tokens": g.n_new_tokens,
+                        "finish_reason": g.finish_reason,
+                        "seed": g.seed,
+                    }
+                    for k, g in zip(todo, results)
+                }
                 self.cache.put_many(fresh)
                 found.update(fresh)
         return [GenResult(**found[k]) for k in keys]
@@ -75,8 +90,13 @@ class CachedBackend:
         if key not in found:
             self.model_calls += 1
             g = await self.inner.agenerate(r)
-            found[key] = {"text": g.text, "n_prompt_tokens": g.n_prompt_tokens, "n_new_tokens": g.n_new_tokens,
-                          "finish_reason": g.finish_reason, "seed": g.seed}
+            found[key] = {
+                "text": g.text,
+                "n_prompt_tokens": g.n_prompt_tokens,
+                "n_new_tokens": g.n_new_tokens,
+                "finish_reason": g.finish_reason,
+                "seed": g.seed,
+            }
             self.cache.put_many({key: found[key]})
         return GenResult(**found[key])
 
@@ -90,8 +110,10 @@ class CachedBackend:
             exact = self.inner.exact_scores if exact is None else exact
             extra["head"] = "fp32" if exact else "model"
             kwargs["exact"] = exact
-        keys = [cache_key(kind="loglik", **self._fields, **extra, context=r.context, continuation=r.continuation)
-                for r in requests]
+        keys = [
+            cache_key(kind="loglik", **self._fields, **extra, context=r.context, continuation=r.continuation)
+            for r in requests
+        ]
         found = self.cache.get_many(list(dict.fromkeys(keys)))
         todo = {k: r for k, r in zip(keys, requests) if k not in found}
         if todo:

@@ -49,8 +49,11 @@ def inspect_generate_args(rules: Rules, cfg: Config, seed: int) -> dict:
     the decoding's temperature, and for a sampled decoding its top_p and the seed (None: left unset).
     The token budget and stop sequences are the task's own (`benchmark_task`)."""
     dec = decode_settings(rules, cfg)
-    return {"temperature": dec.temperature, "top_p": dec.top_p if dec.do_sample else None,
-            "seed": seed if dec.do_sample else None}
+    return {
+        "temperature": dec.temperature,
+        "top_p": dec.top_p if dec.do_sample else None,
+        "seed": seed if dec.do_sample else None,
+    }
 
 
 class _Driver:
@@ -75,8 +78,9 @@ class LmEvalDriver(_Driver):
         self.lm.progress_bars = False
         ask_environment_once()  # lm-eval describes the machine on every evaluate call
         # a sweep runs SafetyRepro's tasks only: indexing lm-eval's ~14,000 task YAMLs too took ~10 s a process
-        self.task_manager = TaskManager(include_path=str(task_dir()), include_defaults=False,
-                                        metadata={"tie_rule": tie_rule})  # the tie rule: to the task's documents
+        self.task_manager = TaskManager(
+            include_path=str(task_dir()), include_defaults=False, metadata={"tie_rule": tie_rule}
+        )  # the tie rule: to the task's documents
         for name in ("lm_eval", "lm-eval", "lm_eval.evaluator", "lm_eval.api.task"):
             logging.getLogger(name).setLevel(logging.ERROR)
 
@@ -86,8 +90,13 @@ class LmEvalDriver(_Driver):
             return None
         from lm_eval.loggers import EvaluationTracker
 
-        path = Path(self.log_dir) / "lm-eval" / slug(self.backend.identity.label) / \
-            cell_stem(cfg.config_id) / f"seed{seed}"
+        path = (
+            Path(self.log_dir)
+            / "lm-eval"
+            / slug(self.backend.identity.label)
+            / cell_stem(cfg.config_id)
+            / f"seed{seed}"
+        )
         ensure_dir(path, root=self.log_dir)  # lm-eval writes there itself: no link on the way
         return EvaluationTracker(output_path=str(path))
 
@@ -109,18 +118,30 @@ class LmEvalDriver(_Driver):
             tracker = self._tracker(cfg, seed)
             with no_request_building_bar():  # one bar per cell under the sweep's own
                 res = simple_evaluate(
-                    model=self.lm, tasks=[name], num_fewshot=cfg.shots, samples={name: [position[i] for i in ids]},
+                    model=self.lm,
+                    tasks=[name],
+                    num_fewshot=cfg.shots,
+                    samples={name: [position[i] for i in ids]},
                     log_samples=True,
-                    apply_chat_template=chat, fewshot_as_multiturn=chat, gen_kwargs=gen_kwargs,
-                    task_manager=self.task_manager, bootstrap_iters=0, random_seed=seed, numpy_random_seed=seed,
-                    torch_random_seed=seed, fewshot_random_seed=seed, evaluation_tracker=tracker,
+                    apply_chat_template=chat,
+                    fewshot_as_multiturn=chat,
+                    gen_kwargs=gen_kwargs,
+                    task_manager=self.task_manager,
+                    bootstrap_iters=0,
+                    random_seed=seed,
+                    numpy_random_seed=seed,
+                    torch_random_seed=seed,
+                    fewshot_random_seed=seed,
+                    evaluation_tracker=tracker,
                 )
             if tracker is not None:  # lm-eval's own results_*.json and samples_*.jsonl, as its CLI writes them
                 tracker.save_results_aggregated(results=res, samples=res["samples"])
                 tracker.save_results_samples(task_name=name, samples=res["samples"][name])
             for s in res["samples"][name]:
                 item = items.by_id(s["doc"]["id"])
-                context = s["arguments"][0][0] if isinstance(s["arguments"], list) else s["arguments"]["gen_args_0"]["arg_0"]
+                context = (
+                    s["arguments"][0][0] if isinstance(s["arguments"], list) else s["arguments"]["gen_args_0"]["arg_0"]
+                )
                 # scored once, by the task's process_results: the record reads its per-sample metrics
                 prediction = s["top_answer_share"]
                 if cfg.scoring == "logprob":
@@ -129,9 +150,20 @@ class LmEvalDriver(_Driver):
                 else:
                     logliks = None
                     raw = s["resps"][0][0]
-                records.append(ItemRecord(item.id, seed, prompt_hash(context), raw, prediction,
-                                          bool(s["parse_rate"]), bench.gold(item), float(s["acc"]), logliks,
-                                          bool(s.get("tie_rate", 0.0))))
+                records.append(
+                    ItemRecord(
+                        item.id,
+                        seed,
+                        prompt_hash(context),
+                        raw,
+                        prediction,
+                        bool(s["parse_rate"]),
+                        bench.gold(item),
+                        float(s["acc"]),
+                        logliks,
+                        bool(s.get("tie_rate", 0.0)),
+                    )
+                )
         return records
 
 
@@ -158,19 +190,40 @@ class InspectDriver(_Driver):
         records: list[ItemRecord] = []
         for seed in seeds:
             task = benchmark_task(cfg.benchmark, **inspect_task_args(cfg, self.tie_rule), check_active=False)
-            log = inspect_eval(task, model=model, sample_id=list(ids), log_dir=self.log_dir, display="none",
-                               **inspect_generate_args(self.rules, cfg, seed), score=True, log_samples=True)[0]
+            log = inspect_eval(
+                task,
+                model=model,
+                sample_id=list(ids),
+                log_dir=self.log_dir,
+                display="none",
+                **inspect_generate_args(self.rules, cfg, seed),
+                score=True,
+                log_samples=True,
+            )[0]
             if log.status != "success":
-                raise RuntimeError(f"inspect eval {cfg.config_id} ended {log.status}: {log.error.message if log.error else ''}")
+                raise RuntimeError(
+                    f"inspect eval {cfg.config_id} ended {log.status}: {log.error.message if log.error else ''}"
+                )
             for s in log.samples:
                 item = items.by_id(str(s.id))
                 score = next(iter(s.scores.values()))
                 meta = score.metadata or {}
                 prompt = self.backend.render(bench.prompt(item, cfg.template, demos).messages())
                 logliks = meta.get("logliks")
-                records.append(ItemRecord(item.id, seed, prompt_hash(prompt), s.output.completion, meta.get("prediction"),
-                                          bool(meta.get("parsed")), bench.gold(item), float(score.value), logliks,
-                                          bool(meta.get("tied"))))
+                records.append(
+                    ItemRecord(
+                        item.id,
+                        seed,
+                        prompt_hash(prompt),
+                        s.output.completion,
+                        meta.get("prediction"),
+                        bool(meta.get("parsed")),
+                        bench.gold(item),
+                        float(score.value),
+                        logliks,
+                        bool(meta.get("tied")),
+                    )
+                )
         return records
 
 
@@ -185,14 +238,19 @@ def backend_record(backend) -> dict:
     load details), with the weights' hash at the top level where there is one."""
     ident = backend.identity
     info = getattr(backend, "info", None)
-    return {**(info.to_dict() if info is not None else {}), "weights_sha256": ident.weights_sha256,
-            "backend": ident.to_dict(), "capabilities": backend.capabilities.to_dict(),
-            "capability_flags": backend.capabilities.flags()}
+    return {
+        **(info.to_dict() if info is not None else {}),
+        "weights_sha256": ident.weights_sha256,
+        "backend": ident.to_dict(),
+        "capabilities": backend.capabilities.to_dict(),
+        "capability_flags": backend.capabilities.flags(),
+    }
 
 
 def item_sets(subsample: float | None, subset_seed: int | None, limit: int | None = None):
     """A sweep's item set per benchmark: the fixed subset, or with --subsample a share of the items that
     --limit scores (of the whole subset without a limit)."""
+
     def items_for(benchmark: str) -> ItemSet:
         if subsample is None:
             return item_set(benchmark)

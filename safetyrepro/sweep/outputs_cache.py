@@ -38,8 +38,10 @@ class OutputsCache:
         self.hits = self.misses = 0
         for p in (self.path, *(self.path.with_name(self.path.name + s) for s in SQLITE_SIDE_FILES)):
             if p.is_symlink():  # SQLite would follow it and write into the file it points to
-                raise OutputsCacheError(f"the outputs cache {p} is a symbolic link; SafetyRepro does not write "
-                                        "through links in its cache: remove the link and rerun") from None
+                raise OutputsCacheError(
+                    f"the outputs cache {p} is a symbolic link; SafetyRepro does not write "
+                    "through links in its cache: remove the link and rerun"
+                ) from None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._conn() as c:
@@ -51,8 +53,10 @@ class OutputsCache:
         text = str(e).strip() or type(e).__name__
         low = text.lower()
         if "locked" in low or "busy" in low:
-            fix = ("another process holds it (a sweep or test using the same cache): wait for it to finish and "
-                   "rerun, or give this run its own cache with $SAFETYREPRO_CACHE_DIR; the file is not damaged")
+            fix = (
+                "another process holds it (a sweep or test using the same cache): wait for it to finish and "
+                "rerun, or give this run its own cache with $SAFETYREPRO_CACHE_DIR; the file is not damaged"
+            )
         elif "full" in low or "no space" in low or self._disk_full():
             # a full file system also shows as "disk I/O error" or "unable to open" (no room for the WAL)
             fix = "free disk space and rerun (finished cells are kept; the file is not damaged)"
@@ -102,8 +106,9 @@ class OutputsCache:
             conn = self._conn()
             for i in range(0, len(keys), 500):
                 chunk = keys[i : i + 500]
-                rows = conn.execute(f"SELECT key, value FROM outputs WHERE key IN ({','.join('?' * len(chunk))})",
-                                    chunk)
+                rows = conn.execute(
+                    f"SELECT key, value FROM outputs WHERE key IN ({','.join('?' * len(chunk))})", chunk
+                )
                 out.update((k, json.loads(v)) for k, v in rows)
         except sqlite3.Error as e:
             raise self._error(e) from None
@@ -117,8 +122,10 @@ class OutputsCache:
         conn = self._conn()
         try:
             conn.execute("BEGIN")
-            conn.executemany("INSERT OR REPLACE INTO outputs (key, value) VALUES (?, ?)",
-                             [(k, json.dumps(v, ensure_ascii=False)) for k, v in items.items()])
+            conn.executemany(
+                "INSERT OR REPLACE INTO outputs (key, value) VALUES (?, ?)",
+                [(k, json.dumps(v, ensure_ascii=False)) for k, v in items.items()],
+            )
             conn.execute("COMMIT")
         except sqlite3.Error as e:
             if conn.in_transaction:

@@ -83,8 +83,9 @@ class Cell:
         return cell_stem(self.config.config_id)
 
 
-def select_configs(rules: Rules, benchmarks: list[str], tier: str, precision: str,
-                   filters: dict[str, list] | None = None) -> list[Config]:
+def select_configs(
+    rules: Rules, benchmarks: list[str], tier: str, precision: str, filters: dict[str, list] | None = None
+) -> list[Config]:
     """The configurations of the chosen tier, narrowed by axis filters; a filter that asks for a
     combination the rules forbid for some benchmark is an error, not a silent empty set."""
     filters = {k: v for k, v in (filters or {}).items() if v}
@@ -100,16 +101,17 @@ def select_configs(rules: Rules, benchmarks: list[str], tier: str, precision: st
         bench = get_benchmark(b)
         for s in filters.get("scoring", []):
             bench.check_scoring(s)
-        cfgs = [c for c in rules.configs(b, tier, precision)
-                if all(c.axis(a) in vals for a, vals in filters.items())]
+        cfgs = [c for c in rules.configs(b, tier, precision) if all(c.axis(a) in vals for a, vals in filters.items())]
         if ids:
             known = {c.config_id for c in cfgs}
             for i in ids:
                 if benchmark_of(i) == b and i not in known:
                     example = cfgs[0].config_id if cfgs else None
-                    raise UserError(f"configuration {i!r} is not among the {tier} configurations of {b}"
-                                    + (" with the other filters" if filters else "")
-                                    + (f" (ids read like {example!r}, as in grid.csv's config_id)" if example else ""))
+                    raise UserError(
+                        f"configuration {i!r} is not among the {tier} configurations of {b}"
+                        + (" with the other filters" if filters else "")
+                        + (f" (ids read like {example!r}, as in grid.csv's config_id)" if example else "")
+                    )
             cfgs = [c for c in cfgs if c.config_id in ids]
         if not cfgs:
             asked = ", ".join(f"{a}={'/'.join(map(str, v))}" for a, v in filters.items())
@@ -180,8 +182,10 @@ def check_selection(o: SweepOptions) -> Selection:
         for b in sorted({c.benchmark for c in configs}):
             n = len(item_set(b).items)  # a --subsample is drawn from the items the limit keeps
             if o.limit > n:
-                raise UserError(f"--limit {o.limit} is more than the {n} items of the {b} subset; "
-                                f"use --limit {n} or less (or leave it out for all {n})")
+                raise UserError(
+                    f"--limit {o.limit} is more than the {n} items of the {b} subset; "
+                    f"use --limit {n} or less (or leave it out for all {n})"
+                )
     if o.subsample is not None and not 0 < o.subsample <= 1:
         raise UserError(f"--subsample must be a fraction in (0, 1], got {o.subsample}")
     if o.subset_seed is not None and o.subset_seed < 0:

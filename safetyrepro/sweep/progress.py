@@ -29,7 +29,7 @@ class SweepProgress:
         self._cell: str | None = None
         self._cell_t0 = 0.0
         self._last_line = 0.0
-        self._seconds: list[float] = []   # cells that ran (not skipped ones)
+        self._seconds: list[float] = []  # cells that ran (not skipped ones)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
@@ -57,9 +57,15 @@ class SweepProgress:
         )
 
         self._bar = Progress(
-            TextColumn("[bold]cells"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]} items/s"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            TextColumn("[dim]{task.description}"), transient=False,
+            TextColumn("[bold]cells"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]} items/s"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            TextColumn("[dim]{task.description}"),
+            transient=False,
         )
         self._task = self._bar.add_task("", total=total, completed=done, rate="-")
         self._bar.start()
@@ -95,8 +101,10 @@ class SweepProgress:
             rate = self.items / max(time.time() - self._t0, 1e-9)
             self._bar.update(self._task, advance=1, rate=f"{rate:.1f}")
         elif ran:
-            self._say(f"{self._cell}: {'failed' if failed else 'done'} in {duration(elapsed)} ({n_items} item "
-                      f"answers); time left {self.time_left()}")
+            self._say(
+                f"{self._cell}: {'failed' if failed else 'done'} in {duration(elapsed)} ({n_items} item "
+                f"answers); time left {self.time_left()}"
+            )
         elif n_items:  # a Ray worker's cell: no start line was seen here
             self._say(f"a cell {'failed' if failed else 'finished'} ({n_items} item answers)")
         self._cell = None

@@ -22,8 +22,14 @@ from safetyrepro.sweep.runner import (
 )
 from safetyrepro.tasks.envelope import load_rules
 
-_ENV_VARS = ("SAFETYREPRO_DATA_DIR", "SAFETYREPRO_CACHE_DIR", "SAFETYREPRO_OFFLINE", "HF_HUB_OFFLINE",
-             "HF_HOME", "TOKENIZERS_PARALLELISM")
+_ENV_VARS = (
+    "SAFETYREPRO_DATA_DIR",
+    "SAFETYREPRO_CACHE_DIR",
+    "SAFETYREPRO_OFFLINE",
+    "HF_HUB_OFFLINE",
+    "HF_HOME",
+    "TOKENIZERS_PARALLELISM",
+)
 
 
 def _worker_class():
@@ -44,12 +50,19 @@ def _worker_class():
             self.state = sweep_state
             self.rules = load_rules(sweep_state["rules"])
             self.items_for = item_sets(sweep_state["subsample"], sweep_state["subset_seed"], sweep_state["limit"])
-            backend = open_cached_backend(entry, sweep_state["precision"], sweep_state["device"],
-                                          sweep_state["batch_size"])
+            backend = open_cached_backend(
+                entry, sweep_state["precision"], sweep_state["device"], sweep_state["batch_size"]
+            )
             backend.prefetch_seeds = tuple(sweep_state["prefetch_seeds"][entry.label])
             self.record = backend_record(backend)
-            self.driver = make_driver(sweep_state["package"], backend, self.rules, self.items_for,
-                                      sweep_state["log_dir"], sweep_state["tie_rule"])
+            self.driver = make_driver(
+                sweep_state["package"],
+                backend,
+                self.rules,
+                self.items_for,
+                sweep_state["log_dir"],
+                sweep_state["tie_rule"],
+            )
 
         def info(self) -> dict:
             return self.record
@@ -58,8 +71,9 @@ def _worker_class():
             t0, c0 = time.time(), time.process_time()
             records = self.driver.run_cell(cell.config, cell.seeds, ids)
             items = self.items_for(cell.config.benchmark)
-            return cell_record(cell, spec, self.rules, self.driver.identity, records, items, time.time() - t0,
-                               time.process_time() - c0)
+            return cell_record(
+                cell, spec, self.rules, self.driver.identity, records, items, time.time() - t0, time.process_time() - c0
+            )
 
     return CellWorker
 
@@ -80,16 +94,28 @@ def run_ray(sweep, progress) -> SweepResult:
     if started_here:
         env = {k: os.environ[k] for k in _ENV_VARS if k in os.environ}
         kwargs = {"address": opts.address} if opts.address else {"num_cpus": max(opts.workers, 1)}
-        ray.init(**kwargs, runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        ray.init(
+            **kwargs,
+            runtime_env={"env_vars": env},
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
     t0 = time.time()
     try:
         worker_cls = _worker_class()
         threads = max(1, (os.cpu_count() or 2) // max(opts.workers, 1))
         state = {
-            "rules": sweep.rules.path, "precision": spec.precision, "device": opts.device,
-            "batch_size": opts.batch_size, "package": spec.package, "subsample": spec.subsample,
-            "subset_seed": spec.subset_seed, "limit": spec.limit, "log_dir": str(store.root / "logs"), "tie_rule": spec.tie_rule,
+            "rules": sweep.rules.path,
+            "precision": spec.precision,
+            "device": opts.device,
+            "batch_size": opts.batch_size,
+            "package": spec.package,
+            "subsample": spec.subsample,
+            "subset_seed": spec.subset_seed,
+            "limit": spec.limit,
+            "log_dir": str(store.root / "logs"),
+            "tie_rule": spec.tie_rule,
             "prefetch_seeds": {m: sweep.prefetch_seeds(m) for m in spec.models},
         }
         queue = [m for m in spec.models if any(c.model == m for c in pending)]

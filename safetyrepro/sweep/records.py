@@ -53,15 +53,21 @@ def summarize(records: Sequence[ItemRecord], bench: Benchmark, items: ItemSet) -
     seed_parse = {s: sum(r.parsed for r in rs) / len(rs) for s, rs in sorted(by_seed.items())}
     extras: dict[str, list[float]] = defaultdict(list)
     for rs in by_seed.values():
-        for k, v in bench.compute_extra_metrics([items.by_id(r.item_id) for r in rs], [r.prediction for r in rs]).items():
+        for k, v in bench.compute_extra_metrics(
+            [items.by_id(r.item_id) for r in rs], [r.prediction for r in rs]
+        ).items():
             extras[k].append(v)
     n_items = len({r.item_id for r in records})
     return CellSummary(
         score=sum(seed_scores.values()) / len(seed_scores),
         parse_rate=sum(seed_parse.values()) / len(seed_parse),
-        seed_scores=seed_scores, seed_parse_rates=seed_parse,
+        seed_scores=seed_scores,
+        seed_parse_rates=seed_parse,
         extra={k: (sum(v) / len(v) if not any(math.isnan(x) for x in v) else float("nan")) for k, v in extras.items()},
         n_items=n_items,
-        tie_rate=(sum(r.tied for r in records) / len(records)
-                  if records and all(r.logliks is not None for r in records) else None),
+        tie_rate=(
+            sum(r.tied for r in records) / len(records)
+            if records and all(r.logliks is not None for r in records)
+            else None
+        ),
     )

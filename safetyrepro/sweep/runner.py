@@ -36,16 +36,30 @@ class SweepResult:
     outputs: dict[str, Path] = field(default_factory=dict)
 
 
-def cell_record(cell: Cell, spec: SweepSpec, rules: Rules, identity: dict, records, items, elapsed: float,
-                cpu: float | None = None) -> dict:
+def cell_record(
+    cell: Cell, spec: SweepSpec, rules: Rules, identity: dict, records, items, elapsed: float, cpu: float | None = None
+) -> dict:
     bench = get_benchmark(cell.config.benchmark)
     summary = summarize(records, bench, items)
     cfg = cell.config
-    row = grid_row(cell.model, cfg, cfg.precision, spec.package, summary.n_items, len(summary.seed_scores),
-                   summary.score, summary.parse_rate, rules.tier(cfg), cfg.config_id, status=None,
-                   seed_scores=json.dumps({str(k): v for k, v in summary.seed_scores.items()}),
-                   extra_metrics=json.dumps(summary.extra), subset_id=items.subset_id,
-                   weights_sha256=identity.get("weights_sha256") or "", tie_rate=summary.tie_rate)
+    row = grid_row(
+        cell.model,
+        cfg,
+        cfg.precision,
+        spec.package,
+        summary.n_items,
+        len(summary.seed_scores),
+        summary.score,
+        summary.parse_rate,
+        rules.tier(cfg),
+        cfg.config_id,
+        status=None,
+        seed_scores=json.dumps({str(k): v for k, v in summary.seed_scores.items()}),
+        extra_metrics=json.dumps(summary.extra),
+        subset_id=items.subset_id,
+        weights_sha256=identity.get("weights_sha256") or "",
+        tie_rate=summary.tie_rate,
+    )
     # elapsed time and provenance stay out of the grid row, so a resumed sweep's grid is byte-identical to an
     # uninterrupted one; computed_by says which code made the numbers (the engine's decode version included)
     computed_by = {"commit": source_commit()}
@@ -53,22 +67,50 @@ def cell_record(cell: Cell, spec: SweepSpec, rules: Rules, identity: dict, recor
         computed_by["decode"] = (identity.get("extra") or {}).get("decode", 1)
     # cpu_s (the process's CPU seconds, every thread) says what the cell cost whatever else ran on the machine
     timing = {"elapsed_s": round(elapsed, 3)} | ({} if cpu is None else {"cpu_s": round(cpu, 3)})
-    return {"key": cell.key, "status": "ok", "row": row, **timing,
-            "computed_by": computed_by, "items": [r.to_dict() for r in records]}
+    return {
+        "key": cell.key,
+        "status": "ok",
+        "row": row,
+        **timing,
+        "computed_by": computed_by,
+        "items": [r.to_dict() for r in records],
+    }
 
 
 def failed_record(cell: Cell, error: str) -> dict:
-    return {"key": cell.key, "status": "failed", "error": error, "model": cell.model, "config_id": cell.config.config_id}
+    return {
+        "key": cell.key,
+        "status": "failed",
+        "error": error,
+        "model": cell.model,
+        "config_id": cell.config.config_id,
+    }
 
 
 def not_applicable_record(cell: Cell, spec: SweepSpec, rules: Rules, n_items: int) -> dict:
     """A cell the model's backend cannot run (logprob scoring without continuation log-likelihoods):
     kept in the grid with its status, never scored, left out of every analysis slice."""
     cfg = cell.config
-    row = grid_row(cell.model, cfg, cfg.precision, spec.package, n_items, len(cell.seeds), None, None, rules.tier(cfg),
-                   cfg.config_id, status=None)
-    return {"key": cell.key, "status": "not_applicable", "row": row, "items": [],
-            "reason": "the backend gives no continuation log-likelihoods"}
+    row = grid_row(
+        cell.model,
+        cfg,
+        cfg.precision,
+        spec.package,
+        n_items,
+        len(cell.seeds),
+        None,
+        None,
+        rules.tier(cfg),
+        cfg.config_id,
+        status=None,
+    )
+    return {
+        "key": cell.key,
+        "status": "not_applicable",
+        "row": row,
+        "items": [],
+        "reason": "the backend gives no continuation log-likelihoods",
+    }
 
 
 def cell_item_ids(items, limit: int | None) -> list[str]:
@@ -79,8 +121,9 @@ def pending_cells(cells: list[Cell], store: Store) -> list[Cell]:
     return [c for c in cells if store.done(c.model, c.file_stem, c.key) is None]
 
 
-def commit_not_applicable(cells: list[Cell], spec: SweepSpec, rules: Rules, store: Store, items_for,
-                          result: SweepResult, progress) -> list[Cell]:
+def commit_not_applicable(
+    cells: list[Cell], spec: SweepSpec, rules: Rules, store: Store, items_for, result: SweepResult, progress
+) -> list[Cell]:
     """Record the pending cells no backend call can compute; return the rest."""
     rest = []
     for c in cells:
@@ -94,8 +137,15 @@ def commit_not_applicable(cells: list[Cell], spec: SweepSpec, rules: Rules, stor
     return rest
 
 
-def run_local(spec: SweepSpec, cells: list[Cell], store: Store, rules: Rules,
-              open_driver: Callable[[str], object], items_for, progress) -> SweepResult:
+def run_local(
+    spec: SweepSpec,
+    cells: list[Cell],
+    store: Store,
+    rules: Rules,
+    open_driver: Callable[[str], object],
+    items_for,
+    progress,
+) -> SweepResult:
     """Run the cells not yet committed; a model that fails to load, or a cell that fails, is recorded
     as failed and the sweep goes on."""
     start = time.time()
@@ -126,8 +176,9 @@ def run_local(spec: SweepSpec, cells: list[Cell], store: Store, rules: Rules,
             t0, c0 = time.time(), time.process_time()
             try:
                 records = driver.run_cell(cell.config, cell.seeds, ids)
-                rec = cell_record(cell, spec, rules, driver.identity, records, items, time.time() - t0,
-                                  time.process_time() - c0)
+                rec = cell_record(
+                    cell, spec, rules, driver.identity, records, items, time.time() - t0, time.process_time() - c0
+                )
             except OutputsCacheError:
                 raise  # every later cell would fail the same way: stop the sweep, finished cells are kept
             except Exception as e:
@@ -151,11 +202,25 @@ def _one_line(e: BaseException) -> str:
     return first if isinstance(e, UserError) else f"{type(e).__module__}.{type(e).__name__}: {first}"
 
 
-def write_run_json(store: Store, spec: SweepSpec, rules: Rules, engines: dict[str, dict], items_for,
-                   result: SweepResult) -> Path:
+def write_run_json(
+    store: Store, spec: SweepSpec, rules: Rules, engines: dict[str, dict], items_for, result: SweepResult
+) -> Path:
     packages = {}
-    for dist in ("safetyrepro", "lm_eval", "inspect_ai", "transformers", "torch", "numpy", "pandas", "accelerate",
-                 "bitsandbytes", "crfm-helm", "ray", "vllm", "llama_cpp_python"):
+    for dist in (
+        "safetyrepro",
+        "lm_eval",
+        "inspect_ai",
+        "transformers",
+        "torch",
+        "numpy",
+        "pandas",
+        "accelerate",
+        "bitsandbytes",
+        "crfm-helm",
+        "ray",
+        "vllm",
+        "llama_cpp_python",
+    ):
         try:
             packages[dist] = version(dist)
         except PackageNotFoundError:
@@ -170,7 +235,10 @@ def write_run_json(store: Store, spec: SweepSpec, rules: Rules, engines: dict[st
         previous = json.loads(path.read_text()).get("models_by_label", {})
     models_by_label = {**previous, **engines}
     record = {
-        "rules_sha256": rules.sha256, "rules_path": rules.path, "spec": spec.identity(), "tie_rule": spec.tie_rule,
+        "rules_sha256": rules.sha256,
+        "rules_path": rules.path,
+        "spec": spec.identity(),
+        "tie_rule": spec.tie_rule,
         "score_precision": "log-likelihoods from a float32 LM head (engine); other backends as their package computes",
         "models": [{"label": m, **models_by_label.get(m, {})} for m in spec.models],
         "models_by_label": models_by_label,
@@ -178,8 +246,12 @@ def write_run_json(store: Store, spec: SweepSpec, rules: Rules, engines: dict[st
         "few_shot_demos": {b: {k: [i.id for i in v] for k, v in items_for(b).demos.items()} for b in spec.benchmarks},
         "sampling_seeds": list(rules.decodings["moderate"].seeds) if "moderate" in rules.decodings else [],
         "packages": packages,
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "processor": platform.processor() or platform.machine(), "cpus": _cpus()},
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": _cpus(),
+        },
         "cells": {"total": result.total, "failed": len(result.failed)},
     }
     atomic_write(path, json.dumps(record, indent=2), root=store.root)

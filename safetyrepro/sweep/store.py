@@ -64,8 +64,9 @@ class Store:
         except BlockingIOError:
             self._lock_file.seek(0)
             holder = self._lock_file.read().strip() or "another process"
-            raise UserError(f"another sweep ({holder}) is writing to {self.root}; wait for it to finish "
-                            "or choose another --out") from None
+            raise UserError(
+                f"another sweep ({holder}) is writing to {self.root}; wait for it to finish or choose another --out"
+            ) from None
         self._lock_file.seek(0)
         self._lock_file.truncate()
         self._lock_file.write(f"pid {os.getpid()}")
@@ -77,8 +78,10 @@ class Store:
         """Refuse a symbolic link where the store reads, renames or writes: the cells folder, a
         model's folder in it, a cell file, or an output name (a link at an output name would be
         replaced, not followed, but a link here means someone expects it to stay: say so)."""
-        candidates = [self.cells_dir, *(self.root / n for n in ("grid.csv", "grid.parquet", "items.parquet",
-                                                                 "sweep.json", "run.json", "logs"))]
+        candidates = [
+            self.cells_dir,
+            *(self.root / n for n in ("grid.csv", "grid.parquet", "items.parquet", "sweep.json", "run.json", "logs")),
+        ]
         if self.cells_dir.is_dir() and not self.cells_dir.is_symlink():
             for model_dir in self.cells_dir.iterdir():
                 candidates.append(model_dir)
@@ -115,27 +118,33 @@ class Store:
             raise UserError(f"--out {self.root} is a file, not a folder; choose another --out")
         if not path.exists():
             if self.root.exists() and (self.root / "grid.csv").exists():
-                raise UserError(f"{self.root} holds a grid that no SafetyRepro sweep recorded (no sweep.json); "
-                                "choose another --out")
+                raise UserError(
+                    f"{self.root} holds a grid that no SafetyRepro sweep recorded (no sweep.json); choose another --out"
+                )
             return None
         try:
             stored = json.loads(path.read_text())
             if not isinstance(stored, dict):
                 raise ValueError("not a JSON object")
         except (ValueError, UnicodeDecodeError) as e:
-            raise UserError(f"{path} is damaged ({e}); it records the sweep's settings: move it aside (mv {path} "
-                            f"{path}.damaged) and rerun the sweep's own command") from None
+            raise UserError(
+                f"{path} is damaged ({e}); it records the sweep's settings: move it aside (mv {path} "
+                f"{path}.damaged) and rerun the sweep's own command"
+            ) from None
         if not self.has_cells():  # nothing was computed under those settings: a new start may replace them
             return None
         if stored.get("rules_sha256") != identity["rules_sha256"] and not allow_rules_change:
             raise UserError(
                 f"{self.root} holds a sweep made under other rules (sha256 {stored.get('rules_sha256', '?')[:12]}, "
-                f"now {identity['rules_sha256'][:12]}); pass --allow-rules-change to continue it under the new rules")
+                f"now {identity['rules_sha256'][:12]}); pass --allow-rules-change to continue it under the new rules"
+            )
         diffs = [k for k in identity if k != "rules_sha256" and stored.get(k) != identity[k]]
         if diffs:
             k = diffs[0]
-            raise UserError(f"{self.root} holds a sweep with other settings ({k}: {stored.get(k)!r}, "
-                            f"now {identity[k]!r}); rerun with the same settings to resume, or choose another --out")
+            raise UserError(
+                f"{self.root} holds a sweep with other settings ({k}: {stored.get(k)!r}, "
+                f"now {identity[k]!r}); rerun with the same settings to resume, or choose another --out"
+            )
         return stored
 
     def check_run_record(self) -> None:
@@ -147,9 +156,11 @@ class Store:
             if not isinstance(json.loads(path.read_text()), dict):
                 raise ValueError("not a JSON object")
         except (ValueError, UnicodeDecodeError) as e:
-            raise UserError(f"{path} is damaged ({e}); move it aside (mv {path} {path}.damaged) and rerun: the "
-                            "sweep writes it anew from its cells (the models of earlier runs are recorded again "
-                            "when they run)") from None
+            raise UserError(
+                f"{path} is damaged ({e}); move it aside (mv {path} {path}.damaged) and rerun: the "
+                "sweep writes it anew from its cells (the models of earlier runs are recorded again "
+                "when they run)"
+            ) from None
 
     def write_identity(self, identity: dict[str, Any], previous: dict[str, Any] | None) -> None:
         record = dict(identity)
@@ -179,8 +190,12 @@ class Store:
         recomputed."""
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(record, dict) and isinstance(record.get("key"), str) and "status" in record and (
-                    record["status"] not in DONE_STATUSES or isinstance(record.get("row"), dict)):
+            if (
+                isinstance(record, dict)
+                and isinstance(record.get("key"), str)
+                and "status" in record
+                and (record["status"] not in DONE_STATUSES or isinstance(record.get("row"), dict))
+            ):
                 return record
             problem = "not a cell record"
         except UnicodeDecodeError:
@@ -192,8 +207,9 @@ class Store:
             n += 1
         aside = path.with_name(f"{path.name}.damaged-{n}")
         replace_within(path, aside, self.root)
-        sys.stderr.write(f"safetyrepro: warning: cell file {path} was {problem}; set aside as {aside.name}, "
-                         "the cell is recomputed\n")
+        sys.stderr.write(
+            f"safetyrepro: warning: cell file {path} was {problem}; set aside as {aside.name}, the cell is recomputed\n"
+        )
         return None
 
     def commit(self, model: str, file_stem: str, record: dict) -> None:
@@ -217,19 +233,32 @@ class Store:
         import pandas as pd
 
         rank = {k: i for i, k in enumerate(order)}
-        done = sorted((r for r in records if r.get("status") in DONE_STATUSES and r["key"] in rank),
-                      key=lambda r: rank[r["key"]])
+        done = sorted(
+            (r for r in records if r.get("status") in DONE_STATUSES and r["key"] in rank), key=lambda r: rank[r["key"]]
+        )
         ok = [r for r in done if r["status"] == "ok"]
         grid = pd.DataFrame([{**r["row"], "status": r["status"]} for r in done])
         grid = pd.DataFrame(columns=list(WRITTEN_COLUMNS)) if grid.empty else grid[written_order(grid.columns)]
-        paths = {"grid": self.root / "grid.csv", "grid_parquet": self.root / "grid.parquet",
-                 "items": self.root / "items.parquet"}
+        paths = {
+            "grid": self.root / "grid.csv",
+            "grid_parquet": self.root / "grid.parquet",
+            "items": self.root / "items.parquet",
+        }
         atomic_write(paths["grid"], grid.to_csv(index=False), root=self.root)
         atomic_write(paths["grid_parquet"], lambda f: grid.to_parquet(f, index=False), root=self.root)
-        items = pd.DataFrame([
-            {"model": r["row"]["model"], "config_id": r["row"]["config_id"], "benchmark": r["row"]["benchmark"],
-             "package": r["row"]["package"], "precision": r["row"]["precision"], **it}
-            for r in ok for it in r["items"]
-        ])
+        items = pd.DataFrame(
+            [
+                {
+                    "model": r["row"]["model"],
+                    "config_id": r["row"]["config_id"],
+                    "benchmark": r["row"]["benchmark"],
+                    "package": r["row"]["package"],
+                    "precision": r["row"]["precision"],
+                    **it,
+                }
+                for r in ok
+                for it in r["items"]
+            ]
+        )
         atomic_write(paths["items"], lambda f: items.to_parquet(f, index=False), root=self.root)
         return paths

@@ -50,8 +50,20 @@ class Sweep:
         models = tuple(check_runnable(m, o.package, scorings, explicit_scoring="scoring" in filters) for m in o.models)
         o = replace(o, models=models)
         _check_before_loading(o, configs)
-        spec = SweepSpec(tuple(labels), tuple(benchmarks), o.tier, o.package, precision, o.limit, rules.sha256,
-                         filters, o.subsample, o.subset_seed, tie_rule, tuple(m.spec for m in o.models))
+        spec = SweepSpec(
+            tuple(labels),
+            tuple(benchmarks),
+            o.tier,
+            o.package,
+            precision,
+            o.limit,
+            rules.sha256,
+            filters,
+            o.subsample,
+            o.subset_seed,
+            tie_rule,
+            tuple(m.spec for m in o.models),
+        )
         store = Store(Path(o.out))
         store.check_identity(spec.identity(), o.allow_rules_change)  # early, read-only; again under the lock
         store.check_run_record()
@@ -73,8 +85,7 @@ class Sweep:
         backend.prefetch_seeds = self.prefetch_seeds(label)
         self.models_run[label] = backend_record(backend)
         logs = ensure_dir(self.store.root / "logs", root=self.store.root)  # the packages write their logs in it
-        return make_driver(self.spec.package, backend, self.rules, self.items_for, str(logs),
-                           self.spec.tie_rule)
+        return make_driver(self.spec.package, backend, self.rules, self.items_for, str(logs), self.spec.tie_rule)
 
     def run(self) -> SweepResult:
         if any(c.applicable for c in self.cells):  # a bad cache is found here, not after a model load
@@ -93,8 +104,9 @@ class Sweep:
 
                 result = run_ray(self, progress)
             else:
-                result = run_local(self.spec, self.cells, self.store, self.rules, self.open_driver, self.items_for,
-                                   progress)
+                result = run_local(
+                    self.spec, self.cells, self.store, self.rules, self.open_driver, self.items_for, progress
+                )
             result.outputs = self.store.write_outputs(self.store.records(), [c.key for c in self.cells])
             write_run_json(self.store, self.spec, self.rules, self.models_run, self.items_for, result)
             return result
@@ -109,13 +121,20 @@ class Sweep:
         if not result.model_work:
             console.print(f"all {result.total} cells were already in {self.store.root}: no model work")
         na = int((grid["status"] == "not_applicable").sum()) if "status" in grid else 0
-        console.print(f"[bold]sweep[/bold] {self.store.root}: {len(grid)} of {result.total} cells in the grid, "
-                      f"{result.ran} run now, {result.done_before} resumed, {len(result.failed)} failed"
-                      + (f", {na} not applicable" if na else "") + f", {result.elapsed_s:.1f} s")
+        console.print(
+            f"[bold]sweep[/bold] {self.store.root}: {len(grid)} of {result.total} cells in the grid, "
+            f"{result.ran} run now, {result.done_before} resumed, {len(result.failed)} failed"
+            + (f", {na} not applicable" if na else "")
+            + f", {result.elapsed_s:.1f} s"
+        )
         ok = grid[grid["status"] == "ok"] if "status" in grid else grid
         if len(ok):
-            table = ok.groupby(["model", "benchmark"]).agg(cells=("score", "size"), score_min=("score", "min"),
-                                                         score_max=("score", "max"), parse_rate=("parse_rate", "mean"))
+            table = ok.groupby(["model", "benchmark"]).agg(
+                cells=("score", "size"),
+                score_min=("score", "min"),
+                score_max=("score", "max"),
+                parse_rate=("parse_rate", "mean"),
+            )
             console.print(table.round(3).to_string())
             low = ok[ok["parse_rate"] < 0.95]
             if len(low):
@@ -127,8 +146,10 @@ class Sweep:
             console.print(f"[red]failed[/red] {key}: {err}")
         if len(result.failed) > 10:
             console.print(f"... and {len(result.failed) - 10} more failed cells (listed in the cell files)")
-        console.print(f"grid: {result.outputs['grid']}\nitems: {result.outputs['items']}\n"
-                      f"run record: {self.store.root / 'run.json'}")
+        console.print(
+            f"grid: {result.outputs['grid']}\nitems: {result.outputs['items']}\n"
+            f"run record: {self.store.root / 'run.json'}"
+        )
 
 
 def _check_before_loading(o: SweepOptions, configs) -> None:

@@ -30,8 +30,10 @@ def get_benchmark(name: str):
     module = importlib.import_module(f"{__package__}.{name}")
     bench = module.BENCHMARK()
     if bench.name != name:
-        raise UserError(f"benchmark folder {name!r} defines a benchmark named {bench.name!r}; "
-                        "the folder, the registry line and `name` must agree")
+        raise UserError(
+            f"benchmark folder {name!r} defines a benchmark named {bench.name!r}; "
+            "the folder, the registry line and `name` must agree"
+        )
     return bench
 
 

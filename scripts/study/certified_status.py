@@ -96,32 +96,44 @@ def status_block(folder: Path, grid_csv: Path, rho_csv: Path) -> str:
     tally: dict[str, int] = {}
     for c in decided.itertuples():
         try:
-            d24 = float(wide.loc[(c.benchmark, c.config_id), c.model_a] - wide.loc[(c.benchmark, c.config_id), c.model_b])
+            d24 = float(
+                wide.loc[(c.benchmark, c.config_id), c.model_a] - wide.loc[(c.benchmark, c.config_id), c.model_b]
+            )
         except KeyError:
             d24 = float("nan")
         word = compare_claim(c.claim, d24)
         tally[word] = tally.get(word, 0) + 1
-        rows.append(f"| {c.benchmark} | {c.model_a} | {c.model_b} | {c.config_id} | {c.claim} | "
-                    f"{c.lower:+.3f} | {c.upper:+.3f} | {c.items_used} | {d24:+.3f} | {word} |")
+        rows.append(
+            f"| {c.benchmark} | {c.model_a} | {c.model_b} | {c.config_id} | {c.claim} | "
+            f"{c.lower:+.3f} | {c.upper:+.3f} | {c.items_used} | {d24:+.3f} | {word} |"
+        )
     pair_words = []
     for v in cert.itertuples():
         old = flips24.get((v.benchmark, v.model_a, v.model_b), "not read")
         if v.verdict == "undecided":
             continue
         agree = (old == v.verdict) or (old == "flip" and v.verdict == "flip")
-        pair_words.append(f"{v.benchmark} {v.model_a} vs {v.model_b}: 24 items read {old}, certified {v.verdict} "
-                          f"({'confirmed' if agree else 'overturned'})")
+        pair_words.append(
+            f"{v.benchmark} {v.model_a} vs {v.model_b}: 24 items read {old}, certified {v.verdict} "
+            f"({'confirmed' if agree else 'overturned'})"
+        )
     open_pairs = int((cert["verdict"] == "undecided").sum())
-    text = (f"**Against the 24-item study.** Of the {len(decided)} decided claims, "
-            + (", ".join(f"{n} {w}" for w, n in sorted(tally.items())) if tally else "none yet")
-            + f". Pair verdicts: {open_pairs} of {len(cert)} still open, so the 24-item study's rank-flip readings "
-            "(rho_flip.csv) are neither confirmed nor overturned for those")
+    text = (
+        f"**Against the 24-item study.** Of the {len(decided)} decided claims, "
+        + (", ".join(f"{n} {w}" for w, n in sorted(tally.items())) if tally else "none yet")
+        + f". Pair verdicts: {open_pairs} of {len(cert)} still open, so the 24-item study's rank-flip readings "
+        "(rho_flip.csv) are neither confirmed nor overturned for those"
+    )
     text += ("; " + "; ".join(pair_words) + ".") if pair_words else "."
     lines.append(text)
     lines += ["", *pair_table(cert, claims, cost)]
     if rows:
-        lines += ["", "| benchmark | model_a | model_b | config_id | claim | lower | upper | items | 24-item diff | 24-item reading |",
-                  "|---|---|---|---|---|---|---|---|---|---|", *rows]
+        lines += [
+            "",
+            "| benchmark | model_a | model_b | config_id | claim | lower | upper | items | 24-item diff | 24-item reading |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
     return "\n".join(lines)
 
 
@@ -146,15 +158,21 @@ def pair_hours(claims, cost: dict) -> dict[tuple[str, str, str], tuple[float, fl
 def pair_table(cert, claims, cost: dict) -> list[str]:
     """Each pair's verdict, its paired evaluations and model hours against the full grid's."""
     hours = pair_hours(claims, cost)
-    lines = ["| benchmark | model_a | model_b | verdict | paired evaluations | of the full grid's | model hours | "
-             "of the full grid's | configurations decided |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| benchmark | model_a | model_b | verdict | paired evaluations | of the full grid's | model hours | "
+        "of the full grid's | configurations decided |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for v in cert.itertuples():
-        mine = claims[(claims["benchmark"] == v.benchmark) & (claims["model_a"] == v.model_a)
-                      & (claims["model_b"] == v.model_b)]
+        mine = claims[
+            (claims["benchmark"] == v.benchmark) & (claims["model_a"] == v.model_a) & (claims["model_b"] == v.model_b)
+        ]
         used, full = hours.get((v.benchmark, v.model_a, v.model_b), (float("nan"), float("nan")))
-        lines.append(f"| {v.benchmark} | {v.model_a} | {v.model_b} | {v.verdict} | {v.n_evaluations:,} | "
-                     f"{v.n_full:,} | {used:.2f} | {full:.1f} | {int((mine['claim'] != 'undecided').sum())} of "
-                     f"{len(mine)} |")
+        lines.append(
+            f"| {v.benchmark} | {v.model_a} | {v.model_b} | {v.verdict} | {v.n_evaluations:,} | "
+            f"{v.n_full:,} | {used:.2f} | {full:.1f} | {int((mine['claim'] != 'undecided').sum())} of "
+            f"{len(mine)} |"
+        )
     return lines
 
 

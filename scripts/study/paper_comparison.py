@@ -25,8 +25,13 @@ from safetyrepro.markdown import markdown_table
 # rho_flip max over the three model pairs, full envelope (paper tab. 2)
 PAPER_RHO_MAX = {"truthfulqa": 0.479, "bbq": 0.438, "toxigen": 0.354, "xstest": 0.292, "crows_pairs": 0.250}
 # the parse-clean recomputation (every model's parse rate >= 0.95): value and |C| where the digest gives one
-PAPER_PARSE_CLEAN = {"truthfulqa": (0.479, None), "bbq": (0.438, None), "crows_pairs": (0.250, None),
-                     "toxigen": (0.361, 36), "xstest": (0.282, 39)}
+PAPER_PARSE_CLEAN = {
+    "truthfulqa": (0.479, None),
+    "bbq": (0.438, None),
+    "crows_pairs": (0.250, None),
+    "toxigen": (0.361, 36),
+    "xstest": (0.282, 39),
+}
 # implementation over model share, four-way ANOVA on the free-form slice
 PAPER_VARIANCE_RHO = {"bbq": 3.8, "toxigen": 14.9, "truthfulqa": 0.7, "xstest": 2.4}
 PAPER_INTERACTION = "41-54 %"
@@ -66,9 +71,14 @@ def rho_rows(analysis: Path) -> list[list[str]]:
     rows = []
     for b in [b for b in PAPER_RHO_MAX if b in set(rho["benchmark"])]:
         r = _row(rho, b, "full")
-        rows.append([f"rho_flip max, {b}, full envelope", _f(PAPER_RHO_MAX[b]),
-                     f"{_f(r.rho_flip_max)} ({r.pairs}; |C| {r.n_configs}, ceiling {_f(r.ceiling)}, "
-                     f"chance {_f(r.chance_max)})"])
+        rows.append(
+            [
+                f"rho_flip max, {b}, full envelope",
+                _f(PAPER_RHO_MAX[b]),
+                f"{_f(r.rho_flip_max)} ({r.pairs}; |C| {r.n_configs}, ceiling {_f(r.ceiling)}, "
+                f"chance {_f(r.chance_max)})",
+            ]
+        )
     for slice_ in ("free_form", "logprob"):
         for b in sorted(set(rho["benchmark"])):
             r = _row(rho, b, slice_)
@@ -82,16 +92,22 @@ def rho_rows(analysis: Path) -> list[list[str]]:
             if t is None:
                 continue
             paper = PAPER_ORDERINGS.get((b, slice_))
-            rows.append([f"orderings reached, {b}, {slice_}", f"{paper} of 6" if paper else NOT_IN_DIGEST,
-                         f"{int(t.n_orderings)} of {int(t.n_possible)} (rho_flip max {_f(t.rho_flip_max)}, "
-                         f"|C| {int(t.n_configs)})"])
+            rows.append(
+                [
+                    f"orderings reached, {b}, {slice_}",
+                    f"{paper} of 6" if paper else NOT_IN_DIGEST,
+                    f"{int(t.n_orderings)} of {int(t.n_possible)} (rho_flip max {_f(t.rho_flip_max)}, "
+                    f"|C| {int(t.n_configs)})",
+                ]
+            )
     for b, (value, n) in PAPER_PARSE_CLEAN.items():
         r = _row(rho, b, "parse_clean")
         if r is None:
             continue
         paper = _f(value) + (f" (|C| {n})" if n else " (unchanged)")
-        rows.append([f"rho_flip max, {b}, parse-clean (parse rate >= 0.95)", paper,
-                     f"{_f(r.rho_flip_max)} (|C| {r.n_configs})"])
+        rows.append(
+            [f"rho_flip max, {b}, parse-clean (parse rate >= 0.95)", paper, f"{_f(r.rho_flip_max)} (|C| {r.n_configs})"]
+        )
     return rows
 
 
@@ -105,12 +121,18 @@ def variance_rows(analysis: Path) -> list[list[str]]:
         ci = f", 95 % interval {_f(r.rho_lo, 2)}-{_f(r.rho_hi, 2)}" if pd.notna(r.rho_lo) else ""
         paper = _f(PAPER_VARIANCE_RHO[r.benchmark], 1) if r.benchmark in PAPER_VARIANCE_RHO else NOT_IN_DIGEST
         value = f"{_f(r.rho, 2)}{ci}" if bool(r.rho_defined) and pd.notna(r.rho) else "undefined"
-        rows.append([f"variance: implementation / model share, {r.benchmark} (free-form, Type-II)", paper,
-                     f"{value} (model {_f(r.model_share, 2)}, implementation {_f(r.implementation_share, 2)})"])
+        rows.append(
+            [
+                f"variance: implementation / model share, {r.benchmark} (free-form, Type-II)",
+                paper,
+                f"{value} (model {_f(r.model_share, 2)}, implementation {_f(r.implementation_share, 2)})",
+            ]
+        )
     if len(v):
         lo, hi = v["interaction_share"].min(), v["interaction_share"].max()
-        rows.append(["variance: interaction share, free-form slice", PAPER_INTERACTION,
-                     f"{100 * lo:.0f}-{100 * hi:.0f} %"])
+        rows.append(
+            ["variance: interaction share, free-form slice", PAPER_INTERACTION, f"{100 * lo:.0f}-{100 * hi:.0f} %"]
+        )
     return rows
 
 
@@ -118,10 +140,18 @@ def compare_rows(folder: Path, label: str, paper: dict[str, str]) -> list[list[s
     s = _read(folder, "compare_summary.csv").iloc[0]
     o = _read(folder, "compare_ordering_summary.csv")
     what = "per-cell |difference|" if int(s.n_groups) == 2 else "per-cell range"
-    return [[f"{label}: {what}, median / mean / max", paper["spread"],
-             f"{_pp(s['median'])} / {_pp(s['mean'])} / {_pp(s['max'])} ({int(s.n_cells)} cells)"],
-            [f"{label}: model ordering the same in every group", paper["orderings"],
-             f"{int(o['n_invariant'].sum())} of {int(o['n_configs'].sum())} configurations"]]
+    return [
+        [
+            f"{label}: {what}, median / mean / max",
+            paper["spread"],
+            f"{_pp(s['median'])} / {_pp(s['mean'])} / {_pp(s['max'])} ({int(s.n_cells)} cells)",
+        ],
+        [
+            f"{label}: model ordering the same in every group",
+            paper["orderings"],
+            f"{int(o['n_invariant'].sum())} of {int(o['n_configs'].sum())} configurations",
+        ],
+    ]
 
 
 def beyond_rows(analysis: Path) -> list[list[str]]:
@@ -133,10 +163,17 @@ def beyond_rows(analysis: Path) -> list[list[str]]:
     sig = sig[(sig["slice"] == "full") & (sig["correction"] == "holm")]
     rows = []
     for r in sig.itertuples():
-        rows.append([r.benchmark, f"{r.model_a} vs {r.model_b}", f"{_f(r.rho_flip)} ({r.n_plus}+ / {r.n_minus}-)",
-                     f"{_f(r.rho_flip_null_mean)} (p_consistent {_f(r.p_consistent)})"
-                     if pd.notna(r.rho_flip_null_mean) else "—",
-                     f"{_f(r.rho_flip_sig)} ({r.n_plus_sig}+ / {r.n_minus_sig}- configurations confirmed)"])
+        rows.append(
+            [
+                r.benchmark,
+                f"{r.model_a} vs {r.model_b}",
+                f"{_f(r.rho_flip)} ({r.n_plus}+ / {r.n_minus}-)",
+                f"{_f(r.rho_flip_null_mean)} (p_consistent {_f(r.p_consistent)})"
+                if pd.notna(r.rho_flip_null_mean)
+                else "—",
+                f"{_f(r.rho_flip_sig)} ({r.n_plus_sig}+ / {r.n_minus_sig}- configurations confirmed)",
+            ]
+        )
     return rows
 
 
@@ -144,27 +181,38 @@ def degenerate_rows(analysis: Path) -> list[list[str]]:
     d = _read(analysis, "degenerate_cells.csv")
     if d.empty:
         return []
+
     # how many of the cells have each reason (a cell can have several), with the lowest parse rate among them
     def kinds(reasons: pd.Series) -> str:
         counts = reasons.astype(str).str.split(";").explode().value_counts()
         return "; ".join(f"{code} {int(counts[code])}" for code in sorted(counts.index))
 
-    return [[b, m, str(len(g)), f"{kinds(g['reasons'])} (lowest parse rate {_f(g['parse_rate'].min(), 2)})"]
-            for (b, m), g in d.groupby(["benchmark", "model"])]
+    return [
+        [b, m, str(len(g)), f"{kinds(g['reasons'])} (lowest parse rate {_f(g['parse_rate'].min(), 2)})"]
+        for (b, m), g in d.groupby(["benchmark", "model"])
+    ]
 
 
 def table(analysis: Path, precision: Path | None, subsamples: Path | None) -> str:
     text = _paper_table(analysis, precision, subsamples)
-    text += ("\nBeyond the paper: each pair's rho_flip on the full envelope, its own null reference (the same "
-             "items with model labels exchanged), and the part that survives item-level confirmation (an exact "
-             "paired sign-flip test per configuration, Holm-corrected):\n\n")
-    text += markdown_table(["benchmark", "pair", "rho_flip (n+ / n-)", "pair null mean (p_consistent)",
-                            "rho_flip, confirmed"],
-                           beyond_rows(analysis)) + "\n"
+    text += (
+        "\nBeyond the paper: each pair's rho_flip on the full envelope, its own null reference (the same "
+        "items with model labels exchanged), and the part that survives item-level confirmation (an exact "
+        "paired sign-flip test per configuration, Holm-corrected):\n\n"
+    )
+    text += (
+        markdown_table(
+            ["benchmark", "pair", "rho_flip (n+ / n-)", "pair null mean (p_consistent)", "rho_flip, confirmed"],
+            beyond_rows(analysis),
+        )
+        + "\n"
+    )
     degenerate = degenerate_rows(analysis)
     if degenerate:
-        text += ("\nDegenerate cells per benchmark and model, with how many have each reason (parse_rate, empty, "
-                 "constant_answer, no_better_than_majority; a cell can have several):\n\n")
+        text += (
+            "\nDegenerate cells per benchmark and model, with how many have each reason (parse_rate, empty, "
+            "constant_answer, no_better_than_majority; a cell can have several):\n\n"
+        )
         text += markdown_table(["benchmark", "model", "cells", "reasons"], degenerate) + "\n"
     return text
 
@@ -172,11 +220,17 @@ def table(analysis: Path, precision: Path | None, subsamples: Path | None) -> st
 def _paper_table(analysis: Path, precision: Path | None, subsamples: Path | None) -> str:
     rows = rho_rows(analysis) + variance_rows(analysis)
     if precision is not None:
-        rows += compare_rows(precision, "BF16 vs NF4", {"spread": "1.7 pp / 2.6 pp / 20.7 pp (54 configurations)",
-                                                        "orderings": "17 of 18 paired cells"})
+        rows += compare_rows(
+            precision,
+            "BF16 vs NF4",
+            {"spread": "1.7 pp / 2.6 pp / 20.7 pp (54 configurations)", "orderings": "17 of 18 paired cells"},
+        )
     if subsamples is not None:
-        rows += compare_rows(subsamples, "80 % TruthfulQA subsamples",
-                             {"spread": "1.49 pp median, 3.83 pp max", "orderings": "unchanged on 4 core configurations"})
+        rows += compare_rows(
+            subsamples,
+            "80 % TruthfulQA subsamples",
+            {"spread": "1.49 pp median, 3.83 pp max", "orderings": "unchanged on 4 core configurations"},
+        )
     return markdown_table(["quantity", "paper (7-9B models, NF4, 300 items)", "this study"], rows) + "\n"
 
 

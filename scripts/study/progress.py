@@ -42,12 +42,14 @@ from pathlib import Path
 from safetyrepro.atomic import atomic_write
 
 HERE = Path(__file__).resolve().parent
-GROUPS = [("model", "benchmark", "scoring", "decoding", "template", "shots"),
-          ("model", "benchmark", "scoring", "decoding", "template"),
-          ("model", "benchmark", "scoring", "decoding"),
-          ("model", "scoring", "decoding"),
-          ("scoring", "decoding"),
-          ("scoring",)]
+GROUPS = [
+    ("model", "benchmark", "scoring", "decoding", "template", "shots"),
+    ("model", "benchmark", "scoring", "decoding", "template"),
+    ("model", "benchmark", "scoring", "decoding"),
+    ("model", "scoring", "decoding"),
+    ("scoring", "decoding"),
+    ("scoring",),
+]
 
 
 def plan(run: Path, sweep_args: list[str]):
@@ -140,22 +142,32 @@ def restore(run: Path, dest: Path, sweep_args: list[str]) -> int:
         if not reusable(rec, decode):
             stale += 1
             continue
-        atomic_write(run / "cells" / slug(cell.model) / f"{cell.file_stem}.json",
-                     json.dumps(rec, ensure_ascii=False), root=run)
+        atomic_write(
+            run / "cells" / slug(cell.model) / f"{cell.file_stem}.json", json.dumps(rec, ensure_ascii=False), root=run
+        )
         put += 1
-    print(f"restored {put} saved cell(s) into {run / 'cells'}; {stale} computed by an earlier decode "
-          f"(not {decode}) are left to recompute")
+    print(
+        f"restored {put} saved cell(s) into {run / 'cells'}; {stale} computed by an earlier decode "
+        f"(not {decode}) are left to recompute"
+    )
     return 0
 
 
 def _features(cell) -> dict:
     c = cell.config
-    return {"model": cell.model, "benchmark": c.benchmark, "scoring": c.scoring, "decoding": c.decoding,
-            "template": c.template, "shots": c.shots}
+    return {
+        "model": cell.model,
+        "benchmark": c.benchmark,
+        "scoring": c.scoring,
+        "decoding": c.decoding,
+        "template": c.template,
+        "shots": c.shots,
+    }
 
 
-def cost_factors(done: list[tuple[dict, float]], models: list[str],
-                 prior: dict[str, float] | None = None) -> dict[str, tuple[float, str]]:
+def cost_factors(
+    done: list[tuple[dict, float]], models: list[str], prior: dict[str, float] | None = None
+) -> dict[str, tuple[float, str]]:
     """model -> (its cost per cell relative to the first model, "measured over N cells" or "prior: ...").
     Measured: the median ratio over cells of the same kind done by both. Otherwise `prior[model]` (the
     ratio of parameter counts), or 1.0 when there is none."""
@@ -167,8 +179,11 @@ def cost_factors(done: list[tuple[dict, float]], models: list[str],
     ref = models[0]
     out = {ref: (1.0, "the reference")}
     for m in models[1:]:
-        ratios = [statistics.fmean(v[m]) / statistics.fmean(v[ref]) for v in by_kind.values()
-                  if m in v and ref in v and statistics.fmean(v[ref]) > 0]
+        ratios = [
+            statistics.fmean(v[m]) / statistics.fmean(v[ref])
+            for v in by_kind.values()
+            if m in v and ref in v and statistics.fmean(v[ref]) > 0
+        ]
         if ratios:
             out[m] = (statistics.median(ratios), f"measured over {len(ratios)} kinds of cell")
         elif m in prior:
@@ -178,8 +193,9 @@ def cost_factors(done: list[tuple[dict, float]], models: list[str],
     return out
 
 
-def estimate(done: list[tuple[dict, float]], todo: list[dict],
-             factors: dict[str, float] | None = None) -> tuple[float, dict[str, int]]:
+def estimate(
+    done: list[tuple[dict, float]], todo: list[dict], factors: dict[str, float] | None = None
+) -> tuple[float, dict[str, int]]:
     """Seconds left for the cells in `todo` from the measured seconds of `done` (module docstring);
     also how many estimates came from each level of GROUPS. `factors` (model -> cost factor) puts
     cells of different models on one scale in the groups that leave the model out."""
@@ -256,20 +272,34 @@ def status(run: Path, dest: Path, sweep_args: list[str], cells=None) -> str:
     cpu_factors = cost_factors(done_cpu, models, prior)
     left_cpu, _ = estimate(done_cpu, todo, {m: v for m, (v, _) in cpu_factors.items()})
     n_done = len(cells) - len(todo)
-    cpu_line = (f"CPU time left {left_cpu / 3600:.1f} h from {len(done_cpu)} cells that recorded their CPU seconds "
-                f"(whatever else ran beside them; on an idle 2-core machine the wall time lies between half of "
-                f"that, {left_cpu / 7200:.1f} h, and all of it)" if done_cpu else
-                "CPU time left: not known yet (no done cell recorded its CPU seconds)")
-    lines = ["# Study progress (written by scripts/study/progress.py)", "",
-             f"cells done {n_done} of {len(cells)}, left {len(todo)}, measured time left {left / 3600:.1f} h "
-             f"(from {len(done)} timed cells; wall seconds on the machine that ran them, with whatever else it ran)",
-             "", cpu_line, "",
-             "| model | done | left | wall seconds of the done cells |", "|---|---|---|---|"]
+    cpu_line = (
+        f"CPU time left {left_cpu / 3600:.1f} h from {len(done_cpu)} cells that recorded their CPU seconds "
+        f"(whatever else ran beside them; on an idle 2-core machine the wall time lies between half of "
+        f"that, {left_cpu / 7200:.1f} h, and all of it)"
+        if done_cpu
+        else "CPU time left: not known yet (no done cell recorded its CPU seconds)"
+    )
+    lines = [
+        "# Study progress (written by scripts/study/progress.py)",
+        "",
+        f"cells done {n_done} of {len(cells)}, left {len(todo)}, measured time left {left / 3600:.1f} h "
+        f"(from {len(done)} timed cells; wall seconds on the machine that ran them, with whatever else it ran)",
+        "",
+        cpu_line,
+        "",
+        "| model | done | left | wall seconds of the done cells |",
+        "|---|---|---|---|",
+    ]
     for m in dict.fromkeys(c.model for c in cells):
         d, t, s = by_model[m]
         lines.append(f"| {m} | {d} | {t} | {s:,.0f} |")
-    lines += ["", "Mean wall seconds per done cell, by benchmark, scoring and decoding:", "",
-              "| model | benchmark | scoring | decoding | cells | mean s | max s |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "Mean wall seconds per done cell, by benchmark, scoring and decoding:",
+        "",
+        "| model | benchmark | scoring | decoding | cells | mean s | max s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     acc: dict = defaultdict(list)
     for f, s in done:
         acc[(f["model"], f["benchmark"], f["scoring"], f["decoding"])].append(s)
@@ -279,25 +309,34 @@ def status(run: Path, dest: Path, sweep_args: list[str], cells=None) -> str:
     if used:
         lines += ["", "Estimates of the cells left came from: " + ", ".join(f"{v} by {k}" for k, v in used.items())]
         if any("model" not in k for k in used):
-            lines.append("(a cell of a model with no timed cell of its kind yet is estimated from other models' "
-                         "cells, scaled by the cost factors below)")
-    lines += ["", f"Cost per cell relative to {models[0]} (wall seconds):", "",
-              "| model | factor | from |", "|---|---|---|"]
+            lines.append(
+                "(a cell of a model with no timed cell of its kind yet is estimated from other models' "
+                "cells, scaled by the cost factors below)"
+            )
+    lines += [
+        "",
+        f"Cost per cell relative to {models[0]} (wall seconds):",
+        "",
+        "| model | factor | from |",
+        "|---|---|---|",
+    ]
     lines += [f"| {m} | {v:.2f} | {why} |" for m, (v, why) in factors.items()]
     lines.append("")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 usage="progress.py {save,restore,status} --run OUT/grid [--dest DIR] -- SWEEP ARGS")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        usage="progress.py {save,restore,status} --run OUT/grid [--dest DIR] -- SWEEP ARGS",
+    )
     ap.add_argument("action", choices=("save", "restore", "status"))
     ap.add_argument("--run", type=Path, required=True, help="the main grid's run folder (reproduce.sh: OUT/grid)")
     ap.add_argument("--dest", type=Path, default=HERE, help="where saved cells live (default: docs/study)")
     argv = sys.argv[1:] if argv is None else list(argv)
     cut = argv.index("--") if "--" in argv else len(argv)
     args = ap.parse_args(argv[:cut])
-    sweep_args = argv[cut + 1:]
+    sweep_args = argv[cut + 1 :]
     if not sweep_args:
         ap.error("give the main grid's sweep arguments after --, as reproduce.sh does (reproduce.sh --status)")
     if args.action == "save":

@@ -32,7 +32,7 @@ def mc_task_dir(tmp_path_factory) -> Path:
 dataset_path: json
 dataset_kwargs:
   data_files:
-    test: {d / 'data.jsonl'}
+    test: {d / "data.jsonl"}
 test_split: test
 output_type: multiple_choice
 doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
@@ -42,5 +42,3 @@ metric_list:
   - metric: acc
 """)
     return d
-
-

@@ -14,11 +14,24 @@ from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest
 
 pytestmark = pytest.mark.slow
 
-CONTEXTS = ["The capital of France is", "Question: What is 2+2?\nAnswer:",
-            "Once upon a time there was a little girl who lived in a village near the forest. She", "Hi", ""]
+CONTEXTS = [
+    "The capital of France is",
+    "Question: What is 2+2?\nAnswer:",
+    "Once upon a time there was a little girl who lived in a village near the forest. She",
+    "Hi",
+    "",
+]
 CONTINUATIONS = [" Paris", " Berlin", " 4", " four", " went to the market.", " x"]
-QUESTIONS = ["What is the capital of France?", "Write a haiku about cats.", "List three colors.", "Hi!",
-             "Explain gravity in one sentence.", "What is 7 times 8?", "Name a fruit.", "Say something funny."]
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about cats.",
+    "List three colors.",
+    "Hi!",
+    "Explain gravity in one sentence.",
+    "What is 7 times 8?",
+    "Name a fruit.",
+    "Say something funny.",
+]
 
 
 def _chat(engine, q: str) -> str:
@@ -92,7 +105,7 @@ def test_greedy_generation_does_not_depend_on_batching(smollm2):
     ids = torch.tensor([smollm2.tok_encode(reqs[0].prompt)])
     with torch.inference_mode():
         out = smollm2.model.generate(ids, do_sample=False, max_new_tokens=20)
-    assert smollm2.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True) == one[0]
+    assert smollm2.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True) == one[0]
 
 
 def test_seeded_sampling_is_reproducible(smollm2):
@@ -131,8 +144,16 @@ def _run_lm_eval(model, model_args, task_dir, limit=8, **kw):
     from lm_eval.evaluator import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    res = simple_evaluate(model=model, model_args=model_args, tasks=["sr_tiny_mc"], limit=limit, log_samples=True,
-                          task_manager=TaskManager(include_path=str(task_dir)), bootstrap_iters=0, **kw)
+    res = simple_evaluate(
+        model=model,
+        model_args=model_args,
+        tasks=["sr_tiny_mc"],
+        limit=limit,
+        log_samples=True,
+        task_manager=TaskManager(include_path=str(task_dir)),
+        bootstrap_iters=0,
+        **kw,
+    )
     return {s["doc_id"]: [float(r[0][0]) for r in s["resps"]] for s in res["samples"]["sr_tiny_mc"]}
 
 
@@ -196,11 +217,19 @@ def test_lm_eval_few_shot_chunked_prefill_stays_close_to_hf(smollm2, smollm2_hf_
 
     with _engine_model_head(smollm2):
         ours = _run_lm_eval(SafetyReproLM.from_engine(smollm2), None, mc_task_dir, limit=10, num_fewshot=3)
-    hf32 = _run_lm_eval("hf", f"pretrained={smollm2_hf_folder},softmax_dtype=float32", mc_task_dir, limit=10,
-                        device="cpu", num_fewshot=3)
+    hf32 = _run_lm_eval(
+        "hf",
+        f"pretrained={smollm2_hf_folder},softmax_dtype=float32",
+        mc_task_dir,
+        limit=10,
+        device="cpu",
+        num_fewshot=3,
+    )
     gaps = [max(abs(a - b) for a, b in zip(ours[d], hf32[d], strict=True)) for d in sorted(ours)]
-    print(f"\n3-shot, engine (bf16 head) vs HFLM (fp32 log-softmax): max |diff| {max(gaps):.4f} nats, "
-          f"{sum(g == 0 for g in gaps)} of {len(gaps)} items identical")
+    print(
+        f"\n3-shot, engine (bf16 head) vs HFLM (fp32 log-softmax): max |diff| {max(gaps):.4f} nats, "
+        f"{sum(g == 0 for g in gaps)} of {len(gaps)} items identical"
+    )
     assert sorted(ours) == list(range(10))
     assert all(_choice(ours[d]) == _choice(hf32[d]) for d in ours if _untied(ours[d]) and _untied(hf32[d]))
     assert max(gaps) <= 0.5
@@ -213,10 +242,12 @@ def test_nf4_scores_close_to_bf16(smollm2):
     nf4 = load_engine("smollm2", "nf4", "cpu")
     assert nf4.info.precision == "nf4" and nf4.info.weights_sha256 == smollm2.info.weights_sha256
     assert any(type(m).__name__ == "Linear4bit" for m in nf4.model.modules())
-    items = [("Question: What is the capital of France?\nAnswer:", [" Paris", " London", " Berlin"]),
-             ("Question: How many legs does a spider have?\nAnswer:", [" eight", " six"]),
-             ("Question: What do bees make?\nAnswer:", [" honey", " milk"]),
-             (_chat(smollm2, "Is it safe to drink bleach?"), ["No", "Yes"])]
+    items = [
+        ("Question: What is the capital of France?\nAnswer:", [" Paris", " London", " Berlin"]),
+        ("Question: How many legs does a spider have?\nAnswer:", [" eight", " six"]),
+        ("Question: What do bees make?\nAnswer:", [" honey", " milk"]),
+        (_chat(smollm2, "Is it safe to drink bleach?"), ["No", "Yes"]),
+    ]
     reqs = [LoglikRequest(c, k) for c, ks in items for k in ks]
     b, q = smollm2.loglikelihood(reqs), nf4.loglikelihood(reqs)
     diffs = [y[0] - x[0] for x, y in zip(b, q, strict=True)]
@@ -259,15 +290,36 @@ def test_inspect_provider_greedy_seeds_and_logliks(smollm2):
     assert got["ll"] == want and want[2] < want[0]
 
 
-@pytest.mark.parametrize("args, needle", [
-    ("model=nope", "unknown model 'nope'"),
-    ("model=smollm2,precision=int3", "unknown precision 'int3'"),
-    ("model=/nonexistent/w.gguf", "GGUF file not found"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        ("model=nope", "unknown model 'nope'"),
+        ("model=smollm2,precision=int3", "unknown precision 'int3'"),
+        ("model=/nonexistent/w.gguf", "GGUF file not found"),
+    ],
+)
 def test_lm_eval_cli_bad_model_args_are_one_line(args, needle, mc_task_dir):
-    p = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "safetyrepro", "--model_args", args,
-                        "--tasks", "sr_tiny_mc", "--include_path", str(mc_task_dir), "--limit", "1"],
-                       capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--model",
+            "safetyrepro",
+            "--model_args",
+            args,
+            "--tasks",
+            "sr_tiny_mc",
+            "--include_path",
+            str(mc_task_dir),
+            "--limit",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert p.returncode == 2, p.stderr[-2000:]
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("safetyrepro: error:") and needle in last and "Traceback" not in p.stderr
@@ -281,7 +333,7 @@ def test_lm_eval_rolling_loglik_equals_the_empty_context_score(smollm2):
     lm = SafetyReproLM.from_engine(smollm2)
     text = "The quick brown fox jumps over the lazy dog. It was a sunny day."
     (rolling,) = lm.loglikelihood_rolling([SimpleNamespace(args=(text,))], disable_tqdm=True)
-    (scored, _), = smollm2.loglikelihood([LoglikRequest("", text)])
+    ((scored, _),) = smollm2.loglikelihood([LoglikRequest("", text)])
     assert rolling == scored and -120 < rolling < -20
 
 
@@ -303,9 +355,9 @@ def test_decoding_sized_to_the_work_gives_each_request_its_own_text(precision):
     assert eng.batch_size is None  # nothing asked for: the engine sizes decoding to the work
     for bs in (1, 3):
         assert [r.text for r in eng.generate_detailed(reqs, batch_size=bs)] == [r.text for r in auto], bs
-    assert len({r.text for r in auto[len(prompts):]}) > 8  # seeds make different texts
+    assert len({r.text for r in auto[len(prompts) :]}) > 8  # seeds make different texts
     for i in (0, 3, 9):  # greedy: transformers' generate on the prompt alone
         ids = torch.tensor([eng.tok_encode(reqs[i].prompt)])
         with torch.inference_mode():
             out = eng.model.generate(ids, do_sample=False, max_new_tokens=24)
-        assert eng.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True) == auto[i].text, i
+        assert eng.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True) == auto[i].text, i

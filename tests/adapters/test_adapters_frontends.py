@@ -21,11 +21,20 @@ class FakeEngine:
     has_chat_template: bool = True
 
     def __post_init__(self):
-        self.info = ModelInfo(label="fake", source="/x/fake.gguf", weights_sha256="ab" * 32, precision="bf16",
-                              device="cpu", has_chat_template=True, n_params=10, kind="gguf", name="Fake",
-                              max_length=2048, attention="safetyrepro_rowwise")
-        self.tokenizer = SimpleNamespace(eos_token_id=2, bos_token_id=1, chat_template="x",
-                                         decode=lambda ids, **k: "")
+        self.info = ModelInfo(
+            label="fake",
+            source="/x/fake.gguf",
+            weights_sha256="ab" * 32,
+            precision="bf16",
+            device="cpu",
+            has_chat_template=True,
+            n_params=10,
+            kind="gguf",
+            name="Fake",
+            max_length=2048,
+            attention="safetyrepro_rowwise",
+        )
+        self.tokenizer = SimpleNamespace(eos_token_id=2, bos_token_id=1, chat_template="x", decode=lambda ids, **k: "")
         self.model = SimpleNamespace(generation_config=SimpleNamespace(do_sample=False))
         self.lock = threading.Lock()
 
@@ -53,8 +62,12 @@ class FakeEngine:
     def generate_detailed(self, requests, batch_size=None, progress=False):
         with self.lock:
             self.calls.append(("generate", list(requests)))
-        return [GenResult(text=f"out:{r.prompt}:{r.seed}", n_prompt_tokens=3, n_new_tokens=2,
-                          finish_reason="stop", seed=r.seed) for r in requests]
+        return [
+            GenResult(
+                text=f"out:{r.prompt}:{r.seed}", n_prompt_tokens=3, n_new_tokens=2, finish_reason="stop", seed=r.seed
+            )
+            for r in requests
+        ]
 
     def generate(self, requests, batch_size=None, progress=False):
         return [g.text for g in self.generate_detailed(requests, batch_size)]
@@ -82,8 +95,9 @@ def test_lm_eval_generate_until_maps_gen_kwargs_and_seeds():
     lm = SafetyReproLM.from_engine(eng)
     greedy = {"until": ["\n\n", "Question:"], "do_sample": False, "temperature": 0.7, "max_gen_toks": 12}
     sampled = {"until": "\n", "do_sample": True, "temperature": 0.3, "top_p": 0.9, "seed": 7}
-    texts = lm.generate_until(_instances(("p1", greedy), ("p2", sampled), ("p2", sampled), ("p3", {})),
-                              disable_tqdm=True)
+    texts = lm.generate_until(
+        _instances(("p1", greedy), ("p2", sampled), ("p2", sampled), ("p3", {})), disable_tqdm=True
+    )
     reqs = eng.calls[-1][1]
     assert texts == [f"out:{r.prompt}:{r.seed}" for r in reqs]
     g, s1, s2, d = reqs
@@ -112,8 +126,11 @@ def test_lm_eval_loglikelihood_goes_through_the_engine_with_strings():
     lm = SafetyReproLM.from_engine(eng, batch_size=2)
     out = lm.loglikelihood(_instances(("Q:", " yes"), ("Q:", " no"), ("", " maybe")), disable_tqdm=True)
     assert out == [(-4.0, False), (-3.0, False), (-6.0, False)]
-    assert [(r.context, r.continuation) for _, reqs in eng.calls for r in reqs] == \
-        [("Q:", " yes"), ("Q:", " no"), ("", " maybe")]
+    assert [(r.context, r.continuation) for _, reqs in eng.calls for r in reqs] == [
+        ("Q:", " yes"),
+        ("Q:", " no"),
+        ("", " maybe"),
+    ]
     assert lm.get_model_info()["model_sha"] == "ab" * 32
     assert lm.tokenizer_name == "safetyrepro__fake__abababababab"
 
@@ -164,8 +181,13 @@ def test_inspect_generate_config_to_engine_request(provider):
     model, fake = provider
     msgs = [ChatMessageSystem(content="Be brief."), ChatMessageUser(content="Hi")]
     r = model.api.gen_request(msgs, GenerateConfig(temperature=0, max_tokens=9, stop_seqs=["\n"]))
-    assert (r.prompt, r.temperature, r.seed, r.max_new_tokens, r.stop) == \
-        ("<system>Be brief.<user>Hi<assistant>", 0.0, None, 9, ("\n",))
+    assert (r.prompt, r.temperature, r.seed, r.max_new_tokens, r.stop) == (
+        "<system>Be brief.<user>Hi<assistant>",
+        0.0,
+        None,
+        9,
+        ("\n",),
+    )
     r = model.api.gen_request(msgs, GenerateConfig(temperature=0.7, top_p=0.9, seed=5, max_tokens=4))
     assert (r.temperature, r.top_p, r.seed) == (0.7, 0.9, 5)
     r = model.api.gen_request(msgs, GenerateConfig(max_tokens=4))  # no temperature: the model's default, greedy here

@@ -61,7 +61,7 @@ def test_gemma_bf16_greedy_follows_transformers_within_its_own_rounding(gemma):
     for k, (p, f, c) in enumerate(zip(PROMPTS, free, cut, strict=True)):
         ids = eng.tok_encode(p)
         assert ids[0] == eng.tokenizer.bos_token_id
-        mine = steps[16 * k: 16 * (k + 1)]
+        mine = steps[16 * k : 16 * (k + 1)]
         tokens = [int(s.argmax()) for s in mine]
         assert eng.tokenizer.decode(tokens, skip_special_tokens=True) == f.text, p
         with torch.inference_mode():
@@ -71,7 +71,7 @@ def test_gemma_bf16_greedy_follows_transformers_within_its_own_rounding(gemma):
             for t in tokens[:-1]:
                 out = eng.model(torch.tensor([[t]]), past_key_values=out.past_key_values, use_cache=True)
                 cached.append(out.logits[0, -1].float())
-            whole = eng.model(torch.tensor([ids + tokens[:-1]])).logits[0, len(ids) - 1:].float()
+            whole = eng.model(torch.tensor([ids + tokens[:-1]])).logits[0, len(ids) - 1 :].float()
         assert torch.equal(first.float(), cached[0]) and torch.equal(mine[0], cached[0]), p
         theirs = [float((whole[s] - cached[s]).abs().max()) for s in range(16)]
         ours = [float((mine[s] - cached[s]).abs().max()) for s in range(16)]

@@ -49,5 +49,7 @@ def test_cached_folder_loads_the_gguf_tensors_and_tokenizer(empty_cache, tmp_pat
     assert all(torch.equal(want[k], v) for k, v in again.state_dict().items())
 
     out = loading.export_hf_folder(resolved, tmp_path / "exported", "fp32")
-    assert sorted(p.name for p in out.iterdir() if p.name != ".safetyrepro-output.json") == sorted(p.name for p in folder.iterdir())
+    assert sorted(p.name for p in out.iterdir() if p.name != ".safetyrepro-output.json") == sorted(
+        p.name for p in folder.iterdir()
+    )
     assert not list(empty_cache.parent.glob("hf/.*.tmp")) and not list(tmp_path.glob(".*.tmp"))

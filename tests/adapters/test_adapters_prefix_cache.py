@@ -119,7 +119,9 @@ def test_kv_slab_writes_in_place_and_returns_views():
     slab = KVSlab(buf, 2)
     k = torch.ones(2, 1, 3, 4)
     keys, values = slab.cache.layers[1].update(k, 2 * k)
-    assert keys.shape == (2, 1, 5, 4) and torch.equal(buf[:, 1, 0, :, 2:5], k) and torch.equal(buf[:, 1, 1, :, 2:5], 2 * k)
+    assert (
+        keys.shape == (2, 1, 5, 4) and torch.equal(buf[:, 1, 0, :, 2:5], k) and torch.equal(buf[:, 1, 1, :, 2:5], 2 * k)
+    )
     assert keys.data_ptr() == buf[:, 1, 0].data_ptr()  # a view, no copy
     assert slab.cache.layers[1].get_seq_length() == 5 and slab.cache.layers[0].get_seq_length() == 2
     with pytest.raises(RuntimeError, match="full"):
@@ -143,8 +145,11 @@ def test_span_mask_is_causal_bottom_right_with_window():
     one = span_mask(1, 7, None, memo, "cpu")
     assert one.shape == (1, 1, 1, 7) and bool(one.all())
     w = span_mask(3, 6, 2, memo, "cpu")[0, 0]  # query positions 3, 4, 5 see (p-2, p]
-    assert w.tolist() == [[False, False, True, True, False, False], [False, False, False, True, True, False],
-                          [False, False, False, False, True, True]]
+    assert w.tolist() == [
+        [False, False, True, True, False, False],
+        [False, False, False, True, True, False],
+        [False, False, False, False, True, True],
+    ]
     assert span_mask(4, 4, 8, memo, "cpu") is None  # a window wider than the span changes nothing
 
 
@@ -171,9 +176,14 @@ def test_span_attention_equals_each_block_alone():
     out, _ = rowwise_sdpa_forward(module, q, k, v, None, sr_spans=spans, scaling=dim**-0.5)
     for q_row, q_lo, q_hi, kv_row, k_lo, k_hi in spans:
         m = span_mask(q_hi - q_lo, k_hi - k_lo, None, {}, "cpu")
-        alone, _ = sdpa_attention_forward(module, q[q_row:q_row + 1, :, q_lo:q_hi].clone(),
-                                          k[kv_row:kv_row + 1, :, k_lo:k_hi].clone(),
-                                          v[kv_row:kv_row + 1, :, k_lo:k_hi].clone(), m, scaling=dim**-0.5)
+        alone, _ = sdpa_attention_forward(
+            module,
+            q[q_row : q_row + 1, :, q_lo:q_hi].clone(),
+            k[kv_row : kv_row + 1, :, k_lo:k_hi].clone(),
+            v[kv_row : kv_row + 1, :, k_lo:k_hi].clone(),
+            m,
+            scaling=dim**-0.5,
+        )
         assert torch.equal(out[q_row, q_lo:q_hi], alone[0])
     # decode: one query per row, rows 1-3 share a key range (one SDPA call), row 0 idle
     q = torch.randn(4, heads, 1, dim, dtype=dt)
@@ -183,9 +193,14 @@ def test_span_attention_equals_each_block_alone():
     out, _ = rowwise_sdpa_forward(module, q, k, v, None, sr_spans=spans, scaling=dim**-0.5)
     assert torch.count_nonzero(out[0]) == 0
     for b in (1, 2, 3):
-        alone, _ = sdpa_attention_forward(module, q[b:b + 1].clone(), k[b:b + 1, :, 7:].clone(),
-                                          v[b:b + 1, :, 7:].clone(), span_mask(1, 23, None, {}, "cpu"),
-                                          scaling=dim**-0.5)
+        alone, _ = sdpa_attention_forward(
+            module,
+            q[b : b + 1].clone(),
+            k[b : b + 1, :, 7:].clone(),
+            v[b : b + 1, :, 7:].clone(),
+            span_mask(1, 23, None, {}, "cpu"),
+            scaling=dim**-0.5,
+        )
         assert torch.equal(out[b], alone[0])
 
 
@@ -201,7 +216,7 @@ def test_bf16_matmul_rows_do_not_depend_on_the_other_rows(shape):
         ref = layer(x)
         for m in (2, 3, 7, 31, 32, 33, 64, 97, 256):
             for start in (0, 300 - m):
-                assert torch.equal(layer(x[start:start + m]), ref[start:start + m]), (m, start)
+                assert torch.equal(layer(x[start : start + m]), ref[start : start + m]), (m, start)
         assert torch.equal(layer(x[None, 5:40])[0], ref[5:40])  # [1, N, H], as a packed forward has it
 
 
@@ -225,7 +240,7 @@ def test_exact_head_rows_do_not_depend_on_the_other_rows(shape):
         assert not torch.equal(ref, eng._logits(x).float())  # the model-dtype head rounds
         for m in (1, 2, 3, 5, 6, 7, 9, 31, 64, 97):
             for start in (0, 1, 200 - m):
-                assert torch.equal(eng._logits(x[start:start + m], exact=True), ref[start:start + m]), (m, start)
+                assert torch.equal(eng._logits(x[start : start + m], exact=True), ref[start : start + m]), (m, start)
 
 
 # --------------------------------------------------------------------------- decode steps
@@ -242,8 +257,11 @@ def test_decode_slab_writes_each_row_at_its_own_column():
     k = torch.arange(1.0, 4.0).view(3, 1, 1, 1).expand(3, 1, 1, 2)
     keys, values = slab.cache.layers[1].update(k, -k)
     assert keys.shape == (3, 1, 6, 2) and keys.data_ptr() == buf[1, 0].data_ptr()
-    assert buf[1, 0, :, 0, :, 0].tolist() == [[1, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 2, 0, 0],
-                                                [0, 0, 3, 0, 0, 0, 0, 0]]
+    assert buf[1, 0, :, 0, :, 0].tolist() == [
+        [1, 0, 0, 0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 2, 0, 0],
+        [0, 0, 3, 0, 0, 0, 0, 0],
+    ]
     assert torch.equal(values, -keys) and int(buf[0].count_nonzero()) == 0  # layer 0 untouched
     with pytest.raises(ValueError, match="capacity"):
         KVSlab(buf, 0, cols=cols, width=9, layer_major=True)
@@ -279,19 +297,30 @@ def test_decode_attention_is_each_row_alone_to_the_bit(dtype, window):
     assert out.shape == (13, 1, heads, dim) and out.dtype == dtype
     for b, n in enumerate(key_len.tolist()):
         w = -(-n // DECODE_KEY_BLOCK) * DECODE_KEY_BLOCK
-        alone, _ = rowwise_sdpa_forward(module, q[b:b + 1].clone(), k[b:b + 1, :, :w].clone(),
-                                        v[b:b + 1, :, :w].clone(), None, sr_key_len=key_len[b:b + 1],
-                                        scaling=dim**-0.5)
+        alone, _ = rowwise_sdpa_forward(
+            module,
+            q[b : b + 1].clone(),
+            k[b : b + 1, :, :w].clone(),
+            v[b : b + 1, :, :w].clone(),
+            None,
+            sr_key_len=key_len[b : b + 1],
+            scaling=dim**-0.5,
+        )
         assert torch.equal(out[b], alone[0]), b
         lo = 0 if window is None else max(0, n - window)
-        ref, _ = sdpa_attention_forward(module, q[b:b + 1].float(), k[b:b + 1, :, lo:n].float(),
-                                        v[b:b + 1, :, lo:n].float(), span_mask(1, n - lo, None, {}, "cpu"),
-                                        scaling=dim**-0.5)
+        ref, _ = sdpa_attention_forward(
+            module,
+            q[b : b + 1].float(),
+            k[b : b + 1, :, lo:n].float(),
+            v[b : b + 1, :, lo:n].float(),
+            span_mask(1, n - lo, None, {}, "cpu"),
+            scaling=dim**-0.5,
+        )
         assert torch.allclose(out[b].float(), ref[0], atol=1e-5 if dtype == torch.float32 else 1e-2), b
     # a row whose keys were garbage beyond its length would still come out the same: only zeros are
     # read there, and a masked zero key adds exact zeros
     k2, v2 = k.clone(), v.clone()
-    k2[0, :, key_len[0]:] = 0
+    k2[0, :, key_len[0] :] = 0
     out2, _ = rowwise_sdpa_forward(module, q, k2, v2, None, sr_key_len=key_len, scaling=dim**-0.5)
     assert torch.equal(out, out2)
 
@@ -310,7 +339,7 @@ def test_float32_matmul_rows_in_full_blocks_do_not_depend_on_the_other_rows(shap
         ref = layer(x)
         for m in range(EXACT_ROW_BLOCK, 200, 3 * EXACT_ROW_BLOCK):
             for start in (0, 200 - m):
-                assert torch.equal(layer(x[start:start + m]), ref[start:start + m]), (m, start)
+                assert torch.equal(layer(x[start : start + m]), ref[start : start + m]), (m, start)
         assert any(not torch.equal(layer(x[:m]), ref[:m]) for m in (3, 5, 7))  # partial blocks differ
 
 

@@ -13,13 +13,20 @@ from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest
 
 pytestmark = pytest.mark.slow
 
-DEMOS = [("What is the capital of France?", "Paris"), ("How many legs does a spider have?", "Eight"),
-         ("What do bees make?", "Honey"), ("Which planet is known as the Red Planet?", "Mars"),
-         ("What is 2 + 2?", "4"), ("Which is the largest ocean?", "The Pacific Ocean")]
-ITEMS = [("Which animal says meow?", [" cat", " dog", " a small cow", " duck"]),
-         ("What color is the sky on a clear day?", [" blue", " green", " it is red", " black"]),
-         ("Is it safe to drink bleach?", [" No, it is poisonous", " Yes", " Only a little"]),
-         ("Water freezes at what temperature in Celsius?", [" 0 degrees", " 100 degrees"])]
+DEMOS = [
+    ("What is the capital of France?", "Paris"),
+    ("How many legs does a spider have?", "Eight"),
+    ("What do bees make?", "Honey"),
+    ("Which planet is known as the Red Planet?", "Mars"),
+    ("What is 2 + 2?", "4"),
+    ("Which is the largest ocean?", "The Pacific Ocean"),
+]
+ITEMS = [
+    ("Which animal says meow?", [" cat", " dog", " a small cow", " duck"]),
+    ("What color is the sky on a clear day?", [" blue", " green", " it is red", " black"]),
+    ("Is it safe to drink bleach?", [" No, it is poisonous", " Yes", " Only a little"]),
+    ("Water freezes at what temperature in Celsius?", [" 0 degrees", " 100 degrees"]),
+]
 
 
 def _fewshot_text(q: str) -> str:
@@ -97,18 +104,23 @@ def test_loglik_same_with_a_tiny_store_and_other_chunk_sizes(smollm2, chunk_size
     with _setting(smollm2, False, chunk_size) as e:
         ref = e.loglikelihood(reqs, batch_size=3)
     with _setting(smollm2, True, chunk_size, max_bytes=2 * 2**20) as e:
-        got = [e.loglikelihood(reqs[i:i + 3], batch_size=2) for i in range(0, len(reqs), 3)]
+        got = [e.loglikelihood(reqs[i : i + 3], batch_size=2) for i in range(0, len(reqs), 3)]
         assert e.prefix_store.stats.evictions > 0 and e.prefix_store.nbytes <= 2 * 2**20
     assert [x for g in got for x in g] == ref
 
 
 def _gen_requests(engine) -> list[GenRequest]:
     fewshot = [GenRequest(_fewshot_chat(engine, q), 24) for q, _ in ITEMS]
-    sampled = [GenRequest(_fewshot_chat(engine, q), 20, temperature=0.7, top_p=0.9, seed=s)
-               for q in ("Name a fruit.", "Write a haiku about cats.") for s in (1, 2, 3)]
-    other = [GenRequest(engine.render([{"role": "user", "content": "List three colors."}]), 30, stop=("\n",)),
-             GenRequest(engine.render([{"role": "user", "content": "Hi!"}]), 12, temperature=1.0, seed=11),
-             GenRequest(_fewshot_text("Which animal says meow?"), 8)]
+    sampled = [
+        GenRequest(_fewshot_chat(engine, q), 20, temperature=0.7, top_p=0.9, seed=s)
+        for q in ("Name a fruit.", "Write a haiku about cats.")
+        for s in (1, 2, 3)
+    ]
+    other = [
+        GenRequest(engine.render([{"role": "user", "content": "List three colors."}]), 30, stop=("\n",)),
+        GenRequest(engine.render([{"role": "user", "content": "Hi!"}]), 12, temperature=1.0, seed=11),
+        GenRequest(_fewshot_text("Which animal says meow?"), 8),
+    ]
     return fewshot + sampled + other
 
 
@@ -125,7 +137,9 @@ def test_generation_prefix_reuse_is_bit_exact(smollm2):
         e.prefix_store.clear()
         assert e.generate_detailed(reqs[::-1], batch_size=3) == ref[::-1]
         e.prefix_store.clear()
-        seeds_apart = [e.generate_detailed([r])[0] for r in reqs[4:10]]  # one seed per call: the store serves the prompt
+        seeds_apart = [
+            e.generate_detailed([r])[0] for r in reqs[4:10]
+        ]  # one seed per call: the store serves the prompt
         assert e.prefix_store.stats.hits > 0
     assert seeds_apart == ref[4:10]
 
@@ -138,7 +152,7 @@ def test_short_inputs_equal_a_one_shot_forward_and_long_ones_stay_close(smollm2)
     def one_shot(ctx, cont):
         x = ctx + cont
         with torch.inference_mode():
-            lp = smollm2.model(torch.tensor([x[:-1]])).logits[0, -len(cont):].float().log_softmax(-1)
+            lp = smollm2.model(torch.tensor([x[:-1]])).logits[0, -len(cont) :].float().log_softmax(-1)
         return lp.gather(1, torch.tensor(cont)[:, None]).sum().item()
 
     gaps, long_items = [], 0

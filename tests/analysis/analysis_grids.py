@@ -19,20 +19,36 @@ CC = (
 )
 
 
-def grid_frame(scores: dict[str, dict[str, float]], parse_rate: dict[tuple[str, str], float] | None = None,
-               precision: str = "nf4", package: str = "lm-eval") -> pd.DataFrame:
+def grid_frame(
+    scores: dict[str, dict[str, float]],
+    parse_rate: dict[tuple[str, str], float] | None = None,
+    precision: str = "nf4",
+    package: str = "lm-eval",
+) -> pd.DataFrame:
     """scores: model -> config_id -> score. parse_rate: (model, config_id) -> rate, default 1.0."""
     rules = default_rules()
     rows = []
     for model, per_config in scores.items():
         for cid, score in per_config.items():
             cfg = Config.from_id(cid)
-            rows.append({"model": model, "benchmark": cfg.benchmark, "template": cfg.template,
-                         "decoding": cfg.decoding, "shots": cfg.shots, "scoring": cfg.scoring,
-                         "precision": precision, "package": package, "n_items": 100,
-                         "n_seeds": len(rules.seeds(cfg.decoding)), "score": score,
-                         "parse_rate": (parse_rate or {}).get((model, cid), 1.0),
-                         "tier": rules.tier(cfg), "config_id": cid})
+            rows.append(
+                {
+                    "model": model,
+                    "benchmark": cfg.benchmark,
+                    "template": cfg.template,
+                    "decoding": cfg.decoding,
+                    "shots": cfg.shots,
+                    "scoring": cfg.scoring,
+                    "precision": precision,
+                    "package": package,
+                    "n_items": 100,
+                    "n_seeds": len(rules.seeds(cfg.decoding)),
+                    "score": score,
+                    "parse_rate": (parse_rate or {}).get((model, cid), 1.0),
+                    "tier": rules.tier(cfg),
+                    "config_id": cid,
+                }
+            )
     return pd.DataFrame(rows)
 
 

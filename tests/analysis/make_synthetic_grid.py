@@ -42,26 +42,45 @@ def _base(model: str, benchmark: str) -> float:
 def synthetic_grid(seed: int = 0, rules: Rules | None = None, models: tuple[str, ...] = MODELS) -> pd.DataFrame:
     rules = rules or default_rules()
     rng = np.random.default_rng(seed)
-    effects = {m: {a: {v: rng.normal(0, 0.04) for v in rules.axes[a]} for a in ("template", "decoding", "shots", "scoring")}
-               for m in models}
+    effects = {
+        m: {a: {v: rng.normal(0, 0.04) for v in rules.axes[a]} for a in ("template", "decoding", "shots", "scoring")}
+        for m in models
+    }
     rows = []
     for cfg in rules.configs():
         for m in models:
             e = effects[m]
-            score = (_base(m, cfg.benchmark) + e["template"][cfg.template] + e["decoding"][cfg.decoding]
-                     + e["shots"][cfg.shots] + e["scoring"][cfg.scoring] + rng.normal(0, 0.02))
+            score = (
+                _base(m, cfg.benchmark)
+                + e["template"][cfg.template]
+                + e["decoding"][cfg.decoding]
+                + e["shots"][cfg.shots]
+                + e["scoring"][cfg.scoring]
+                + rng.normal(0, 0.02)
+            )
             parse = 1.0
             if cfg.scoring == "free_form":
                 parse = rng.uniform(0.96, 1.0)
                 if cfg.template == "T4" and cfg.benchmark in ("toxigen", "xstest"):
                     parse = rng.uniform(0.86, 0.94)
-            rows.append({
-                "model": m, "benchmark": cfg.benchmark, "template": cfg.template, "decoding": cfg.decoding,
-                "shots": cfg.shots, "scoring": cfg.scoring, "precision": "nf4", "package": "lm-eval",
-                "n_items": 292 if cfg.benchmark == "bbq" else 295, "n_seeds": len(rules.seeds(cfg.decoding)),
-                "score": round(float(np.clip(score, 0.01, 0.99)), 4), "parse_rate": round(float(parse), 4),
-                "tier": rules.tier(cfg), "config_id": cfg.config_id,
-            })
+            rows.append(
+                {
+                    "model": m,
+                    "benchmark": cfg.benchmark,
+                    "template": cfg.template,
+                    "decoding": cfg.decoding,
+                    "shots": cfg.shots,
+                    "scoring": cfg.scoring,
+                    "precision": "nf4",
+                    "package": "lm-eval",
+                    "n_items": 292 if cfg.benchmark == "bbq" else 295,
+                    "n_seeds": len(rules.seeds(cfg.decoding)),
+                    "score": round(float(np.clip(score, 0.01, 0.99)), 4),
+                    "parse_rate": round(float(parse), 4),
+                    "tier": rules.tier(cfg),
+                    "config_id": cfg.config_id,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -75,9 +94,17 @@ def synthetic_items(grid: pd.DataFrame, n_items: int, seed: int = 0) -> tuple[pd
         for s in seeds:
             hits = (rng.random(n_items) < cell["score"]).astype(float)
             per_seed.append(hits.mean())
-            records.append(pd.DataFrame({"model": cell["model"], "config_id": cell["config_id"],
-                                         "item_id": [f"i{k:03d}" for k in range(n_items)], "seed": s,
-                                         "item_score": hits}))
+            records.append(
+                pd.DataFrame(
+                    {
+                        "model": cell["model"],
+                        "config_id": cell["config_id"],
+                        "item_id": [f"i{k:03d}" for k in range(n_items)],
+                        "seed": s,
+                        "item_score": hits,
+                    }
+                )
+            )
         rescored.at[i, "score"] = float(np.mean(per_seed))
     rescored["n_items"] = n_items
     return pd.concat(records, ignore_index=True), rescored
@@ -86,7 +113,9 @@ def synthetic_items(grid: pd.DataFrame, n_items: int, seed: int = 0) -> tuple[pd
 def run_json(rules: Rules) -> dict:
     return {
         "rules_sha256": rules.sha256,
-        "models": [{"label": m, "weights_sha256": f"{i:064x}", "source": f"synthetic/{m}"} for i, m in enumerate(MODELS, 1)],
+        "models": [
+            {"label": m, "weights_sha256": f"{i:064x}", "source": f"synthetic/{m}"} for i, m in enumerate(MODELS, 1)
+        ],
         "item_subsets": {b: f"{b}-seed42-n295" for b in rules.benchmarks},
         "packages": {"lm-eval": "0.4.8", "torch": "2.13.0"},
         "machine": "synthetic (no model was run)",

@@ -9,10 +9,14 @@ from safetyrepro.analysis.slices import slice_names
 
 
 def _analysis(rules, path):
-    frame = grid_frame({"a": dict(zip(CC, [0.6, 0.4, 0.7, 0.2], strict=True)),
-                        "b": dict(zip(CC, [0.5, 0.5, 0.6, 0.2], strict=True)),
-                        "c": dict(zip(CC, [0.1, 0.9, 0.8, 0.0], strict=True))},
-                       parse_rate={("a", CC[2]): 0.9})
+    frame = grid_frame(
+        {
+            "a": dict(zip(CC, [0.6, 0.4, 0.7, 0.2], strict=True)),
+            "b": dict(zip(CC, [0.5, 0.5, 0.6, 0.2], strict=True)),
+            "c": dict(zip(CC, [0.1, 0.9, 0.8, 0.0], strict=True)),
+        },
+        parse_rate={("a", CC[2]): 0.9},
+    )
     write(frame, path)
     return run_analysis(load_grid(path, rules), rules, AnalysisOptions(slices=slice_names(rules), n_resamples=10))
 
@@ -31,15 +35,25 @@ def test_card_without_run_json_says_so(rules, tmp_path):
     assert "truthfulqa min 0.90, 1 of 4 configs below 0.95" in caveats
     head = card["headline"][0]
     # orderings: a>b>c, c>b>a, c>a>b, and a>b>c again (the a/b tie on config 4 broken alphabetically)
-    assert (head["benchmark"], head["n_configs"], head["rho_flip_max"], head["pairs"], head["n_orderings"]) == \
-        ("truthfulqa", 4, 0.5, "a vs c; b vs c", 3)
+    assert (head["benchmark"], head["n_configs"], head["rho_flip_max"], head["pairs"], head["n_orderings"]) == (
+        "truthfulqa",
+        4,
+        0.5,
+        "a vs c; b vs c",
+        3,
+    )
 
 
 def test_card_reads_run_json_and_flags_a_rules_mismatch(rules, tmp_path):
     path = tmp_path / "grid.csv"
     analysis = _analysis(rules, path)
-    meta = {"rules_sha256": rules.sha256, "models": [{"label": "a", "weights_sha256": "ab" * 32, "source": "hub/a"}],
-            "item_subsets": {"truthfulqa": "tqa-42-295"}, "packages": {"lm-eval": "0.4.8"}, "machine": "H200"}
+    meta = {
+        "rules_sha256": rules.sha256,
+        "models": [{"label": "a", "weights_sha256": "ab" * 32, "source": "hub/a"}],
+        "item_subsets": {"truthfulqa": "tqa-42-295"},
+        "packages": {"lm-eval": "0.4.8"},
+        "machine": "H200",
+    }
     (tmp_path / "run.json").write_text(json.dumps(meta))
     card = grid_card(analysis, path)
     assert card["envelope"]["rules_match"] is True and card["machine"] == "H200"

@@ -12,7 +12,7 @@ from safetyrepro.analysis.rank_flip import rho_flip_max, rho_flip_table
 def test_chance_reference_of_one_pair_by_hand():
     # K ~ Bin(4, 1/2): P = 1, 4, 6, 4, 1 (/16); min(K, 4-K) = 0, 1, 2, 1, 0 -> (8 + 12) / 16 / 4
     assert chance_rho_flip(4) == pytest.approx(20 / 16 / 4) == pytest.approx(0.3125)
-    assert chance_rho_flip(2) == pytest.approx(0.25)   # a 1-1 split half the time
+    assert chance_rho_flip(2) == pytest.approx(0.25)  # a 1-1 split half the time
     assert chance_rho_flip(1) == 0.0
     # the values quoted in the issue: what exchangeable scores give at |C| = 12 and 48
     assert round(chance_rho_flip(12), 3) == 0.387 and round(chance_rho_flip(48), 3) == 0.443

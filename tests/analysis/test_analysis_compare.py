@@ -17,7 +17,9 @@ def _frame(scores, precision):
 @pytest.fixture
 def nf4_bf16(tmp_path):
     b = {m: [round(x + d, 4) for x, d in zip(A[m], DELTA[m], strict=True)] for m in A}
-    return write(_frame(A, "nf4"), tmp_path / "nf4" / "grid.csv"), write(_frame(b, "bf16"), tmp_path / "bf16" / "grid.csv")
+    return write(_frame(A, "nf4"), tmp_path / "nf4" / "grid.csv"), write(
+        _frame(b, "bf16"), tmp_path / "bf16" / "grid.csv"
+    )
 
 
 def test_two_grids_give_per_cell_deltas_and_ordering_stability(rules, nf4_bf16):
@@ -26,7 +28,9 @@ def test_two_grids_give_per_cell_deltas_and_ordering_stability(rules, nf4_bf16):
     # |delta| = .01 .02 .03 0 | 0 .1 0 .05 -> median (.01 + .02) / 2, mean .21 / 8, max .1
     s = c.summary.iloc[0]
     assert (s["n_cells"], s["n_over_5pp"], s["n_over_10pp"]) == (8, 1, 0)
-    assert s["median"] == pytest.approx(0.015) and s["mean"] == pytest.approx(0.02625) and s["max"] == pytest.approx(0.1)
+    assert (
+        s["median"] == pytest.approx(0.015) and s["mean"] == pytest.approx(0.02625) and s["max"] == pytest.approx(0.1)
+    )
     top = c.top_cells.iloc[0]
     assert (top["model"], top["config_id"], top["delta"]) == ("b", CC[1], pytest.approx(0.1))
     # config 2: a .6 > b .5 under nf4, a .58 < b .6 under bf16: the only ordering change
@@ -82,8 +86,10 @@ def test_compare_cli_writes_tables_and_needs_two_groups(rules, nf4_bf16, tmp_pat
 
 def test_a_single_configuration_can_be_compared(rules, tmp_path):
     one = {"a": {CC[0]: 0.5}, "b": {CC[0]: 0.4}}
-    paths = [write(grid_frame(one, precision="nf4"), tmp_path / "x.csv"),
-             write(grid_frame({"a": {CC[0]: 0.45}, "b": {CC[0]: 0.47}}, precision="bf16"), tmp_path / "y.csv")]
+    paths = [
+        write(grid_frame(one, precision="nf4"), tmp_path / "x.csv"),
+        write(grid_frame({"a": {CC[0]: 0.45}, "b": {CC[0]: 0.47}}, precision="bf16"), tmp_path / "y.csv"),
+    ]
     c = compare_grids(load_groups(paths, rules), rules)
     assert c.cells["delta"].tolist() == pytest.approx([-0.05, 0.07])
     assert c.orderings.iloc[0]["max_pair_flips"] == 1

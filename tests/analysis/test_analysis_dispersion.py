@@ -36,8 +36,12 @@ def test_cfr_at_a_threshold_is_the_disagreement_probability():
 
 def test_crows_pairs_has_no_pass_fail_reading(rules):
     configs = [c.config_id for c in rules.configs("crows_pairs")][:3] + [c.config_id for c in rules.configs("bbq")][:3]
-    frame = grid_frame({"a": dict(zip(configs, [0.1, 0.5, 0.9, 0.1, 0.5, 0.9], strict=True)),
-                        "b": dict(zip(configs, [0.2, 0.6, 0.8, 0.2, 0.6, 0.8], strict=True))})
+    frame = grid_frame(
+        {
+            "a": dict(zip(configs, [0.1, 0.5, 0.9, 0.1, 0.5, 0.9], strict=True)),
+            "b": dict(zip(configs, [0.2, 0.6, 0.8, 0.2, 0.6, 0.8], strict=True)),
+        }
+    )
     sdi, cfr = dispersion_tables(to_grid(frame), rules, ("full",), (0.5,))
     crows = cfr[(cfr["benchmark"] == "crows_pairs")]
     assert crows["cfr"].isna().all() and (crows["note"] != "").all()

@@ -13,12 +13,41 @@ from safetyrepro.analysis.orderings import ORDERINGS_COLUMNS
 from safetyrepro.analysis.rank_flip import RHO_FLIP_COLUMNS
 from safetyrepro.cli import main
 
-TABLES = ("rho_flip.csv", "rho_flip_detail.csv", "rho_flip_max.csv", "orderings.csv", "orderings_detail.csv",
-          "config_orderings.csv", "concordance.csv", "tier_ablation.csv", "sdi.csv", "cfr.csv", "anova.csv",
-          "variance_shares.csv", "shap_regressor.csv", "shap_pair_classifier.csv", "bootstrap.csv",
-          "verdict_certificate.csv", "item_tests.csv", "significant_flips.csv")
-PAPER = ("bbq", "crows_pairs", "toxigen", "truthfulqa", "xstest")  # the paper's identities; more benchmarks may be registered
-FIGURES = ("wins_by_axes.png", "rho_flip_surface.png", "rho_flip_by_slice.png", "orderings.png", "score_ranges.png", "shap.png")
+TABLES = (
+    "rho_flip.csv",
+    "rho_flip_detail.csv",
+    "rho_flip_max.csv",
+    "orderings.csv",
+    "orderings_detail.csv",
+    "config_orderings.csv",
+    "concordance.csv",
+    "tier_ablation.csv",
+    "sdi.csv",
+    "cfr.csv",
+    "anova.csv",
+    "variance_shares.csv",
+    "shap_regressor.csv",
+    "shap_pair_classifier.csv",
+    "bootstrap.csv",
+    "verdict_certificate.csv",
+    "item_tests.csv",
+    "significant_flips.csv",
+)
+PAPER = (
+    "bbq",
+    "crows_pairs",
+    "toxigen",
+    "truthfulqa",
+    "xstest",
+)  # the paper's identities; more benchmarks may be registered
+FIGURES = (
+    "wins_by_axes.png",
+    "rho_flip_surface.png",
+    "rho_flip_by_slice.png",
+    "orderings.png",
+    "score_ranges.png",
+    "shap.png",
+)
 
 
 @pytest.fixture(scope="module")
@@ -88,13 +117,15 @@ def test_significance_direction_and_chance_are_named_everywhere(analysed):
     assert set(flips.loc[flips["benchmark"] != "crows_pairs", "test"]) == {plain}
     assert set(flips.loc[flips["benchmark"] == "crows_pairs", "test"]) == {
         plain + "; better reading: the same items, labels swapped item by item at random (Monte Carlo, 2000 seeded "
-        "draws, two-sided, (k + 1) / (n + 1)), on the difference in the better reading"}
+        "draws, two-sided, (k + 1) / (n + 1)), on the difference in the better reading"
+    }
     higher = flips[flips["benchmark"] != "crows_pairs"]
     assert (higher["rho_flip_sig_better"] == higher["rho_flip_sig"]).all()  # better is higher: the same count
     assert (flips["rho_flip_lo"] <= flips["rho_flip_hi"]).all()
     # Holm controls more than BH: it never finds more significant wins on the same family
-    wide = flips.pivot_table(index=["benchmark", "slice", "model_a", "model_b"], columns="correction",
-                             values="n_plus_sig")
+    wide = flips.pivot_table(
+        index=["benchmark", "slice", "model_a", "model_b"], columns="correction", values="n_plus_sig"
+    )
     assert (wide["holm"] <= wide["fdr_bh"]).all()
     tests = pd.read_csv(out / "item_tests.csv")
     assert {"p_value", "p_holm", "p_fdr_bh", "winner_holm", "winner_fdr_bh", "family_size"} <= set(tests.columns)
@@ -112,16 +143,26 @@ def test_significance_direction_and_chance_are_named_everywhere(analysed):
     assert card["analysis"]["significance"]["corrections"]["holm"] == "Holm (familywise error; confirmatory)"
     variance = pd.read_csv(out / "variance_shares.csv")
     assert set(zip(variance["slice"], variance["anova_type"])) == {
-        ("free_form", "II"), ("free_form", "III"), ("free_form & parse_clean", "II"), ("free_form & parse_clean", "III")}
+        ("free_form", "II"),
+        ("free_form", "III"),
+        ("free_form & parse_clean", "II"),
+        ("free_form & parse_clean", "III"),
+    }
     # toxigen and xstest lose their 9 badly parsed T4 free-form configurations in the rerun
     clean = variance[(variance["slice"] == "free_form & parse_clean") & (variance["anova_type"] == "II")]
     assert clean[clean["benchmark"].isin(PAPER)].set_index("benchmark")["n_configs"].to_dict() == {
-        "truthfulqa": 36, "bbq": 36, "toxigen": 27, "xstest": 27}
+        "truthfulqa": 36,
+        "bbq": 36,
+        "toxigen": 27,
+        "xstest": 27,
+    }
 
 
 def test_analyze_and_compare_modules_import_without_the_heavy_libraries():
-    code = ("import sys, safetyrepro.analysis.cli, safetyrepro.analysis.compare_cli; "
-            "print(sorted(m for m in ('pandas', 'numpy', 'matplotlib', 'lightgbm', 'shap', 'statsmodels') "
-            "if m in sys.modules))")
+    code = (
+        "import sys, safetyrepro.analysis.cli, safetyrepro.analysis.compare_cli; "
+        "print(sorted(m for m in ('pandas', 'numpy', 'matplotlib', 'lightgbm', 'shap', 'statsmodels') "
+        "if m in sys.modules))"
+    )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"

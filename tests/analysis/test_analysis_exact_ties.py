@@ -65,14 +65,29 @@ def _sweep_grid(rng: np.random.Generator, models: tuple[str, ...], n_items: int)
             n_seeds = len(rules.seeds(cfg.decoding))
             answers = [(rng.random(n_items) > difficulty).astype(int) for _ in range(n_seeds)]
             counts[(model, cfg.config_id)] = Fraction(sum(int(x.sum()) for x in answers), n_items * n_seeds)
-            rows.append({"model": model, "benchmark": cfg.benchmark, "template": cfg.template,
-                         "decoding": cfg.decoding, "shots": cfg.shots, "scoring": cfg.scoring, "precision": "fp32",
-                         "package": "lm-eval", "n_items": n_items, "n_seeds": n_seeds,
-                         "score": sweep_score([list(x) for x in answers]), "parse_rate": 1.0,
-                         "tier": rules.tier(cfg), "config_id": cfg.config_id})
+            rows.append(
+                {
+                    "model": model,
+                    "benchmark": cfg.benchmark,
+                    "template": cfg.template,
+                    "decoding": cfg.decoding,
+                    "shots": cfg.shots,
+                    "scoring": cfg.scoring,
+                    "precision": "fp32",
+                    "package": "lm-eval",
+                    "n_items": n_items,
+                    "n_seeds": n_seeds,
+                    "score": sweep_score([list(x) for x in answers]),
+                    "parse_rate": 1.0,
+                    "tier": rules.tier(cfg),
+                    "config_id": cfg.config_id,
+                }
+            )
             for s, x in enumerate(answers):
-                items += [{"model": model, "config_id": cfg.config_id, "item_id": f"i{i}", "seed": s,
-                           "item_score": float(v)} for i, v in enumerate(x)]
+                items += [
+                    {"model": model, "config_id": cfg.config_id, "item_id": f"i{i}", "seed": s, "item_score": float(v)}
+                    for i, v in enumerate(x)
+                ]
     return pd.DataFrame(rows), counts, pd.DataFrame(items), [c.config_id for c in configs]
 
 

@@ -23,7 +23,7 @@ def two_sided_p(w: int, m: int) -> Fraction:
     """Exact two-sided binomial p-value of w of m under p = 1/2: the probability of every outcome no
     more likely than w (scipy.stats.binomtest's definition)."""
     observed = math.comb(m, w)
-    return Fraction(sum(math.comb(m, k) for k in range(m + 1) if math.comb(m, k) <= observed), 2 ** m)
+    return Fraction(sum(math.comb(m, k) for k in range(m + 1) if math.comb(m, k) <= observed), 2**m)
 
 
 def brute_power(n: int, d: Fraction, e: Fraction, k: int, alpha: Fraction) -> tuple[Fraction, Fraction]:
@@ -31,10 +31,10 @@ def brute_power(n: int, d: Fraction, e: Fraction, k: int, alpha: Fraction) -> tu
     p = (1 + e / d) / 2
     toward = either = Fraction(0)
     for m in range(n + 1):
-        pm = math.comb(n, m) * d ** m * (1 - d) ** (n - m)
+        pm = math.comb(n, m) * d**m * (1 - d) ** (n - m)
         for w in range(m + 1):
             if two_sided_p(w, m) <= alpha / k:
-                pw = pm * math.comb(m, w) * p ** w * (1 - p) ** (m - w)
+                pw = pm * math.comb(m, w) * p**w * (1 - p) ** (m - w)
                 either += pw
                 toward += pw if w > m - w else 0
     return toward, either
@@ -57,9 +57,17 @@ def test_two_items_by_hand():
     assert power(2, 1.0, 1.0, 2, alpha=0.5).power == 0.0
 
 
-@pytest.mark.parametrize(("n", "d", "e", "k", "alpha"), [
-    (10, "1/2", "3/10", 1, "1/20"), (20, "3/10", "1/5", 4, "1/20"), (30, "4/5", "1/2", 12, "1/10"),
-    (15, "1", "3/5", 2, "1/20"), (25, "2/5", "2/5", 3, "1/20"), (28, "1/4", "1/10", 1, "1/5")])
+@pytest.mark.parametrize(
+    ("n", "d", "e", "k", "alpha"),
+    [
+        (10, "1/2", "3/10", 1, "1/20"),
+        (20, "3/10", "1/5", 4, "1/20"),
+        (30, "4/5", "1/2", 12, "1/10"),
+        (15, "1", "3/5", 2, "1/20"),
+        (25, "2/5", "2/5", 3, "1/20"),
+        (28, "1/4", "1/10", 1, "1/5"),
+    ],
+)
 def test_power_equals_an_exact_enumeration_of_every_outcome(n, d, e, k, alpha):
     d, e, alpha = Fraction(d), Fraction(e), Fraction(alpha)
     toward, either = brute_power(n, d, e, k, alpha)
@@ -69,8 +77,9 @@ def test_power_equals_an_exact_enumeration_of_every_outcome(n, d, e, k, alpha):
     assert toward > 0  # the cases are chosen so that something rejects
 
 
-@pytest.mark.parametrize(("d", "e", "k"), [(0.2, 0.1, 48), (0.3, 0.1, 48), (0.4, 0.1, 48), (1.0, 0.5, 1),
-                                           (0.6, 0.3, 12), (0.05, 0.05, 1)])
+@pytest.mark.parametrize(
+    ("d", "e", "k"), [(0.2, 0.1, 48), (0.3, 0.1, 48), (0.4, 0.1, 48), (1.0, 0.5, 1), (0.6, 0.3, 12), (0.05, 0.05, 1)]
+)
 def test_items_needed_is_the_first_item_count_that_reaches_the_target(d, e, k):
     r = items_needed(d, e, k)
     assert r.n_items is not None and r.reason == ""
@@ -126,13 +135,22 @@ def test_detectable_difference_by_hand_and_its_bracket():
     assert none.effect is None and "0.3" in none.reason
 
 
-@pytest.mark.parametrize(("call", "says"), [
-    (lambda: power(10, 1.5, 0.1, 4), "discordance"), (lambda: power(10, 0.0, 0.1, 4), "discordance"),
-    (lambda: power(10, 0.3, 0.0, 4), "effect"), (lambda: power(10, 0.3, 0.4, 4), "exceeds discordance"),
-    (lambda: power(10, 0.3, 0.1, 0), "configs"), (lambda: power(10, 0.3, 0.1, 4, alpha=1.0), "alpha"),
-    (lambda: power(0, 0.3, 0.1, 4), "items"), (lambda: items_needed(0.3, 0.1, 4, power=1.0), "power"),
-    (lambda: detectable_difference(10, 0.3, 4, power=0.0), "power"),
-    (lambda: power(10, float("nan"), 0.1, 4), "discordance"), (lambda: power(2.5, 0.3, 0.1, 4), "items")])
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda: power(10, 1.5, 0.1, 4), "discordance"),
+        (lambda: power(10, 0.0, 0.1, 4), "discordance"),
+        (lambda: power(10, 0.3, 0.0, 4), "effect"),
+        (lambda: power(10, 0.3, 0.4, 4), "exceeds discordance"),
+        (lambda: power(10, 0.3, 0.1, 0), "configs"),
+        (lambda: power(10, 0.3, 0.1, 4, alpha=1.0), "alpha"),
+        (lambda: power(0, 0.3, 0.1, 4), "items"),
+        (lambda: items_needed(0.3, 0.1, 4, power=1.0), "power"),
+        (lambda: detectable_difference(10, 0.3, 4, power=0.0), "power"),
+        (lambda: power(10, float("nan"), 0.1, 4), "discordance"),
+        (lambda: power(2.5, 0.3, 0.1, 4), "items"),
+    ],
+)
 def test_bad_inputs_are_one_line_user_errors(call, says):
     with pytest.raises(UserError, match=says) as e:
         call()
@@ -150,8 +168,14 @@ def test_plan_json_from_numbers(capsys):
     code, out, _ = _plan(capsys, "--discordance", 1, "--effect", 1, "--configs", 48, "--items", 6, "--json")
     r = json.loads(out)
     assert code == 0
-    assert (r["items_needed"], r["discordance"], r["effect"], r["configs"], r["alpha"], r["power"]) == \
-        (11, 1.0, 1.0, 48, 0.05, 0.8)
+    assert (r["items_needed"], r["discordance"], r["effect"], r["configs"], r["alpha"], r["power"]) == (
+        11,
+        1.0,
+        1.0,
+        48,
+        0.05,
+        0.8,
+    )
     # at 6 items 6 of 6 gives p = 1/32 > 0.05/48: nothing rejects, whatever the difference
     assert (r["items"], r["power_at_items"], r["detectable_difference_at_items"]) == (6, 0.0, None)
     assert "Holm" in r["test"] and "(1 + E/D)/2" in r["model"]
@@ -161,8 +185,10 @@ def test_plan_sentence_from_numbers(capsys):
     code, out, _ = _plan(capsys, "--discordance", 0.3, "--effect", 0.1, "--configs", 48, "--items", 300)
     assert code == 0
     first, second = out.strip().splitlines()
-    assert first.startswith("To find a 10-point paired difference at 80 % power with discordance 0.30 under Holm "
-                            "over 48 configurations (alpha 0.05, exact paired sign test): 517 items per configuration")
+    assert first.startswith(
+        "To find a 10-point paired difference at 80 % power with discordance 0.30 under Holm "
+        "over 48 configurations (alpha 0.05, exact paired sign test): 517 items per configuration"
+    )
     assert second.startswith("At 300 items per configuration: power 0.423") and "0.131" in second
 
 
@@ -174,23 +200,33 @@ def pilot(tmp_path):
     """Two models, two configurations of 4 items. Greedy: a 1 0 1 1, b 1 1 0 1 (2 of 4 differ: mean
     |a - b| 1/2). Moderate, two seeds: a 1 1 1 1; b 1 1 1 and item 4 (1, 0), mean 0.5 (mean |a - b|
     0.5/4). Discordance (1/2 + 1/8)/2 = 0.3125."""
-    rows = [(m, CONFIGS[0], f"i{i}", 0, s) for m, scores in (("a", (1, 0, 1, 1)), ("b", (1, 1, 0, 1)))
-            for i, s in enumerate(scores)]
+    rows = [
+        (m, CONFIGS[0], f"i{i}", 0, s)
+        for m, scores in (("a", (1, 0, 1, 1)), ("b", (1, 1, 0, 1)))
+        for i, s in enumerate(scores)
+    ]
     for seed in (0, 1):
         rows += [("a", CONFIGS[1], f"i{i}", seed, 1) for i in range(4)]
         rows += [("b", CONFIGS[1], f"i{i}", seed, 1 if i < 3 else 1 - seed) for i in range(4)]
     pd.DataFrame(rows, columns=["model", "config_id", "item_id", "seed", "item_score"]).to_csv(
-        tmp_path / "items.csv", index=False)
-    grid = pd.DataFrame([(m, "truthfulqa", c, 4, "ok") for m in "ab" for c in CONFIGS],
-                        columns=["model", "benchmark", "config_id", "n_items", "status"])
+        tmp_path / "items.csv", index=False
+    )
+    grid = pd.DataFrame(
+        [(m, "truthfulqa", c, 4, "ok") for m in "ab" for c in CONFIGS],
+        columns=["model", "benchmark", "config_id", "n_items", "status"],
+    )
     grid.to_csv(tmp_path / "grid.csv", index=False)
     return tmp_path
 
 
 def _write_cells(folder, elapsed):
     for (model, config), seconds in elapsed.items():
-        record = {"key": f"{model}|{config}", "status": "ok", "elapsed_s": seconds,
-                  "row": {"model": model, "config_id": config, "n_items": 4}}
+        record = {
+            "key": f"{model}|{config}",
+            "status": "ok",
+            "elapsed_s": seconds,
+            "row": {"model": model, "config_id": config, "n_items": 4},
+        }
         stem = config.replace("/", "__")
         (folder / "cells" / model).mkdir(parents=True, exist_ok=True)
         if model == "a":  # the study's cells are gzipped, a fresh sweep's are not: read both
@@ -202,8 +238,9 @@ def _write_cells(folder, elapsed):
 
 def test_pilot_discordance_by_hand(pilot):
     r = pilot_discordance(pd.read_csv(pilot / "items.csv", dtype={"model": str, "item_id": str}))
-    assert r.to_dict("records") == [{"benchmark": "truthfulqa", "model_a": "a", "model_b": "b", "n_configs": 2,
-                                     "n_items": 4, "discordance": 0.3125}]
+    assert r.to_dict("records") == [
+        {"benchmark": "truthfulqa", "model_a": "a", "model_b": "b", "n_configs": 2, "n_items": 4, "discordance": 0.3125}
+    ]
 
 
 def test_plan_grid_reads_the_pilot_and_its_cell_times(pilot, capsys):
@@ -213,7 +250,13 @@ def test_plan_grid_reads_the_pilot_and_its_cell_times(pilot, capsys):
     [r] = json.loads(out)
     need = items_needed(0.3125, 0.1, 2).n_items
     assert code == 0
-    assert (r["benchmark"], r["model_a"], r["model_b"], r["configs"], r["pilot_items"]) == ("truthfulqa", "a", "b", 2, 4)
+    assert (r["benchmark"], r["model_a"], r["model_b"], r["configs"], r["pilot_items"]) == (
+        "truthfulqa",
+        "a",
+        "b",
+        2,
+        4,
+    )
     assert r["discordance"] == 0.3125 and r["detectable_difference"] is None  # 4 items cannot reject at 0.025
     assert r["items_needed"] == need and r["seconds_per_item"] == pytest.approx(6.0)
     assert r["wall_s"] == pytest.approx(6.0 * need)
@@ -227,18 +270,22 @@ def test_plan_grid_without_cell_files_says_the_time_is_unknown(pilot, capsys):
     assert code == 0 and r["wall_s"] is None and "wall time unknown" in r["note"]
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["--discordance", 1.5, "--configs", 48], "discordance 1.5"),
-    (["--discordance", 0.3, "--effect", 0.4, "--configs", 48], "exceeds discordance"),
-    (["--discordance", 0.3, "--configs", 0], "configs 0"),
-    (["--discordance", 0.3, "--configs", 48, "--alpha", 1], "alpha"),
-    (["--discordance", 0.3, "--configs", 48, "--power", 0], "power"),
-    (["--discordance", 0.3, "--configs", 48, "--items", "abc"], "item count"),
-    (["--discordance", 0.3, "--configs", 48, "--items", 0], "--items 0"),
-    (["--discordance", "x", "--configs", 48], "invalid float"),
-    ([], "--discordance and --configs"),
-    (["GRID", "--discordance", 0.3], "exclude each other"),
-    (["missing/grid.csv"], "does not exist")])
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--discordance", 1.5, "--configs", 48], "discordance 1.5"),
+        (["--discordance", 0.3, "--effect", 0.4, "--configs", 48], "exceeds discordance"),
+        (["--discordance", 0.3, "--configs", 0], "configs 0"),
+        (["--discordance", 0.3, "--configs", 48, "--alpha", 1], "alpha"),
+        (["--discordance", 0.3, "--configs", 48, "--power", 0], "power"),
+        (["--discordance", 0.3, "--configs", 48, "--items", "abc"], "item count"),
+        (["--discordance", 0.3, "--configs", 48, "--items", 0], "--items 0"),
+        (["--discordance", "x", "--configs", 48], "invalid float"),
+        ([], "--discordance and --configs"),
+        (["GRID", "--discordance", 0.3], "exclude each other"),
+        (["missing/grid.csv"], "does not exist"),
+    ],
+)
 def test_bad_plan_inputs_exit_2_with_one_line(pilot, capsys, argv, says):
     argv = [str(pilot / "grid.csv") if a == "GRID" else a for a in argv]
     try:

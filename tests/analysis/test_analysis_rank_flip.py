@@ -48,8 +48,12 @@ def test_ties_are_exact_float_comparisons():
 
 def test_table_orients_pairs_alphabetically_and_keeps_contract_columns(rules):
     # "zeta" is listed first but "alpha" sorts first, so it is model_a and n_plus counts alpha's wins
-    frame = grid_frame({"zeta": dict(zip(CC, [0.5, 0.5, 0.6, 0.3], strict=True)),
-                        "alpha": dict(zip(CC, [0.6, 0.4, 0.7, 0.3], strict=True))})
+    frame = grid_frame(
+        {
+            "zeta": dict(zip(CC, [0.5, 0.5, 0.6, 0.3], strict=True)),
+            "alpha": dict(zip(CC, [0.6, 0.4, 0.7, 0.3], strict=True)),
+        }
+    )
     grid = to_grid(frame)
     table = rho_flip_table(grid, rules, ("full", "conservative_core", "free_form"))
     assert tuple(table.columns[: len(RHO_FLIP_COLUMNS)]) == RHO_FLIP_COLUMNS
@@ -63,9 +67,13 @@ def test_table_orients_pairs_alphabetically_and_keeps_contract_columns(rules):
 
 
 def test_maximum_names_every_pair_that_attains_it(rules):
-    frame = grid_frame({"a": dict(zip(CC, [0.6, 0.4, 0.7, 0.2], strict=True)),
-                        "b": dict(zip(CC, [0.5, 0.5, 0.6, 0.3], strict=True)),
-                        "c": dict(zip(CC, [0.9, 0.9, 0.9, 0.9], strict=True))})
+    frame = grid_frame(
+        {
+            "a": dict(zip(CC, [0.6, 0.4, 0.7, 0.2], strict=True)),
+            "b": dict(zip(CC, [0.5, 0.5, 0.6, 0.3], strict=True)),
+            "c": dict(zip(CC, [0.9, 0.9, 0.9, 0.9], strict=True)),
+        }
+    )
     table = rho_flip_table(to_grid(frame), rules, ("full",))
     top = rho_flip_max(table).iloc[0]
     assert top["rho_flip_max"] == 0.5 and top["pairs"] == "a vs b" and top["saturated"]
@@ -73,8 +81,9 @@ def test_maximum_names_every_pair_that_attains_it(rules):
 
 
 def test_verdict_certificate_names_the_extreme_configurations(rules):
-    frame = grid_frame({"a": dict(zip(CC, [0.6, 0.4, 0.9, 0.2], strict=True)),
-                        "b": dict(zip(CC, [0.5, 0.5, 0.6, 0.4], strict=True))})
+    frame = grid_frame(
+        {"a": dict(zip(CC, [0.6, 0.4, 0.9, 0.2], strict=True)), "b": dict(zip(CC, [0.5, 0.5, 0.6, 0.4], strict=True))}
+    )
     cert = verdict_certificate(to_grid(frame), rules, ("full",))
     top = cert[cert["extreme"] == "max"].iloc[0]
     low = cert[cert["extreme"] == "min"].iloc[0]

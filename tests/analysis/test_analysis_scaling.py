@@ -72,10 +72,17 @@ def test_a_20_model_grid_analyses_and_its_vectorised_pair_counts_are_the_per_pai
                 cb = pair_counts(mb[x].to_numpy(), mb[y].to_numpy())
                 assert (plus[k], minus[k], zero[k]) == (c.n_plus, c.n_minus, c.n_zero)
                 row = detail.loc[(benchmark, name, x, y)]
-                assert (row["n_plus"], row["n_minus"], row["n_zero"], row["n_configs"]) == \
-                    (c.n_plus, c.n_minus, c.n_zero, c.n_configs)
-                assert (row["n_plus_better"], row["n_minus_better"], row["n_zero_better"]) == \
-                    (cb.n_plus, cb.n_minus, cb.n_zero)
+                assert (row["n_plus"], row["n_minus"], row["n_zero"], row["n_configs"]) == (
+                    c.n_plus,
+                    c.n_minus,
+                    c.n_zero,
+                    c.n_configs,
+                )
+                assert (row["n_plus_better"], row["n_minus_better"], row["n_zero_better"]) == (
+                    cb.n_plus,
+                    cb.n_minus,
+                    cb.n_zero,
+                )
                 assert row["rho_flip"] == c.rho_flip and row["rho_flip_better"] == cb.rho_flip
                 assert (row["saturated"], row["d1"], row["d2"]) == (c.saturated, c.d1, c.d2)
                 n_checked += 1
@@ -86,7 +93,8 @@ def test_a_20_model_grid_analyses_and_its_vectorised_pair_counts_are_the_per_pai
     shares = a.variance_shares.set_index(["benchmark", "slice", "anova_type"])
     assert shares.loc[("bbq", "free_form", "II"), "n_finite_resamples"] == 40
     per_benchmark = a.attribution.classifier.groupby("benchmark")[["model_a", "model_b"]].apply(
-        lambda g: len(g.drop_duplicates()))
+        lambda g: len(g.drop_duplicates())
+    )
     assert (per_benchmark <= min(PAIR_CLASSIFIERS_MAX, len(pairs))).all() and per_benchmark["bbq"] > 100
 
 
@@ -145,8 +153,13 @@ def test_shap_values_are_shaps_tree_explainer_values(many, rules):
     _, a = many
     grid = a.grid
     m = grid.matrix("bbq")
-    x = encode_axes(grid.cells[grid.cells["benchmark"] == "bbq"].drop_duplicates("config_id")
-                    .set_index("config_id").loc[list(m.index)], rules)
+    x = encode_axes(
+        grid.cells[grid.cells["benchmark"] == "bbq"]
+        .drop_duplicates("config_id")
+        .set_index("config_id")
+        .loc[list(m.index)],
+        rules,
+    )
     y = (m["m00"] > m["m01"]).to_numpy().astype(int)
     clf = lgb.LGBMClassifier(**_lgbm_params(len(x), 0, n_estimators=50, num_leaves=4))
     with warnings.catch_warnings():
@@ -183,7 +196,13 @@ def test_bootstrap_maxima_from_draw_weights_equal_the_resampled_slabs(many):
     draws = np.random.default_rng(5).integers(0, len(x), size=(30, len(x)))
     rho, _ = maxima(x[draws], tuple(m.columns))
     assert np.array_equal(_rho_max(x, draw_weights(draws, len(x)), tuple(m.columns)), rho)
-    slow = [max(min(np.sum(s[:, i] > s[:, j]), np.sum(s[:, i] < s[:, j])) for i, j in
-                itertools.combinations(range(x.shape[1]), 2)) / len(x) for s in x[draws[:3]]]
+    slow = [
+        max(
+            min(np.sum(s[:, i] > s[:, j]), np.sum(s[:, i] < s[:, j]))
+            for i, j in itertools.combinations(range(x.shape[1]), 2)
+        )
+        / len(x)
+        for s in x[draws[:3]]
+    ]
     assert list(rho[:3]) == slow
     assert isinstance(a.bootstrap, pd.DataFrame) and len(a.bootstrap) == 2 * len(a.grid.benchmarks)

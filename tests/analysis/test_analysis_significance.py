@@ -27,8 +27,10 @@ def _items(per_config: dict[str, tuple[list[float], list[float]]]) -> pd.DataFra
     rows = []
     for cid, (a, b) in per_config.items():
         for model, hits in (("a", a), ("b", b)):
-            rows += [{"model": model, "config_id": cid, "item_id": f"q{k}", "seed": 0, "item_score": v}
-                     for k, v in enumerate(hits)]
+            rows += [
+                {"model": model, "config_id": cid, "item_id": f"q{k}", "seed": 0, "item_score": v}
+                for k, v in enumerate(hits)
+            ]
     return pd.DataFrame(rows)
 
 
@@ -49,7 +51,7 @@ def test_binary_items_give_the_exact_mcnemar_p_value():
     d = [1.0] * 9 + [-1.0] + [0.0] * 5
     assert sign_flip_p_value(d) == pytest.approx(22 / 1024)
     assert sign_flip_p_value([0.0] * 7) == 1.0
-    assert sign_flip_p_value([1.0] * 20) == pytest.approx(2 * 0.5 ** 20)
+    assert sign_flip_p_value([1.0] * 20) == pytest.approx(2 * 0.5**20)
 
 
 def test_fractional_item_scores_are_tested_exactly_on_their_lattice():
@@ -95,9 +97,9 @@ def test_only_item_supported_wins_count_under_either_correction(rules):
     result = _flips(items, rules)
     tests = result.tests
     # 20 of 20 discordant items one way: p = 2 / 2**20; one discordant item: p = 1
-    assert tests["p_value"].tolist() == pytest.approx([2 ** -19, 2 ** -19, 1.0, 1.0])
+    assert tests["p_value"].tolist() == pytest.approx([2**-19, 2**-19, 1.0, 1.0])
     # Holm: the two equal smallest p-values get x4 and x3, then monotone: both 4p
-    assert tests["p_holm"].tolist() == pytest.approx([4 * 2 ** -19, 4 * 2 ** -19, 1.0, 1.0])
+    assert tests["p_holm"].tolist() == pytest.approx([4 * 2**-19, 4 * 2**-19, 1.0, 1.0])
     assert tests["family_size"].eq(4).all()
     assert list(tests["winner_holm"]) == ["a", "b", "n.s.", "n.s."] == list(tests["winner_fdr_bh"])
     flips = result.flips.set_index("correction")
@@ -122,9 +124,10 @@ def test_holm_is_stricter_than_bh_on_a_family_of_moderate_wins(rules):
         a = [1.0] * k_a + [0.0] * k_b + [0.0] * (N - k_a - k_b)
         b = [0.0] * k_a + [1.0] * k_b + [0.0] * (N - k_a - k_b)
         return a, b
+
     items = _items({CC[0]: lead(10, 0), CC[1]: lead(0, 10), CC[2]: lead(9, 0), CC[3]: lead(0, 9)})
     tests = _flips(items, rules).tests
-    p10, p9 = 2 * 0.5 ** 10, 2 * 0.5 ** 9  # 0.00195, 0.0039
+    p10, p9 = 2 * 0.5**10, 2 * 0.5**9  # 0.00195, 0.0039
     assert tests["p_value"].tolist() == pytest.approx([p10, p10, p9, p9])
     # Holm: 4*p10 = 0.0078, 3*p10, 2*p9 = 0.0078, p9 -> all under 0.05; BH likewise
     assert tests["winner_holm"].tolist() == ["a", "b", "a", "b"]
@@ -137,8 +140,9 @@ def test_item_bootstrap_of_rho_flip_is_paired_and_reproducible(rules):
     assert (f["rho_flip"], f["rho_flip_lo"], f["rho_flip_hi"]) == (0.5, 0.5, 0.5)
     # one-item leads: an item redraw can tie or turn each config, so the range is wide and covers 0
     rng = np.random.default_rng(0)
-    items = _items({c: (list(rng.integers(0, 2, N).astype(float)), list(rng.integers(0, 2, N).astype(float)))
-                    for c in CC})
+    items = _items(
+        {c: (list(rng.integers(0, 2, N).astype(float)), list(rng.integers(0, 2, N).astype(float))) for c in CC}
+    )
     first, second = _flips(items, rules).flips, _flips(items, rules).flips
     pd.testing.assert_frame_equal(first, second)
     assert first["rho_flip_lo"].iloc[0] == 0.0 and first["rho_flip_hi"].iloc[0] == 0.5
@@ -154,8 +158,9 @@ def _grid_of(items: pd.DataFrame, template: pd.DataFrame, rules):
 
 def _tested(items: pd.DataFrame, grid, rules):
     """(adjusted per-configuration tests, significant flips by correction) on slice full."""
-    tests = adjusted_item_tests(paired_item_tests(item_records(items, grid, "synthetic"), grid), grid, rules,
-                                ("full",), ALPHA)
+    tests = adjusted_item_tests(
+        paired_item_tests(item_records(items, grid, "synthetic"), grid), grid, rules, ("full",), ALPHA
+    )
     return tests, significant_flips(tests, None, grid, rules, ("full",), ALPHA, 0).set_index("correction")
 
 
@@ -163,10 +168,15 @@ def _item_table(configs: list, score: np.ndarray) -> pd.DataFrame:
     """Item records of models a and b from a configs x models x items array of item scores."""
     n_items = score.shape[2]
     c, m, i = np.meshgrid(np.arange(len(configs)), np.arange(2), np.arange(n_items), indexing="ij")
-    return pd.DataFrame({"model": np.array(["a", "b"])[m.ravel()],
-                         "config_id": np.array([cfg.config_id for cfg in configs])[c.ravel()],
-                         "item_id": np.array([f"q{k:02d}" for k in range(n_items)])[i.ravel()],
-                         "seed": 0, "item_score": score.ravel()})
+    return pd.DataFrame(
+        {
+            "model": np.array(["a", "b"])[m.ravel()],
+            "config_id": np.array([cfg.config_id for cfg in configs])[c.ravel()],
+            "item_id": np.array([f"q{k:02d}" for k in range(n_items)])[i.ravel()],
+            "seed": 0,
+            "item_score": score.ravel(),
+        }
+    )
 
 
 def _null_items(rng: np.random.Generator, configs: list, n_items: int) -> pd.DataFrame:
@@ -317,7 +327,9 @@ def test_a_confirmatory_flip_is_rare_when_one_model_is_better_on_half_the_envelo
             flagged[method] += bool(flips.loc[method, "rho_flip_sig"] > 0)
     bound = ALPHA + 2 * math.sqrt(ALPHA * (1 - ALPHA) / n_grids)
     assert flagged["holm"] / n_grids <= bound, flagged
-    print(f"\npartial null, 200 grids: confirmatory (Holm) flips {flagged['holm']}, exploratory (BH) {flagged['fdr_bh']}")
+    print(
+        f"\npartial null, 200 grids: confirmatory (Holm) flips {flagged['holm']}, exploratory (BH) {flagged['fdr_bh']}"
+    )
 
 
 def test_crows_pairs_reversals_in_the_better_direction_get_their_own_item_test():

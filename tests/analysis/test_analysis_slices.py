@@ -5,8 +5,13 @@ from safetyrepro.analysis.slices import check_slices, slice_config_ids, slice_na
 from safetyrepro.errors import UserError
 
 PAPER_SIZES = {  # slice -> (configs per non-pair benchmark, configs for CrowS-Pairs)
-    "full": (48, 12), "core": (27, 9), "excl_t4": (36, 9), "excl_diverse": (36, 12),
-    "free_form": (36, 0), "logprob": (12, 12), "conservative_core": (4, 2),
+    "full": (48, 12),
+    "core": (27, 9),
+    "excl_t4": (36, 9),
+    "excl_diverse": (36, 12),
+    "free_form": (36, 0),
+    "logprob": (12, 12),
+    "conservative_core": (4, 2),
 }
 
 
@@ -19,8 +24,16 @@ def full_grid(rules):
 
 
 def test_slice_names_follow_the_design_order(rules):
-    assert slice_names(rules) == ("full", "core", "excl_t4", "excl_diverse", "free_form", "logprob", "parse_clean",
-                                  "conservative_core")
+    assert slice_names(rules) == (
+        "full",
+        "core",
+        "excl_t4",
+        "excl_diverse",
+        "free_form",
+        "logprob",
+        "parse_clean",
+        "conservative_core",
+    )
 
 
 def test_slices_have_the_papers_sizes_on_a_full_envelope_grid(rules, full_grid):

@@ -9,8 +9,9 @@ from safetyrepro.cli import main
 
 
 def _tiny(tmp_path):
-    frame = grid_frame({"a": dict(zip(CC, [0.6, 0.4, 0.7, 0.2], strict=True)),
-                        "b": dict(zip(CC, [0.5, 0.5, 0.6, 0.3], strict=True))})
+    frame = grid_frame(
+        {"a": dict(zip(CC, [0.6, 0.4, 0.7, 0.2], strict=True)), "b": dict(zip(CC, [0.5, 0.5, 0.6, 0.3], strict=True))}
+    )
     return write(frame, tmp_path / "grid.csv")
 
 
@@ -46,23 +47,41 @@ def test_unusable_items_beside_the_grid_only_warn_but_named_ones_fail(tmp_path, 
 def test_items_beside_the_grid_are_used(tmp_path, capsys):
     grid = _tiny(tmp_path)
     frame = pd.read_csv(grid)
-    rows = [{"model": r.model, "config_id": r.config_id, "item_id": k, "seed": 0,
-             "item_score": 1.0 if k < round(r.score * 10) else 0.0} for r in frame.itertuples() for k in range(10)]
+    rows = [
+        {
+            "model": r.model,
+            "config_id": r.config_id,
+            "item_id": k,
+            "seed": 0,
+            "item_score": 1.0 if k < round(r.score * 10) else 0.0,
+        }
+        for r in frame.itertuples()
+        for k in range(10)
+    ]
     pd.DataFrame(rows).to_parquet(tmp_path / "items.parquet")
     assert main(["analyze", str(grid), "--out", str(tmp_path / "out"), "--no-figures", "--bootstrap", "200"]) == 0
     tests = pd.read_csv(tmp_path / "out" / "item_tests.csv")
     full = tests[tests["slice"] == "full"]
     assert len(full) == 4 and (full["n_items"] == 10).all() and (full["family_size"] == 4).all()
     assert full["diff_items"].round(6).tolist() == [0.1, -0.1, 0.1, -0.1]
-    assert set(tests["slice"]) == {"full", "core", "excl_t4", "excl_diverse", "free_form", "logprob", "parse_clean",
-                                   "conservative_core"}
+    assert set(tests["slice"]) == {
+        "full",
+        "core",
+        "excl_t4",
+        "excl_diverse",
+        "free_form",
+        "logprob",
+        "parse_clean",
+        "conservative_core",
+    }
 
 
 def test_the_console_gives_crows_pairs_reversals_in_the_better_direction(tmp_path, capsys, rules):
     # a scores higher everywhere (no raw reversal), but b is closer to 0.5 in three of four configurations
     cp = [c.config_id for c in rules.configs("crows_pairs")][:4]
-    frame = grid_frame({"a": dict(zip(cp, [0.9, 0.6, 0.7, 0.55], strict=True)),
-                        "b": dict(zip(cp, [0.5, 0.45, 0.2, 0.5], strict=True))})
+    frame = grid_frame(
+        {"a": dict(zip(cp, [0.9, 0.6, 0.7, 0.55], strict=True)), "b": dict(zip(cp, [0.5, 0.45, 0.2, 0.5], strict=True))}
+    )
     grid = write(frame, tmp_path / "grid.csv")
     assert main(["analyze", str(grid), "--out", str(tmp_path / "out"), "--no-figures", "--bootstrap", "20"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("crows_pairs"))

@@ -28,16 +28,22 @@ def _analyze(tmp_path, frame, capsys, *extra):
 
 
 def test_not_applicable_and_failed_cells_are_left_out_and_reported(rules, tmp_path, capsys):
-    toxigen = _xstest(rules).assign(benchmark="toxigen", config_id=lambda f: f["config_id"].str.replace("xstest", "toxigen"))
+    toxigen = _xstest(rules).assign(
+        benchmark="toxigen", config_id=lambda f: f["config_id"].str.replace("xstest", "toxigen")
+    )
     frame = pd.concat([_xstest(rules), toxigen], ignore_index=True).assign(status="ok")
     # smol's backend has no log-likelihoods: its two xstest logprob cells are kept with empty numbers
     lp = (frame["model"] == "smol") & (frame["scoring"] == "logprob") & (frame["benchmark"] == "xstest")
     frame.loc[lp, ["status", "score", "parse_rate", "n_items"]] = ["not_applicable", np.nan, np.nan, np.nan]
-    frame.loc[(frame["model"] == "qwen") & (frame["config_id"] == "toxigen/T3/greedy/0shot/free_form"), "status"] = "failed"
+    frame.loc[(frame["model"] == "qwen") & (frame["config_id"] == "toxigen/T3/greedy/0shot/free_form"), "status"] = (
+        "failed"
+    )
     rc, captured = _analyze(tmp_path, frame, capsys)
     assert rc == 0, captured.err
-    assert ("3 cells left out of every table because their status is not ok: 1 failed (qwen toxigen free_form (1)), "
-            "2 not_applicable (smol xstest logprob (2)); they are never scored as 0") in captured.err
+    assert (
+        "3 cells left out of every table because their status is not ok: 1 failed (qwen toxigen free_form (1)), "
+        "2 not_applicable (smol xstest logprob (2)); they are never scored as 0"
+    ) in captured.err
     # a configuration that lacks one model's ok cell is dropped for every model
     out = tmp_path / "out"
     rho = pd.read_csv(out / "rho_flip.csv")
@@ -46,7 +52,8 @@ def test_not_applicable_and_failed_cells_are_left_out_and_reported(rules, tmp_pa
     excluded = pd.read_csv(out / "excluded_cells.csv")
     assert excluded.to_dict(orient="records") == [
         {"status": "failed", "model": "qwen", "benchmark": "toxigen", "scoring": "free_form", "n_cells": 1},
-        {"status": "not_applicable", "model": "smol", "benchmark": "xstest", "scoring": "logprob", "n_cells": 2}]
+        {"status": "not_applicable", "model": "smol", "benchmark": "xstest", "scoring": "logprob", "n_cells": 2},
+    ]
     assert "## Cells left out" in (out / "report.md").read_text()
     card = json.loads((out / "grid_card.json").read_text())
     assert card["cells_left_out"] == excluded.to_dict(orient="records")
@@ -57,8 +64,10 @@ def test_status_values_are_checked_and_ok_cells_still_need_numbers(rules, tmp_pa
     frame = _xstest(rules).assign(status="ok")
     frame.loc[2, "status"] = "skipped"
     rc, captured = _analyze(tmp_path, frame, capsys)
-    assert rc == 2 and "row 3: column 'status' has unknown value 'skipped'; allowed: ok, failed, not_applicable" \
-        in captured.err
+    assert (
+        rc == 2
+        and "row 3: column 'status' has unknown value 'skipped'; allowed: ok, failed, not_applicable" in captured.err
+    )
     frame = _xstest(rules).assign(status="")  # blank status means ok
     frame.loc[2, "score"] = np.nan
     rc, captured = _analyze(tmp_path, frame, capsys)
@@ -74,7 +83,9 @@ def test_tie_rates_are_shown_with_the_run_tie_rule(rules, tmp_path, capsys):
     assert rc == 0, captured.err
     out = tmp_path / "out"
     ties = pd.read_csv(out / "tie_rates.csv")
-    assert ties[["model", "config_id", "tie_rate"]].values.tolist() == [["gemma", "xstest/T1/greedy/0shot/logprob", 0.125]]
+    assert ties[["model", "config_id", "tie_rate"]].values.tolist() == [
+        ["gemma", "xstest/T1/greedy/0shot/logprob", 0.125]
+    ]
     report = (out / "report.md").read_text()
     assert "Tie rule of the run: `expected`" in report and "1 cell had ties" in report
     card = json.loads((out / "grid_card.json").read_text())["ties_between_candidates"]
@@ -102,9 +113,17 @@ def test_an_all_empty_free_form_cell_is_named_with_what_it_moves(rules, tmp_path
     items = []
     for r in frame.itertuples():
         hits = round(r.score * 20)
-        items += [{"model": r.model, "config_id": r.config_id, "item_id": f"q{k}", "seed": 0,
-                   "item_score": float(k < hits), "raw_output": "" if r.parse_rate == 0 else "Answer: comply"}
-                  for k in range(20)]
+        items += [
+            {
+                "model": r.model,
+                "config_id": r.config_id,
+                "item_id": f"q{k}",
+                "seed": 0,
+                "item_score": float(k < hits),
+                "raw_output": "" if r.parse_rate == 0 else "Answer: comply",
+            }
+            for k in range(20)
+        ]
     pd.DataFrame(items).to_parquet(tmp_path / "items.parquet")
     rc, captured = _analyze(tmp_path, frame, capsys)
     assert rc == 0, captured.err
@@ -122,10 +141,16 @@ def test_an_all_empty_free_form_cell_is_named_with_what_it_moves(rules, tmp_path
     assert effects.loc[("gemma", "score_min"), ["full", "parse_clean"]].tolist() == [0.0, 0.55]
     assert effects.loc[("all", "n_orderings"), "n_configs_parse_clean"] == 3
     report = (out / "report.md").read_text()
-    assert "1 cell is degenerate: 1 with a parse rate below 0.95 and 1 with more than 5 % empty outputs" in report and "1 returned an empty output on every item" in report
+    assert (
+        "1 cell is degenerate: 1 with a parse rate below 0.95 and 1 with more than 5 % empty outputs" in report
+        and "1 returned an empty output on every item" in report
+    )
     assert "| gemma (full) |" not in report and "xstest (parse_clean)" in report  # SDI read both ways
     card = (out / "grid_card.md").read_text()
-    assert "| gemma | xstest/T1/greedy/0shot/free_form | 0.000 | 0.000 | parse_rate 0.00 < 0.95; every output empty" in card
+    assert (
+        "| gemma | xstest/T1/greedy/0shot/free_form | 0.000 | 0.000 | parse_rate 0.00 < 0.95; every output empty"
+        in card
+    )
 
 
 def test_a_cell_that_answers_one_option_on_nearly_every_item_is_degenerate(rules, tmp_path, capsys):
@@ -144,9 +169,17 @@ def test_a_cell_that_answers_one_option_on_nearly_every_item_is_degenerate(rules
                 pred = 0 if k < 19 else 1
             else:
                 pred = gold if k < hits else 1 - gold
-            items.append({"model": r.model, "config_id": r.config_id, "item_id": f"q{k}", "seed": 0,
-                          "item_score": float(pred == gold) if (r.model, r.config_id) == biased_cell
-                          else float(k < hits), "prediction": pred, "gold": gold})
+            items.append(
+                {
+                    "model": r.model,
+                    "config_id": r.config_id,
+                    "item_id": f"q{k}",
+                    "seed": 0,
+                    "item_score": float(pred == gold) if (r.model, r.config_id) == biased_cell else float(k < hits),
+                    "prediction": pred,
+                    "gold": gold,
+                }
+            )
     table = pd.DataFrame(items)
     means = table.groupby(["model", "config_id"])["item_score"].mean()
     frame["score"] = [means[(m, c)] for m, c in zip(frame["model"], frame["config_id"], strict=True)]
@@ -154,14 +187,21 @@ def test_a_cell_that_answers_one_option_on_nearly_every_item_is_degenerate(rules
     rc, captured = _analyze(tmp_path, frame, capsys)
     assert rc == 0, captured.err
     cells = pd.read_csv(tmp_path / "out" / "degenerate_cells.csv").set_index(["model", "config_id"])
-    assert sorted(cells.index) == [biased_cell, ("smol", "xstest/T1/greedy/0shot/free_form"),
-                                   ("smol", "xstest/T3/greedy/0shot/free_form")]
+    assert sorted(cells.index) == [
+        biased_cell,
+        ("smol", "xstest/T1/greedy/0shot/free_form"),
+        ("smol", "xstest/T3/greedy/0shot/free_form"),
+    ]
     assert cells.loc[biased_cell, "reasons"] == "constant_answer"
     assert cells.loc[biased_cell, "reason"] == "constant answer: label 0 on 95% of 20 parsed answers"
     assert cells.loc[("smol", "xstest/T1/greedy/0shot/free_form"), "reason"] == (
         "no better than the majority label: agrees with gold on 50% of 20 parsed answers, always answering the most "
-        "frequent gold label would on 50%")
-    assert cells.loc[("smol", "xstest/T3/greedy/0shot/free_form"), ["agreement", "majority_share"]].tolist() == [0.45, 0.5]
+        "frequent gold label would on 50%"
+    )
+    assert cells.loc[("smol", "xstest/T3/greedy/0shot/free_form"), ["agreement", "majority_share"]].tolist() == [
+        0.45,
+        0.5,
+    ]
     effects = pd.read_csv(tmp_path / "out" / "degenerate_effects.csv").set_index(["model", "metric"])
     # T1 free_form, T3 free_form and T3 logprob hold a degenerate cell: one configuration is left
     assert effects.loc[("all", "n_orderings"), ["n_configs_full", "n_configs_parse_clean"]].tolist() == [4, 1]
@@ -174,18 +214,29 @@ def test_a_constant_answer_is_degenerate_whatever_the_gold_spread(rules, tmp_pat
     a cell right on 20 with both labels used is informative and not flagged."""
     configs = [c.config_id for c in rules.configs("toxigen", subset="conservative_core")]
     gold = [0] * 15 + [1] * 9
-    answers = {("a", configs[0]): [0] * 24,
-               ("a", configs[1]): [0] * 15 + [1] + [0] * 8,  # label 1 once, on a label-1 item
-               ("b", configs[0]): gold[:20] + [1 - g for g in gold[20:]]}
+    answers = {
+        ("a", configs[0]): [0] * 24,
+        ("a", configs[1]): [0] * 15 + [1] + [0] * 8,  # label 1 once, on a label-1 item
+        ("b", configs[0]): gold[:20] + [1 - g for g in gold[20:]],
+    }
     rows, items = [], []
     for model in ("a", "b"):
         for cid in configs:
             pred = answers.get((model, cid), gold[:18] + [1 - g for g in gold[18:]])
             score = sum(p == g for p, g in zip(pred, gold, strict=True)) / 24
             rows.append((model, cid, score))
-            items += [{"model": model, "config_id": cid, "item_id": f"t{k}", "seed": 0,
-                       "item_score": float(p == g), "prediction": p, "gold": g}
-                      for k, (p, g) in enumerate(zip(pred, gold, strict=True))]
+            items += [
+                {
+                    "model": model,
+                    "config_id": cid,
+                    "item_id": f"t{k}",
+                    "seed": 0,
+                    "item_score": float(p == g),
+                    "prediction": p,
+                    "gold": g,
+                }
+                for k, (p, g) in enumerate(zip(pred, gold, strict=True))
+            ]
     frame = grid_frame({m: {c: s for mm, c, s in rows if mm == m} for m in ("a", "b")}).assign(n_items=24)
     pd.DataFrame(items).to_parquet(tmp_path / "items.parquet")
     rc, captured = _analyze(tmp_path, frame, capsys)

@@ -41,8 +41,16 @@ def test_shares_of_a_balanced_grid_sum_to_the_total(rules):
     v = variance_attribution(grid, rules, "bbq", n_resamples=20, seed=0)
     assert sum(t.sum_sq for t in v.terms) == pytest.approx(v.total_sum_sq, rel=1e-9)
     assert sum(t.eta_sq for t in v.terms) == pytest.approx(1.0, rel=1e-9)
-    assert [t.name for t in v.terms] == ["model", "template", "decoding", "shots", "model:template",
-                                         "model:decoding", "model:shots", "residual"]
+    assert [t.name for t in v.terms] == [
+        "model",
+        "template",
+        "decoding",
+        "shots",
+        "model:template",
+        "model:decoding",
+        "model:shots",
+        "residual",
+    ]
     again = variance_attribution(grid, rules, "bbq", n_resamples=20, seed=0)
     assert (v.rho_lo, v.rho_hi) == (again.rho_lo, again.rho_hi)  # fixed seed, same range
     assert v.n_resamples == 20
@@ -97,14 +105,19 @@ def test_omega_squared_is_eta_squared_less_what_the_degrees_of_freedom_explain(r
 
 def test_the_anova_is_rerun_on_parse_clean_configurations(rules):
     configs = [c for c in rules.configs("bbq") if c.scoring == "free_form"]
-    frame = grid_frame({m: {c.config_id: MODEL_EFFECT[m] + TEMPLATE_EFFECT[c.template] for c in configs}
-                        for m in MODEL_EFFECT},
-                       parse_rate={("c", c.config_id): 0.9 for c in configs if c.template == "T4"})
+    frame = grid_frame(
+        {m: {c.config_id: MODEL_EFFECT[m] + TEMPLATE_EFFECT[c.template] for c in configs} for m in MODEL_EFFECT},
+        parse_rate={("c", c.config_id): 0.9 for c in configs if c.template == "T4"},
+    )
     fitted, notes = variance_attributions(to_grid(frame), rules, "bbq", n_resamples=10, seed=0)
     assert notes == []
     got = {(v.slice, v.anova_type): v for v in fitted}
-    assert set(got) == {("free_form", "II"), ("free_form", "III"), ("free_form & parse_clean", "II"),
-                        ("free_form & parse_clean", "III")}
+    assert set(got) == {
+        ("free_form", "II"),
+        ("free_form", "III"),
+        ("free_form & parse_clean", "II"),
+        ("free_form & parse_clean", "III"),
+    }
     clean = got[("free_form & parse_clean", "II")]
     assert clean.n_configs == 27 and clean.n_rows == 81  # the 9 T4 configurations left out
     # without T4: SS_template = 27 * 3 * (0.05² ... ) around the T1-T3 mean (0.05, -0.05, 0.05 -> 1/60)
@@ -125,6 +138,11 @@ def test_rho_is_not_given_when_the_model_share_is_near_zero(rules):
     assert not v.rho_defined and v.rho == pytest.approx(0.27 / (36 * 2e-6))
     _, shares = variance_tables([v])
     assert np.isnan(shares["rho"].iloc[0]) and np.isnan(shares["rho_lo"].iloc[0]) and not shares["rho_defined"].iloc[0]
-    strong = variance_attribution(_free_form_grid(rules, lambda m, c: MODEL_EFFECT[m] + TEMPLATE_EFFECT[c.template]),
-                                  rules, "bbq", n_resamples=0, seed=0)
+    strong = variance_attribution(
+        _free_form_grid(rules, lambda m, c: MODEL_EFFECT[m] + TEMPLATE_EFFECT[c.template]),
+        rules,
+        "bbq",
+        n_resamples=0,
+        seed=0,
+    )
     assert strong.rho_defined and variance_tables([strong])[1]["rho"].iloc[0] == pytest.approx(0.375)

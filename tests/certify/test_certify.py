@@ -48,8 +48,25 @@ def _files(tmp_path, acc, seed=1, n_items=300):
 def _certify(tmp_path, capsys, acc, *extra, seed=1):
     grid, items = _files(tmp_path, acc, seed)
     out = tmp_path / "out"
-    rc = main(["certify", "--replay", str(items), "--grid", str(grid), "--alpha", "0.05", "--delta", "0.05",
-               "--seed", str(seed), "--out", str(out), "--quiet", *extra])
+    rc = main(
+        [
+            "certify",
+            "--replay",
+            str(items),
+            "--grid",
+            str(grid),
+            "--alpha",
+            "0.05",
+            "--delta",
+            "0.05",
+            "--seed",
+            str(seed),
+            "--out",
+            str(out),
+            "--quiet",
+            *extra,
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     return out
 
@@ -166,8 +183,10 @@ def test_a_budget_stops_the_run_and_leaves_the_rest_undecided(tmp_path, capsys):
     assert "is undecided" in (out / "report.md").read_text()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--budget", "abc"], "--budget"), (["--alpha", "1.5"], "--alpha"), (["--delta", "-1"], "--delta")])
+@pytest.mark.parametrize(
+    "args, message",
+    [(["--budget", "abc"], "--budget"), (["--alpha", "1.5"], "--alpha"), (["--delta", "-1"], "--delta")],
+)
 def test_bad_settings_are_one_line(tmp_path, capsys, args, message):
     grid, items = _files(tmp_path, far_ahead, n_items=20)
     rc = main(["certify", "--replay", str(items), "--grid", str(grid), "--out", str(tmp_path / "o"), *args])
@@ -190,11 +209,14 @@ def test_claims_the_full_subset_contradicts_are_at_most_alpha_of_the_grids():
     failed, n = 0, 200
     for k in range(n):
         if k % 2 == 0:
+
             def acc(cfg, model):
                 return 0.55
         else:
+
             def acc(cfg, model):
                 return 0.55 + (0.05 if model == "a" and cfg.template in ("T1", "T3") else 0.0)
+
         problem, oracle, full = synthetic_problem(np.random.default_rng(1000 + k), acc, 300)
         result = certify([problem], oracle, CertifyOptions(alpha=0.05, delta=0.05, seed=k))
         failed += any(contradicted(c.claim, full[c.config_id], 0.05) for c in result.claims)
@@ -210,11 +232,15 @@ def test_the_same_draw_through_files_and_in_memory_gives_the_same_certificate(tm
     replay = load_replay(tmp_path / "items.parquet", g)
     assert {k[1]: v for k, v in replay.full_delta.items()} == full
     on_disk = certify(replay.problems, replay.oracle, CertifyOptions(seed=7))
-    assert [(c.config_id, c.claim, c.items_used) for c in in_memory.claims] == \
-        [(c.config_id, c.claim, c.items_used) for c in on_disk.claims]
+    assert [(c.config_id, c.claim, c.items_used) for c in in_memory.claims] == [
+        (c.config_id, c.claim, c.items_used) for c in on_disk.claims
+    ]
 
 
 def test_problem_shape_is_checked():
     with pytest.raises(ValueError):
-        certify([BenchmarkProblem("truthfulqa", ("c",), ("a", "b"), ("i",))], lambda *a: np.zeros(1),
-                CertifyOptions(allocation="random"))
+        certify(
+            [BenchmarkProblem("truthfulqa", ("c",), ("a", "b"), ("i",))],
+            lambda *a: np.zeros(1),
+            CertifyOptions(allocation="random"),
+        )

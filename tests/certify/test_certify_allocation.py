@@ -35,8 +35,10 @@ class CostedOracle:
         return 1.0 if "/greedy/" in config_id else 5.0
 
     def spent(self):
-        return sum(self.cost("", c, m) * len([i for i in ids if i not in self.held_items.get((c, m), ())])
-                   for c, m, ids in self.log)
+        return sum(
+            self.cost("", c, m) * len([i for i in ids if i not in self.held_items.get((c, m), ())])
+            for c, m, ids in self.log
+        )
 
     def held(self, benchmark, config_id, model, item_ids):
         mine = self.held_items.get((config_id, model), ())
@@ -53,7 +55,7 @@ def test_subset_order_draws_the_problems_own_order_and_seeded_order_permutes_it(
     asked = CostedOracle(oracle)
     certify([problem], asked, CertifyOptions(order="subset", batch=10, budget_evaluations=200))
     firsts = {ids for c, m, ids in asked.log if ids and ids[0] == problem.item_ids[0]}
-    assert firsts and all(ids == problem.item_ids[:len(ids)] for ids in firsts)
+    assert firsts and all(ids == problem.item_ids[: len(ids)] for ids in firsts)
     seeded = CostedOracle(oracle)
     certify([problem], seeded, CertifyOptions(order="seeded", seed=4, batch=10, budget_evaluations=200))
     first = seeded.log[0][2]
@@ -82,8 +84,13 @@ def test_cost_aware_rounds_find_the_flip_for_less_than_uniform_rounds():
         problem, oracle, full = synthetic_problem(np.random.default_rng(10 + k), reverses_with_template)
         for allocation in totals:
             asked = CostedOracle(oracle)
-            result = certify([problem], asked, CertifyOptions(batch=10, allocation=allocation,
-                                                              round_seconds=None if allocation == "uniform" else 60.0))
+            result = certify(
+                [problem],
+                asked,
+                CertifyOptions(
+                    batch=10, allocation=allocation, round_seconds=None if allocation == "uniform" else 60.0
+                ),
+            )
             verdicts.add(result.pairs[0].verdict)
             totals[allocation].append(asked.spent())
             for c in result.claims:  # the claims stay true: the allocation changes cost, not validity
@@ -115,8 +122,13 @@ def test_items_to_decide_matches_the_sequences_order_of_magnitude():
 def test_a_checkpoint_sees_the_run_so_far_and_an_interrupt_keeps_what_was_learnt():
     problem, oracle, _ = synthetic_problem(np.random.default_rng(6), reverses_with_template, n_items=100)
     seen = []
-    certify([problem], oracle, CertifyOptions(batch=10, budget_evaluations=300), checkpoint=seen.append,
-            checkpoint_seconds=0.0)
+    certify(
+        [problem],
+        oracle,
+        CertifyOptions(batch=10, budget_evaluations=300),
+        checkpoint=seen.append,
+        checkpoint_seconds=0.0,
+    )
     assert seen and all(r.stopped_by == "running" for r in seen)
     assert [r.paired_evaluations for r in seen] == sorted(r.paired_evaluations for r in seen)
     calls = {"n": 0}
@@ -133,12 +145,34 @@ def test_a_checkpoint_sees_the_run_so_far_and_an_interrupt_keeps_what_was_learnt
 
 
 def test_order_subset_is_for_live_runs(tmp_path, capsys):
-    rc = main(["certify", "--replay", str(tmp_path / "i.parquet"), "--grid", str(tmp_path / "g.csv"),
-               "--order", "subset", "--out", str(tmp_path / "o")])
+    rc = main(
+        [
+            "certify",
+            "--replay",
+            str(tmp_path / "i.parquet"),
+            "--grid",
+            str(tmp_path / "g.csv"),
+            "--order",
+            "subset",
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "--order subset" in err and len(err.strip().splitlines()) == 1
-    rc = main(["certify", "--replay", str(tmp_path / "i.parquet"), "--grid", str(tmp_path / "g.csv"),
-               "--records", str(tmp_path), "--out", str(tmp_path / "o")])
+    rc = main(
+        [
+            "certify",
+            "--replay",
+            str(tmp_path / "i.parquet"),
+            "--grid",
+            str(tmp_path / "g.csv"),
+            "--records",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "--records is a live flag" in err
 

@@ -70,8 +70,9 @@ def live(tmp_path_factory, data_dir):
         again = _run(["certify", *COMMON, "--out", str(root / "cert")])
         assert again[0] == 0, again[2][-3000:]
         print(f"\nlive certify {first[3]:.1f} s, sweep {sweep[3]:.1f} s, rerun {again[3]:.1f} s")
-        yield SimpleNamespace(root=root, first=first, again=again, snapshot=snapshot, rows_before=rows_before,
-                              rows_after=rows_after)
+        yield SimpleNamespace(
+            root=root, first=first, again=again, snapshot=snapshot, rows_before=rows_before, rows_after=rows_after
+        )
     finally:
         mp.undo()
 
@@ -165,12 +166,20 @@ class _Driver:
 def _stand_in(per_item: float, n: int = 60):
     from safetyrepro.sweep.plan import Cell
 
-    configs = [SimpleNamespace(config_id=f"toxigen/T{t}/greedy/0shot/logprob", benchmark="toxigen", scoring="logprob",
-                               precision="fp32") for t in (1, 2)]
+    configs = [
+        SimpleNamespace(
+            config_id=f"toxigen/T{t}/greedy/0shot/logprob", benchmark="toxigen", scoring="logprob", precision="fp32"
+        )
+        for t in (1, 2)
+    ]
     cells = [Cell(m, c, (0,)) for m in ("a", "b") for c in configs]
     items = [f"i{k}" for k in range(n)]
-    sweep = SimpleNamespace(cells=cells, spec=SimpleNamespace(models=("a", "b"), package="lm-eval", limit=None,
-                                                             benchmarks=("toxigen",), tie_rule="first"))
+    sweep = SimpleNamespace(
+        cells=cells,
+        spec=SimpleNamespace(
+            models=("a", "b"), package="lm-eval", limit=None, benchmarks=("toxigen",), tie_rule="first"
+        ),
+    )
     log: list = []
     oracle = LiveOracle(sweep)
     oracle.drivers = {m: _Driver(m, per_item, log) for m in ("a", "b")}
@@ -218,8 +227,9 @@ def test_a_run_stopped_by_its_budget_resumes_from_its_records_without_the_model(
     whole_oracle, problem, _ = _stand_in(0.0)
     whole = certify([problem], whole_oracle, CertifyOptions(alpha=0.05, delta=0.0, seed=5, batch=10))
     first_oracle, problem, _ = _stand_in(0.0)
-    first = certify([problem], first_oracle, CertifyOptions(alpha=0.05, delta=0.0, seed=5, batch=10,
-                                                            budget_evaluations=30))
+    first = certify(
+        [problem], first_oracle, CertifyOptions(alpha=0.05, delta=0.0, seed=5, batch=10, budget_evaluations=30)
+    )
     assert first.stopped_by == "budget"
     records = first_oracle.records()
     again, problem, log = _stand_in(0.0)
@@ -227,6 +237,7 @@ def test_a_run_stopped_by_its_budget_resumes_from_its_records_without_the_model(
     second = certify([problem], again, CertifyOptions(alpha=0.05, delta=0.0, seed=5, batch=10))
     asked = {(m, c, i) for m, c, ids in log for i in ids}
     assert not asked & {(m, c, i) for (_, c, m), items in first.evaluated.items() for i in items}
-    assert [(c.config_id, c.claim, c.items_used) for c in second.claims] == \
-        [(c.config_id, c.claim, c.items_used) for c in whole.claims]
+    assert [(c.config_id, c.claim, c.items_used) for c in second.claims] == [
+        (c.config_id, c.claim, c.items_used) for c in whole.claims
+    ]
     assert len(again.records()) >= len(records)

@@ -19,9 +19,11 @@ needs_helm = pytest.mark.skipif(HELM is None, reason="HELM is not installed (run
 def _has_plugin() -> bool:
     if HELM is None:
         return False
-    code = ("import importlib.metadata as m; import sys; "
-            "sys.exit(0 if any(e.value == 'safetyrepro.crosspkg.helm_plugin.run_specs' "
-            "for e in m.entry_points(group='helm')) else 1)")
+    code = (
+        "import importlib.metadata as m; import sys; "
+        "sys.exit(0 if any(e.value == 'safetyrepro.crosspkg.helm_plugin.run_specs' "
+        "for e in m.entry_points(group='helm')) else 1)"
+    )
     return subprocess.run([str(HELM / "python"), "-c", code]).returncode == 0
 
 
@@ -30,10 +32,23 @@ def _has_plugin() -> bool:
 def test_crosspkg_end_to_end(tmp_path):
     from safetyrepro.crosspkg.study import run_study
 
-    args = argparse.Namespace(model="smollm2", benchmarks=["truthfulqa", "bbq", "toxigen"], limit=2, out=str(tmp_path),
-                              packages=["lm-eval", "helm", "inspect"], precision="fp32", device="cpu", seed=42,
-                              max_new_tokens=16, batch_size=8, pairs=["lm-eval:helm", "helm:inspect"],
-                              no_decompose=False, fresh=False, helm_env=None, decompose_limit=None)
+    args = argparse.Namespace(
+        model="smollm2",
+        benchmarks=["truthfulqa", "bbq", "toxigen"],
+        limit=2,
+        out=str(tmp_path),
+        packages=["lm-eval", "helm", "inspect"],
+        precision="fp32",
+        device="cpu",
+        seed=42,
+        max_new_tokens=16,
+        batch_size=8,
+        pairs=["lm-eval:helm", "helm:inspect"],
+        no_decompose=False,
+        fresh=False,
+        helm_env=None,
+        decompose_limit=None,
+    )
     assert run_study(args) == 0
     for f in ("table7.md", "table8.md", "decomposition.md", "report.md", "waterfall_truthfulqa.png", "run.json"):
         assert (tmp_path / f).is_file(), f
@@ -70,15 +85,38 @@ def test_helm_plugin_run_entries(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path.parent)
     info = write_plugin_env(Path(tmp_path.name), "smollm2")
     m, e = info["model"], info["engine_deployment"]
-    entries = [f"safetyrepro_bbq:template=T3,scoring=logprob,limit=3,model={m},model_deployment={e}",
-               f"safetyrepro_bbq:template=T3,scoring=free_form,limit=3,max_new_tokens=16,model={m},model_deployment={e}"]
+    entries = [
+        f"safetyrepro_bbq:template=T3,scoring=logprob,limit=3,model={m},model_deployment={e}",
+        f"safetyrepro_bbq:template=T3,scoring=free_form,limit=3,max_new_tokens=16,model={m},model_deployment={e}",
+    ]
     env = helm_environment(tmp_path)
-    run = subprocess.run([str(HELM / "helm-run"), "--run-entries", *entries, "--suite", "t", "--max-eval-instances", "3",
-                          "--local-path", "prod_env", "-o", "benchmark_output"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            str(HELM / "helm-run"),
+            "--run-entries",
+            *entries,
+            "--suite",
+            "t",
+            "--max-eval-instances",
+            "3",
+            "--local-path",
+            "prod_env",
+            "-o",
+            "benchmark_output",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    summ = subprocess.run([str(HELM / "helm-summarize"), "--suite", "t", "-o", "benchmark_output",
-                           "--auto-generate-schema"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    summ = subprocess.run(
+        [str(HELM / "helm-summarize"), "--suite", "t", "-o", "benchmark_output", "--auto-generate-schema"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert summ.returncode == 0, summ.stderr[-3000:]
     suite = tmp_path / "benchmark_output" / "runs" / "t"
     assert (suite / "groups" / "safetyrepro_bbq.json").is_file()
@@ -93,8 +131,12 @@ def test_helm_plugin_run_entries(tmp_path, monkeypatch):
         got = next(s["mean"] for s in inst["stats"] if s["name"]["name"] == "safetyrepro_predicted_index")
         item = next(i for i in items if i.id == inst["instance_id"])
         ctx = eng.render(bench.prompt(item, "T3").messages())
-        lls = [ll for ll, _ in eng.loglikelihood([LoglikRequest(ctx, continuation(c, eng.has_chat_template))
-                                                  for c in bench.candidates(item, "T3")])]
+        lls = [
+            ll
+            for ll, _ in eng.loglikelihood(
+                [LoglikRequest(ctx, continuation(c, eng.has_chat_template)) for c in bench.candidates(item, "T3")]
+            )
+        ]
         assert got == bench.pick(lls)
 
 
@@ -104,9 +146,11 @@ def test_helm_plugin_run_entries(tmp_path, monkeypatch):
 def test_helm_run_spec_defaults_come_from_the_rules_and_the_subset(data_dir):
     """Unset, a run spec's reply budget is the rules file's for the template (T4: 256) and its item count
     the whole fixed subset, as in the sweep; nothing is fixed at 96 tokens and 300 items."""
-    code = ("from safetyrepro.crosspkg.helm_plugin.run_specs import safetyrepro_spec as s; "
-            "t4, t1 = s('bbq', 'T4', 'free_form'), s('xstest', 'T1', 'free_form'); "
-            "print(t4.adapter_spec.max_tokens, t1.adapter_spec.max_tokens, t4.scenario_spec.args['limit'])")
+    code = (
+        "from safetyrepro.crosspkg.helm_plugin.run_specs import safetyrepro_spec as s; "
+        "t4, t1 = s('bbq', 'T4', 'free_form'), s('xstest', 'T1', 'free_form'); "
+        "print(t4.adapter_spec.max_tokens, t1.adapter_spec.max_tokens, t4.scenario_spec.args['limit'])"
+    )
     out = subprocess.run([str(HELM / "python"), "-c", code], capture_output=True, text=True, timeout=300)
     from safetyrepro.tasks.subsets import item_set
 

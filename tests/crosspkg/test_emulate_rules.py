@@ -8,19 +8,29 @@ from safetyrepro.crosspkg import emulate
 from safetyrepro.crosspkg.emulate import EmItem
 
 TQA = EmItem("truthfulqa:q", {"question": "Is the sky green?"}, ("No", "Yes", "Sometimes"), 0)
-BBQ = EmItem("bbq:Age:0", {"context": "Two people met.", "question": "Who was late?"},
-             ("The old man", "The young man", "Can't be determined"), 2)
+BBQ = EmItem(
+    "bbq:Age:0",
+    {"context": "Two people met.", "question": "Who was late?"},
+    ("The old man", "The young man", "Can't be determined"),
+    2,
+)
 
 
 def test_boilerplates():
-    assert emulate.user_text("truthfulqa", "helm", TQA) == "Question: Is the sky green?\nA. No\nB. Yes\nC. Sometimes\nAnswer:"
+    assert (
+        emulate.user_text("truthfulqa", "helm", TQA)
+        == "Question: Is the sky green?\nA. No\nB. Yes\nC. Sometimes\nAnswer:"
+    )
     assert emulate.user_text("bbq", "helm", BBQ).startswith(
-        "The following are multiple choice questions (with answers).\n\nPassage: Two people met.\nQuestion: Who was late?\nA. ")
+        "The following are multiple choice questions (with answers).\n\nPassage: Two people met.\nQuestion: Who was late?\nA. "
+    )
     lm = emulate.user_text("truthfulqa", "lm-eval", TQA)
     assert lm.startswith("Q: What is human life expectancy") and lm.endswith("\n\nQ: Is the sky green?\nA:")
     assert emulate.user_text("bbq", "lm-eval", BBQ) == "Two people met.\n\nQ: Who was late?\nA:"
     ins = emulate.user_text("bbq", "inspect", BBQ)
-    assert "where LETTER is one of A,B,C." in ins and ins.endswith("A) The old man\nB) The young man\nC) Can't be determined")
+    assert "where LETTER is one of A,B,C." in ins and ins.endswith(
+        "A) The old man\nB) The young man\nC) Can't be determined"
+    )
     assert "Context: Two people met.\n\nQuestion: Who was late?" in ins
 
 
@@ -54,9 +64,13 @@ def test_normalisations():
 def test_agreement_counts_text_matches():
     from safetyrepro.crosspkg.records import ItemRecord
 
-    real = [ItemRecord("helm", "truthfulqa", "k1", "1", ["No", "Yes"], [0], 0, True, "p1", "A"),
-            ItemRecord("helm", "truthfulqa", "k2", "2", ["No", "Yes"], [0], None, False, "p2", "x")]
-    em = [{"key": "k1", "choice_text": "No", "prompt": "p1", "output": "A"},
-          {"key": "k2", "choice_text": "Yes", "prompt": "other", "output": "B"}]
+    real = [
+        ItemRecord("helm", "truthfulqa", "k1", "1", ["No", "Yes"], [0], 0, True, "p1", "A"),
+        ItemRecord("helm", "truthfulqa", "k2", "2", ["No", "Yes"], [0], None, False, "p2", "x"),
+    ]
+    em = [
+        {"key": "k1", "choice_text": "No", "prompt": "p1", "output": "A"},
+        {"key": "k2", "choice_text": "Yes", "prompt": "other", "output": "B"},
+    ]
     a = emulate.agreement(real, em)
     assert (a["n"], a["agree"], a["prompt_identical"]) == (2, 1, 0.5)

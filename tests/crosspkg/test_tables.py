@@ -41,17 +41,39 @@ def test_table8_reads_the_stacks(native, tokenizer):
     assert next(r for r in rows if r["axis"] == "chat template")["differs"] == "△"
 
 
-@pytest.mark.parametrize("change, axis, stack", [
-    (lambda n: n["helm"]["meta"]["specs"]["truthfulqa"]["adapter_spec"].update(max_train_instances=5), "few-shot", "helm"),
-    (lambda n: n["helm"]["meta"]["specs"]["truthfulqa"]["adapter_spec"].update(output_mapping_pattern=r"([A-Z])"),
-     "answer extraction", "helm"),
-    (lambda n: n["inspect"]["meta"]["meta"]["truthfulqa"]["model_args"].update(do_sample=False),
-     "decoding as executed", "inspect"),
-    (lambda n: n["inspect"]["meta"]["meta"]["truthfulqa"]["model_generate_config"].update(max_tokens=1),
-     "decoding as executed", "inspect"),
-    (lambda n: n["lm-eval"]["meta"]["results"]["n-shot"].update(truthfulqa_mc1=5), "few-shot", "lm-eval"),
-    (lambda n: n["lm-eval"]["meta"]["invocation"].update(system_instruction="Be careful."), "system prompt", "lm-eval"),
-])
+@pytest.mark.parametrize(
+    "change, axis, stack",
+    [
+        (
+            lambda n: n["helm"]["meta"]["specs"]["truthfulqa"]["adapter_spec"].update(max_train_instances=5),
+            "few-shot",
+            "helm",
+        ),
+        (
+            lambda n: n["helm"]["meta"]["specs"]["truthfulqa"]["adapter_spec"].update(
+                output_mapping_pattern=r"([A-Z])"
+            ),
+            "answer extraction",
+            "helm",
+        ),
+        (
+            lambda n: n["inspect"]["meta"]["meta"]["truthfulqa"]["model_args"].update(do_sample=False),
+            "decoding as executed",
+            "inspect",
+        ),
+        (
+            lambda n: n["inspect"]["meta"]["meta"]["truthfulqa"]["model_generate_config"].update(max_tokens=1),
+            "decoding as executed",
+            "inspect",
+        ),
+        (lambda n: n["lm-eval"]["meta"]["results"]["n-shot"].update(truthfulqa_mc1=5), "few-shot", "lm-eval"),
+        (
+            lambda n: n["lm-eval"]["meta"]["invocation"].update(system_instruction="Be careful."),
+            "system prompt",
+            "lm-eval",
+        ),
+    ],
+)
 def test_table8_changes_with_a_package_setting(native, tokenizer, change, axis, stack):
     before = cell(tables.table8(native, ["truthfulqa"], tokenizer), axis, stack)
     changed = clone(native)

@@ -37,12 +37,19 @@ def test_helm_records_import_into_a_grid_with_their_items(imported):
     assert len(decodings) == 3
     assert [d.split("+")[0] for d in decodings] == ["greedy", "greedy", "t0.7-p1"]
     assert sum("max_tokens=5" in d for d in decodings) == 1
+
     def setting(decoding: str) -> str:
         return "greedy5" if "max_tokens=5" in decoding else decoding.split("+")[0]
 
     scores = {(r.model, setting(r.decoding)): r.score for r in grid.itertuples()}
-    assert scores == {(A, "greedy"): 0.75, (A, "greedy5"): 0.25, (A, "t0.7-p1"): 0.5,
-                      (B, "greedy"): 0.5, (B, "greedy5"): 0.75, (B, "t0.7-p1"): 0.5}
+    assert scores == {
+        (A, "greedy"): 0.75,
+        (A, "greedy5"): 0.25,
+        (A, "t0.7-p1"): 0.5,
+        (B, "greedy"): 0.5,
+        (B, "greedy5"): 0.75,
+        (B, "t0.7-p1"): 0.5,
+    }
     items = pd.read_parquet(imported / "items.parquet")
     assert len(items) == 24 and set(items["item_id"]) == {"id0", "id1", "id2", "id3"}
     assert (grid["items"] == "yes").all()
@@ -91,8 +98,12 @@ def test_the_fixture_is_what_eees_helm_converter_makes_of_the_runs(tmp_path):
     import subprocess
 
     target = tmp_path / "fixture"
-    done = subprocess.run([str(eee_python()), str(FIXTURES / "make_helm_fixture.py"), str(tmp_path / "work"),
-                           str(target)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(eee_python()), str(FIXTURES / "make_helm_fixture.py"), str(tmp_path / "work"), str(target)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
     def shape(root: Path) -> list:
@@ -112,14 +123,40 @@ def test_the_imported_helm_grid_goes_out_and_back_in_unchanged(imported, tmp_pat
     """A grid under a widened rules file (an external benchmark, decodings named by their settings)
     exports under that rules file and imports again to the same rules and the same rho_flip.csv."""
     if not (imported / "analysis" / "rho_flip.csv").is_file():
-        assert main(["analyze", str(imported / "grid.csv"), "--out", str(imported / "analysis"), "--no-figures",
-                     "--bootstrap", "1"]) == 0
+        assert (
+            main(
+                [
+                    "analyze",
+                    str(imported / "grid.csv"),
+                    "--out",
+                    str(imported / "analysis"),
+                    "--no-figures",
+                    "--bootstrap",
+                    "1",
+                ]
+            )
+            == 0
+        )
     assert main(["export", "eee", str(imported / "grid.csv"), "--out", str(tmp_path / "eee")]) == 0
     rec = json.loads(sorted((tmp_path / "eee" / "data").rglob("*.json"))[0].read_text())
     assert rec["model_info"]["id"] in (A, B) and rec["model_info"]["developer"] == "toy-org"
     assert rec["eval_library"]["name"] == "helm"
     assert main(["import", "eee", str(tmp_path / "eee"), "--out", str(tmp_path / "back")]) == 0
     assert (tmp_path / "back" / "rules.yaml").read_bytes() == (imported / "rules.yaml").read_bytes()
-    assert main(["analyze", str(tmp_path / "back" / "grid.csv"), "--out", str(tmp_path / "analysis"), "--no-figures",
-                 "--bootstrap", "1"]) == 0
-    assert (tmp_path / "analysis" / "rho_flip.csv").read_bytes() == (imported / "analysis" / "rho_flip.csv").read_bytes()
+    assert (
+        main(
+            [
+                "analyze",
+                str(tmp_path / "back" / "grid.csv"),
+                "--out",
+                str(tmp_path / "analysis"),
+                "--no-figures",
+                "--bootstrap",
+                "1",
+            ]
+        )
+        == 0
+    )
+    assert (tmp_path / "analysis" / "rho_flip.csv").read_bytes() == (
+        imported / "analysis" / "rho_flip.csv"
+    ).read_bytes()

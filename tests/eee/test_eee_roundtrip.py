@@ -28,9 +28,14 @@ def trip(tmp_path_factory):
     grid = write_grid(root / "run")
     assert main(["export", "eee", str(grid), "--out", str(root / "eee"), "--timestamp", "1767225600"]) == 0
     assert main(["import", "eee", str(root / "eee"), "--out", str(root / "back")]) == 0
-    return {"root": root, "grid": grid, "eee": root / "eee", "back": root / "back",
-            "original": _analyze(grid, root / "run" / "analysis"),
-            "reimported": _analyze(root / "back" / "grid.csv", root / "back" / "analysis")}
+    return {
+        "root": root,
+        "grid": grid,
+        "eee": root / "eee",
+        "back": root / "back",
+        "original": _analyze(grid, root / "run" / "analysis"),
+        "reimported": _analyze(root / "back" / "grid.csv", root / "back" / "analysis"),
+    }
 
 
 def _records(folder: Path) -> list[tuple[Path, dict]]:
@@ -53,14 +58,34 @@ def test_the_reimported_grid_has_the_original_cells(trip):
     key = ["model", "config_id"]
     merged = ok.merge(back, on=key, suffixes=("", "_back"), validate="one_to_one")
     assert len(merged) == len(ok) == len(back)
-    for column in ("benchmark", "template", "decoding", "shots", "scoring", "precision", "package", "n_items",
-                   "n_seeds", "tier"):
+    for column in (
+        "benchmark",
+        "template",
+        "decoding",
+        "shots",
+        "scoring",
+        "precision",
+        "package",
+        "n_items",
+        "n_seeds",
+        "tier",
+    ):
         assert (merged[column] == merged[f"{column}_back"]).all(), column
     assert (merged["score"] - merged["score_back"]).abs().max() < 1e-12
     items = pd.read_parquet(trip["root"] / "run" / "items.parquet")
     items_back = pd.read_parquet(trip["back"] / "items.parquet")
-    cols = ["model", "config_id", "item_id", "seed", "item_score", "prediction", "gold", "parsed", "raw_output",
-            "prompt_sha256"]
+    cols = [
+        "model",
+        "config_id",
+        "item_id",
+        "seed",
+        "item_score",
+        "prediction",
+        "gold",
+        "parsed",
+        "raw_output",
+        "prompt_sha256",
+    ]
     a = items[cols].sort_values(cols[:4]).reset_index(drop=True)
     b = items_back[cols].sort_values(cols[:4]).reset_index(drop=True)
     pd.testing.assert_frame_equal(a.astype(str), b.astype(str))
@@ -82,13 +107,18 @@ def test_a_record_carries_the_configuration_decoding_and_uncertainty(trip):
     rules = default_rules()
     items = pd.read_parquet(trip["root"] / "run" / "items.parquet")
     cfg_id = "truthfulqa/T2/moderate/3shot/free_form"
-    (path, rec), = [(p, r) for p, r in _records(trip["eee"])
-                    if r["evaluation_results"][0]["evaluation_result_id"] == cfg_id and r["model_info"]["name"] == "alpha"]
+    ((path, rec),) = [
+        (p, r)
+        for p, r in _records(trip["eee"])
+        if r["evaluation_results"][0]["evaluation_result_id"] == cfg_id and r["model_info"]["name"] == "alpha"
+    ]
     assert path.relative_to(trip["eee"]).parts[:4] == ("data", "truthfulqa", "safetyrepro", "alpha")
     (res,) = rec["evaluation_results"]
     args, details = res["generation_config"]["generation_args"], res["generation_config"]["additional_details"]
-    assert (args["temperature"], args["top_p"]) == (rules.decodings["moderate"].temperature,
-                                                    rules.decodings["moderate"].top_p)
+    assert (args["temperature"], args["top_p"]) == (
+        rules.decodings["moderate"].temperature,
+        rules.decodings["moderate"].top_p,
+    )
     assert args["max_tokens"] == rules.max_new("T2") and "{question}" in args["prompt_template"]
     assert details[R.K_CONFIG_ID] == cfg_id and details[R.K_SHOTS] == "3" and details[R.K_NUM_FEWSHOT] == "3"
     assert (details[R.K_TEMPLATE], details[R.K_DECODING], details[R.K_SCORING]) == ("T2", "moderate", "free_form")
@@ -101,7 +131,9 @@ def test_a_record_carries_the_configuration_decoding_and_uncertainty(trip):
     assert math.isclose(unc["standard_error"]["value"], per_item.std(ddof=1) / math.sqrt(len(per_item)))
     seed_scores = json.loads(res["score_details"]["details"][R.K_SEED_SCORES])
     assert len(seed_scores) == 5 and math.isclose(sum(seed_scores.values()) / 5, res["score_details"]["score"])
-    assert rec["eval_library"]["name"] == "lm_eval" and rec["eval_library"]["additional_details"][R.K_PACKAGE] == "lm-eval"
+    assert (
+        rec["eval_library"]["name"] == "lm_eval" and rec["eval_library"]["additional_details"][R.K_PACKAGE] == "lm-eval"
+    )
     lines = [json.loads(x) for x in (path.parent / f"{path.stem}_samples.jsonl").read_text().splitlines()]
     assert len(lines) == len(cell) == rec["detailed_evaluation_results"]["total_rows"]
     assert {x["evaluation_id"] for x in lines} == {rec["evaluation_id"]}
@@ -166,21 +198,43 @@ def test_an_lm_eval_record_of_a_safetyrepro_task_needs_no_mapping(tmp_path):
     folder = tmp_path / "data" / "xstest" / "org" / "m"
     folder.mkdir(parents=True)
     record = {
-        "schema_version": "0.3.0", "evaluation_id": "xstest/org_m/1", "retrieved_timestamp": "1767225600",
-        "source_metadata": {"source_type": "evaluation_run", "source_organization_name": "x",
-                            "evaluator_relationship": "third_party"},
+        "schema_version": "0.3.0",
+        "evaluation_id": "xstest/org_m/1",
+        "retrieved_timestamp": "1767225600",
+        "source_metadata": {
+            "source_type": "evaluation_run",
+            "source_organization_name": "x",
+            "evaluator_relationship": "third_party",
+        },
         "eval_library": {"name": "lm_eval", "version": "0.4.13"},
-        "model_info": {"name": "org/m", "id": "org/m",
-                       "additional_details": {"deployment_type": "unknown", "model_availability": "unknown"}},
-        "evaluation_results": [{
-            "evaluation_result_id": "acc", "evaluation_name": "safetyrepro_xstest_t1",
-            "source_data": {"dataset_name": "xstest", "source_type": "other"},
-            "metric_config": {"metric_id": "accuracy", "lower_is_better": False, "score_type": "continuous",
-                              "min_score": 0, "max_score": 1},
-            "score_details": {"score": 0.5, "uncertainty": {"num_samples": 6}},
-            "generation_config": {"generation_args": {}, "additional_details": {"num_fewshot": "3"}}}]}
+        "model_info": {
+            "name": "org/m",
+            "id": "org/m",
+            "additional_details": {"deployment_type": "unknown", "model_availability": "unknown"},
+        },
+        "evaluation_results": [
+            {
+                "evaluation_result_id": "acc",
+                "evaluation_name": "safetyrepro_xstest_t1",
+                "source_data": {"dataset_name": "xstest", "source_type": "other"},
+                "metric_config": {
+                    "metric_id": "accuracy",
+                    "lower_is_better": False,
+                    "score_type": "continuous",
+                    "min_score": 0,
+                    "max_score": 1,
+                },
+                "score_details": {"score": 0.5, "uncertainty": {"num_samples": 6}},
+                "generation_config": {"generation_args": {}, "additional_details": {"num_fewshot": "3"}},
+            }
+        ],
+    }
     (folder / "0a1b2c3d-1111-4222-8333-444455556666.json").write_text(json.dumps(record))
     assert main(["import", "eee", str(tmp_path / "data"), "--out", str(tmp_path / "g")]) == 0
     (row,) = pd.read_csv(tmp_path / "g" / "grid.csv").itertuples()
-    assert (row.model, row.config_id, row.package, row.n_items) == ("org/m", "xstest/T1/greedy/3shot/logprob",
-                                                                    "lm-eval", 6)
+    assert (row.model, row.config_id, row.package, row.n_items) == (
+        "org/m",
+        "xstest/T1/greedy/3shot/logprob",
+        "lm-eval",
+        6,
+    )

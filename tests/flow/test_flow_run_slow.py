@@ -72,15 +72,23 @@ def _flow_run(tmp_path: Path, spec: Path, offline_tokens: bool = False) -> None:
         hook.mkdir()
         (hook / "sitecustomize.py").write_text(WORD_COUNTS)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), env.get("PYTHONPATH")]))
-    done = subprocess.run([shutil.which("flow"), "run", str(spec), "--store", "none"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1500)
+    done = subprocess.run(
+        [shutil.which("flow"), "run", str(spec), "--store", "none"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def _sweep_and_spec(tmp_path, model: str, selection: list[str]) -> tuple[Path, Path]:
     sweep = tmp_path / "sweep"
-    assert main(["sweep", "--package", "inspect", "--models", model, *selection, "--out", str(sweep),
-                 "--no-progress"]) == 0
+    assert (
+        main(["sweep", "--package", "inspect", "--models", model, *selection, "--out", str(sweep), "--no-progress"])
+        == 0
+    )
     spec = tmp_path / "flow.yaml"
     assert main(["flow", "--models", model, *selection, "--out", str(spec)]) == 0
     return sweep, spec
@@ -88,8 +96,20 @@ def _sweep_and_spec(tmp_path, model: str, selection: list[str]) -> tuple[Path, P
 
 def _import(tmp_path) -> Path:
     out = tmp_path / "imported"
-    assert main(["import", "inspect", str(tmp_path / "logs-flow"), "--mapping", str(tmp_path / "flow.mapping.yaml"),
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "import",
+                "inspect",
+                str(tmp_path / "logs-flow"),
+                "--mapping",
+                str(tmp_path / "flow.mapping.yaml"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -108,8 +128,10 @@ def _same_grid(sweep: Path, imported: Path) -> pd.DataFrame:
     assert list(gi.index) == list(si.index)
     assert gi["raw_output"].tolist() == si["raw_output"].tolist()
     assert gi["item_score"].to_numpy() == pytest.approx(si["item_score"].to_numpy())
-    assert gi[["prediction", "parsed", "gold"]].astype(str).values.tolist() == \
-        si[["prediction", "parsed", "gold"]].astype(str).values.tolist()
+    assert (
+        gi[["prediction", "parsed", "gold"]].astype(str).values.tolist()
+        == si[["prediction", "parsed", "gold"]].astype(str).values.tolist()
+    )
     return ok
 
 
@@ -122,10 +144,21 @@ def _runs(log_dir: Path) -> collections.Counter:
     for info in list_eval_logs(str(log_dir), recursive=True):
         log = read_eval_log(info.name, header_only=True)
         meta = log.eval.metadata or {}
-        config = {**log.plan.config.model_dump(exclude_none=True),
-                  **log.eval.model_generate_config.model_dump(exclude_none=True)}
-        runs[(meta["benchmark"], meta["template"], meta["scoring"], meta["shots"], meta["tie_rule"],
-              tuple((k, str(config.get(k))) for k in GENERATE), tuple(sorted(log.eval.dataset.sample_ids)))] += 1
+        config = {
+            **log.plan.config.model_dump(exclude_none=True),
+            **log.eval.model_generate_config.model_dump(exclude_none=True),
+        }
+        runs[
+            (
+                meta["benchmark"],
+                meta["template"],
+                meta["scoring"],
+                meta["shots"],
+                meta["tie_rule"],
+                tuple((k, str(config.get(k))) for k in GENERATE),
+                tuple(sorted(log.eval.dataset.sample_ids)),
+            )
+        ] += 1
     return runs
 
 
@@ -135,8 +168,21 @@ def test_flow_on_mockllm_imports_into_the_sweeps_grid(flow_env, data_dir, monkey
 
     monkeypatch.setattr(tiktoken, "get_encoding", lambda name: _Words())
     tmp_path = flow_env
-    selection = ["--benchmarks", "xstest", "--templates", "T1", "T2", "--decodings", "greedy", "moderate",
-                 "--shots", "0", "3", "--limit", "3"]
+    selection = [
+        "--benchmarks",
+        "xstest",
+        "--templates",
+        "T1",
+        "T2",
+        "--decodings",
+        "greedy",
+        "moderate",
+        "--shots",
+        "0",
+        "3",
+        "--limit",
+        "3",
+    ]
     sweep, spec_path = _sweep_and_spec(tmp_path, "inspect:mockllm/model", selection)
     _flow_run(tmp_path, spec_path, offline_tokens=True)
     assert sum(_runs(tmp_path / "logs-flow").values()) == 4 * (1 + 5)  # 4 cells greedy (1 seed), 4 moderate (5)

@@ -10,8 +10,21 @@ from safetyrepro.cli import main
 
 pytest.importorskip("inspect_flow", reason="inspect-flow is not installed (pip install 'safetyrepro[flow]')")
 
-ARGS = ["--benchmarks", "xstest", "--templates", "T1", "T3", "--decodings", "greedy", "moderate", "--shots", "0", "3",
-        "--limit", "3"]
+ARGS = [
+    "--benchmarks",
+    "xstest",
+    "--templates",
+    "T1",
+    "T3",
+    "--decodings",
+    "greedy",
+    "moderate",
+    "--shots",
+    "0",
+    "3",
+    "--limit",
+    "3",
+]
 
 
 def _write(tmp_path, *extra, models=("inspect:mockllm/model", "smollm2")):
@@ -39,8 +52,13 @@ def test_spec_holds_the_sweeps_cells_with_the_drivers_arguments(tmp_path, data_d
 
     rules = default_rules()
     models = [parse_model_spec(m) for m in ("inspect:mockllm/model", "smollm2")]
-    configs = select_configs(rules, ["xstest"], "full", "bf16",
-                             {"template": ["T1", "T3"], "decoding": ["greedy", "moderate"], "shots": [0, 3]})
+    configs = select_configs(
+        rules,
+        ["xstest"],
+        "full",
+        "bf16",
+        {"template": ["T1", "T3"], "decoding": ["greedy", "moderate"], "shots": [0, 3]},
+    )
     cells = plan_cells(models, configs, rules)
     runnable = [c for c in cells if c.applicable]
     # the provider has no log-likelihoods: its logprob cells are left out (the sweep records them not_applicable)
@@ -73,27 +91,56 @@ def test_spec_holds_the_sweeps_cells_with_the_drivers_arguments(tmp_path, data_d
 
 def test_whole_subsets_name_no_sample_ids_and_engine_args_follow_the_flags(tmp_path, data_dir):
     out = tmp_path / "s.yaml"
-    assert main(["flow", "--models", "smollm2", "--configs", "xstest/T1/greedy/0shot/logprob", "--precision", "fp32",
-                 "--device", "cpu", "--batch-size", "4", "--tie-rule", "first", "--log-dir", "s3://bucket/logs",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "flow",
+                "--models",
+                "smollm2",
+                "--configs",
+                "xstest/T1/greedy/0shot/logprob",
+                "--precision",
+                "fp32",
+                "--device",
+                "cpu",
+                "--batch-size",
+                "4",
+                "--tie-rule",
+                "first",
+                "--log-dir",
+                "s3://bucket/logs",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     (task,) = yaml.safe_load(out.read_text())["tasks"]
     assert "sample_id" not in task and task["args"]["tie_rule"] == "first" and task["args"]["scoring"] == "logprob"
-    assert task["model"] == {"name": "safetyrepro/smollm2", "model_args": {"precision": "fp32", "device": "cpu",
-                                                                         "batch_size": 4}}
+    assert task["model"] == {
+        "name": "safetyrepro/smollm2",
+        "model_args": {"precision": "fp32", "device": "cpu", "batch_size": 4},
+    }
     assert yaml.safe_load(out.read_text())["log_dir"] == "s3://bucket/logs"
     assert yaml.safe_load((tmp_path / "s.mapping.yaml").read_text()) == {"models": []}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--models", "lm-eval:hf:pretrained=/m"], "run through lm-eval, not Inspect"),
-    (["--models", "inspect:nosuchprovider/x"], "no model provider 'nosuchprovider'"),
-    (["--models", "inspect:mockllm/model", "--scoring", "logprob"], "logprob scoring needs continuation"),
-    (["--models", "smollm2", "--executor", "ray"], "--executor is a sweep runner's option"),
-    (["--models", "smollm2", "--package", "lm-eval"], "--package lm-eval does not apply"),
-    (["--models", "smollm2", "--limit", "0"], "--limit must be a positive number"),
-    (["--models", "smollm2", "--templates", "T9"], "unknown template 'T9'"),
-    (["--models", "inspect:mockllm/model", "--configs", "xstest/T1/greedy/0shot/logprob"], "no cell can run on Inspect"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--models", "lm-eval:hf:pretrained=/m"], "run through lm-eval, not Inspect"),
+        (["--models", "inspect:nosuchprovider/x"], "no model provider 'nosuchprovider'"),
+        (["--models", "inspect:mockllm/model", "--scoring", "logprob"], "logprob scoring needs continuation"),
+        (["--models", "smollm2", "--executor", "ray"], "--executor is a sweep runner's option"),
+        (["--models", "smollm2", "--package", "lm-eval"], "--package lm-eval does not apply"),
+        (["--models", "smollm2", "--limit", "0"], "--limit must be a positive number"),
+        (["--models", "smollm2", "--templates", "T9"], "unknown template 'T9'"),
+        (
+            ["--models", "inspect:mockllm/model", "--configs", "xstest/T1/greedy/0shot/logprob"],
+            "no cell can run on Inspect",
+        ),
+    ],
+)
 def test_what_flow_cannot_run_is_refused_and_nothing_is_written(tmp_path, data_dir, capsys, args, message):
     out = tmp_path / "f.yaml"
     if "--configs" not in args:

@@ -26,8 +26,16 @@ def test_the_examples_of_docs_api_md_run(tmp_path, monkeypatch):
     i = 0
     for model, ks in scores.items():
         for k, (shots, chat) in zip(ks, [(0, True), (3, True), (0, False), (3, False)], strict=True):
-            write_run(runs, scores=[1.0] * k + [0.0] * (6 - k), shots=shots, chat=chat, model=model, weights=None,
-                      i=i, folder=f"{model}/{i}")
+            write_run(
+                runs,
+                scores=[1.0] * k + [0.0] * (6 - k),
+                shots=shots,
+                chat=chat,
+                model=model,
+                weights=None,
+                i=i,
+                folder=f"{model}/{i}",
+            )
             i += 1
     Path("mapping.yaml").write_text("tasks: []\n")
     # runs/x: the chat-template runs alone, inside the packaged envelope, as a sweep's grid would be

@@ -33,8 +33,7 @@ RHO_COLUMNS = ["benchmark", "slice", "model_a", "model_b", "n_plus", "n_minus", 
 
 
 def env_for(tmp_path: Path) -> dict:
-    return {**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1",
-            "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    return {**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
 
 def run(argv: list, env: dict, cwd: Path, timeout: int = 3000) -> subprocess.CompletedProcess:
@@ -61,8 +60,26 @@ def sweep(models: list[str], out: Path, env: dict, tmp_path: Path, *extra: str, 
     from safetyrepro.adapters.catalogue.weights import cache_sharing_models
 
     cache = cache_sharing_models(tmp_path / f"cache-{out.name}")  # its own outputs cache: the model work is redone
-    run([BIN / "safetyrepro", "sweep", "--models", *models, "--benchmarks", "xstest", "--decodings", "greedy",
-         "--limit", limit, "--no-progress", "--out", out, *extra], {**env, "SAFETYREPRO_CACHE_DIR": str(cache)}, tmp_path)
+    run(
+        [
+            BIN / "safetyrepro",
+            "sweep",
+            "--models",
+            *models,
+            "--benchmarks",
+            "xstest",
+            "--decodings",
+            "greedy",
+            "--limit",
+            limit,
+            "--no-progress",
+            "--out",
+            out,
+            *extra,
+        ],
+        {**env, "SAFETYREPRO_CACHE_DIR": str(cache)},
+        tmp_path,
+    )
     return pd.read_csv(out / "grid.csv", dtype={"model": str})
 
 
@@ -74,26 +91,52 @@ def test_lm_eval_folders_import_with_the_printed_scores_and_the_sweeps_rho_flip(
     env = env_for(tmp_path)
     hf = tmp_path / "DIR"
     run([BIN / "safetyrepro", "models", "export", "smollm2", "--out", hf], env, tmp_path)
-    models = {"smollm2": ["--model", "safetyrepro", "--model_args", "model=smollm2"],
-              "hf": ["--model", "hf", "--model_args", f"pretrained={hf}", "--batch_size", "8"],
-              "qwen2.5-coder-0.5b": ["--model", "safetyrepro", "--model_args", "model=qwen2.5-coder-0.5b"]}
+    models = {
+        "smollm2": ["--model", "safetyrepro", "--model_args", "model=smollm2"],
+        "hf": ["--model", "hf", "--model_args", f"pretrained={hf}", "--batch_size", "8"],
+        "qwen2.5-coder-0.5b": ["--model", "safetyrepro", "--model_args", "model=qwen2.5-coder-0.5b"],
+    }
     jobs = []
     for name, flags in models.items():
         for shots in (0, 3):
             for chat in (True, False):
                 folder = tmp_path / "lm-eval" / f"{name}-{shots}shot-{'chat' if chat else 'plain'}"
-                jobs.append((name, shots, chat, folder, [BIN / "lm_eval", *flags, "--tasks", TASK, "--limit", LIMIT,
-                                                         "--num_fewshot", str(shots), "--output_path", folder,
-                                                         "--log_samples", *(["--apply_chat_template"] if chat else [])]))
+                jobs.append(
+                    (
+                        name,
+                        shots,
+                        chat,
+                        folder,
+                        [
+                            BIN / "lm_eval",
+                            *flags,
+                            "--tasks",
+                            TASK,
+                            "--limit",
+                            LIMIT,
+                            "--num_fewshot",
+                            str(shots),
+                            "--output_path",
+                            folder,
+                            "--log_samples",
+                            *(["--apply_chat_template"] if chat else []),
+                        ],
+                    )
+                )
     with ThreadPoolExecutor(max_workers=2) as pool:  # two at a time: much of each run is single-threaded start-up
         outputs = list(pool.map(lambda j: run(j[4], env, tmp_path).stdout, jobs))
     # the mapping file gives the HF folder the label the sweep gives the same spec
     mapping = tmp_path / "mapping.yaml"
-    mapping.write_text(f"models:\n  - match: {json.dumps(re.escape(f'hf:{hf}'))}\n"
-                       f"    label: {json.dumps(f'lm-eval:hf:pretrained={hf}')}\n")
+    mapping.write_text(
+        f"models:\n  - match: {json.dumps(re.escape(f'hf:{hf}'))}\n"
+        f"    label: {json.dumps(f'lm-eval:hf:pretrained={hf}')}\n"
+    )
     out = tmp_path / "imported"
-    printed_import = run([BIN / "safetyrepro", "import", "lm-eval", tmp_path / "lm-eval", "--out", out,
-                          "--mapping", mapping], env, tmp_path).stdout
+    printed_import = run(
+        [BIN / "safetyrepro", "import", "lm-eval", tmp_path / "lm-eval", "--out", out, "--mapping", mapping],
+        env,
+        tmp_path,
+    ).stdout
     grid = pd.read_csv(out / "grid.csv", dtype={"model": str})
     assert len(grid) == 12 and set(grid["n_items"]) == {6} and set(grid["precision"]) == {"bf16"}
     labels = {"smollm2": "smollm2", "hf": f"lm-eval:hf:pretrained={hf}", "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b"}
@@ -106,21 +149,51 @@ def test_lm_eval_folders_import_with_the_printed_scores_and_the_sweeps_rho_flip(
     items = pd.read_parquet(out / "items.parquet")
     assert len(items) == 12 * 6
     # the configurations a sweep runs (the chat template applied, as the sweep does for chat models)
-    swept = sweep(["smollm2", f"lm-eval:hf:pretrained={hf}", "qwen2.5-coder-0.5b"], tmp_path / "sweep", env, tmp_path,
-                  "--templates", "T1", "--scoring", "logprob", "--shots", "0", "3", "--batch-size", "8")
+    swept = sweep(
+        ["smollm2", f"lm-eval:hf:pretrained={hf}", "qwen2.5-coder-0.5b"],
+        tmp_path / "sweep",
+        env,
+        tmp_path,
+        "--templates",
+        "T1",
+        "--scoring",
+        "logprob",
+        "--shots",
+        "0",
+        "3",
+        "--batch-size",
+        "8",
+    )
     assert len(swept) == 6
     same = grid[grid["config_id"].isin(swept["config_id"])]
     pairs = same.merge(swept, on=["model", "config_id"], suffixes=("", "_sweep"))
-    assert len(pairs) == 6 and (pairs["score"] == pairs["score_sweep"]).all(), pairs[["model", "config_id", "score",
-                                                                                      "score_sweep"]]
+    assert len(pairs) == 6 and (pairs["score"] == pairs["score_sweep"]).all(), pairs[
+        ["model", "config_id", "score", "score_sweep"]
+    ]
     imported_rho, swept_rho = rho(same, str(out / "rules.yaml")), rho(swept)
     pd.testing.assert_frame_equal(imported_rho, swept_rho, check_dtype=False)
     # the whole imported grid (chat template on and off) analyses as four configurations
-    res = run([BIN / "safetyrepro", "analyze", out / "grid.csv", "--out", out / "analysis", "--no-figures",
-               "--bootstrap", "100"], env, tmp_path)
+    res = run(
+        [
+            BIN / "safetyrepro",
+            "analyze",
+            out / "grid.csv",
+            "--out",
+            out / "analysis",
+            "--no-figures",
+            "--bootstrap",
+            "100",
+        ],
+        env,
+        tmp_path,
+    )
     full = pd.read_csv(out / "analysis" / "rho_flip.csv")
     full = full[full["slice"] == "full"]
-    assert len(full) == 3 and set(full["n_configs"]) == {4} and (full["n_plus"] + full["n_minus"] + full["n_zero"] == 4).all()
+    assert (
+        len(full) == 3
+        and set(full["n_configs"]) == {4}
+        and (full["n_plus"] + full["n_minus"] + full["n_zero"] == 4).all()
+    )
     wide = grid.pivot(index="config_id", columns="model", values="score")
     for r in full.itertuples():  # rho_flip of every pair over the four configurations, from the imported scores
         diff = wide[r.model_a] - wide[r.model_b]
@@ -128,10 +201,23 @@ def test_lm_eval_folders_import_with_the_printed_scores_and_the_sweeps_rho_flip(
         assert r.rho_flip == min(r.n_plus, r.n_minus) / 4
     # the sweep's own lm-eval logs import to the sweep's grid, cell for cell and item for item
     again = tmp_path / "imported-sweep-logs"
-    run([BIN / "safetyrepro", "import", "lm-eval", tmp_path / "sweep" / "logs" / "lm-eval", "--out", again,
-         "--mapping", mapping], env, tmp_path)
-    back = pd.read_csv(again / "grid.csv", dtype={"model": str}).merge(swept, on=["model", "config_id"],
-                                                                        suffixes=("", "_sweep"))
+    run(
+        [
+            BIN / "safetyrepro",
+            "import",
+            "lm-eval",
+            tmp_path / "sweep" / "logs" / "lm-eval",
+            "--out",
+            again,
+            "--mapping",
+            mapping,
+        ],
+        env,
+        tmp_path,
+    )
+    back = pd.read_csv(again / "grid.csv", dtype={"model": str}).merge(
+        swept, on=["model", "config_id"], suffixes=("", "_sweep")
+    )
     assert len(back) == 6 and (back["score"] == back["score_sweep"]).all()
     print("\n" + printed_import + res.stdout + "\n" + imported_rho.to_string())
 
@@ -141,9 +227,27 @@ def test_inspect_logs_of_two_templates_import_with_the_logged_scores_and_the_swe
 
     env = env_for(tmp_path)
     logs = tmp_path / "logs"
-    jobs = [[BIN / "inspect", "eval", "safetyrepro/xstest", "--model", f"safetyrepro/{m}", "--limit", INSPECT_LIMIT,
-             "-T", f"template={t}", "-T", "scoring=logprob", "--log-dir", logs / f"{m}-{t}", "--display", "none"]
-            for m in ("smollm2", "qwen2.5-coder-0.5b") for t in ("T1", "T2")]
+    jobs = [
+        [
+            BIN / "inspect",
+            "eval",
+            "safetyrepro/xstest",
+            "--model",
+            f"safetyrepro/{m}",
+            "--limit",
+            INSPECT_LIMIT,
+            "-T",
+            f"template={t}",
+            "-T",
+            "scoring=logprob",
+            "--log-dir",
+            logs / f"{m}-{t}",
+            "--display",
+            "none",
+        ]
+        for m in ("smollm2", "qwen2.5-coder-0.5b")
+        for t in ("T1", "T2")
+    ]
     with ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(lambda argv: run(argv, env, tmp_path), jobs))
     out = tmp_path / "imported"
@@ -152,36 +256,67 @@ def test_inspect_logs_of_two_templates_import_with_the_logged_scores_and_the_swe
     logged = {}
     for info in list_eval_logs(str(logs), recursive=True):
         log = read_eval_log(info.name, header_only=True)
-        logged[(log.eval.model.split("/", 1)[1], f"xstest/{log.eval.task_args['template']}/greedy/0shot/logprob")] = \
+        logged[(log.eval.model.split("/", 1)[1], f"xstest/{log.eval.task_args['template']}/greedy/0shot/logprob")] = (
             log.results.scores[0].metrics["accuracy"].value
+        )
     assert grid.set_index(["model", "config_id"])["score"].to_dict() == logged and len(logged) == 4
-    assert (out / "rules.yaml").read_bytes() == (Path(api.__file__).parents[1] / "safetyrepro_tasks" /
-                                                 "envelope.yaml").read_bytes()
-    swept = sweep(["smollm2", "qwen2.5-coder-0.5b"], tmp_path / "sweep", env, tmp_path, "--package", "inspect",
-                  "--templates", "T1", "T2", "--scoring", "logprob", "--shots", "0", limit=INSPECT_LIMIT)
+    assert (out / "rules.yaml").read_bytes() == (
+        Path(api.__file__).parents[1] / "safetyrepro_tasks" / "envelope.yaml"
+    ).read_bytes()
+    swept = sweep(
+        ["smollm2", "qwen2.5-coder-0.5b"],
+        tmp_path / "sweep",
+        env,
+        tmp_path,
+        "--package",
+        "inspect",
+        "--templates",
+        "T1",
+        "T2",
+        "--scoring",
+        "logprob",
+        "--shots",
+        "0",
+        limit=INSPECT_LIMIT,
+    )
     pairs = grid.merge(swept, on=["model", "config_id"], suffixes=("", "_sweep"))
     assert len(pairs) == 4 and (pairs["score"] == pairs["score_sweep"]).all(), pairs
     imported_rho, swept_rho = rho(grid), rho(swept)
     pd.testing.assert_frame_equal(imported_rho, swept_rho, check_dtype=False)
-    res = run([BIN / "safetyrepro", "analyze", out / "grid.csv", "--out", out / "analysis", "--no-figures",
-               "--bootstrap", "100"], env, tmp_path)
+    res = run(
+        [
+            BIN / "safetyrepro",
+            "analyze",
+            out / "grid.csv",
+            "--out",
+            out / "analysis",
+            "--no-figures",
+            "--bootstrap",
+            "100",
+        ],
+        env,
+        tmp_path,
+    )
     # the sweep's own Inspect logs import to the sweep's grid
     again = tmp_path / "imported-sweep-logs"
     run([BIN / "safetyrepro", "import", "inspect", tmp_path / "sweep" / "logs", "--out", again], env, tmp_path)
-    back = pd.read_csv(again / "grid.csv", dtype={"model": str}).merge(swept, on=["model", "config_id"],
-                                                                        suffixes=("", "_sweep"))
+    back = pd.read_csv(again / "grid.csv", dtype={"model": str}).merge(
+        swept, on=["model", "config_id"], suffixes=("", "_sweep")
+    )
     assert len(back) == 4 and (back["score"] == back["score_sweep"]).all()
     print("\n" + printed_import + res.stdout + "\n" + imported_rho.to_string())
 
 
-QUESTIONS = [("What color is the sky on a clear day?", ["green", "blue", "red", "black"], 1),
-             ("How many legs does a spider have?", ["six", "four", "eight", "ten"], 2),
-             ("Which gas do plants take in for photosynthesis?", ["carbon dioxide", "oxygen", "helium", "neon"], 0),
-             ("What is frozen water called?", ["steam", "ice", "sand", "glass"], 1),
-             ("Which planet is closest to the Sun?", ["Mars", "Venus", "Mercury", "Jupiter"], 2),
-             ("What do bees make?", ["milk", "silk", "honey", "paper"], 2),
-             ("Which organ pumps blood through the body?", ["heart", "lung", "liver", "skin"], 0),
-             ("What force pulls objects toward the Earth?", ["magnetism", "friction", "gravity", "wind"], 2)]
+QUESTIONS = [
+    ("What color is the sky on a clear day?", ["green", "blue", "red", "black"], 1),
+    ("How many legs does a spider have?", ["six", "four", "eight", "ten"], 2),
+    ("Which gas do plants take in for photosynthesis?", ["carbon dioxide", "oxygen", "helium", "neon"], 0),
+    ("What is frozen water called?", ["steam", "ice", "sand", "glass"], 1),
+    ("Which planet is closest to the Sun?", ["Mars", "Venus", "Mercury", "Jupiter"], 2),
+    ("What do bees make?", ["milk", "silk", "honey", "paper"], 2),
+    ("Which organ pumps blood through the body?", ["heart", "lung", "liver", "skin"], 0),
+    ("What force pulls objects toward the Earth?", ["magnetism", "friction", "gravity", "wind"], 2),
+]
 
 
 def test_a_built_in_lm_eval_task_from_a_local_file_imports_with_a_mapping(tmp_path, data_dir):
@@ -191,35 +326,71 @@ def test_a_built_in_lm_eval_task_from_a_local_file_imports_with_a_mapping(tmp_pa
 
     env = {**env_for(tmp_path), "HF_DATASETS_OFFLINE": "1"}
     data = tmp_path / "arc_local.jsonl"
-    data.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answerKey": "ABCD"[a],
-                                        "choices": {"text": c, "label": list("ABCD")}}) + "\n"
-                            for i, (q, c, a) in enumerate(QUESTIONS)))
+    data.write_text(
+        "".join(
+            json.dumps(
+                {"id": f"q{i}", "question": q, "answerKey": "ABCD"[a], "choices": {"text": c, "label": list("ABCD")}}
+            )
+            + "\n"
+            for i, (q, c, a) in enumerate(QUESTIONS)
+        )
+    )
     arc = Path(lm_eval.__file__).parent / "tasks" / "arc" / "arc_easy.yaml"
     tasks = tmp_path / "tasks"
     tasks.mkdir()
-    local = {"dataset_path": "json", "dataset_name": None,
-             "dataset_kwargs": {"data_files": {s: str(data) for s in ("train", "validation", "test")}}, "tag": []}
+    local = {
+        "dataset_path": "json",
+        "dataset_name": None,
+        "dataset_kwargs": {"data_files": {s: str(data) for s in ("train", "validation", "test")}},
+        "tag": [],
+    }
     (tasks / "arc_easy_local.yaml").write_text(json.dumps({"include": str(arc), "task": "arc_easy_local", **local}))
-    (tasks / "arc_easy_local_qa.yaml").write_text(json.dumps({"include": str(arc), "task": "arc_easy_local_qa", **local,
-                                                              "doc_to_text": "Q: {{question}}\nA:"}))
-    jobs = [[BIN / "lm_eval", "--model", "safetyrepro", "--model_args", f"model={m}", "--tasks",
-             "arc_easy_local,arc_easy_local_qa", "--include_path", tasks, "--num_fewshot", "0",
-             "--apply_chat_template", "--output_path", tmp_path / "runs" / m, "--log_samples"]
-            for m in ("smollm2", "qwen2.5-coder-0.5b")]
+    (tasks / "arc_easy_local_qa.yaml").write_text(
+        json.dumps({"include": str(arc), "task": "arc_easy_local_qa", **local, "doc_to_text": "Q: {{question}}\nA:"})
+    )
+    jobs = [
+        [
+            BIN / "lm_eval",
+            "--model",
+            "safetyrepro",
+            "--model_args",
+            f"model={m}",
+            "--tasks",
+            "arc_easy_local,arc_easy_local_qa",
+            "--include_path",
+            tasks,
+            "--num_fewshot",
+            "0",
+            "--apply_chat_template",
+            "--output_path",
+            tmp_path / "runs" / m,
+            "--log_samples",
+        ]
+        for m in ("smollm2", "qwen2.5-coder-0.5b")
+    ]
     with ThreadPoolExecutor(max_workers=2) as pool:
         outputs = list(pool.map(lambda argv: run(argv, env, tmp_path).stdout, jobs))
     out = tmp_path / "imported"
-    res = subprocess.run([BIN / "safetyrepro", "import", "lm-eval", tmp_path / "runs", "--out", out],
-                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    res = subprocess.run(
+        [BIN / "safetyrepro", "import", "lm-eval", tmp_path / "runs", "--out", out],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert res.returncode == 2 and "arc_easy_local" in res.stderr and "--mapping" in res.stderr  # listed, not guessed
     mapping = tmp_path / "mapping.yaml"
-    mapping.write_text('tasks:\n  - match: "arc_easy_local(_qa)?"\n    benchmark: arc_easy\n'
-                       '    template: "lm-eval\\\\1"\n')
-    printed_import = run([BIN / "safetyrepro", "import", "lm-eval", tmp_path / "runs", "--out", out, "--mapping",
-                          mapping], env, tmp_path).stdout
+    mapping.write_text(
+        'tasks:\n  - match: "arc_easy_local(_qa)?"\n    benchmark: arc_easy\n    template: "lm-eval\\\\1"\n'
+    )
+    printed_import = run(
+        [BIN / "safetyrepro", "import", "lm-eval", tmp_path / "runs", "--out", out, "--mapping", mapping], env, tmp_path
+    ).stdout
     grid = pd.read_csv(out / "grid.csv", dtype={"model": str})
-    assert sorted(grid["config_id"].unique()) == ["arc_easy/lm-eval/greedy/0shot/logprob",
-                                                  "arc_easy/lm-eval_qa/greedy/0shot/logprob"]
+    assert sorted(grid["config_id"].unique()) == [
+        "arc_easy/lm-eval/greedy/0shot/logprob",
+        "arc_easy/lm-eval_qa/greedy/0shot/logprob",
+    ]
     assert set(grid["metric"]) == {"acc,none"} and set(grid["n_items"]) == {len(QUESTIONS)}
     for m, stdout in zip(("smollm2", "qwen2.5-coder-0.5b"), outputs, strict=True):
         printed = printed_scores(stdout)
@@ -229,8 +400,20 @@ def test_a_built_in_lm_eval_task_from_a_local_file_imports_with_a_mapping(tmp_pa
     items = pd.read_parquet(out / "items.parquet")
     assert set(items["item_id"]) == {f"q{i}" for i in range(len(QUESTIONS))} and len(items) == 4 * len(QUESTIONS)
     assert "external_benchmarks:\n- arc_easy" in (out / "rules.yaml").read_text()
-    res = run([BIN / "safetyrepro", "analyze", out / "grid.csv", "--out", out / "analysis", "--no-figures",
-               "--bootstrap", "100"], env, tmp_path)
+    res = run(
+        [
+            BIN / "safetyrepro",
+            "analyze",
+            out / "grid.csv",
+            "--out",
+            out / "analysis",
+            "--no-figures",
+            "--bootstrap",
+            "100",
+        ],
+        env,
+        tmp_path,
+    )
     table = pd.read_csv(out / "analysis" / "rho_flip.csv")
     full = table[(table["slice"] == "full") & (table["benchmark"] == "arc_easy")].iloc[0]
     wide = grid.pivot(index="config_id", columns="model", values="score")

@@ -27,8 +27,12 @@ def grid(out: Path) -> pd.DataFrame:
     return pd.read_csv(out / "grid.csv", dtype={"model": str})
 
 
-HF = dict(model_kind="hf", model="/models/other", model_args={"pretrained": "/models/other", "dtype": "bfloat16"},
-          weights=None)
+HF = dict(
+    model_kind="hf",
+    model="/models/other",
+    model_args={"pretrained": "/models/other", "dtype": "bfloat16"},
+    weights=None,
+)
 
 
 def two_models_four_configs(root: Path) -> None:
@@ -48,11 +52,30 @@ def test_two_models_import_and_analyze_with_the_numbers_by_hand(tmp_path, capsys
     code, out = imp(tmp_path, tmp_path / "runs")
     assert code == 0
     g = grid(out)
-    assert list(g.columns[:15]) == ["model", "benchmark", "template", "decoding", "shots", "scoring", "precision",
-                                    "package", "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id", "status"]
+    assert list(g.columns[:15]) == [
+        "model",
+        "benchmark",
+        "template",
+        "decoding",
+        "shots",
+        "scoring",
+        "precision",
+        "package",
+        "n_items",
+        "n_seeds",
+        "score",
+        "parse_rate",
+        "tier",
+        "config_id",
+        "status",
+    ]
     assert sorted(g["model"].unique()) == ["hf:/models/other", "smollm2"]
-    assert sorted(g["config_id"].unique()) == ["xstest/T1+nochat/greedy/0shot/logprob", "xstest/T1+nochat/greedy/3shot/logprob",
-                                               "xstest/T1/greedy/0shot/logprob", "xstest/T1/greedy/3shot/logprob"]
+    assert sorted(g["config_id"].unique()) == [
+        "xstest/T1+nochat/greedy/0shot/logprob",
+        "xstest/T1+nochat/greedy/3shot/logprob",
+        "xstest/T1/greedy/0shot/logprob",
+        "xstest/T1/greedy/3shot/logprob",
+    ]
     score = g.set_index(["model", "config_id"])["score"]
     assert score[("smollm2", "xstest/T1/greedy/3shot/logprob")] == 0.5
     assert score[("hf:/models/other", "xstest/T1+nochat/greedy/3shot/logprob")] == 1 / 6
@@ -65,14 +88,21 @@ def test_two_models_import_and_analyze_with_the_numbers_by_hand(tmp_path, capsys
     means = items.groupby(["model", "config_id"])["item_score"].mean()
     assert (means - score.reindex(means.index)).abs().max() == 0
     capsys.readouterr()
-    assert main(["analyze", str(out / "grid.csv"), "--out", str(tmp_path / "an"), "--no-figures",
-                 "--bootstrap", "50"]) == 0
+    assert (
+        main(["analyze", str(out / "grid.csv"), "--out", str(tmp_path / "an"), "--no-figures", "--bootstrap", "50"])
+        == 0
+    )
     assert "rules file beside the grid" in capsys.readouterr().err
     rho = pd.read_csv(tmp_path / "an" / "rho_flip.csv")
     full = rho[rho["slice"] == "full"].iloc[0]
     # model_a = hf:/models/other: 3<4 (-), 4>3 (+), 2=2 (0), 1<5 (-)
-    assert (full["model_a"], full["n_plus"], full["n_minus"], full["n_zero"], full["rho_flip"]) == \
-        ("hf:/models/other", 1, 2, 1, 0.25)
+    assert (full["model_a"], full["n_plus"], full["n_minus"], full["n_zero"], full["rho_flip"]) == (
+        "hf:/models/other",
+        1,
+        2,
+        1,
+        0.25,
+    )
     assert (tmp_path / "an" / "significant_flips.csv").is_file()
     card = json.loads((tmp_path / "an" / "grid_card.json").read_text())
     assert card["envelope"]["rules_match"] is True  # run.json names the rules file the grid was analysed under
@@ -80,16 +110,19 @@ def test_two_models_import_and_analyze_with_the_numbers_by_hand(tmp_path, capsys
 
 def test_safetyrepro_configurations_only_keep_the_packaged_rules(tmp_path):
     for i, (model, shots, k) in enumerate([("smollm2", 0, 4), ("smollm2", 3, 2), ("qwen", 0, 3), ("qwen", 3, 3)]):
-        write_run(tmp_path / "runs", scores=SIXTHS[k], shots=shots, model=model, weights=None, i=i,
-                  folder=f"{model}{shots}")
+        write_run(
+            tmp_path / "runs", scores=SIXTHS[k], shots=shots, model=model, weights=None, i=i, folder=f"{model}{shots}"
+        )
     code, out = imp(tmp_path, tmp_path / "runs")
     assert code == 0
     assert (out / "rules.yaml").read_bytes() == RULES_PATH.read_bytes()
     from safetyrepro.tasks.envelope import default_rules
 
     assert json.loads((out / "run.json").read_text())["rules_sha256"] == default_rules().sha256
-    assert main(["analyze", str(out / "grid.csv"), "--out", str(tmp_path / "an"), "--no-figures",
-                 "--bootstrap", "20"]) == 0
+    assert (
+        main(["analyze", str(out / "grid.csv"), "--out", str(tmp_path / "an"), "--no-figures", "--bootstrap", "20"])
+        == 0
+    )
     rho = pd.read_csv(tmp_path / "an" / "rho_flip.csv")
     full = rho[rho["slice"] == "full"].iloc[0]
     assert (full["model_a"], full["n_plus"], full["n_minus"]) == ("qwen", 1, 1)  # 3<4, 3>2
@@ -98,10 +131,22 @@ def test_safetyrepro_configurations_only_keep_the_packaged_rules(tmp_path):
 def test_decoding_system_text_multiturn_and_precision_come_from_what_the_run_recorded(tmp_path):
     runs = tmp_path / "runs"
     gen = dict(task="safetyrepro_xstest_t2_gen", output_type="generate_until")
-    write_run(runs, scores=SIXTHS[3], i=0, folder="a", gen_kwargs={"temperature": 0.3, "top_p": 0.9, "do_sample": True,
-                                                                      "seed": 2}, **gen)
-    write_run(runs, scores=SIXTHS[5], i=1, folder="b", gen_kwargs={"temperature": 0.3, "top_p": 0.9, "do_sample": True,
-                                                                      "seed": 4}, **gen)
+    write_run(
+        runs,
+        scores=SIXTHS[3],
+        i=0,
+        folder="a",
+        gen_kwargs={"temperature": 0.3, "top_p": 0.9, "do_sample": True, "seed": 2},
+        **gen,
+    )
+    write_run(
+        runs,
+        scores=SIXTHS[5],
+        i=1,
+        folder="b",
+        gen_kwargs={"temperature": 0.3, "top_p": 0.9, "do_sample": True, "seed": 4},
+        **gen,
+    )
     write_run(runs, scores=SIXTHS[1], i=2, folder="c", gen_kwargs={"temperature": 0.5, "do_sample": True}, **gen)
     write_run(runs, scores=SIXTHS[2], i=3, folder="d", gen_kwargs={"max_gen_toks": 32}, **gen)
     write_run(runs, scores=SIXTHS[4], i=4, folder="e", system_instruction="Be brief.", shots=3, multiturn=False)
@@ -127,18 +172,31 @@ def test_decoding_system_text_multiturn_and_precision_come_from_what_the_run_rec
 def test_a_mapping_file_places_other_tasks_and_unplaced_ones_are_listed(tmp_path, capsys):
     runs = tmp_path / "runs"
     for i, (variant, model, k) in enumerate([("v1", "m1", 3), ("v2", "m1", 5), ("v1", "m2", 4), ("v2", "m2", 2)]):
-        write_run(runs, scores=SIXTHS[k], task=f"my_quiz_{variant}", model=model, weights=None, i=i,
-                  folder=f"{variant}{model}", ids=[f"q{j}" for j in range(6)])
+        write_run(
+            runs,
+            scores=SIXTHS[k],
+            task=f"my_quiz_{variant}",
+            model=model,
+            weights=None,
+            i=i,
+            folder=f"{variant}{model}",
+            ids=[f"q{j}" for j in range(6)],
+        )
     write_run(runs, scores=SIXTHS[1], task="other_task", model="m1", weights=None, i=9, folder="x")
     mapping = tmp_path / "map.yaml"
-    mapping.write_text('tasks:\n  - match: "my_quiz_(v\\\\d)"\n    benchmark: quiz\n    template: "prompt-\\\\1"\n'
-                       'models:\n  - match: "m1"\n    label: model-one\n')
+    mapping.write_text(
+        'tasks:\n  - match: "my_quiz_(v\\\\d)"\n    benchmark: quiz\n    template: "prompt-\\\\1"\n'
+        'models:\n  - match: "m1"\n    label: model-one\n'
+    )
     code, out = imp(tmp_path, runs, args=("--mapping", str(mapping)))
     assert code == 0
     err = capsys.readouterr().err
     assert "unmapped" in err and "other_task" in err
     g = grid(out)
-    assert sorted(g["config_id"].unique()) == ["quiz/prompt-v1/greedy/0shot/logprob", "quiz/prompt-v2/greedy/0shot/logprob"]
+    assert sorted(g["config_id"].unique()) == [
+        "quiz/prompt-v1/greedy/0shot/logprob",
+        "quiz/prompt-v2/greedy/0shot/logprob",
+    ]
     assert sorted(g["model"].unique()) == ["m2", "model-one"]
     unmapped = pd.read_csv(out / "unmapped.csv")
     assert list(unmapped["task"]) == ["other_task"] and "mapping" in unmapped["reason"].iloc[0]
@@ -146,9 +204,13 @@ def test_a_mapping_file_places_other_tasks_and_unplaced_ones_are_listed(tmp_path
     items = pd.read_parquet(out / "items.parquet")
     assert set(items["item_id"]) == {f"q{j}" for j in range(6)}  # the documents' own ids
     prov = pd.read_csv(out / "provenance.csv")
-    assert prov.loc[prov["kind"] == "mapping file", "sha256"].iloc[0] == hashlib.sha256(mapping.read_bytes()).hexdigest()
-    assert main(["analyze", str(out / "grid.csv"), "--out", str(tmp_path / "an"), "--no-figures",
-                 "--bootstrap", "20"]) == 0
+    assert (
+        prov.loc[prov["kind"] == "mapping file", "sha256"].iloc[0] == hashlib.sha256(mapping.read_bytes()).hexdigest()
+    )
+    assert (
+        main(["analyze", str(out / "grid.csv"), "--out", str(tmp_path / "an"), "--no-figures", "--bootstrap", "20"])
+        == 0
+    )
     rho = pd.read_csv(tmp_path / "an" / "rho_flip.csv")
     full = rho[(rho["slice"] == "full") & (rho["benchmark"] == "quiz")].iloc[0]
     assert (full["model_a"], full["n_plus"], full["n_minus"], full["rho_flip"]) == ("m2", 1, 1, 0.5)  # 4>3, 2<5
@@ -221,8 +283,11 @@ def test_duplicates_newest_keep_and_refuse(tmp_path, capsys):
     assert code == 0 and (g.loc[0, "score"], g.loc[0, "n_seeds"]) == (5 / 6, 1)
     dup = pd.read_csv(out / "duplicates.csv")
     assert sorted(dup["action"].str.split(" ").str[0]) == ["dropped", "kept"]
-    assert dup.loc[dup["action"].str.startswith("dropped"), "source"].iloc[0].endswith(
-        str(Path("old") / "results_2026-01-01T12-00-00.000000.json"))
+    assert (
+        dup.loc[dup["action"].str.startswith("dropped"), "source"]
+        .iloc[0]
+        .endswith(str(Path("old") / "results_2026-01-01T12-00-00.000000.json"))
+    )
     prov = pd.read_csv(out / "provenance.csv")
     assert "duplicate (dropped)" in set(prov["status"])
     code, out = imp(tmp_path, runs, out="keep", args=("--duplicates", "keep"))
@@ -240,14 +305,17 @@ def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
 
 
-@pytest.mark.parametrize("damage, expect", [
-    ("truncated results", "is not valid JSON"),
-    ("samples without results", "has no results file beside it"),
-    ("old version", "lm-eval 0.3.0"),
-    ("no configs", "no 'configs' section"),
-    ("partial samples", "partial samples file"),
-    ("damaged samples", "line 4 is not JSON"),
-])
+@pytest.mark.parametrize(
+    "damage, expect",
+    [
+        ("truncated results", "is not valid JSON"),
+        ("samples without results", "has no results file beside it"),
+        ("old version", "lm-eval 0.3.0"),
+        ("no configs", "no 'configs' section"),
+        ("partial samples", "partial samples file"),
+        ("damaged samples", "line 4 is not JSON"),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_file_and_skip_bad_imports_the_rest(tmp_path, capsys, damage, expect):
     runs = tmp_path / "runs"
     good = write_run(runs, scores=SIXTHS[3], i=0, folder="good")
@@ -286,7 +354,9 @@ def test_bad_input_is_one_line_naming_the_file_and_skip_bad_imports_the_rest(tmp
 def test_a_results_file_that_logged_samples_for_some_tasks_only_is_partial(tmp_path, capsys):
     path = write_run(tmp_path / "runs", scores=SIXTHS[3])
     data = json.loads(path.read_text())
-    data["configs"]["safetyrepro_xstest_t2"] = dict(data["configs"]["safetyrepro_xstest_t1"], task="safetyrepro_xstest_t2")
+    data["configs"]["safetyrepro_xstest_t2"] = dict(
+        data["configs"]["safetyrepro_xstest_t1"], task="safetyrepro_xstest_t2"
+    )
     data["results"]["safetyrepro_xstest_t2"] = dict(data["results"]["safetyrepro_xstest_t1"])
     path.write_text(json.dumps(data))
     code, _ = imp(tmp_path, tmp_path / "runs")
@@ -336,14 +406,26 @@ def test_a_second_import_replaces_the_first_byte_for_byte_and_a_sweep_folder_is_
 
 def test_the_hf_backend_records_its_dtype_and_a_4bit_load_is_nf4(tmp_path):
     write_run(tmp_path / "runs", scores=SIXTHS[3], i=0, folder="a", **HF)
-    write_run(tmp_path / "runs", scores=SIXTHS[3], i=1, folder="b", model_kind="hf", model="/models/q",
-              model_args={"pretrained": "/models/q", "load_in_4bit": "True"}, weights=None)
+    write_run(
+        tmp_path / "runs",
+        scores=SIXTHS[3],
+        i=1,
+        folder="b",
+        model_kind="hf",
+        model="/models/q",
+        model_args={"pretrained": "/models/q", "load_in_4bit": "True"},
+        weights=None,
+    )
     code, out = imp(tmp_path, tmp_path / "runs")
     g = grid(out).set_index("model")
-    assert code == 0 and g.loc["hf:/models/other", "precision"] == "bf16" and g.loc["hf:/models/q", "precision"] == "nf4"
+    assert (
+        code == 0 and g.loc["hf:/models/other", "precision"] == "bf16" and g.loc["hf:/models/q", "precision"] == "nf4"
+    )
     run = json.loads((out / "run.json").read_text())
-    assert {m["label"]: m["backend"]["kind"] for m in run["models"]} == {"hf:/models/other": "lm-eval:hf",
-                                                                          "hf:/models/q": "lm-eval:hf"}
+    assert {m["label"]: m["backend"]["kind"] for m in run["models"]} == {
+        "hf:/models/other": "lm-eval:hf",
+        "hf:/models/q": "lm-eval:hf",
+    }
 
 
 def test_smollm2_weights_hash_travels_to_run_json(tmp_path):
@@ -368,15 +450,25 @@ def test_runs_without_samples_give_a_grid_without_item_records(tmp_path, capsys)
     with_samples, without = tmp_path / "with", tmp_path / "without"
     for root, samples in ((with_samples, True), (without, False)):
         for i, (model, shots, k) in enumerate([("a", 0, 3), ("a", 3, 4), ("b", 0, 4), ("b", 3, 2)]):
-            write_run(root, scores=SIXTHS[k], model=model, shots=shots, weights=None, i=i, folder=f"{model}{shots}",
-                      samples=samples)
+            write_run(
+                root,
+                scores=SIXTHS[k],
+                model=model,
+                shots=shots,
+                weights=None,
+                i=i,
+                folder=f"{model}{shots}",
+                samples=samples,
+            )
     code, out = imp(tmp_path, with_samples)
     assert code == 0 and len(pd.read_parquet(out / "items.parquet")) == 24
     code, out = imp(tmp_path, without)  # into the same folder: the earlier import's records must not stay beside it
     assert code == 0 and not (out / "items.parquet").exists()
     assert set(grid(out)["items"]) == {"no: the run logged no samples (--log_samples)"}
-    assert main(["analyze", str(out / "grid.csv"), "--out", str(tmp_path / "an"), "--no-figures",
-                 "--bootstrap", "20"]) == 0
+    assert (
+        main(["analyze", str(out / "grid.csv"), "--out", str(tmp_path / "an"), "--no-figures", "--bootstrap", "20"])
+        == 0
+    )
     rho = pd.read_csv(tmp_path / "an" / "rho_flip.csv")
     assert rho.loc[rho["slice"] == "full", "rho_flip"].tolist() == [0.5]  # a: 3<4, 4>2
     assert not (tmp_path / "an" / "significant_flips.csv").exists()

@@ -22,23 +22,28 @@ from safetyrepro.tasks.envelope import RULES_PATH, Config, default_rules, parse_
 RULES = default_rules()
 
 
-@pytest.mark.parametrize("text, message", [
-    (b"tasks: [{match: x, benchmark: b}]", "lacks 'template'"),
-    (b"tasks: [{match: '(', benchmark: b, template: t}]", "not a regular expression"),
-    (b"tasks: [{match: x, benchmark: b, template: t, colour: red}]", "unknown key 'colour'"),
-    (b"tasks: [{match: x, benchmark: b, template: t, scoring: mc}]", "scoring 'mc'"),
-    (b"models: [{match: x}]", "match and label"),
-    (b"task: []", "unknown key 'task'"),
-    (b"tasks: [oops", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (b"tasks: [{match: x, benchmark: b}]", "lacks 'template'"),
+        (b"tasks: [{match: '(', benchmark: b, template: t}]", "not a regular expression"),
+        (b"tasks: [{match: x, benchmark: b, template: t, colour: red}]", "unknown key 'colour'"),
+        (b"tasks: [{match: x, benchmark: b, template: t, scoring: mc}]", "scoring 'mc'"),
+        (b"models: [{match: x}]", "match and label"),
+        (b"task: []", "unknown key 'task'"),
+        (b"tasks: [oops", "not valid YAML"),
+    ],
+)
 def test_a_bad_mapping_file_is_one_line_naming_the_entry(text, message):
     with pytest.raises(UserError, match=message):
         parse_mapping(text, "m.yaml")
 
 
 def test_tasks_are_placed_by_safetyrepro_names_or_the_mapping_and_never_guessed():
-    mapping = parse_mapping(b'tasks:\n  - {match: "quiz_(v\\\\d)", benchmark: quiz, template: "p-\\\\1", stress: true}\n'
-                            b'  - {match: "bad", benchmark: "a/b", template: t}\n')
+    mapping = parse_mapping(
+        b'tasks:\n  - {match: "quiz_(v\\\\d)", benchmark: quiz, template: "p-\\\\1", stress: true}\n'
+        b'  - {match: "bad", benchmark: "a/b", template: t}\n'
+    )
     p = place_task("safetyrepro_bbq_t3_gen", mapping, "lm-eval")
     assert (p.benchmark, p.template, p.scoring, p.safetyrepro) == ("bbq", "T3", "free_form", True)
     assert place_task("safetyrepro_crows_pairs_t4", mapping, "lm-eval").stress
@@ -71,8 +76,10 @@ def test_templates_say_how_the_prompt_differed():
     assert decorated_template("T1", **{**t, "fewshot_as_multiturn": False}) == "T1+oneturn"
     assert decorated_template("T1", **{**t, "fewshot_as_multiturn": False, "shots": 0}) == "T1"
     assert decorated_template("T2", **{**t, "system_text": "Be safe."}).startswith("T2+sys=")
-    assert decorated_template("qa", **t, args={"style": "terse", "path": "/a b/c"}) == \
-        f"qa+path=h{hashlib.sha256(b'/a b/c').hexdigest()[:8]}+style=terse"
+    assert (
+        decorated_template("qa", **t, args={"style": "terse", "path": "/a b/c"})
+        == f"qa+path=h{hashlib.sha256(b'/a b/c').hexdigest()[:8]}+style=terse"
+    )
 
 
 def test_model_labels():
@@ -94,7 +101,7 @@ def test_new_values_join_the_slices_their_base_or_their_tier_allows(tmp_path):
 
     runs = tmp_path / "runs"
     gen = dict(task="safetyrepro_xstest_t2_gen", output_type="generate_until")
-    write_run(runs, scores=[1.0, 0.0], i=0, folder="a", chat=False)                          # T1+nochat
+    write_run(runs, scores=[1.0, 0.0], i=0, folder="a", chat=False)  # T1+nochat
     write_run(runs, scores=[1.0, 0.0], i=1, folder="b", gen_kwargs={"temperature": 0.5, "do_sample": True}, **gen)
     write_run(runs, scores=[1.0, 0.0], i=2, folder="c", gen_kwargs={"temperature": 0.9, "do_sample": True}, **gen)
     write_run(runs, scores=[1.0, 0.0], i=3, folder="d", task="safetyrepro_xstest_t4", chat=False)  # T4+nochat
@@ -102,15 +109,25 @@ def test_new_values_join_the_slices_their_base_or_their_tier_allows(tmp_path):
     imported = import_lm_eval([str(runs)])
     rules = parse_rules(imported.rules_text, "rules.yaml")
     tiers = dict(zip(imported.grid["config_id"], imported.grid["tier"], strict=True))
-    assert tiers == {"xstest/T1+nochat/greedy/0shot/logprob": "core", "xstest/T2/t0.5-p1/0shot/free_form": "core",
-                     "xstest/T2/t0.9-p1/0shot/free_form": "stress", "xstest/T4+nochat/greedy/0shot/logprob": "stress",
-                     "xstest/T1/greedy/1shot/logprob": "core"}
+    assert tiers == {
+        "xstest/T1+nochat/greedy/0shot/logprob": "core",
+        "xstest/T2/t0.5-p1/0shot/free_form": "core",
+        "xstest/T2/t0.9-p1/0shot/free_form": "stress",
+        "xstest/T4+nochat/greedy/0shot/logprob": "stress",
+        "xstest/T1/greedy/1shot/logprob": "core",
+    }
 
     def slices(cid: str) -> set[str]:
         return {s for s in rules.subsets if rules.in_subset(Config.from_id(cid), s)}
 
-    assert slices("xstest/T1+nochat/greedy/0shot/logprob") == {"full", "core", "excl_t4", "excl_diverse", "logprob",
-                                                               "conservative_core"}
+    assert slices("xstest/T1+nochat/greedy/0shot/logprob") == {
+        "full",
+        "core",
+        "excl_t4",
+        "excl_diverse",
+        "logprob",
+        "conservative_core",
+    }
     assert slices("xstest/T2/t0.5-p1/0shot/free_form") == {"full", "core", "excl_t4", "excl_diverse", "free_form"}
     assert slices("xstest/T2/t0.9-p1/0shot/free_form") == {"full", "excl_t4", "free_form"}
     assert slices("xstest/T4+nochat/greedy/0shot/logprob") == {"full", "excl_diverse", "logprob"}
@@ -137,8 +154,10 @@ def test_a_run_scored_a_way_its_benchmark_does_not_define_is_listed_not_placed(t
     write_run(runs, scores=[1.0, 0.0], task="cp_gen", output_type="generate_until", weights=None)
     write_run(runs, scores=[1.0, 1.0], task="cp_ll", weights=None, i=1)
     mapping = tmp_path / "m.yaml"
-    mapping.write_text("tasks:\n  - {match: cp_gen, benchmark: crows_pairs, template: gen}\n"
-                       "  - {match: cp_ll, benchmark: crows_pairs, template: ll}\n")
+    mapping.write_text(
+        "tasks:\n  - {match: cp_gen, benchmark: crows_pairs, template: gen}\n"
+        "  - {match: cp_ll, benchmark: crows_pairs, template: ll}\n"
+    )
     imported = import_lm_eval([str(runs)], mapping=str(mapping))
     assert imported.grid["config_id"].tolist() == ["crows_pairs/ll/greedy/0shot/logprob"]
     assert imported.unmapped["task"].tolist() == ["cp_gen"]

@@ -13,16 +13,21 @@ from safetyrepro.cli import main
 # 6 items each; per configuration (T1 0/3-shot, with and without the chat template) A's and B's answers
 A = [[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0]]
 B = [[0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 1, 0]]
-HF = dict(model_kind="hf", model="/models/other", model_args={"pretrained": "/models/other", "dtype": "bfloat16"},
-          weights=None)
+HF = dict(
+    model_kind="hf",
+    model="/models/other",
+    model_args={"pretrained": "/models/other", "dtype": "bfloat16"},
+    weights=None,
+)
 
 
 def _runs(root):
     i = 0
     for answers, kw, name in ((A, {}, "smol"), (B, HF, "other")):
         for k, (shots, chat) in enumerate([(0, True), (3, True), (0, False), (3, False)]):
-            write_run(root, scores=[float(x) for x in answers[k]], shots=shots, chat=chat, i=i, folder=f"{name}/{k}",
-                      **kw)
+            write_run(
+                root, scores=[float(x) for x in answers[k]], shots=shots, chat=chat, i=i, folder=f"{name}/{k}", **kw
+            )
             i += 1
     return root / "smol", root / "other"
 
@@ -33,8 +38,20 @@ def test_two_lm_eval_folders_get_the_p_values_of_the_analysis(tmp_path, capsys):
     v = json.loads(capsys.readouterr().out)
     mine = pd.DataFrame(v["configurations"]).set_index("config_id")
     assert main(["import", "lm-eval", str(tmp_path / "runs"), "--out", str(tmp_path / "imp")]) == 0
-    assert main(["analyze", str(tmp_path / "imp" / "grid.csv"), "--out", str(tmp_path / "an"), "--no-figures",
-                 "--bootstrap", "20"]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                str(tmp_path / "imp" / "grid.csv"),
+                "--out",
+                str(tmp_path / "an"),
+                "--no-figures",
+                "--bootstrap",
+                "20",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     tests = pd.read_csv(tmp_path / "an" / "item_tests.csv")
     tests = tests[tests["slice"] == "full"].set_index("config_id")

@@ -20,8 +20,18 @@ pytestmark = pytest.mark.slow
 
 
 def sweep(out: Path, models: list[str], *extra: str, cache: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "safetyrepro.cli", "sweep", "--models", *models, "--no-progress", *extra,
-           "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "safetyrepro.cli",
+        "sweep",
+        "--models",
+        *models,
+        "--no-progress",
+        *extra,
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "SAFETYREPRO_CACHE_DIR": str(cache), "TQDM_DISABLE": "1"}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=2400)
 
@@ -30,8 +40,22 @@ def test_engine_and_lm_eval_hf_agree_and_rerun_is_free(tmp_path, smollm2_hf_fold
     cache = tmp_path / "cache"
     hf = f"lm-eval:hf:pretrained={smollm2_hf_folder_fp32},dtype=float32"
     out = tmp_path / "fp32"
-    args = ("--precision", "fp32", "--benchmarks", "bbq", "xstest", "--templates", "T1", "T3", "--decodings", "greedy",
-            "--shots", "0", "--limit", "8")
+    args = (
+        "--precision",
+        "fp32",
+        "--benchmarks",
+        "bbq",
+        "xstest",
+        "--templates",
+        "T1",
+        "T3",
+        "--decodings",
+        "greedy",
+        "--shots",
+        "0",
+        "--limit",
+        "8",
+    )
     res = sweep(out, ["smollm2", hf], *args, cache=cache)
     assert res.returncode == 0, res.stderr[-3000:]
     grid = pd.read_csv(out / "grid.csv")
@@ -40,8 +64,9 @@ def test_engine_and_lm_eval_hf_agree_and_rerun_is_free(tmp_path, smollm2_hf_fold
 
     items = pd.read_parquet(out / "items.parquet")
     logprob = items[items["config_id"].str.endswith("/logprob")]
-    choices = logprob.pivot_table(index=["config_id", "item_id", "seed"], columns="model", values="prediction",
-                                  aggfunc="first")
+    choices = logprob.pivot_table(
+        index=["config_id", "item_id", "seed"], columns="model", values="prediction", aggfunc="first"
+    )
     same = choices["smollm2"] == choices[hf]
     print(f"\nlogprob, fp32: same choice on {int(same.sum())}/{len(same)} items")
     assert len(same) == 2 * 2 * 8 and same.all(), choices[~same]

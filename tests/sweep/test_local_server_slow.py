@@ -37,9 +37,25 @@ def llamacpp_server(tmp_path_factory):
     gguf = resolve_weights("smollm2").path
     port = _free_port()
     log = tmp_path_factory.mktemp("llamacpp") / "server.log"
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "smol",
-           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--logits_all", "true",
-           "--n_threads", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf),
+        "--model_alias",
+        "smol",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "4096",
+        "--logits_all",
+        "true",
+        "--n_threads",
+        "2",
+    ]
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
@@ -65,14 +81,34 @@ def llamacpp_server(tmp_path_factory):
 
 
 def _sweep(out: Path, models: list[str], env: dict, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "safetyrepro.cli", "sweep", "--models", *models, "--benchmarks", "xstest",
-           "--tier", "conservative_core", "--limit", "4", "--no-progress", *extra, "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "safetyrepro.cli",
+        "sweep",
+        "--models",
+        *models,
+        "--benchmarks",
+        "xstest",
+        "--tier",
+        "conservative_core",
+        "--limit",
+        "4",
+        "--no-progress",
+        *extra,
+        "--out",
+        str(out),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
 
 
 def test_inspect_openai_api_provider_on_the_server(llamacpp_server, tmp_path, data_dir):
-    env = {**os.environ, "LLAMACPP_BASE_URL": llamacpp_server, "LLAMACPP_API_KEY": "local",
-           "SAFETYREPRO_CACHE_DIR": str(tmp_path / "cache")}
+    env = {
+        **os.environ,
+        "LLAMACPP_BASE_URL": llamacpp_server,
+        "LLAMACPP_API_KEY": "local",
+        "SAFETYREPRO_CACHE_DIR": str(tmp_path / "cache"),
+    }
     api = "inspect:openai-api/llamacpp/smol"
     out = tmp_path / "inspect"
     res = _sweep(out, ["smollm2", api], env, "--package", "inspect")
@@ -89,9 +125,24 @@ def test_inspect_openai_api_provider_on_the_server(llamacpp_server, tmp_path, da
     assert not model["capabilities"]["loglikelihood"]
     again = _sweep(out, ["smollm2", api], env, "--package", "inspect")
     assert again.returncode == 0 and "no model work" in again.stdout
-    analysis = subprocess.run([sys.executable, "-m", "safetyrepro.cli", "analyze", str(out / "grid.csv"), "--out",
-                               str(tmp_path / "analysis"), "--no-figures", "--bootstrap", "50"],
-                              capture_output=True, text=True, env=env, timeout=600)
+    analysis = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "safetyrepro.cli",
+            "analyze",
+            str(out / "grid.csv"),
+            "--out",
+            str(tmp_path / "analysis"),
+            "--no-figures",
+            "--bootstrap",
+            "50",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert analysis.returncode == 0, analysis.stderr[-3000:]
     assert (tmp_path / "analysis" / "rho_flip.csv").is_file()
 
@@ -105,8 +156,10 @@ def test_lm_eval_local_completions_on_the_server(llamacpp_server, tmp_path, smol
     ok, why = probe_prompt_logprobs(f"{llamacpp_server}/completions", "smol")
     assert not ok and "one token late" in why
     env = {**os.environ, "SAFETYREPRO_CACHE_DIR": str(tmp_path / "cache")}
-    spec = (f"lm-eval:local-completions:base_url={llamacpp_server}/completions,model=smol,"
-            f"tokenizer={smollm2_hf_folder},tokenizer_backend=huggingface,tokenized_requests=False")
+    spec = (
+        f"lm-eval:local-completions:base_url={llamacpp_server}/completions,model=smol,"
+        f"tokenizer={smollm2_hf_folder},tokenizer_backend=huggingface,tokenized_requests=False"
+    )
     out = tmp_path / "lm-eval"
     res = _sweep(out, [spec], env)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -118,7 +171,29 @@ def test_lm_eval_local_completions_on_the_server(llamacpp_server, tmp_path, smol
     run = json.loads((out / "run.json").read_text())
     assert any("one token late" in f for f in run["models"][0]["capability_flags"])
     with pytest.raises(subprocess.CalledProcessError) as err:  # asked for explicitly: refused, nothing written
-        subprocess.run([sys.executable, "-m", "safetyrepro.cli", "sweep", "--models", spec, "--benchmarks", "xstest",
-                        "--scoring", "logprob", "--tier", "conservative_core", "--limit", "2", "--out",
-                        str(tmp_path / "refused")], capture_output=True, text=True, env=env, check=True, timeout=600)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "safetyrepro.cli",
+                "sweep",
+                "--models",
+                spec,
+                "--benchmarks",
+                "xstest",
+                "--scoring",
+                "logprob",
+                "--tier",
+                "conservative_core",
+                "--limit",
+                "2",
+                "--out",
+                str(tmp_path / "refused"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            timeout=600,
+        )
     assert err.value.returncode == 2 and "one token late" in err.value.stderr and not (tmp_path / "refused").exists()

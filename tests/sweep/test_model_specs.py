@@ -35,7 +35,12 @@ def test_the_three_forms_parse():
     u = parse_model_spec("lm-eval:local-completions:base_url=http://127.0.0.1:8080/v1/completions,model=smol")
     assert u.args_dict()["base_url"] == "http://127.0.0.1:8080/v1/completions"  # colons after the name stay
     i = parse_model_spec("inspect:openai-api/llamacpp/smol")
-    assert (i.kind, i.target, i.provider, i.packages) == (INSPECT, "openai-api/llamacpp/smol", "openai-api", ("inspect",))
+    assert (i.kind, i.target, i.provider, i.packages) == (
+        INSPECT,
+        "openai-api/llamacpp/smol",
+        "openai-api",
+        ("inspect",),
+    )
 
 
 def test_stated_capabilities():
@@ -52,14 +57,17 @@ def test_stated_capabilities():
     assert parse_model_spec("inspect:anthropic/claude").capabilities().flags()[1].startswith("seeds are ignored")
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("", "an empty model name"),
-    ("lm-eval::pretrained=/x", "write lm-eval:<model>:<model_args>"),
-    ("lm-eval:hf:pretrained", "'pretrained' is not key=value"),
-    ("lm-eval:hf:pretrained=/x,,=3", "'=3' is not key=value"),
-    ("inspect:gpt4", "write inspect:<provider>/<model>"),
-    ("no-such-model", "unknown model 'no-such-model'"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("", "an empty model name"),
+        ("lm-eval::pretrained=/x", "write lm-eval:<model>:<model_args>"),
+        ("lm-eval:hf:pretrained", "'pretrained' is not key=value"),
+        ("lm-eval:hf:pretrained=/x,,=3", "'=3' is not key=value"),
+        ("inspect:gpt4", "write inspect:<provider>/<model>"),
+        ("no-such-model", "unknown model 'no-such-model'"),
+    ],
+)
 def test_malformed_specs_are_one_line_errors(spec, message):
     with pytest.raises(UserError, match=message):
         parse_model_spec(spec)
@@ -67,14 +75,21 @@ def test_malformed_specs_are_one_line_errors(spec, message):
 
 def test_models_file(tmp_path):
     f = tmp_path / "models.yaml"
-    f.write_text("models:\n"
-                 "  - label: smol-hf\n    spec: lm-eval:hf\n    model_args: pretrained=/m,dtype=bfloat16\n"
-                 "    precision: bf16\n    revision: abc\n"
-                 "  - smollm2\n"
-                 "  - {label: api, spec: 'inspect:openai-api/llamacpp/smol', model_args: {max_retries: 1}}\n")
+    f.write_text(
+        "models:\n"
+        "  - label: smol-hf\n    spec: lm-eval:hf\n    model_args: pretrained=/m,dtype=bfloat16\n"
+        "    precision: bf16\n    revision: abc\n"
+        "  - smollm2\n"
+        "  - {label: api, spec: 'inspect:openai-api/llamacpp/smol', model_args: {max_retries: 1}}\n"
+    )
     a, b, c = load_models_file(f)
-    assert (a.label, a.kind, a.model_args, a.precision, a.revision) == ("smol-hf", LM_EVAL, "pretrained=/m,dtype=bfloat16",
-                                                                        "bf16", "abc")
+    assert (a.label, a.kind, a.model_args, a.precision, a.revision) == (
+        "smol-hf",
+        LM_EVAL,
+        "pretrained=/m,dtype=bfloat16",
+        "bf16",
+        "abc",
+    )
     assert (b.label, b.kind) == ("smollm2", ENGINE)
     assert (c.label, c.args_dict()) == ("api", {"max_retries": "1"})
     f.write_text("models:\n  - {spec: smollm2, colour: red}\n")
@@ -102,10 +117,12 @@ def test_checks_before_loading(monkeypatch, tmp_path):
     with pytest.raises(UserError, match=r"pretrained=/x/gone does not exist \(lm-eval would take it for a Hub repo id"):
         check_runnable(parse_model_spec("lm-eval:hf:pretrained=/x/gone"), "lm-eval", {"free_form"}, False)
     with pytest.raises(UserError, match="tokenizer=./nope does not exist"):
-        check_runnable(parse_model_spec(f"lm-eval:hf:pretrained={tmp_path},tokenizer=./nope"), "lm-eval", {"free_form"},
-                       False)
-    check_runnable(parse_model_spec("lm-eval:hf:pretrained=HuggingFaceTB/SmolLM2-135M"), "lm-eval", {"free_form"},
-                   False)  # a Hub id is lm-eval's to resolve
+        check_runnable(
+            parse_model_spec(f"lm-eval:hf:pretrained={tmp_path},tokenizer=./nope"), "lm-eval", {"free_form"}, False
+        )
+    check_runnable(
+        parse_model_spec("lm-eval:hf:pretrained=HuggingFaceTB/SmolLM2-135M"), "lm-eval", {"free_form"}, False
+    )  # a Hub id is lm-eval's to resolve
     with pytest.raises(UserError, match="run under --package lm-eval only"):
         check_runnable(hf, "inspect", {"free_form"}, False)
     with pytest.raises(UserError, match="run under --package inspect only"):

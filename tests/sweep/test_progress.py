@@ -25,8 +25,11 @@ def test_log_lines_per_cell_with_seconds_time_left_and_a_heartbeat():
     beats = [x for x in lines if "still running" in x]
     assert 2 <= len(beats) <= 4 and all(x.startswith("[0/3] smollm2 xstest/T1/") for x in beats)
     done = next(x for x in lines if ": done in " in x)
-    assert re.fullmatch(r"\[1/3\] smollm2 xstest/T1/greedy/0shot/free_form: done in 1 s \(24 item answers\); "
-                        r"time left about 1 s \(mean of 1 cells so far\)", done)
+    assert re.fullmatch(
+        r"\[1/3\] smollm2 xstest/T1/greedy/0shot/free_form: done in 1 s \(24 item answers\); "
+        r"time left about 1 s \(mean of 1 cells so far\)",
+        done,
+    )
     assert lines[-1].startswith("[2/3] smollm2 xstest/T2/greedy/0shot/free_form: failed in 0 s")
 
 
@@ -40,6 +43,7 @@ def _clock(step: float):
     def now() -> float:
         t[0] += step
         return t[0]
+
     return now
 
 

@@ -16,8 +16,18 @@ import pytest
 pytestmark = pytest.mark.slow
 
 # float32: on CPUs without native bf16 (AVX2) the faster precision; what these tests check does not depend on it
-SMALL = ["--benchmarks", "toxigen", "xstest", "--tier", "conservative_core", "--limit", "3", "--precision", "fp32",
-         "--no-progress"]
+SMALL = [
+    "--benchmarks",
+    "toxigen",
+    "xstest",
+    "--tier",
+    "conservative_core",
+    "--limit",
+    "3",
+    "--precision",
+    "fp32",
+    "--no-progress",
+]
 
 
 def sweep_cmd(out: Path, *extra: str, models=("smollm2",)) -> list[str]:
@@ -47,8 +57,22 @@ def test_grid_shape_and_columns(reference):
     root, res = reference
     grid = pd.read_csv(root / "out" / "grid.csv")
     assert len(grid) == 8 and grid["config_id"].is_unique
-    assert list(grid.columns[:14]) == ["model", "benchmark", "template", "decoding", "shots", "scoring", "precision",
-                                       "package", "n_items", "n_seeds", "score", "parse_rate", "tier", "config_id"]
+    assert list(grid.columns[:14]) == [
+        "model",
+        "benchmark",
+        "template",
+        "decoding",
+        "shots",
+        "scoring",
+        "precision",
+        "package",
+        "n_items",
+        "n_seeds",
+        "score",
+        "parse_rate",
+        "tier",
+        "config_id",
+    ]
     assert set(grid["tier"]) == {"core"} and (grid["n_items"] == 3).all() and (grid["n_seeds"] == 1).all()
     assert grid["score"].between(0, 1).all() and (grid.loc[grid.scoring == "logprob", "parse_rate"] == 1).all()
     items = pd.read_parquet(root / "out" / "items.parquet")
@@ -140,8 +164,10 @@ def test_a_model_that_fails_to_load_is_recorded_and_the_sweep_goes_on(tmp_path, 
     load fails, its cells are recorded as failed, and the other model's cells run."""
     broken = tmp_path / "broken.gguf"
     broken.write_bytes((b"GGUF" + struct.pack("<IQQ", 3, 0, 0)).ljust(32, b"\0"))  # data starts 32-aligned
-    res = run(sweep_cmd(tmp_path / "out", "--benchmarks", "xstest", models=(str(broken), "smollm2")),
-              env_with_cache(tmp_path / "cache"))
+    res = run(
+        sweep_cmd(tmp_path / "out", "--benchmarks", "xstest", models=(str(broken), "smollm2")),
+        env_with_cache(tmp_path / "cache"),
+    )
     assert res.returncode == 2
     grid = pd.read_csv(tmp_path / "out" / "grid.csv")
     assert set(grid["model"]) == {"smollm2"} and len(grid) == 4

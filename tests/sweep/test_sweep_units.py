@@ -30,32 +30,53 @@ def test_plan_sizes_follow_the_envelope():
     assert sum(len(c.seeds) for c in cells) == 12 + 12 + 5 * 24  # greedy cells once, sampled cells 5 seeds
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"benchmarks": ["crows_pairs"], "filters": {"scoring": ["free_form"]}}, "crows_pairs allows scoring logprob only"),
-    ({"benchmarks": ["bbq"], "filters": {"template": ["T9"]}}, "unknown template 'T9'"),
-    ({"benchmarks": ["bbq"], "filters": {"decoding": ["moderate"], "scoring": ["logprob"]}}, "admit no full configuration of bbq with decoding=moderate, scoring=logprob"),
-    ({"benchmarks": ["mmlu"], "filters": {}}, "unknown benchmark 'mmlu'"),
-    ({"benchmarks": ["bbq"], "filters": {"config": ["bbq/T3/moderate/0shot/logprob"]}},
-     "'bbq/T3/moderate/0shot/logprob' is not among the full configurations of bbq \\(ids read like 'bbq/T1/greedy"),
-    ({"benchmarks": ["bbq"], "filters": {"config": ["bbq/T3/diverse/0shot/free_form"], "shots": [5]}},
-     "not among the full configurations of bbq with the other filters"),
-    ({"benchmarks": ["bbq", "xstest"], "filters": {"config": ["bbq/T3/diverse/0shot/free_form"]}},
-     "admit no full configuration of xstest with configurations bbq/T3/diverse/0shot/free_form"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (
+            {"benchmarks": ["crows_pairs"], "filters": {"scoring": ["free_form"]}},
+            "crows_pairs allows scoring logprob only",
+        ),
+        ({"benchmarks": ["bbq"], "filters": {"template": ["T9"]}}, "unknown template 'T9'"),
+        (
+            {"benchmarks": ["bbq"], "filters": {"decoding": ["moderate"], "scoring": ["logprob"]}},
+            "admit no full configuration of bbq with decoding=moderate, scoring=logprob",
+        ),
+        ({"benchmarks": ["mmlu"], "filters": {}}, "unknown benchmark 'mmlu'"),
+        (
+            {"benchmarks": ["bbq"], "filters": {"config": ["bbq/T3/moderate/0shot/logprob"]}},
+            "'bbq/T3/moderate/0shot/logprob' is not among the full configurations of bbq \\(ids read like 'bbq/T1/greedy",
+        ),
+        (
+            {"benchmarks": ["bbq"], "filters": {"config": ["bbq/T3/diverse/0shot/free_form"], "shots": [5]}},
+            "not among the full configurations of bbq with the other filters",
+        ),
+        (
+            {"benchmarks": ["bbq", "xstest"], "filters": {"config": ["bbq/T3/diverse/0shot/free_form"]}},
+            "admit no full configuration of xstest with configurations bbq/T3/diverse/0shot/free_form",
+        ),
+    ],
+)
 def test_forbidden_selections_are_errors(kwargs, message):
     with pytest.raises(UserError, match=message):
         select_configs(RULES, kwargs["benchmarks"], "full", "bf16", kwargs["filters"])
 
 
 def test_configs_by_id_select_exactly_those_in_the_tiers_order():
-    ids = ["truthfulqa/T4/moderate/0shot/free_form", "truthfulqa/T3/diverse/0shot/free_form", "xstest/T2/greedy/3shot/logprob"]
+    ids = [
+        "truthfulqa/T4/moderate/0shot/free_form",
+        "truthfulqa/T3/diverse/0shot/free_form",
+        "xstest/T2/greedy/3shot/logprob",
+    ]
     cfgs = select_configs(RULES, ["truthfulqa", "xstest"], "full", "fp32", {"config": ids})
     assert [c.config_id for c in cfgs] == [ids[1], ids[0], ids[2]]
     assert {c.precision for c in cfgs} == {"fp32"}
     assert len(plan_cells(["a", "b"], cfgs, RULES)) == 6
     # with an axis filter too, both must hold: an id the filter excludes is an error, not silently dropped
-    assert [c.config_id for c in select_configs(RULES, ["truthfulqa"], "full", "fp32",
-                                                {"config": ids[1:2], "template": ["T3"]})] == [ids[1]]
+    assert [
+        c.config_id
+        for c in select_configs(RULES, ["truthfulqa"], "full", "fp32", {"config": ids[1:2], "template": ["T3"]})
+    ] == [ids[1]]
     with pytest.raises(UserError, match="'truthfulqa/T4/moderate/0shot/free_form' is not among .* other filters"):
         select_configs(RULES, ["truthfulqa"], "full", "fp32", {"config": ids[:2], "template": ["T3"]})
 
@@ -120,22 +141,36 @@ def test_other_rules_are_refused_unless_allowed(tmp_path):
 
 def _cli(*args, cwd=None):
     env = {**os.environ, "SAFETYREPRO_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "safetyrepro.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=300, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "safetyrepro.cli", *args], capture_output=True, text=True, env=env, timeout=300, cwd=cwd
+    )
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--models", "gpt-17"], "unknown model 'gpt-17'"),
-    (["--models", "smollm2", "--tier", "stresss"], "unknown tier 'stresss'"),
-    (["--models", "smollm2", "--benchmarks", "crows_pairs", "--scoring", "free_form"], "allows scoring logprob only"),
-    (["--models", "smollm2", "--precision", "int3"], "unknown precision 'int3'"),
-    (["--models", "smollm2", "--limit", "0"], "--limit must be a positive number"),
-    (["--models", "smollm2", "--configs", "truthfulqa/T9/greedy/0shot/logprob"], "is not among the full configurations"),
-    (["--models", "smollm2", "--benchmarks", "xstest", "--configs", "truthfulqa/T1/greedy/0shot/logprob"],
-     "of a benchmark not in --benchmarks (xstest)"),
-    (["--models", "smollm2", "--configs", "bbq/T1/greedy/0shot/logprob", "bbq/T1/greedy/0shot/logprob"],
-     "config 'bbq/T1/greedy/0shot/logprob' is listed twice"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--models", "gpt-17"], "unknown model 'gpt-17'"),
+        (["--models", "smollm2", "--tier", "stresss"], "unknown tier 'stresss'"),
+        (
+            ["--models", "smollm2", "--benchmarks", "crows_pairs", "--scoring", "free_form"],
+            "allows scoring logprob only",
+        ),
+        (["--models", "smollm2", "--precision", "int3"], "unknown precision 'int3'"),
+        (["--models", "smollm2", "--limit", "0"], "--limit must be a positive number"),
+        (
+            ["--models", "smollm2", "--configs", "truthfulqa/T9/greedy/0shot/logprob"],
+            "is not among the full configurations",
+        ),
+        (
+            ["--models", "smollm2", "--benchmarks", "xstest", "--configs", "truthfulqa/T1/greedy/0shot/logprob"],
+            "of a benchmark not in --benchmarks (xstest)",
+        ),
+        (
+            ["--models", "smollm2", "--configs", "bbq/T1/greedy/0shot/logprob", "bbq/T1/greedy/0shot/logprob"],
+            "config 'bbq/T1/greedy/0shot/logprob' is listed twice",
+        ),
+    ],
+)
 def test_sweep_input_errors_write_nothing(tmp_path, args, message, data_dir):
     out = tmp_path / "out"
     res = _cli("sweep", *args, "--out", str(out))
@@ -149,9 +184,13 @@ def test_sweep_refuses_a_directory_from_other_rules(tmp_path, data_dir):
     out.mkdir()
     (out / "sweep.json").write_text(json.dumps({"rules_sha256": "0" * 64}))
     (out / "grid.csv").write_text("model\n")
-    Store(out).commit("smollm2", "xstest__T1__greedy__0shot__logprob", {"key": "k", "status": "ok", "row": {}, "items": []})
+    Store(out).commit(
+        "smollm2", "xstest__T1__greedy__0shot__logprob", {"key": "k", "status": "ok", "row": {}, "items": []}
+    )
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    res = _cli("sweep", "--models", "smollm2", "--benchmarks", "xstest", "--tier", "conservative_core", "--out", str(out))
+    res = _cli(
+        "sweep", "--models", "smollm2", "--benchmarks", "xstest", "--tier", "conservative_core", "--out", str(out)
+    )
     assert res.returncode == 2 and "under other rules" in res.stderr and res.stderr.count("\n") == 1
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
@@ -176,8 +215,10 @@ def test_store_paths_are_safe_for_any_model_label(tmp_path):
 def test_cell_summary_tie_rate_counts_tied_logprob_records(data_dir):
     s = item_set("toxigen")
     ids = [it.id for it in s.items[:4]]
-    recs = [ItemRecord(i, 0, "h", "Yes", 1, True, 1, 0.5 if t else 1.0, [-1.0, -1.0 if t else -0.5], t)
-            for i, t in zip(ids, [True, False, False, True])]
+    recs = [
+        ItemRecord(i, 0, "h", "Yes", 1, True, 1, 0.5 if t else 1.0, [-1.0, -1.0 if t else -0.5], t)
+        for i, t in zip(ids, [True, False, False, True])
+    ]
     summary = summarize(recs, get_benchmark("toxigen"), s)
     assert summary.tie_rate == 0.5 and summary.score == 0.75
     free = [ItemRecord(i, 0, "h", "Yes", 1, True, 1, 1.0) for i in ids]
@@ -221,6 +262,7 @@ def test_cached_backend_keys_hold_the_backend_and_prefetch_only_per_request_seed
     assert per_request.generate_detailed([r])[0].text == "p/1"
     assert per_request.inner.calls == [[("p", 1), ("p", 2), ("p", 3)]]  # the siblings in the same call
     from dataclasses import replace
+
     assert per_request.generate_detailed([replace(r, seed=3)])[0].text == "p/3" and len(per_request.inner.calls) == 1
     per_run = CachedBackend(_Backend("lm-eval:hf:pretrained=/m", SEED_PER_RUN), cache)
     per_run.prefetch_seeds = (1, 2, 3)
@@ -261,8 +303,9 @@ def test_engine_generation_keys_name_the_decode_version_and_logprob_keys_stay():
     from safetyrepro.provenance import source_commit
 
     first = BackendIdentity("engine", "smollm2", "smollm2", "fp32", "ab" * 32, extra={"device": "cpu"})
-    now = BackendIdentity("engine", "smollm2", "smollm2", "fp32", "ab" * 32,
-                          extra={"device": "cpu", "decode": DECODE_VERSION})
+    now = BackendIdentity(
+        "engine", "smollm2", "smollm2", "fp32", "ab" * 32, extra={"device": "cpu", "decode": DECODE_VERSION}
+    )
     assert DECODE_VERSION >= 2
     assert now.cache_fields() == first.cache_fields() == first.gen_cache_fields()
     assert now.gen_cache_fields() == {**first.cache_fields(), "decode": DECODE_VERSION}

@@ -15,7 +15,9 @@ from safetyrepro.tasks.templates import TEMPLATE_KINDS
 def test_the_folder_holds_definition_card_and_readme(name):
     bench = get_benchmark(name)
     assert isinstance(bench, Benchmark) and bench.folder.name == name
-    assert {"__init__.py", "definition.py", "tasks.py", "card.md", "README.md"} <= {p.name for p in bench.folder.iterdir()}
+    assert {"__init__.py", "definition.py", "tasks.py", "card.md", "README.md"} <= {
+        p.name for p in bench.folder.iterdir()
+    }
     readme = (bench.folder / "README.md").read_text(encoding="utf-8")
     assert "Paper" in readme and "arxiv.org" in readme
     assert f"inspect eval safetyrepro/{name} " in readme and f"--tasks safetyrepro_{name}_t" in readme
@@ -35,7 +37,8 @@ def test_directions_templates_and_scorings_are_declared(name):
 
 def test_crows_pairs_is_better_closer_to_half_and_the_rest_higher():
     assert {b: get_benchmark(b).better for b in BENCHMARKS if b != "crows_pairs"} == dict.fromkeys(
-        [b for b in BENCHMARKS if b != "crows_pairs"], "higher")
+        [b for b in BENCHMARKS if b != "crows_pairs"], "higher"
+    )
     assert get_benchmark("crows_pairs").better == "closer_to_0.5"
 
 

@@ -10,8 +10,13 @@ from safetyrepro.tasks.envelope import RULES_PATH, Config, load_rules, parse_rul
 RULES = load_rules()
 PAPER_BENCHMARKS = ("truthfulqa", "bbq", "crows_pairs", "toxigen", "xstest")
 PAPER_SIZES = {  # subset: (non-CrowS benchmark, CrowS-Pairs)  -- PAPER.md "Envelope sizes"
-    "full": (48, 12), "core": (27, 9), "excl_t4": (36, 9), "excl_diverse": (36, 12),
-    "conservative_core": (4, 2), "free_form": (36, 0), "logprob": (12, 12),
+    "full": (48, 12),
+    "core": (27, 9),
+    "excl_t4": (36, 9),
+    "excl_diverse": (36, 12),
+    "conservative_core": (4, 2),
+    "free_form": (36, 0),
+    "logprob": (12, 12),
 }
 
 
@@ -48,14 +53,20 @@ def test_editing_a_rules_value_changes_the_hash():
     assert parse_rules(edited).sha256 != parse_rules(text).sha256 == RULES.sha256
 
 
-@pytest.mark.parametrize("old,new,message", [
-    (b"template: [T1, T2, T3, T4]", b"template: [T1, T2, T3, T9]", "decoding"),  # T9 stress entry unknown
-    (b"when: {scoring: [logprob]}", b"when: {scoring: [logprobz]}", "unknown scoring value 'logprobz'"),
-    (b"require: {decoding: [greedy]}", b"require: {decodingz: [greedy]}", "unknown axis 'decodingz'"),
-    # crows_pairs' definition scores logprob only: a rules file cannot make it free-form-only
-    (b"require: {scoring: [logprob]}", b"require: {scoring: [free_form]}",
-     "the constraints leave no configuration for benchmark 'crows_pairs'"),
-])
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        (b"template: [T1, T2, T3, T4]", b"template: [T1, T2, T3, T9]", "decoding"),  # T9 stress entry unknown
+        (b"when: {scoring: [logprob]}", b"when: {scoring: [logprobz]}", "unknown scoring value 'logprobz'"),
+        (b"require: {decoding: [greedy]}", b"require: {decodingz: [greedy]}", "unknown axis 'decodingz'"),
+        # crows_pairs' definition scores logprob only: a rules file cannot make it free-form-only
+        (
+            b"require: {scoring: [logprob]}",
+            b"require: {scoring: [free_form]}",
+            "the constraints leave no configuration for benchmark 'crows_pairs'",
+        ),
+    ],
+)
 def test_broken_rules_are_refused_with_the_bad_value(old, new, message):
     text = RULES_PATH.read_bytes()
     assert old in text

@@ -22,8 +22,9 @@ def _lint() -> dict:
     exe = shutil.which("inspect-evals-lint", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.skip("inspect-evals-lint is not installed (it is in the dev extra: make install)")
-    res = subprocess.run([exe, "--all", "--output-format", "json"], cwd=REPO, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [exe, "--all", "--output-format", "json"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode in (0, 1), res.stderr[-2000:]
     return json.loads(res.stdout)
 
@@ -31,8 +32,12 @@ def _lint() -> dict:
 def test_every_benchmark_folder_passes_the_inspect_evals_linter():
     report = _lint()
     assert sorted(p["name"] for p in report["packages"]) == sorted(BENCHMARKS)
-    failed = [(p["name"], d["code"], d["message"]) for p in report["packages"] for d in p["diagnostics"]
-              if d["status"] == "fail"]
+    failed = [
+        (p["name"], d["code"], d["message"])
+        for p in report["packages"]
+        for d in p["diagnostics"]
+        if d["status"] == "fail"
+    ]
     assert not failed, failed
     assert report["passed"] is True and report["summary"]["fail"] == 0
     # each folder's __init__ exports its @task (IEFS003), and the task is the registered one

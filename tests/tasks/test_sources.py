@@ -32,7 +32,9 @@ def test_mirror_file_is_verified(tmp_path, monkeypatch, fake_source):
     monkeypatch.setenv("SAFETYREPRO_DATA_DIR", str(tmp_path))
     assert fetch(src, "sub/f.csv").read_bytes() == body
     (tmp_path / "fake" / "sub" / "f.csv").write_bytes(body + b"2,tampered\n")
-    with pytest.raises(UserError, match=r"checksum mismatch for fake file .*f\.csv: expected sha256 " + src.files[0].sha256):
+    with pytest.raises(
+        UserError, match=r"checksum mismatch for fake file .*f\.csv: expected sha256 " + src.files[0].sha256
+    ):
         fetch(src, "sub/f.csv")
 
 
@@ -76,16 +78,23 @@ def test_every_benchmark_file_in_the_mirror_matches_its_pin(data_dir):
 
 
 def _cli(args, env):
-    return subprocess.run([sys.executable, "-m", "safetyrepro.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "safetyrepro.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
 
 
 def test_cli_reports_a_tampered_mirror_in_one_line(tmp_path, data_dir):
     mirror = tmp_path / "mirror" / "xstest"
     mirror.mkdir(parents=True)
     (mirror / "xstest_prompts.csv").write_bytes((data_dir / "xstest" / "xstest_prompts.csv").read_bytes()[:-10])
-    out = _cli(["items", "--benchmark", "xstest"], {"SAFETYREPRO_DATA_DIR": str(tmp_path / "mirror"),
-                                                     "SAFETYREPRO_CACHE_DIR": str(tmp_path / "c")})
+    out = _cli(
+        ["items", "--benchmark", "xstest"],
+        {"SAFETYREPRO_DATA_DIR": str(tmp_path / "mirror"), "SAFETYREPRO_CACHE_DIR": str(tmp_path / "c")},
+    )
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
     assert "checksum mismatch for xstest file" in out.stderr and XSTEST.files[0].sha256 in out.stderr
@@ -93,17 +102,22 @@ def test_cli_reports_a_tampered_mirror_in_one_line(tmp_path, data_dir):
 
 def test_cli_reports_a_missing_mirror_file_in_one_line(tmp_path):
     (tmp_path / "mirror").mkdir()
-    out = _cli(["--data-dir", str(tmp_path / "mirror"), "items", "--benchmark", "toxigen"],
-               {"SAFETYREPRO_CACHE_DIR": str(tmp_path / "c"), "SAFETYREPRO_OFFLINE": "1"})
+    out = _cli(
+        ["--data-dir", str(tmp_path / "mirror"), "items", "--benchmark", "toxigen"],
+        {"SAFETYREPRO_CACHE_DIR": str(tmp_path / "c"), "SAFETYREPRO_OFFLINE": "1"},
+    )
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert "missing toxigen file extra/annotated_test.csv (sha256 31a15dda" in out.stderr
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["envelope", "--benchmark", "mmlu"], "unknown benchmark 'mmlu'; allowed: truthfulqa, bbq"),
-    (["envelope", "--tier", "stresss"], "unknown tier 'stresss'"),
-    (["items", "--benchmark", "bbq", "--show", "0"], None),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["envelope", "--benchmark", "mmlu"], "unknown benchmark 'mmlu'; allowed: truthfulqa, bbq"),
+        (["envelope", "--tier", "stresss"], "unknown tier 'stresss'"),
+        (["items", "--benchmark", "bbq", "--show", "0"], None),
+    ],
+)
 def test_cli_input_errors(args, needle, data_dir):
     out = _cli(args, {})
     if needle is None:

@@ -103,4 +103,5 @@ def test_a_limited_sweeps_subsample_is_a_share_of_the_items_it_scores(data_dir):
     assert item_sets(None, None, 24)("truthfulqa").subset_id == item_set("truthfulqa").subset_id
     # a limit above the subset's size is the whole subset
     assert item_set("truthfulqa", subsample=0.8, subsample_seed=43, within=10_000) == item_set(
-        "truthfulqa", subsample=0.8, subsample_seed=43)
+        "truthfulqa", subsample=0.8, subsample_seed=43
+    )
