@@ -138,3 +138,109 @@ class WorBettingCS:
         lo = np.where(exact, mean, lo)
         hi = np.where(exact, mean, hi)
         return Bounds(self.low + span * lo, self.low + span * hi, self.t.copy(), exact)
+
+
+class IidBettingCS:
+    """n_streams one-sided betting e-processes and confidence sequences for the mean of i.i.d. values in
+    [low, high] (the *population* target: items as draws from the benchmark, seeds from the decoder).
+
+    With replacement the candidate mean m stays fixed: a gambler bets for y > m with capital
+    K+_t(m) = prod (1 + lambda+_i (y_i - m)), one against with K-_t(m) = prod (1 - lambda-_i (y_i - m)),
+    lambda the predictable plug-in of Waudby-Smith & Ramdas truncated at c / m and c / (1 - m). Under
+    mean <= m, K+(m) is a nonnegative supermartingale (each factor has expectation 1 + lambda (mu - m) <= 1),
+    so K+(m) alone is an e-process for the whole composite null "mean <= m", and K-(m) for "mean >= m".
+    Both are monotone in m (K+ nonincreasing, K- nondecreasing: each factor is), so the running maxima
+    are too, and a bound read at a grid point is valid for every m beyond it.
+
+    Kept per candidate: the log capital now and its running maximum over t (the anytime p-value of
+    "mean <= m" is 1 / max_s K+_s(m))."""
+
+    def __init__(
+        self,
+        n_streams: int,
+        alpha: float,
+        low: float = -1.0,
+        high: float = 1.0,
+        grid_points: int = 401,
+        extra: tuple[float, ...] = (),
+    ):
+        if not 0 < alpha < 1:
+            raise ValueError(f"alpha {alpha} must be in (0, 1)")
+        if n_streams < 0 or not high > low:
+            raise ValueError("a confidence sequence needs low < high")
+        self.alpha, self.low, self.high = float(alpha), float(low), float(high)
+        points = np.concatenate([np.linspace(0.0, 1.0, grid_points), [self._y_scalar(x) for x in extra]])
+        self.grid = np.unique(np.round(points, 12))
+        g = len(self.grid)
+        self.log_plus = np.zeros((n_streams, g))
+        self.log_minus = np.zeros((n_streams, g))
+        self.max_plus = np.zeros((n_streams, g))  # running maxima (log; capital 1 before any draw)
+        self.max_minus = np.zeros((n_streams, g))
+        self.t = np.zeros(n_streams, dtype=np.int64)
+        self.total = np.zeros(n_streams)
+        self.mu_sum = np.full(n_streams, 0.5)
+        self.var_sum = np.full(n_streams, 0.25)
+        self._log_inv_alpha = np.log(1.0 / self.alpha)
+
+    def _y_scalar(self, x: float) -> float:
+        return (float(x) - self.low) / (self.high - self.low)
+
+    def update(self, streams, values) -> None:
+        s = np.asarray(streams, dtype=np.int64)
+        if len(s) == 0:
+            return
+        y = np.clip((np.asarray(values, dtype=float) - self.low) / (self.high - self.low), 0.0, 1.0)
+        t = self.t[s] + 1
+        mu_hat = self.mu_sum[s] / t
+        sigma2 = self.var_sum[s] / t
+        lam = np.sqrt(2 * self._log_inv_alpha / (sigma2 * t * np.log1p(t)))
+        m = self.grid[None, :]
+        with np.errstate(divide="ignore"):
+            lam_plus = np.minimum(lam[:, None], np.where(m > 0, TRUNCATION / m, np.inf))
+            lam_minus = np.minimum(lam[:, None], np.where(m < 1, TRUNCATION / (1 - m), np.inf))
+        gap = y[:, None] - m
+        self.log_plus[s] += np.log1p(lam_plus * gap)
+        self.log_minus[s] += np.log1p(-lam_minus * gap)
+        self.max_plus[s] = np.maximum(self.max_plus[s], self.log_plus[s])
+        self.max_minus[s] = np.maximum(self.max_minus[s], self.log_minus[s])
+        self.var_sum[s] += (y - mu_hat) ** 2
+        self.mu_sum[s] += y
+        self.total[s] += y
+        self.t[s] = t
+
+    def index_of(self, x: float) -> int:
+        """The grid position of a candidate given in the caller's units (it must be one: `extra`)."""
+        i = int(np.searchsorted(self.grid, round(self._y_scalar(x), 12)))
+        if i >= len(self.grid) or abs(self.grid[i] - round(self._y_scalar(x), 12)) > 1e-12:
+            raise ValueError(f"{x} is not a candidate of this confidence sequence (pass it as extra)")
+        return i
+
+    def log_e_above(self, x: float) -> np.ndarray:
+        """Per stream, log of the e-process against "mean <= x" (its running maximum)."""
+        return self.max_plus[:, self.index_of(x)]
+
+    def log_e_below(self, x: float) -> np.ndarray:
+        """Per stream, log of the e-process against "mean >= x"."""
+        return self.max_minus[:, self.index_of(x)]
+
+    def bounds(self, alpha_side: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per stream, each side at level alpha_side, in the caller's units: the largest candidate the
+        plus gambler has rejected (every smaller one is rejected too) and the smallest the minus one has."""
+        threshold = np.log(1.0 / alpha_side)
+        rejected_low = self.max_plus >= threshold
+        rejected_high = self.max_minus >= threshold
+        g = len(self.grid)
+        any_low = rejected_low.any(axis=1)
+        last_low = g - 1 - rejected_low[:, ::-1].argmax(axis=1)
+        any_high = rejected_high.any(axis=1)
+        first_high = rejected_high.argmax(axis=1)
+        lo = np.where(any_low, self.grid[last_low], 0.0)
+        hi = np.where(any_high, self.grid[first_high], 1.0)
+        span = self.high - self.low
+        return self.low + span * lo, self.low + span * np.maximum(hi, lo)
+
+    def cell_log_e(self) -> np.ndarray:
+        """(streams, cells): for each grid cell [q_k, q_k+1], a lower bound on the running maximum of the
+        hedged capital (K+ + K-)/2 at every mean inside it: K+ is smallest at the cell's right end and K-
+        at its left, and the hedge is at least half of either."""
+        return np.log(0.5) + np.maximum(self.max_plus[:, 1:], self.max_minus[:, :-1])

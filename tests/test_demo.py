@@ -2,6 +2,7 @@
 the pair), and its closing lines (no model runs here; the demo end to end is measured by hand,
 docs/measured.md)."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -97,11 +98,12 @@ def _flip_result():
 def test_the_closing_lines_say_the_verdict_its_cost_and_where_the_study_is():
     result = _flip_result()
     lines = closing_lines(result, 104.4)
-    assert result.pairs[0].verdict == "flip"
+    assert result.pairs[0].verdict == "flip" and result.options.target == "population"
     c1, c2 = (c for c in result.claims)
     assert lines[0].startswith(
-        f"bbq: the verdict flips. a is ahead of b with c1 (by at least {c1.lower:.3f} after "
-        f"{c1.items_used} of 100 items), and b ahead of a with c2 (by at least {-c2.upper:.3f}"
+        f"About the models: bbq: the verdict flips. a is ahead of b with c1 (by {c1.estimate:.3f} on "
+        f"{c1.items_used} items, simultaneous bounds {c1.lower:.3f} to {c1.upper:.3f}), and b ahead of a with c2 "
+        f"(by {-c2.estimate:.3f} on {c2.items_used} items"
     )
     assert 0 < c1.lower and c2.upper < 0
     n, full = result.paired_evaluations, result.full_paired_evaluations
@@ -109,13 +111,30 @@ def test_the_closing_lines_say_the_verdict_its_cost_and_where_the_study_is():
     assert lines[1] == (
         f"It used {n:,} of the full grid's 200 paired evaluations ({100 * n / 200:.0f} %), in "
         f"{result.seconds:.0f} s of evaluation; scoring the whole grid would take about 104.4 h here. "
-        "Every claim holds with probability at least 0.95, all together."
+        "Every claim holds with probability at least 0.95, all together; the first lines are about the models: "
+        "the benchmark's items as draws from the benchmark and seeds as draws from the decoder, so another draw "
+        "of items would confirm them."
     )
     assert closing_lines(result, None, 32)[1].startswith(
         f"It used {n:,} of the full grid's 200 paired evaluations ({100 * n / 200:.0f} %), 32 model evaluations run "
         "here (the rest from the studies' published records) in "
     )
     assert lines[2].endswith(f"{STUDY}.") and (REPO / STUDY).is_file()
+
+
+def test_the_closing_lines_set_the_subset_reading_beside_the_population_one():
+    """The finding a user needs: the subset reading flips where, beyond item noise, one side holds."""
+    flip = _flip_result()
+    one_sided = dataclasses.replace(
+        flip,
+        pairs=[dataclasses.replace(flip.pairs[0], verdict="undecided", deciding=("c1",))],
+    )
+    lines = closing_lines(one_sided, None, None, subset=flip)
+    assert lines[1].startswith("About these items only (--target subset, the paper's reading): bbq: the verdict flips.")
+    assert lines[2] == (
+        "bbq: on these items the lead flips, as the paper's metric sees it; beyond item noise only c1 holds, so "
+        "the flip is partly this sample's."
+    )
 
 
 def test_a_configuration_reads_as_words_and_an_exhausted_one_says_its_exact_margin():

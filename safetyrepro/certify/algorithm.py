@@ -1,20 +1,27 @@
 """Certified pairwise verdicts on a budget: evaluate items in rounds only where a verdict is still open.
 
-What is certified, per benchmark and model pair (model_a < model_b alphabetically), is the paired score
-difference Delta_c = mean over the fixed subset's N items of (score_a - score_b) that the *full* grid
-would give in each configuration c (the paper's quantity). Items are drawn without replacement, in one
-seeded random order per benchmark, and every pair x configuration keeps an anytime-valid confidence
-sequence for its Delta_c (analysis/confidence_sequence.py). Each is run at level alpha / (the number of
-pair x configuration sequences of the whole run), so by the union bound every claim of the run holds
-together with probability at least 1 - alpha, whatever the order of evaluation, the allocation, and
-wherever the run stopped (each sequence covers its target at every sample size at once).
+What is certified, per benchmark, model pair (model_a < model_b alphabetically) and configuration c, is
+theta_c, positive when model_a is better in the benchmark's declared direction (the paired difference of
+scores; for CrowS-Pairs the difference in closeness to 0.5), for one of two targets (evidence.py):
+`population` (the default: the models on the benchmark's items as draws from the benchmark, seeds as draws
+from the decoder; what another draw of items would confirm) or `subset` (the fixed subset's realised
+difference, the number the full grid and the paper's rho_flip report). Items are drawn in one seeded
+random order per benchmark (a configuration chosen by looking at earlier records may exclude them:
+`BenchmarkProblem.excluded`), and every pair x configuration keeps an anytime-valid sequence.
 
-Per configuration the claim is `a_better` (lower bound > 0), `b_better` (upper bound < 0),
-`within_delta` (the interval inside (-delta, delta)) or `undecided`; when all N items were drawn the
-difference is known and the claim is read off it. Per pair the verdict is `flip` (an `a_better` and a
-`b_better` configuration), `stable_a` / `stable_b` (every configuration decided, the model wins at least
-one, the other none: nowhere is the other ahead by delta or more), `equivalent` (every configuration
-within delta) or `undecided`.
+Familywise error. `subset`: each two-sided sequence at alpha / (the number of pair x configuration
+claims of the family), the union bound. `population`: four one-sided anytime p-values per claim (theta <= 0,
+theta >= 0, theta >= delta, theta <= -delta) and a closed test over the whole family
+(analysis/closed_testing.py): never less powerful than the union bound, and valid at every stopping time.
+The family is every configuration of the problem plus `family_configs`, configurations a selection looked
+at but this run does not evaluate (their p-values stay 1). All claims of a run hold together with
+probability at least 1 - alpha, whatever the order of evaluation, the allocation, and wherever it stopped.
+
+Per configuration the claim is `a_better`, `b_better`, `within_delta` (|theta| < delta) or `undecided`;
+under `subset`, once all N items are drawn theta is known and the claim is read off it. Per pair the
+verdict is `flip` (an `a_better` and a `b_better` configuration), `stable_a` / `stable_b` (every
+configuration decided, the model wins at least one, the other none: nowhere is the other ahead by delta or
+more), `equivalent` (every configuration within delta) or `undecided`.
 
 Allocation (why it spends where it does). A configuration stops as soon as its claim is made, and a pair
 as soon as its verdict is known, so work goes only where an answer is still open. Within an open pair,
@@ -49,13 +56,15 @@ import inspect
 import math
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from safetyrepro.analysis.confidence_sequence import WorBettingCS
+from safetyrepro.analysis.closed_testing import closed_test
 from safetyrepro.analysis.rank_flip import model_pairs
+
+from .evidence import TARGETS, PairedEvidence, claims_from_rejections
 
 CLAIMS = ("a_better", "b_better", "within_delta", "undecided")
 VERDICTS = ("flip", "stable_a", "stable_b", "equivalent", "undecided")
@@ -73,6 +82,10 @@ class BenchmarkProblem:
     models: tuple[str, ...]
     item_ids: tuple[str, ...]  # the fixed subset: N items, every configuration scores all of them
     lattice: int | None = None  # item scores are multiples of 1/lattice (5 for 5-seed means of 0/1 scores)
+    # configurations of the family a selection looked at that this run does not evaluate (alpha covers them)
+    family_configs: tuple[str, ...] = ()
+    # per configuration, items a selection looked at: never used as its evidence (its sequence skips them)
+    excluded: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -82,10 +95,13 @@ class CertifyOptions:
     seed: int = 0
     batch: int = 0  # items per configuration per round (0: about N / 30, at least 4)
     budget_evaluations: int | None = None  # paired evaluations (pair x configuration x item)
-    budget_seconds: float | None = None  # wall time of the oracle's evaluations
+    budget_seconds: float | None = None  # the oracle's model work (CPU seconds, if it keeps them), else wall time
     allocation: str = "reversal_first"
     order: str = "seeded"  # "subset": the problem's own item order (a live run's fixed subset order)
     round_seconds: float | None = None  # a round's estimated cost in the oracle's seconds (None: every open stream)
+    target: str = "population"  # "population" (the models) or "subset" (the fixed subset's realised numbers)
+    held_only: bool = False  # read only what costs nothing (earlier records): re-read a run, evaluate nothing
+    familywise: str = "closed"  # population: "closed" (the closed test) or "bonferroni" (for comparison)
 
 
 # scores(benchmark, config_id, model, item_ids) -> array of item scores (each item's mean over its seeds).
@@ -100,19 +116,26 @@ class _Stream:
     benchmark: str
     pair: tuple[str, str]
     config_id: str
-    index: int  # in its benchmark's confidence sequences
+    index: int  # in its benchmark's streams
+    slot: int  # its pair's position in the configuration's evidence
     claim: str = "undecided"
 
 
 @dataclass
 class _Bench:
     problem: BenchmarkProblem
-    order: np.ndarray  # item ids in draw order
-    cs: WorBettingCS
+    orders: dict[str, np.ndarray]  # per configuration, the item ids it may use, in draw order
+    evidence: dict[str, PairedEvidence]  # per configuration, its pairs' sequences
     streams: list[_Stream]
     pairs: list[tuple[str, str]]
     verdict: dict[tuple[str, str], str] = field(default_factory=dict)
     drawn: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, config) -> items evaluated
+
+    def t(self, st: _Stream) -> int:
+        return int(self.evidence[st.config_id].t[st.slot])
+
+    def n(self, st: _Stream) -> int:
+        return len(self.orders[st.config_id])
 
 
 @dataclass(frozen=True)
@@ -151,9 +174,10 @@ class CertifyResult:
     full_paired_evaluations: int
     full_model_evaluations: int
     seconds: float
-    stopped_by: str  # "answered", "budget", "exhausted", "interrupted", or "running" (a checkpoint)
-    alpha_each: float
+    stopped_by: str  # "answered", "budget", "exhausted", "held" (held_only: records read), "interrupted", "running"
+    alpha_each: float  # subset: each sequence's level (the union bound); population: the closed test's first step
     options: CertifyOptions
+    family_size: int = 0  # pair x configuration claims alpha covers (the evaluated ones and family_configs')
 
 
 def claim_of(lower: float, upper: float, exact: bool, estimate: float, delta: float) -> str:
@@ -190,9 +214,14 @@ def _batch(options: CertifyOptions, n: int) -> int:
     return options.batch if options.batch > 0 else max(4, math.ceil(n / 30))
 
 
+def family_size(problems: Sequence[BenchmarkProblem]) -> int:
+    """The pair x configuration claims alpha covers: every configuration evaluated or looked at."""
+    return sum(len(model_pairs(p.models)) * (len(p.config_ids) + len(p.family_configs)) for p in problems)
+
+
 def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tuple[list[_Bench], float]:
-    n_streams = sum(len(model_pairs(p.models)) * len(p.config_ids) for p in problems)
-    alpha_each = options.alpha / max(n_streams, 1)
+    family = max(family_size(problems), 1)
+    alpha_each = options.alpha / family  # subset: each two-sided sequence; population: a two-sided claim's first step
     benches = []
     for p in problems:
         order = np.array(p.item_ids, dtype=object)
@@ -200,25 +229,32 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
             rng = np.random.default_rng([options.seed, zlib.crc32(p.benchmark.encode())])
             order = order[rng.permutation(len(p.item_ids))]
         pairs = model_pairs(p.models)
+        orders, evidence = {}, {}
+        for cid in p.config_ids:
+            skip = p.excluded.get(cid, frozenset())
+            orders[cid] = np.array([i for i in order if i not in skip], dtype=object) if skip else order
+            evidence[cid] = PairedEvidence(
+                p.benchmark, len(pairs), len(orders[cid]), options.target, alpha_each / 2, options.delta, p.lattice
+            )
         streams = [
-            _Stream(p.benchmark, pair, cid, i)
-            for i, (pair, cid) in enumerate((pair, cid) for pair in pairs for cid in p.config_ids)
+            _Stream(p.benchmark, pair, cid, i, slot)
+            for i, (slot, pair, cid) in enumerate(
+                (slot, pair, cid) for slot, pair in enumerate(pairs) for cid in p.config_ids
+            )
         ]
-        cs = WorBettingCS(len(streams), len(p.item_ids), alpha_each, -1.0, 1.0, p.lattice)
-        benches.append(_Bench(p, order, cs, streams, pairs, {pair: "undecided" for pair in pairs}))
+        benches.append(_Bench(p, orders, evidence, streams, pairs, {pair: "undecided" for pair in pairs}))
     return benches, alpha_each
 
 
 def _allocation(b: _Bench, options: CertifyOptions) -> dict[int, tuple[int, bool]]:
     """Stream index -> (items to draw this round, whether it could reverse its pair), before costs and budget."""
-    n = len(b.order)
-    size = _batch(options, n)
+    size = _batch(options, len(b.problem.item_ids))
     out: dict[int, tuple[int, bool]] = {}
     for pair in b.pairs:
         if b.verdict[pair] != "undecided":
             continue
         mine = [s for s in b.streams if s.pair == pair]
-        open_ = [s for s in mine if s.claim == "undecided" and b.cs.t[s.index] < n]
+        open_ = [s for s in mine if s.claim == "undecided" and b.t(s) < b.n(s)]
         claims = {s.claim for s in mine}
         lean = 0
         if options.allocation == "reversal_first":
@@ -230,10 +266,10 @@ def _allocation(b: _Bench, options: CertifyOptions) -> dict[int, tuple[int, bool
                 else 0
             )
         for s in open_:
-            t = int(b.cs.t[s.index])
-            running = b.cs.total[s.index] / t * 2 - 1 if t else 0.0  # mean difference so far
+            t = b.t(s)
+            running = float(b.evidence[s.config_id].running()[0][s.slot])  # theta so far
             reverses = bool(lean) and np.sign(running) == -lean
-            out[s.index] = (min(size * (REVERSAL_BOOST if reverses else 1), n - t), reverses)
+            out[s.index] = (min(size * (REVERSAL_BOOST if reverses else 1), b.n(s) - t), reverses)
     return out
 
 
@@ -255,31 +291,33 @@ def _plan(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
     """This round's draws, {(bench, stream): items}, in the order they are worth taking (module docstring)."""
     cost_of = getattr(oracle, "cost", None)
     held_of = getattr(oracle, "held", None)
-    log_inv_alpha = math.log(1 / (options.alpha / max(sum(len(b.streams) for b in benches), 1)))
+    log_inv_alpha = math.log(1 / (options.alpha / max(family_size([b.problem for b in benches]), 1)))
     ranked = []  # (expected seconds to decide, this round's seconds, position, (bench, stream), items)
     for bi, b in enumerate(benches):
-        n = len(b.order)
         for s, (k, reverses) in _allocation(b, options).items():
             st = b.streams[s]
-            t = int(b.cs.t[s])
+            n, t = b.n(st), b.t(st)
+            order = b.orders[st.config_id]
             free = _free_ahead(b, st, t, held_of)
             if free:  # what costs nothing is taken whole, before anything is paid for
                 k = min(free, n - t)
+            elif options.held_only:
+                continue
             per_item, now = 0.0, 0.0
             for model in st.pair:
                 c = cost_of(b.problem.benchmark, st.config_id, model) if cost_of is not None else None
                 c = 1.0 if c is None else max(float(c), 1e-6)
                 have = b.drawn.get((model, st.config_id), 0)
                 upto = t + k
-                new = list(b.order[have:upto]) if upto > have else []
+                new = list(order[have:upto]) if upto > have else []
                 free = held_of(b.problem.benchmark, st.config_id, model, new) if (held_of and new) else 0
                 per_item += c
                 now += c * (len(new) - free)
             if options.allocation == "uniform":
                 ranked.append((0.0, now, len(ranked), (bi, s), k))
                 continue
-            mean = b.cs.total[s] / t * 2 - 1 if t else 0.0
-            variance = 4 * b.cs.var_sum[s] / (t + 1)  # the plug-in spread of y, in the difference's units
+            running, spread = b.evidence[st.config_id].running()
+            mean, variance = float(running[st.slot]), float(spread[st.slot])
             need = max(items_to_decide(t, mean, variance, n, log_inv_alpha, options.delta) - t, 1.0)
             worth = 0.0 if now == 0 else per_item * need / (REVERSAL_BOOST if reverses else 1)
             ranked.append((worth, now, len(ranked), (bi, s), k))
@@ -302,7 +340,7 @@ def _free_ahead(b: _Bench, st: _Stream, t: int, held_of) -> int:
         have = b.drawn.get((model, st.config_id), 0)
         ahead = max(have - t, 0)
         if held_of is not None:
-            ahead += held_of(b.problem.benchmark, st.config_id, model, list(b.order[max(have, t) :]))
+            ahead += held_of(b.problem.benchmark, st.config_id, model, list(b.orders[st.config_id][max(have, t) :]))
         free = ahead if free is None else min(free, ahead)
     return free or 0
 
@@ -338,6 +376,8 @@ def certify(
         raise ValueError(f"allocation {options.allocation!r}: one of {', '.join(ALLOCATIONS)}")
     if options.order not in ORDERS:
         raise ValueError(f"order {options.order!r}: one of {', '.join(ORDERS)}")
+    if options.target not in TARGETS:
+        raise ValueError(f"target {options.target!r}: one of {', '.join(TARGETS)}")
     benches, alpha_each = _setup(problems, options)
     cache: dict[tuple[str, str, str], dict[str, float]] = {}
     state = {"paired": 0, "spent": 0.0, "saved": time.monotonic(), "round_start": None}
@@ -358,9 +398,8 @@ def certify(
         while True:
             plan = {key: k for key, k in _plan(benches, options, oracle).items() if k > 0}
             if not plan:
-                stopped_by = (
-                    "answered" if all(v != "undecided" for b in benches for v in b.verdict.values()) else "exhausted"
-                )
+                answered = all(v != "undecided" for b in benches for v in b.verdict.values())
+                stopped_by = "answered" if answered else "held" if options.held_only else "exhausted"
                 break
             left = None if options.budget_evaluations is None else options.budget_evaluations - state["paired"]
             if (left is not None and left <= 0) or (
@@ -371,9 +410,13 @@ def certify(
             plan = _trim(plan, left)
             round_no += 1
             state["round_start"] = time.monotonic()
+            work_before = getattr(oracle, "work_seconds", None)
             seconds_left = None if options.budget_seconds is None else options.budget_seconds - state["spent"]
             _evaluate(benches, plan, oracle, cache, seconds_left, tick)
-            state["spent"] += time.monotonic() - state["round_start"]
+            if work_before is None:  # an oracle that keeps no model-work clock: wall time
+                state["spent"] += time.monotonic() - state["round_start"]
+            else:
+                state["spent"] += oracle.work_seconds - work_before
             state["round_start"] = None
             plan = _available(benches, plan)
             if not plan:  # the oracle stopped at the budget before this round's first items
@@ -383,7 +426,8 @@ def certify(
             for bi, b in enumerate(benches):
                 mine = {s: k for (i, s), k in plan.items() if i == bi}
                 if mine:
-                    _advance(b, mine, cache, options.delta)
+                    _advance(b, mine, cache)
+            _read_claims(benches, options, alpha_each)
             if progress is not None:
                 open_pairs = sum(v == "undecided" for b in benches for v in b.verdict.values())
                 progress(
@@ -393,8 +437,8 @@ def certify(
             tick()
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (the CLI raises it as an interrupt)
         stopped_by = "interrupted"
-        if state["round_start"] is not None:  # the evaluation of the round it cut short counts as spent
-            state["spent"] += time.monotonic() - state["round_start"]
+        if state["round_start"] is not None and getattr(oracle, "work_seconds", None) is None:
+            state["spent"] += time.monotonic() - state["round_start"]  # the round it cut short counts as spent
         # what the oracle answered is in its records (a rerun resumes from them); the sequences hold what
         # was fed to them, valid at whatever size each reached
     return result(stopped_by)
@@ -403,13 +447,13 @@ def certify(
 def _result(
     benches: list[_Bench], paired: int, seconds: float, stopped_by: str, alpha_each: float, options: CertifyOptions
 ) -> CertifyResult:
-    claims, pairs = _rows(benches, options.delta)
+    claims, pairs = _rows(benches)
     evaluated = {}
     for b in benches:
         for (model, cid), n in b.drawn.items():
-            evaluated[(b.problem.benchmark, cid, model)] = b.order[:n]
-    full_paired = sum(len(b.pairs) * len(b.problem.config_ids) * len(b.order) for b in benches)
-    full_model = sum(len(b.problem.models) * len(b.problem.config_ids) * len(b.order) for b in benches)
+            evaluated[(b.problem.benchmark, cid, model)] = b.orders[cid][:n]
+    full_paired = sum(len(b.pairs) * sum(len(o) for o in b.orders.values()) for b in benches)
+    full_model = sum(len(b.problem.models) * sum(len(o) for o in b.orders.values()) for b in benches)
     return CertifyResult(
         claims,
         pairs,
@@ -422,6 +466,7 @@ def _result(
         stopped_by,
         alpha_each,
         options,
+        family_size([b.problem for b in benches]),
     )
 
 
@@ -444,7 +489,7 @@ def _evaluate(
     for (bi, s), k in plan.items():
         b = benches[bi]
         stream = b.streams[s]
-        upto = int(b.cs.t[s]) + k
+        upto = b.t(stream) + k
         for model in stream.pair:
             key = (bi, model, stream.config_id)
             wanted[key] = max(wanted.get(key, 0), upto)
@@ -453,7 +498,7 @@ def _evaluate(
         b = benches[bi]
         have = b.drawn.get((model, cid), 0)
         if upto > have:
-            requests.append((bi, model, cid, have, list(b.order[have:upto])))
+            requests.append((bi, model, cid, have, list(b.orders[cid][have:upto])))
     many = getattr(oracle, "evaluate_many", None)
     if many is not None:
         asked = [(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests]
@@ -478,65 +523,89 @@ def _available(benches: list[_Bench], plan: dict[tuple[int, int], int]) -> dict[
     for (bi, s), k in plan.items():
         b = benches[bi]
         st = b.streams[s]
-        have = min(b.drawn.get((model, st.config_id), 0) for model in st.pair) - int(b.cs.t[s])
+        have = min(b.drawn.get((model, st.config_id), 0) for model in st.pair) - b.t(st)
         if min(k, have) > 0:
             out[(bi, s)] = min(k, have)
     return out
 
 
-def _advance(b: _Bench, plan: dict[int, int], cache: dict, delta: float) -> None:
-    """Feed each planned stream its new items, one draw at a time across streams, then re-read claims."""
-    steps = max(plan.values())
-    for j in range(steps):
-        idx = [s for s, k in plan.items() if j < k]
-        values = []
-        for s in idx:
-            st = b.streams[s]
-            item = b.order[int(b.cs.t[s])]
-            a, m = (cache[(b.problem.benchmark, st.config_id, model)][item] for model in st.pair)
-            values.append(a - m)
-        b.cs.update(idx, values)
-    bounds = b.cs.bounds()
-    for st in b.streams:
-        t = int(bounds.n[st.index])
-        if t == 0:
-            continue
-        est = b.cs.total[st.index] / t * 2 - 1
-        exact_est = b.cs.total[st.index] / len(b.order) * 2 - 1
-        st.claim = claim_of(
-            bounds.lower[st.index],
-            bounds.upper[st.index],
-            bool(bounds.exact[st.index]),
-            _rounded(exact_est if bounds.exact[st.index] else est),
-            delta,
-        )
-    for pair in b.pairs:
-        b.verdict[pair] = verdict_of([s.claim for s in b.streams if s.pair == pair])
+def _advance(b: _Bench, plan: dict[int, int], cache: dict) -> None:
+    """Feed each planned stream its new items, one draw at a time across a configuration's pairs."""
+    by_config: dict[str, dict[int, int]] = {}
+    for s, k in plan.items():
+        by_config.setdefault(b.streams[s].config_id, {})[s] = k
+    for cid, mine in by_config.items():
+        ev, order = b.evidence[cid], b.orders[cid]
+        for j in range(max(mine.values())):
+            now = [b.streams[s] for s, k in mine.items() if j < k]
+            a, m = (
+                np.array([cache[(b.problem.benchmark, cid, st.pair[side])][order[int(ev.t[st.slot])]] for st in now])
+                for side in (0, 1)
+            )
+            ev.update(np.array([st.slot for st in now]), a, m)
+
+
+def _read_claims(benches: list[_Bench], options: CertifyOptions, alpha_each: float) -> None:
+    """Every stream's claim from its sequence (subset: its bounds at alpha_each; population: the closed test
+    over the whole family), then every pair's verdict."""
+    if options.target == "subset":
+        for b in benches:
+            for cid, ev in b.evidence.items():
+                r = ev.reading()
+                for st in (st for st in b.streams if st.config_id == cid and ev.t[st.slot] > 0):
+                    st.claim = claim_of(
+                        float(r.lower[st.slot]),
+                        float(r.upper[st.slot]),
+                        bool(r.exact[st.slot]),
+                        _rounded(r.estimate[st.slot]),
+                        options.delta,
+                    )
+    else:
+        blocks, owners = [], []
+        for b in benches:
+            for cid, ev in b.evidence.items():
+                blocks.append(ev.p_values())
+                owners.append((b, cid))
+        unevaluated = sum(len(model_pairs(b.problem.models)) * len(b.problem.family_configs) for b in benches)
+        blocks.append(np.ones((unevaluated, 4)))
+        p_values = np.concatenate(blocks) if blocks else np.ones((0, 4))
+        if options.familywise == "bonferroni":  # the union bound's level, for comparison (perf/certify_power.py)
+            rejected = p_values <= options.alpha / max(2 * len(p_values), 1)
+        else:
+            rejected = closed_test(p_values, options.alpha)
+        at = 0
+        for (b, cid), block in zip(owners, blocks, strict=False):
+            claims = claims_from_rejections(rejected[at : at + len(block)])
+            at += len(block)
+            for st in b.streams:
+                if st.config_id == cid:
+                    st.claim = claims[st.slot]
+    for b in benches:
+        for pair in b.pairs:
+            b.verdict[pair] = verdict_of([s.claim for s in b.streams if s.pair == pair])
 
 
 def _rounded(x: float) -> float:
     return round(float(x), 12)  # sums of lattice values: 0 as a fraction is 0
 
 
-def _rows(benches: list[_Bench], delta: float) -> tuple[list[ClaimRow], list[PairRow]]:
+def _rows(benches: list[_Bench]) -> tuple[list[ClaimRow], list[PairRow]]:
     claims, pairs = [], []
     for b in benches:
-        bounds = b.cs.bounds()
-        n = len(b.order)
+        readings = {cid: ev.reading() for cid, ev in b.evidence.items()}
         for st in b.streams:
-            t = int(bounds.n[st.index])
-            est = b.cs.total[st.index] / t * 2 - 1 if t else float("nan")
+            t, r = b.t(st), readings[st.config_id]
             claims.append(
                 ClaimRow(
                     b.problem.benchmark,
                     *st.pair,
                     st.config_id,
                     st.claim,
-                    float(bounds.lower[st.index]),
-                    float(bounds.upper[st.index]),
-                    _rounded(est),
+                    float(r.lower[st.slot]),
+                    float(r.upper[st.slot]),
+                    _rounded(r.estimate[st.slot]) if t else float("nan"),
                     t,
-                    n,
+                    b.n(st),
                 )
             )
         for pair in b.pairs:
@@ -546,14 +615,13 @@ def _rows(benches: list[_Bench], delta: float) -> tuple[list[ClaimRow], list[Pai
             deciding = tuple(
                 s.config_id for s in mine if verdict not in ("flip", "undecided") or s.claim in ("a_better", "b_better")
             )
-            used = int(sum(b.cs.t[s.index] for s in mine))
             pairs.append(
                 PairRow(
                     b.problem.benchmark,
                     *pair,
                     verdict,
-                    used,
-                    len(mine) * n,
+                    sum(b.t(s) for s in mine),
+                    sum(b.n(s) for s in mine),
                     deciding,
                     sum(s.claim == "undecided" for s in mine),
                 )

@@ -42,6 +42,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=0.05,
         help="a configuration within +-delta is claimed within_delta and stops (default 0.05)",
     )
+    p.add_argument(
+        "--target",
+        choices=("population", "subset"),
+        default="population",
+        help="what a claim is about: population (default: the two models on the benchmark's items as draws from "
+        "the benchmark and seeds as draws from the decoder; what another draw of items would confirm) or subset "
+        "(the fixed subset's realised difference, which the full grid and rho_flip report)",
+    )
+    p.add_argument(
+        "--selection",
+        choices=("none", "records", "family"),
+        help="how --configs were chosen: none (fixed before any data was seen), records (by looking at "
+        "--records: their items are not used as evidence for those configurations), family (from the whole "
+        "envelope the other flags select: alpha covers all of it, only --configs are evaluated); required "
+        "with --configs and --records together",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the item order with --order seeded (default 0)")
     p.add_argument(
         "--order",
@@ -57,7 +73,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="live: earlier records to take as evaluated (a sweep's or certify run's folder, or its "
         "items.parquet, made with the same models, package, precision, tie rule and rules)",
     )
-    p.add_argument("--budget", help="paired evaluations (e.g. 20000), or wall time of evaluation (90s, 30m, 2h)")
+    p.add_argument(
+        "--familywise",
+        choices=("closed", "bonferroni"),
+        default="closed",
+        help="population target: the closed test (default) or the union bound's Bonferroni level, for comparison",
+    )
+    p.add_argument(
+        "--held-only",
+        action="store_true",
+        help="live: read only what the folder's own and --records' records hold, evaluate nothing (re-read a run, "
+        "for example under another --target)",
+    )
+    p.add_argument(
+        "--budget",
+        help="paired evaluations (e.g. 20000), or time (90s, 30m, 2h): live, CPU time of model work (the process's "
+        "CPU seconds in model calls, every thread; loading and other programs excluded), replay, wall time",
+    )
     p.add_argument("--batch", type=int, default=0, help="items per configuration per round (default: N/30, >= 4)")
     p.add_argument(
         "--allocation",
@@ -75,12 +107,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_budget(text: str | None) -> tuple[int | None, float | None]:
-    """(paired evaluations, seconds): a bare number is evaluations, a number with s/m/h wall time."""
+    """(paired evaluations, seconds): a bare number is evaluations, a number with s/m/h a time (docs/certify.md)."""
     if text is None:
         return None, None
     m = BUDGET.match(text)
     if not m:
-        raise UserError(f"--budget {text[:40]!r}: give paired evaluations (e.g. 20000) or a wall time (90s, 30m, 2h)")
+        raise UserError(f"--budget {text[:40]!r}: give paired evaluations (e.g. 20000) or a time (90s, 30m, 2h)")
     value, unit = float(m.group(1)), m.group(2)
     if unit is None:
         if value != int(value) or value < 1:
@@ -88,7 +120,7 @@ def parse_budget(text: str | None) -> tuple[int | None, float | None]:
         return int(value), None
     seconds = value * {"s": 1, "m": 60, "h": 3600}[unit]
     if seconds <= 0:
-        raise UserError(f"--budget {text!r}: a wall time must be positive")
+        raise UserError(f"--budget {text!r}: a time must be positive")
     return None, seconds
 
 
@@ -123,6 +155,9 @@ def options_from(args: argparse.Namespace):
         allocation=args.allocation,
         order=order,
         round_seconds=LIVE_ROUND_SECONDS if live else None,
+        target=args.target,
+        held_only=args.held_only,
+        familywise=args.familywise,
     )
 
 
@@ -141,6 +176,7 @@ LIVE_ONLY = (
     "subsample",
     "subset_seed",
     "address",
+    "held_only",
 )
 
 
@@ -168,9 +204,13 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--package {args.package!r}: a live run goes through {' or '.join(PACKAGES)}")
         from safetyrepro.sweep.cli import options_from_args
 
-        result, paths = run_live(options_from_args(args), Path(args.out), options, say, records=args.records)
+        result, paths = run_live(
+            options_from_args(args), Path(args.out), options, say, records=args.records, selection=_selection(args)
+        )
     else:
-        given = [f"--{k.replace('_', '-')}" for k in LIVE_ONLY if getattr(args, k, None) not in (None, False)]
+        given = [
+            f"--{k.replace('_', '-')}" for k in (*LIVE_ONLY, "selection") if getattr(args, k, None) not in (None, False)
+        ]
         if args.records:
             given.insert(0, "--records")
         if given:
@@ -194,6 +234,23 @@ def run(args: argparse.Namespace) -> int:
         print("interrupted: the run so far is saved; rerun the same command to go on", file=sys.stderr)
         return 130
     return 0
+
+
+def _selection(args: argparse.Namespace) -> str:
+    """How --configs were chosen; a choice made by looking at data must say so (docs/certify.md)."""
+    if args.selection is None:
+        if args.configs and args.records:
+            raise UserError(
+                "--configs with --records: say how the configurations were chosen with --selection none (fixed "
+                "before any data), records (by looking at these records: their items are not used as evidence) "
+                "or family (from the whole envelope: alpha covers all of it)"
+            )
+        return "none"
+    if not args.configs:
+        raise UserError("--selection says how --configs were chosen: give --configs too")
+    if args.selection == "records" and not args.records:
+        raise UserError("--selection records: name the records the configurations were chosen from with --records")
+    return args.selection
 
 
 def _replay(args: argparse.Namespace, options, say):

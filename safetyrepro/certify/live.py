@@ -18,6 +18,7 @@ sweep's local executor does); the algorithm hands the oracle a round's requests 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -39,11 +40,13 @@ from safetyrepro.limits import MAX_CONFIG_BYTES, read_capped, shorten
 from safetyrepro.sweep.cached_backend import open_cached_backend, outputs_cache_path
 from safetyrepro.sweep.drivers import backend_record, make_driver
 from safetyrepro.sweep.outputs_cache import OutputsCache, OutputsCacheError
+from safetyrepro.sweep.plan import select_configs
 from safetyrepro.sweep.records import ItemRecord
 from safetyrepro.sweep.runner import cell_item_ids
 from safetyrepro.sweep.sweeper import Sweep
 from safetyrepro.sweep.timing import cell_seconds_per_item
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
+from safetyrepro.tasks.envelope import load_rules
 
 from .algorithm import BenchmarkProblem, certify
 from .outputs import write_outputs
@@ -56,6 +59,7 @@ LATTICE_TOLERANCE = 1e-9
 class _Timing:
     seconds: float = 0.0  # wall seconds of calls that did model work (loading excluded)
     evaluations: int = 0  # model evaluations (model x configuration x item, every seed) in them
+    cpu_seconds: float = 0.0  # this process's CPU seconds in those calls (every thread): the budget's clock
 
 
 @dataclass
@@ -68,6 +72,7 @@ class LiveOracle:
     drivers: dict = field(default_factory=dict)
     models_run: dict = field(default_factory=dict)  # label -> backend record (as run.json records it)
     load_seconds: dict = field(default_factory=dict)
+    work_seconds: float = 0.0  # CPU seconds of model calls so far (loading excluded): what a time budget buys
     timing: dict = field(default_factory=dict)  # (model, config_id) -> _Timing
     rows: dict = field(default_factory=dict)  # (model, config_id, item_id, seed) -> items.parquet row
     calls: int = 0
@@ -179,9 +184,10 @@ class LiveOracle:
         if model not in self.drivers:
             o, spec = self.sweep.options, self.sweep.spec
             t0 = time.monotonic()
-            self._say(f"loading {model}")
+            self._say(f"loading {model} (outside the budget: a first load may join and convert its weights)")
             try:
-                backend = open_cached_backend(self.sweep.entry(model), spec.precision, o.device, o.batch_size)
+                with _Heartbeat(self._say, f"loading {model}", 0, "still loading"):
+                    backend = open_cached_backend(self.sweep.entry(model), spec.precision, o.device, o.batch_size)
             except UserError:
                 raise
             except Exception as e:
@@ -216,11 +222,12 @@ class LiveOracle:
         tick: Callable[[], None] | None = None,
     ) -> list[np.ndarray]:
         """Each request's item scores (seed means), configuration by configuration in the order asked (the
-        models in the sweep's order within each), calling `tick` after each call. With `seconds_left`, no
-        call starts once that much time has passed, and a call expected to outrun it is cut to the items
-        that fit (by `cost`; items held from earlier records are free): a request may then be answered for
-        a prefix of its items only."""
-        deadline = None if seconds_left is None else time.monotonic() + seconds_left
+        models in the sweep's order within each), calling `tick` after each call. With `seconds_left` (CPU
+        seconds of model work: loading and other processes' time do not count), no call starts once that
+        much model work is done, and a call expected to outrun it is cut to the items that fit (by the
+        cell's CPU seconds per item; items held from earlier records are free): a request may then be
+        answered for a prefix of its items only."""
+        deadline = None if seconds_left is None else self.work_seconds + seconds_left
         answers: list[np.ndarray] = [np.zeros(0)] * len(requests)
         # configuration by configuration, every model of it together (the drivers stay loaded): a budget
         # that ends inside a round leaves paired items behind, not one model's items with no partner
@@ -234,15 +241,15 @@ class LiveOracle:
             ids = list(ids)
             done: list[float] = []
             while len(done) < len(ids):
-                left = None if deadline is None else deadline - time.monotonic()
+                left = None if deadline is None else deadline - self.work_seconds
                 if left is not None and left <= 0:
                     break
                 todo = self._fitting(benchmark, cid, model, ids[len(done) :], left)
-                done += list(self._run(benchmark, cid, model, todo, where=(k, len(order), deadline)))
+                done += list(self._run(benchmark, cid, model, todo, where=(k, len(order), left)))
                 if tick is not None:
                     tick()
             answers[i] = np.asarray(done, dtype=float)
-            if deadline is not None and deadline - time.monotonic() <= 0:
+            if deadline is not None and deadline - self.work_seconds <= 0:
                 break
         return answers
 
@@ -250,7 +257,8 @@ class LiveOracle:
         """The leading items of `todo` expected to fit in `left` seconds (at least one to evaluate)."""
         if left is None:
             return todo
-        rate = self._rate(model, cid)
+        t = self.timing.get((model, cid))
+        rate = t.cpu_seconds / t.evaluations if t and t.evaluations else self._rate(model, cid)
         if rate is None:  # nothing measured yet: the first call tells
             return todo
         fit = max(1, int(left / max(rate, 1e-9)))
@@ -275,7 +283,7 @@ class LiveOracle:
             return np.array([sum(self._kept[(model, cid, i)].values()) / len(cell.seeds) for i in ids], dtype=float)
         driver = self.driver(model)
         calls_before = driver.backend.model_calls
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.process_time()
         with _Heartbeat(self._say, label, len(todo)):
             try:
                 records = driver.run_cell(cell.config, cell.seeds, todo)
@@ -286,12 +294,14 @@ class LiveOracle:
                     f"{label} failed: {type(e).__module__}.{type(e).__name__}: {_first_line(e)} "
                     "(what was evaluated is in the outputs cache: rerun the same command to resume)"
                 ) from None
-        dt = time.monotonic() - t0
+        dt, cpu = time.monotonic() - t0, time.process_time() - cpu0
         self.calls += 1
+        self.work_seconds += cpu
         worked = driver.backend.model_calls > calls_before
         if worked:
             t = self.timing.setdefault((model, cid), _Timing())
             t.seconds += dt
+            t.cpu_seconds += cpu
             t.evaluations += len(todo)
         spec = self.sweep.spec
         by_item: dict[str, list[float]] = {}
@@ -371,6 +381,7 @@ class LiveOracle:
         spec = self.sweep.spec
         return {
             "seconds_model_work": round(sum(t.seconds for t in self.timing.values()), 3),
+            "cpu_seconds_model_work": round(sum(t.cpu_seconds for t in self.timing.values()), 3),
             "model_evaluations_live": sum(t.evaluations for t in self.timing.values()),
             "model_load_seconds": self.load_seconds,
             "oracle_calls": self.calls,
@@ -409,8 +420,9 @@ def _kind(cell) -> tuple[str, int]:
 class _Heartbeat:
     """A progress line every HEARTBEAT_S while one call runs (a long call says it is alive)."""
 
-    def __init__(self, say: Callable[[str], None], label: str, n: int):
+    def __init__(self, say: Callable[[str], None], label: str, n: int, doing: str = ""):
         self.say, self.label, self.n = say, label, n
+        self.doing = doing or f"{n} items, still evaluating"
         self._stop = threading.Event()
 
     def __enter__(self):
@@ -421,7 +433,7 @@ class _Heartbeat:
 
     def _beat(self):
         while not self._stop.wait(HEARTBEAT_S):
-            self.say(f"{self.label}: {self.n} items, still evaluating ({time.monotonic() - self._t0:.0f} s)")
+            self.say(f"{self.label}: {self.doing} ({time.monotonic() - self._t0:.0f} s)")
 
     def __exit__(self, *exc):
         self._stop.set()
@@ -433,10 +445,10 @@ def _round_note(where: tuple[int, int, float | None] | None) -> str:
     """'; call 3 of 12 of the round, 1.4 h of the budget left' (the budget part only under a wall budget)."""
     if where is None:
         return ""
-    k, n, deadline = where
+    k, n, left = where
     note = f"; call {k} of {n} of the round"
-    if deadline is not None:
-        note += f", {duration(max(0.0, deadline - time.monotonic()))} of the budget left"
+    if left is not None:
+        note += f", {duration(max(0.0, left))} of model work left in the budget"
     return note
 
 
@@ -461,7 +473,13 @@ def plan_live(sweep_options, out: Path):
 
 
 def run_live(
-    sweep_options, out: Path, options, say, records: Sequence[str | Path] = (), checkpoint_seconds: float = 600.0
+    sweep_options,
+    out: Path,
+    options,
+    say,
+    records: Sequence[str | Path] = (),
+    checkpoint_seconds: float = 600.0,
+    selection: str = "none",
 ) -> tuple[object, list[Path]]:
     """Plan, certify, write the outputs (under the folder's lock); (result, paths written). `records`:
     earlier items.parquet files (of sweeps or certify runs made the same way) whose items are taken as
@@ -482,8 +500,13 @@ def run_live(
                 f"{own} is from another certify command ({same_why(previous.get('live') or {}, sweep.spec)}); "
                 "starting afresh"
             )
+    looked_at: dict[str, set[str]] = {}  # config -> items of the given --records (what a selection saw)
     for path, made in earlier:
-        n = oracle.keep_earlier(read_records(path), {str(i) for q in problems for i in q.item_ids})
+        frame = read_records(path)
+        if path != own:
+            for cid, item in zip(frame["config_id"].astype(str), frame["item_id"].astype(str), strict=True):
+                looked_at.setdefault(cid, set()).add(item)
+        n = oracle.keep_earlier(frame, {str(i) for q in problems for i in q.item_ids})
         for label, sha in _earlier_weights(path.parent, made).items():
             oracle.earlier_weights.setdefault(label, {})[sha] = path
         if "sweep_folder" in made:
@@ -497,6 +520,7 @@ def run_live(
                 f"{'resuming' if path == own else 'earlier records'}: {n:,} (model, configuration, item) evaluations "
                 f"held after {path}"
             )
+    problems = chosen_validly(problems, selection, looked_at, sweep_options)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     spec = sweep.spec
     source = (
@@ -523,6 +547,38 @@ def run_live(
         return result, write(result)
     finally:
         sweep.store.unlock()
+
+
+def chosen_validly(
+    problems: tuple[BenchmarkProblem, ...], selection: str, looked_at: dict[str, set[str]], sweep_options
+) -> tuple[BenchmarkProblem, ...]:
+    """The problems as a selection of configurations leaves them valid (docs/certify.md, *Chosen by
+    looking*): `records` keeps the items the given records hold for each configuration out of its evidence;
+    `family` puts every configuration of the chosen ones' benchmarks (tier and filters other than
+    --configs) in the family alpha covers; `none` takes the configurations as fixed before any data."""
+    if selection == "none":
+        return problems
+    if selection == "records":
+        return tuple(
+            dataclasses.replace(
+                p, excluded={cid: frozenset(looked_at[cid]) for cid in p.config_ids if looked_at.get(cid)}
+            )
+            for p in problems
+        )
+    if selection != "family":
+        raise ValueError(f"selection {selection!r}")
+    o = sweep_options
+    filters = {k: v for k, v in o.filters.items() if v and k != "config"}
+    rules = load_rules(o.rules)
+    out = []
+    for p in problems:
+        every = select_configs(rules, [p.benchmark], o.tier, o.precision, filters)
+        out.append(
+            dataclasses.replace(
+                p, family_configs=tuple(c.config_id for c in every if c.config_id not in set(p.config_ids))
+            )
+        )
+    return tuple(out)
 
 
 def read_records(path: Path) -> pd.DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from dataclasses import asdict
@@ -10,12 +11,13 @@ from pathlib import Path
 import pandas as pd
 
 from safetyrepro.atomic import atomic_write, ensure_dir
-from safetyrepro.markdown import markdown_table
+from safetyrepro.markdown import markdown_table, md_escape
 from safetyrepro.tasks.templates import TEMPLATE_KINDS
 
 from .algorithm import CertifyResult, ClaimRow, PairRow
 
 CERTIFICATE_COLUMNS = (
+    "target",
     "benchmark",
     "model_a",
     "model_b",
@@ -26,6 +28,7 @@ CERTIFICATE_COLUMNS = (
     "n_open",
 )
 CLAIM_COLUMNS = (
+    "target",
     "benchmark",
     "model_a",
     "model_b",
@@ -41,14 +44,50 @@ CLAIM_COLUMNS = (
 
 def certificate_table(result: CertifyResult) -> pd.DataFrame:
     rows = [
-        {**{k: v for k, v in asdict(p).items() if k != "deciding"}, "deciding_configs": ";".join(p.deciding)}
+        {
+            **{k: v for k, v in asdict(p).items() if k != "deciding"},
+            "deciding_configs": ";".join(p.deciding),
+            "target": result.options.target,
+        }
         for p in result.pairs
     ]
     return pd.DataFrame(rows, columns=list(CERTIFICATE_COLUMNS))
 
 
 def claims_table(result: CertifyResult) -> pd.DataFrame:
-    return pd.DataFrame([asdict(c) for c in result.claims], columns=list(CLAIM_COLUMNS))
+    rows = [{**asdict(c), "target": result.options.target} for c in result.claims]
+    return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
+
+
+TARGET_WORDS = {
+    "population": "about the models: the benchmark's items as draws from the benchmark and seeds as draws from "
+    "the decoder, so another draw of items would confirm them",
+    "subset": "about this sample: the fixed subset's realised differences, which the full grid reports; two "
+    "identical models differ there by chance, so they say nothing beyond these items",
+}
+
+
+def target_sentence(result: CertifyResult) -> str:
+    """What the claims are about and how their error is controlled, in one sentence."""
+    o = result.options
+    control = (
+        f"a closed test over the {result.family_size:,} pair x configuration claims of the family, at least as "
+        "powerful as a union bound"
+        if o.target == "population"
+        else f"a union bound: each of the {result.family_size:,} pair x configuration sequences at alpha "
+        f"{result.alpha_each:.2g}"
+    )
+    return (
+        f"Target: {o.target}. The claims are {TARGET_WORDS[o.target]}. They hold together with probability at least "
+        f"{1 - o.alpha:.2f} ({control}), whatever the order of evaluation and wherever the run stopped."
+    )
+
+
+WHY_DIFFERENT = (
+    "certify and `analyze`/`verdict` can read the same grid differently: certify tests, anytime-valid, whether "
+    "each model is better in the benchmark's direction on the target above, over its whole family of claims, "
+    "while the item-level analysis runs one fixed-size exact test per configuration on the items in the grid."
+)
 
 
 def cost(result: CertifyResult, seconds_per_evaluation: dict[str, float] | None = None) -> dict:
@@ -63,6 +102,8 @@ def cost(result: CertifyResult, seconds_per_evaluation: dict[str, float] | None 
         "share_of_full_model": result.model_evaluations / max(result.full_model_evaluations, 1),
         "seconds_evaluating": round(result.seconds, 3),
         "stopped_by": result.stopped_by,
+        "target": result.options.target,
+        "family_size": result.family_size,
         "alpha": result.options.alpha,
         "alpha_each": result.alpha_each,
         "delta": result.options.delta,
@@ -110,16 +151,25 @@ def config_words(config_id: str) -> str:
     )
 
 
-def _margin(c: ClaimRow, sign: float) -> str:
-    """How far ahead a won configuration is: its exact difference once every item is in, else its bound."""
+def _margin(c: ClaimRow, sign: float, target: str = "subset") -> str:
+    """How far ahead a won configuration is: subset, its exact difference once every item is in, else its
+    bound; population, the difference on the items used with its simultaneous bounds."""
+    if target == "population":
+        lo, hi = (c.lower, c.upper) if sign > 0 else (-c.upper, -c.lower)
+        return (
+            f"by {sign * c.estimate:.3f} on {c.items_used} items, simultaneous bounds {max(lo, -1):.3f} to "
+            f"{min(hi, 1):.3f}"
+        )
     if c.items_used >= c.n_full:
         return f"by {sign * c.estimate:.3f} on all {c.n_full} items"
     bound = c.lower if sign > 0 else -c.upper
     return f"by at least {bound:.3f} after {c.items_used} of {c.n_full} items"
 
 
-def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float) -> str:
-    """One sentence a reader can repeat, winner first."""
+def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float, target: str = "subset") -> str:
+    """One sentence a reader can repeat, winner first; labels escaped (they are the user's text)."""
+    p = dataclasses.replace(p, model_a=md_escape(p.model_a), model_b=md_escape(p.model_b))
+    claims = [dataclasses.replace(c, model_a=md_escape(c.model_a), model_b=md_escape(c.model_b)) for c in claims]
     mine = [c for c in claims if c.benchmark == p.benchmark and (c.model_a, c.model_b) == (p.model_a, p.model_b)]
     wins_a = [c for c in mine if c.claim == "a_better"]
     wins_b = [c for c in mine if c.claim == "b_better"]
@@ -128,8 +178,8 @@ def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float) -> str:
         a, b = max(wins_a, key=lambda c: c.lower), min(wins_b, key=lambda c: c.upper)
         return (
             f"{p.benchmark}: the verdict flips. {p.model_a} is ahead of {p.model_b} with {config_words(a.config_id)} "
-            f"({_margin(a, 1)}), and {p.model_b} ahead of {p.model_a} with {config_words(b.config_id)} "
-            f"({_margin(b, -1)}) {spent}."
+            f"({_margin(a, 1, target)}), and {p.model_b} ahead of {p.model_a} with {config_words(b.config_id)} "
+            f"({_margin(b, -1, target)}) {spent}."
         )
     if p.verdict in ("stable_a", "stable_b"):
         win, lose, wins = (p.model_a, p.model_b, wins_a) if p.verdict == "stable_a" else (p.model_b, p.model_a, wins_b)
@@ -139,10 +189,16 @@ def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float) -> str:
         )
     if p.verdict == "equivalent":
         return f"{p.benchmark}: {p.model_a} and {p.model_b} are within {delta} of each other on every configuration {spent}."
+    left = sum(c.n_full - c.items_used for c in mine if c.claim == "undecided")
+    close = (
+        f"closing them takes at most {left:,} more paired evaluations"
+        if target == "subset"
+        else f"{left:,} more paired evaluations are available to them (with every item in, a difference smaller "
+        "than the items can resolve stays open)"
+    )
     return (
         f"{p.benchmark}: {p.model_a} vs {p.model_b} is undecided: {p.n_open} of {len(mine)} configurations are "
-        f"still open ({len(wins_a)} won by {p.model_a}, {len(wins_b)} by {p.model_b}) {spent}; closing them takes at "
-        f"most {sum(c.n_full - c.items_used for c in mine if c.claim == 'undecided'):,} more paired evaluations."
+        f"still open ({len(wins_a)} won by {p.model_a}, {len(wins_b)} by {p.model_b}) {spent}; {close}."
     )
 
 
@@ -169,15 +225,17 @@ def hours_to_close(
 
 
 def report_markdown(result: CertifyResult, source: str, extra_cost: dict | None = None) -> str:
-    lines = [
-        "# Certified verdicts",
+    lines = ["# Certified verdicts", ""]
+    lines += [
+        f"- {verdict_sentence(p, result.claims, result.options.delta, result.options.target)}" for p in result.pairs
+    ]
+    lines += [
         "",
-        f"Source: {source}. Every claim below holds together with probability at least {1 - result.options.alpha:.2f} "
-        f"(familywise: each pair x configuration confidence sequence at alpha {result.alpha_each:.2g}), "
-        "whatever the order of evaluation and wherever the run stopped.",
+        f"{target_sentence(result)} Source: {md_escape(source)}.",
+        "",
+        f"Why this can differ from `analyze`: {WHY_DIFFERENT}",
         "",
     ]
-    lines += [f"- {verdict_sentence(p, result.claims, result.options.delta)}" for p in result.pairs]
     lines += [
         "",
         f"Spent {result.paired_evaluations:,} of the full grid's {result.full_paired_evaluations:,} paired "
@@ -187,8 +245,9 @@ def report_markdown(result: CertifyResult, source: str, extra_cost: dict | None 
         "",
         "## Evidence",
         "",
-        "The configurations that decided each verdict, with the confidence bounds of the paired difference "
-        "(model_a - model_b) on the full subset:",
+        "The configurations that decided each verdict, with the simultaneous bounds of theta (positive: model_a "
+        "better in the benchmark's direction; the paired difference, for CrowS-Pairs the difference in closeness "
+        f"to 0.5) on the {result.options.target} target:",
         "",
     ]
     claims = claims_table(result)
@@ -210,10 +269,17 @@ def report_markdown(result: CertifyResult, source: str, extra_cost: dict | None 
                 extra_cost.get("seconds_per_model_evaluation") or {},
             )
         when = "" if hours is None else f", about {hours:,.1f} h of model time at the rates measured here"
-        lines.append(
-            f"{len(open_)} pair x configuration claims are undecided (at most {cost_to_close:,} more paired "
-            f"evaluations would close them all{when}; the full subset always decides). They are in claims.csv."
-        )
+        if result.options.target == "subset":
+            lines.append(
+                f"{len(open_)} pair x configuration claims are undecided (at most {cost_to_close:,} more paired "
+                f"evaluations would close them all{when}; the full subset always decides). They are in claims.csv."
+            )
+        else:
+            lines.append(
+                f"{len(open_)} pair x configuration claims are undecided ({cost_to_close:,} more paired evaluations "
+                f"are left to them{when}; with every item in, a difference the items cannot resolve stays open). "
+                "They are in claims.csv."
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -71,13 +71,17 @@ def _certify(tmp_path, capsys, acc, *extra, seed=1):
     return out
 
 
-def test_one_model_far_ahead_everywhere_is_stable_at_under_30_percent(tmp_path, capsys):
-    out = _certify(tmp_path, capsys, far_ahead)
+@pytest.mark.parametrize("target", ["population", "subset"])
+def test_one_model_far_ahead_everywhere_is_stable_at_under_30_percent(tmp_path, capsys, target):
+    out = _certify(tmp_path, capsys, far_ahead, "--target", target)
     cert = pd.read_csv(out / "certificate.csv").iloc[0]
-    assert (cert["model_a"], cert["model_b"], cert["verdict"]) == ("a", "b", "stable_a")
+    assert (cert["model_a"], cert["model_b"], cert["verdict"], cert["target"]) == ("a", "b", "stable_a", target)
     assert cert["n_full"] == 48 * 300 and cert["n_evaluations"] <= 0.30 * cert["n_full"]
     claims = pd.read_csv(out / "claims.csv")
-    assert len(claims) == 48 and (claims["claim"] == "a_better").all() and (claims["lower"] > 0).all()
+    assert len(claims) == 48 and (claims["claim"] == "a_better").all() and (claims["target"] == target).all()
+    # subset: the union bound's own interval decides; population: the closed test can decide a claim before
+    # the simultaneous interval (at the union bound's level) clears 0, never against it
+    assert (claims["lower"] > 0).all() if target == "subset" else ((claims["upper"] > 0) & (claims["estimate"] > 0)).all()
     cost = json.loads((out / "cost.json").read_text())
     assert cost["paired_evaluations"] == cert["n_evaluations"] and cost["full_paired_evaluations"] == 14400
     used = pd.read_parquet(out / "items.parquet")
@@ -92,8 +96,9 @@ def test_one_model_far_ahead_everywhere_is_stable_at_under_30_percent(tmp_path, 
     assert "truthfulqa: a is ahead of b wherever the envelope goes: ahead on 48 of 48 configurations" in report
 
 
-def test_a_lead_that_reverses_between_templates_is_a_flip_at_under_50_percent(tmp_path, capsys):
-    out = _certify(tmp_path, capsys, reverses_with_template)
+@pytest.mark.parametrize("target", ["population", "subset"])
+def test_a_lead_that_reverses_between_templates_is_a_flip_at_under_50_percent(tmp_path, capsys, target):
+    out = _certify(tmp_path, capsys, reverses_with_template, "--target", target)
     cert = pd.read_csv(out / "certificate.csv").iloc[0]
     assert cert["verdict"] == "flip" and cert["n_evaluations"] <= 0.50 * cert["n_full"]
     claims = pd.read_csv(out / "claims.csv").set_index("config_id")

@@ -1,0 +1,226 @@
+"""What certification knows about one configuration's pairs: a sequence per pair, for one of two targets,
+read in the benchmark's declared direction. The rounds (algorithm.py) feed it paired item scores and ask
+for claims, bounds and the running numbers the allocation plans with.
+
+Targets (docs/certify.md, *What is certified*):
+- `population` (the default): the two models on the benchmark's items as draws from the benchmark and
+  seeds as draws from the decoder. Items come in a uniformly random order of a random subset, so they are
+  i.i.d. draws; the sequences are with replacement (confidence_sequence.IidBettingCS) and never become
+  exact: two identical models keep 0 inside their bounds however many items are in.
+- `subset`: the fixed subset's realised difference, the number the full grid reports (the paper's
+  rho_flip reads it); sequences without replacement (WorBettingCS), exact once every item is in.
+
+Direction: theta > 0 always means model a is better. Where higher is better theta is the paired
+difference of means. For CrowS-Pairs (closer to 0.5 is better) theta = |p_b - 0.5| - |p_a - 0.5|, which is
+not a mean of item differences: it is bounded from simultaneous sequences for the two shares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from safetyrepro.analysis.closed_testing import HI, LO, NOT_A, NOT_B
+from safetyrepro.analysis.confidence_sequence import IidBettingCS, WorBettingCS
+from safetyrepro.analysis.direction import direction
+
+TARGETS = ("population", "subset")
+SHARE_CELLS = 200  # CrowS-Pairs: candidate shares every 0.005
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Per pair of the configuration: the claim's inputs and what is reported."""
+
+    lower: np.ndarray  # bounds of theta (a better when > 0)
+    upper: np.ndarray
+    estimate: np.ndarray  # theta on the items used
+    exact: np.ndarray  # subset target, every item in: theta is known
+
+
+def closeness(benchmark: str) -> float | None:
+    """The target score when better means closer to it (CrowS-Pairs: 0.5), else None."""
+    d = direction(benchmark)
+    if d.target is None and d.sign < 0:
+        raise ValueError(f"{benchmark}: lower-is-better scores are not supported by certify")
+    return d.target
+
+
+class PairedEvidence:
+    """The pairs of one configuration. `population`: items available in its draw order."""
+
+    def __init__(
+        self,
+        benchmark: str,
+        n_pairs: int,
+        population: int,
+        target: str,
+        alpha_side: float,
+        delta: float,
+        lattice: int | None,
+    ):
+        if target not in TARGETS:
+            raise ValueError(f"target {target!r}: one of {', '.join(TARGETS)}")
+        self.target, self.delta, self.N = target, float(delta), int(population)
+        self.alpha_side = float(alpha_side)
+        self.ideal = closeness(benchmark)
+        self.n_pairs = n_pairs
+        self.t = np.zeros(n_pairs, dtype=np.int64)
+        self.sum_a = np.zeros(n_pairs)
+        self.sum_b = np.zeros(n_pairs)
+        self.diff_sq = np.zeros(n_pairs)  # sum of squared paired differences (the planner's spread)
+        both = 2 * n_pairs
+        if target == "population":
+            if self.ideal is None:
+                self.cs = IidBettingCS(n_pairs, alpha_side, -1.0, 1.0, extra=(0.0, delta, -delta))
+            else:
+                self.cs = IidBettingCS(both, alpha_side, 0.0, 1.0, grid_points=SHARE_CELLS + 1)
+        else:
+            # the union bound's two-sided sequence at 2 alpha_side; CrowS: each share's at half that
+            if self.ideal is None:
+                self.cs = WorBettingCS(n_pairs, self.N, 2 * alpha_side, -1.0, 1.0, lattice)
+            else:
+                self.cs = WorBettingCS(both, self.N, alpha_side, 0.0, 1.0, lattice)
+
+    def update(self, pairs: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+        pairs = np.asarray(pairs, dtype=np.int64)
+        a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        if np.any(self.t[pairs] >= self.N):
+            raise ValueError("a stream drew more items than its configuration holds")
+        if self.ideal is None:
+            self.cs.update(pairs, a - b)
+        else:
+            self.cs.update(np.concatenate([pairs, pairs + self.n_pairs]), np.concatenate([a, b]))
+        self.t[pairs] += 1
+        self.sum_a[pairs] += a
+        self.sum_b[pairs] += b
+        self.diff_sq[pairs] += (a - b) ** 2
+
+    # the planner's numbers, on theta's scale
+    def running(self) -> tuple[np.ndarray, np.ndarray]:
+        """(theta on the items so far, a spread of the paired differences) per pair."""
+        t = np.maximum(self.t, 1)
+        ma, mb = self.sum_a / t, self.sum_b / t
+        theta = self._theta(ma, mb)
+        d = ma - mb
+        variance = np.maximum(self.diff_sq / t - d**2, 0.0) * t / np.maximum(t - 1, 1) + 1.0 / (t + 1)
+        return np.where(self.t > 0, theta, 0.0), variance
+
+    def _theta(self, ma, mb):
+        if self.ideal is None:
+            return ma - mb
+        return np.abs(mb - self.ideal) - np.abs(ma - self.ideal)
+
+    def reading(self) -> Reading:
+        theta, _ = self.running()
+        if self.target == "subset":
+            bounds = self.cs.bounds()
+            exact = self.t >= self.N
+            if self.ideal is None:
+                lo, hi = bounds.lower, bounds.upper
+            else:
+                lo, hi = _closeness_box(
+                    bounds.lower[: self.n_pairs],
+                    bounds.upper[: self.n_pairs],
+                    bounds.lower[self.n_pairs :],
+                    bounds.upper[self.n_pairs :],
+                    self.ideal,
+                )
+            return Reading(lo, hi, theta, exact)
+        if self.ideal is None:
+            lo, hi = self.cs.bounds(self.alpha_side)
+        else:
+            lo, hi = self._share_bounds()
+        return Reading(lo, hi, theta, np.zeros(self.n_pairs, dtype=bool))
+
+    def p_values(self) -> np.ndarray:
+        """(pairs, 4) anytime p-values of NOT_A, NOT_B, HI, LO (population target)."""
+        if self.target != "population":
+            raise ValueError("p-values are kept for the population target")
+        if self.ideal is None:
+            cs, d = self.cs, self.delta
+            log_e = np.stack([cs.log_e_above(0.0), cs.log_e_below(0.0), cs.log_e_below(d), cs.log_e_above(-d)], axis=1)
+        else:
+            log_e = self._share_log_e()
+        return np.minimum(1.0, np.exp(-log_e))
+
+    # CrowS-Pairs: theta = |p_b - ideal| - |p_a - ideal| from the two shares' cells
+    def _cells(self):
+        grid = self.cs.grid
+        left, right = grid[:-1], grid[1:]
+        inside = (left <= self.ideal) & (self.ideal <= right)
+        dmin = np.where(inside, 0.0, np.minimum(np.abs(left - self.ideal), np.abs(right - self.ideal)))
+        dmax = np.maximum(np.abs(left - self.ideal), np.abs(right - self.ideal))
+        cells = self.cs.cell_log_e()
+        return cells[: self.n_pairs], cells[self.n_pairs :], dmin, dmax
+
+    def _share_log_e(self) -> np.ndarray:
+        """log e-values of the four composite nulls over the share pair (p_a, p_b). For a null region R, the
+        e-process is (1/2) max of the two shares' hedged capitals at the true point (each share's is a test
+        martingale, their mean is one, and it is at least half the larger), bounded below on every pair of
+        cells that meets R; the smallest over those cells is an e-process for all of R."""
+        ca, cb, dmin, dmax = self._cells()
+        eps = 1e-12
+        d = self.delta
+        # (u, v) = (a, b) or (b, a); a cell pair meets a region when some point of it lies in the region
+        # (borderline cells are counted in: the e-value can only get smaller)
+        nearer = lambda u_min, u_max, v_min, v_max: v_min <= u_max + eps  # noqa: E731
+        farther = lambda u_min, u_max, v_min, v_max: v_max >= u_min + d - eps  # noqa: E731
+        not_a = _min_where(ca, cb, dmin, dmax, nearer)  # theta <= 0: b as near to the ideal as a, or nearer
+        not_b = _min_where(cb, ca, dmin, dmax, nearer)  # theta >= 0
+        hi = _min_where(ca, cb, dmin, dmax, farther)  # theta >= delta: b farther by delta
+        lo = _min_where(cb, ca, dmin, dmax, farther)  # theta <= -delta
+        return np.log(0.5) + np.stack([not_a, not_b, hi, lo], axis=1)
+
+    def _share_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """theta's range over the box of cells neither share's sequence excludes (each at alpha_side / 2:
+        a cell is excluded when its hedged capital's lower bound reaches 2 / alpha_side)."""
+        ca, cb, dmin, dmax = self._cells()
+        threshold = np.log(2.0 / self.alpha_side)
+        lows, highs = [], []
+        for i in range(self.n_pairs):
+            keep_a, keep_b = ca[i] < threshold, cb[i] < threshold
+            if not keep_a.any() or not keep_b.any():
+                lows.append(-1.0)
+                highs.append(1.0)
+                continue
+            lows.append(float(dmin[keep_b].min() - dmax[keep_a].max()))
+            highs.append(float(dmax[keep_b].max() - dmin[keep_a].min()))
+        return np.array(lows), np.array(highs)
+
+
+def _min_where(cu, cv, dmin, dmax, meets) -> np.ndarray:
+    """Per stream, min over cells u of max(cu[u], min over cells v with meets(u, v) of cv[v]): the e-value
+    lower bound of a region of (u-share, v-share) cell pairs; +inf where no cell pair meets it."""
+    ok = meets(dmin[:, None], dmax[:, None], dmin[None, :], dmax[None, :])  # (u cells, v cells)
+    inner = np.where(ok[None, :, :], cv[:, None, :], np.inf).min(axis=2)  # (streams, u cells)
+    return np.maximum(cu, inner).min(axis=1)
+
+
+def _closeness_box(a_lo, a_hi, b_lo, b_hi, ideal) -> tuple[np.ndarray, np.ndarray]:
+    """theta = |p_b - ideal| - |p_a - ideal| over the box [a_lo, a_hi] x [b_lo, b_hi]."""
+
+    def dist_range(lo, hi):
+        inside = (lo <= ideal) & (ideal <= hi)
+        near = np.where(inside, 0.0, np.minimum(np.abs(lo - ideal), np.abs(hi - ideal)))
+        return near, np.maximum(np.abs(lo - ideal), np.abs(hi - ideal))
+
+    a_near, a_far = dist_range(a_lo, a_hi)
+    b_near, b_far = dist_range(b_lo, b_hi)
+    return b_near - a_far, b_far - a_near
+
+
+def claims_from_rejections(rejected: np.ndarray) -> list[str]:
+    """(pairs, 4) rejections -> claim per pair (a win before within_delta)."""
+    out = []
+    for row in rejected:
+        if row[NOT_A]:
+            out.append("a_better")
+        elif row[NOT_B]:
+            out.append("b_better")
+        elif row[HI] and row[LO]:
+            out.append("within_delta")
+        else:
+            out.append("undecided")
+    return out
