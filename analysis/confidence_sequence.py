@@ -161,7 +161,7 @@ class IidBettingCS:
         alpha: float,
         low: float = -1.0,
         high: float = 1.0,
-        grid_points: int = 401,
+        grid_points: int = 201,
         extra: tuple[float, ...] = (),
     ):
         if not 0 < alpha < 1:
@@ -172,6 +172,9 @@ class IidBettingCS:
         points = np.concatenate([np.linspace(0.0, 1.0, grid_points), [self._y_scalar(x) for x in extra]])
         self.grid = np.unique(np.round(points, 12))
         g = len(self.grid)
+        with np.errstate(divide="ignore"):  # the stakes' caps c / m and c / (1 - m), fixed per candidate
+            self._cap_plus = np.where(self.grid > 0, TRUNCATION / self.grid, np.inf)
+            self._cap_minus = np.where(self.grid < 1, TRUNCATION / (1 - self.grid), np.inf)
         self.log_plus = np.zeros((n_streams, g))
         self.log_minus = np.zeros((n_streams, g))
         self.max_plus = np.zeros((n_streams, g))  # running maxima (log; capital 1 before any draw)
@@ -193,16 +196,13 @@ class IidBettingCS:
         t = self.t[s] + 1
         mu_hat = self.mu_sum[s] / t
         sigma2 = self.var_sum[s] / t
-        lam = np.sqrt(2 * self._log_inv_alpha / (sigma2 * t * np.log1p(t)))
-        m = self.grid[None, :]
-        with np.errstate(divide="ignore"):
-            lam_plus = np.minimum(lam[:, None], np.where(m > 0, TRUNCATION / m, np.inf))
-            lam_minus = np.minimum(lam[:, None], np.where(m < 1, TRUNCATION / (1 - m), np.inf))
-        gap = y[:, None] - m
-        self.log_plus[s] += np.log1p(lam_plus * gap)
-        self.log_minus[s] += np.log1p(-lam_minus * gap)
-        self.max_plus[s] = np.maximum(self.max_plus[s], self.log_plus[s])
-        self.max_minus[s] = np.maximum(self.max_minus[s], self.log_minus[s])
+        lam = np.sqrt(2 * self._log_inv_alpha / (sigma2 * t * np.log1p(t)))[:, None]
+        gap = y[:, None] - self.grid[None, :]
+        plus = self.log_plus[s] + np.log1p(np.minimum(lam, self._cap_plus) * gap)
+        minus = self.log_minus[s] + np.log1p(-np.minimum(lam, self._cap_minus) * gap)
+        self.log_plus[s], self.log_minus[s] = plus, minus
+        self.max_plus[s] = np.maximum(self.max_plus[s], plus)
+        self.max_minus[s] = np.maximum(self.max_minus[s], minus)
         self.var_sum[s] += (y - mu_hat) ** 2
         self.mu_sum[s] += y
         self.total[s] += y

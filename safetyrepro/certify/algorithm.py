@@ -62,9 +62,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from safetyrepro.analysis.closed_testing import closed_test
+from safetyrepro.analysis.confidence_sequence import IidBettingCS
 from safetyrepro.analysis.rank_flip import model_pairs
 
-from .evidence import TARGETS, PairedEvidence, claims_from_rejections
+from .evidence import TARGETS, PairedEvidence, claims_from_rejections, closeness, population_candidates
 
 CLAIMS = ("a_better", "b_better", "within_delta", "undecided")
 VERDICTS = ("flip", "stable_a", "stable_b", "equivalent", "undecided")
@@ -230,11 +231,24 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
             order = order[rng.permutation(len(p.item_ids))]
         pairs = model_pairs(p.models)
         orders, evidence = {}, {}
-        for cid in p.config_ids:
+        bank = None
+        if options.target == "population" and closeness(p.benchmark) is None:
+            # one bank for every configuration's pairs: a draw across configurations is one update
+            bank = IidBettingCS(
+                len(pairs) * len(p.config_ids), alpha_each / 2, -1.0, 1.0, extra=population_candidates(options.delta)
+            )
+        for k, cid in enumerate(p.config_ids):
             skip = p.excluded.get(cid, frozenset())
             orders[cid] = np.array([i for i in order if i not in skip], dtype=object) if skip else order
             evidence[cid] = PairedEvidence(
-                p.benchmark, len(pairs), len(orders[cid]), options.target, alpha_each / 2, options.delta, p.lattice
+                p.benchmark,
+                len(pairs),
+                len(orders[cid]),
+                options.target,
+                alpha_each / 2,
+                options.delta,
+                p.lattice,
+                shared=None if bank is None else (bank, k * len(pairs)),
             )
         streams = [
             _Stream(p.benchmark, pair, cid, i, slot)
@@ -534,15 +548,24 @@ def _advance(b: _Bench, plan: dict[int, int], cache: dict) -> None:
     by_config: dict[str, dict[int, int]] = {}
     for s, k in plan.items():
         by_config.setdefault(b.streams[s].config_id, {})[s] = k
-    for cid, mine in by_config.items():
-        ev, order = b.evidence[cid], b.orders[cid]
-        for j in range(max(mine.values())):
+    for j in range(max(plan.values())):  # draw by draw, every configuration's j-th draw together
+        rows, values, bank = [], [], None
+        for cid, mine in by_config.items():
             now = [b.streams[s] for s, k in mine.items() if j < k]
+            if not now:
+                continue
+            ev, order = b.evidence[cid], b.orders[cid]
             a, m = (
                 np.array([cache[(b.problem.benchmark, cid, st.pair[side])][order[int(ev.t[st.slot])]] for st in now])
                 for side in (0, 1)
             )
-            ev.update(np.array([st.slot for st in now]), a, m)
+            staged = ev.stage(np.array([st.slot for st in now]), a, m)
+            if staged is not None:
+                rows.append(staged[0])
+                values.append(staged[1])
+                bank = ev.cs
+        if bank is not None:
+            bank.update(np.concatenate(rows), np.concatenate(values))
 
 
 def _read_claims(benches: list[_Bench], options: CertifyOptions, alpha_each: float) -> None:

@@ -39,6 +39,11 @@ class Reading:
     exact: np.ndarray  # subset target, every item in: theta is known
 
 
+def population_candidates(delta: float) -> tuple[float, ...]:
+    """The differences a population claim tests at (theta = 0 and +-delta): grid points of its bank."""
+    return (0.0, delta, -delta)
+
+
 def closeness(benchmark: str) -> float | None:
     """The target score when better means closer to it (CrowS-Pairs: 0.5), else None."""
     d = direction(benchmark)
@@ -59,7 +64,11 @@ class PairedEvidence:
         alpha_side: float,
         delta: float,
         lattice: int | None,
+        shared: tuple[IidBettingCS, int] | None = None,
     ):
+        """`shared`: (a bank, this configuration's first row in it) for the population target of a benchmark
+        where higher is better: every configuration's pairs are rows of one bank, so a round's draws go in
+        with one call per draw (`stage`, then the caller's `bank.update`), not one per configuration."""
         if target not in TARGETS:
             raise ValueError(f"target {target!r}: one of {', '.join(TARGETS)}")
         self.target, self.delta, self.N = target, float(delta), int(population)
@@ -71,9 +80,14 @@ class PairedEvidence:
         self.sum_b = np.zeros(n_pairs)
         self.diff_sq = np.zeros(n_pairs)  # sum of squared paired differences (the planner's spread)
         both = 2 * n_pairs
+        self.rows = np.arange(n_pairs)  # this configuration's rows of its bank
+        self.shared = shared is not None
         if target == "population":
-            if self.ideal is None:
-                self.cs = IidBettingCS(n_pairs, alpha_side, -1.0, 1.0, extra=(0.0, delta, -delta))
+            if self.ideal is None and shared is not None:
+                self.cs, first = shared
+                self.rows = np.arange(first, first + n_pairs)
+            elif self.ideal is None:
+                self.cs = IidBettingCS(n_pairs, alpha_side, -1.0, 1.0, extra=population_candidates(delta))
             else:
                 self.cs = IidBettingCS(both, alpha_side, 0.0, 1.0, grid_points=SHARE_CELLS + 1)
         else:
@@ -84,11 +98,21 @@ class PairedEvidence:
                 self.cs = WorBettingCS(both, self.N, alpha_side, 0.0, 1.0, lattice)
 
     def update(self, pairs: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+        staged = self.stage(pairs, a, b)
+        if staged is not None:
+            self.cs.update(*staged)
+
+    def stage(self, pairs: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Take one draw for each of `pairs`; with a shared bank return (rows, values) for the caller to feed
+        it, else feed this configuration's own sequences and return None."""
         pairs = np.asarray(pairs, dtype=np.int64)
         a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
         if np.any(self.t[pairs] >= self.N):
             raise ValueError("a stream drew more items than its configuration holds")
-        if self.ideal is None:
+        staged = None
+        if self.shared:
+            staged = (self.rows[pairs], a - b)
+        elif self.ideal is None:
             self.cs.update(pairs, a - b)
         else:
             self.cs.update(np.concatenate([pairs, pairs + self.n_pairs]), np.concatenate([a, b]))
@@ -96,6 +120,7 @@ class PairedEvidence:
         self.sum_a[pairs] += a
         self.sum_b[pairs] += b
         self.diff_sq[pairs] += (a - b) ** 2
+        return staged
 
     # the planner's numbers, on theta's scale
     def running(self) -> tuple[np.ndarray, np.ndarray]:
@@ -130,6 +155,7 @@ class PairedEvidence:
             return Reading(lo, hi, theta, exact)
         if self.ideal is None:
             lo, hi = self.cs.bounds(self.alpha_side)
+            lo, hi = lo[self.rows], hi[self.rows]
         else:
             lo, hi = self._share_bounds()
         return Reading(lo, hi, theta, np.zeros(self.n_pairs, dtype=bool))
@@ -140,7 +166,9 @@ class PairedEvidence:
             raise ValueError("p-values are kept for the population target")
         if self.ideal is None:
             cs, d = self.cs, self.delta
-            log_e = np.stack([cs.log_e_above(0.0), cs.log_e_below(0.0), cs.log_e_below(d), cs.log_e_above(-d)], axis=1)
+            log_e = np.stack(
+                [cs.log_e_above(0.0), cs.log_e_below(0.0), cs.log_e_below(d), cs.log_e_above(-d)], axis=1
+            )[self.rows]
         else:
             log_e = self._share_log_e()
         return np.minimum(1.0, np.exp(-log_e))
