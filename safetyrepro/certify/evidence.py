@@ -166,9 +166,9 @@ class PairedEvidence:
             raise ValueError("p-values are kept for the population target")
         if self.ideal is None:
             cs, d = self.cs, self.delta
-            log_e = np.stack(
-                [cs.log_e_above(0.0), cs.log_e_below(0.0), cs.log_e_below(d), cs.log_e_above(-d)], axis=1
-            )[self.rows]
+            log_e = np.stack([cs.log_e_above(0.0), cs.log_e_below(0.0), cs.log_e_below(d), cs.log_e_above(-d)], axis=1)[
+                self.rows
+            ]
         else:
             log_e = self._share_log_e()
         return np.minimum(1.0, np.exp(-log_e))

@@ -81,7 +81,9 @@ def test_one_model_far_ahead_everywhere_is_stable_at_under_30_percent(tmp_path, 
     assert len(claims) == 48 and (claims["claim"] == "a_better").all() and (claims["target"] == target).all()
     # subset: the union bound's own interval decides; population: the closed test can decide a claim before
     # the simultaneous interval (at the union bound's level) clears 0, never against it
-    assert (claims["lower"] > 0).all() if target == "subset" else ((claims["upper"] > 0) & (claims["estimate"] > 0)).all()
+    assert (
+        (claims["lower"] > 0).all() if target == "subset" else ((claims["upper"] > 0) & (claims["estimate"] > 0)).all()
+    )
     cost = json.loads((out / "cost.json").read_text())
     assert cost["paired_evaluations"] == cert["n_evaluations"] and cost["full_paired_evaluations"] == 14400
     used = pd.read_parquet(out / "items.parquet")
