@@ -141,7 +141,7 @@ def _check_lattice(frame: pd.DataFrame, cell: pd.DataFrame, source: str) -> None
         r = frame.iloc[i]
         allowed = "0 or 1 (a free-form answer)" if scoring[i] != "logprob" else "j/k for k tied candidates"
         raise UserError(
-            f"items file {source} row {int(frame.index[i]) + 1}: item_score {x[i]!r} of {shorten(r['model'])} on {r['config_id']} is off "
+            f"items file {source} row {int(frame.index[i]) + 1}: item_score {float(x[i])!r} of {shorten(r['model'])} on {r['config_id']} is off "
             f"the lattice its scoring gives ({allowed}); those records were edited or not this run's"
         )
 
