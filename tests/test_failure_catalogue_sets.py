@@ -32,6 +32,7 @@ from safetyrepro.certify.live import LiveOracle  # noqa: E402
 from safetyrepro.cli import main  # noqa: E402
 from safetyrepro.errors import UserError  # noqa: E402
 from safetyrepro.grid_schema import SET_RECORD  # noqa: E402
+from safetyrepro.sweep.store import Store  # noqa: E402
 
 N = 20  # items per cell: replay decides nothing much on so few, but every check runs
 
@@ -417,3 +418,27 @@ def test_resume_refuses_edited_own_records():
     with pytest.raises(UserError, match="records that disagree"):
         oracle.keep_earlier(pd.DataFrame(rows), source="out/items.parquet")
     assert oracle.keep_earlier(pd.DataFrame(rows[:1] * 2)) == 1
+
+
+def test_the_lock_stays_held_through_the_swap(run, tmp_path):
+    """A live run holds DIR/.lock for hours while each checkpoint swaps the folder: the lock file is moved
+    into the new set, so the same file (inode) is still locked, and a second run is still refused."""
+    from safetyrepro.atomic import atomic_write, staged_output
+    from safetyrepro.certify.outputs import COMMAND, carried, legacy_certify
+
+    out = tmp_path / "out"
+    assert main([str(a) for a in replay(run / "items.parquet", run / "grid.csv", out)]) == 0
+    (out / "logs").mkdir()
+    (out / "logs" / "a.eval").write_text("inspect's log")
+    store = Store(out)
+    store.lock()
+    try:
+        inode = os.stat(out / ".lock").st_ino
+        with staged_output(out, COMMAND, legacy=legacy_certify, carry=carried) as stage:
+            atomic_write(stage / "report.md", "# again\n", root=stage)
+        assert os.stat(out / ".lock").st_ino == inode and (out / "logs" / "a.eval").read_text() == "inspect's log"
+        with pytest.raises(UserError, match="is writing to"):
+            Store(out).lock()
+    finally:
+        store.unlock()
+    assert sorted(os.listdir(out)) == [".lock", MARKER, "logs", "report.md"]
