@@ -442,3 +442,19 @@ def test_the_lock_stays_held_through_the_swap(run, tmp_path):
     finally:
         store.unlock()
     assert sorted(os.listdir(out)) == [".lock", MARKER, "logs", "report.md"]
+
+
+def test_resume_reads_only_a_whole_set(run, tmp_path):
+    """A live run resumes from cost.json and items.parquet only when the folder's marker names both (one
+    set, written together), or from a certify folder of before markers."""
+    from safetyrepro.certify.outputs import whole_set
+
+    out = tmp_path / "out"
+    assert main([str(a) for a in replay(run / "items.parquet", run / "grid.csv", out)]) == 0
+    assert whole_set(out)
+    (out / MARKER).write_text(json.dumps({"command": "certify", "files": ["cost.json", "report.md"]}))
+    assert not whole_set(out)
+    (out / MARKER).unlink()
+    assert whole_set(out)  # cost.json is certify's: a folder from before markers
+    (out / "cost.json").write_text("{}")
+    assert not whole_set(out)
