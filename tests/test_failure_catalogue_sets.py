@@ -31,7 +31,7 @@ from safetyrepro.atomic import MARKER  # noqa: E402
 from safetyrepro.certify.live import LiveOracle  # noqa: E402
 from safetyrepro.cli import main  # noqa: E402
 from safetyrepro.errors import UserError  # noqa: E402
-from safetyrepro.grid_schema import SET_RECORD  # noqa: E402
+from safetyrepro.grid_schema import SET_RECORD, check_set  # noqa: E402
 from safetyrepro.sweep.store import Store  # noqa: E402
 
 N = 20  # items per cell: replay decides nothing much on so few, but every check runs
@@ -266,6 +266,9 @@ def test_a_sweep_killed_between_its_outputs_leaves_a_set_every_reader_refuses(fi
                 f"rerun the sweep's command with --out {folder}",
             )
     assert mixed == total - 1
+    assert rewrite(folder).returncode == 0  # what the sweep's rerun does: the set written whole again
+    check_set(folder / "grid.csv")
+    assert {n: (folder / n).read_bytes() for n in SET} == new
     assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
 
 
