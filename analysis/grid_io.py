@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from safetyrepro.errors import UserError
-from safetyrepro.grid_schema import GRID_COLUMNS, OK, OPTIONAL_COLUMNS, STATUS, STATUSES, TIE_RATE
+from safetyrepro.grid_schema import GRID_COLUMNS, OK, OPTIONAL_COLUMNS, STATUS, STATUSES, TIE_RATE, check_set
 from safetyrepro.limits import MAX_LABEL_CHARS, MAX_SPEC_CHARS, label_problem, shorten
 from safetyrepro.tasks.envelope import AXES, Config, Rules
 
@@ -88,6 +88,7 @@ def read_table(path: str | Path, what: str = "grid") -> pd.DataFrame:
         )
     if not p.is_file():
         raise UserError(f"{what} file {p} does not exist")
+    check_set(p)  # a member of a sweep's output set is read only when the set is whole
     try:
         if p.suffix.lower() in (".parquet", ".pq"):
             return pd.read_parquet(p)

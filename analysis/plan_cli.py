@@ -5,6 +5,7 @@ at start-up."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from safetyrepro.sweep.timing import seconds_per_item  # no imports of its own: start-up stays light
@@ -183,6 +184,8 @@ def _pilot_tables(grid_path: Path, items_arg: str | None):
 
     from .cli import ITEM_FILES
     from .grid_io import read_table, select_group
+    from .item_validation import checked_records
+    from .significance import ITEM_COLUMNS
 
     grid = read_table(grid_path)
     missing = [c for c in ("model", "config_id") if c not in grid.columns]
@@ -198,6 +201,14 @@ def _pilot_tables(grid_path: Path, items_arg: str | None):
             raise UserError(f"no items.parquet or items.csv beside {grid_path}; give the pilot's records with --items")
         items_arg = str(beside[0])
     items = read_table(items_arg, what="items")
+    if {"n_items", "n_seeds", "scoring"} <= set(grid.columns) and set(ITEM_COLUMNS) <= set(items.columns):
+        # the grid's group and cells only; repeats, stray seeds, short cells and off-lattice scores refused
+        counts = {c: pd.to_numeric(grid[c], errors="coerce") for c in ("n_items", "n_seeds")}
+        if any(v.isna().any() for v in counts.values()):
+            raise UserError(f"grid {grid_path}: n_items and n_seeds must be whole numbers in every ok row")
+        items, notes = checked_records(items, grid.assign(**counts), str(items_arg))
+        for note in notes:
+            print(f"warning: {note}", file=sys.stderr)
     for column in ("precision", "package"):  # keep the grid's own group when the records say
         if column in items.columns and column in grid.columns and len(grid):
             items = items[items[column].astype(str) == str(grid[column].iloc[0])]

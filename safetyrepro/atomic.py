@@ -284,18 +284,24 @@ def _files_under(folder: Path) -> list[str]:
     return sorted(found)
 
 
+def _is_carried(p: Path, carry: Callable[[Path], bool] | None) -> bool:
+    """Whether the entry `p` of an output folder is kept in place through a swap: a subfolder with its
+    own marker, or a folder or file that `carry` recognises (certify's lock file, held open while the
+    folder is swapped: moved, it stays the same file, so the lock holds)."""
+    if p.is_symlink():
+        return False
+    if p.is_dir():
+        return read_marker(p) is not None or (carry is not None and carry(p))
+    return p.is_file() and carry is not None and carry(p)
+
+
 def _carried(folder: Path, ours: set[str], carry: Callable[[Path], bool] | None) -> list[str]:
-    """Subfolders of `folder` that are other outputs of SafetyRepro kept in place (`import --out DIR`
-    then `analyze --out DIR/analysis`): a folder with its own marker, or one `carry` recognises."""
+    """Entries of `folder` kept in place: other outputs of SafetyRepro (`import --out DIR` then
+    `analyze --out DIR/analysis`), or what `carry` recognises (see _is_carried)."""
     kept = []
     for entry in sorted(os.listdir(folder)):
         p = folder / entry
-        if (
-            p.is_dir()
-            and not p.is_symlink()
-            and not any(f == entry or f.startswith(entry + "/") for f in ours)
-            and (read_marker(p) is not None or (carry is not None and carry(p)))
-        ):
+        if not any(f == entry or f.startswith(entry + "/") for f in ours) and _is_carried(p, carry):
             kept.append(entry)
     return kept
 
@@ -433,15 +439,7 @@ def recover_output(
             continue
         if _exists(name, parent_fd) and parent is not None:
             with open_dir(parent, (entry,), create=False) as sfd, open_dir(parent, (name,), create=False) as ofd:
-                back = [
-                    n
-                    for n in sorted(os.listdir(sfd))
-                    if os.path.isdir(parent / entry / n)
-                    and not os.path.islink(parent / entry / n)
-                    and (
-                        read_marker(parent / entry / n) is not None or (carry is not None and carry(parent / entry / n))
-                    )
-                ]
+                back = [n for n in sorted(os.listdir(sfd)) if _is_carried(parent / entry / n, carry)]
                 _move_carried(sfd, ofd, back)
         _rmtree(entry, parent_fd)
 

@@ -257,23 +257,30 @@ def _replay(args: argparse.Namespace, options, say):
     if not args.grid:
         raise UserError("--replay needs --grid GRID: the run's grid.csv names the models and configurations")
     from safetyrepro.analysis.grid_io import load_grid
+    from safetyrepro.sweep.store import Store
     from safetyrepro.tasks.envelope import load_rules
 
     from .algorithm import certify
-    from .outputs import write_outputs
+    from .outputs import check_out, write_outputs
     from .replay import benchmark_seconds, load_replay, used_records
 
+    check_out(args.out, inputs=(Path(args.replay), Path(args.grid)))  # before anything is read or written
     rules = load_rules(args.rules)
     grid = load_grid(args.grid, rules, precision=args.precision, package=args.package)
     replay = load_replay(args.replay, grid)
     for w in (*grid.warnings, *replay.warnings):
         print(f"warning: {w}", file=sys.stderr)
-    result = certify(replay.problems, replay.oracle, options, progress=say)
-    paths = write_outputs(
-        result,
-        args.out,
-        used_records(replay, result.evaluated),
-        f"replay of {args.replay}",
-        benchmark_seconds(Path(args.grid), grid),
-    )
+    lock = Store(Path(args.out))
+    lock.lock()  # one run at a time writes the folder, as a live run does
+    try:
+        result = certify(replay.problems, replay.oracle, options, progress=say)
+        paths = write_outputs(
+            result,
+            args.out,
+            used_records(replay, result.evaluated),
+            f"replay of {args.replay}",
+            benchmark_seconds(Path(args.grid), grid),
+        )
+    finally:
+        lock.unlock()
     return result, paths

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from safetyrepro.analysis.grid_io import read_table
+from safetyrepro.analysis.item_validation import checked_records
 from safetyrepro.analysis.significance import ITEM_COLUMNS
 from safetyrepro.atomic import ensure_dir
 from safetyrepro.console import duration
@@ -49,7 +50,7 @@ from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import load_rules
 
 from .algorithm import BenchmarkProblem, certify
-from .outputs import write_outputs
+from .outputs import check_out, whole_set, write_outputs
 
 HEARTBEAT_S = 30.0  # a line at least this often while one (model, configuration) call runs
 LATTICE_TOLERANCE = 1e-9
@@ -124,14 +125,30 @@ class LiveOracle:
             lattice = math.lcm(lattice, per)
         return lattice
 
-    def keep_earlier(self, frame: pd.DataFrame, subset: set[str] | None = None) -> int:
+    def keep_earlier(self, frame: pd.DataFrame, subset: set[str] | None = None, source: str = "records") -> int:
         """Take earlier records (items.parquet of an earlier certify run or a sweep made the same way:
         models, rules, precision, package, tie rule; see check_earlier) as evaluated: a rerun, on this
         machine or a new one whose outputs cache is empty, goes on where that run stopped, and a sweep's
         --limit N records are the first N draws of `--order subset`. Records of other cells, of items
         outside this run's subset and of seeds the cell does not run are left out; a record given twice
-        counts once. Returns the (model, configuration, item) triples held."""
+        counts once; two records of one (model, configuration, item, seed) that disagree, and a score the
+        cell's scoring cannot give (an edited file), are refused. Returns the (model, configuration, item)
+        triples held."""
         frame = frame[[(m, c) in self.cells for m, c in zip(frame["model"], frame["config_id"], strict=True)]]
+        cells = pd.DataFrame(
+            [
+                {
+                    "model": m,
+                    "config_id": c,
+                    "precision": cell.config.precision,
+                    "package": self.sweep.spec.package,
+                    "n_seeds": len(cell.seeds),
+                    "scoring": cell.config.scoring,
+                }
+                for (m, c), cell in self.cells.items()
+            ]
+        )
+        frame, _ = checked_records(frame, cells, source, whole_cells=False)
         for row in frame.to_dict(orient="records"):
             key = (str(row["model"]), str(row["config_id"]), str(row["item_id"]))
             seed = int(row["seed"])
@@ -462,10 +479,7 @@ def plan_live(sweep_options, out: Path):
     loads. `sweep_options` are the sweep's own (sweep/cli.py options_from_args, called by the CLI)."""
     if getattr(sweep_options, "executor", "local") != "local":
         raise UserError("certify runs its models here (--executor local): rounds are small and sequential")
-    if (out / "sweep.json").exists() or (out / "grid.csv").exists():
-        raise UserError(
-            f"--out {out} holds a sweep; certify writes items.parquet and its own files there: choose another --out"
-        )
+    check_out(out)  # a sweep's, another command's or a user's files are never replaced
     sweep = Sweep.create(sweep_options)
     if len(sweep.spec.models) < 2:
         raise UserError("certify compares models pairwise: give at least two (--models A B ...)")
@@ -490,7 +504,17 @@ def run_live(
     problems = oracle.problems()
     earlier = [_earlier_source(Path(r), sweep.spec) for r in records]  # every given file checked before any is read
     OutputsCache(outputs_cache_path()).check()  # a bad cache is found here, not after a model load
-    previous = _read_json(out / "cost.json")
+    sweep.store.lock()  # one run at a time writes the folder; what it resumes from is read under the lock
+    try:
+        return _run_locked(
+            sweep, oracle, problems, earlier, out, options, say, checkpoint_seconds, selection, sweep_options
+        )
+    finally:
+        sweep.store.unlock()
+
+
+def _run_locked(sweep, oracle, problems, earlier, out, options, say, checkpoint_seconds, selection, sweep_options):
+    previous = _read_json(out / "cost.json") if whole_set(out) else None  # only a whole set is resumed
     own = out / "items.parquet"
     if isinstance(previous, dict) and own.is_file() and not own.is_symlink():
         if _same_command(previous.get("live") or {}, sweep.spec):
@@ -506,7 +530,7 @@ def run_live(
         if path != own:
             for cid, item in zip(frame["config_id"].astype(str), frame["item_id"].astype(str), strict=True):
                 looked_at.setdefault(cid, set()).add(item)
-        n = oracle.keep_earlier(frame, {str(i) for q in problems for i in q.item_ids})
+        n = oracle.keep_earlier(frame, {str(i) for q in problems for i in q.item_ids}, str(path))
         for label, sha in _earlier_weights(path.parent, made).items():
             oracle.earlier_weights.setdefault(label, {})[sha] = path
         if "sweep_folder" in made:
@@ -539,14 +563,10 @@ def run_live(
         if say is not None:
             say(f"saved the run so far to {out} ({result.paired_evaluations:,} paired evaluations fed)")
 
-    sweep.store.lock()  # one run at a time writes the folder
-    try:
-        result = certify(
-            problems, oracle, options, progress=say, checkpoint=checkpoint, checkpoint_seconds=checkpoint_seconds
-        )
-        return result, write(result)
-    finally:
-        sweep.store.unlock()
+    result = certify(
+        problems, oracle, options, progress=say, checkpoint=checkpoint, checkpoint_seconds=checkpoint_seconds
+    )
+    return result, write(result)
 
 
 def chosen_validly(

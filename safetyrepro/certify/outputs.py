@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from safetyrepro.atomic import atomic_write, ensure_dir
+from safetyrepro.atomic import atomic_write, check_output_set, read_marker, staged_output
+from safetyrepro.errors import UserError
 from safetyrepro.markdown import markdown_table, md_escape
 from safetyrepro.tasks.templates import TEMPLATE_KINDS
 
@@ -291,19 +292,73 @@ def write_outputs(
     seconds_per_evaluation: dict[str, float] | None = None,
     extra_cost: dict | None = None,
 ) -> list[Path]:
-    """The run's files; `extra_cost` adds to (or replaces) cost.json's fields (a live run's measured timing)."""
-    ensure_dir(out)
+    """The run's files, built whole beside `out` and swapped in at once (staged_output): `out` holds the
+    earlier set or this one, never a mix. `extra_cost` adds to (or replaces) cost.json's fields (a live
+    run's measured timing)."""
     paths = []
     costs = {**cost(result, seconds_per_evaluation), **(extra_cost or {})}
-    for name, text in (
-        ("certificate.csv", certificate_table(result).to_csv(index=False)),
-        ("claims.csv", claims_table(result).to_csv(index=False)),
-        ("cost.json", json.dumps(costs, indent=2) + "\n"),
-        ("report.md", report_markdown(result, source, costs)),
-    ):
-        paths.append(atomic_write(out / name, text, root=out))
-    if records is not None:
-        buffer = io.BytesIO()
-        records.to_parquet(buffer, index=False)
-        paths.append(atomic_write(out / "items.parquet", buffer.getvalue(), root=out))
+    with staged_output(out, COMMAND, legacy=legacy_certify, carry=carried) as stage:
+        for name, text in (
+            ("certificate.csv", certificate_table(result).to_csv(index=False)),
+            ("claims.csv", claims_table(result).to_csv(index=False)),
+            ("cost.json", json.dumps(costs, indent=2) + "\n"),
+            ("report.md", report_markdown(result, source, costs)),
+        ):
+            atomic_write(stage / name, text, root=stage)
+            paths.append(out / name)
+        if records is not None:
+            buffer = io.BytesIO()
+            records.to_parquet(buffer, index=False)
+            atomic_write(stage / "items.parquet", buffer.getvalue(), root=stage)
+            paths.append(out / "items.parquet")
     return paths
+
+
+# -- the output folder as one set ------------------------------------------------------------------
+# certify's files are one set (safetyrepro/atomic.py's marker names them); a live run's Inspect logs and
+# the folder's lock file (held open through the run) are moved through each swap, never rewritten.
+COMMAND = "certify"
+OUTPUT_FILES = frozenset({"certificate.csv", "claims.csv", "cost.json", "report.md", "items.parquet"})
+CARRIED = {"logs": "folder", ".lock": "file"}
+
+
+def carried(p: Path) -> bool:
+    kind = CARRIED.get(p.name)
+    return (kind == "folder" and p.is_dir()) or (kind == "file" and p.is_file())
+
+
+def legacy_certify(folder: Path, files: list[str]) -> set[str] | None:
+    """A certify folder written before folders carried a marker: its cost.json is certify's; then only
+    the names certify writes are its own."""
+    try:
+        made = json.loads((folder / "cost.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(made, dict) and "paired_evaluations" in made and "alpha" in made):
+        return None
+    return {f for f in files if f in OUTPUT_FILES}
+
+
+def check_out(out: Path, inputs: tuple = ()) -> None:
+    """Read-only, before any work: `out` is missing, empty or an earlier certify run's folder (a set that
+    is replaced whole), never a sweep's or another command's folder, never holding a file certify did not
+    write, and none of `inputs` (the replayed items and grid) lies in it."""
+    from safetyrepro.analysis.output import refuse_inputs_inside  # lazy: it loads the figures and the pipeline
+
+    out = Path(out)
+    sweep = ("sweep.json", "grid.csv", "cells")  # an import's or analysis' grid.csv: their marker speaks
+    if out.is_dir() and read_marker(out) is None and any((out / n).exists() for n in sweep):
+        raise UserError(
+            f"--out {out} holds a sweep; certify writes items.parquet and its own files there: choose another --out"
+        )
+    refuse_inputs_inside(out, inputs)
+    check_output_set(out, COMMAND, legacy=legacy_certify, carry=carried)
+
+
+def whole_set(out: Path) -> bool:
+    """Whether `out` holds one whole certify set to resume from: its marker names cost.json and
+    items.parquet (written together), or it is a certify folder from before markers."""
+    marker = read_marker(out)
+    if marker is not None:
+        return marker["command"] == COMMAND and {"cost.json", "items.parquet"} <= set(map(str, marker["files"]))
+    return legacy_certify(out, ["cost.json", "items.parquet"]) == {"cost.json", "items.parquet"}

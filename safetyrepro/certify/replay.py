@@ -13,6 +13,7 @@ import pandas as pd
 
 from safetyrepro.analysis.exact import lattice_of
 from safetyrepro.analysis.grid_io import Grid, read_table
+from safetyrepro.analysis.item_validation import checked_records
 from safetyrepro.analysis.significance import ITEM_COLUMNS
 from safetyrepro.errors import UserError
 from safetyrepro.sweep.timing import seconds_per_item
@@ -40,21 +41,12 @@ def load_replay(items_path: str | Path, grid: Grid) -> Replay:
         raise UserError(
             f"items file {items_path} lacks column(s) {', '.join(missing)}; replay needs: {', '.join(ITEM_COLUMNS)}"
         )
-    frame = frame.assign(
-        model=frame["model"].astype(str),
-        config_id=frame["config_id"].astype(str),
-        item_id=frame["item_id"].astype(str),
-        item_score=pd.to_numeric(frame["item_score"], errors="coerce"),
-    )
-    bad = frame["item_score"].isna() | (frame["item_score"] < 0) | (frame["item_score"] > 1)
-    if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise UserError(f"items file {items_path} row {i + 1}: item_score is not a number in [0, 1]")
-    frame = frame[frame["model"].isin(grid.models) & frame["config_id"].isin(set(grid.cells["config_id"]))]
+    # the grid's group and cells only; repeats, stray seeds, short cells and off-lattice scores refused
+    frame, notes = checked_records(frame, grid.cells, str(items_path))
     if frame.empty:
         raise UserError(f"items file {items_path} holds no records for the grid's models and configurations")
     means = frame.groupby(["config_id", "model", "item_id"])["item_score"].mean()
-    problems, scores, full, warnings = [], {}, {}, []
+    problems, scores, full, warnings = [], {}, {}, list(notes)
     for benchmark in grid.benchmarks:
         configs = grid.config_ids(benchmark)
         sets = {}

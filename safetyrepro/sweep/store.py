@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
@@ -29,7 +30,7 @@ from safetyrepro.atomic import (
     replace_within,
 )
 from safetyrepro.errors import UserError
-from safetyrepro.grid_schema import WRITTEN_COLUMNS, written_order
+from safetyrepro.grid_schema import SET_RECORD, WRITTEN_COLUMNS, set_record_text, written_order
 
 DONE_STATUSES = ("ok", "not_applicable")  # a cell with either is finished; "failed" is retried
 MAX_SLUG = 80
@@ -80,7 +81,10 @@ class Store:
         replaced, not followed, but a link here means someone expects it to stay: say so)."""
         candidates = [
             self.cells_dir,
-            *(self.root / n for n in ("grid.csv", "grid.parquet", "items.parquet", "sweep.json", "run.json", "logs")),
+            *(
+                self.root / n
+                for n in ("grid.csv", "grid.parquet", "items.parquet", SET_RECORD, "sweep.json", "run.json", "logs")
+            ),
         ]
         if self.cells_dir.is_dir() and not self.cells_dir.is_symlink():
             for model_dir in self.cells_dir.iterdir():
@@ -229,7 +233,9 @@ class Store:
 
     # -- assembled outputs --------------------------------------------------------------------
     def write_outputs(self, records: list[dict], order: list[str]) -> dict[str, Path]:
-        """grid.csv (+ Parquet) in plan order and items.parquet, each replaced atomically."""
+        """grid.csv (+ Parquet) in plan order and items.parquet, each replaced atomically, after the set's
+        record (grid_schema.SET_RECORD) that names them: a kill between two of them leaves a set every
+        reader refuses, never a mix read as one."""
         import pandas as pd
 
         rank = {k: i for i, k in enumerate(order)}
@@ -239,13 +245,6 @@ class Store:
         ok = [r for r in done if r["status"] == "ok"]
         grid = pd.DataFrame([{**r["row"], "status": r["status"]} for r in done])
         grid = pd.DataFrame(columns=list(WRITTEN_COLUMNS)) if grid.empty else grid[written_order(grid.columns)]
-        paths = {
-            "grid": self.root / "grid.csv",
-            "grid_parquet": self.root / "grid.parquet",
-            "items": self.root / "items.parquet",
-        }
-        atomic_write(paths["grid"], grid.to_csv(index=False), root=self.root)
-        atomic_write(paths["grid_parquet"], lambda f: grid.to_parquet(f, index=False), root=self.root)
         items = pd.DataFrame(
             [
                 {
@@ -260,5 +259,22 @@ class Store:
                 for it in r["items"]
             ]
         )
-        atomic_write(paths["items"], lambda f: items.to_parquet(f, index=False), root=self.root)
-        return paths
+        members = {
+            "grid.csv": grid.to_csv(index=False).encode("utf-8"),
+            "grid.parquet": _parquet(grid),
+            "items.parquet": _parquet(items),
+        }
+        atomic_write(self.root / SET_RECORD, set_record_text(members), root=self.root)
+        for name, data in members.items():
+            atomic_write(self.root / name, data, root=self.root)
+        return {
+            "grid": self.root / "grid.csv",
+            "grid_parquet": self.root / "grid.parquet",
+            "items": self.root / "items.parquet",
+        }
+
+
+def _parquet(frame) -> bytes:
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
