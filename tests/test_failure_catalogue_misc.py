@@ -1,0 +1,253 @@
+"""The failure catalogue, issue 43's other cases and issue 39's verdict items: each case one command (or one
+function where no command reaches it without a model), its exit code and its one line checked, or the right
+answer worked out by hand. Quick: no model, every input built under tmp_path."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from safetyrepro.cli import main
+from safetyrepro.tasks.envelope import Config, default_rules
+
+
+def _refused(argv, capsys, *expect: str) -> str:
+    """Exit 2 and exactly one stderr line holding every `expect`."""
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert "internal error" not in err and "Traceback" not in err, err
+    for e in expect:
+        assert e in lines[0], (e, lines[0])
+    return lines[0]
+
+
+# -- hand-built grids with item records ------------------------------------------------------------------
+def _write(folder: Path, answers: dict[str, dict[str, np.ndarray]], n_items: int | None = None) -> Path:
+    """answers: model -> config_id -> (items x seeds) 0/1 scores. Writes grid.csv (each cell's score the
+    mean of its seeds' means, as a sweep computes it) and items.parquet; returns the grid's path."""
+    rules = default_rules()
+    rows, items = [], []
+    for model, per_config in answers.items():
+        for cid, x in per_config.items():
+            x = np.asarray(x, dtype=float).reshape(len(x), -1)
+            cfg = Config.from_id(cid)
+            seeds = rules.seeds(cfg.decoding)
+            assert x.shape[1] == len(seeds)
+            rows.append(
+                {
+                    "model": model,
+                    "benchmark": cfg.benchmark,
+                    "template": cfg.template,
+                    "decoding": cfg.decoding,
+                    "shots": cfg.shots,
+                    "scoring": cfg.scoring,
+                    "precision": "bf16",
+                    "package": "lm-eval",
+                    "n_items": n_items or len(x),
+                    "n_seeds": len(seeds),
+                    "score": float(x.mean(axis=0).mean()),
+                    "parse_rate": 1.0,
+                    "tier": rules.tier(cfg),
+                    "config_id": cid,
+                }
+            )
+            for i, j in itertools.product(range(len(x)), range(len(seeds))):
+                items.append(
+                    {"model": model, "config_id": cid, "item_id": f"i{i}", "seed": seeds[j], "item_score": x[i, j]}
+                )
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(folder / "grid.csv", index=False)
+    pd.DataFrame(items).to_parquet(folder / "items.parquet", index=False)
+    return folder / "grid.csv"
+
+
+MODERATE = [c.config_id for c in default_rules().configs("xstest", "full") if c.decoding == "moderate"]
+
+
+def _seed_mean_grid(tmp_path: Path, configs=MODERATE) -> Path:
+    """30 items, 5 seeds per item: on 20 items A answers right on 2 of 5 seeds and B on 1 of 5 (item
+    differences of 0.2, seed means, never 0/1), on the other 10 both on 2 of 5."""
+    a = np.zeros((30, 5))
+    b = np.zeros((30, 5))
+    a[:20, :2] = 1
+    b[:20, :1] = 1
+    a[20:, :2] = b[20:, :2] = 1
+    return _write(tmp_path / "g", {"smollm2": {c: a for c in configs}, "gemma3-270m": {c: b for c in configs}})
+
+
+# -- verdict -----------------------------------------------------------------------------------------------
+def test_verdict_of_a_model_with_itself_is_refused(tmp_path, capsys):
+    grid = _seed_mean_grid(tmp_path)
+    _refused(["verdict", "smollm2", "smollm2", "--grid", grid], capsys, "same model", "'smollm2'")
+
+
+def test_verdict_of_one_run_with_itself_is_refused(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    _refused(["verdict", run, tmp_path / "." / "run", "--labels", "a", "b"], capsys, "same run")
+
+
+def test_verdict_power_sentence_reads_the_seed_means_and_never_calls_a_confirmed_win_undetectable(tmp_path, capsys):
+    grid = _seed_mean_grid(tmp_path)
+    capsys.readouterr()
+    assert main(["verdict", "smollm2", "gemma3-270m", "--grid", str(grid), "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    sentence = v["sentences"]["xstest"]
+    k = len(MODERATE)
+    # each configuration: 20 items differ by +0.2, so the sign-flip p-value is 2 / 2**20, below alpha / K
+    table = pd.DataFrame(v["configurations"])
+    assert np.allclose(table["p_value"], 2 / 2**20, rtol=1e-9) and (table["winner"] == "smollm2").all()
+    assert f"confirmed on {k} of {k} configurations" in sentence
+    assert "however large" not in sentence and "found at 80 % power from" in sentence
+    # the 0/1 model read at the mean |d| (0.133) finds nothing at 30 items and alpha/12 (what the
+    # sentence said before); the sentence's number is the smallest effect whose power, summed here over
+    # the number of the 20 differing items A wins, reaches 0.8 (independent of power.py)
+    from safetyrepro.analysis.power import detectable_difference
+
+    assert detectable_difference(30, 0.2 * 20 / 30, k, 0.05).effect is None
+    found = v["detectable_difference"]["xstest"]
+    assert 0 < found <= 0.2 * 20 / 30
+    assert _enumerated_power(20, 30, found, 0.05 / k) >= 0.8 - 1e-9
+    assert _enumerated_power(20, 30, found - 0.01, 0.05 / k) < 0.8
+
+
+def _enumerated_power(m: int, n: int, effect: float, level: float) -> float:
+    """m items of equal |d| among n: each goes to A with p, E = (2p - 1) m |d| / n with |d| = 0.2; the
+    sign-flip test on equal magnitudes is the binomial test on the m signs. Power toward A by summing
+    over the number of items won."""
+    from scipy.stats import binom
+
+    dbar = 0.2 * m / n
+    p = (1 + effect / dbar) / 2
+    total = 0.0
+    for w in range(m + 1):
+        extreme = abs(2 * w - m)
+        p_value = sum(binom.pmf(u, m, 0.5) for u in range(m + 1) if abs(2 * u - m) >= extreme)
+        if p_value <= level and 2 * w > m:
+            total += binom.pmf(w, m, p)
+    return total
+
+
+def test_detectable_from_differences_matches_enumeration_on_mixed_magnitudes():
+    from safetyrepro.analysis.power import detectable_from_differences
+    from safetyrepro.analysis.significance import sign_flip_p_value
+
+    d = np.array([0.2, 0.4, 0.4, 0.6, 0.8, 1.0, 1.0, 0.2, 0.0, 0.0])
+    r = detectable_from_differences(d, 1, 0.05)
+    mags = np.abs(d[d != 0])
+    dbar = mags.sum() / len(d)
+
+    def power(e):  # every sign pattern of the 8 differing items, weighted by its probability
+        p = (1 + e / dbar) / 2
+        total = 0.0
+        for signs in itertools.product((1, -1), repeat=len(mags)):
+            x = mags * np.array(signs)
+            if x.sum() > 0 and sign_flip_p_value(x) <= 0.05 * (1 + 1e-9):
+                k = sum(s > 0 for s in signs)
+                total += p**k * (1 - p) ** (len(mags) - k)
+        return total
+
+    assert r.effect is not None and power(r.effect) >= 0.8 - 1e-9 > power(r.effect - 2e-3)
+    assert r.discordance == pytest.approx(dbar)
+
+
+def test_verdict_on_one_configuration_gives_its_verdict(tmp_path, capsys):
+    grid = _seed_mean_grid(tmp_path, configs=MODERATE[:1])
+    capsys.readouterr()
+    assert main(["verdict", "smollm2", "gemma3-270m", "--grid", str(grid)]) == 0
+    out, err = capsys.readouterr()
+    assert "rho_flip" not in out + err
+    assert out.splitlines()[0].startswith("xstest: smollm2 is better than gemma3-270m, confirmed on 1 of 1")
+
+
+def test_verdict_json_is_strict_with_null_for_undefined_numbers(tmp_path, capsys):
+    # one item per configuration: the t interval is undefined (NaN inside), and must print as null
+    one = {c: np.ones((1, 5)) for c in MODERATE[:2]}
+    none = {c: np.zeros((1, 5)) for c in MODERATE[:2]}
+    grid = _write(tmp_path / "g", {"smollm2": one, "gemma3-270m": none})
+    capsys.readouterr()
+    assert main(["verdict", "smollm2", "gemma3-270m", "--grid", str(grid), "--json"]) == 0
+    text = capsys.readouterr().out
+
+    def refuse(name):
+        raise ValueError(f"{name} is not strict JSON")
+
+    v = json.loads(text, parse_constant=refuse)
+    assert v["configurations"][0]["ci_low"] is None and v["configurations"][0]["diff"] == 1.0
+
+
+def test_verdict_names_the_configurations_missing_from_its_holm_family(tmp_path, capsys):
+    grid = _seed_mean_grid(tmp_path)
+    items = pd.read_parquet(grid.parent / "items.parquet")
+    gone = MODERATE[4]
+    items[~((items["config_id"] == gone) & (items["model"] == "gemma3-270m"))].to_parquet(
+        grid.parent / "items.parquet", index=False
+    )
+    capsys.readouterr()
+    assert main(["verdict", "smollm2", "gemma3-270m", "--grid", str(grid), "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    k = len(MODERATE)
+    assert v["family_size"] == {"xstest": k - 1} and v["missing_configurations"] == {"xstest": [gone]}
+    assert f"Holm over {k - 1} configurations (1 of {k} left out" in v["sentences"]["xstest"]
+    assert gone in v["sentences"]["xstest"]
+
+
+def test_verdict_reads_crows_pairs_closer_to_half_as_analyze_counts_it(tmp_path, capsys):
+    """12 items, 10 configurations. Stereotype shares (A, B): raw A > B on 4 and B > A on 6; closer to 0.5,
+    A on 5, B on 4 and one tie (0.4 vs 0.6): smollm2 4 / gemma 6 raw, 5 / 4 in the benchmark's direction."""
+    shares = [
+        (7, 11),  # raw B; better A
+        (6, 9),  # raw B; better A
+        (5, 8),  # raw B; better A (|5-6| < |8-6|)
+        (6, 10),  # raw B; better A
+        (2, 4),  # raw B; better B (|4-6| < |2-6|)
+        (5, 7),  # raw B; tie (both 1 from 6)
+        (11, 7),  # raw A; better B
+        (10, 8),  # raw A; better B
+        (9, 6),  # raw A; better B
+        (8, 1),  # raw A; better A (|8-6| < |1-6|)
+    ]
+    configs = [c.config_id for c in default_rules().configs("crows_pairs", "full")][:10]
+
+    def column(k):
+        x = np.zeros((12, 1))
+        x[:k] = 1
+        return x
+
+    answers = {
+        "smollm2": {c: column(a) for c, (a, _) in zip(configs, shares, strict=True)},
+        "gemma3-270m": {c: column(b) for c, (_, b) in zip(configs, shares, strict=True)},
+    }
+    grid = _write(tmp_path / "g", answers)
+    from safetyrepro.analysis import api
+
+    rho = api.rho_flip(pd.read_csv(grid))
+    rho = rho[rho["slice"] == "full"].iloc[0]
+    assert (rho["model_a"], rho["model_b"]) == ("gemma3-270m", "smollm2")
+    assert (rho["n_plus"], rho["n_minus"]) == (6, 4)  # raw: gemma 6, smollm2 4
+    assert (rho["n_plus_better"], rho["n_minus_better"], rho["n_zero_better"]) == (4, 5, 1)
+    capsys.readouterr()
+    assert main(["verdict", "smollm2", "gemma3-270m", "--grid", str(grid), "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    table = pd.DataFrame(v["configurations"])
+    assert int((table["diff_better"] > 0).sum()) == 5 and int((table["diff_better"] < 0).sum()) == 4
+    assert int((table["diff"] > 0).sum()) == 4  # the raw difference is kept beside it
+    sentence = v["sentences"]["crows_pairs"]
+    assert "closer to 0.5 is better" in sentence
+    assert "smollm2 ahead on 5, gemma3-270m on 4, tied on 1 of 10" in sentence
+    # the p-values are analyze's p_value_better for the same items (one function computes both)
+    out = tmp_path / "an"
+    assert main(["analyze", str(grid), "--out", str(out), "--no-figures", "--bootstrap", "20"]) == 0
+    tests = pd.read_csv(out / "item_tests.csv")
+    tests = tests[tests["slice"] == "full"].set_index("config_id")
+    mine = table.set_index("config_id")
+    for cid in configs:
+        assert mine.at[cid, "p_value"] == pytest.approx(tests.at[cid, "p_value_better"], abs=1e-12)
