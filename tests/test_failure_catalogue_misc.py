@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -251,3 +252,67 @@ def test_verdict_reads_crows_pairs_closer_to_half_as_analyze_counts_it(tmp_path,
     mine = table.set_index("config_id")
     for cid in configs:
         assert mine.at[cid, "p_value"] == pytest.approx(tests.at[cid, "p_value_better"], abs=1e-12)
+
+
+# -- EEE: the export's side file, ids, and an import that stays in its folder -------------------------------
+@pytest.fixture(scope="module")
+def eee_export(tmp_path_factory):
+    sys.path.insert(0, str(Path(__file__).parent / "eee"))
+    from eee_grids import write_grid
+
+    root = tmp_path_factory.mktemp("eee_misc")
+    grid = write_grid(root / "run", n_items=4, benchmarks=("truthfulqa",))
+    assert main(["export", "eee", str(grid.absolute()), "--out", str(root / "eee"), "--timestamp", "1767225600"]) == 0
+    return root, grid, root / "eee"
+
+
+def test_eee_side_file_carries_no_local_path_and_is_no_record_for_the_validator(eee_export):
+    from safetyrepro.eee import records as R
+
+    root, grid, out = eee_export
+    side = out / R.VERDICTS_FILE
+    text = side.read_text()
+    data = json.loads(text)
+    assert data["grid"]["name"] == "grid.csv" and str(root) not in text
+    # EEE's validator, run over the whole folder, collects *.json and *.jsonl (its expand_paths): the side
+    # file is not among them, every record is
+    collected = {p for ext in ("*.json", "*.jsonl") for p in out.rglob(ext)}
+    assert side not in collected and all(p.is_relative_to(out / "data") for p in collected) and collected
+
+
+def test_eee_export_refuses_two_labels_under_one_model_id(eee_export, tmp_path, capsys):
+    _, grid, _ = eee_export
+    _refused(
+        ["export", "eee", grid, "--out", tmp_path / "x", "--model-id", "alpha=org/same", "--model-id", "beta=org/same"],
+        capsys,
+        "'alpha' and 'beta' both get model id 'org/same'",
+    )
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("where", ["absolute", "climbs"])
+def test_eee_import_never_opens_a_file_outside_its_folder(eee_export, tmp_path, capsys, monkeypatch, where):
+    import shutil
+
+    from safetyrepro.eee import import_
+
+    _, _, out = eee_export
+    copy = tmp_path / "eee"
+    shutil.copytree(out, copy)
+    outside = tmp_path / "secret.jsonl"
+    outside.write_text("secret\n")
+    record_path = sorted((copy / "data").rglob("*.json"))[0]
+    record = json.loads(record_path.read_text())
+    record["detailed_evaluation_results"]["file_path"] = (
+        str(outside) if where == "absolute" else "../" * (len(record_path.relative_to(copy).parts) + 1) + "secret.jsonl"
+    )
+    record_path.write_text(json.dumps(record))
+    opened = []
+    real = import_.read_capped
+    monkeypatch.setattr(import_, "read_capped", lambda p, *a, **k: opened.append(Path(p).resolve()) or real(p, *a, **k))
+    _refused(["import", "eee", copy, "--out", tmp_path / "back"], capsys, str(record_path), "file_path", "climbs out")
+    assert outside.resolve() not in opened and not (tmp_path / "back").exists()
+    capsys.readouterr()
+    assert main(["import", "eee", str(copy), "--out", str(tmp_path / "back"), "--skip-bad"]) == 0
+    bad = pd.read_csv(tmp_path / "back" / "bad_inputs.csv")
+    assert list(bad["path"]) == [str(record_path)] and outside.resolve() not in opened
