@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -316,3 +317,97 @@ def test_eee_import_never_opens_a_file_outside_its_folder(eee_export, tmp_path, 
     assert main(["import", "eee", str(copy), "--out", str(tmp_path / "back"), "--skip-bad"]) == 0
     bad = pd.read_csv(tmp_path / "back" / "bad_inputs.csv")
     assert list(bad["path"]) == [str(record_path)] and outside.resolve() not in opened
+
+
+# -- plan, flow ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("items", ["1e11", "100000000000", "100001"])
+def test_plan_refuses_an_item_count_beyond_its_bound(items, capsys):
+    _refused(
+        ["plan", "--discordance", "0.3", "--configs", "48", "--items", items],
+        capsys,
+        f"--items {items}: at most 100,000 items per configuration",
+    )
+
+
+def test_plan_takes_a_whole_number_written_with_an_exponent(capsys):
+    capsys.readouterr()
+    assert main(["plan", "--discordance", "0.3", "--configs", "48", "--items", "3e2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["items"] == 300
+
+
+FLOW = ["flow", "--models", "smollm2", "--benchmarks", "xstest", "--templates", "T1", "--decodings", "greedy"]
+FLOW += ["--shots", "0", "--limit", "2"]
+
+
+def test_flow_without_inspect_flow_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "inspect_flow", None)  # what `import inspect_flow` meets when it is absent
+    _refused([*FLOW, "--out", tmp_path / "env.yaml"], capsys, "pip install 'safetyrepro[flow]'")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("mine", ["env.yaml", "env.mapping.yaml"])
+def test_flow_never_replaces_a_file_it_did_not_write(tmp_path, capsys, mine):
+    pytest.importorskip("inspect_flow", reason="inspect-flow is not installed (pip install 'safetyrepro[flow]')")
+    (tmp_path / mine).write_text("models: {mine: true}\n")
+    _refused([*FLOW, "--out", tmp_path / "env.yaml"], capsys, str(tmp_path / mine), "was not written by")
+    assert (tmp_path / mine).read_text() == "models: {mine: true}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [mine]
+    # its own files are replaced by a rerun
+    (tmp_path / mine).unlink()
+    assert main([*FLOW, "--out", str(tmp_path / "env.yaml")]) == 0
+    assert main([*FLOW, "--out", str(tmp_path / "env.yaml")]) == 0
+
+
+# -- SIGTERM, a full disk ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(("signal_name", "code"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_command_that_saves_its_run_on_interrupt_exits_with_the_signal_code(signal_name, code):
+    """certify and demo catch the interrupt themselves (they save the run so far) and answer 130; under
+    SIGTERM the command still exits 143, as docs/failures.md gives it; Ctrl-C stays 130."""
+    script = (
+        "import argparse, os, signal, sys, time\n"
+        "from safetyrepro import cli\n"
+        "def saving(a):\n"
+        "    try:\n"
+        f"        os.kill(os.getpid(), signal.{signal_name}); time.sleep(30)\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('interrupted: the run so far is saved', file=sys.stderr)\n"
+        "        return 130\n"
+        "p = argparse.ArgumentParser(); p.add_argument('--data-dir'); p.add_argument('-v', '--verbose', action='store_true')\n"
+        "p.set_defaults(func=saving)\n"
+        "cli.build_parser = lambda: p\n"
+        "sys.exit(cli.main([]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == code, done.stderr
+    assert done.stderr.strip().splitlines() == ["interrupted: the run so far is saved"]
+
+
+def test_a_file_size_limit_is_reported_as_such_not_as_a_damaged_cache(tmp_path):
+    """`ulimit -f`: SQLite's write fails (EFBIG, reported as a disk I/O error) though the file passes its
+    integrity check; the message names the limit and says the file is not damaged."""
+    script = (
+        "import resource, sys\n"
+        "from safetyrepro.sweep.outputs_cache import OutputsCache, OutputsCacheError\n"
+        f"c = OutputsCache({str(tmp_path / 'outputs.sqlite')!r})\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+        "try:\n"
+        "    c.put_many({str(i): 'x' * 1000 for i in range(1000)})\n"
+        "except OutputsCacheError as e:\n"
+        "    print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    line = done.stdout.strip()
+    assert done.returncode == 0 and "file-size limit (200,000 bytes, ulimit -f)" in line, (line, done.stderr)
+    assert "the file is not damaged" in line and ".damaged" not in line
+
+
+def test_a_file_too_large_elsewhere_names_the_limit():
+    import errno
+
+    from safetyrepro.cli import os_error_message
+
+    line = os_error_message(OSError(errno.EFBIG, "File too large", "out/grid.csv"), "analyze")
+    assert line == (
+        "File too large: out/grid.csv; the process's file-size limit (ulimit -f) was reached: raise it and rerun "
+        "the same command"
+    )
