@@ -280,10 +280,23 @@ class Benchmark(ABC):
         prediction = self.parse(text, item, template)
         return ItemScore(prediction, self.item_score(item, prediction), prediction is not None)
 
-    def compute_extra_metrics(self, items: Sequence[Item], predictions: Sequence[int | None]) -> dict[str, float]:
+    def compute_extra_metrics(
+        self, items: Sequence[Item], predictions: Sequence[int | None], scores: Sequence[float] | None = None
+    ) -> dict[str, float]:
         """The values of `extra_metrics` (BBQ's bias scores, ...) over scored items and their
-        predictions (None: unparsed); a metric with no items to stand on is left out."""
+        predictions (None: unparsed); a metric with no items to stand on is left out. `scores`: each
+        item's score as `acc` counts it (the tie rule's credit included), so that an accuracy over a
+        subgroup averages the same numbers `acc` does; without them, exact match."""
         return {}
+
+    def extra_values(
+        self, items: Sequence[Item], predictions: Sequence[int | None], scores: Sequence[float]
+    ) -> dict[str, float]:
+        """compute_extra_metrics as every package calls it: with the items' scores when the definition
+        takes them (a benchmark defined before `scores` existed is called as it was written)."""
+        if "scores" in inspect.signature(self.compute_extra_metrics).parameters:
+            return self.compute_extra_metrics(items, predictions, scores)
+        return self.compute_extra_metrics(items, predictions)
 
     @property
     def folder(self) -> Path:
