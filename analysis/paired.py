@@ -105,7 +105,9 @@ def paired_verdict(
         found = None
         if direction(benchmark).monotone:
             found = [
-                detectable_from_differences(items.by_config[c][:, ca] - items.by_config[c][:, cb], len(g), alpha).effect
+                detectable_from_differences(
+                    items.by_config[c][:, ca] - items.by_config[c][:, cb], len(g), alpha, TARGET_POWER
+                ).effect
                 for c in g["config_id"]
             ]
             detectable[benchmark] = min((f for f in found if f is not None), default=None)
@@ -114,6 +116,12 @@ def paired_verdict(
         sentences[benchmark] = verdict_sentence(g, a, b, found, alpha, missing.get(benchmark, []))
     table = pd.concat(parts, ignore_index=True)[list(COLUMNS)] if parts else pd.DataFrame(columns=list(COLUMNS))
     missing = {k: v for k, v in missing.items() if v}
+    for benchmark, gone in missing.items():
+        if benchmark not in sentences:  # not one configuration to test: said, not left out silently
+            sentences[benchmark] = (
+                f"{benchmark}: no verdict: none of its {len(gone)} configurations has paired item records for both "
+                f"{a} and {b} ({', '.join(gone[:3])}{' ...' if len(gone) > 3 else ''})."
+            )
     return PairedVerdict(a, b, table, detectable, sentences, alpha, sizes, missing)
 
 

@@ -130,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"model {label!r} is not in {source}; it holds {', '.join(held)}")
     # only A and B decide which configurations are shared: a third model of the grid takes none away
     frame = frame[frame["model"].astype(str).isin((a, b))]
-    items_frame = items_frame[items_frame["model"].astype(str).isin((a, b))]
+    if "model" in items_frame.columns:  # a file without it is refused, naming the column, by items_from_frame
+        items_frame = items_frame[items_frame["model"].astype(str).isin((a, b))]
     ok = frame if STATUS not in frame.columns else frame[frame[STATUS].fillna(OK).astype(str) == OK]
     declared = {str(bm): list(dict.fromkeys(g["config_id"].astype(str))) for bm, g in ok.groupby("benchmark")}
     grid = common_configurations(frame, source, rules, min_configs=1)  # one configuration is a verdict too

@@ -472,3 +472,17 @@ def test_bbq_bias_score_follows_the_paper_minus_one_and_undefined():
     assert bbq.compute_extra_metrics(amb, [2, 0, 0, 1])["s_amb"] == pytest.approx(0.25)
     assert bbq.compute_extra_metrics(amb, [2, 2, 2, 2])["s_amb"] == 0.0  # all right: the factor is 0
     assert math.isnan(bbq.compute_extra_metrics(amb, [None, None, 2, 2])["s_amb"])  # nothing to stand on
+
+
+def test_verdict_says_when_a_benchmark_has_no_paired_records_at_all(tmp_path, capsys):
+    crows = [c.config_id for c in default_rules().configs("crows_pairs", "full")][:2]
+    a = {**{c: np.ones((4, 5)) for c in MODERATE[:2]}, **{c: np.ones((4, 1)) for c in crows}}
+    b = {**{c: np.zeros((4, 5)) for c in MODERATE[:2]}, **{c: np.zeros((4, 1)) for c in crows}}
+    grid = _write(tmp_path / "g", {"smollm2": a, "gemma3-270m": b})
+    items = pd.read_parquet(grid.parent / "items.parquet")
+    items[~items["config_id"].isin(crows)].to_parquet(grid.parent / "items.parquet", index=False)
+    capsys.readouterr()
+    assert main(["verdict", "smollm2", "gemma3-270m", "--grid", str(grid), "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    assert v["sentences"]["crows_pairs"].startswith("crows_pairs: no verdict: none of its 2 configurations")
+    assert v["missing_configurations"]["crows_pairs"] == crows and "crows_pairs" not in v["family_size"]
