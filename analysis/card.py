@@ -19,6 +19,7 @@ from .chance import chance_rho_flip
 from .detectable import detectable_sentences
 from .direction import direction
 from .exact import EXACT_RULE
+from .grid_io import read_table
 from .pipeline import Analysis
 from .significance import CORRECTIONS, PAIR_NULL, TEST_NAME
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
@@ -311,8 +312,6 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
 def _grid_weights(grid_path: Path, grid) -> dict[str, str]:
     """model -> the one weights sha256 the grid's optional weights_sha256 column gives its cells of the
     analysed (precision, package) group; a model with none, or with two, is left out."""
-    from .grid_io import read_table
-
     try:
         raw = read_table(grid_path)
     except Exception:  # the card says what it can; the grid was read and checked before

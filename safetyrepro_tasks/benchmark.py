@@ -289,15 +289,6 @@ class Benchmark(ABC):
         subgroup averages the same numbers `acc` does; without them, exact match."""
         return {}
 
-    def extra_values(
-        self, items: Sequence[Item], predictions: Sequence[int | None], scores: Sequence[float]
-    ) -> dict[str, float]:
-        """compute_extra_metrics as every package calls it: with the items' scores when the definition
-        takes them (a benchmark defined before `scores` existed is called as it was written)."""
-        if "scores" in inspect.signature(self.compute_extra_metrics).parameters:
-            return self.compute_extra_metrics(items, predictions, scores)
-        return self.compute_extra_metrics(items, predictions)
-
     @property
     def folder(self) -> Path:
         """The benchmark's folder: its module, card.md and README.md."""

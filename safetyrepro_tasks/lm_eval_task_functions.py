@@ -135,7 +135,5 @@ def aggregate_extra_metric(rows: list) -> float:
     name, benchmark = rows[0][0], rows[0][1]
     bench, s = get_benchmark(benchmark), item_set(benchmark)
     items = [s.by_id(r[2]) for r in rows]
-    predictions = [r[3] for r in rows]
-    if all(len(r) > 4 for r in rows):
-        return bench.extra_values(items, predictions, [r[4] for r in rows]).get(name, float("nan"))
-    return bench.compute_extra_metrics(items, predictions).get(name, float("nan"))
+    scores = [r[4] for r in rows] if all(len(r) > 4 for r in rows) else None
+    return bench.compute_extra_metrics(items, [r[3] for r in rows], scores).get(name, float("nan"))

@@ -18,6 +18,11 @@ from typing import Any
 
 from safetyrepro.errors import UserError
 
+try:
+    import resource
+except ImportError:  # not on POSIX: no file-size limit to name
+    resource = None
+
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 FULL_BELOW_BYTES = 8 << 20  # a file system with less free space than this is full, for the messages below
 BUSY_TIMEOUT_S = 60.0  # how long a write waits for another process's write to the shared cache
@@ -25,9 +30,7 @@ BUSY_TIMEOUT_S = 60.0  # how long a write waits for another process's write to t
 
 def file_size_limit() -> int | None:
     """The soft limit on the size of a file this process may write (`ulimit -f`), or None when unlimited."""
-    try:
-        import resource
-    except ImportError:  # not on POSIX
+    if resource is None:  # not on POSIX
         return None
     soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
     return None if soft == resource.RLIM_INFINITY else int(soft)

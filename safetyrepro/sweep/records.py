@@ -53,7 +53,7 @@ def summarize(records: Sequence[ItemRecord], bench: Benchmark, items: ItemSet) -
     seed_parse = {s: sum(r.parsed for r in rs) / len(rs) for s, rs in sorted(by_seed.items())}
     extras: dict[str, list[float]] = defaultdict(list)
     for rs in by_seed.values():
-        for k, v in bench.extra_values(
+        for k, v in bench.compute_extra_metrics(
             [items.by_id(r.item_id) for r in rs], [r.prediction for r in rs], [r.item_score for r in rs]
         ).items():
             extras[k].append(v)
