@@ -19,6 +19,7 @@ from .chance import chance_rho_flip
 from .detectable import detectable_sentences
 from .direction import direction
 from .exact import EXACT_RULE
+from .grid_io import read_table
 from .pipeline import Analysis
 from .significance import CORRECTIONS, PAIR_NULL, TEST_NAME
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
@@ -228,6 +229,7 @@ def _significance_pairs(a: Analysis) -> list[dict]:
 def grid_card(a: Analysis, grid_path: Path) -> dict:
     meta, run_note = read_run_metadata(grid_path)
     meta_models = {str(m.get("label")): m for m in (meta or {}).get("models", []) if isinstance(m, dict)}
+    weights = _grid_weights(grid_path, a.grid)
     subsets = (meta or {}).get("item_subsets", {}) or {}
     n_items = a.grid.cells.groupby("benchmark")["n_items"].agg(lambda s: sorted(set(int(v) for v in s)))
     slices = {}
@@ -244,14 +246,7 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
             "package": a.grid.package,
         },
         "run_metadata": {"found": meta is not None, "note": run_note},
-        "models": [
-            {
-                "label": m,
-                "weights_sha256": meta_models.get(m, {}).get("weights_sha256"),
-                **{k: v for k, v in meta_models.get(m, {}).items() if k not in ("label", "weights_sha256")},
-            }
-            for m in a.grid.models
-        ],
+        "models": [_model_entry(m, meta_models.get(m, {}), a.grid, weights.get(m)) for m in a.grid.models],
         "benchmarks": [
             {
                 "name": b,
@@ -314,6 +309,71 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
     }
 
 
+def _grid_weights(grid_path: Path, grid) -> dict[str, str]:
+    """model -> the one weights sha256 the grid's optional weights_sha256 column gives its cells of the
+    analysed (precision, package) group; a model with none, or with two, is left out."""
+    try:
+        raw = read_table(grid_path)
+    except Exception:  # the card says what it can; the grid was read and checked before
+        return {}
+    if "weights_sha256" not in raw.columns:
+        return {}
+    raw = raw[(raw["precision"].astype(str) == grid.precision) & (raw["package"].astype(str) == grid.package)]
+    out = {}
+    for model, hashes in raw.groupby(raw["model"].astype(str))["weights_sha256"]:
+        found = {str(h).strip() for h in hashes.dropna() if str(h).strip()}
+        if len(found) == 1:
+            out[model] = found.pop()
+    return out
+
+
+def _model_entry(label: str, recorded: dict, grid, grid_weights: str | None) -> dict:
+    """What the card knows of one model: run.json's record, else what the grid itself holds. A sweep
+    that found every cell of a model cached loads no model, and its run.json then keeps only the label;
+    the grid's weights_sha256 column still names the weights, and when they are an embedded model's
+    file the backend is SafetyRepro's engine running that model at the grid's precision."""
+    entry = {
+        "label": label,
+        "weights_sha256": recorded.get("weights_sha256"),
+        **{k: v for k, v in recorded.items() if k not in ("label", "weights_sha256")},
+    }
+    if entry["weights_sha256"] is None and grid_weights:
+        entry["weights_sha256"] = grid_weights
+        entry["weights_source"] = "the grid's weights_sha256 column (run.json has no record of the load)"
+    if not isinstance(entry.get("backend"), dict) and entry["weights_sha256"]:
+        try:
+            from safetyrepro.adapters.catalogue.weights import EMBEDDED  # lazy: analysis reads no model
+        except ImportError:
+            EMBEDDED = {}
+        same = [s for s in EMBEDDED.values() if s.sha256 == entry["weights_sha256"]]
+        if same:
+            entry["backend"] = {"kind": "engine", "spec": same[0].label, "precision": grid.precision}
+            entry["backend_source"] = f"the embedded model {same[0].label} (its weights' sha256)"
+    return entry
+
+
+def machine_text(machine) -> str:
+    """run.json's machine as a reader says it: "2 cores, 23.4 GiB, x86_64, Linux-..., Python 3.11.7"."""
+    if not isinstance(machine, dict):
+        return _cell(machine)
+    m = dict(machine)
+    parts = []
+    cpus = m.pop("cpus", None)
+    if cpus is not None:
+        parts.append(f"{cpus} core{'s' if cpus != 1 else ''}")
+    for key in ("memory_bytes", "memory"):
+        mem = m.pop(key, None)
+        if isinstance(mem, int | float) and not isinstance(mem, bool):
+            parts.append(f"{mem / 2**30:.1f} GiB")
+    for key in ("processor", "platform"):
+        if m.get(key):
+            parts.append(str(m.pop(key)))
+    if m.get("python"):
+        parts.append(f"Python {m.pop('python')}")
+    parts += [f"{k} {v}" for k, v in m.items() if v not in (None, "")]
+    return md_escape(", ".join(parts)) if parts else "unknown"
+
+
 def _backend_cell(model: dict) -> str:
     backend = model.get("backend")
     if not isinstance(backend, dict):
@@ -359,7 +419,7 @@ def card_markdown(card: dict) -> str:
                 else f" (run.json says `{env['run_rules_sha256']}`: MISMATCH)"
             )
         ),
-        f"- Machine: {_cell(card['machine'])}",
+        f"- Machine: {machine_text(card['machine'])}",
         "",
         "## Models",
         "",

@@ -76,17 +76,30 @@ def run(args: argparse.Namespace) -> int:
 def _item_count(text: str | None) -> int | None:
     from safetyrepro.errors import UserError
 
+    from .power import MAX_ITEMS
+
     if text is None:
         return None
     try:
         n = int(text)
     except ValueError:
+        try:  # 1e5 is a whole number too
+            f = float(text)
+            n = int(f) if f.is_integer() else None
+        except (ValueError, OverflowError):
+            n = None
+    if n is None:
         raise UserError(
             f"--items {text!r}: without GRID, --items is an item count (a whole number >= 1); to plan "
             f"from a pilot's records give its grid: safetyrepro plan GRID --items ITEMS"
-        ) from None
+        )
     if n < 1:
         raise UserError(f"--items {n}: an item count must be a whole number >= 1")
+    if n > MAX_ITEMS:  # the power's law of M is tabulated up to n: beyond this it would not fit in memory
+        raise UserError(
+            f"--items {text}: at most {MAX_ITEMS:,} items per configuration (the range plan computes and "
+            f"searches); no benchmark subset is larger"
+        )
     return n
 
 

@@ -294,10 +294,70 @@ def detectable_difference(
             None,
             f"even a difference equal to the discordance ({d:.3g}) has power {best:.3f} at {n:,} items",
         )
+    high = _smallest_effect(at, d, target)
+    return DetectableDifference(n, d, k, a, target, high, at(high))
+
+
+def _smallest_effect(at, d: float, target: float) -> float:
+    """Bisection on (0, d] for the smallest E with at(E) >= target, given at(d) >= target: the upper
+    end of the final bracket, so its power does reach the target."""
     low, high = 0.0, d  # power(high) >= target throughout
     while high - low > EFFECT_TOL:
         mid = (low + high) / 2
         low, high = (low, mid) if at(mid) >= target else (mid, high)
+    return high
+
+
+# -- from the observed item differences ------------------------------------------------------------
+def detectable_from_differences(
+    differences, n_configs: int, alpha: float = 0.05, power: float = 0.8
+) -> DetectableDifference:
+    """The smallest true paired difference E that one configuration's own items find at (directional)
+    power `power` under the test `safetyrepro verdict` and the analysis run on them: the exact sign-flip
+    test (significance.sign_flip_p_value) at Holm's first step alpha/K.
+
+    The model is the test's own: the sign-flip test is conditional on the magnitudes |d_i|, so they are
+    kept as observed (seed means included: a 5-seed item difference of 0.4 weighs 0.4, not 1), and each
+    item with d_i != 0 goes to A independently with probability p; E = (2p - 1) mean|d_i| (the mean over
+    all n items), so E <= mean|d_i| = the discordance reported. For 0/1 scores this is power()'s model
+    given M = the observed number of discordant items. Computed exactly: the law of the weight U of the
+    items won by A is a convolution of binomials on the differences' lattice (the same law the p-value
+    is read from, at p = 1/2)."""
+    from .significance import _integer_weights, _subset_sum_law  # the test's own lattice and null law
+
+    dif = np.asarray(differences, dtype=float)
+    n = _whole("items", len(dif), "the items of the configuration")
+    k = _whole("configs", n_configs, "the number of configurations Holm adjusts over")
+    a = _unit("alpha", alpha, "the familywise error level", False)
+    target = _target(power)
+    mags = np.abs(dif[dif != 0])
+    d = float(mags.sum() / n)
+    w = _integer_weights(mags) if len(mags) else np.zeros(0, dtype=np.int64)
+    w = w[w > 0]
+    total = int(w.sum())
+    if total == 0:
+        return DetectableDifference(n, d, k, a, target, None, None, "the two models' item scores never differ")
+    null = _subset_sum_law(w)
+    s = np.abs(2 * np.arange(total + 1) - total)  # |sum of signed d| on the lattice, for U = u
+    tail = np.cumsum(np.bincount(s, weights=null, minlength=total + 1)[::-1])[::-1]  # P(S >= s)
+    toward = (tail[s] <= (a / k) * (1 + REL_TOL)) & (2 * np.arange(total + 1) > total)
+
+    def at(e: float) -> float:
+        return float(_subset_sum_law(w, (1 + e / d) / 2)[toward].sum())
+
+    best = at(d)
+    if best < target:
+        return DetectableDifference(
+            n,
+            d,
+            k,
+            a,
+            target,
+            None,
+            None,
+            f"even a difference equal to the discordance ({d:.3g}) has power {best:.3f} at {n:,} items",
+        )
+    high = _smallest_effect(at, d, target)
     return DetectableDifference(n, d, k, a, target, high, at(high))
 
 

@@ -276,15 +276,17 @@ def _fair_binomial(n: int) -> np.ndarray:
     return law
 
 
-def _subset_sum_law(weights: np.ndarray) -> np.ndarray:
-    """Law of U = sum of w_i over a random subset (each item in with probability 1/2): index u -> P(U = u)."""
+def _subset_sum_law(weights: np.ndarray, p: float = 0.5) -> np.ndarray:
+    """Law of U = sum of w_i over a random subset (each item in with probability p, 1/2 under the
+    test's null; power.detectable_from_differences reads other p): index u -> P(U = u)."""
     law = np.ones(1)
     values, counts = np.unique(weights, return_counts=True)
     for v, c in zip(values, counts, strict=True):
+        counts_law = _fair_binomial(int(c)) if p == 0.5 else binom.pmf(np.arange(int(c) + 1), int(c), p)
         if len(values) == 1 and v == 1:
-            return _fair_binomial(int(c))  # 0/1 items: U is the number of discordant items won, Bin(c, 1/2)
+            return counts_law  # 0/1 items: U is the number of discordant items won, Bin(c, p)
         part = np.zeros(v * c + 1)
-        part[::v] = _fair_binomial(int(c))
+        part[::v] = counts_law
         if len(law) * len(part) > 4_000_000:
             from scipy.signal import (
                 fftconvolve,  # lazy: scipy.signal takes a second to import; only long item lists need it
@@ -350,6 +352,17 @@ def better_p_value(xa: np.ndarray, xb: np.ndarray, better, seed: int) -> float:
     return (k + 1) / (BETTER_DRAWS + 1)
 
 
+def pair_better_test(xa: np.ndarray, xb: np.ndarray, better, cid: str, a: str, b: str) -> tuple[float, float]:
+    """One configuration's items read in the benchmark's better direction: (the difference A - B in
+    that reading, its p-value by better_p_value). The draws are seeded by the configuration and the
+    pair in alphabetical order, so `analyze` and `verdict` give the same p-value whichever model is
+    named first."""
+    diff = float(better.better_value(exact_mean(xa)) - better.better_value(exact_mean(xb)))
+    first, second = (xa, xb) if a <= b else (xb, xa)
+    lo, hi = sorted((a, b))
+    return diff, better_p_value(first, second, better, zlib.crc32(f"{cid}|{lo}|{hi}".encode()))
+
+
 def paired_item_tests(items: ItemRecords, grid: Grid) -> pd.DataFrame:
     """One row per configuration x pair: the grid's difference, the items' difference, the raw p-value."""
     rows = []
@@ -371,8 +384,7 @@ def paired_item_tests(items: ItemRecords, grid: Grid) -> pd.DataFrame:
             else:
                 read = (
                     float(better.better_value(grid_scores[(cid, a)]) - better.better_value(grid_scores[(cid, b)])),
-                    float(better.better_value(exact_mean(xa)) - better.better_value(exact_mean(xb))),
-                    better_p_value(xa, xb, better, zlib.crc32(f"{cid}|{a}|{b}".encode())),
+                    *pair_better_test(xa, xb, better, cid, a, b),
                 )
             rows.append((benchmark, cid, a, b, len(d), int(np.count_nonzero(d)), *raw, *read))
     return pd.DataFrame(rows, columns=list(TEST_COLUMNS))

@@ -70,6 +70,7 @@ OPTIONAL = {
     "llama_cpp": "pip install 'safetyrepro[llamacpp]' (make llamacpp)",
     "helm": "make helm",
     "vllm": "pip install 'lm-eval[vllm]' (on a GPU machine)",
+    "inspect_flow": "pip install 'safetyrepro[flow]'",
 }
 
 
@@ -97,6 +98,7 @@ def os_error_message(e: OSError, command: str | None = None) -> str:
         errno.ENOENT: "check the path",
         errno.ENOTDIR: "a part of the path is a file, not a folder",
         errno.EISDIR: "a folder is in the way of a file",
+        errno.EFBIG: "the process's file-size limit (ulimit -f) was reached: raise it and rerun the same command",
     }.get(e.errno or -1, "")
     return f"{what}{f': {path}' if path else ''}" + (f"; {hint}" if hint else "")
 
@@ -111,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at interpreter exit
-        return code
+        # a command that catches the interrupt itself (certify, demo: they save the run so far) answers
+        # 130; under SIGTERM the exit code is still SIGTERM's, as docs/failures.md gives it
+        return 143 if code == 130 and _TERMINATED else code
     except UserError as e:
         if args.verbose:
             raise
@@ -151,15 +155,22 @@ class Terminated(KeyboardInterrupt):
     written is never half-written (cells are committed atomically), and the user gets one line."""
 
 
+_TERMINATED = False  # set by the SIGTERM handler of this process's command
+
+
 def _terminate_as_interrupt():
     """Turn SIGTERM into `Terminated` for this command (main thread only); returns the old handler."""
     import signal
     import threading
 
+    global _TERMINATED
+    _TERMINATED = False
     if threading.current_thread() is not threading.main_thread():
         return None
 
     def handler(signum, frame):
+        global _TERMINATED
+        _TERMINATED = True
         raise Terminated()
 
     return signal.signal(signal.SIGTERM, handler)

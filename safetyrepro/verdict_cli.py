@@ -60,6 +60,8 @@ def _from_runs(args):
     from safetyrepro.importers.run import import_runs
     from safetyrepro.tasks.envelope import parse_rules
 
+    if Path(args.a).resolve() == Path(args.b).resolve():
+        raise UserError(f"A and B are the same run ({args.a}); verdict compares two different runs")
     parts = []
     for path in (args.a, args.b):
         imported = import_runs(_package(path), [path], metric=args.metric, mapping_path=args.mapping)
@@ -96,6 +98,9 @@ def _from_grid(args):
     from safetyrepro.analysis.grid_io import read_table
     from safetyrepro.tasks.envelope import load_rules
 
+    if args.a == args.b:
+        raise UserError(f"A and B are the same model ({args.a!r}); verdict compares two different models")
+
     grid_path = Path(args.grid)
     rules_path = args.rules or (
         grid_path.parent / "rules.yaml" if (grid_path.parent / "rules.yaml").is_file() else None
@@ -114,32 +119,45 @@ def run(args: argparse.Namespace) -> int:
     from safetyrepro.analysis.grid_io import common_configurations, select_group, validate_cells
     from safetyrepro.analysis.paired import paired_verdict
     from safetyrepro.analysis.significance import items_from_frame
+    from safetyrepro.grid_schema import OK, STATUS
 
     frame, items_frame, rules, (a, b) = _from_grid(args) if args.grid else _from_runs(args)
     source = args.grid or "the two runs"
-    grid = common_configurations(select_group(validate_cells(frame, rules, source), source), source, rules)
+    frame = select_group(validate_cells(frame, rules, source), source)
+    held = sorted(frame["model"].astype(str).unique())
     for label in (a, b):
-        if label not in grid.models:
-            raise UserError(f"model {label!r} is not in {source}; it holds {', '.join(grid.models)}")
+        if label not in held:
+            raise UserError(f"model {label!r} is not in {source}; it holds {', '.join(held)}")
+    # only A and B decide which configurations are shared: a third model of the grid takes none away
+    frame = frame[frame["model"].astype(str).isin((a, b))]
+    if "model" in items_frame.columns:  # a file without it is refused, naming the column, by items_from_frame
+        items_frame = items_frame[items_frame["model"].astype(str).isin((a, b))]
+    ok = frame if STATUS not in frame.columns else frame[frame[STATUS].fillna(OK).astype(str) == OK]
+    declared = {str(bm): list(dict.fromkeys(g["config_id"].astype(str))) for bm, g in ok.groupby("benchmark")}
+    grid = common_configurations(frame, source, rules, min_configs=1)  # one configuration is a verdict too
     items = items_from_frame(items_frame, grid, source)
     for w in (*grid.warnings, *items.warnings):
         print(f"safetyrepro: warning: {w}", file=sys.stderr)
     if not items.by_config:
         raise UserError(f"{source}: no configuration has item records for both {a} and {b}")
-    v = paired_verdict(items, grid, a, b, args.alpha)
+    v = paired_verdict(items, grid, a, b, args.alpha, declared)
     if args.json:
         print(
             json.dumps(
-                {
-                    "model_a": a,
-                    "model_b": b,
-                    "alpha": args.alpha,
-                    "sentences": v.sentences,
-                    "detectable_difference": v.detectable,
-                    "configurations": v.table.to_dict(orient="records"),
-                },
+                _strict(
+                    {
+                        "model_a": a,
+                        "model_b": b,
+                        "alpha": args.alpha,
+                        "sentences": v.sentences,
+                        "family_size": v.family_size,
+                        "missing_configurations": v.missing,
+                        "detectable_difference": v.detectable,
+                        "configurations": v.table.to_dict(orient="records"),
+                    }
+                ),
                 indent=2,
-                default=float,
+                allow_nan=False,
             )
         )
         return 0
@@ -149,3 +167,20 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     return 0
+
+
+def _strict(value):
+    """Strict JSON values: an undefined number (NaN, an infinity) is null, numpy scalars plain Python."""
+    import math
+
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -280,9 +280,13 @@ class Benchmark(ABC):
         prediction = self.parse(text, item, template)
         return ItemScore(prediction, self.item_score(item, prediction), prediction is not None)
 
-    def compute_extra_metrics(self, items: Sequence[Item], predictions: Sequence[int | None]) -> dict[str, float]:
+    def compute_extra_metrics(
+        self, items: Sequence[Item], predictions: Sequence[int | None], scores: Sequence[float] | None = None
+    ) -> dict[str, float]:
         """The values of `extra_metrics` (BBQ's bias scores, ...) over scored items and their
-        predictions (None: unparsed); a metric with no items to stand on is left out."""
+        predictions (None: unparsed); a metric with no items to stand on is left out. `scores`: each
+        item's score as `acc` counts it (the tie rule's credit included), so that an accuracy over a
+        subgroup averages the same numbers `acc` does; without them, exact match."""
         return {}
 
     @property

@@ -143,7 +143,9 @@ def _extra_metric(name: str):
             benchmark = meta[0]["benchmark"]
             s = item_set(benchmark)
             items = [s.by_id(m["item_id"]) for m in meta]
-            values = get_benchmark(benchmark).compute_extra_metrics(items, [m["prediction"] for m in meta])
+            values = get_benchmark(benchmark).compute_extra_metrics(
+                items, [m["prediction"] for m in meta], [s.score.as_float() for s in scores]
+            )
             return values.get(name, float("nan"))
 
         return compute

@@ -107,7 +107,7 @@ def demo_answer(doc: dict) -> str:
 def _metrics(bench: Benchmark, item: Item, scored: ItemScore) -> dict:
     out = {"acc": scored.score, "parse_rate": float(scored.parsed), "top_answer_share": scored.prediction}
     for spec in bench.extra_metrics:
-        out[spec.name] = (spec.name, bench.name, item.id, scored.prediction)
+        out[spec.name] = (spec.name, bench.name, item.id, scored.prediction, scored.score)
     return out
 
 
@@ -128,10 +128,12 @@ def aggregate_top_answer_share(predictions: list) -> float:
 
 
 def aggregate_extra_metric(rows: list) -> float:
-    """lm-eval aggregation of any extra metric: rows are (metric, benchmark, item id, prediction)."""
+    """lm-eval aggregation of any extra metric: rows are (metric, benchmark, item id, prediction, item
+    score as `acc` counts it)."""
     if not rows:
         return float("nan")
     name, benchmark = rows[0][0], rows[0][1]
     bench, s = get_benchmark(benchmark), item_set(benchmark)
     items = [s.by_id(r[2]) for r in rows]
-    return bench.compute_extra_metrics(items, [r[3] for r in rows]).get(name, float("nan"))
+    scores = [r[4] for r in rows] if all(len(r) > 4 for r in rows) else None
+    return bench.compute_extra_metrics(items, [r[3] for r in rows], scores).get(name, float("nan"))

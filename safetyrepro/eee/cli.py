@@ -23,7 +23,7 @@ def register(subparsers) -> None:
         help="Every Eval Ever 0.3.0 records (DIR/data/<benchmark>/<developer>/<model>/<uuid>.json)",
         description="One EEE aggregate record per grid cell (model x configuration), its items as "
         "<uuid>_samples.jsonl, in EEE's datastore layout under DIR/data/; rho_flip.csv's rows and "
-        "rho_flip_max in DIR/safetyrepro_verdicts.json (docs/eee.md).",
+        "rho_flip_max in DIR/safetyrepro_verdicts.json5 (docs/eee.md).",
     )
     e.add_argument("grid", help="grid.csv or grid.parquet (docs/formats.md)")
     e.add_argument(
@@ -66,6 +66,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from . import records as R
     from .export import export_eee, parse_model_ids
 
     export, written = export_eee(
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         f"exported {len(export.records)} cells as EEE records ({samples} with instance-level samples); "
         f"{len(export.skipped)} cells not exported (status not ok)"
     )
-    print(f"wrote {len(written)} files to {args.out} (verdict tables: {Path(args.out) / 'safetyrepro_verdicts.json'})")
+    print(f"wrote {len(written)} files to {args.out} (verdict tables: {Path(args.out) / R.VERDICTS_FILE})")
     if args.validate:
         from .venv import validate
 

@@ -4,7 +4,8 @@ One aggregate record per grid cell (model x configuration, and the cell's precis
 EEE's datastore layout, `DIR/data/<benchmark>/<developer>/<model>/<uuid>.json`, with the cell's
 item records beside it as `<uuid>_samples.jsonl` (EEE's instance-level format), and the verdict tables
 (rho_flip.csv's rows and rho_flip_max, computed in-process through safetyrepro.analysis) in
-`DIR/safetyrepro_verdicts.json`: EEE's schema has no place for a comparison between models.
+`DIR/safetyrepro_verdicts.json5` (strict JSON; an extension EEE's validator does not collect): EEE's
+schema has no place for a comparison between models.
 
 `build_export` is pure (frames in, file texts out); `write_export` writes them, staged beside DIR
 and swapped in at once. docs/eee.md has the field mapping.
@@ -87,6 +88,20 @@ def parse_model_ids(values: Sequence[str] | None) -> dict[str, str]:
             raise UserError(f"--model-id {v!r}: expected LABEL=ORG/NAME (a Hugging Face style id)")
         out[label] = model_id
     return out
+
+
+def _check_distinct_ids(labels: Sequence[str], model_ids: dict[str, str]) -> None:
+    """Two labels under one model_info.id would be two models filed as one: their records would share
+    a folder and an evaluation_id, and a reader could not tell them apart."""
+    seen: dict[str, str] = {}
+    for label in labels:
+        model_id = R.model_id_for(label, model_ids)
+        if model_id in seen:
+            raise UserError(
+                f"models {seen[model_id]!r} and {label!r} both get model id {model_id!r} "
+                f"(--model-id or their labels); give each model its own id with --model-id LABEL=ORG/NAME"
+            )
+        seen[model_id] = label
 
 
 # -- pieces of a record ------------------------------------------------------------------------------
@@ -329,6 +344,7 @@ def build_export(
     for m in run_json.get("models") or []:
         if isinstance(m, dict) and m.get("label") and m.get("weights_sha256"):
             weights[str(m["label"])] = str(m["weights_sha256"])
+    _check_distinct_ids(sorted(map(str, valid["model"].unique())), model_ids)
     stamp = timestamp or os.environ.get("SOURCE_DATE_EPOCH") or str(int(time.time()))
     by_cell = _items_by_cell(items, valid)
     out = Export()
@@ -466,7 +482,8 @@ def build_export(
             "version": 1,
             "eee_schema_version": R.SCHEMA_VERSION,
             "written_by": f"safetyrepro {safetyrepro.__version__} export eee",
-            "grid": {"name": grid_name, "sha256": grid_sha256},
+            # the file's name and hash, never the exporting machine's path to it: the record is shared
+            "grid": {"name": Path(grid_name).name, "sha256": grid_sha256},
             "rules_sha256": rules.sha256,
             "retrieved_timestamp": stamp,
             "about": "SafetyRepro's verdict tables for the models of these records: rho_flip.csv's rows (per benchmark x "
@@ -534,11 +551,14 @@ def verdict_tables(raw: pd.DataFrame, rules_path: str | None, rules) -> list[dic
 
 # -- writing --------------------------------------------------------------------------------------
 def _is_earlier_export(out: Path) -> bool:
-    try:
-        data = json.loads((out / R.VERDICTS_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("format") == R.VERDICTS_FORMAT
+    for name in (R.VERDICTS_FILE, *R.EARLIER_VERDICTS_FILES):
+        try:
+            data = json.loads((out / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("format") == R.VERDICTS_FORMAT:
+            return True
+    return False
 
 
 def check_out(out: Path) -> None:

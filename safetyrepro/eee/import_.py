@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
@@ -139,16 +140,33 @@ def _companion(path: Path, record: dict) -> Path | None:
     detail = record.get("detailed_evaluation_results")
     if isinstance(detail, dict) and isinstance(detail.get("file_path"), str):
         rel = detail["file_path"].strip()
+        if _escapes(rel):
+            # a shared record must never make the importer open (and hash) a file of this machine
+            raise Refused(
+                f"field detailed_evaluation_results.file_path {shorten(rel)} is absolute or climbs out of its "
+                "folder (..); an instance-level file is named relative to the record's datastore, inside it"
+            )
         for ancestor in path.absolute().parents:
             if ancestor.name == R.DATA_DIR:
                 candidate = ancestor.parent / rel
                 if candidate.is_file():
+                    if not candidate.resolve().is_relative_to(ancestor.parent.resolve()):
+                        raise Refused(
+                            f"field detailed_evaluation_results.file_path {shorten(rel)} leads out of "
+                            f"{ancestor.parent} through a symbolic link; remove the link and rerun"
+                        )
                     return candidate
         beside = path.parent / Path(rel).name
         if beside.is_file():
             return beside
     beside = path.with_name(path.stem + "_samples.jsonl")
     return beside if beside.is_file() else None
+
+
+def _escapes(rel: str) -> bool:
+    """A file_path that is absolute (POSIX, Windows drive or UNC) or has a `..` component."""
+    parts = rel.replace("\\", "/").split("/")
+    return rel.startswith(("/", "\\")) or bool(re.match(r"^[A-Za-z]:", rel)) or ".." in parts
 
 
 def _read_samples(path: Path, record: dict) -> tuple[bytes, list[dict]]:
@@ -233,7 +251,12 @@ def read_paths(
         if problem:
             bad(BadInput(str(path), problem))
             continue
-        samples_path, rows, note = _companion(path, record), None, "the record has no instance-level file"
+        try:
+            samples_path = _companion(path, record)
+        except Refused as e:
+            bad(BadInput(str(path), e.reason))
+            continue
+        rows, note = None, "the record has no instance-level file"
         samples_data = None
         if samples_path is not None:
             try:

@@ -25,7 +25,10 @@ SCHEMA_VERSION = "0.3.0"  # the EEE schema the export writes
 SUPPORTED_SCHEMAS = ("0.3.",)  # schema versions the import reads (0.3.x)
 EEE_PACKAGE = "every-eval-ever==0.3.0"
 PREFIX = "safetyrepro_"
-VERDICTS_FILE = "safetyrepro_verdicts.json"
+# JSON text under an extension EEE's validator does not collect: run over a whole export folder it
+# reads every *.json and *.jsonl (every_eval_ever/validate.py, expand_paths), and this is no record
+VERDICTS_FILE = "safetyrepro_verdicts.json5"
+EARLIER_VERDICTS_FILES = ("safetyrepro_verdicts.json",)  # the name exports before issue 43 used
 VERDICTS_FORMAT = "safetyrepro-eee-verdicts"
 DATA_DIR = "data"  # EEE's datastore root inside --out
 

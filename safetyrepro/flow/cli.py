@@ -57,6 +57,14 @@ def run(args: argparse.Namespace) -> int:
     from safetyrepro.flow.spec import write
     from safetyrepro.sweep.cli import options_from_args
 
+    try:
+        import inspect_flow  # noqa: F401  (the spec is Flow's own model: nothing is written without it)
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "inspect_flow":
+            raise
+        raise UserError(
+            "safetyrepro flow needs Inspect Flow, which is not installed: pip install 'safetyrepro[flow]'"
+        ) from None
     if args.package not in (None, "inspect"):
         raise UserError("flow runs the Inspect tasks: --package lm-eval does not apply")
     given = [flag for dest, flag in NOT_FOR_FLOW.items() if getattr(args, dest) not in (None, False)]

@@ -203,6 +203,29 @@ def spec_yaml(spec) -> str:
     return yaml.dump(dump_spec(spec), Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=120)
 
 
+# the first line of each file `flow` writes: how a rerun knows the file is its own to replace
+SPEC_HEADER = "# Inspect Flow spec written by `safetyrepro flow`"
+MAPPING_HEADER = "# the sweep's model labels for `safetyrepro import inspect`"
+
+
+def _check_ours(path: Path, header: str) -> None:
+    """A file already at `path` is replaced only when `flow` wrote it (its first line says so)."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; flow writes a file there: choose another --out")
+    try:
+        with open(path, "rb") as f:
+            ours = f.read(len(header)).decode("utf-8", "replace") == header
+    except OSError:
+        ours = False
+    if not ours:
+        raise UserError(
+            f"{path} exists and was not written by `safetyrepro flow`; move it away or choose another --out "
+            f"(flow never replaces a file it did not write)"
+        )
+
+
 def mapping_path(spec_path: Path) -> Path:
     return spec_path.with_name(spec_path.stem + ".mapping.yaml")
 
@@ -217,20 +240,21 @@ def write(o, out: Path, log_dir: str | None = None) -> tuple[Path, Path, FlowPla
         raise UserError(f"--out {out}: a Flow spec file ends in .yaml or .yml")
     if out.is_dir():
         raise UserError(f"--out {out} is a folder; give the spec's file name (e.g. {out / 'flow.yaml'})")
+    mapping = mapping_path(out)
+    for path, header in ((out, SPEC_HEADER), (mapping, MAPPING_HEADER)):
+        _check_ours(path, header)
     with tempfile.TemporaryDirectory() as tmp:  # the plan never writes; its `out` is not the spec
         p = plan(replace(o, out=Path(tmp) / "unused"))
     log_dir = log_dir or f"logs-{out.stem}"
-    mapping = mapping_path(out)
     spec = build_spec(p, log_dir, mapping.name)
     text = spec_yaml(spec)
     header = (
-        "# Inspect Flow spec written by `safetyrepro flow` (docs/flow.md): one task per cell and seed.\n"
+        f"{SPEC_HEADER} (docs/flow.md): one task per cell and seed.\n"
         f"# Run: flow run {out.name}    Import: {spec.flow_metadata['safetyrepro']['import']}\n"
     )
     atomic_write(
         mapping,
-        f"# the sweep's model labels for `safetyrepro import inspect` (written with {out.name})\n"
-        + yaml.safe_dump({"models": model_labels(p)}, sort_keys=False),
+        f"{MAPPING_HEADER} (written with {out.name})\n" + yaml.safe_dump({"models": model_labels(p)}, sort_keys=False),
     )
     atomic_write(out, header + text)
     return out, mapping, p, spec

@@ -18,9 +18,22 @@ from typing import Any
 
 from safetyrepro.errors import UserError
 
+try:
+    import resource
+except ImportError:  # not on POSIX: no file-size limit to name
+    resource = None
+
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 FULL_BELOW_BYTES = 8 << 20  # a file system with less free space than this is full, for the messages below
 BUSY_TIMEOUT_S = 60.0  # how long a write waits for another process's write to the shared cache
+
+
+def file_size_limit() -> int | None:
+    """The soft limit on the size of a file this process may write (`ulimit -f`), or None when unlimited."""
+    if resource is None:  # not on POSIX
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 class OutputsCacheError(UserError):
@@ -60,6 +73,15 @@ class OutputsCache:
         elif "full" in low or "no space" in low or self._disk_full():
             # a full file system also shows as "disk I/O error" or "unable to open" (no room for the WAL)
             fix = "free disk space and rerun (finished cells are kept; the file is not damaged)"
+        elif (limit := file_size_limit()) is not None and ("i/o" in low or "too large" in low):
+            # `ulimit -f`: the write fails with EFBIG, which SQLite reports as a disk I/O error
+            fix = (
+                "raise the limit (ulimit -f unlimited) or free the cache folder and rerun (finished cells are "
+                "kept; the file is not damaged)"
+            )
+            text = f"the process's file-size limit ({limit:,} bytes, ulimit -f) was reached writing it: {text}"
+        elif "disk i/o" in low:
+            fix = "check the disk and its free space, then rerun (finished cells are kept)"
         elif "not a database" in low or "malformed" in low or "corrupt" in low:
             fix = f"move it aside (mv {self.path} {self.path}.damaged) and rerun: it only saves model work"
         elif "readonly" in low or "read-only" in low or "permission" in low or "unable to open" in low:

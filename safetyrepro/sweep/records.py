@@ -54,7 +54,7 @@ def summarize(records: Sequence[ItemRecord], bench: Benchmark, items: ItemSet) -
     extras: dict[str, list[float]] = defaultdict(list)
     for rs in by_seed.values():
         for k, v in bench.compute_extra_metrics(
-            [items.by_id(r.item_id) for r in rs], [r.prediction for r in rs]
+            [items.by_id(r.item_id) for r in rs], [r.prediction for r in rs], [r.item_score for r in rs]
         ).items():
             extras[k].append(v)
     n_items = len({r.item_id for r in records})

@@ -251,11 +251,20 @@ def write_run_json(
             "python": platform.python_version(),
             "processor": platform.processor() or platform.machine(),
             "cpus": _cpus(),
+            "memory_bytes": _memory_bytes(),
         },
         "cells": {"total": result.total, "failed": len(result.failed)},
     }
     atomic_write(path, json.dumps(record, indent=2), root=store.root)
     return path
+
+
+def _memory_bytes() -> int | None:
+    """The machine's physical memory (the GRID card prints it beside the cores), None where unknown."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def _cpus() -> int:

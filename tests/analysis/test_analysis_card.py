@@ -64,3 +64,30 @@ def test_card_reads_run_json_and_flags_a_rules_mismatch(rules, tmp_path):
     card = grid_card(analysis, path)
     assert card["envelope"]["rules_match"] is False
     assert "MISMATCH" in card_markdown(card) and any("run under rules 000000000000" in c for c in card["caveats"])
+
+
+def test_card_names_embedded_models_from_the_grid_and_prints_the_machine_as_text(rules, tmp_path):
+    """A sweep that found a model's cells cached records only its label in run.json (docs/study: smollm2,
+    gemma3-270m); the grid's weights_sha256 column still names the weights, and an embedded model's
+    sha256 says which backend ran it. The machine reads as text, not a Python dict."""
+    import pandas as pd
+
+    from safetyrepro.adapters.catalogue.weights import EMBEDDED
+
+    path = tmp_path / "grid.csv"
+    analysis = _analysis(rules, path)
+    frame = pd.read_csv(path)
+    frame["weights_sha256"] = frame["model"].map({"a": EMBEDDED["smollm2"].sha256, "b": "cd" * 32, "c": None})
+    frame.to_csv(path, index=False)
+    meta = {
+        "models": [{"label": "a"}, {"label": "b"}, {"label": "c"}],
+        "machine": {"platform": "Linux-6.1-x86_64", "python": "3.11.7", "processor": "x86_64", "cpus": 2}
+        | {"memory_bytes": int(23.4 * 2**30)},
+    }
+    (tmp_path / "run.json").write_text(json.dumps(meta))
+    card = grid_card(analysis, path)
+    text = card_markdown(card)
+    assert f"| a | engine `smollm2` (nf4) | {EMBEDDED['smollm2'].sha256} | none |" in text
+    assert f"| b | unknown | {'cd' * 32} | none |" in text  # weights known, backend not: said as such
+    assert "| c | unknown | unknown | none |" in text
+    assert "- Machine: 2 cores, 23.4 GiB, x86_64, Linux-6.1-x86_64, Python 3.11.7" in text

@@ -82,8 +82,8 @@ def test_a_grid_with_items_and_model_labels(tmp_path, capsys):
 
 def test_verdict_refusals_are_one_line(tmp_path, capsys):
     a, _ = _runs(tmp_path / "runs")
-    assert main(["verdict", str(a), str(a)]) == 2
-    assert "--labels" in capsys.readouterr().err
+    assert main(["verdict", str(a), str(a)]) == 2  # one run twice is refused, with or without --labels
+    assert "same run" in capsys.readouterr().err
     assert main(["verdict", str(a), str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert "does not exist" in err and len(err.strip().splitlines()) == 1

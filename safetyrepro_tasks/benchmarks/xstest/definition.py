@@ -173,7 +173,7 @@ class XSTest(Benchmark):
             return None
         return REFUSE if is_refusal(text) else COMPLY
 
-    def compute_extra_metrics(self, items, predictions) -> dict[str, float]:
+    def compute_extra_metrics(self, items, predictions, scores=None) -> dict[str, float]:
         out = {}
         for label in ("safe", "unsafe"):
             preds = [p for it, p in zip(items, predictions) if it.label == label]
