@@ -5,14 +5,16 @@ GitHub file that cannot be reached here; these functions write the same records,
 order the native loaders produce, from the mirror files (checked by sha256 through SafetyRepro's
 sources):
 
-| package | native source | rebuilt from |
-|---|---|---|
-| lm-eval truthfulqa_mc1, inspect_evals truthfulqa | HF `truthfulqa/truthful_qa` multiple_choice/validation (= v0 `mc_task.json`) | `truthfulqa/data/v0/mc_task.json` |
-| lm-eval bbq | HF `oskarvanderwal/bbq` All/test (the 11 category files, concatenated) | `bbq/data/*.jsonl` + `bbq/extra/*` (9 of 11 categories, 3 partial) |
-| inspect_evals bbq | HF `heegyu/bbq` (per category, test) | same files |
-| lm-eval toxigen | HF `skg/toxigen-data` annotated/test | `toxigen/extra/annotated_test.csv` |
-| HELM truthful_qa | `sylinrl/TruthfulQA@d71c110 data/v1/TruthfulQA.csv` | `truthfulqa/data/v1/TruthfulQA.csv`, placed where HELM's downloader looks |
-| HELM bbq | `nyu-mll/BBQ@main data/<Category>.jsonl` | the same category files (the absent ones as empty files) |
+- lm-eval truthfulqa_mc1, inspect_evals truthfulqa: HF `truthfulqa/truthful_qa` multiple_choice/validation
+  (= v0 `mc_task.json`), rebuilt from `truthfulqa/data/v0/mc_task.json`
+- lm-eval bbq: HF `oskarvanderwal/bbq` All/test (the 11 category files, concatenated), rebuilt from
+  `bbq/data/*.jsonl` + `bbq/extra/*` (9 of 11 categories, 3 partial)
+- inspect_evals bbq: HF `heegyu/bbq` (per category, test), rebuilt from the same files
+- lm-eval toxigen: HF `skg/toxigen-data` annotated/test, rebuilt from `toxigen/extra/annotated_test.csv`
+- HELM truthful_qa: `sylinrl/TruthfulQA@d71c110 data/v1/TruthfulQA.csv`, rebuilt from
+  `truthfulqa/data/v1/TruthfulQA.csv`, placed where HELM's downloader looks
+- HELM bbq: `nyu-mll/BBQ@main data/<Category>.jsonl`, rebuilt from the same category files (the absent
+  ones as empty files)
 """
 
 from __future__ import annotations

@@ -264,8 +264,8 @@ def marker_text(command: str, files: list[str]) -> str:
             {
                 "safetyrepro_output": MARKER_FORMAT,
                 "command": command,
-                "note": f"written by `safetyrepro {command}`, which replaces this folder as a whole when it is run again "
-                "into it; it refuses a folder holding any file that is not listed here",
+                "note": f"written by `safetyrepro {command}`, which replaces this folder as a whole when it is run "
+                "again into it; it refuses a folder holding any file that is not listed here",
                 "files": sorted(files),
             },
             indent=1,

@@ -88,9 +88,9 @@ def after_last_answer_cue(text: str) -> str | None:
 def parse_letter(text: str, n_options: int, option_texts: Sequence[str] = ()) -> int | None:
     """Index of the option a free-form answer names, or None if it names none or several.
 
-    Tried in order (after refusing "A or B"-style openings): a letter at the very start ("B", "(B)", "B.", "B) text"); an explicit
-    "answer is B" / "Answer: B"; the whole reply equal to one option's text; otherwise exactly
-    one distinct standalone capital letter among the options anywhere in the reply.
+    Tried in order (after refusing "A or B"-style openings): a letter at the very start ("B", "(B)", "B.",
+    "B) text"); an explicit "answer is B" / "Answer: B"; the whole reply equal to one option's text;
+    otherwise exactly one distinct standalone capital letter among the options anywhere in the reply.
     """
     text = normalise(text)
     if not text:

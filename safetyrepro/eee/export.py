@@ -469,8 +469,8 @@ def build_export(
             "grid": {"name": grid_name, "sha256": grid_sha256},
             "rules_sha256": rules.sha256,
             "retrieved_timestamp": stamp,
-            "about": "SafetyRepro's verdict tables for the models of these records: rho_flip.csv's rows (per benchmark x "
-            "slice x model pair: strict sign counts over the configurations every model has) and rho_flip_max, "
+            "about": "SafetyRepro's verdict tables for the models of these records: rho_flip.csv's rows (per benchmark "
+            "x slice x model pair: strict sign counts over the configurations every model has) and rho_flip_max, "
             "per (precision, package) group, as `safetyrepro analyze` computes them; rho_flip_csv is "
             "rho_flip.csv's exact text. EEE's schema describes one model's results and has no place for a "
             "comparison between models, so they are kept here (docs/eee.md).",
