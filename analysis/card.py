@@ -267,7 +267,9 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
             "rules_file": a.rules.path,
             "rules_sha256": a.rules.sha256,
             "run_rules_sha256": (meta or {}).get("rules_sha256"),
-            "rules_match": None if not (meta or {}).get("rules_sha256") else meta["rules_sha256"] == a.rules.sha256,
+            "rules_match": None
+            if not (meta or {}).get("rules_sha256")
+            else (meta or {})["rules_sha256"] == a.rules.sha256,
             "axes": {k: list(v) for k, v in a.rules.axes.items()},
             "stress": {k: list(v) for k, v in a.rules.stress.items()},
             "constraints": [c.name for c in a.rules.constraints],

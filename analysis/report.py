@@ -487,8 +487,9 @@ def _degenerate_blocks(a: Analysis) -> list[Block]:
 
 def _detectable_blocks(a: Analysis) -> list[Block]:
     blocks: list[Block] = [Heading("What this grid can detect")]
-    sentences = detectable_sentences(a.detectable)
-    if not sentences:
+    detectable = a.detectable
+    sentences = detectable_sentences(detectable)
+    if detectable is None or not sentences:
         return blocks + [
             Para(
                 "Not computed: no usable per-item records were given, so neither the pairs' discordance "
@@ -506,8 +507,8 @@ def _detectable_blocks(a: Analysis) -> list[Block]:
             "10-point difference:"
         )
     )
-    blocks.append(Bullets(sentences))
-    shown = a.detectable[a.detectable["slice"] == "full"].drop(columns=["slice", "target_power", "reference_effect"])
+    blocks.append(Bullets(tuple(sentences)))
+    shown = detectable[detectable["slice"] == "full"].drop(columns=["slice", "target_power", "reference_effect"])
     blocks.append(
         Table(
             shown,
