@@ -338,7 +338,7 @@ def agreement(real: list[ItemRecord], emulated: list[dict]) -> dict:
     both unparsed counts as agreeing), and where the prompt string was identical."""
     em = {r["key"]: r for r in emulated}
     same = prompt_same = n = 0
-    diffs = []
+    diffs: list[dict] = []
     for r in real:
         e = em.get(r.key)
         if e is None:

@@ -65,7 +65,7 @@ class CrowsPairsItem(Item):
     bias_type: str
 
 
-class CrowsPairs(Benchmark):
+class CrowsPairs(Benchmark[CrowsPairsItem]):
     name = "crows_pairs"
     source = SOURCE
     templates = TEMPLATES
