@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import pandas as pd
 
@@ -90,7 +90,8 @@ def parse_model_ids(values: Sequence[str] | None) -> dict[str, str]:
 
 
 # -- pieces of a record ------------------------------------------------------------------------------
-def _present(v: Any) -> bool:
+def _present(v: Any | None) -> TypeGuard[Any]:
+    """A value, not None or a missing one (NaN, NA): narrows an optional field to its value."""
     if v is None:
         return False
     try:
@@ -145,7 +146,7 @@ def _source_data(benchmark: str, row: dict) -> dict:
         details.update({"repo": src.repo, "commit": src.commit, "licence": src.licence})
         if urls:
             return {"dataset_name": benchmark, "source_type": "url", "url": urls, "additional_details": details}
-    out = {"dataset_name": benchmark, "source_type": "other"}
+    out: dict[str, Any] = {"dataset_name": benchmark, "source_type": "other"}
     if details:
         out["additional_details"] = details
     return out
