@@ -144,7 +144,7 @@ def local_datasets(root: Path) -> dict[str, dict]:
     """Parquet files standing in for the HF datasets, and the lm-eval overrides that point at them.
 
     Returns {benchmark: {"file": path, "split": name, "override": {...}, "rows": n}}."""
-    out = {}
+    out: dict[str, dict] = {}
     tqa = truthfulqa_mc_records()
     p = _write_parquet(tqa, root / f"truthfulqa_mc-{_digest(tqa)}" / "validation.parquet")
     out["truthfulqa"] = {
@@ -184,7 +184,8 @@ def place_helm_scenario_data(benchmark_output: Path) -> dict:
     (no suffix) for all 11 categories; the two the mirror lacks are empty files and the three partial
     ones hold the rows the mirror has, so `subject=all` runs on 9 categories (recorded)."""
     mirror = _mirror()
-    placed = {"truthful_qa": None, "bbq": {}}
+    bbq_rows: dict[str, int] = {}
+    placed: dict[str, object] = {"truthful_qa": None, "bbq": bbq_rows}
     src = mirror / "truthfulqa" / "data" / "v1" / "TruthfulQA.csv"
     if not src.is_file() or sha256_file(src) != TRUTHFULQA_V1_SHA256:
         raise UserError(f"HELM's TruthfulQA needs {src} (v1, sha256 {TRUTHFULQA_V1_SHA256}) in the mirror")
@@ -198,5 +199,5 @@ def place_helm_scenario_data(benchmark_output: Path) -> dict:
         rows = bbq_category_rows(c)
 
         atomic_write(bdir / c, "".join(json.dumps(r) + "\n" for r in rows))
-        placed["bbq"][c] = len(rows)
+        bbq_rows[c] = len(rows)
     return placed
