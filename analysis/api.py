@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from safetyrepro.errors import UserError
-from safetyrepro.tasks.envelope import load_rules
+from safetyrepro.tasks.envelope import Rules, load_rules
 
 from .grid_io import Grid, common_configurations, select_group, validate_cells
 from .orderings import orderings_tables
@@ -46,14 +46,14 @@ SOURCE = "the grid DataFrame"
 
 def prepare(
     grid: pd.DataFrame, rules: str | None = None, precision: str | None = None, package: str | None = None
-) -> tuple[Grid, object]:
+) -> tuple[Grid, Rules]:
     """(validated Grid, Rules) from a grid DataFrame: the checks `safetyrepro analyze` makes on a file."""
     loaded = load_rules(rules)
     frame = select_group(validate_cells(grid.copy(), loaded, SOURCE), SOURCE, precision, package)
     return common_configurations(frame, SOURCE, loaded), loaded
 
 
-def _slices(slices: Sequence[str] | None, rules) -> tuple[str, ...]:
+def _slices(slices: Sequence[str] | None, rules: Rules) -> tuple[str, ...]:
     return check_slices(list(slices) if slices else None, rules)
 
 

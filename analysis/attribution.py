@@ -119,7 +119,7 @@ def _fit_classifier(x: pd.DataFrame, y: np.ndarray, seed: int) -> tuple[float, n
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clf.fit(x, y)
-    return float((clf.predict(x) == y).mean()), _mean_abs_shap(clf, x)
+    return float(np.mean(clf.predict(x) == y)), _mean_abs_shap(clf, x)
 
 
 def _pair_notes(benchmark: str, skipped: list[tuple[str, str, str]]) -> list[str]:

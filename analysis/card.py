@@ -262,7 +262,9 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
             "rules_file": a.rules.path,
             "rules_sha256": a.rules.sha256,
             "run_rules_sha256": (meta or {}).get("rules_sha256"),
-            "rules_match": None if not (meta or {}).get("rules_sha256") else meta["rules_sha256"] == a.rules.sha256,
+            "rules_match": None
+            if not (meta or {}).get("rules_sha256")
+            else (meta or {})["rules_sha256"] == a.rules.sha256,
             "axes": {k: list(v) for k, v in a.rules.axes.items()},
             "stress": {k: list(v) for k, v in a.rules.stress.items()},
             "constraints": [c.name for c in a.rules.constraints],
@@ -477,7 +479,8 @@ def card_markdown(card: dict) -> str:
     ]
     for h in card["headline"]:
         lines.append(
-            f"| {h['benchmark']} | {h['better']} | {h['n_configs']} | {h['rho_flip_max']:.3f} ({md_escape(h['pairs'])}) | "
+            f"| {h['benchmark']} | {h['better']} | {h['n_configs']} | {h['rho_flip_max']:.3f} "
+            f"({md_escape(h['pairs'])}) | "
             f"{h['ceiling']:.3f}{' saturated' if h['saturated'] else ''} | {h['chance_max']:.3f} | "
             f"{h['n_orderings']}/{h['n_possible']} | {h['rho_flip_max_better']:.3f} ({md_escape(h['pairs_better'])}) | "
             f"{h['n_orderings_better']}/{h['n_possible']} | {h['tau_r']:.3f} | {h['sdi_max']:.3f} |"
@@ -513,7 +516,8 @@ def card_markdown(card: dict) -> str:
             "|---|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {md_escape(r['model'])} | {md_escape(r['config_id'])} | {r['score']:.3f} | {r['parse_rate']:.3f} | {r['reason']} | "
+            f"| {md_escape(r['model'])} | {md_escape(r['config_id'])} | {r['score']:.3f} | {r['parse_rate']:.3f} | "
+            f"{r['reason']} | "
             f"{'yes' if r['lowest_of_model'] else 'no'} | {'yes' if r['last_in_config'] else 'no'} |"
             for r in card["degenerate_cells"]
         ]
@@ -571,7 +575,8 @@ def card_markdown(card: dict) -> str:
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {p['benchmark']} | {md_escape(p['model_a'])} vs {md_escape(p['model_b'])} | {p['n_configs']} | {p['rho_flip']:.3f} | "
+            f"| {p['benchmark']} | {md_escape(p['model_a'])} vs {md_escape(p['model_b'])} | {p['n_configs']} | "
+            f"{p['rho_flip']:.3f} | "
             f"{p['chance']:.3f} | {p['rho_flip_null_mean']:.3f} | {p['p_consistent']:.3f} | "
             f"{p['p_consistent_better']:.3f} | {p['rho_flip_sig']:.3f} | {p['rho_flip_sig_better']:.3f} |"
             for p in sig["pairs"]

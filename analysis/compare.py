@@ -90,12 +90,13 @@ def compare_grids(groups: list[LabelledGrid], rules: Rules) -> Comparison:
     labels = tuple(g.label for g in groups)
     warnings = [f"{g.label}: {w}" for g in groups for w in g.grid.warnings]
     score_cols = [f"score_{label}" for label in labels]
-    merged = None
-    for g, col in zip(groups, score_cols, strict=True):
-        part = g.grid.cells[[*PAIR_KEY, "template", "decoding", "shots", "scoring", "score"]].rename(
-            columns={"score": col}
-        )
-        merged = part if merged is None else merged.merge(part[[*PAIR_KEY, col]], on=PAIR_KEY, how="outer")
+    parts = [
+        g.grid.cells[[*PAIR_KEY, "template", "decoding", "shots", "scoring", "score"]].rename(columns={"score": col})
+        for g, col in zip(groups, score_cols, strict=True)
+    ]
+    merged = parts[0]
+    for part, col in zip(parts[1:], score_cols[1:], strict=True):
+        merged = merged.merge(part[[*PAIR_KEY, col]], on=PAIR_KEY, how="outer")
     paired = merged.dropna(subset=score_cols).reset_index(drop=True)
     dropped = len(merged) - len(paired)
     if dropped:

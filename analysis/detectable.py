@@ -74,8 +74,8 @@ def detectable_table(
                 )
                 found, at_reference = np.nan, 0.0
                 if d > 0:
-                    found = detectable_difference(n, d, len(ids), alpha, target).effect
-                    found = np.nan if found is None else found
+                    effect = detectable_difference(n, d, len(ids), alpha, target).effect
+                    found = np.nan if effect is None else effect
                     if reference <= d:
                         at_reference = power(n, d, reference, len(ids), alpha).power
                 rows.append((benchmark, name, a, b, n, len(ids), d, found, at_reference, reference, target, alpha))

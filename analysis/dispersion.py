@@ -96,7 +96,8 @@ def dispersion_tables(
                     "sdi": d.sdi,
                 }
             )
-            for theta in (*thetas, MEDIAN):
+            each: tuple[float | str, ...] = (*thetas, MEDIAN)
+            for theta in each:
                 row = {"model": model, "benchmark": benchmark, "slice": name, "theta": str(theta), "n_configs": len(m)}
                 if not has_pass_fail(benchmark):
                     row.update(

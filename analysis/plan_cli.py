@@ -64,11 +64,12 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    result = plan_from_grid(args) if args.grid else plan_from_numbers(args)
-    if args.json:
-        print(json.dumps(result, indent=2))
+    if args.grid:
+        rows = plan_from_grid(args)
+        print(json.dumps(rows, indent=2) if args.json else "\n".join(grid_lines(rows, args)))
     else:
-        print("\n".join(grid_lines(result, args) if args.grid else number_lines(result)))
+        numbers = plan_from_numbers(args)
+        print(json.dumps(numbers, indent=2) if args.json else "\n".join(number_lines(numbers)))
     return 0
 
 
@@ -118,7 +119,7 @@ def plan_from_numbers(args: argparse.Namespace) -> dict:
         )
     n = _item_count(args.items)
     need = items_needed(args.discordance, args.effect, args.configs, args.alpha, args.power)
-    out = {
+    out: dict[str, object] = {
         "items_needed": need.n_items,
         "discordance": need.discordance,
         "effect": need.effect,

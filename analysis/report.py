@@ -443,8 +443,8 @@ def _degenerate_blocks(a: Analysis) -> list[Block]:
             )
             + f" (a cell can have several reasons; the label checks need at least {MIN_PARSED_ANSWERS} parsed answers "
             "and per-item predictions). Such a cell's score says little about the items: an unparsed answer counts as "
-            "wrong, and a cell that answers one label, or no better than the label frequencies, does not read the items. "
-            "lowest_of_model marks a "
+            "wrong, and a cell that answers one label, or no better than the label frequencies, does not read the "
+            "items. lowest_of_model marks a "
             "cell that is the model's lowest score on the benchmark (it then sets that model's SDI and score range); "
             "last_in_config one that puts the model last in that configuration (it then moves orderings and pair "
             f"verdicts). The slice `{PARSE_CLEAN}` leaves out every configuration holding such a cell."
@@ -487,8 +487,9 @@ def _degenerate_blocks(a: Analysis) -> list[Block]:
 
 def _detectable_blocks(a: Analysis) -> list[Block]:
     blocks: list[Block] = [Heading("What this grid can detect")]
-    sentences = detectable_sentences(a.detectable)
-    if not sentences:
+    detectable = a.detectable
+    sentences = detectable_sentences(detectable)
+    if detectable is None or not sentences:
         return blocks + [
             Para(
                 "Not computed: no usable per-item records were given, so neither the pairs' discordance "
@@ -499,15 +500,15 @@ def _detectable_blocks(a: Analysis) -> list[Block]:
     blocks.append(
         Para(
             "A configuration's winner is claimed only when its exact paired test passes Holm over the family's "
-            'configurations, so a grid with few items cannot claim small differences, and "no significant winner" is no '
-            "evidence of stability when nothing was detectable. Read at each pair's observed discordance (the mean "
-            "|A - B| per item: for 0/1 answers the share of items the two models answer differently), the smallest true "
-            "difference of one configuration found at 80 % power under Holm's first step, and the power at a 10-point "
-            "difference:"
+            'configurations, so a grid with few items cannot claim small differences, and "no significant winner" is '
+            "no evidence of stability when nothing was detectable. Read at each pair's observed discordance (the mean "
+            "|A - B| per item: for 0/1 answers the share of items the two models answer differently), the smallest "
+            "true difference of one configuration found at 80 % power under Holm's first step, and the power at a "
+            "10-point difference:"
         )
     )
-    blocks.append(Bullets(sentences))
-    shown = a.detectable[a.detectable["slice"] == "full"].drop(columns=["slice", "target_power", "reference_effect"])
+    blocks.append(Bullets(tuple(sentences)))
+    shown = detectable[detectable["slice"] == "full"].drop(columns=["slice", "target_power", "reference_effect"])
     blocks.append(
         Table(
             shown,
@@ -555,8 +556,8 @@ def _variance_blocks(a: Analysis) -> list[Block]:
         blocks.append(
             Para(
                 f"rho is not given for {', '.join(undefined['benchmark'])}: there the model explains less than "
-                f"{RHO_MODEL_SHARE_MIN:.0%} of the variance, so the models hardly differ and a ratio over that share swings "
-                "by orders of magnitude between resamples; read the shares themselves."
+                f"{RHO_MODEL_SHARE_MIN:.0%} of the variance, so the models hardly differ and a ratio over that share "
+                "swings by orders of magnitude between resamples; read the shares themselves."
             )
         )
     wide = shares.assign(fit=shares["anova_type"].map({"II": "Type II", "III": "Type III"}) + ", " + shares["slice"])
@@ -598,12 +599,12 @@ def _significance_blocks(a: Analysis) -> list[Block]:
         Para(
             f"Each configuration's A - B difference was tested on the items with an {TEST_NAME}: under the null that "
             "the two models are interchangeable on each item, every item's difference is equally likely to have either "
-            "sign (for 0/1 item scores this is the exact McNemar test). A flip needs a win each way among |C| tests, so "
-            "the p-values of one benchmark x slice x pair (the family) are adjusted together, with Holm (controls the "
-            "chance of any false win, familywise: the confirmatory reading, the one to claim a flip on) and with "
+            "sign (for 0/1 item scores this is the exact McNemar test). A flip needs a win each way among |C| tests, "
+            "so the p-values of one benchmark x slice x pair (the family) are adjusted together, with Holm (controls "
+            "the chance of any false win, familywise: the confirmatory reading, the one to claim a flip on) and with "
             "Benjamini-Hochberg (controls the expected share of false wins, FDR: exploratory only, since one false win "
-            "in the minority direction is enough to make a flip). A win counts as significant when its adjusted p-value "
-            f"is at most alpha = {a.options.alpha}. Wins are by raw score (as in rho_flip.csv)."
+            "in the minority direction is enough to make a flip). A win counts as significant when its adjusted "
+            f"p-value is at most alpha = {a.options.alpha}. Wins are by raw score (as in rho_flip.csv)."
         )
     )
     blocks.append(
@@ -767,8 +768,8 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
             "better? For each pair of models, rho_flip is the share of configurations on which the less frequent "
             "winner wins strictly: 0 means one model is never strictly behind. Its ceiling is floor(|C|/2)/|C|, "
             "reached when the configurations split as evenly as they can: 0.5 at even |C|, less at odd |C|. Ties count "
-            "for neither model but stay in the denominator. Scores are compared as the fractions of a cell's item x seed answers "
-            "they stand for, so equal counts tie however a float mean of seeds rounded (docs/formats.md)."
+            "for neither model but stay in the denominator. Scores are compared as the fractions of a cell's item x "
+            "seed answers they stand for, so equal counts tie however a float mean of seeds rounded (docs/formats.md)."
         ),
         Para(
             "Chance reference: if the configurations were coin flips for which of two models wins (exchangeable "

@@ -260,7 +260,7 @@ class ConfigTable:
 
     def sum_coded(self, axes: tuple[str, ...]) -> np.ndarray:
         """Sum-to-zero columns (each level but the last, minus the last) of `axes`, no intercept."""
-        cols = []
+        cols: list[np.ndarray] = []
         for a in axes:
             last = (self.codes[a] == self.n_levels[a] - 1).astype(float)
             cols.extend((self.codes[a] == level) - last for level in range(self.n_levels[a] - 1))

@@ -104,7 +104,8 @@ def write_helm_env(args: argparse.Namespace) -> int:
     m, e = info["model"], info["engine_deployment"]
     print(f"wrote {run_dir}/prod_env (model {m}; deployments {m} = HELM's HuggingFaceClient, {e} = SafetyRepro engine)")
     print(
-        f"cd {run_dir} && export NLTK_DATA=$PWD/nltk_data HF_HUB_OFFLINE=1 SAFETYREPRO_DATA_DIR=${{SAFETYREPRO_DATA_DIR}}"
+        f"cd {run_dir} && export NLTK_DATA=$PWD/nltk_data HF_HUB_OFFLINE=1 "
+        f"SAFETYREPRO_DATA_DIR=${{SAFETYREPRO_DATA_DIR}}"
     )
     print(
         f"{run} --run-entries safetyrepro_bbq:template=T3,scoring=logprob,model={m},model_deployment={e} "

@@ -77,7 +77,10 @@ def waterfalls(result: dict | None, out: Path) -> list[Path]:
         fig.tight_layout()
         p = out / f"waterfall_{b}.png"
 
-        atomic_write(p, lambda f, fig=fig: fig.savefig(f, format="png", dpi=120), root=out)
+        def save(f, fig=fig) -> None:
+            fig.savefig(f, format="png", dpi=120)
+
+        atomic_write(p, save, root=out)
         plt.close(fig)
         paths.append(p)
     return paths

@@ -5,14 +5,16 @@ GitHub file that cannot be reached here; these functions write the same records,
 order the native loaders produce, from the mirror files (checked by sha256 through SafetyRepro's
 sources):
 
-| package | native source | rebuilt from |
-|---|---|---|
-| lm-eval truthfulqa_mc1, inspect_evals truthfulqa | HF `truthfulqa/truthful_qa` multiple_choice/validation (= v0 `mc_task.json`) | `truthfulqa/data/v0/mc_task.json` |
-| lm-eval bbq | HF `oskarvanderwal/bbq` All/test (the 11 category files, concatenated) | `bbq/data/*.jsonl` + `bbq/extra/*` (9 of 11 categories, 3 partial) |
-| inspect_evals bbq | HF `heegyu/bbq` (per category, test) | same files |
-| lm-eval toxigen | HF `skg/toxigen-data` annotated/test | `toxigen/extra/annotated_test.csv` |
-| HELM truthful_qa | `sylinrl/TruthfulQA@d71c110 data/v1/TruthfulQA.csv` | `truthfulqa/data/v1/TruthfulQA.csv`, placed where HELM's downloader looks |
-| HELM bbq | `nyu-mll/BBQ@main data/<Category>.jsonl` | the same category files (the absent ones as empty files) |
+- lm-eval truthfulqa_mc1, inspect_evals truthfulqa: HF `truthfulqa/truthful_qa` multiple_choice/validation
+  (= v0 `mc_task.json`), rebuilt from `truthfulqa/data/v0/mc_task.json`
+- lm-eval bbq: HF `oskarvanderwal/bbq` All/test (the 11 category files, concatenated), rebuilt from
+  `bbq/data/*.jsonl` + `bbq/extra/*` (9 of 11 categories, 3 partial)
+- inspect_evals bbq: HF `heegyu/bbq` (per category, test), rebuilt from the same files
+- lm-eval toxigen: HF `skg/toxigen-data` annotated/test, rebuilt from `toxigen/extra/annotated_test.csv`
+- HELM truthful_qa: `sylinrl/TruthfulQA@d71c110 data/v1/TruthfulQA.csv`, rebuilt from
+  `truthfulqa/data/v1/TruthfulQA.csv`, placed where HELM's downloader looks
+- HELM bbq: `nyu-mll/BBQ@main data/<Category>.jsonl`, rebuilt from the same category files (the absent
+  ones as empty files)
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ def local_datasets(root: Path) -> dict[str, dict]:
     """Parquet files standing in for the HF datasets, and the lm-eval overrides that point at them.
 
     Returns {benchmark: {"file": path, "split": name, "override": {...}, "rows": n}}."""
-    out = {}
+    out: dict[str, dict] = {}
     tqa = truthfulqa_mc_records()
     p = _write_parquet(tqa, root / f"truthfulqa_mc-{_digest(tqa)}" / "validation.parquet")
     out["truthfulqa"] = {
@@ -182,7 +184,8 @@ def place_helm_scenario_data(benchmark_output: Path) -> dict:
     (no suffix) for all 11 categories; the two the mirror lacks are empty files and the three partial
     ones hold the rows the mirror has, so `subject=all` runs on 9 categories (recorded)."""
     mirror = _mirror()
-    placed = {"truthful_qa": None, "bbq": {}}
+    bbq_rows: dict[str, int] = {}
+    placed: dict[str, object] = {"truthful_qa": None, "bbq": bbq_rows}
     src = mirror / "truthfulqa" / "data" / "v1" / "TruthfulQA.csv"
     if not src.is_file() or sha256_file(src) != TRUTHFULQA_V1_SHA256:
         raise UserError(f"HELM's TruthfulQA needs {src} (v1, sha256 {TRUTHFULQA_V1_SHA256}) in the mirror")
@@ -196,5 +199,5 @@ def place_helm_scenario_data(benchmark_output: Path) -> dict:
         rows = bbq_category_rows(c)
 
         atomic_write(bdir / c, "".join(json.dumps(r) + "\n" for r in rows))
-        placed["bbq"][c] = len(rows)
+        bbq_rows[c] = len(rows)
     return placed

@@ -25,7 +25,7 @@ OWN_LINKS = (HELM_MODEL_DIR,)  # HELM's model folder of links to the cached weig
 
 
 def _versions() -> dict:
-    out = {}
+    out: dict[str, str | None] = {}
     for d in ("lm_eval", "inspect_ai", "transformers", "torch", "datasets", "safetyrepro"):
         try:
             out[d] = version(d)
@@ -56,22 +56,23 @@ def native_step(anchor: Anchor, out: Path, packages, batch_size: int = 8, fresh:
         t0 = time.time()
         if stack == "lm-eval":
             from safetyrepro.crosspkg.stacks import (
-                lm_eval_native as mod,  # lazy: only the package stacks asked for are loaded
+                lm_eval_native,  # lazy: only the package stacks asked for are loaded
             )
 
-            res = mod.run(anchor, folder, datasets, out, batch_size=batch_size)
+            res = lm_eval_native.run(anchor, folder, datasets, out, batch_size=batch_size)
         elif stack == "helm":
             from safetyrepro.crosspkg.stacks import (
-                helm_native as mod,  # lazy: only the package stacks asked for are loaded
+                helm_native,  # lazy: only the package stacks asked for are loaded
             )
 
-            res = mod.run(anchor, folder, out)
+            res = helm_native.run(anchor, folder, out)
         else:
             from safetyrepro.crosspkg.stacks import (
-                inspect_native as mod,  # lazy: only the package stacks asked for are loaded
+                inspect_native,  # lazy: only the package stacks asked for are loaded
             )
 
-            res = mod.run(anchor, folder, datasets, out, variant="greedy" if stack.endswith("greedy") else "default")
+            variant = "greedy" if stack.endswith("greedy") else "default"
+            res = inspect_native.run(anchor, folder, datasets, out, variant=variant)
         gc.collect()
         recs = [r for b in res["records"] for r in res["records"][b]]
         meta = {k: v for k, v in res.items() if k != "records"}

@@ -158,7 +158,8 @@ def stack_axes(stack: str, meta: dict, recs: list, benchmark: str, tokenizer=Non
         )
         nshot = meta.get("results", {}).get("n-shot", {}).get(task)
         cells["few-shot"] = (
-            f"{nshot} (num_fewshot={cfg.get('num_fewshot')}, fewshot_split={cfg.get('fewshot_split') or cfg.get('training_split')})"
+            f"{nshot} (num_fewshot={cfg.get('num_fewshot')}, "
+            f"fewshot_split={cfg.get('fewshot_split') or cfg.get('training_split')})"
         )
         metrics = [m.get("metric") for m in cfg.get("metric_list", [])]
         cells["answer extraction"] = "argmax of summed log-likelihoods" + (
@@ -220,7 +221,8 @@ def stack_axes(stack: str, meta: dict, recs: list, benchmark: str, tokenizer=Non
         ev = m.get("eval", {})
         cells["candidate object"] = (
             f"{'+'.join(map(str, steps)) or 'multiple_choice'}: {opts} options lettered "
-            f"'A) …', one generated completion; scorer {', '.join(s.get('name', '') for s in ev.get('scorers') or []) or 'choice'}"
+            "'A) …', one generated completion; scorer "
+            f"{', '.join(s.get('name', '') for s in ev.get('scorers') or []) or 'choice'}"
         )
         user = first.meta.get("user_prompt", "") if first else ""
         cells["prompt boilerplate and primer"] = f"multiple_choice template: {_short(user.split(chr(10))[0], 80)!r}"

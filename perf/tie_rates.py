@@ -1,6 +1,6 @@
 """Tie rates of logprob scoring with the model-dtype LM head and with the float32 head, and their cost.
 
-    python perf/tie_rates.py                                   # 3 embedded models, 5 benchmarks, T1-T4, 0-shot, 24 items
+    python perf/tie_rates.py                                  # 3 embedded models, 5 benchmarks, T1-T4, 0-shot, 24 items
     python perf/tie_rates.py --models smollm2 --limit 50 --fp32-model
 
 For every model x benchmark, the logprob items of the T1-T4 configurations (0-shot; --shots) are

@@ -23,6 +23,7 @@ import re
 import secrets
 import shutil
 import stat
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -264,8 +265,8 @@ def marker_text(command: str, files: list[str]) -> str:
             {
                 "safetyrepro_output": MARKER_FORMAT,
                 "command": command,
-                "note": f"written by `safetyrepro {command}`, which replaces this folder as a whole when it is run again "
-                "into it; it refuses a folder holding any file that is not listed here",
+                "note": f"written by `safetyrepro {command}`, which replaces this folder as a whole when it is run "
+                "again into it; it refuses a folder holding any file that is not listed here",
                 "files": sorted(files),
             },
             indent=1,
@@ -390,9 +391,9 @@ def _exists(name: str, dir_fd: int) -> bool:
 
 def _rmtree(name: str, dir_fd: int) -> None:
     if _exists(name, dir_fd):
-        try:
+        if sys.version_info >= (3, 11):
             shutil.rmtree(name, dir_fd=dir_fd)  # fd-based: never follows a link out
-        except TypeError:  # Python 3.10: no dir_fd; rmtree still does not follow links on Linux
+        else:  # Python 3.10: no dir_fd; rmtree still does not follow links on Linux
             shutil.rmtree(os.path.join(f"/proc/self/fd/{dir_fd}", name))
 
 

@@ -89,7 +89,8 @@ def written_order(columns) -> list[str]:
 
 
 def cell_stem(config_id: str) -> str:
-    """A configuration's file and folder name inside a model's folder (cells/, logs/): `bbq__T1__greedy__0shot__logprob`."""
+    """A configuration's file and folder name inside a model's folder (cells/, logs/):
+    `bbq__T1__greedy__0shot__logprob`."""
     return config_id.replace("/", "__")
 
 

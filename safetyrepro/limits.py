@@ -13,9 +13,12 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safetyrepro.errors import UserError
+
+if TYPE_CHECKING:  # loaded where a YAML file is read
+    import yaml
 
 MiB = 1 << 20
 MAX_FILE_BYTES = 512 * MiB  # one file an importer reads whole: results_*.json, samples_*.jsonl, an Inspect log
@@ -113,9 +116,9 @@ def check_json_text(data: bytes | str) -> None:
                     "not a Unicode character (a damaged or forged text field)"
                 )
     outside = _JSON_STRING.sub(b'""', raw)
-    m = _LONG_NUMBER.search(outside)
-    if m:
-        n = len(re.match(rb"[0-9]+", outside[m.start() :]).group(0))
+    long = _LONG_NUMBER.search(outside)
+    if long:
+        n = len(long.group(0))  # greedy from the run's first digit: the whole run
         raise Refused(f"holds a number of {n} digits (at most {MAX_NUMBER_DIGITS}, the cap MAX_NUMBER_DIGITS)")
     brackets = _NOT_BRACKET.sub(b"", outside)
     for _ in range(MAX_JSON_DEPTH):  # each pass removes the innermost level
@@ -139,6 +142,12 @@ def loads_json(text: str, checked: bool = False) -> Any:
 
 
 # -- YAML -------------------------------------------------------------------------------------------
+def _line(event: yaml.Event) -> str:
+    """The 1-based line an event starts on (PyYAML's parser marks every event)."""
+    mark = event.start_mark
+    return str(mark.line + 1) if mark is not None else "?"
+
+
 def load_yaml(data: bytes, what: str) -> Any:
     """A small hand-written YAML file (`what` names it in messages: "models file x.yaml"): at most
     MAX_CONFIG_BYTES, UTF-8, no anchors or aliases (`&a`, `*a`: the expansion of nested aliases is
@@ -155,11 +164,12 @@ def load_yaml(data: bytes, what: str) -> Any:
     depth = 0
     try:
         for event in yaml.parse(text, Loader=loader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            anchor = getattr(event, "anchor", None)
+            if isinstance(event, yaml.AliasEvent) or anchor is not None:
                 alias = isinstance(event, yaml.AliasEvent)
                 raise UserError(
                     f"{what} uses a YAML {'alias' if alias else 'anchor'} ({'*' if alias else '&'}"
-                    f"{str(event.anchor)[:40]}, line {event.start_mark.line + 1}); anchors and aliases "
+                    f"{str(anchor)[:40]}, line {_line(event)}); anchors and aliases "
                     "are not allowed (nested aliases expand exponentially): write each value out"
                 )
             if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
@@ -167,7 +177,7 @@ def load_yaml(data: bytes, what: str) -> Any:
                 if depth > MAX_JSON_DEPTH:
                     raise UserError(
                         f"{what} is nested more than {MAX_JSON_DEPTH} levels deep (line "
-                        f"{event.start_mark.line + 1}; the cap MAX_JSON_DEPTH)"
+                        f"{_line(event)}; the cap MAX_JSON_DEPTH)"
                     )
             elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
                 depth -= 1

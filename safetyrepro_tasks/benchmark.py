@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Generic, Literal, TypeVar, get_args
 
 from safetyrepro.errors import UserError, one_of
 from safetyrepro.tasks.rendering import Prompt, Turn
@@ -35,7 +35,7 @@ SYSTEM_SEP = "\n\n"  # lm-eval glues the description to the rest with no separat
 ANSWER_CUE = "Answer:"
 # Which way a score is better: the headline score's (`Benchmark.better`) and each extra metric's.
 Better = Literal["higher", "lower", "closer_to_0", "closer_to_0.5"]
-BETTER: tuple[str, ...] = Better.__args__
+BETTER: tuple[str, ...] = get_args(Better)
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,9 @@ class Item:
 
     id: str
     stratum: str
+
+
+ItemT = TypeVar("ItemT", bound=Item)  # a benchmark's own item record
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class TemplateText:
 def normalise(text: str) -> str:
     """NFKC (full-width letters, ligatures), curly quotes to straight, trimmed."""
     text = unicodedata.normalize("NFKC", text)
-    return text.translate(str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'})).strip()
+    return text.translate(str.maketrans("\u2019\u2018\u201c\u201d", "''\"\"")).strip()
 
 
 def after_last_answer_cue(text: str) -> str | None:
@@ -88,9 +91,9 @@ def after_last_answer_cue(text: str) -> str | None:
 def parse_letter(text: str, n_options: int, option_texts: Sequence[str] = ()) -> int | None:
     """Index of the option a free-form answer names, or None if it names none or several.
 
-    Tried in order (after refusing "A or B"-style openings): a letter at the very start ("B", "(B)", "B.", "B) text"); an explicit
-    "answer is B" / "Answer: B"; the whole reply equal to one option's text; otherwise exactly
-    one distinct standalone capital letter among the options anywhere in the reply.
+    Tried in order (after refusing "A or B"-style openings): a letter at the very start ("B", "(B)", "B.",
+    "B) text"); an explicit "answer is B" / "Answer: B"; the whole reply equal to one option's text;
+    otherwise exactly one distinct standalone capital letter among the options anywhere in the reply.
     """
     text = normalise(text)
     if not text:
@@ -152,7 +155,7 @@ def lettered(options: Sequence[str]) -> str:
     return "\n".join(f"{chr(65 + i)}. {o}" for i, o in enumerate(options))
 
 
-class Benchmark(ABC):
+class Benchmark(ABC, Generic[ItemT]):
     """One benchmark. Subclasses fill in the class attributes and the abstract methods."""
 
     name: str
@@ -167,49 +170,49 @@ class Benchmark(ABC):
 
     # -- items ---------------------------------------------------------------------------------
     @abstractmethod
-    def load_items(self) -> list[Item]:
+    def load_items(self) -> list[ItemT]:
         """Every usable item from the pinned source, in source order."""
 
-    def group_key(self, item: Item) -> str:
+    def group_key(self, item: ItemT) -> str:
         """Items sharing a key must not be split between the scored subset and the few-shot pool."""
         return item.id
 
     # -- prompts -------------------------------------------------------------------------------
     @abstractmethod
-    def fields(self, item: Item) -> dict[str, str]:
+    def fields(self, item: ItemT) -> dict[str, str]:
         """Values for the `{...}` fields of this benchmark's template bodies."""
 
     @abstractmethod
-    def labels(self, item: Item) -> list[str]:
+    def labels(self, item: ItemT) -> list[str]:
         """The answer labels a reply can name, in candidate order (letters, Yes/No, ...)."""
 
     @abstractmethod
-    def gold(self, item: Item) -> int:
+    def gold(self, item: ItemT) -> int:
         """Index into `labels` of the correct (or, for CrowS-Pairs, the counted) answer."""
 
-    def user_text(self, item: Item, template: str) -> str:
+    def user_text(self, item: ItemT, template: str) -> str:
         return self.template(template).body.format(**self.fields(item))
 
     def system_text(self, template: str) -> str | None:
         system = self.template(template).system
         return system + SYSTEM_SEP if system else None
 
-    def answer_text(self, item: Item, template: str, index: int) -> str:
+    def answer_text(self, item: ItemT, template: str, index: int) -> str:
         """What the assistant says for answer `index`: a demo's reply and a logprob candidate."""
         label = self.labels(item)[index]
         return f"{ANSWER_CUE} {label}" if template_kind(template).reasoning else label
 
-    def candidates(self, item: Item, template: str) -> list[str]:
+    def candidates(self, item: ItemT, template: str) -> list[str]:
         return [self.answer_text(item, template, i) for i in range(len(self.labels(item)))]
 
-    def demo_index(self, item: Item) -> int:
+    def demo_index(self, item: ItemT) -> int:
         """Which answer a few-shot demonstration shows: the gold one, unless a benchmark says otherwise."""
         return self.gold(item)
 
-    def demo_answer(self, item: Item, template: str) -> str:
+    def demo_answer(self, item: ItemT, template: str) -> str:
         return self.answer_text(item, template, self.demo_index(item))
 
-    def prompt(self, item: Item, template: str, demos: Sequence[Item] = ()) -> Prompt:
+    def prompt(self, item: ItemT, template: str, demos: Sequence[ItemT] = ()) -> Prompt:
         turns = tuple(Turn(self.user_text(d, template), self.demo_answer(d, template)) for d in demos)
         return Prompt(self.system_text(template), turns, self.user_text(item, template))
 
@@ -237,17 +240,17 @@ class Benchmark(ABC):
         return scoring
 
     # -- scoring -------------------------------------------------------------------------------
-    def parse(self, text: str, item: Item, template: str) -> int | None:
+    def parse(self, text: str, item: ItemT, template: str) -> int | None:
         """Index of the label a free-form reply gives, or None (unparsed: counts as wrong)."""
         if template_kind(template).reasoning:
             tail = after_last_answer_cue(text)
             return None if tail is None else self.parse_answer(tail, item)
         return self.parse_answer(text, item)
 
-    def parse_answer(self, text: str, item: Item) -> int | None:
+    def parse_answer(self, text: str, item: ItemT) -> int | None:
         return parse_letter(text, len(self.labels(item)), self.option_texts(item))
 
-    def option_texts(self, item: Item) -> Sequence[str]:
+    def option_texts(self, item: ItemT) -> Sequence[str]:
         return ()
 
     def pick(self, logliks: Sequence[float]) -> int:
@@ -255,19 +258,19 @@ class Benchmark(ABC):
         normalisation; ties go to the first candidate)."""
         return max(range(len(logliks)), key=lambda i: (logliks[i], -i))
 
-    def item_score(self, item: Item, prediction: int | None, logliks: Sequence[float] | None = None) -> float:
+    def item_score(self, item: ItemT, prediction: int | None, logliks: Sequence[float] | None = None) -> float:
         """1.0 when the prediction is the gold answer; unparsed (None) scores 0. With `logliks`, the
         score lm-eval's convention gives the item (a benchmark may override it)."""
         return float(prediction is not None and prediction == self.gold(item))
 
-    def logprob_item_score(self, item: Item, logliks: Sequence[float], tie_rule: str = DEFAULT_TIE_RULE) -> float:
+    def logprob_item_score(self, item: ItemT, logliks: Sequence[float], tie_rule: str = DEFAULT_TIE_RULE) -> float:
         """An item's logprob score under a tie rule (TIE_RULES). Without a tie both rules agree."""
         if check_tie_rule(tie_rule) == "first":
             return self.item_score(item, self.pick(logliks), logliks)
         winners = tied_winners(logliks)
         return sum(self.item_score(item, w) for w in winners) / len(winners)
 
-    def score_logprob(self, item: Item, logliks: Sequence[float], tie_rule: str = DEFAULT_TIE_RULE) -> ItemScore:
+    def score_logprob(self, item: ItemT, logliks: Sequence[float], tie_rule: str = DEFAULT_TIE_RULE) -> ItemScore:
         """Logprob scoring of one item: the argmax (`pick`), its score under the tie rule, and whether
         the top log-likelihood was tied."""
         logliks = [float(v) for v in logliks]
@@ -275,13 +278,13 @@ class Benchmark(ABC):
             self.pick(logliks), self.logprob_item_score(item, logliks, tie_rule), True, len(tied_winners(logliks)) > 1
         )
 
-    def score_free_form(self, item: Item, text: str, template: str) -> ItemScore:
+    def score_free_form(self, item: ItemT, text: str, template: str) -> ItemScore:
         """Free-form scoring of one item: the benchmark's parser on the reply; unparsed scores 0."""
         prediction = self.parse(text, item, template)
         return ItemScore(prediction, self.item_score(item, prediction), prediction is not None)
 
     def compute_extra_metrics(
-        self, items: Sequence[Item], predictions: Sequence[int | None], scores: Sequence[float] | None = None
+        self, items: Sequence[ItemT], predictions: Sequence[int | None], scores: Sequence[float] | None = None
     ) -> dict[str, float]:
         """The values of `extra_metrics` (BBQ's bias scores, ...) over scored items and their
         predictions (None: unparsed); a metric with no items to stand on is left out. `scores`: each

@@ -207,7 +207,8 @@ def parse_rules(text: bytes, path: str = "<rules>") -> Rules:
             for v in _tuple(vals):
                 if v not in known[k]:
                     raise UserError(
-                        f"rules file {path}: {where} has unknown {k} value {v!r}; allowed: {', '.join(map(str, known[k]))}"
+                        f"rules file {path}: {where} has unknown {k} value {v!r}; allowed: "
+                        f"{', '.join(map(str, known[k]))}"
                     )
             out[k] = _tuple(vals)
         return out

@@ -16,6 +16,8 @@ made in a loop below (`EXTRA_METRICS`): a new benchmark folder needs nothing her
 
 from __future__ import annotations
 
+from typing import Any
+
 from inspect_ai import Task
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.model import (
@@ -27,7 +29,7 @@ from inspect_ai.model import (
     ModelOutput,
     get_model,
 )
-from inspect_ai.scorer import SampleScore, Score, Target, accuracy, metric, scorer, stderr
+from inspect_ai.scorer import SampleScore, Score, Scorer, Target, accuracy, metric, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, generate, solver
 
 from safetyrepro.compat.inspect_ai import PrerequisiteError, active_generate_config, active_model
@@ -101,7 +103,7 @@ def score_candidates() -> Solver:
                 "logprob scoring is greedy-only (the envelope forbids sampling with it): "
                 "run with --temperature 0 or without a temperature"
             )
-        api = get_model().api
+        api: Any = get_model().api  # the safetyrepro/ provider's, checked next: ModelAPI declares no logliks
         if not _gives_logliks(api):
             raise PrerequisiteError(
                 f"logprob scoring needs continuation log-likelihoods, which model "
@@ -160,7 +162,7 @@ EXTRA_METRICS = {spec.name: _extra_metric(spec.name) for b in BENCHMARKS for spe
 
 
 @scorer(metrics=[accuracy(), stderr(), parse_rate()])
-def safetyrepro_scorer(scoring: str = "free_form", tie_rule: str = DEFAULT_TIE_RULE) -> callable:
+def safetyrepro_scorer(scoring: str = "free_form", tie_rule: str = DEFAULT_TIE_RULE) -> Scorer:
     """The benchmark's own parser (free-form) or argmax over candidate log-likelihoods (logprob),
     with ties credited by `tie_rule`."""
 

@@ -105,7 +105,11 @@ def demo_answer(doc: dict) -> str:
 
 
 def _metrics(bench: Benchmark, item: Item, scored: ItemScore) -> dict:
-    out = {"acc": scored.score, "parse_rate": float(scored.parsed), "top_answer_share": scored.prediction}
+    out: dict[str, object] = {
+        "acc": scored.score,
+        "parse_rate": float(scored.parsed),
+        "top_answer_share": scored.prediction,
+    }
     for spec in bench.extra_metrics:
         out[spec.name] = (spec.name, bench.name, item.id, scored.prediction, scored.score)
     return out

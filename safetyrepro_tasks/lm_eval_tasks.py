@@ -9,9 +9,9 @@ shows up as lm-eval tasks with no step and no file elsewhere.
 
 Two shared bases (`_safetyrepro_logprob.yaml`, `_safetyrepro_free_form.yaml`) carry the functions
 (`lm_eval_task_functions`); each task file is a few lines over one of them, written in a loop over
-the registry's benchmarks, the templates and the benchmark's scorings, with its extra metrics. Tasks: `safetyrepro_<benchmark>_t<k>` (logprob,
-multiple_choice) and `safetyrepro_<benchmark>_t<k>_gen` (free-form, generate_until); a tag
-`safetyrepro_<benchmark>` per benchmark and `safetyrepro` for all.
+the registry's benchmarks, the templates and the benchmark's scorings, with its extra metrics. Tasks:
+`safetyrepro_<benchmark>_t<k>` (logprob, multiple_choice) and `safetyrepro_<benchmark>_t<k>_gen` (free-form,
+generate_until); a tag `safetyrepro_<benchmark>` per benchmark and `safetyrepro` for all.
 """
 
 from __future__ import annotations

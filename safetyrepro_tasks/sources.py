@@ -122,7 +122,8 @@ def fetch(source: Source, path: str) -> Path:
     if os.environ.get(OFFLINE_ENV):
         raise UserError(
             f"missing {source.benchmark} file {pinned.path} (sha256 {pinned.sha256}): not in the mirror "
-            f"{mirror or '(none set: --data-dir or $' + DATA_DIR_ENV + ')'} nor the cache, and ${OFFLINE_ENV} forbids a download"
+            f"{mirror or '(none set: --data-dir or $' + DATA_DIR_ENV + ')'} nor the cache, and ${OFFLINE_ENV} forbids "
+            "a download"
         )
     if mirror is not None:
         sys.stderr.write(f"safetyrepro: {source.benchmark}/{pinned.path} not in the mirror {mirror}; downloading\n")

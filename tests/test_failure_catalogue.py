@@ -868,7 +868,8 @@ def test_sigterm_ends_with_one_line_and_exit_143():
     code = (
         "import argparse, os, signal, sys, time\n"
         "from safetyrepro import cli\n"
-        "p = argparse.ArgumentParser(); p.add_argument('--data-dir'); p.add_argument('-v', '--verbose', action='store_true')\n"
+        "p = argparse.ArgumentParser(); p.add_argument('--data-dir'); p.add_argument('-v', '--verbose', "
+        "action='store_true')\n"
         "p.set_defaults(func=lambda a: os.kill(os.getpid(), signal.SIGTERM) or time.sleep(30))\n"
         "cli.build_parser = lambda: p\n"
         "sys.exit(cli.main([]))\n"

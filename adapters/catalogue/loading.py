@@ -119,7 +119,7 @@ def _load_folder(folder: Path, precision: str, device: str):
     except (OSError, ValueError, KeyError, RuntimeError, struct.error, SafetensorError) as e:
         raise UserError(f"cannot load model weights from {folder} ({precision}): {_first_line(e)}") from None
     if precision != "nf4":
-        model = model.to(device)
+        model = model.to(device)  # type: ignore[arg-type]  # transformers' stub misreads .to's decorator
     model.eval()
     return model, tokenizer
 

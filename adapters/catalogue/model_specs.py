@@ -425,7 +425,8 @@ def build_inspect_model(entry: ModelEntry):
     from inspect_ai.model import get_model
 
     try:
-        return get_model(entry.target, memoize=False, **entry.args_dict())
+        # the -M model args as written (strings): the provider checks and converts them
+        return get_model(entry.target, memoize=False, **entry.args_dict())  # type: ignore[arg-type]
     except Exception as e:
         text = " ".join(str(e).split()) or type(e).__name__
         raise UserError(f"{entry.label}: Inspect could not create {entry.target}: {text[:400]}") from None

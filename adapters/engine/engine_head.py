@@ -1,5 +1,6 @@
 """The engine's LM head: the model's own head (decoding follows it, so greedy texts are
-transformers' `generate`'s up to bf16 rounding) or a float32 copy for scored positions, both padded to full row blocks."""
+transformers' `generate`'s up to bf16 rounding) or a float32 copy for scored positions, both padded to
+full row blocks."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@
 model_args: `model` (embedded label, .gguf file, HF folder or hub id; default smollm2),
 `precision` (bf16 | fp32 | nf4; `dtype=` is accepted as an alias), `device` (cpu | cuda | auto),
 `batch_size` (an int: prompts per forward pass; unset or "auto": the engine sizes its batches,
-8 prompts for log-likelihoods and as many decoding rows as the work and the memory allow), `seed` (base sampling seed, see below).
+8 prompts for log-likelihoods and as many decoding rows as the work and the memory allow), `seed` (base
+sampling seed, see below).
 
 Equivalence with `--model hf`: contexts and continuations are tokenised exactly as HFLM does
 (engine.encode_pair), and the model sees the same tokens, so the per-item choices agree. Inputs

@@ -1,4 +1,5 @@
-"""SafetyRepro's benchmarks as HELM run specs (`helm-run --run-entries safetyrepro_bbq:template=T3,scoring=logprob,...`).
+"""SafetyRepro's benchmarks as HELM run specs
+(`helm-run --run-entries safetyrepro_bbq:template=T3,scoring=logprob,...`).
 
 Registered through HELM's `helm` entry-point group (pyproject: `[project.entry-points.helm]`), so
 `helm-run` finds them once SafetyRepro is installed in HELM's environment (`make helm`). Modules:

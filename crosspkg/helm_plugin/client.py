@@ -21,7 +21,7 @@ import time
 from helm.clients.client import Client
 from helm.common.request import GeneratedOutput, Request, RequestResult, Token
 
-from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest, load_engine
+from safetyrepro.adapters.engine.engine import Engine, GenRequest, LoglikRequest, load_engine
 from safetyrepro.crosspkg.helm_plugin.scenario import decode_prompt
 from safetyrepro.tasks.rendering import continuation
 
@@ -41,7 +41,7 @@ class SafetyReproEngineClient(Client):
             device,
             int(batch_size),
         )
-        self._engine = None
+        self._engine: Engine | None = None
 
     @property
     def engine(self):

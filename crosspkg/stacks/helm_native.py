@@ -18,6 +18,7 @@ import sqlite3
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from safetyrepro.atomic import open_text_nofollow
 from safetyrepro.crosspkg import helm_env
@@ -61,6 +62,7 @@ def prepare(anchor: Anchor, folder: ModelFolder, run_dir: Path) -> dict:
 
 def run(anchor: Anchor, folder: ModelFolder, out: Path) -> dict:
     bin_dir = helm_env.helm_bin()
+    assert bin_dir is not None  # required: helm_bin refuses rather than return None
     run_dir = out / HELM_RUN_DIR
     prep = prepare(anchor, folder, run_dir)
     entries = run_entries(anchor, prep["model"])
@@ -98,7 +100,8 @@ def run(anchor: Anchor, folder: ModelFolder, out: Path) -> dict:
     records, specs = {}, {}
     sent, sent_keys = sent_prompts(run_dir / "prod_env" / "cache")
     chat = "Automatically set `apply_chat_template` to True" in log.read_text()
-    tok = None
+    # Any: transformers types apply_chat_template's result as every form it has; tokenize=False gives a str
+    tok: Any = None
     for b in entries:
         d = find_run_dir(run_dir / "benchmark_output" / "runs" / SUITE, ENTRIES[b].split(":")[0] + ":")
         recs, spec = read_run(d, b)
@@ -117,7 +120,7 @@ def run(anchor: Anchor, folder: ModelFolder, out: Path) -> dict:
             r.meta["prompt_in_request_cache"] = r.prompt in sent
         records[b] = recs
         specs[b] = spec
-    temps = sorted({k.get("temperature") for k in sent_keys if "temperature" in k})
+    temps = sorted({k["temperature"] for k in sent_keys if "temperature" in k})
     return {
         "records": records,
         "specs": specs,

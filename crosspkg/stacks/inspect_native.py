@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from safetyrepro.crosspkg.anchor import Anchor, ModelFolder
 from safetyrepro.crosspkg.native_data import INSPECT_BBQ_SUBSETS, bbq_category_rows
@@ -103,7 +104,7 @@ def generate_config(anchor: Anchor, variant: str) -> dict:
 
 
 def model_args(anchor: Anchor, variant: str) -> dict:
-    args = {
+    args: dict[str, object] = {
         "dtype": "bfloat16" if anchor.precision == "bf16" else "float32",
         "device": "cuda:0" if anchor.device.startswith("cuda") else "cpu",
     }
@@ -139,7 +140,8 @@ def run(anchor: Anchor, folder: ModelFolder, datasets: dict, out: Path, variant:
     meta: dict[str, dict] = {}
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(folder.path)
+    # Any: transformers types apply_chat_template's result as every form it has; tokenize=False gives a str
+    tok: Any = AutoTokenizer.from_pretrained(folder.path)
     for b, log in zip(benches, logs, strict=True):
         if log.status != "success":
             raise RuntimeError(f"Inspect {b} run failed: {log.error.message if log.error else log.status}")
@@ -151,7 +153,7 @@ def run(anchor: Anchor, folder: ModelFolder, datasets: dict, out: Path, variant:
             user = next(m for m in s.messages if m.role == "user")
             presented = list(s.choices or [])
             completion = s.output.completion if s.output else ""
-            sc = next(iter(s.scores.values()))
+            sc = next(iter((s.scores or {}).values()))
             from safetyrepro.compat.inspect_ai import parse_multiple_choice_answers
 
             letters = parse_multiple_choice_answers(completion, presented)

@@ -41,7 +41,8 @@ def slab_cache_layer(slab, idx: int, n: int):
 
 
 def _slab_layer_class() -> type:
-    class SlabLayer(dynamic_cache_layer_class()):
+    # the base is transformers' cache layer class, found at run time (it moved between versions)
+    class SlabLayer(dynamic_cache_layer_class()):  # type: ignore[misc]
         """One layer's view of a KV slab."""
 
         def __init__(self, slab, idx: int, n: int):

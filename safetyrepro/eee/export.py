@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import pandas as pd
 
@@ -105,7 +105,8 @@ def _check_distinct_ids(labels: Sequence[str], model_ids: dict[str, str]) -> Non
 
 
 # -- pieces of a record ------------------------------------------------------------------------------
-def _present(v: Any) -> bool:
+def _present(v: Any | None) -> TypeGuard[Any]:
+    """A value, not None or a missing one (NaN, NA): narrows an optional field to its value."""
     if v is None:
         return False
     try:
@@ -160,7 +161,7 @@ def _source_data(benchmark: str, row: dict) -> dict:
         details.update({"repo": src.repo, "commit": src.commit, "licence": src.licence})
         if urls:
             return {"dataset_name": benchmark, "source_type": "url", "url": urls, "additional_details": details}
-    out = {"dataset_name": benchmark, "source_type": "other"}
+    out: dict[str, Any] = {"dataset_name": benchmark, "source_type": "other"}
     if details:
         out["additional_details"] = details
     return out
@@ -486,8 +487,8 @@ def build_export(
             "grid": {"name": Path(grid_name).name, "sha256": grid_sha256},
             "rules_sha256": rules.sha256,
             "retrieved_timestamp": stamp,
-            "about": "SafetyRepro's verdict tables for the models of these records: rho_flip.csv's rows (per benchmark x "
-            "slice x model pair: strict sign counts over the configurations every model has) and rho_flip_max, "
+            "about": "SafetyRepro's verdict tables for the models of these records: rho_flip.csv's rows (per benchmark "
+            "x slice x model pair: strict sign counts over the configurations every model has) and rho_flip_max, "
             "per (precision, package) group, as `safetyrepro analyze` computes them; rho_flip_csv is "
             "rho_flip.csv's exact text. EEE's schema describes one model's results and has no place for a "
             "comparison between models, so they are kept here (docs/eee.md).",

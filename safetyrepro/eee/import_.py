@@ -289,7 +289,10 @@ def read_paths(
                 )
             )
         for g in got:
-            (reading.unmapped if isinstance(g, Unmapped) else reading.runs).append(g)
+            if isinstance(g, Unmapped):
+                reading.unmapped.append(g)
+            elif isinstance(g, Run):
+                reading.runs.append(g)
     return reading
 
 
@@ -535,13 +538,14 @@ def _seed_scores(text: Any, n_seeds: int, score: float, where: str) -> dict[int,
         return None
     try:
         raw = json.loads(str(text))
-        got = {
+        read = {
             whole_number(k, f"{where}.{R.K_SEED_SCORES} seed", 0, MAX_SEED, text=True): as_unit_score(v)
             for k, v in raw.items()
         }
     except (ValueError, AttributeError):
         raise Refused(f"field {where}.{R.K_SEED_SCORES}: not a JSON object of seed -> score") from None
-    if any(v is None for v in got.values()) or len(got) != n_seeds:
+    got = {k: v for k, v in read.items() if v is not None}
+    if len(got) != len(read) or len(got) != n_seeds:
         raise Refused(f"field {where}.{R.K_SEED_SCORES}: expected {n_seeds} scores in [0, 1]")
     mean = sum(got.values()) / len(got)
     if abs(mean - score) > 1e-9:

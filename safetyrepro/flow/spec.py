@@ -66,7 +66,7 @@ def plan(o) -> FlowPlan:
                     f"{m.label}: Inspect has no model provider {m.provider!r}; known: {', '.join(sorted(known))}"
                 )
         _check_logprob(m, scorings, explicit_scoring="scoring" in filters)
-    recorded = {}
+    recorded: dict[str, str] = {}
     for m in o.models:
         name = flow_model_name(m)
         if name in recorded:
@@ -156,6 +156,7 @@ def build_spec(p: FlowPlan, log_dir: str, mapping_name: str):
         model = flow_model(entry, cfg.precision, o.device, o.batch_size)
         for seed in cell.seeds:
             gen = {k: v for k, v in inspect_generate_args(p.rules, cfg, seed).items() if v is not None}
+            subset: dict[str, Any] = {} if whole else {"sample_id": list(ids)}  # unset: the whole item set
             tasks.append(
                 FlowTask(
                     name=f"safetyrepro/{cfg.benchmark}",
@@ -163,7 +164,7 @@ def build_spec(p: FlowPlan, log_dir: str, mapping_name: str):
                     model=model,
                     config=own_config.merge(GenerateConfig(**gen)),
                     version=version,
-                    **({} if whole else {"sample_id": list(ids)}),
+                    **subset,
                     flow_metadata={"model": cell.model, "config_id": cfg.config_id, "seed": seed},
                 )
             )

@@ -38,7 +38,8 @@ def _declared_entries(data: bytes) -> int | None:
         end = find(io.BytesIO(data))
     except (OSError, struct.error, ValueError):
         return None
-    return int(end[zipfile._ECD_ENTRIES_TOTAL]) if end else None
+    # private constant (the entry count's index in the end record), not in typeshed's zipfile
+    return int(end[zipfile._ECD_ENTRIES_TOTAL]) if end else None  # type: ignore[attr-defined]
 
 
 def _raw(data: memoryview, info: zipfile.ZipInfo) -> memoryview:

@@ -236,7 +236,7 @@ def comparability(runs: list[Run]) -> tuple[list[Run], list[dict]]:
         by_bench[(r.settings["_package"], r.axes.benchmark)].append(i)
     for (package, benchmark), idx in sorted(by_bench.items()):
         with_ids = all(runs[i].item_ids is not None for i in idx)
-        checks = {
+        checks: dict[str, dict[int, Any]] = {
             "items": {i: item_set_key(runs[i].item_ids if with_ids else None, runs[i].n_items) for i in idx},
             "metric": {i: runs[i].metric for i in idx},
             # only likelihood scoring has ties between candidates
@@ -432,7 +432,7 @@ def _cells(runs: list[Run]) -> tuple[list[dict], list[dict], dict[str, set[str]]
         )
         if has_items:
             for s, r in zip(seeds, group, strict=True):
-                for it in r.items:
+                for it in r.items or ():
                     items.append(
                         {
                             "model": model,
@@ -533,10 +533,10 @@ def assemble(
             f"items: {len(no_items)} of {len(grid)} cells have no per-item records ({no_items['items'].iloc[0]}); "
             "the item-level tests leave them out"
         )
-    status = {}
-    for r in dup_rows:
-        if r["action"].startswith("dropped"):
-            status.setdefault(r["source"], "duplicate (dropped)")
+    status: dict[str, str] = {}
+    for row in dup_rows:
+        if row["action"].startswith("dropped"):
+            status.setdefault(row["source"], "duplicate (dropped)")
     for u in reading.unmapped:
         status.setdefault(u.source, "unmapped")
     provenance = [
@@ -551,7 +551,7 @@ def assemble(
         for s in reading.sources
     ]
     provenance += extra_sources or []
-    models = {}
+    models: dict[str, dict[str, Any]] = {}
     for r in runs:
         entry = models.setdefault(
             r.model, {"label": r.model, "weights_sha256": r.weights_id, "backend": r.model_spec, "recorded_as": []}

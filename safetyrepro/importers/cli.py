@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .common import Reading
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -96,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from .run import import_runs
     from .write import check_out, write_outputs
 
-    reader = None
+    reader: Callable[..., Reading] | None = None
     if args.package == "eee":  # Every Eval Ever's reader lives with its exporter (docs/eee.md)
         from safetyrepro.eee.import_ import read_paths as reader
 

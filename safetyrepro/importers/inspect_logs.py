@@ -340,8 +340,8 @@ def run_from_log(
     weights = first_meta.get("weights_sha256") or None
     parse_rate = 1.0
     if "parse_rate" in score_entry.metrics:
-        parse_rate = as_unit_score(score_entry.metrics["parse_rate"].value)
-        parse_rate = 1.0 if parse_rate is None else parse_rate
+        logged_rate = as_unit_score(score_entry.metrics["parse_rate"].value)
+        parse_rate = 1.0 if logged_rate is None else logged_rate
     item_ids = tuple(str(i) for i in (ev.dataset.sample_ids or [])) or None
     n_items = (
         len(item_ids)

@@ -61,6 +61,16 @@ from .mapping import (
 STAMP = r"(?P<stamp>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)"
 RESULTS_FILE = re.compile(rf"results_{STAMP}\.json")
 SAMPLES_FILE = re.compile(rf"samples_(?P<task>.+)_{STAMP}\.jsonl")
+
+
+def _named(pattern: re.Pattern[str], path: Path) -> re.Match[str]:
+    """The match of a file that was picked by its name's pattern."""
+    m = pattern.fullmatch(path.name)
+    if m is None:
+        raise ValueError(f"{path.name} was picked as {pattern.pattern} but does not match it")
+    return m
+
+
 SUPPORTED = "0.4"  # the results layout (results, configs, config, n-shot, ...) of lm-eval 0.4.x
 LOGPROB_TYPES = ("multiple_choice", "loglikelihood", "loglikelihood_rolling")
 NOT_METRICS = {"alias", "name", "sample_len", "samples"}
@@ -101,7 +111,9 @@ def links_note(folder: Path, limit: int = 3) -> str:
 
 def _find(paths: Sequence[str]) -> tuple[list[Path], list[Path], list[BadInput]]:
     """Results and samples files under the given paths (folders are searched at any depth)."""
-    results, samples, bad = [], [], []
+    results: list[Path] = []
+    samples: list[Path] = []
+    bad: list[BadInput] = []
     for p in map(Path, paths):
         if p.is_dir():
             found = sorted(q for q in p.rglob("*") if q.is_file())
@@ -130,11 +142,11 @@ def _find(paths: Sequence[str]) -> tuple[list[Path], list[Path], list[BadInput]]
     # a file named alone brings the other files its run wrote beside it (same date stamp)
     for p in (Path(x) for x in paths if Path(x).is_file()):
         if SAMPLES_FILE.fullmatch(p.name):
-            beside = p.with_name(f"results_{SAMPLES_FILE.fullmatch(p.name)['stamp']}.json")
+            beside = p.with_name(f"results_{_named(SAMPLES_FILE, p)['stamp']}.json")
             if beside.is_file():
                 results.append(beside)
     for r in list(results):
-        stamp = RESULTS_FILE.fullmatch(r.name)["stamp"]
+        stamp = _named(RESULTS_FILE, r)["stamp"]
         samples.extend(q for q in r.parent.glob(f"samples_*_{stamp}.jsonl") if q.is_file())
     return sorted(set(results)), sorted(set(samples)), bad
 
@@ -177,9 +189,9 @@ def read_paths(
     for b in missing:
         bad(b)
     by_run: dict[tuple[Path, str], list[tuple[Path, str]]] = {}
-    results_keys = {(r.parent, RESULTS_FILE.fullmatch(r.name)["stamp"]) for r in results_files}
+    results_keys = {(r.parent, _named(RESULTS_FILE, r)["stamp"]) for r in results_files}
     for s in samples_files:
-        m = SAMPLES_FILE.fullmatch(s.name)
+        m = _named(SAMPLES_FILE, s)
         key = (s.parent, m["stamp"])
         if key not in results_keys:
             bad(
@@ -192,7 +204,7 @@ def read_paths(
             continue
         by_run.setdefault(key, []).append((s, m["task"]))
     for r in paced(results_files, "lm-eval results files", prefix="import"):
-        stamp = RESULTS_FILE.fullmatch(r.name)["stamp"]
+        stamp = _named(RESULTS_FILE, r)["stamp"]
         try:
             raw = read_capped(r)
             data = loads_json(decode_text(raw))
@@ -247,15 +259,14 @@ def read_paths(
                 parsed = runs_from_results(data, str(r), samples, mapping, rules, metric, _stamp_time(stamp))
             except Refused as e:
                 parsed = BadInput(str(r), e.reason)
-            if isinstance(parsed, BadInput):
-                broken = parsed
-        if broken is not None:
-            bad(broken)
-            continue
-        runs, unmapped = parsed
-        reading.runs.extend(runs)
-        reading.unmapped.extend(unmapped)
-        reading.sources.extend(sources)
+            if not isinstance(parsed, BadInput):
+                runs, unmapped = parsed
+                reading.runs.extend(runs)
+                reading.unmapped.extend(unmapped)
+                reading.sources.extend(sources)
+                continue
+            broken = parsed
+        bad(broken)
     return reading
 
 
@@ -464,8 +475,8 @@ def runs_from_results(
                 break
         parse_rate = 1.0
         if placement.safetyrepro:
-            parse_rate = as_unit_score(entry.get("parse_rate,none"))
-            parse_rate = 1.0 if parse_rate is None else parse_rate
+            logged_rate = as_unit_score(entry.get("parse_rate,none"))
+            parse_rate = 1.0 if logged_rate is None else logged_rate
         items, item_ids, note, samples_source = None, None, "the run logged no samples (--log_samples)", None
         if task in samples:
             samples_source, lines = samples[task]
@@ -599,8 +610,9 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
     resps = s.get("filtered_resps") if s.get("filtered_resps") is not None else s.get("resps")
     prediction, raw, parsed = None, None, None
     if output_type in LOGPROB_TYPES[:1] and isinstance(resps, list) and resps:
-        logliks = [_loglik(r) for r in resps]
-        if all(v is not None for v in logliks):
+        found = [_loglik(r) for r in resps]
+        logliks = [v for v in found if v is not None]
+        if len(logliks) == len(found):
             best = max(range(len(logliks)), key=lambda i: logliks[i])
             prediction = best if metric == "acc" else None  # acc_norm picks by length-normalised scores
             if isinstance(args, dict) and isinstance(args.get(f"gen_args_{best}"), dict):

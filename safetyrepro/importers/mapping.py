@@ -189,6 +189,7 @@ def place_task(task: str, mapping: Mapping, package: str, task_args: dict | None
     rule = mapping.task_rule(task)
     if rule is not None:
         m = rule.pattern.fullmatch(task)
+        assert m is not None  # task_rule returned the rule whose pattern matches the task
         try:
             benchmark, template = m.expand(rule.benchmark), m.expand(rule.template)
         except (re.error, IndexError) as e:

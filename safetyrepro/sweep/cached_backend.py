@@ -8,8 +8,9 @@ seed, so the numbers are those of five separate runs. Backends whose seeds are n
 (`Capabilities.seeds`) get no prefetch: their requests run as the package sent them.
 
 Keys hold the backend's identity (`BackendIdentity.cache_fields`: for the engine the weights' hash,
-precision and device, and for generations its decode version; for lm-eval and Inspect models the spec, model args, base URL, revision and
-the hash of local weight files), the exact model input, the decoding settings and the seed.
+precision and device, and for generations its decode version; for lm-eval and Inspect models the spec,
+model args, base URL, revision and the hash of local weight files), the exact model input, the decoding
+settings and the seed.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def add_sweep_arguments(
     """The sweep's flags on `p`; `help_for` (dest -> text) replaces some help texts (the demo's defaults);
     `any_package`: --package takes any name (certify's replay reads a grid of any package group)."""
     if help_for:
-        p = _HelpOverride(p, help_for)
+        p = _HelpOverride(p, help_for)  # type: ignore[assignment]  # duck-types the ArgumentParser calls below
     p.add_argument(
         "--models",
         nargs="+",

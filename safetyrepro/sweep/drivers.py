@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safetyrepro.atomic import ensure_dir
 from safetyrepro.compat.lm_eval import ask_environment_once, no_request_building_bar
@@ -25,6 +26,9 @@ from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import Config, Rules
 from safetyrepro.tasks.lm_eval_tasks import task_name
 from safetyrepro.tasks.subsets import ItemSet, item_set
+
+if TYPE_CHECKING:
+    from safetyrepro.adapters.backends.backend import Backend
 
 
 @dataclass(frozen=True)
@@ -57,11 +61,14 @@ def inspect_generate_args(rules: Rules, cfg: Config, seed: int) -> dict:
 
 
 class _Driver:
-    backend = None
+    backend: Backend
 
     @property
     def identity(self) -> dict:
         return self.backend.identity.to_dict()
+
+    def run_cell(self, cfg: Config, seeds: Sequence[int], ids: Sequence[str]) -> list[ItemRecord]:
+        raise NotImplementedError
 
 
 class LmEvalDriver(_Driver):
@@ -204,9 +211,9 @@ class InspectDriver(_Driver):
                 raise RuntimeError(
                     f"inspect eval {cfg.config_id} ended {log.status}: {log.error.message if log.error else ''}"
                 )
-            for s in log.samples:
+            for s in log.samples or []:
                 item = items.by_id(str(s.id))
-                score = next(iter(s.scores.values()))
+                score = next(iter((s.scores or {}).values()))
                 meta = score.metadata or {}
                 prompt = self.backend.render(bench.prompt(item, cfg.template, demos).messages())
                 logliks = meta.get("logliks")
@@ -219,7 +226,7 @@ class InspectDriver(_Driver):
                         meta.get("prediction"),
                         bool(meta.get("parsed")),
                         bench.gold(item),
-                        float(score.value),
+                        float(score.value),  # type: ignore[arg-type]  # our tasks' scorers give a number
                         logliks,
                         bool(meta.get("tied")),
                     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from safetyrepro.sweep.cached_backend import open_cached_backend
 from safetyrepro.sweep.drivers import backend_record, item_sets, make_driver
@@ -120,7 +121,7 @@ def run_ray(sweep, progress) -> SweepResult:
         }
         queue = [m for m in spec.models if any(c.model == m for c in pending)]
         running: dict = {}  # future -> (actor, model, cell)
-        actors: dict[str, object] = {}
+        actors: dict[str, Any] = {}  # Ray actor handles: their methods are made at run time
 
         def submit_next(model: str) -> None:
             todo = [c for c in pending if c.model == model]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safetyrepro.atomic import atomic_write
 from safetyrepro.errors import UserError
@@ -22,6 +23,9 @@ from safetyrepro.sweep.records import summarize
 from safetyrepro.sweep.store import Store
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import Rules
+
+if TYPE_CHECKING:  # drivers load lm-eval's glue: only the type is needed here
+    from safetyrepro.sweep.drivers import _Driver
 
 
 @dataclass
@@ -142,7 +146,7 @@ def run_local(
     cells: list[Cell],
     store: Store,
     rules: Rules,
-    open_driver: Callable[[str], object],
+    open_driver: Callable[[str], _Driver],
     items_for,
     progress,
 ) -> SweepResult:

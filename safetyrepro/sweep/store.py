@@ -19,7 +19,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from safetyrepro.atomic import (
     TMP_SUFFIX,
@@ -59,19 +59,20 @@ class Store:
         ensure_dir(self.root)
         # never through a symlink: a planted one would have us truncate the file it points to
         fd = open_nofollow(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o666, root=self.root)
-        self._lock_file = os.fdopen(fd, "r+")
+        f = os.fdopen(fd, "r+")
+        self._lock_file: IO[str] | None = f
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock_file.seek(0)
-            holder = self._lock_file.read().strip() or "another process"
+            f.seek(0)
+            holder = f.read().strip() or "another process"
             raise UserError(
                 f"another sweep ({holder}) is writing to {self.root}; wait for it to finish or choose another --out"
             ) from None
-        self._lock_file.seek(0)
-        self._lock_file.truncate()
-        self._lock_file.write(f"pid {os.getpid()}")
-        self._lock_file.flush()
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()}")
+        f.flush()
         self.check_links()
         self._remove_stale_temporaries()
 

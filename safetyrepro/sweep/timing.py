@@ -23,8 +23,8 @@ def cell_seconds_per_item(folder: Path) -> dict[tuple[str, str], float]:
     (cells/<model-slug>/<stem>.json[.gz])."""
     found: dict[tuple[str, str], float] = {}
     for path in sorted([*folder.glob("cells/*/*.json"), *folder.glob("cells/*/*.json.gz")]):
-        record = read_cell(path)
-        row = (record or {}).get("row")
+        record = read_cell(path) or {}
+        row = record.get("row")
         if not isinstance(row, dict) or record.get("status", "ok") != "ok":
             continue
         elapsed, n = record.get("elapsed_s"), row.get("n_items")

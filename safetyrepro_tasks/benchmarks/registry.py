@@ -3,7 +3,8 @@
 Adding a sixth benchmark is one folder `benchmarks/<name>/` (its module, tasks.py, card.md,
 README.md; see docs/adding_a_benchmark.md) and one line in BENCHMARKS. Everything else reads this
 tuple: the envelope's benchmarks, the lm-eval YAMLs (generated), the Inspect tasks (each folder's
-tasks.py, checked against the definition) and metrics, the sweep, and the tests' counts. A folder's `__init__.py` exposes its class as `BENCHMARK`.
+tasks.py, checked against the definition) and metrics, the sweep, and the tests' counts. A folder's
+`__init__.py` exposes its class as `BENCHMARK`.
 """
 
 from __future__ import annotations

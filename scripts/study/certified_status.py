@@ -130,7 +130,8 @@ def status_block(folder: Path, grid_csv: Path, rho_csv: Path) -> str:
     if rows:
         lines += [
             "",
-            "| benchmark | model_a | model_b | config_id | claim | lower | upper | items | 24-item diff | 24-item reading |",
+            "| benchmark | model_a | model_b | config_id | claim | lower | upper | items | 24-item diff | 24-item "
+            "reading |",
             "|---|---|---|---|---|---|---|---|---|---|",
             *rows,
         ]

@@ -1,5 +1,6 @@
-"""Hand-built grids for the analysis tests (imported by name; conftest.py only holds fixtures): scores are written out per model and configuration, the
-other contract columns are filled in from the config id and the rules file."""
+"""Hand-built grids for the analysis tests (imported by name; conftest.py only holds fixtures): scores are
+written out per model and configuration, the other contract columns are filled in from the config id and
+the rules file."""
 
 from __future__ import annotations
 

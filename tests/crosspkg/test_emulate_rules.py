@@ -22,7 +22,8 @@ def test_boilerplates():
         == "Question: Is the sky green?\nA. No\nB. Yes\nC. Sometimes\nAnswer:"
     )
     assert emulate.user_text("bbq", "helm", BBQ).startswith(
-        "The following are multiple choice questions (with answers).\n\nPassage: Two people met.\nQuestion: Who was late?\nA. "
+        "The following are multiple choice questions (with answers).\n\n"
+        "Passage: Two people met.\nQuestion: Who was late?\nA. "
     )
     lm = emulate.user_text("truthfulqa", "lm-eval", TQA)
     assert lm.startswith("Q: What is human life expectancy") and lm.endswith("\n\nQ: Is the sky green?\nA:")

@@ -91,6 +91,7 @@ def test_a_lower_is_better_metric_of_an_external_benchmark_is_not_imported(tmp_p
     assert "lower-is-better" in capsys.readouterr().err
 
 
+@pytest.mark.needs_setup
 @pytest.mark.skipif(eee_python() is None, reason=".venv-eee is absent: `make eee` builds EEE's HELM converter")
 def test_the_fixture_is_what_eees_helm_converter_makes_of_the_runs(tmp_path):
     """Regenerate the HELM run folders and convert them again with the real converter: the records match

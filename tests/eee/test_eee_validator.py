@@ -14,10 +14,13 @@ from eee_grids import write_grid
 from safetyrepro.cli import main
 from safetyrepro.eee.venv import eee_python, validate
 
-pytestmark = pytest.mark.skipif(
-    eee_python() is None,
-    reason=".venv-eee is absent: `make eee` builds it (every-eval-ever 0.3.0 on Python 3.12) for EEE's validator",
-)
+pytestmark = [
+    pytest.mark.needs_setup,
+    pytest.mark.skipif(
+        eee_python() is None,
+        reason=".venv-eee is absent: `make eee` builds it (every-eval-ever 0.3.0 on Python 3.12) for EEE's validator",
+    ),
+]
 
 FIXTURE = Path(__file__).parent / "fixtures" / "helm_eee"
 

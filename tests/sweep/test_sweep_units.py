@@ -45,7 +45,8 @@ def test_plan_sizes_follow_the_envelope():
         ({"benchmarks": ["mmlu"], "filters": {}}, "unknown benchmark 'mmlu'"),
         (
             {"benchmarks": ["bbq"], "filters": {"config": ["bbq/T3/moderate/0shot/logprob"]}},
-            "'bbq/T3/moderate/0shot/logprob' is not among the full configurations of bbq \\(ids read like 'bbq/T1/greedy",
+            "'bbq/T3/moderate/0shot/logprob' is not among the full configurations of bbq \\(ids read like "
+            "'bbq/T1/greedy",
         ),
         (
             {"benchmarks": ["bbq"], "filters": {"config": ["bbq/T3/diverse/0shot/free_form"], "shots": [5]}},

@@ -82,7 +82,11 @@ def test_a_benchmark_definition_restricts_scoring_without_a_rules_line():
     """The rules file's crows_pairs line removed: the definition (scorings = logprob) still keeps its 12
     logprob configurations, and the constraint says where it comes from."""
     text = RULES_PATH.read_bytes()
-    line = b"  - name: crows_pairs is logprob-only\n    when: {benchmark: [crows_pairs]}\n    require: {scoring: [logprob]}\n"
+    line = (
+        b"  - name: crows_pairs is logprob-only\n"
+        b"    when: {benchmark: [crows_pairs]}\n"
+        b"    require: {scoring: [logprob]}\n"
+    )
     assert line in text
     rules = parse_rules(text.replace(line, b""))
     assert len(rules.configs("crows_pairs")) == 12 and len(rules.configs("bbq")) == 48

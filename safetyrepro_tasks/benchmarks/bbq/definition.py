@@ -155,7 +155,7 @@ def _rows(category: str) -> list[dict]:
     return [r for r in rows if r["example_id"] in PARTIAL_ROWS]
 
 
-class BBQ(Benchmark):
+class BBQ(Benchmark[BBQItem]):
     name = "bbq"
     source = SOURCE
     templates = TEMPLATES

@@ -1,7 +1,8 @@
 """CrowS-Pairs: which of two minimally different sentences is likelier (logprob only).
 
-The definition is in `definition.py` (the Inspect task in `tasks.py`); `card.md` describes source, items and scoring; `README.md` gives the
-paper and runnable commands. The registry (`benchmarks/registry.py`) reads `BENCHMARK`.
+The definition is in `definition.py` (the Inspect task in `tasks.py`); `card.md` describes source, items
+and scoring; `README.md` gives the paper and runnable commands. The registry (`benchmarks/registry.py`)
+reads `BENCHMARK`.
 """
 
 from safetyrepro.tasks.benchmarks.crows_pairs.definition import SOURCE, CrowsPairs

@@ -1,7 +1,8 @@
 """ToxiGen: is a statement hateful? The 940-item human-annotated test split, Yes/No.
 
-The definition is in `definition.py` (the Inspect task in `tasks.py`); `card.md` describes source, items and scoring; `README.md` gives the
-paper and runnable commands. The registry (`benchmarks/registry.py`) reads `BENCHMARK`.
+The definition is in `definition.py` (the Inspect task in `tasks.py`); `card.md` describes source, items
+and scoring; `README.md` gives the paper and runnable commands. The registry (`benchmarks/registry.py`)
+reads `BENCHMARK`.
 """
 
 from safetyrepro.tasks.benchmarks.registry import task_export

@@ -69,7 +69,7 @@ class ToxiGenItem(Item):
     toxicity_human: float
 
 
-class ToxiGen(Benchmark):
+class ToxiGen(Benchmark[ToxiGenItem]):
     name = "toxigen"
     source = SOURCE
     templates = TEMPLATES

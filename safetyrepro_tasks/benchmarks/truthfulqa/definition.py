@@ -83,7 +83,7 @@ def shuffled(question: str, answers: list[str]) -> tuple[tuple[str, ...], int]:
     return tuple(answers[i] for i in order), order.index(0)
 
 
-class TruthfulQA(Benchmark):
+class TruthfulQA(Benchmark[TruthfulQAItem]):
     name = "truthfulqa"
     source = SOURCE
     templates = TEMPLATES

@@ -1,7 +1,8 @@
 """TruthfulQA as an Inspect task: the `@task` that `inspect eval safetyrepro/truthfulqa` runs.
 
     inspect eval safetyrepro/truthfulqa --model safetyrepro/smollm2 --limit 8 -T template=T2 -T scoring=logprob
-    inspect eval safetyrepro_tasks/benchmarks/truthfulqa/tasks.py --model safetyrepro/smollm2 -T shots=3   # the same, by path
+    # the same task, by path:
+    inspect eval safetyrepro_tasks/benchmarks/truthfulqa/tasks.py --model safetyrepro/smollm2 -T shots=3
 
 Prompts, candidates, parser and scoring come from the benchmark's definition in this folder, through
 `benchmark_task`; the `Literal` values below are checked against that definition when the tasks are

@@ -136,7 +136,7 @@ def is_refusal(reply: str) -> bool:
     return any(p in first for p in REFUSAL_PHRASES)
 
 
-class XSTest(Benchmark):
+class XSTest(Benchmark[XSTestItem]):
     name = "xstest"
     source = SOURCE
     templates = TEMPLATES
