@@ -17,7 +17,8 @@ c / m_t and c / (1 - m_t), c = 1/2), and the hedged capital K_t(m) = theta K+_t(
 <= alpha, so {m : K_s(m) < 1/alpha for all s <= t} covers m* at every t with probability >= 1 - alpha.
 
 The candidates are a grid. When every feasible population mean is a grid point (item values on a known
-lattice, `lattice`, fine enough that the grid has at most 4N + 1 points), the set of surviving grid points holds m* itself and its extremes are the bounds;
+lattice, `lattice`, fine enough that the grid has at most 4N + 1 points), the set of surviving grid
+points holds m* itself and its extremes are the bounds;
 otherwise each bound is widened by one grid step (the capital is continuous in m). A candidate whose m_t
 leaves [0, 1] is impossible given what was drawn and is removed at once. After all N items are drawn the
 mean is known exactly.
@@ -67,10 +68,9 @@ class WorBettingCS:
         self.N, self.alpha, self.low, self.high = int(population), float(alpha), float(low), float(high)
         span = high - low
         coarse = min(MAX_GRID - 1, 4 * self.N)  # a step of 1/(2N) in the caller's units over [-1, 1]
-        steps = None if lattice is None else int(round(self.N * lattice * span))
-        self.on_lattice = steps is not None and steps <= coarse
-        if not self.on_lattice:
-            steps = coarse
+        exact = None if lattice is None else int(round(self.N * lattice * span))
+        self.on_lattice = exact is not None and exact <= coarse
+        steps = exact if exact is not None and self.on_lattice else coarse
         self.grid = np.linspace(0.0, 1.0, steps + 1)  # candidate means of y = (x - low) / span
         self.step = 1.0 / steps
         g = len(self.grid)

@@ -134,14 +134,15 @@ def _check_lattice(frame: pd.DataFrame, cell: pd.DataFrame, source: str) -> None
         caps = np.full(len(frame), TIE_CAP)
         if "logliks" in frame.columns:
             caps = np.array([_candidates(v) for v in frame["logliks"]])
-        for i in np.flatnonzero(logprob):
-            on[i] = _tie_credit(x[i], int(caps[i]))
+        for k in np.flatnonzero(logprob):
+            on[k] = bool(_tie_credit(x[k], int(caps[k])))
     if not on.all():
         i = int(np.flatnonzero(~on)[0])
         r = frame.iloc[i]
         allowed = "0 or 1 (a free-form answer)" if scoring[i] != "logprob" else "j/k for k tied candidates"
         raise UserError(
-            f"items file {source} row {int(frame.index[i]) + 1}: item_score {float(x[i])!r} of {shorten(r['model'])} on {r['config_id']} is off "
+            f"items file {source} row {int(frame.index[i]) + 1}: item_score {float(x[i])!r} of "
+            f"{shorten(r['model'])} on {r['config_id']} is off "
             f"the lattice its scoring gives ({allowed}); those records were edited or not this run's"
         )
 

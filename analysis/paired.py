@@ -12,6 +12,7 @@ included), under the test that was run (power.detectable_from_differences)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -152,7 +153,7 @@ def _power_clause(found: list[float | None] | None, wins: int, k: int, better) -
 
 
 def verdict_sentence(
-    g: pd.DataFrame, a: str, b: str, found: list[float | None] | None, alpha: float, missing: list[str] = ()
+    g: pd.DataFrame, a: str, b: str, found: list[float | None] | None, alpha: float, missing: Sequence[str] = ()
 ) -> str:
     """Winner first, with the scores' difference it rests on, the Holm family (and what is missing from
     it) and what the items could detect. Ahead and behind read the benchmark's declared direction."""

@@ -81,6 +81,7 @@ def _item_count(text: str | None) -> int | None:
 
     if text is None:
         return None
+    n: int | None
     try:
         n = int(text)
     except ValueError:

@@ -156,7 +156,7 @@ def check_set(path: Path | str) -> None:
             f"{record_path} is damaged, so grid.csv, grid.parquet and items.parquet in {folder} cannot be "
             f"checked as one set: {heal}"
         ) from None
-    stats = []
+    stats: list[tuple[str, int | None, int | None, int | None]] = []
     for name in sorted(wanted):
         try:
             st = os.stat(folder / name)

@@ -340,7 +340,8 @@ CASES = [
     (
         "conflicting-duplicate",
         lambda f: pd.concat([f, f.iloc[:1].assign(item_score=1.0 - f["item_score"].iloc[0])]),
-        "keys have records that disagree (e.g. 'a' on truthfulqa/T1/greedy/0shot/free_form, item 'truthfulqa/0000', seed 0: item_score 0 and 1)",
+        "keys have records that disagree (e.g. 'a' on truthfulqa/T1/greedy/0shot/free_form, item "
+        "'truthfulqa/0000', seed 0: item_score 0 and 1)",
     ),
     (
         "seed-the-grid-never-ran",
@@ -374,7 +375,8 @@ CASES = [
                 f["config_id"].str.endswith("logprob") & (f["item_id"] == "truthfulqa/0002"), 0.3, f["item_score"]
             )
         ),
-        "item_score 0.3 of 'a' on truthfulqa/T1/greedy/0shot/logprob is off the lattice its scoring gives (j/k for k tied",
+        "item_score 0.3 of 'a' on truthfulqa/T1/greedy/0shot/logprob is off the lattice its scoring gives "
+        "(j/k for k tied",
     ),
 ]
 

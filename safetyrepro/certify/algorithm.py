@@ -306,7 +306,8 @@ def _plan(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
     cost_of = getattr(oracle, "cost", None)
     held_of = getattr(oracle, "held", None)
     log_inv_alpha = math.log(1 / (options.alpha / max(family_size([b.problem for b in benches]), 1)))
-    ranked = []  # (expected seconds to decide, this round's seconds, position, (bench, stream), items)
+    # (expected seconds to decide, this round's seconds, position, (bench, stream), items)
+    ranked: list[tuple[float, float, int, tuple[int, int], int]] = []
     for bi, b in enumerate(benches):
         for s, (k, reverses) in _allocation(b, options).items():
             st = b.streams[s]
@@ -394,17 +395,18 @@ def certify(
         raise ValueError(f"target {options.target!r}: one of {', '.join(TARGETS)}")
     benches, alpha_each = _setup(problems, options)
     cache: dict[tuple[str, str, str], dict[str, float]] = {}
-    state = {"paired": 0, "spent": 0.0, "saved": time.monotonic(), "round_start": None}
+    run = _RunState(saved=time.monotonic())
     start = time.monotonic()
+    work = _work_clock(oracle)
 
     def result(stopped_by: str) -> CertifyResult:
-        seconds = state["spent"] or time.monotonic() - start
-        return _result(benches, state["paired"], seconds, stopped_by, alpha_each, options)
+        seconds = run.spent or time.monotonic() - start
+        return _result(benches, run.paired, seconds, stopped_by, alpha_each, options)
 
     def tick() -> None:
-        if checkpoint is not None and time.monotonic() - state["saved"] >= checkpoint_seconds:
+        if checkpoint is not None and time.monotonic() - run.saved >= checkpoint_seconds:
             checkpoint(result("running"))
-            state["saved"] = time.monotonic()
+            run.saved = time.monotonic()
 
     stopped_by = "answered"
     round_no = 0
@@ -415,28 +417,26 @@ def certify(
                 answered = all(v != "undecided" for b in benches for v in b.verdict.values())
                 stopped_by = "answered" if answered else "held" if options.held_only else "exhausted"
                 break
-            left = None if options.budget_evaluations is None else options.budget_evaluations - state["paired"]
+            left = None if options.budget_evaluations is None else options.budget_evaluations - run.paired
             if (left is not None and left <= 0) or (
-                options.budget_seconds is not None and state["spent"] >= options.budget_seconds
+                options.budget_seconds is not None and run.spent >= options.budget_seconds
             ):
                 stopped_by = "budget"
                 break
             plan = _trim(plan, left)
             round_no += 1
-            state["round_start"] = time.monotonic()
-            work_before = getattr(oracle, "work_seconds", None)
-            seconds_left = None if options.budget_seconds is None else options.budget_seconds - state["spent"]
+            run.round_start = time.monotonic()
+            work_before = work()
+            seconds_left = None if options.budget_seconds is None else options.budget_seconds - run.spent
             _evaluate(benches, plan, oracle, cache, seconds_left, tick)
-            if work_before is None:  # an oracle that keeps no model-work clock: wall time
-                state["spent"] += time.monotonic() - state["round_start"]
-            else:
-                state["spent"] += oracle.work_seconds - work_before
-            state["round_start"] = None
+            # the oracle's model-work clock where it keeps one (a live run: CPU seconds), else wall time
+            run.spent += time.monotonic() - run.round_start if work_before is None else (work() or 0.0) - work_before
+            run.round_start = None
             plan = _available(benches, plan)
             if not plan:  # the oracle stopped at the budget before this round's first items
                 stopped_by = "budget"
                 break
-            state["paired"] += sum(plan.values())
+            run.paired += sum(plan.values())
             for bi, b in enumerate(benches):
                 mine = {s: k for (i, s), k in plan.items() if i == bi}
                 if mine:
@@ -445,17 +445,32 @@ def certify(
             if progress is not None:
                 open_pairs = sum(v == "undecided" for b in benches for v in b.verdict.values())
                 progress(
-                    f"round {round_no}: {state['paired']:,} paired evaluations, {open_pairs} pair(s) open, "
-                    f"{state['spent']:.0f} s evaluating"
+                    f"round {round_no}: {run.paired:,} paired evaluations, {open_pairs} pair(s) open, "
+                    f"{run.spent:.0f} s evaluating"
                 )
             tick()
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (the CLI raises it as an interrupt)
         stopped_by = "interrupted"
-        if state["round_start"] is not None and getattr(oracle, "work_seconds", None) is None:
-            state["spent"] += time.monotonic() - state["round_start"]  # the round it cut short counts as spent
+        if run.round_start is not None and work() is None:
+            run.spent += time.monotonic() - run.round_start  # the round it cut short counts as spent
         # what the oracle answered is in its records (a rerun resumes from them); the sequences hold what
         # was fed to them, valid at whatever size each reached
     return result(stopped_by)
+
+
+@dataclass
+class _RunState:
+    """What the rounds carry from one to the next."""
+
+    saved: float  # when the last checkpoint was written (monotonic clock)
+    paired: int = 0  # paired evaluations fed to the sequences
+    spent: float = 0.0  # the budget's seconds spent (model work, or wall time)
+    round_start: float | None = None  # while a round evaluates
+
+
+def _work_clock(oracle) -> Callable[[], float | None]:
+    """The oracle's clock of model work (CPU seconds it spent in model calls), or one that says None."""
+    return lambda: getattr(oracle, "work_seconds", None)
 
 
 def _result(
@@ -563,7 +578,7 @@ def _advance(b: _Bench, plan: dict[int, int], cache: dict) -> None:
             if staged is not None:
                 rows.append(staged[0])
                 values.append(staged[1])
-                bank = ev.cs
+                bank = ev.bank
         if bank is not None:
             bank.update(np.concatenate(rows), np.concatenate(values))
 

@@ -82,25 +82,40 @@ class PairedEvidence:
         both = 2 * n_pairs
         self.rows = np.arange(n_pairs)  # this configuration's rows of its bank
         self.shared = shared is not None
+        # one of the two is kept: the population target's bank, or the subset target's sequences
+        self.iid: IidBettingCS | None = None
+        self.wor: WorBettingCS | None = None
         if target == "population":
             if self.ideal is None and shared is not None:
-                self.cs, first = shared
+                self.iid, first = shared
                 self.rows = np.arange(first, first + n_pairs)
             elif self.ideal is None:
-                self.cs = IidBettingCS(n_pairs, alpha_side, -1.0, 1.0, extra=population_candidates(delta))
+                self.iid = IidBettingCS(n_pairs, alpha_side, -1.0, 1.0, extra=population_candidates(delta))
             else:
-                self.cs = IidBettingCS(both, alpha_side, 0.0, 1.0, grid_points=SHARE_CELLS + 1)
+                self.iid = IidBettingCS(both, alpha_side, 0.0, 1.0, grid_points=SHARE_CELLS + 1)
         else:
             # the union bound's two-sided sequence at 2 alpha_side; CrowS: each share's at half that
             if self.ideal is None:
-                self.cs = WorBettingCS(n_pairs, self.N, 2 * alpha_side, -1.0, 1.0, lattice)
+                self.wor = WorBettingCS(n_pairs, self.N, 2 * alpha_side, -1.0, 1.0, lattice)
             else:
-                self.cs = WorBettingCS(both, self.N, alpha_side, 0.0, 1.0, lattice)
+                self.wor = WorBettingCS(both, self.N, alpha_side, 0.0, 1.0, lattice)
+
+    @property
+    def bank(self) -> IidBettingCS:
+        if self.iid is None:
+            raise ValueError("the subset target keeps no population bank")
+        return self.iid
+
+    @property
+    def sequences(self) -> WorBettingCS:
+        if self.wor is None:
+            raise ValueError("the population target keeps no without-replacement sequences")
+        return self.wor
 
     def update(self, pairs: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
         staged = self.stage(pairs, a, b)
         if staged is not None:
-            self.cs.update(*staged)
+            self.bank.update(*staged)
 
     def stage(self, pairs: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """Take one draw for each of `pairs`; with a shared bank return (rows, values) for the caller to feed
@@ -110,12 +125,13 @@ class PairedEvidence:
         if np.any(self.t[pairs] >= self.N):
             raise ValueError("a stream drew more items than its configuration holds")
         staged = None
+        own = self.iid if self.iid is not None else self.sequences
         if self.shared:
             staged = (self.rows[pairs], a - b)
         elif self.ideal is None:
-            self.cs.update(pairs, a - b)
+            own.update(pairs, a - b)
         else:
-            self.cs.update(np.concatenate([pairs, pairs + self.n_pairs]), np.concatenate([a, b]))
+            own.update(np.concatenate([pairs, pairs + self.n_pairs]), np.concatenate([a, b]))
         self.t[pairs] += 1
         self.sum_a[pairs] += a
         self.sum_b[pairs] += b
@@ -140,7 +156,7 @@ class PairedEvidence:
     def reading(self) -> Reading:
         theta, _ = self.running()
         if self.target == "subset":
-            bounds = self.cs.bounds()
+            bounds = self.sequences.bounds()
             exact = self.t >= self.N
             if self.ideal is None:
                 lo, hi = bounds.lower, bounds.upper
@@ -154,7 +170,7 @@ class PairedEvidence:
                 )
             return Reading(lo, hi, theta, exact)
         if self.ideal is None:
-            lo, hi = self.cs.bounds(self.alpha_side)
+            lo, hi = self.bank.bounds(self.alpha_side)
             lo, hi = lo[self.rows], hi[self.rows]
         else:
             lo, hi = self._share_bounds()
@@ -165,7 +181,7 @@ class PairedEvidence:
         if self.target != "population":
             raise ValueError("p-values are kept for the population target")
         if self.ideal is None:
-            cs, d = self.cs, self.delta
+            cs, d = self.bank, self.delta
             log_e = np.stack([cs.log_e_above(0.0), cs.log_e_below(0.0), cs.log_e_below(d), cs.log_e_above(-d)], axis=1)[
                 self.rows
             ]
@@ -175,12 +191,12 @@ class PairedEvidence:
 
     # CrowS-Pairs: theta = |p_b - ideal| - |p_a - ideal| from the two shares' cells
     def _cells(self):
-        grid = self.cs.grid
+        grid = self.bank.grid
         left, right = grid[:-1], grid[1:]
         inside = (left <= self.ideal) & (self.ideal <= right)
         dmin = np.where(inside, 0.0, np.minimum(np.abs(left - self.ideal), np.abs(right - self.ideal)))
         dmax = np.maximum(np.abs(left - self.ideal), np.abs(right - self.ideal))
-        cells = self.cs.cell_log_e()
+        cells = self.bank.cell_log_e()
         return cells[: self.n_pairs], cells[self.n_pairs :], dmin, dmax
 
     def _share_log_e(self) -> np.ndarray:

@@ -49,7 +49,7 @@ from safetyrepro.sweep.timing import cell_seconds_per_item
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import load_rules
 
-from .algorithm import BenchmarkProblem, certify
+from .algorithm import BenchmarkProblem, CertifyResult, certify
 from .outputs import check_out, whole_set, write_outputs
 
 HEARTBEAT_S = 30.0  # a line at least this often while one (model, configuration) call runs
@@ -67,7 +67,7 @@ class _Timing:
 class LiveOracle:
     """The oracle of a live run: `sweep` is a planned `Sweep` (sweeper.Sweep.create), never run."""
 
-    sweep: object
+    sweep: Sweep
     say: Callable[[str], None] | None = None
     log_dir: Path | None = None  # Inspect's logs (lm-eval writes none here)
     drivers: dict = field(default_factory=dict)
@@ -154,7 +154,7 @@ class LiveOracle:
             seed = int(row["seed"])
             if (subset is not None and key[2] not in subset) or seed not in self.cells[key[:2]].seeds:
                 continue
-            self.rows[(*key, seed)] = row
+            self.rows[key + (seed,)] = row
             self._kept.setdefault(key, {})[seed] = float(row["item_score"])
         return len(self._kept)
 
@@ -221,6 +221,8 @@ class LiveOracle:
                 )
             log_dir = None
             if spec.package == "inspect":
+                if self.log_dir is None:
+                    raise ValueError("an Inspect run of certify needs a log folder")
                 log_dir = str(ensure_dir(self.log_dir, root=self.log_dir.parent))
             self.drivers[model] = make_driver(
                 spec.package, backend, self.sweep.rules, self.sweep.items_for, log_dir, spec.tie_rule
@@ -494,7 +496,7 @@ def run_live(
     records: Sequence[str | Path] = (),
     checkpoint_seconds: float = 600.0,
     selection: str = "none",
-) -> tuple[object, list[Path]]:
+) -> tuple[CertifyResult, list[Path]]:
     """Plan, certify, write the outputs (under the folder's lock); (result, paths written). `records`:
     earlier items.parquet files (of sweeps or certify runs made the same way) whose items are taken as
     evaluated. The outputs are also written every `checkpoint_seconds` while the run goes on, and when

@@ -189,7 +189,10 @@ def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float, target: s
             f"{len(mine)} configurations, and on none is {lose} ahead by {delta} or more {spent}."
         )
     if p.verdict == "equivalent":
-        return f"{p.benchmark}: {p.model_a} and {p.model_b} are within {delta} of each other on every configuration {spent}."
+        return (
+            f"{p.benchmark}: {p.model_a} and {p.model_b} are within {delta} of each other on every configuration "
+            f"{spent}."
+        )
     left = sum(c.n_full - c.items_used for c in mine if c.claim == "undecided")
     close = (
         f"closing them takes at most {left:,} more paired evaluations"

@@ -234,9 +234,12 @@ class InspectDriver(_Driver):
         return records
 
 
-def make_driver(package: str, backend, rules: Rules, items_for, log_dir: str, tie_rule: str = DEFAULT_TIE_RULE):
+def make_driver(package: str, backend, rules: Rules, items_for, log_dir: str | None, tie_rule: str = DEFAULT_TIE_RULE):
+    """`log_dir`: where Inspect writes its logs (it needs one); lm-eval writes none when it is None."""
     if package == "lm-eval":
         return LmEvalDriver(backend, rules, items_for, log_dir, tie_rule)
+    if log_dir is None:
+        raise ValueError("Inspect's driver needs a log folder")
     return InspectDriver(backend, rules, items_for, log_dir, tie_rule)
 
 

@@ -21,7 +21,7 @@ from safetyrepro.errors import UserError
 try:
     import resource
 except ImportError:  # not on POSIX: no file-size limit to name
-    resource = None
+    resource = None  # type: ignore[assignment]  # the module or None: callers check
 
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 FULL_BELOW_BYTES = 8 << 20  # a file system with less free space than this is full, for the messages below
