@@ -74,6 +74,7 @@ class LiveOracle:
     models_run: dict = field(default_factory=dict)  # label -> backend record (as run.json records it)
     load_seconds: dict = field(default_factory=dict)
     work_seconds: float = 0.0  # CPU seconds of model calls so far (loading excluded): what a time budget buys
+    earlier_pieces: dict = field(default_factory=dict)  # the resumed run's cost.json: its totals carry over
     timing: dict = field(default_factory=dict)  # (model, config_id) -> _Timing
     rows: dict = field(default_factory=dict)  # (model, config_id, item_id, seed) -> items.parquet row
     calls: int = 0
@@ -398,10 +399,19 @@ class LiveOracle:
                         continue
                     full += rate * len(problem.item_ids)
         spec = self.sweep.spec
-        return {
+        now = {
             "seconds_model_work": round(sum(t.seconds for t in self.timing.values()), 3),
             "cpu_seconds_model_work": round(sum(t.cpu_seconds for t in self.timing.values()), 3),
             "model_evaluations_live": sum(t.evaluations for t in self.timing.values()),
+        }
+        # a run resumed piece by piece: what every piece spent, this one's added to the resumed run's totals
+        before = self.earlier_pieces
+        totals = {
+            f"{k}_all_pieces": round(before.get(f"{k}_all_pieces", before.get(k, 0)) + v, 3) for k, v in now.items()
+        }
+        return {
+            **now,
+            **totals,
             "model_load_seconds": self.load_seconds,
             "oracle_calls": self.calls,
             "seconds_per_model_evaluation": per_benchmark,
@@ -521,6 +531,7 @@ def _run_locked(sweep, oracle, problems, earlier, out, options, say, checkpoint_
     if isinstance(previous, dict) and own.is_file() and not own.is_symlink():
         if _same_command(previous.get("live") or {}, sweep.spec):
             earlier.insert(0, (own, previous))
+            oracle.earlier_pieces = previous
         elif say is not None:
             say(
                 f"{own} is from another certify command ({same_why(previous.get('live') or {}, sweep.spec)}); "

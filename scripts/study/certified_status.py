@@ -78,12 +78,13 @@ def status_block(folder: Path, grid_csv: Path, rho_csv: Path) -> str:
     v_text = ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items()))
     c_text = ", ".join(f"{n} {c}" for c, n in sorted(decided["claim"].value_counts().to_dict().items())) or "none"
     full_h = cost.get("measured_seconds_full_grid", float("nan")) / 3600
-    spent_h = cost.get("seconds_model_work", 0.0) / 3600
+    spent_h = cost.get("seconds_model_work_all_pieces", cost.get("seconds_model_work", 0.0)) / 3600
+    live_n = cost.get("model_evaluations_live_all_pieces", cost.get("model_evaluations_live", 0))
     lines.append(
         f"**Status:** {len(cert)} benchmark x pair verdicts: {v_text}. {len(decided)} of {len(claims)} pair x "
         f"configuration claims decided ({c_text}). Spent {cost['paired_evaluations']:,} of the full grid's "
         f"{cost['full_paired_evaluations']:,} paired evaluations ({cost['share_of_full_paired']:.0%}; most are "
-        f"the 24-item study's records and earlier runs', free), {cost.get('model_evaluations_live', 0):,} model "
+        f"the 24-item study's records and earlier runs', free), {live_n:,} model "
         f"evaluations run live by certify, {spent_h:.1f} h of model work. Stopped by: {cost['stopped_by']}."
     )
     lines.append("")
