@@ -28,25 +28,29 @@ from certify_grids import synthetic_problem  # noqa: E402
 from safetyrepro.certify.algorithm import CertifyOptions, certify  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = {
-    "small lead everywhere (0.62 vs 0.55)": lambda cfg, m: 0.62 if m == "a" else 0.55,
-    "lead reverses with template": lambda cfg, m: (
-        (0.68 if m == "a" else 0.55) if cfg.template in ("T1", "T2") else (0.55 if m == "a" else 0.68)
+SCENARIOS = {  # name -> (accuracy(cfg, model), delta)
+    "small lead everywhere (0.62 vs 0.55)": (lambda cfg, m: 0.62 if m == "a" else 0.55, 0.05),
+    "small lead, delta 0.2 (0.62 vs 0.55)": (lambda cfg, m: 0.62 if m == "a" else 0.55, 0.2),
+    "lead reverses with template": (
+        lambda cfg, m: (0.68 if m == "a" else 0.55) if cfg.template in ("T1", "T2") else (0.55 if m == "a" else 0.68),
+        0.05,
     ),
-    "identical (0.6)": lambda cfg, m: 0.6,
+    "identical (0.6)": (lambda cfg, m: 0.6, 0.05),
 }
 
 
 def synthetic(grids: int) -> list[str]:
     lines = [f"{'scenario':<38} {'budget':>7} {'bonferroni':>11} {'closed':>7}  (claims, summed over grids)"]
-    for name, acc in SCENARIOS.items():
-        for budget in (3000, 8000):
+    for name, (acc, delta) in SCENARIOS.items():
+        for budget in (3000, 8000, 14400):
             counts = {}
             for fw in ("bonferroni", "closed"):
                 total = 0
                 for g in range(grids):
                     problem, oracle, _ = synthetic_problem(np.random.default_rng(100 + g), acc)
-                    o = CertifyOptions(allocation="uniform", budget_evaluations=budget, familywise=fw, seed=g)
+                    o = CertifyOptions(
+                        allocation="uniform", budget_evaluations=budget, familywise=fw, seed=g, delta=delta
+                    )
                     total += sum(c.claim != "undecided" for c in certify([problem], oracle, o).claims)
                 counts[fw] = total
             lines.append(f"{name:<38} {budget:>7} {counts['bonferroni']:>11} {counts['closed']:>7}")

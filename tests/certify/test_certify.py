@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -225,7 +226,7 @@ def test_claims_the_full_subset_contradicts_are_at_most_alpha_of_the_grids():
                 return 0.55 + (0.05 if model == "a" and cfg.template in ("T1", "T3") else 0.0)
 
         problem, oracle, full = synthetic_problem(np.random.default_rng(1000 + k), acc, 300)
-        result = certify([problem], oracle, CertifyOptions(alpha=0.05, delta=0.05, seed=k))
+        result = certify([problem], oracle, CertifyOptions(alpha=0.05, delta=0.05, seed=k, target="subset"))
         failed += any(contradicted(c.claim, full[c.config_id], 0.05) for c in result.claims)
     assert failed / n <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n)
 
@@ -251,3 +252,21 @@ def test_problem_shape_is_checked():
             lambda *a: np.zeros(1),
             CertifyOptions(allocation="random"),
         )
+
+
+def test_labels_in_the_reports_sentences_are_escaped(tmp_path, capsys):
+    """A model label is the user's text: in report.md's verdict sentences raw HTML and links are escaped."""
+    models = ("<script>alert(1)</script>", "[click](javascript:alert(1))")
+    grid, items = synthetic_run(np.random.default_rng(2), lambda cfg, m: 0.8 if m == models[0] else 0.35, 60, models)
+    grid.to_csv(tmp_path / "grid.csv", index=False)
+    items.to_parquet(tmp_path / "items.parquet")
+    rc = main(
+        ["certify", "--replay", str(tmp_path / "items.parquet"), "--grid", str(tmp_path / "grid.csv")]
+        + ["--out", str(tmp_path / "out"), "--quiet"]
+    )
+    assert rc == 0, capsys.readouterr().err
+    report = (tmp_path / "out" / "report.md").read_text()
+    sentences = [line for line in report.splitlines() if line.startswith("- truthfulqa:")]
+    raw = re.compile(r"(?<!\\)<script>|(?<!\\)\]\(javascript:")  # unescaped: no backslash before it
+    assert sentences and not any(raw.search(s) for s in sentences)
+    assert "\\<script>alert(1)\\</script>" in sentences[0] and "\\[click\\](javascript:alert(1))" in sentences[0]
