@@ -282,20 +282,7 @@ def detectable_difference(
     def at(e: float) -> float:
         return float(w @ _reject(m, c, (1 + e / d) / 2)[0])
 
-    best = at(d)
-    if best < target:
-        return DetectableDifference(
-            n,
-            d,
-            k,
-            a,
-            target,
-            None,
-            None,
-            f"even a difference equal to the discordance ({d:.3g}) has power {best:.3f} at {n:,} items",
-        )
-    high = _smallest_effect(at, d, target)
-    return DetectableDifference(n, d, k, a, target, high, at(high))
+    return _detectable(at, n, d, k, a, target)
 
 
 def _smallest_effect(at, d: float, target: float) -> float:
@@ -345,6 +332,12 @@ def detectable_from_differences(
     def at(e: float) -> float:
         return float(_subset_sum_law(w, (1 + e / d) / 2)[toward].sum())
 
+    return _detectable(at, n, d, k, a, target)
+
+
+def _detectable(at, n: int, d: float, k: int, a: float, target: float) -> DetectableDifference:
+    """The smallest difference found with `target` power, `at(e)` being the power at difference e (up to the
+    discordance d, the largest difference d allows); none when even d falls short."""
     best = at(d)
     if best < target:
         return DetectableDifference(

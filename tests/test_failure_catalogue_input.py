@@ -22,6 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "importers"))  # the importers' fixtures, shared, not copied
 from lm_eval_fixtures import write_run  # noqa: E402
+from refusals import refused as _refused
 from test_import_lm_eval import two_models_four_configs  # noqa: E402
 
 from safetyrepro import limits  # noqa: E402
@@ -29,19 +30,6 @@ from safetyrepro.cli import main  # noqa: E402
 
 TASK = "safetyrepro_xstest_t1"
 GiB = 1 << 30
-
-
-def _refused(argv: list[str], capsys, *expect: str) -> str:
-    """Run the command in-process: exit 2, exactly one stderr line holding every `expect`."""
-    capsys.readouterr()
-    code = main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    lines = err.splitlines()
-    assert code == 2 and len(lines) == 1, err
-    assert "internal error" not in err and "Traceback" not in err, err
-    for e in expect:
-        assert e in lines[0], (e, lines[0])
-    return lines[0]
 
 
 def _measured(argv: list[str], timeout: int = 120) -> tuple[int, str, float, int]:

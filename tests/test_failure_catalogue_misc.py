@@ -14,22 +14,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from refusals import refused as _refused
 
 from safetyrepro.cli import main
 from safetyrepro.tasks.envelope import Config, default_rules
-
-
-def _refused(argv, capsys, *expect: str) -> str:
-    """Exit 2 and exactly one stderr line holding every `expect`."""
-    capsys.readouterr()
-    code = main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    lines = err.splitlines()
-    assert code == 2 and len(lines) == 1, err
-    assert "internal error" not in err and "Traceback" not in err, err
-    for e in expect:
-        assert e in lines[0], (e, lines[0])
-    return lines[0]
 
 
 # -- hand-built grids with item records ------------------------------------------------------------------
