@@ -197,7 +197,7 @@ def launch_inspect(pool: ThreadPoolExecutor, root: Path, env: dict) -> dict:
             "eval",
             "safetyrepro/xstest",
             "--model",
-            f"safetyrepro/{m}",
+            "safetyrepro/smollm2,safetyrepro/qwen2.5-coder-0.5b",  # one log per model: one start-up for both
             "--limit",
             INSPECT_LIMIT,
             "-T",
@@ -205,11 +205,10 @@ def launch_inspect(pool: ThreadPoolExecutor, root: Path, env: dict) -> dict:
             "-T",
             "scoring=logprob",
             "--log-dir",
-            logs / f"{m}-{t}",
+            logs / t,
             "--display",
             "none",
         ]
-        for m in ("smollm2", "qwen2.5-coder-0.5b")
         for t in ("T1", "T2")
     ]
     runs = [pool.submit(run, argv, env, root) for argv in jobs]
