@@ -84,31 +84,30 @@ def inspect_score(log_dir: Path) -> float:
     return float(log.results.scores[0].metrics["accuracy"].value)
 
 
-def sweep_score(cfg: dict, tmp: Path, env: dict) -> float:
-    """The sweep's score for the configuration, from an empty outputs cache of its own (two run side by side)."""
+def config_id(cfg: dict) -> str:
+    return f"{cfg['benchmark']}/{cfg['template']}/{cfg['decoding']}/{cfg['shots']}shot/{cfg['scoring']}"
+
+
+def sweep_grid(group: tuple, cfgs: list[dict], tmp: Path, env: dict) -> pd.DataFrame:
+    """One sweep of every documented configuration of one model and package (`--configs`), from an empty
+    outputs cache of its own: the cells are independent, so each scores as it would alone, and the model
+    is loaded once per model instead of once per command."""
     from safetyrepro.adapters.catalogue.weights import cache_sharing_models
 
-    name = f"{abs(hash(json.dumps(cfg, sort_keys=True)))}"
+    model, package, limit = group
+    name = f"{abs(hash(group))}"
     out = tmp / f"sweep-{name}"
     cmd = [
         str(BIN / "safetyrepro"),
         "sweep",
         "--models",
-        cfg["model"],
-        "--benchmarks",
-        cfg["benchmark"],
-        "--templates",
-        cfg["template"],
-        "--scoring",
-        cfg["scoring"],
-        "--shots",
-        str(cfg["shots"]),
-        "--decodings",
-        cfg["decoding"],
+        model,
+        "--configs",
+        *sorted({config_id(c) for c in cfgs}),
         "--limit",
-        str(cfg["limit"]),
+        str(limit),
         "--package",
-        cfg["package"],
+        package,
         "--no-progress",
         "--out",
         str(out),
@@ -121,32 +120,28 @@ def sweep_score(cfg: dict, tmp: Path, env: dict) -> float:
         env={**env, "SAFETYREPRO_CACHE_DIR": str(cache_sharing_models(tmp / f"cache-{name}"))},
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    row = pd.read_csv(out / "grid.csv").iloc[0]
+    return pd.read_csv(out / "grid.csv")
+
+
+def swept_score(grid: pd.DataFrame, cfg: dict) -> float:
+    (row,) = grid[grid["config_id"] == config_id(cfg)].itertuples()
     if cfg["seed"] is not None:
-        return float(json.loads(row["seed_scores"])[cfg["seed"]])
-    return float(row["score"])
+        return float(json.loads(row.seed_scores)[cfg["seed"]])
+    return float(row.score)
 
 
-def check_command(command: str, n: int, folder: Path, tmp_path: Path, env: dict) -> str:
-    """Run one documented command as written, then the sweep of the same configuration; same score."""
+def run_command(command: str, n: int, folder: Path, tmp_path: Path, env: dict) -> float:
+    """Run one documented command as written; the score it printed (or logged)."""
     argv = shlex.split(command.replace("DIR", str(folder)))
     if argv[0] == "lm_eval":
-        cfg = lm_eval_config(argv)
         res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3000)
         assert res.returncode == 0, res.stderr[-3000:]
         assert "has a chat template but lm-eval sent plain text" not in res.stderr  # the page's flags match
-        printed = lm_eval_score(res.stdout, argv[argv.index("--tasks") + 1])
-    else:
-        cfg = inspect_config(argv)
-        logs = tmp_path / f"inspect-{n}"
-        res = subprocess.run(
-            argv, capture_output=True, text=True, env={**env, "INSPECT_LOG_DIR": str(logs)}, timeout=3000
-        )
-        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-        printed = inspect_score(logs)
-    swept = sweep_score(cfg, tmp_path, env)
-    assert abs(printed - swept) < 5e-5, (command, printed, swept)  # lm-eval prints 4 decimals
-    return f"{command}\n    printed {printed:.4f}, sweep {swept:.4f}"
+        return lm_eval_score(res.stdout, argv[argv.index("--tasks") + 1])
+    logs = tmp_path / f"inspect-{n}"
+    res = subprocess.run(argv, capture_output=True, text=True, env={**env, "INSPECT_LOG_DIR": str(logs)}, timeout=3000)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    return inspect_score(logs)
 
 
 def test_readme_commands_print_the_sweeps_scores(tmp_path, data_dir):
@@ -163,11 +158,23 @@ def test_readme_commands_print_the_sweeps_scores(tmp_path, data_dir):
             res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
             assert res.returncode == 0 and (folder / "config.json").is_file(), res.stderr[-2000:]
             continue
-        runnable.append(command)
+        cfg = lm_eval_config(argv) if argv[0] == "lm_eval" else inspect_config(argv)
+        runnable.append((command, cfg))
+    groups: dict[tuple, list[dict]] = {}
+    for _, cfg in runnable:
+        groups.setdefault((cfg["model"], cfg["package"], cfg["limit"]), []).append(cfg)
     # two at a time, one torch thread each: much of each command is single-threaded start-up (imports, task
-    # building, model load), and two processes of two OpenMP threads on two cores slow each other down
+    # building, model load), and two processes of two OpenMP threads on two cores slow each other down; the
+    # documented commands and the sweeps share one pool, so neither core waits for the other's kind of job
     env = {**env, "OMP_NUM_THREADS": "1"}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        checked = list(pool.map(lambda a: check_command(a[1], a[0], folder, tmp_path, env), enumerate(runnable)))
+        grids = {g: pool.submit(sweep_grid, g, cfgs, tmp_path, env) for g, cfgs in groups.items()}
+        printed = [pool.submit(run_command, c, n, folder, tmp_path, env) for n, (c, _) in enumerate(runnable)]
+        checked = []
+        for (command, cfg), got in zip(runnable, printed, strict=True):
+            p = got.result()
+            swept = swept_score(grids[(cfg["model"], cfg["package"], cfg["limit"])].result(), cfg)
+            assert abs(p - swept) < 5e-5, (command, p, swept)  # lm-eval prints 4 decimals
+            checked.append(f"{command}\n    printed {p:.4f}, sweep {swept:.4f}")
     print("\n" + "\n".join(checked))
     assert len(checked) >= 6

@@ -87,10 +87,54 @@ def rho(grid: pd.DataFrame, rules: str | None = None) -> pd.DataFrame:
     return api.rho_flip(grid, rules=rules)[RHO_COLUMNS].sort_values(RHO_COLUMNS[:4]).reset_index(drop=True)
 
 
-def test_lm_eval_folders_import_with_the_printed_scores_and_the_sweeps_rho_flip(tmp_path, data_dir):
-    env = env_for(tmp_path)
-    hf = tmp_path / "DIR"
-    run([BIN / "safetyrepro", "models", "export", "smollm2", "--out", hf], env, tmp_path)
+LM_EVAL_TEST = "test_lm_eval_folders_import_with_the_printed_scores_and_the_sweeps_rho_flip"
+INSPECT_TEST = "test_inspect_logs_of_two_templates_import_with_the_logged_scores_and_the_sweeps_rho_flip"
+ARC_TEST = "test_a_built_in_lm_eval_task_from_a_local_file_imports_with_a_mapping"
+
+
+@pytest.fixture(scope="module")
+def launched(request, tmp_path_factory, data_dir):
+    """The package runs and sweeps of the tests selected in this module, started together in one pool of two
+    (one torch thread each: much of each run is single-threaded start-up), in the tests' order: while one test
+    imports and analyses its runs (one process at a time), the pool already runs the next test's, so neither
+    core waits. Each test gets its own folder and futures; what it checks is unchanged."""
+    selected = {item.originalname for item in request.session.items if item.module is request.module}
+    root = tmp_path_factory.mktemp("acceptance")
+    env = env_for(root)
+    found: dict[str, dict] = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        if LM_EVAL_TEST in selected:
+            found[LM_EVAL_TEST] = launch_lm_eval(pool, root / "lm-eval-test", env)
+        if INSPECT_TEST in selected:
+            found[INSPECT_TEST] = launch_inspect(pool, root / "inspect-test", env)
+        if ARC_TEST in selected:
+            found[ARC_TEST] = launch_arc(pool, root / "arc-test", env)
+        yield found
+        pool.shutdown(cancel_futures=True)
+
+
+def launch_lm_eval(pool: ThreadPoolExecutor, root: Path, env: dict) -> dict:
+    root.mkdir()
+    hf = root / "DIR"
+    run([BIN / "safetyrepro", "models", "export", "smollm2", "--out", hf], env, root)
+    # the configurations a sweep runs (the chat template applied, as the sweep does for chat models); first, as
+    # the longest job
+    swept = pool.submit(
+        sweep,
+        ["smollm2", f"lm-eval:hf:pretrained={hf}", "qwen2.5-coder-0.5b"],
+        root / "sweep",
+        env,
+        root,
+        "--templates",
+        "T1",
+        "--scoring",
+        "logprob",
+        "--shots",
+        "0",
+        "3",
+        "--batch-size",
+        "8",
+    )
     models = {
         "smollm2": ["--model", "safetyrepro", "--model_args", "model=smollm2"],
         "hf": ["--model", "hf", "--model_args", f"pretrained={hf}", "--batch_size", "8"],
@@ -100,7 +144,7 @@ def test_lm_eval_folders_import_with_the_printed_scores_and_the_sweeps_rho_flip(
     for name, flags in models.items():
         for shots in (0, 3):
             for chat in (True, False):
-                folder = tmp_path / "lm-eval" / f"{name}-{shots}shot-{'chat' if chat else 'plain'}"
+                folder = root / "lm-eval" / f"{name}-{shots}shot-{'chat' if chat else 'plain'}"
                 jobs.append(
                     (
                         name,
@@ -123,8 +167,111 @@ def test_lm_eval_folders_import_with_the_printed_scores_and_the_sweeps_rho_flip(
                         ],
                     )
                 )
-    with ThreadPoolExecutor(max_workers=2) as pool:  # two at a time: much of each run is single-threaded start-up
-        outputs = list(pool.map(lambda j: run(j[4], env, tmp_path).stdout, jobs))
+    outputs = [pool.submit(lambda argv: run(argv, env, root).stdout, j[4]) for j in jobs]
+    return {"root": root, "hf": hf, "jobs": jobs, "outputs": outputs, "swept": swept}
+
+
+def launch_inspect(pool: ThreadPoolExecutor, root: Path, env: dict) -> dict:
+    root.mkdir()
+    logs = root / "logs"
+    swept = pool.submit(
+        sweep,
+        ["smollm2", "qwen2.5-coder-0.5b"],
+        root / "sweep",
+        env,
+        root,
+        "--package",
+        "inspect",
+        "--templates",
+        "T1",
+        "T2",
+        "--scoring",
+        "logprob",
+        "--shots",
+        "0",
+        limit=INSPECT_LIMIT,
+    )
+    jobs = [
+        [
+            BIN / "inspect",
+            "eval",
+            "safetyrepro/xstest",
+            "--model",
+            "safetyrepro/smollm2,safetyrepro/qwen2.5-coder-0.5b",  # one log per model: one start-up for both
+            "--limit",
+            INSPECT_LIMIT,
+            "-T",
+            f"template={t}",
+            "-T",
+            "scoring=logprob",
+            "--log-dir",
+            logs / t,
+            "--display",
+            "none",
+        ]
+        for t in ("T1", "T2")
+    ]
+    runs = [pool.submit(run, argv, env, root) for argv in jobs]
+    return {"root": root, "logs": logs, "runs": runs, "swept": swept}
+
+
+def launch_arc(pool: ThreadPoolExecutor, root: Path, env: dict) -> dict:
+    """lm-eval's own arc_easy task (its YAML included as it ships) over a local JSON-lines file in ARC's format."""
+    import lm_eval
+
+    root.mkdir()
+    env = {**env, "HF_DATASETS_OFFLINE": "1"}
+    data = root / "arc_local.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps(
+                {"id": f"q{i}", "question": q, "answerKey": "ABCD"[a], "choices": {"text": c, "label": list("ABCD")}}
+            )
+            + "\n"
+            for i, (q, c, a) in enumerate(QUESTIONS)
+        )
+    )
+    arc = Path(lm_eval.__file__).parent / "tasks" / "arc" / "arc_easy.yaml"
+    tasks = root / "tasks"
+    tasks.mkdir()
+    local = {
+        "dataset_path": "json",
+        "dataset_name": None,
+        "dataset_kwargs": {"data_files": {s: str(data) for s in ("train", "validation", "test")}},
+        "tag": [],
+    }
+    (tasks / "arc_easy_local.yaml").write_text(json.dumps({"include": str(arc), "task": "arc_easy_local", **local}))
+    (tasks / "arc_easy_local_qa.yaml").write_text(
+        json.dumps({"include": str(arc), "task": "arc_easy_local_qa", **local, "doc_to_text": "Q: {{question}}\nA:"})
+    )
+    jobs = [
+        [
+            BIN / "lm_eval",
+            "--model",
+            "safetyrepro",
+            "--model_args",
+            f"model={m}",
+            "--tasks",
+            "arc_easy_local,arc_easy_local_qa",
+            "--include_path",
+            tasks,
+            "--num_fewshot",
+            "0",
+            "--apply_chat_template",
+            "--output_path",
+            root / "runs" / m,
+            "--log_samples",
+        ]
+        for m in ("smollm2", "qwen2.5-coder-0.5b")
+    ]
+    outputs = [pool.submit(lambda argv: run(argv, env, root).stdout, argv) for argv in jobs]
+    return {"root": root, "env": env, "outputs": outputs}
+
+
+def test_lm_eval_folders_import_with_the_printed_scores_and_the_sweeps_rho_flip(tmp_path, launched):
+    prep = launched[LM_EVAL_TEST]
+    env, hf, jobs, root = env_for(tmp_path), prep["hf"], prep["jobs"], prep["root"]
+    outputs = [f.result() for f in prep["outputs"]]
     # the mapping file gives the HF folder the label the sweep gives the same spec
     mapping = tmp_path / "mapping.yaml"
     mapping.write_text(
@@ -133,7 +280,7 @@ def test_lm_eval_folders_import_with_the_printed_scores_and_the_sweeps_rho_flip(
     )
     out = tmp_path / "imported"
     printed_import = run(
-        [BIN / "safetyrepro", "import", "lm-eval", tmp_path / "lm-eval", "--out", out, "--mapping", mapping],
+        [BIN / "safetyrepro", "import", "lm-eval", root / "lm-eval", "--out", out, "--mapping", mapping],
         env,
         tmp_path,
     ).stdout
@@ -148,22 +295,7 @@ def test_lm_eval_folders_import_with_the_printed_scores_and_the_sweeps_rho_flip(
         assert round(score[(labels[name], cid)], 4) == printed_scores(stdout)[TASK]["acc"]  # and printed
     items = pd.read_parquet(out / "items.parquet")
     assert len(items) == 12 * 6
-    # the configurations a sweep runs (the chat template applied, as the sweep does for chat models)
-    swept = sweep(
-        ["smollm2", f"lm-eval:hf:pretrained={hf}", "qwen2.5-coder-0.5b"],
-        tmp_path / "sweep",
-        env,
-        tmp_path,
-        "--templates",
-        "T1",
-        "--scoring",
-        "logprob",
-        "--shots",
-        "0",
-        "3",
-        "--batch-size",
-        "8",
-    )
+    swept = prep["swept"].result()  # the sweep of the configurations it can run (launch_lm_eval)
     assert len(swept) == 6
     same = grid[grid["config_id"].isin(swept["config_id"])]
     pairs = same.merge(swept, on=["model", "config_id"], suffixes=("", "_sweep"))
@@ -206,7 +338,7 @@ def test_lm_eval_folders_import_with_the_printed_scores_and_the_sweeps_rho_flip(
             BIN / "safetyrepro",
             "import",
             "lm-eval",
-            tmp_path / "sweep" / "logs" / "lm-eval",
+            root / "sweep" / "logs" / "lm-eval",
             "--out",
             again,
             "--mapping",
@@ -222,34 +354,13 @@ def test_lm_eval_folders_import_with_the_printed_scores_and_the_sweeps_rho_flip(
     print("\n" + printed_import + res.stdout + "\n" + imported_rho.to_string())
 
 
-def test_inspect_logs_of_two_templates_import_with_the_logged_scores_and_the_sweeps_rho_flip(tmp_path, data_dir):
+def test_inspect_logs_of_two_templates_import_with_the_logged_scores_and_the_sweeps_rho_flip(tmp_path, launched):
     from inspect_ai.log import list_eval_logs, read_eval_log
 
-    env = env_for(tmp_path)
-    logs = tmp_path / "logs"
-    jobs = [
-        [
-            BIN / "inspect",
-            "eval",
-            "safetyrepro/xstest",
-            "--model",
-            f"safetyrepro/{m}",
-            "--limit",
-            INSPECT_LIMIT,
-            "-T",
-            f"template={t}",
-            "-T",
-            "scoring=logprob",
-            "--log-dir",
-            logs / f"{m}-{t}",
-            "--display",
-            "none",
-        ]
-        for m in ("smollm2", "qwen2.5-coder-0.5b")
-        for t in ("T1", "T2")
-    ]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        list(pool.map(lambda argv: run(argv, env, tmp_path), jobs))
+    prep = launched[INSPECT_TEST]
+    env, logs, root = env_for(tmp_path), prep["logs"], prep["root"]
+    for f in prep["runs"]:
+        f.result()
     out = tmp_path / "imported"
     printed_import = run([BIN / "safetyrepro", "import", "inspect", logs, "--out", out], env, tmp_path).stdout
     grid = pd.read_csv(out / "grid.csv", dtype={"model": str})
@@ -263,22 +374,7 @@ def test_inspect_logs_of_two_templates_import_with_the_logged_scores_and_the_swe
     assert (out / "rules.yaml").read_bytes() == (
         Path(api.__file__).parents[1] / "safetyrepro_tasks" / "envelope.yaml"
     ).read_bytes()
-    swept = sweep(
-        ["smollm2", "qwen2.5-coder-0.5b"],
-        tmp_path / "sweep",
-        env,
-        tmp_path,
-        "--package",
-        "inspect",
-        "--templates",
-        "T1",
-        "T2",
-        "--scoring",
-        "logprob",
-        "--shots",
-        "0",
-        limit=INSPECT_LIMIT,
-    )
+    swept = prep["swept"].result()
     pairs = grid.merge(swept, on=["model", "config_id"], suffixes=("", "_sweep"))
     assert len(pairs) == 4 and (pairs["score"] == pairs["score_sweep"]).all(), pairs
     imported_rho, swept_rho = rho(grid), rho(swept)
@@ -299,7 +395,7 @@ def test_inspect_logs_of_two_templates_import_with_the_logged_scores_and_the_swe
     )
     # the sweep's own Inspect logs import to the sweep's grid
     again = tmp_path / "imported-sweep-logs"
-    run([BIN / "safetyrepro", "import", "inspect", tmp_path / "sweep" / "logs", "--out", again], env, tmp_path)
+    run([BIN / "safetyrepro", "import", "inspect", root / "sweep" / "logs", "--out", again], env, tmp_path)
     back = pd.read_csv(again / "grid.csv", dtype={"model": str}).merge(
         swept, on=["model", "config_id"], suffixes=("", "_sweep")
     )
@@ -319,60 +415,15 @@ QUESTIONS = [
 ]
 
 
-def test_a_built_in_lm_eval_task_from_a_local_file_imports_with_a_mapping(tmp_path, data_dir):
+def test_a_built_in_lm_eval_task_from_a_local_file_imports_with_a_mapping(tmp_path, launched):
     """lm-eval's own arc_easy task (its YAML included as it ships), reading a local JSON-lines file in
     ARC's format instead of the hub; two prompt variants x two models, 0-shot."""
-    import lm_eval
-
-    env = {**env_for(tmp_path), "HF_DATASETS_OFFLINE": "1"}
-    data = tmp_path / "arc_local.jsonl"
-    data.write_text(
-        "".join(
-            json.dumps(
-                {"id": f"q{i}", "question": q, "answerKey": "ABCD"[a], "choices": {"text": c, "label": list("ABCD")}}
-            )
-            + "\n"
-            for i, (q, c, a) in enumerate(QUESTIONS)
-        )
-    )
-    arc = Path(lm_eval.__file__).parent / "tasks" / "arc" / "arc_easy.yaml"
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    local = {
-        "dataset_path": "json",
-        "dataset_name": None,
-        "dataset_kwargs": {"data_files": {s: str(data) for s in ("train", "validation", "test")}},
-        "tag": [],
-    }
-    (tasks / "arc_easy_local.yaml").write_text(json.dumps({"include": str(arc), "task": "arc_easy_local", **local}))
-    (tasks / "arc_easy_local_qa.yaml").write_text(
-        json.dumps({"include": str(arc), "task": "arc_easy_local_qa", **local, "doc_to_text": "Q: {{question}}\nA:"})
-    )
-    jobs = [
-        [
-            BIN / "lm_eval",
-            "--model",
-            "safetyrepro",
-            "--model_args",
-            f"model={m}",
-            "--tasks",
-            "arc_easy_local,arc_easy_local_qa",
-            "--include_path",
-            tasks,
-            "--num_fewshot",
-            "0",
-            "--apply_chat_template",
-            "--output_path",
-            tmp_path / "runs" / m,
-            "--log_samples",
-        ]
-        for m in ("smollm2", "qwen2.5-coder-0.5b")
-    ]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        outputs = list(pool.map(lambda argv: run(argv, env, tmp_path).stdout, jobs))
+    prep = launched[ARC_TEST]
+    env, runs = prep["env"], prep["root"] / "runs"
+    outputs = [f.result() for f in prep["outputs"]]
     out = tmp_path / "imported"
     res = subprocess.run(
-        [BIN / "safetyrepro", "import", "lm-eval", tmp_path / "runs", "--out", out],
+        [BIN / "safetyrepro", "import", "lm-eval", runs, "--out", out],
         capture_output=True,
         text=True,
         env=env,
@@ -384,7 +435,7 @@ def test_a_built_in_lm_eval_task_from_a_local_file_imports_with_a_mapping(tmp_pa
         'tasks:\n  - match: "arc_easy_local(_qa)?"\n    benchmark: arc_easy\n    template: "lm-eval\\\\1"\n'
     )
     printed_import = run(
-        [BIN / "safetyrepro", "import", "lm-eval", tmp_path / "runs", "--out", out, "--mapping", mapping], env, tmp_path
+        [BIN / "safetyrepro", "import", "lm-eval", runs, "--out", out, "--mapping", mapping], env, tmp_path
     ).stdout
     grid = pd.read_csv(out / "grid.csv", dtype={"model": str})
     assert sorted(grid["config_id"].unique()) == [
