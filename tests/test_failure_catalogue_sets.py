@@ -464,3 +464,19 @@ def test_resume_reads_only_a_whole_set(run, tmp_path):
     assert whole_set(out)  # cost.json is certify's: a folder from before markers
     (out / "cost.json").write_text("{}")
     assert not whole_set(out)
+
+
+def test_a_damaged_cost_json_is_refused_not_replaced(run, tmp_path, capsys):
+    """Starting afresh over a set whose cost.json is damaged would replace its items.parquet, records a rerun
+    needs: live certify refuses in one line before any model loads, and the folder is left as it was."""
+    out = tmp_path / "out"
+    assert main([str(a) for a in replay(run / "items.parquet", run / "grid.csv", out)]) == 0
+    (out / "cost.json").write_text("{not json")
+    before = (out / "items.parquet").read_bytes()
+    one_line(
+        ["certify", "--models", "smollm2", "gemma3-270m", "--configs", "xstest/T1/greedy/0shot/logprob"]
+        + ["--limit", "2", "--out", out],
+        capsys,
+        "its cost.json is damaged",
+    )
+    assert (out / "items.parquet").read_bytes() == before and (out / "cost.json").read_text() == "{not json"

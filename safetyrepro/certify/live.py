@@ -527,6 +527,13 @@ def run_live(
 
 def _run_locked(sweep, oracle, problems, earlier, out, options, say, checkpoint_seconds, selection, sweep_options):
     previous = _read_json(out / "cost.json") if whole_set(out) else None  # only a whole set is resumed
+    if previous is None and whole_set(out) and (out / "cost.json").exists():
+        # starting afresh would replace its items.parquet, records a rerun needs: say so and stop
+        raise UserError(
+            f"--out {out}: its cost.json is damaged, so its items.parquet cannot be checked as this command's "
+            "records; restore cost.json to resume, or choose another --out (give the folder's items.parquet "
+            "to --records once cost.json is back)"
+        )
     own = out / "items.parquet"
     if isinstance(previous, dict) and own.is_file() and not own.is_symlink():
         if _same_command(previous.get("live") or {}, sweep.spec):
