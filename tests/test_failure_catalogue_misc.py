@@ -352,8 +352,11 @@ def test_flow_never_replaces_a_file_it_did_not_write(tmp_path, capsys, mine):
 def test_a_command_that_saves_its_run_on_interrupt_exits_with_the_signal_code(signal_name, code):
     """certify and demo catch the interrupt themselves (they save the run so far) and answer 130; under
     SIGTERM the command still exits 143, as docs/failures.md gives it; Ctrl-C stays 130."""
+    # Ctrl-C as a terminal delivers it: a job started in the background (CI's, a nohup) inherits SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler
     script = (
         "import argparse, os, signal, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from safetyrepro import cli\n"
         "def saving(a):\n"
         "    try:\n"
