@@ -511,6 +511,7 @@ def run_live(
     earlier items.parquet files (of sweeps or certify runs made the same way) whose items are taken as
     evaluated. The outputs are also written every `checkpoint_seconds` while the run goes on, and when
     it is interrupted, so a stopped run loses nothing a rerun would need."""
+    _check_resumable(out)
     sweep = plan_live(sweep_options, out)
     oracle = LiveOracle(sweep, say=say, log_dir=out / "logs")
     problems = oracle.problems()
@@ -527,13 +528,7 @@ def run_live(
 
 def _run_locked(sweep, oracle, problems, earlier, out, options, say, checkpoint_seconds, selection, sweep_options):
     previous = _read_json(out / "cost.json") if whole_set(out) else None  # only a whole set is resumed
-    if previous is None and whole_set(out) and (out / "cost.json").exists():
-        # starting afresh would replace its items.parquet, records a rerun needs: say so and stop
-        raise UserError(
-            f"--out {out}: its cost.json is damaged, so its items.parquet cannot be checked as this command's "
-            "records; restore cost.json to resume, or choose another --out (give the folder's items.parquet "
-            "to --records once cost.json is back)"
-        )
+    _check_resumable(out)  # again under the lock: another run may have written meanwhile
     own = out / "items.parquet"
     if isinstance(previous, dict) and own.is_file() and not own.is_symlink():
         if _same_command(previous.get("live") or {}, sweep.spec):
@@ -639,6 +634,17 @@ def read_records(path: Path) -> pd.DataFrame:
         item_score=scores,
         seed=seeds.astype("int64"),
     )
+
+
+def _check_resumable(out: Path) -> None:
+    """A whole set whose cost.json is damaged is refused: starting afresh would replace its items.parquet,
+    records a rerun needs. Checked before anything is planned or loaded."""
+    if whole_set(out) and (out / "cost.json").exists() and _read_json(out / "cost.json") is None:
+        raise UserError(
+            f"--out {out}: its cost.json is damaged, so its items.parquet cannot be checked as this command's "
+            "records; restore cost.json to resume, or choose another --out (give the folder's items.parquet "
+            "to --records once cost.json is back)"
+        )
 
 
 def _read_json(path: Path):
