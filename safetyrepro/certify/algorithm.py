@@ -400,7 +400,7 @@ def certify(
     work = _work_clock(oracle)
 
     def result(stopped_by: str) -> CertifyResult:
-        seconds = run.spent or time.monotonic() - start
+        seconds = run.wall or time.monotonic() - start
         return _result(benches, run.paired, seconds, stopped_by, alpha_each, options)
 
     def tick() -> None:
@@ -430,7 +430,9 @@ def certify(
             seconds_left = None if options.budget_seconds is None else options.budget_seconds - run.spent
             _evaluate(benches, plan, oracle, cache, seconds_left, tick)
             # the oracle's model-work clock where it keeps one (a live run: CPU seconds), else wall time
-            run.spent += time.monotonic() - run.round_start if work_before is None else (work() or 0.0) - work_before
+            wall = time.monotonic() - run.round_start
+            run.wall += wall
+            run.spent += wall if work_before is None else (work() or 0.0) - work_before
             run.round_start = None
             plan = _available(benches, plan)
             if not plan:  # the oracle stopped at the budget before this round's first items
@@ -446,13 +448,16 @@ def certify(
                 open_pairs = sum(v == "undecided" for b in benches for v in b.verdict.values())
                 progress(
                     f"round {round_no}: {run.paired:,} paired evaluations, {open_pairs} pair(s) open, "
-                    f"{run.spent:.0f} s evaluating"
+                    f"{run.wall:.0f} s evaluating"
+                    + ("" if work_before is None else f" ({run.spent:.0f} s of model work)")
                 )
             tick()
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (the CLI raises it as an interrupt)
         stopped_by = "interrupted"
-        if run.round_start is not None and work() is None:
-            run.spent += time.monotonic() - run.round_start  # the round it cut short counts as spent
+        if run.round_start is not None:  # the round it cut short counts as spent
+            run.wall += time.monotonic() - run.round_start
+            if work() is None:
+                run.spent += time.monotonic() - run.round_start
         # what the oracle answered is in its records (a rerun resumes from them); the sequences hold what
         # was fed to them, valid at whatever size each reached
     return result(stopped_by)
@@ -465,6 +470,7 @@ class _RunState:
     saved: float  # when the last checkpoint was written (monotonic clock)
     paired: int = 0  # paired evaluations fed to the sequences
     spent: float = 0.0  # the budget's seconds spent (model work, or wall time)
+    wall: float = 0.0  # wall seconds of the rounds' evaluation (CertifyResult.seconds)
     round_start: float | None = None  # while a round evaluates
 
 

@@ -211,7 +211,7 @@ def test_a_time_budget_stops_inside_a_round_without_overshooting_much():
     wall = time.monotonic() - t0
     # a and b on T1, a on T2 (0.4 s each), then b on T2 cut to the ~30 items the last 0.3 s allow (its rate);
     # the budget is CPU time of model work, so on a busy machine the wall clock may run longer
-    assert result.stopped_by == "budget" and result.seconds < 1.5 + 0.5 and oracle.work_seconds < 2.0, wall
+    assert result.stopped_by == "budget" and oracle.work_seconds < 1.5 + 0.5, (wall, oracle.work_seconds)
     assert 40 < result.paired_evaluations < 80
     assert sum(len(ids) for m, c, ids in log if (m, c) == ("b", problem.config_ids[1])) < 40
     # the pair only counts items both models answered
