@@ -17,6 +17,7 @@ import pytest
 from refusals import refused as _refused
 
 from safetyrepro.cli import main
+from safetyrepro.grid_schema import grid_row
 from safetyrepro.tasks.envelope import Config, default_rules
 
 
@@ -33,22 +34,19 @@ def _write(folder: Path, answers: dict[str, dict[str, np.ndarray]], n_items: int
             seeds = rules.seeds(cfg.decoding)
             assert x.shape[1] == len(seeds)
             rows.append(
-                {
-                    "model": model,
-                    "benchmark": cfg.benchmark,
-                    "template": cfg.template,
-                    "decoding": cfg.decoding,
-                    "shots": cfg.shots,
-                    "scoring": cfg.scoring,
-                    "precision": "bf16",
-                    "package": "lm-eval",
-                    "n_items": n_items or len(x),
-                    "n_seeds": len(seeds),
-                    "score": float(x.mean(axis=0).mean()),
-                    "parse_rate": 1.0,
-                    "tier": rules.tier(cfg),
-                    "config_id": cid,
-                }
+                grid_row(
+                    model,
+                    cfg,
+                    "bf16",
+                    "lm-eval",
+                    n_items or len(x),
+                    len(seeds),
+                    float(x.mean(axis=0).mean()),
+                    1.0,
+                    rules.tier(cfg),
+                    cid,
+                    status=None,
+                )
             )
             for i, j in itertools.product(range(len(x)), range(len(seeds))):
                 items.append(

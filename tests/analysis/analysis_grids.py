@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from safetyrepro.analysis.grid_io import common_configurations, validate_cells
+from safetyrepro.grid_schema import grid_row
 from safetyrepro.tasks.envelope import Config, default_rules
 
 # truthfulqa's conservative core, in envelope order
@@ -33,22 +34,19 @@ def grid_frame(
         for cid, score in per_config.items():
             cfg = Config.from_id(cid)
             rows.append(
-                {
-                    "model": model,
-                    "benchmark": cfg.benchmark,
-                    "template": cfg.template,
-                    "decoding": cfg.decoding,
-                    "shots": cfg.shots,
-                    "scoring": cfg.scoring,
-                    "precision": precision,
-                    "package": package,
-                    "n_items": 100,
-                    "n_seeds": len(rules.seeds(cfg.decoding)),
-                    "score": score,
-                    "parse_rate": (parse_rate or {}).get((model, cid), 1.0),
-                    "tier": rules.tier(cfg),
-                    "config_id": cid,
-                }
+                grid_row(
+                    model,
+                    cfg,
+                    precision,
+                    package,
+                    100,
+                    len(rules.seeds(cfg.decoding)),
+                    score,
+                    (parse_rate or {}).get((model, cid), 1.0),
+                    rules.tier(cfg),
+                    cid,
+                    status=None,
+                )
             )
     return pd.DataFrame(rows)
 
