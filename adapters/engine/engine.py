@@ -16,16 +16,15 @@ Reproducibility rules (tests hold the engine to them):
   appends one token at a time, every row attending to its own keys (left-aligned in a slab whose
   width is a multiple of DECODE_KEY_BLOCK; masked zero keys add exact zeros), all rows in one
   float32 attention product per layer. Every other operation (embeddings, norms, RoPE, linear
-  layers) is token-wise, and on CPU in bf16 a matrix product's row does not depend on the other
-  rows (a single-row product takes a GEMV path that can differ in the last bit, so no forward pass
-  ever has a single token row: a lone one is run with an idle second row). Hence a request's
-  numbers never depend on the other requests in its batch, nor on what was computed before: batch
-  size 1, 8 and the default (sized to the work) give bit-identical greedy texts, sampled texts and
-  log-likelihoods in bf16 (tested). In fp32 a CPU matrix product computes rows in blocks and a
-  partial block another way, so generation (its prompts' prefill passes, its decode steps and their
-  head) pads every product to a multiple of EXACT_ROW_BLOCK rows: fp32 generation is
-  batch-invariant too (tested). fp32 log-likelihoods are not padded (their exact head is) and can
-  move in the last bits (about 1e-6 relative) with the batch; so can anything on CUDA.
+  layers) is token-wise, and every linear layer (and the float32 head) runs on tiles of a fixed row
+  count (`row_tiles`): a CPU GEMM picks its kernel by the row count, so a row computed among 7 rows
+  can differ in the last bit from the same row among 300 (Intel with AMX, MKL's float32 kernels), but
+  among a fixed number of rows it depends neither on its place nor on the other rows. Hence a
+  request's numbers never depend on the other requests in its batch, nor on what was computed
+  before: batch size 1, 8 and the default (sized to the work) give bit-identical greedy texts,
+  sampled texts and log-likelihoods, in bf16 and fp32 (tested). Generation still pads its products
+  to a multiple of EXACT_ROW_BLOCK rows and never runs a lone token row (both were needed before the
+  tiles, and cost nothing). On CUDA the tiles are not claimed to be enough.
 - Prefix reuse never changes a number. Since chunk j's key/value states depend only on the tokens
   up to its end, requests that share a chunk-aligned prefix (the few-shot demonstrations of a
   cell, the prompt of a request's sampled seeds, the context of a multiple-choice item) compute
@@ -102,6 +101,7 @@ from safetyrepro.adapters.engine.prefix_cache import (
     enabled_from_env,
     max_bytes_from_env,
 )
+from safetyrepro.adapters.engine.row_tiles import tile_linears
 from safetyrepro.adapters.engine.tokenisation import (  # noqa: F401
     DEFAULT_MAX_LENGTH,
     encode_pair,
@@ -154,6 +154,7 @@ class Engine(PrefillMixin, HeadMixin, GenerateMixin):
         self.model = model
         self.tokenizer = tokenizer
         self.info = info
+        tile_linears(model)  # a row's numbers never depend on the other rows, on any CPU (row_tiles)
         # None: log-likelihoods in batches of DEFAULT_BATCH_SIZE, decoding sized to the work (decode_rows)
         self.batch_size = None if batch_size is None else max(1, int(batch_size))
         self.max_length = info.max_length or resolve_max_length(model.config, tokenizer)

@@ -4,6 +4,7 @@ full row blocks."""
 
 from __future__ import annotations
 
+from safetyrepro.adapters.engine.row_tiles import tiled_linear
 from safetyrepro.compat.transformers import apply_final_logit_softcap
 
 EXACT_ROW_BLOCK = 8  # rows of a float32 head call are padded to a multiple of this (see HeadMixin._logits)
@@ -33,14 +34,14 @@ class HeadMixin:
                 hidden = torch.cat([hidden, hidden[:1].expand(pad, -1)])
             logits = self._head(hidden)
         else:
-            # CPU float32 GEMM computes rows in blocks of 4 and a partial block another way, so a row's
-            # last bits would depend on how many rows share the call: padding to a multiple of
-            # EXACT_ROW_BLOCK keeps every row in a full block (tested for any batch and offset)
+            # a CPU GEMM picks its kernel by the row count, so a row's last bits would depend on how many
+            # rows share the call: row tiles of a fixed count keep them the same (tested for any batch
+            # and offset); the padding to EXACT_ROW_BLOCK predates the tiles and changes nothing
             pad = -m % EXACT_ROW_BLOCK
             if pad:
                 hidden = torch.cat([hidden, hidden[:1].expand(pad, -1)])
             weight, bias = head
-            logits = torch.nn.functional.linear(hidden.float(), weight, bias)
+            logits = tiled_linear(hidden.float(), weight, bias)
         if self._softcap is not None:  # Gemma's final logit softcapping, as its ForCausalLM does it
             logits = apply_final_logit_softcap(logits, self._softcap)
         return logits[:m]

@@ -204,26 +204,39 @@ def test_span_attention_equals_each_block_alone():
         assert torch.equal(out[b], alone[0])
 
 
-@pytest.mark.parametrize("shape", [(576, 1536), (1536, 576), (576, 192)])
-def test_bf16_matmul_rows_do_not_depend_on_the_other_rows(shape):
-    """What packing chunks of many prompts into one forward pass relies on: on this CPU a bf16
-    linear layer computes each row the same way whatever the number of rows (from two up: the
-    engine never runs a single row, see engine._run)."""
+def _tiled_layer(shape, dtype):
+    from safetyrepro.adapters.engine.row_tiles import tile_linears
+
     torch.manual_seed(0)
-    layer = torch.nn.Linear(*shape, bias=False).to(torch.bfloat16)
+    layer = torch.nn.Sequential(torch.nn.Linear(*shape, bias=False).to(dtype))
+    assert tile_linears(layer) == 1
+    return layer
+
+
+@pytest.mark.parametrize("shape", [(576, 1536), (1536, 576), (576, 192)])
+def test_bf16_linear_rows_do_not_depend_on_the_other_rows(shape):
+    """What packing chunks of many prompts into one forward pass relies on: the engine's linear layers
+    (row_tiles) compute each row the same way whatever the number of rows, its place, or the other rows,
+    on any CPU. A plain GEMM does not promise it: on CPUs with AMX (and in MKL's float32 kernels) a row
+    computed among 7, 32 or 64 rows differs in the last bits from the same row among 300."""
+    layer = _tiled_layer(shape, torch.bfloat16)
     x = torch.randn(300, shape[0]).to(torch.bfloat16)
     with torch.inference_mode():
         ref = layer(x)
-        for m in (2, 3, 7, 31, 32, 33, 64, 97, 256):
-            for start in (0, 300 - m):
+        assert torch.allclose(ref.float(), (x.float() @ layer[0].weight.float().T), rtol=0.02, atol=0.05)
+        for m in (1, 2, 3, 7, 31, 32, 33, 64, 97, 256):
+            for start in (0, 1, 300 - m):
                 assert torch.equal(layer(x[start : start + m]), ref[start : start + m]), (m, start)
         assert torch.equal(layer(x[None, 5:40])[0], ref[5:40])  # [1, N, H], as a packed forward has it
+        other = x.clone()
+        other[40:] = torch.randn(260, shape[0]).to(torch.bfloat16)  # other rows' content changes nothing
+        assert torch.equal(layer(other)[:40], ref[:40])
 
 
 @pytest.mark.parametrize("shape", [(576, 49152), (896, 8192)])
 def test_exact_head_rows_do_not_depend_on_the_other_rows(shape):
-    """The float32 head that scores continuations (Engine._logits(exact=True)) pads its rows to a
-    multiple of EXACT_ROW_BLOCK: a float32 GEMM computes a partial block of rows another way, so
+    """The float32 head that scores continuations (Engine._logits(exact=True)) runs in row tiles
+    (row_tiles): a float32 GEMM computes a partial block of rows another way, so
     without the padding a row's last bits would depend on how many rows share the call."""
     from safetyrepro.adapters.engine.engine import Engine
 
@@ -326,21 +339,31 @@ def test_decode_attention_is_each_row_alone_to_the_bit(dtype, window):
 
 
 @pytest.mark.parametrize("shape", [(576, 1536), (1536, 576), (576, 49152)])
-def test_float32_matmul_rows_in_full_blocks_do_not_depend_on_the_other_rows(shape):
-    """What float32 decoding relies on (a generation's prefill passes and decode steps are padded to a
-    multiple of EXACT_ROW_BLOCK rows): a float32 linear layer computes each row of a full block the
-    same way whatever the number of rows. A partial block is computed another way."""
-    from safetyrepro.adapters.engine.engine import EXACT_ROW_BLOCK
-
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(*shape, bias=False)
+def test_float32_linear_rows_do_not_depend_on_the_other_rows(shape):
+    """What float32 decoding and scoring rely on: the engine's float32 linear layers compute each row the
+    same way whatever the number of rows around it, partial blocks of rows included."""
+    layer = _tiled_layer(shape, torch.float32)
     x = torch.randn(200, shape[0])
     with torch.inference_mode():
         ref = layer(x)
-        for m in range(EXACT_ROW_BLOCK, 200, 3 * EXACT_ROW_BLOCK):
+        assert torch.allclose(ref, x @ layer[0].weight.T, rtol=0, atol=1e-4)
+        for m in (1, 2, 3, 5, 7, 8, 9, 31, 33, 64, 97, 199):
             for start in (0, 200 - m):
                 assert torch.equal(layer(x[start : start + m]), ref[start : start + m]), (m, start)
-        assert any(not torch.equal(layer(x[:m]), ref[:m]) for m in (3, 5, 7))  # partial blocks differ
+
+
+def test_only_plain_linear_layers_are_tiled():
+    """Quantised subclasses of Linear (bitsandbytes' NF4 layers) keep their own kernels; nothing but the
+    instance changes (a fresh Linear computes as before)."""
+    from safetyrepro.adapters.engine.row_tiles import tile_linears
+
+    class Quantised(torch.nn.Linear):
+        pass
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), Quantised(4, 4), torch.nn.ReLU())
+    assert tile_linears(model) == 1
+    assert "forward" in vars(model[0]) and "forward" not in vars(model[1])
+    assert "forward" not in vars(torch.nn.Linear(4, 4))
 
 
 def test_decode_rows_come_from_the_work_and_the_memory(monkeypatch):
