@@ -30,7 +30,8 @@ from safetyrepro.errors import UserError
 from safetyrepro.tasks.benchmarks.bbq import definition as bbq
 from safetyrepro.tasks.benchmarks.toxigen import SOURCE as TOXIGEN_SOURCE
 from safetyrepro.tasks.benchmarks.truthfulqa import SOURCE as TRUTHFULQA_SOURCE
-from safetyrepro.tasks.sources import fetch, mirror_dir, sha256_file
+from safetyrepro.hashing import sha256_file
+from safetyrepro.tasks.sources import fetch, mirror_dir
 
 # lm-eval's bbq/utils.py CATEGORIES order; the HF "All" config concatenates the category files
 BBQ_CATEGORIES = (
