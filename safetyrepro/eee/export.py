@@ -29,6 +29,7 @@ from safetyrepro.atomic import atomic_write, staged_output
 from safetyrepro.errors import UserError
 from safetyrepro.hashing import sha256_bytes
 from safetyrepro.importers import eee_format as R
+from safetyrepro.importers.common import split_package
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 
 ITEM_REQUIRED = ("model", "config_id", "item_id", "seed", "item_score")
@@ -416,12 +417,8 @@ def build_export(
         model_info = {"name": label, "id": model_id, "additional_details": model_details}
         if "/" in model_id and not model_id.startswith("safetyrepro/"):
             model_info["developer"] = model_id.split("/", 1)[0]
-        base = package.split("==", 1)[0].split(" [", 1)[0]
-        version = (
-            package.split("==", 1)[1].split(" [", 1)[0]
-            if "==" in package
-            else str(versions.get(R.VERSION_KEYS.get(base, base), "unknown"))
-        )
+        base, version = split_package(package)
+        version = version or str(versions.get(R.VERSION_KEYS.get(base, base), "unknown"))
         record = {
             "schema_version": R.SCHEMA_VERSION,
             "evaluation_id": evaluation_id,

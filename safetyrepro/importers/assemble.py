@@ -51,22 +51,23 @@ EXTRA_COLUMNS = [
     "items",
     "sources",
 ]
-ITEM_COLUMNS = [
-    "model",
-    "config_id",
-    "benchmark",
-    "package",
-    "precision",
-    "item_id",
-    "seed",
-    "item_score",
-    "prediction",
-    "parsed",
-    "gold",
-    "raw_output",
-    "prompt_sha256",
-    "source",
-]
+# items.parquet's columns and types (docs/formats.md)
+ITEM_TYPES = {
+    "model": "string",
+    "config_id": "string",
+    "benchmark": "string",
+    "package": "string",
+    "precision": "string",
+    "item_id": "string",
+    "seed": "int64",
+    "item_score": "float64",
+    "prediction": "Int64",
+    "parsed": "boolean",
+    "gold": "Int64",
+    "raw_output": "string",
+    "prompt_sha256": "string",
+    "source": "string",
+}
 PROVENANCE_COLUMNS = ["path", "kind", "sha256", "bytes", "status", "cells"]
 UNMAPPED_COLUMNS = ["source", "task", "model", "reason"]
 DUPLICATE_COLUMNS = ["model", "config_id", "precision", "package", "seed", "source", "created", "action"]
@@ -427,28 +428,6 @@ def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns) if rows else pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
 
 
-def _items_frame(items: list[dict]) -> pd.DataFrame:
-    frame = _frame(items, ITEM_COLUMNS)
-    return frame.astype(
-        {
-            "model": "string",
-            "config_id": "string",
-            "benchmark": "string",
-            "package": "string",
-            "precision": "string",
-            "item_id": "string",
-            "seed": "int64",
-            "item_score": "float64",
-            "prediction": "Int64",
-            "parsed": "boolean",
-            "gold": "Int64",
-            "raw_output": "string",
-            "prompt_sha256": "string",
-            "source": "string",
-        }
-    )
-
-
 def assemble(
     reading: Reading, duplicates: str, mapping: Mapping, packaged_text: bytes, extra_sources: list[dict] | None = None
 ) -> Imported:
@@ -552,7 +531,7 @@ def assemble(
     }
     return Imported(
         grid=grid,
-        items=_items_frame(items),
+        items=_frame(items, list(ITEM_TYPES)).astype(ITEM_TYPES),
         provenance=_frame(provenance, PROVENANCE_COLUMNS),
         unmapped=_frame([u.__dict__ for u in reading.unmapped], UNMAPPED_COLUMNS),
         duplicates=_frame(dup_rows, DUPLICATE_COLUMNS),

@@ -209,6 +209,22 @@ def as_unit_score(value: Any) -> float | None:
     return None
 
 
+def number(value: Any) -> float | None:
+    """A recorded setting (temperature, top_p, a rate) as a finite float, or None when it is not one."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def split_package(label: str) -> tuple[str, str]:
+    """(package, version or "") of a grid's package label, `lm-eval==0.4.13 [items n=8:ab12cd]`
+    (assemble's package_labels and comparability make them)."""
+    name, _, version = label.split(" [", 1)[0].partition("==")
+    return name, version
+
+
 def kept_items(rows: list[ItemRow], score: float, why_not: str) -> tuple[tuple[ItemRow, ...] | None, str]:
     """(the item rows, "") when they average to the recorded score, else (None, `why_not`): then the
     metric is not a mean over items (or the rows belong to another run), and the rows would mislead

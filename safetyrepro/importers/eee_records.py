@@ -58,8 +58,10 @@ from .common import (
     as_unit_score,
     bad_file,
     kept_items,
+    number,
     precision_label,
     short_hash,
+    split_package,
 )
 from .mapping import AXIS_VALUE, LM_EVAL_TASK, NAME, SCORINGS, Mapping, place_task, run_decoding, with_settings
 from .reader import Companion, about, find, json_lines
@@ -362,10 +364,10 @@ def _safetyrepro_runs(
     score = as_unit_score(sd.get("score"))
     if score is None:
         raise Refused(f"field score_details.score: {shorten(sd.get('score'))} is not a number in [0, 1]")
-    parse_rate = as_unit_score(_float(d.get(R.K_PARSE_RATE)))
+    parse_rate = as_unit_score(number(d.get(R.K_PARSE_RATE)))
     package_label = _need(d, R.K_PACKAGE, dd)
-    base = package_label.split(" [", 1)[0]  # comparability labels are made again from the item sets
-    package, _, version = base.partition("==")
+    # comparability labels are made again from the item sets
+    package, version = split_package(package_label)
     version = version or str(_strs(record.get("eval_library")).get("version") or "unknown")
     seed_scores = _seed_scores(d.get(R.K_SEED_SCORES), n_seeds, score, dd)
     by_seed: dict[int, list[ItemRow]] = defaultdict(list)
@@ -442,14 +444,6 @@ def _safetyrepro_runs(
             )
         )
     return runs
-
-
-def _float(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 def _seed_scores(text: Any, n_seeds: int, score: float, where: str) -> dict[int, float] | None:
@@ -569,8 +563,8 @@ def _foreign_run(
     decoding = run_decoding(
         scoring,
         rules,
-        _float(args.get("temperature")),
-        _float(args.get("top_p")),
+        number(args.get("temperature")),
+        number(args.get("top_p")),
         provider_default="temperature" not in args or args.get("temperature") is None,
         settings=_settings(gen, shots_key),
     )

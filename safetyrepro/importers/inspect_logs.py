@@ -102,13 +102,8 @@ class InspectReader:
             header = read_eval_log(str(path), header_only=True)
         except Exception as e:  # Inspect raises many types for a damaged file; each is one bad input
             version = _format_version(members)
-            if version is not None and version not in LOG_FORMATS:
-                raise bad_file(
-                    path,
-                    f"is an Inspect log of format version {version}; supported: "
-                    f"{', '.join(map(str, LOG_FORMATS))} (Inspect {SUPPORTED}.x)",
-                ) from None
-            raise bad_file(path, f"is not a readable Inspect log ({_first_line(e)})") from None
+            problem = _format_problem(version) if version is not None else None
+            raise bad_file(path, problem or f"is not a readable Inspect log ({_first_line(e)})") from None
         problem = check_log(header)
         if problem:
             raise bad_file(path, problem)
@@ -156,13 +151,18 @@ def _format_version(members: dict[str, bytes]) -> int | None:
     return None
 
 
+def _format_problem(version: Any) -> str | None:
+    if version in LOG_FORMATS:
+        return None
+    supported = ", ".join(map(str, LOG_FORMATS))
+    return f"is an Inspect log of format version {version}; supported: {supported} (Inspect {SUPPORTED}.x)"
+
+
 def check_log(log) -> str | None:
     """Why a log (its header) cannot be imported, or None."""
-    if getattr(log, "version", None) not in LOG_FORMATS:
-        return (
-            f"is an Inspect log of format version {getattr(log, 'version', None)}; supported: "
-            f"{', '.join(map(str, LOG_FORMATS))} (Inspect {SUPPORTED}.x)"
-        )
+    problem = _format_problem(getattr(log, "version", None))
+    if problem:
+        return problem
     version = str((log.eval.packages or {}).get("inspect_ai", ""))
     if version and not version.startswith(SUPPORTED + "."):
         return f"was written by Inspect {version}; supported: Inspect {SUPPORTED}.x logs"

@@ -39,6 +39,7 @@ from .common import (
     as_unit_score,
     bad_file,
     kept_items,
+    number,
     precision_label,
     share,
 )
@@ -225,13 +226,6 @@ def _gen_settings(data: dict, task_config: dict) -> tuple[dict, dict]:
     return {**task_kwargs, **cli}, dict(cli)
 
 
-def _float_or_none(v: Any) -> float | None:
-    try:
-        return None if v is None or v == "" else float(v)
-    except (TypeError, ValueError):
-        return None
-
-
 def _bool_or_none(v: Any) -> bool | None:
     return None if v is None or v == "" else truthy(v)
 
@@ -295,8 +289,8 @@ def runs_from_results(
         decoding = run_decoding(
             scoring,
             rules,
-            _float_or_none(gen.get("temperature")),
-            _float_or_none(gen.get("top_p")),
+            number(gen.get("temperature")),
+            number(gen.get("top_p")),
             _bool_or_none(gen.get("do_sample")),
             # other generation settings given on the command line (max_gen_toks, until, ...) change the outputs
             settings={k: v for k, v in cli.items() if k not in SAMPLING_KEYS},

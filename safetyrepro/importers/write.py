@@ -20,18 +20,8 @@ from safetyrepro.atomic import (
 )
 from safetyrepro.errors import UserError
 
-OUTPUTS = (
-    "grid.csv",
-    "grid.parquet",
-    "items.parquet",
-    "rules.yaml",
-    "run.json",
-    "provenance.csv",
-    "unmapped.csv",
-    "duplicates.csv",
-    "disagreements.csv",
-    "bad_inputs.csv",
-)
+TABLES = ("provenance.csv", "unmapped.csv", "duplicates.csv", "disagreements.csv", "bad_inputs.csv")
+OUTPUTS = ("grid.csv", "grid.parquet", "items.parquet", "rules.yaml", "run.json", *TABLES)
 
 
 @dataclass
@@ -55,13 +45,8 @@ class Imported:
         return write_outputs(Path(out), self)
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        return {
-            "provenance.csv": self.provenance,
-            "unmapped.csv": self.unmapped,
-            "duplicates.csv": self.duplicates,
-            "disagreements.csv": self.disagreements,
-            "bad_inputs.csv": self.bad,
-        }
+        frames = (self.provenance, self.unmapped, self.duplicates, self.disagreements, self.bad)
+        return dict(zip(TABLES, frames, strict=True))
 
 
 def legacy_import(folder: Path, files: list[str]) -> set[str] | None:
