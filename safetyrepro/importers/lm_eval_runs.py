@@ -101,7 +101,7 @@ class LmEvalReader:
             "holds no lm-eval results_<date>.json (was lm_eval run with --output_path?)",
         )
         results = {f for f in files if RESULTS_FILE.fullmatch(f.name)}
-        for s in (f for f in files if f not in results):  # a samples file brings its results file
+        for s in [f for f in files if SAMPLES_FILE.fullmatch(f.name)]:  # a samples file brings its results file
             stamp = _named(SAMPLES_FILE, s)["stamp"]
             if s.with_name(f"results_{stamp}.json").is_file():
                 results.add(s.with_name(f"results_{stamp}.json"))
