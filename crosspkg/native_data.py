@@ -27,10 +27,11 @@ from pathlib import Path
 from safetyrepro.atomic import atomic_write
 from safetyrepro.compat.helm import BBQ_DATA_DIR, TRUTHFULQA_CSV, scenario_data_path
 from safetyrepro.errors import UserError
+from safetyrepro.hashing import sha256_file
 from safetyrepro.tasks.benchmarks.bbq import definition as bbq
 from safetyrepro.tasks.benchmarks.toxigen import SOURCE as TOXIGEN_SOURCE
 from safetyrepro.tasks.benchmarks.truthfulqa import SOURCE as TRUTHFULQA_SOURCE
-from safetyrepro.tasks.sources import fetch, mirror_dir, sha256_file
+from safetyrepro.tasks.sources import fetch, mirror_dir
 
 # lm-eval's bbq/utils.py CATEGORIES order; the HF "All" config concatenates the category files
 BBQ_CATEGORIES = (

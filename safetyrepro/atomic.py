@@ -454,11 +454,14 @@ def staged_output(
     carry: Callable[[Path], bool] | None = None,
     own_links: tuple[str, ...] = (),
     what: str = "--out",
+    marker: bool = True,
 ) -> Iterator[Path]:
     """Build a command's whole output in a fresh staging folder (yielded: write into it with
     atomic_write(..., root=stage)) and, when the block ends without an error, put it in place of `out`
     in one step (see above). On an error `out` is left as it was; an OSError becomes a UserError that
-    names the file (under `out`) and says so. `out` is checked as check_output_set does, again here."""
+    names the file (under `out`) and says so. `out` is checked as check_output_set does, again here.
+    `marker=False`: a format whose folder another tool reads, and that is recognised by `legacy` alone,
+    gets no MARKER (an Every Eval Ever export)."""
     out = Path(out)
     target = _target(out)
     parent, name = target.parent, target.name
@@ -478,7 +481,8 @@ def staged_output(
         made = True
         yield stage
         files = _files_under(stage)
-        atomic_write(stage / MARKER, marker_text(command, files), root=stage)
+        if marker:
+            atomic_write(stage / MARKER, marker_text(command, files), root=stage)
         if _exists(name, pfd) and os.path.isdir(target):
             with contextlib.suppress(OSError):
                 os.chmod(stage_name, stat.S_IMODE(os.stat(name, dir_fd=pfd).st_mode), dir_fd=pfd)

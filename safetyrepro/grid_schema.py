@@ -8,12 +8,12 @@ changes them all at once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
 from safetyrepro.errors import UserError
+from safetyrepro.hashing import sha256_bytes, sha256_file
 
 # The contract columns (DESIGN.md): what `analyze` requires of any grid, in the order sweep and import write them.
 GRID_COLUMNS = (
@@ -114,23 +114,12 @@ def set_record_text(members: dict[str, bytes]) -> str:
                 "safetyrepro_set": SET_FORMAT,
                 "note": "written by `safetyrepro sweep` before the files below; a reader refuses the folder when "
                 "one of them is not the file recorded here (rerun the sweep's command to rewrite them together)",
-                "files": {
-                    name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-                    for name, data in members.items()
-                },
+                "files": {name: {"sha256": sha256_bytes(data), "bytes": len(data)} for name, data in members.items()},
             },
             indent=1,
         )
         + "\n"
     )
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 _checked: dict[tuple, None] = {}  # sets found whole, by their members' (name, size, mtime): hashed once
@@ -167,7 +156,7 @@ def check_set(path: Path | str) -> None:
     if key in _checked:
         return
     for name, size, _, _ in stats:
-        if size is None or size != files[name].get("bytes") or _sha256(folder / name) != wanted[name]:
+        if size is None or size != files[name].get("bytes") or sha256_file(folder / name) != wanted[name]:
             what = "is missing" if size is None else f"is not the file {SET_RECORD} records"
             raise UserError(
                 f"{folder}: {', '.join(sorted(wanted))} are not one set ({name} {what}: a sweep stopped while "

@@ -8,7 +8,6 @@ the bytes must match the pinned sha256, or the load stops with an error naming f
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from safetyrepro.cache_root import cache_root
 from safetyrepro.errors import UserError
+from safetyrepro.hashing import sha256_file
 
 DATA_DIR_ENV = "SAFETYREPRO_DATA_DIR"
 CACHE_DIR_ENV = "SAFETYREPRO_CACHE_DIR"
@@ -65,14 +65,6 @@ def mirror_dir() -> Path | None:
     if not p.is_dir():
         raise UserError(f"data mirror {p} (from --data-dir or ${DATA_DIR_ENV}) is not a directory")
     return p
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _checked(path: Path, pinned: PinnedFile, benchmark: str) -> Path:

@@ -255,7 +255,7 @@ def eee_export(tmp_path_factory):
 
 
 def test_eee_side_file_carries_no_local_path_and_is_no_record_for_the_validator(eee_export):
-    from safetyrepro.eee import records as R
+    from safetyrepro.importers import eee_format as R
 
     root, grid, out = eee_export
     side = out / R.VERDICTS_FILE
@@ -282,7 +282,7 @@ def test_eee_export_refuses_two_labels_under_one_model_id(eee_export, tmp_path, 
 def test_eee_import_never_opens_a_file_outside_its_folder(eee_export, tmp_path, capsys, monkeypatch, where):
     import shutil
 
-    from safetyrepro.eee import import_
+    from safetyrepro.importers import eee_records as import_
 
     _, _, out = eee_export
     copy = tmp_path / "eee"

@@ -231,7 +231,7 @@ def test_below_the_command_line_nothing_reads_argparse_or_imports_a_cli_module()
 
 # The layers, bottom to top (docs/architecture.md). A module may import its own layer and those below it,
 # never one above, not even inside a function; circles within a layer are caught above.
-GROUND = ("errors", "atomic", "limits", "cache_root", "markdown", "provenance", "console", "grid_schema")
+GROUND = ("errors", "atomic", "limits", "cache_root", "markdown", "provenance", "console", "grid_schema", "hashing")
 LAYERS = (
     ("ground", lambda m: m == "safetyrepro" or m.split(".")[1] in GROUND),
     ("compat", lambda m: m.startswith("safetyrepro.compat")),

@@ -38,7 +38,7 @@ from pathlib import Path
 from safetyrepro.atomic import atomic_write
 from safetyrepro.cache_root import cache_root
 from safetyrepro.errors import UserError
-from safetyrepro.tasks.sources import sha256_file
+from safetyrepro.hashing import sha256_file
 
 GGUF_MAGIC = b"GGUF"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")

@@ -15,11 +15,9 @@ validator and converters in that venv. This module imports nothing heavy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from safetyrepro.importers import import_eee
 
-if TYPE_CHECKING:
-    from safetyrepro.importers.assemble import Imported
+__all__ = ["export_eee", "import_eee"]
 
 
 def export_eee(grid, out, **kwargs):
@@ -28,29 +26,3 @@ def export_eee(grid, out, **kwargs):
     from .export import export_eee as run
 
     return run(grid, out, **kwargs)
-
-
-def import_eee(
-    paths: Sequence[str],
-    *,
-    metric: str | None = None,
-    mapping: str | None = None,
-    duplicates: str = "newest",
-    skip_bad: bool = False,
-) -> Imported:
-    """EEE records (folders searched for <uuid>.json, or record files) as an `Imported`."""
-    from safetyrepro.importers.run import import_runs
-
-    from .import_ import (
-        read_paths,  # lazy: the package's facade stays light: `safetyrepro --help` loads it
-    )
-
-    return import_runs(
-        "eee",
-        paths,
-        metric=metric,
-        mapping_path=mapping,
-        duplicates=duplicates,
-        skip_bad=skip_bad,
-        read_paths=read_paths,
-    )

@@ -66,7 +66,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import records as R
+    from safetyrepro.importers import eee_format as R
+
     from .export import export_eee, parse_model_ids
 
     export, written = export_eee(

@@ -13,11 +13,9 @@ and swapped in at once. docs/eee.md has the field mapping.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,11 +25,12 @@ from typing import Any, TypeGuard
 import pandas as pd
 
 import safetyrepro
+from safetyrepro.atomic import atomic_write, staged_output
 from safetyrepro.errors import UserError
-from safetyrepro.importers.common import sha256_bytes
+from safetyrepro.hashing import sha256_bytes
+from safetyrepro.importers import eee_format as R
+from safetyrepro.importers.common import split_package
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
-
-from . import records as R
 
 ITEM_REQUIRED = ("model", "config_id", "item_id", "seed", "item_score")
 RELATIONSHIPS = ("first_party", "third_party", "collaborative", "other")
@@ -418,12 +417,8 @@ def build_export(
         model_info = {"name": label, "id": model_id, "additional_details": model_details}
         if "/" in model_id and not model_id.startswith("safetyrepro/"):
             model_info["developer"] = model_id.split("/", 1)[0]
-        base = package.split("==", 1)[0].split(" [", 1)[0]
-        version = (
-            package.split("==", 1)[1].split(" [", 1)[0]
-            if "==" in package
-            else str(versions.get(R.VERSION_KEYS.get(base, base), "unknown"))
-        )
+        base, version = split_package(package)
+        version = version or str(versions.get(R.VERSION_KEYS.get(base, base), "unknown"))
         record = {
             "schema_version": R.SCHEMA_VERSION,
             "evaluation_id": evaluation_id,
@@ -454,7 +449,7 @@ def build_export(
                 "format": "jsonl",
                 "file_path": f"{folder}/{name}_samples.jsonl",
                 "hash_algorithm": "sha256",
-                "checksum": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                "checksum": sha256_bytes(text.encode("utf-8")),
                 "total_rows": len(lines),
             }
             out.files[f"{folder}/{name}_samples.jsonl"] = text
@@ -551,15 +546,16 @@ def verdict_tables(raw: pd.DataFrame, rules_path: str | None, rules) -> list[dic
 
 
 # -- writing --------------------------------------------------------------------------------------
-def _is_earlier_export(out: Path) -> bool:
+def _earlier_export(out: Path, files: list[str]) -> set[str] | None:
+    """An earlier export is recognised by its verdicts file, and replaced whole."""
     for name in (R.VERDICTS_FILE, *R.EARLIER_VERDICTS_FILES):
         try:
             data = json.loads((out / name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and data.get("format") == R.VERDICTS_FORMAT:
-            return True
-    return False
+            return set(files)
+    return None
 
 
 def check_out(out: Path) -> None:
@@ -568,42 +564,19 @@ def check_out(out: Path) -> None:
         raise UserError(f"--out {out} is a symbolic link; give the folder itself")
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a folder; choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not _is_earlier_export(out):
+    if out.is_dir() and any(out.iterdir()) and _earlier_export(out, []) is None:
         raise UserError(f"--out {out} holds files that no `safetyrepro export eee` wrote; choose a new or empty folder")
 
 
 def write_export(out: Path, export: Export) -> list[Path]:
     """Write the files into a staging folder beside `out`, then put it in out's place in one step
-    (an earlier export there is replaced whole; a failure leaves it as it was)."""
+    (safetyrepro/atomic.py `staged_output`: an earlier export there is replaced whole; a failure leaves
+    it as it was). No marker file is added: EEE's tools read the folder."""
     check_out(out)
-    out = out.absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = out.parent / f".{out.name}.eee-stage-{os.getpid()}"
-    old = out.parent / f".{out.name}.eee-old-{os.getpid()}"
-    shutil.rmtree(stage, ignore_errors=True)
-    try:
+    with staged_output(out, "export eee", legacy=_earlier_export, marker=False) as stage:
         for rel, text in export.files.items():
-            path = stage / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "w", encoding="utf-8", newline="\n") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-        moved = False
-        if out.exists():
-            os.rename(out, old)
-            moved = True
-        try:
-            os.rename(stage, out)
-        except OSError:
-            if moved:
-                os.rename(old, out)
-            raise
-        if moved:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return [out / rel for rel in export.files]
+            atomic_write(stage / rel, text, root=stage)
+    return [out.absolute() / rel for rel in export.files]
 
 
 def export_eee(

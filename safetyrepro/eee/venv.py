@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from safetyrepro.errors import UserError
-
-from .records import DATA_DIR
+from safetyrepro.importers.eee_format import DATA_DIR
 
 ENV = "SAFETYREPRO_EEE_PYTHON"  # another interpreter with every-eval-ever installed
 

@@ -8,7 +8,8 @@
     imported.write("runs/imported")                                       # what `safetyrepro import` writes
     api.analyze(imported.grid, imported.items, rules="runs/imported/rules.yaml")
 
-The command line is `safetyrepro import lm-eval|inspect PATH... --out DIR` (docs/importing.md). This
+The command line is `safetyrepro import lm-eval|inspect|eee PATH... --out DIR` (docs/importing.md,
+docs/eee.md). This
 module imports nothing heavy: `safetyrepro --help` loads it.
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .assemble import Imported
+    from .write import Imported
 
 
 def import_lm_eval(
@@ -48,3 +49,17 @@ def import_inspect(
     from .run import import_runs
 
     return import_runs("inspect", paths, metric=metric, mapping_path=mapping, duplicates=duplicates, skip_bad=skip_bad)
+
+
+def import_eee(
+    paths: Sequence[str],
+    *,
+    metric: str | None = None,
+    mapping: str | None = None,
+    duplicates: str = "newest",
+    skip_bad: bool = False,
+) -> Imported:
+    """Every Eval Ever records (folders searched for <uuid>.json, or record files) as an `Imported`."""
+    from .run import import_runs
+
+    return import_runs("eee", paths, metric=metric, mapping_path=mapping, duplicates=duplicates, skip_bad=skip_bad)

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -38,7 +37,7 @@ from safetyrepro.tasks.envelope import Config, parse_rules
 
 from .common import Reading, Run, Unmapped, item_set_key
 from .mapping import Mapping
-from .write import check_out, write_outputs
+from .write import Imported
 
 DUPLICATES = ("newest", "keep", "refuse")
 EXTRA_COLUMNS = [
@@ -52,57 +51,28 @@ EXTRA_COLUMNS = [
     "items",
     "sources",
 ]
-ITEM_COLUMNS = [
-    "model",
-    "config_id",
-    "benchmark",
-    "package",
-    "precision",
-    "item_id",
-    "seed",
-    "item_score",
-    "prediction",
-    "parsed",
-    "gold",
-    "raw_output",
-    "prompt_sha256",
-    "source",
-]
+# items.parquet's columns and types (docs/formats.md)
+ITEM_TYPES = {
+    "model": "string",
+    "config_id": "string",
+    "benchmark": "string",
+    "package": "string",
+    "precision": "string",
+    "item_id": "string",
+    "seed": "int64",
+    "item_score": "float64",
+    "prediction": "Int64",
+    "parsed": "boolean",
+    "gold": "Int64",
+    "raw_output": "string",
+    "prompt_sha256": "string",
+    "source": "string",
+}
 PROVENANCE_COLUMNS = ["path", "kind", "sha256", "bytes", "status", "cells"]
 UNMAPPED_COLUMNS = ["source", "task", "model", "reason"]
 DUPLICATE_COLUMNS = ["model", "config_id", "precision", "package", "seed", "source", "created", "action"]
 DISAGREEMENT_COLUMNS = ["kind", "subject", "values", "resolution"]
 BAD_COLUMNS = ["path", "reason"]
-
-
-@dataclass
-class Imported:
-    """What `safetyrepro import` writes, before it is written."""
-
-    grid: pd.DataFrame
-    items: pd.DataFrame
-    provenance: pd.DataFrame
-    unmapped: pd.DataFrame
-    duplicates: pd.DataFrame
-    disagreements: pd.DataFrame
-    bad: pd.DataFrame
-    rules_text: bytes
-    run_record: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
-
-    def write(self, out) -> list:
-        """Write every file `safetyrepro import --out` writes into `out` (refused where the CLI refuses)."""
-        check_out(Path(out))
-        return write_outputs(Path(out), self)
-
-    def tables(self) -> dict[str, pd.DataFrame]:
-        return {
-            "provenance.csv": self.provenance,
-            "unmapped.csv": self.unmapped,
-            "duplicates.csv": self.duplicates,
-            "disagreements.csv": self.disagreements,
-            "bad_inputs.csv": self.bad,
-        }
 
 
 # -- what a benchmark's definition admits ------------------------------------------------------------
@@ -458,28 +428,6 @@ def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns) if rows else pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
 
 
-def _items_frame(items: list[dict]) -> pd.DataFrame:
-    frame = _frame(items, ITEM_COLUMNS)
-    return frame.astype(
-        {
-            "model": "string",
-            "config_id": "string",
-            "benchmark": "string",
-            "package": "string",
-            "precision": "string",
-            "item_id": "string",
-            "seed": "int64",
-            "item_score": "float64",
-            "prediction": "Int64",
-            "parsed": "boolean",
-            "gold": "Int64",
-            "raw_output": "string",
-            "prompt_sha256": "string",
-            "source": "string",
-        }
-    )
-
-
 def assemble(
     reading: Reading, duplicates: str, mapping: Mapping, packaged_text: bytes, extra_sources: list[dict] | None = None
 ) -> Imported:
@@ -583,7 +531,7 @@ def assemble(
     }
     return Imported(
         grid=grid,
-        items=_items_frame(items),
+        items=_frame(items, list(ITEM_TYPES)).astype(ITEM_TYPES),
         provenance=_frame(provenance, PROVENANCE_COLUMNS),
         unmapped=_frame([u.__dict__ for u in reading.unmapped], UNMAPPED_COLUMNS),
         duplicates=_frame(dup_rows, DUPLICATE_COLUMNS),

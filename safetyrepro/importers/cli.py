@@ -6,12 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .common import Reading
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -101,10 +96,6 @@ def run(args: argparse.Namespace) -> int:
     from .run import import_runs
     from .write import check_out, write_outputs
 
-    reader: Callable[..., Reading] | None = None
-    if args.package == "eee":  # Every Eval Ever's reader lives with its exporter (docs/eee.md)
-        from safetyrepro.eee.import_ import read_paths as reader
-
     out = Path(args.out)
     check_out(out)
     imported = import_runs(
@@ -114,7 +105,6 @@ def run(args: argparse.Namespace) -> int:
         mapping_path=args.mapping,
         duplicates=args.duplicates,
         skip_bad=args.skip_bad,
-        read_paths=reader,
     )
     for w in imported.warnings:
         sys.stderr.write(f"safetyrepro: warning: {w}\n")

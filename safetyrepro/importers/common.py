@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from safetyrepro.errors import UserError
+from safetyrepro.limits import shorten
 
 # lm-eval and Inspect record dtypes in several spellings; the grid's precision column uses one.
 PRECISIONS = {
@@ -155,8 +156,20 @@ class BadInputError(UserError):
         self.bad = bad
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def bad_file(path: Any, reason: str) -> BadInputError:
+    return BadInputError(BadInput(str(path), reason))
+
+
+class Unplaced(Exception):
+    """A task of a readable run that cannot be placed in the grid; its message is the reason (`Unmapped`)."""
+
+
+def share(value: Any, metric: str, hint: str) -> float:
+    """A recorded score as a share in [0, 1] (the grid's scale), else the task is not placed."""
+    score = as_unit_score(value)
+    if score is None:
+        raise Unplaced(f"metric {metric} is {shorten(value)}, not a share in [0, 1]{hint}")
+    return score
 
 
 def short_hash(text: str, n: int = 8) -> str:
@@ -196,13 +209,30 @@ def as_unit_score(value: Any) -> float | None:
     return None
 
 
-def items_match_score(items: list[ItemRow], score: float) -> bool:
-    """Whether the item rows average to the recorded score: if not, the metric is not a mean over
-    items (or the rows belong to another run), and the rows would mislead the item-level tests."""
-    if not items:
-        return False
-    mean = sum(r.item_score for r in items) / len(items)
-    return abs(mean - score) <= SCORE_TOLERANCE * max(1.0, abs(score))
+def number(value: Any) -> float | None:
+    """A recorded setting (temperature, top_p, a rate) as a finite float, or None when it is not one."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def split_package(label: str) -> tuple[str, str]:
+    """(package, version or "") of a grid's package label, `lm-eval==0.4.13 [items n=8:ab12cd]`
+    (assemble's package_labels and comparability make them)."""
+    name, _, version = label.split(" [", 1)[0].partition("==")
+    return name, version
+
+
+def kept_items(rows: list[ItemRow], score: float, why_not: str) -> tuple[tuple[ItemRow, ...] | None, str]:
+    """(the item rows, "") when they average to the recorded score, else (None, `why_not`): then the
+    metric is not a mean over items (or the rows belong to another run), and the rows would mislead
+    the item-level tests."""
+    mean = sum(r.item_score for r in rows) / len(rows) if rows else math.nan
+    if abs(mean - score) <= SCORE_TOLERANCE * max(1.0, abs(score)):
+        return tuple(rows), ""
+    return None, why_not
 
 
 def item_set_key(item_ids: tuple[str, ...] | None, n_items: int) -> str:

@@ -2,20 +2,19 @@
 `read_eval_log_samples`): task and task arguments, model, generate config, scorer and metrics, and
 the per-sample scores.
 
-`read_paths` is the I/O edge; `run_from_log` turns one log header and its samples into a `Run`.
+`InspectReader` is the I/O edge (for importers/reader.py's loop); `run_from_log` turns one log header and
+its samples into a `Run`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
+import functools
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from safetyrepro.console import paced
 from safetyrepro.limits import (
     MAX_CHOICE,
     MAX_COUNT,
@@ -24,7 +23,6 @@ from safetyrepro.limits import (
     Refused,
     check_json_text,
     decode_text,
-    label_problem,
     loads_json,
     read_capped,
     shorten,
@@ -36,18 +34,18 @@ from .archive import check_eval_archive
 from .common import (
     Axes,
     BadInput,
-    BadInputError,
     ItemRow,
-    Reading,
     Run,
-    SourceFile,
     Unmapped,
+    Unplaced,
     as_unit_score,
-    items_match_score,
+    bad_file,
+    kept_items,
     precision_label,
+    share,
 )
-from .lm_eval_runs import links_note
-from .mapping import Mapping, decoding_spec, decorated_template, place_task, with_settings
+from .mapping import Mapping, decorated_template, place_task, run_decoding
+from .reader import Companion, find
 
 LOG_FORMATS = (2,)  # the .eval / .json log format versions Inspect 0.3 writes
 SUPPORTED = "0.3"
@@ -70,101 +68,64 @@ OUTPUT_SETTINGS = (
 MEAN_METRICS = ("accuracy", "mean")
 
 
-def _log_files(paths: Sequence[str]) -> tuple[list[str], list[BadInput]]:
-    files, bad = [], []
-    for p in map(Path, paths):
-        if p.is_file():
-            if p.suffix not in (".eval", ".json"):
-                bad.append(BadInput(str(p), "is not an Inspect log (.eval or .json)"))
-            else:
-                files.append(str(p))
-        elif p.is_dir():
-            from inspect_ai.log import list_eval_logs
+def _logs_in(folder: Path) -> list[Path]:
+    from inspect_ai.log import list_eval_logs
 
-            found = [info.name for info in list_eval_logs(str(p), recursive=True)]
-            found = [f.removeprefix("file://") for f in found]
-            if not found:
-                bad.append(BadInput(str(p), "holds no Inspect log (.eval or .json)" + links_note(p)))
-            files.extend(sorted(found))
-        else:
-            bad.append(BadInput(str(p), "does not exist"))
-    return sorted(dict.fromkeys(files)), bad
+    return sorted(Path(info.name.removeprefix("file://")) for info in list_eval_logs(str(folder), recursive=True))
 
 
-def read_paths(
-    paths: Sequence[str], mapping: Mapping, rules, metric: str | None = None, skip_bad: bool = False
-) -> Reading:
-    """Every Inspect log under `paths` as a run; bad logs raise `BadInputError` at once unless
-    `skip_bad`, which lists them and goes on."""
-    reading = Reading("inspect")
+def _first_line(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else 'no detail'}"
 
-    def bad(b: BadInput) -> None:
-        if not skip_bad:
-            raise BadInputError(b)
-        reading.bad.append(b)
 
-    files, missing = _log_files(paths)
-    for b in missing:
-        bad(b)
-    for path in paced(files, "Inspect logs", prefix="import"):
-        try:
-            data = read_capped(path)
-            members = _check_log_file(data, path)
-        except OSError as e:
-            bad(BadInput(path, f"cannot be read ({e.strerror})"))
-            continue
-        except Refused as e:
-            bad(BadInput(path, e.reason))
-            continue
+class InspectReader:
+    """One log is one run; it holds its samples itself."""
+
+    package, what, kind = "inspect", "Inspect logs", "inspect log"
+
+    def find(self, paths: Sequence[str]) -> tuple[list[Path], list[BadInput]]:
+        return find(
+            paths,
+            lambda p: p.suffix in (".eval", ".json"),
+            _logs_in,
+            "is not an Inspect log (.eval or .json)",
+            "holds no Inspect log (.eval or .json)",
+        )
+
+    def read(self, path: Path) -> tuple[bytes, Any]:
+        data = read_capped(path)
+        members = _check_log_file(data, str(path))
         # Inspect loads after the checks (seconds): a bomb is refused at once
         from inspect_ai.log import read_eval_log, read_eval_log_samples
 
         try:
-            header = read_eval_log(path, header_only=True)
+            header = read_eval_log(str(path), header_only=True)
         except Exception as e:  # Inspect raises many types for a damaged file; each is one bad input
-            version = _format_version(data, path, members)
-            if version is not None and version not in LOG_FORMATS:
-                bad(
-                    BadInput(
-                        path,
-                        f"is an Inspect log of format version {version}; supported: "
-                        f"{', '.join(map(str, LOG_FORMATS))} (Inspect {SUPPORTED}.x)",
-                    )
-                )
-            else:
-                detail = str(e).splitlines()[0][:160] if str(e) else "no detail"
-                bad(BadInput(path, f"is not a readable Inspect log ({type(e).__name__}: {detail})"))
-            continue
+            version = _format_version(members)
+            problem = _format_problem(version) if version is not None else None
+            raise bad_file(path, problem or f"is not a readable Inspect log ({_first_line(e)})") from None
         problem = check_log(header)
         if problem:
-            bad(BadInput(path, problem))
-            continue
+            raise bad_file(path, problem)
         samples = None
         if getattr(header.eval.config, "log_samples", True) is not False:
             try:
-                samples = list(read_eval_log_samples(path, all_samples_required=True))
+                samples = list(read_eval_log_samples(str(path), all_samples_required=True))
             except Exception as e:  # a log cut short keeps its header but loses samples
-                bad(
-                    BadInput(
-                        path,
-                        f"its samples cannot be read ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0][:160] if str(e) else 'no detail'}): a partial log",
-                    )
-                )
-                continue
-        try:
-            got = run_from_log(header, samples, path, mapping, rules, metric)
-        except Refused as e:
-            got = BadInput(path, e.reason)
-        if isinstance(got, BadInput):
-            bad(got)
-            continue
-        reading.sources.append(SourceFile(path, "inspect log", hashlib.sha256(data).hexdigest(), len(data)))
-        if isinstance(got, Unmapped):
-            reading.unmapped.append(got)
-        else:
-            reading.runs.append(got)
-    return reading
+                raise bad_file(path, f"its samples cannot be read ({_first_line(e)}): a partial log") from None
+        return data, (header, samples)
+
+    def companions(self, path: Path, parsed: Any) -> list[Companion]:
+        return []
+
+    def runs(
+        self, path: Path, parsed: Any, companions: list[Companion], mapping: Mapping, rules, metric: str | None
+    ) -> list[Run | Unmapped]:
+        header, samples = parsed
+        return [run_from_log(header, samples, str(path), mapping, rules, metric)]
+
+
+READER = InspectReader()
 
 
 def _check_log_file(data: bytes, path: str) -> dict[str, bytes]:
@@ -177,7 +138,7 @@ def _check_log_file(data: bytes, path: str) -> dict[str, bytes]:
     return {"log.json": data}
 
 
-def _format_version(data: bytes, path: str, members: dict[str, bytes]) -> int | None:
+def _format_version(members: dict[str, bytes]) -> int | None:
     """The log format version a file declares, read without Inspect (which refuses versions it does not
     know with a bare "unable to read"): a .json log's top-level `version`, a .eval archive's header
     (`members`: what `_check_log_file` checked and kept)."""
@@ -190,13 +151,18 @@ def _format_version(data: bytes, path: str, members: dict[str, bytes]) -> int | 
     return None
 
 
+def _format_problem(version: Any) -> str | None:
+    if version in LOG_FORMATS:
+        return None
+    supported = ", ".join(map(str, LOG_FORMATS))
+    return f"is an Inspect log of format version {version}; supported: {supported} (Inspect {SUPPORTED}.x)"
+
+
 def check_log(log) -> str | None:
     """Why a log (its header) cannot be imported, or None."""
-    if getattr(log, "version", None) not in LOG_FORMATS:
-        return (
-            f"is an Inspect log of format version {getattr(log, 'version', None)}; supported: "
-            f"{', '.join(map(str, LOG_FORMATS))} (Inspect {SUPPORTED}.x)"
-        )
+    problem = _format_problem(getattr(log, "version", None))
+    if problem:
+        return problem
     version = str((log.eval.packages or {}).get("inspect_ai", ""))
     if version and not version.startswith(SUPPORTED + "."):
         return f"was written by Inspect {version}; supported: Inspect {SUPPORTED}.x logs"
@@ -263,9 +229,7 @@ def task_name(ev) -> str:
     return name
 
 
-def run_from_log(
-    log, samples: list | None, source: str, mapping: Mapping, rules, metric: str | None
-) -> Run | Unmapped | BadInput:
+def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules, metric: str | None) -> Run | Unmapped:
     ev = log.eval
     task_args = dict(ev.task_args or {})
     recorded = str(ev.model)
@@ -275,10 +239,8 @@ def run_from_log(
         first_meta = dict(getattr(output, "metadata", None) or {})
     engine = recorded.startswith(SR_PROVIDER)
     default_label = recorded.removeprefix(SR_PROVIDER) if engine else recorded
-    label = mapping.label(default_label)
-    problem = label_problem(label)
-    if problem:
-        return BadInput(source, f"field eval.model: {problem} (a `models` entry of the mapping file gives one)")
+    label = mapping.checked_label(default_label, source, "eval.model")
+    unmapped = functools.partial(Unmapped, source, str(ev.task), label)
     name = task_name(ev)
     if name.startswith("safetyrepro/"):
         # SafetyRepro's tasks record what they ran in their metadata, also when built in Python (a sweep)
@@ -286,20 +248,17 @@ def run_from_log(
         task_args = {**task_args, **{k: meta[k] for k in SR_ARGS if k in meta}}
     placement = place_task(name, mapping, "inspect", task_args)
     if isinstance(placement, str):
-        return Unmapped(source, str(ev.task), label, placement)
+        return unmapped(placement)
     chosen = _choose_metric(log, placement.metric or metric)
     if isinstance(chosen, str):
-        return Unmapped(source, str(ev.task), label, chosen)
+        return unmapped(chosen)
     score_entry, metric_name = chosen
-    score = as_unit_score(score_entry.metrics[metric_name].value)
-    if score is None:
-        return Unmapped(
-            source,
-            str(ev.task),
-            label,
-            f"metric {score_entry.name}/{metric_name} is "
-            f"{score_entry.metrics[metric_name].value!r}, not a share in [0, 1] (choose one with --metric)",
+    try:
+        score = share(
+            score_entry.metrics[metric_name].value, f"{score_entry.name}/{metric_name}", " (choose one with --metric)"
         )
+    except Unplaced as e:
+        return unmapped(str(e))
     settings, _ = _generate_settings(log)
     if placement.safetyrepro:
         scoring = str(task_args.get("scoring") or "logprob")
@@ -312,13 +271,14 @@ def run_from_log(
         shots = _shots(task_args.get(shots_key), f"task argument {shots_key}") if shots_key else 0
         other_args = {k: v for k, v in task_args.items() if k != shots_key}
         tie_rule = None
-    if scoring == "logprob":
-        decoding = decoding_spec(0.0, None, False, rules)
-    else:
-        decoding = decoding_spec(
-            settings.get("temperature"), settings.get("top_p"), None, rules, provider_default=not engine
-        )
-        decoding = replace(decoding, name=with_settings(decoding.name, output_settings(settings, placement, rules)))
+    decoding = run_decoding(
+        scoring,
+        rules,
+        settings.get("temperature"),
+        settings.get("top_p"),
+        provider_default=not engine,
+        settings=output_settings(settings, placement, rules),
+    )
     template = decorated_template(
         placement.template,
         chat_applied=True,
@@ -357,16 +317,16 @@ def run_from_log(
         else:
             ids = tuple(r.item_id for r in rows)
             if item_ids is not None and set(ids) != set(item_ids):
-                return BadInput(source, f"holds samples for {len(ids)} of its {len(item_ids)} items: a partial log")
+                raise bad_file(source, f"holds samples for {len(ids)} of its {len(item_ids)} items: a partial log")
             item_ids, n_items = ids, len(ids)
             if metric_name not in MEAN_METRICS and metric_name.split("/")[-1] not in MEAN_METRICS:
                 note = f"metric {metric_name} is not a mean over samples"
-            elif not items_match_score(rows, score):
-                note = f"the samples' scores do not average to the reported {metric_name}"
             else:
-                items, note = tuple(rows), ""
+                items, note = kept_items(
+                    rows, score, f"the samples' scores do not average to the reported {metric_name}"
+                )
     if n_items < 1:
-        return BadInput(source, "records no samples")
+        raise bad_file(source, "records no samples")
     version = str((ev.packages or {}).get("inspect_ai") or f"{SUPPORTED}.x (unrecorded)")
     spec = {
         "kind": "inspect" if not engine else "inspect:safetyrepro",

@@ -2,32 +2,27 @@
 `samples_<task>_<date>.jsonl` (what `lm_eval --output_path DIR --log_samples` writes under
 DIR/<model>/). The files are plain JSON; lm-eval itself is not imported.
 
-`read_paths` is the I/O edge (finding, hashing and parsing files); `runs_from_results` turns one
-parsed results file and its samples into `Run`s without touching the disk.
+`LmEvalReader` is the I/O edge (finding and parsing files, for importers/reader.py's loop);
+`runs_from_results` turns one parsed results file and its samples into `Run`s without touching the disk.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
-import os
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from safetyrepro.console import paced
+from safetyrepro.hashing import sha256_bytes
 from safetyrepro.limits import (
     MAX_CHOICE,
     MAX_COUNT,
     MAX_SEED,
     MAX_SHOTS,
     Refused,
-    check_json_text,
     decode_text,
-    label_problem,
     loads_json,
     read_capped,
     shorten,
@@ -37,30 +32,35 @@ from safetyrepro.limits import (
 from .common import (
     Axes,
     BadInput,
-    BadInputError,
     ItemRow,
-    Reading,
     Run,
-    SourceFile,
     Unmapped,
+    Unplaced,
     as_unit_score,
-    items_match_score,
+    bad_file,
+    kept_items,
+    number,
     precision_label,
+    share,
 )
 from .mapping import (
     Mapping,
-    decoding_spec,
     decorated_template,
     model_label,
     parse_model_args,
     place_task,
+    run_decoding,
     truthy,
-    with_settings,
 )
+from .reader import Companion, about, find, json_lines
 
 STAMP = r"(?P<stamp>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)"
 RESULTS_FILE = re.compile(rf"results_{STAMP}\.json")
 SAMPLES_FILE = re.compile(rf"samples_(?P<task>.+)_{STAMP}\.jsonl")
+SUPPORTED = "0.4"  # the results layout (results, configs, config, n-shot, ...) of lm-eval 0.4.x
+LOGPROB_TYPES = ("multiple_choice", "loglikelihood", "loglikelihood_rolling")
+NOT_METRICS = {"alias", "name", "sample_len", "samples"}
+SAMPLING_KEYS = ("temperature", "top_p", "do_sample", "seed")
 
 
 def _named(pattern: re.Pattern[str], path: Path) -> re.Match[str]:
@@ -71,10 +71,8 @@ def _named(pattern: re.Pattern[str], path: Path) -> re.Match[str]:
     return m
 
 
-SUPPORTED = "0.4"  # the results layout (results, configs, config, n-shot, ...) of lm-eval 0.4.x
-LOGPROB_TYPES = ("multiple_choice", "loglikelihood", "loglikelihood_rolling")
-NOT_METRICS = {"alias", "name", "sample_len", "samples"}
-SAMPLING_KEYS = ("temperature", "top_p", "do_sample", "seed")
+def _ours(path: Path) -> bool:
+    return bool(RESULTS_FILE.fullmatch(path.name) or SAMPLES_FILE.fullmatch(path.name))
 
 
 # -- reading files (the edge) ----------------------------------------------------------------------
@@ -89,194 +87,83 @@ def _stamp_time(stamp: str) -> float:
         return 0.0
 
 
-def _source(path: Path, kind: str, data: bytes) -> SourceFile:
-    return SourceFile(str(path), kind, hashlib.sha256(data).hexdigest(), len(data))
+class LmEvalReader:
+    """Results files are the runs; each brings the samples files its run wrote beside it (same date stamp)."""
 
+    package, what, kind = "lm-eval", "lm-eval results files", "lm-eval results"
 
-def links_note(folder: Path, limit: int = 3) -> str:
-    """ "; N linked folder(s) were not followed (e.g. X)" for the symbolic links to folders under
-    `folder` (a search never follows them), else ""."""
-    links = []
-    for root, dirs, _files in os.walk(folder):
-        links += [Path(root) / d for d in dirs if (Path(root) / d).is_symlink()]
-        if len(links) >= limit:
-            break
-    if not links:
-        return ""
-    return (
-        f"; {len(links)}{'+' if len(links) >= limit else ''} linked folder(s) under it were not followed "
-        f"(e.g. {links[0]} -> {os.readlink(links[0])}): name the folder itself"
-    )
-
-
-def _find(paths: Sequence[str]) -> tuple[list[Path], list[Path], list[BadInput]]:
-    """Results and samples files under the given paths (folders are searched at any depth)."""
-    results: list[Path] = []
-    samples: list[Path] = []
-    bad: list[BadInput] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.is_file())
-        elif p.is_file():
-            found = [p]
-            if SAMPLES_FILE.fullmatch(p.name) is None and RESULTS_FILE.fullmatch(p.name) is None:
+    def find(self, paths: Sequence[str]) -> tuple[list[Path], list[BadInput]]:
+        files, bad = find(
+            paths,
+            _ours,
+            lambda folder: sorted(q for q in folder.rglob("*") if q.is_file() and _ours(q)),
+            "is neither an lm-eval results_<date>.json nor a samples_<task>_<date>.jsonl",
+            "holds no lm-eval results_<date>.json (was lm_eval run with --output_path?)",
+        )
+        results = {f for f in files if RESULTS_FILE.fullmatch(f.name)}
+        for s in [f for f in files if SAMPLES_FILE.fullmatch(f.name)]:  # a samples file brings its results file
+            stamp = _named(SAMPLES_FILE, s)["stamp"]
+            if s.with_name(f"results_{stamp}.json").is_file():
+                results.add(s.with_name(f"results_{stamp}.json"))
+            else:
                 bad.append(
-                    BadInput(str(p), "is neither an lm-eval results_<date>.json nor a samples_<task>_<date>.jsonl")
+                    BadInput(
+                        str(s),
+                        f"has no results file beside it (results_{stamp}.json): a samples file "
+                        "without its results cannot say the run's settings",
+                    )
                 )
-                continue
-        else:
-            bad.append(BadInput(str(p), "does not exist"))
-            continue
-        before = len(results) + len(samples)
-        for q in found:
-            if RESULTS_FILE.fullmatch(q.name):
-                results.append(q)
-            elif SAMPLES_FILE.fullmatch(q.name):
-                samples.append(q)
-        if p.is_dir() and len(results) + len(samples) == before:
-            bad.append(
-                BadInput(
-                    str(p), "holds no lm-eval results_<date>.json (was lm_eval run with --output_path?)" + links_note(p)
-                )
-            )
-    # a file named alone brings the other files its run wrote beside it (same date stamp)
-    for p in (Path(x) for x in paths if Path(x).is_file()):
-        if SAMPLES_FILE.fullmatch(p.name):
-            beside = p.with_name(f"results_{_named(SAMPLES_FILE, p)['stamp']}.json")
-            if beside.is_file():
-                results.append(beside)
-    for r in list(results):
-        stamp = _named(RESULTS_FILE, r)["stamp"]
-        samples.extend(q for q in r.parent.glob(f"samples_*_{stamp}.jsonl") if q.is_file())
-    return sorted(set(results)), sorted(set(samples)), bad
+        return sorted(results), bad
 
-
-def _read_samples(path: Path, data: bytes) -> list[dict] | BadInput:
-    lines = []
-    try:
-        text = decode_text(data)
-        check_json_text(data)
-    except Refused as e:
-        return BadInput(str(path), e.reason)
-    for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    def read(self, path: Path) -> tuple[bytes, Any]:
+        data = read_capped(path)
         try:
-            record = loads_json(line, checked=True)
-        except Refused as e:
-            return BadInput(str(path), f"line {i} {e.reason}")
+            parsed = loads_json(decode_text(data))
         except ValueError:
-            return BadInput(str(path), f"line {i} is not JSON (a partial or damaged samples file)")
-        if not isinstance(record, dict) or "doc_id" not in record:
-            return BadInput(str(path), f"line {i} is not an lm-eval sample record (no doc_id)")
-        lines.append(record)
-    return lines
-
-
-def read_paths(
-    paths: Sequence[str], mapping: Mapping, rules, metric: str | None = None, skip_bad: bool = False
-) -> Reading:
-    """Every results file under `paths` with its samples files, as runs; bad files raise
-    `BadInputError` at once unless `skip_bad`, which lists them and goes on."""
-    reading = Reading("lm-eval")
-
-    def bad(b: BadInput) -> None:
-        if not skip_bad:
-            raise BadInputError(b)
-        reading.bad.append(b)
-
-    results_files, samples_files, missing = _find(paths)
-    for b in missing:
-        bad(b)
-    by_run: dict[tuple[Path, str], list[tuple[Path, str]]] = {}
-    results_keys = {(r.parent, _named(RESULTS_FILE, r)["stamp"]) for r in results_files}
-    for s in samples_files:
-        m = _named(SAMPLES_FILE, s)
-        key = (s.parent, m["stamp"])
-        if key not in results_keys:
-            bad(
-                BadInput(
-                    str(s),
-                    f"has no results file beside it (results_{m['stamp']}.json): a samples file "
-                    "without its results cannot say the run's settings",
-                )
-            )
-            continue
-        by_run.setdefault(key, []).append((s, m["task"]))
-    for r in paced(results_files, "lm-eval results files", prefix="import"):
-        stamp = _named(RESULTS_FILE, r)["stamp"]
-        try:
-            raw = read_capped(r)
-            data = loads_json(decode_text(raw))
-        except OSError as e:
-            bad(BadInput(str(r), f"cannot be read ({e.strerror})"))
-            continue
-        except Refused as e:
-            bad(BadInput(str(r), e.reason))
-            continue
-        except ValueError:
-            bad(BadInput(str(r), "is not valid JSON (a partial or damaged results file)"))
-            continue
-        problem = check_results(data)
+            raise bad_file(path, "is not valid JSON (a partial or damaged results file)") from None
+        problem = check_results(parsed)
         if problem:
-            bad(BadInput(str(r), problem))
-            continue
-        samples: dict[str, tuple[str, list[dict]]] = {}
-        sources = [_source(r, "lm-eval results", raw)]
-        broken = None
-        for s, task_hint in sorted(by_run.get((r.parent, stamp), [])):
-            try:
-                sraw = read_capped(s)
-            except OSError as e:
-                broken = BadInput(str(s), f"cannot be read ({e.strerror})")
-                break
-            except Refused as e:
-                broken = BadInput(str(s), e.reason)
-                break
-            lines = _read_samples(s, sraw)
-            if isinstance(lines, BadInput):
-                broken = lines
-                break
-            task = _samples_task(task_hint, data)
-            if task is None:
-                broken = BadInput(
-                    str(s), f"is a samples file for task {task_hint!r}, which its results file {r.name} does not list"
+            raise bad_file(path, problem)
+        return data, parsed
+
+    def companions(self, path: Path, parsed: Any) -> list[Companion]:
+        """The samples files of the run, each with the task it belongs to: its file name holds the task
+        name (lm-eval sanitises some characters in it), matched against the tasks the results list."""
+        stamp = _named(RESULTS_FILE, path)["stamp"]
+        tasks = {**{re.sub(r"[^\w.-]", "_", t): t for t in parsed["configs"]}, **{t: t for t in parsed["configs"]}}
+        out = []
+        for s in sorted(q for q in path.parent.glob(f"samples_*_{stamp}.jsonl") if q.is_file() and _ours(q)):
+            lines = []
+            with about(s):
+                data = read_capped(s)
+                for n, record in json_lines(data, "a partial or damaged samples file"):
+                    if not isinstance(record, dict) or "doc_id" not in record:
+                        raise Refused(f"line {n} is not an lm-eval sample record (no doc_id)")
+                    lines.append(record)
+            hint = _named(SAMPLES_FILE, s)["task"]
+            if hint not in tasks:
+                raise bad_file(
+                    s, f"is a samples file for task {hint!r}, which its results file {path.name} does not list"
                 )
-                break
-            samples[task] = (str(s), lines)
-            sources.append(_source(s, "lm-eval samples", sraw))
-        if broken is None:
-            logged = [t for t in data["configs"] if t in samples]
-            if logged and len(logged) < len(data["configs"]):
-                lacking = sorted(set(data["configs"]) - set(logged))[0]
-                broken = BadInput(
-                    str(r),
-                    f"the run logged samples for {', '.join(sorted(logged))} but not for "
-                    f"{lacking}: a partial run folder",
-                )
-        if broken is None:
-            try:
-                parsed = runs_from_results(data, str(r), samples, mapping, rules, metric, _stamp_time(stamp))
-            except Refused as e:
-                parsed = BadInput(str(r), e.reason)
-            if not isinstance(parsed, BadInput):
-                runs, unmapped = parsed
-                reading.runs.extend(runs)
-                reading.unmapped.extend(unmapped)
-                reading.sources.extend(sources)
-                continue
-            broken = parsed
-        bad(broken)
-    return reading
+            out.append(Companion(s, "lm-eval samples", data, (tasks[hint], lines)))
+        return out
+
+    def runs(
+        self, path: Path, parsed: Any, companions: list[Companion], mapping: Mapping, rules, metric: str | None
+    ) -> list[Run | Unmapped]:
+        samples = {c.parsed[0]: (str(c.path), c.parsed[1]) for c in companions}
+        logged = [t for t in parsed["configs"] if t in samples]
+        if logged and len(logged) < len(parsed["configs"]):
+            lacking = sorted(set(parsed["configs"]) - set(logged))[0]
+            raise bad_file(
+                path,
+                f"the run logged samples for {', '.join(sorted(logged))} but not for {lacking}: a partial run folder",
+            )
+        stamp = _stamp_time(_named(RESULTS_FILE, path)["stamp"])
+        return runs_from_results(parsed, str(path), samples, mapping, rules, metric, stamp)
 
 
-def _samples_task(hint: str, data: dict) -> str | None:
-    """The task a samples file belongs to: its file name holds the task name (lm-eval sanitises
-    some characters in it), so match against the tasks its results file lists."""
-    if hint in data["configs"]:
-        return hint
-    clean = {re.sub(r"[^\w.-]", "_", t): t for t in data["configs"]}
-    return clean.get(hint)
+READER = LmEvalReader()
 
 
 # -- from parsed JSON to runs (pure) ---------------------------------------------------------------
@@ -339,13 +226,6 @@ def _gen_settings(data: dict, task_config: dict) -> tuple[dict, dict]:
     return {**task_kwargs, **cli}, dict(cli)
 
 
-def _float_or_none(v: Any) -> float | None:
-    try:
-        return None if v is None or v == "" else float(v)
-    except (TypeError, ValueError):
-        return None
-
-
 def _bool_or_none(v: Any) -> bool | None:
     return None if v is None or v == "" else truthy(v)
 
@@ -358,7 +238,7 @@ def runs_from_results(
     rules,
     metric: str | None,
     stamp_time: float,
-) -> tuple[list[Run], list[Unmapped]] | BadInput:
+) -> list[Run | Unmapped]:
     config = data["config"]
     kind = str(config.get("model") or "?")
     args = parse_model_args(config.get("model_args"))
@@ -366,10 +246,7 @@ def runs_from_results(
     # SafetyRepro's engine records its own label (the sweep's); a model object handed to lm-eval in
     # Python (a sweep) is recorded under its class name only
     recorded = str(sr_model["label"]) if sr_model.get("label") else model_label(kind, args, data.get("model_name"))
-    label = mapping.label(recorded)
-    problem = label_problem(label)
-    if problem:
-        return BadInput(source, f"field config.model_args: {problem} (a `models` entry of the mapping file gives one)")
+    label = mapping.checked_label(recorded, source, "config.model_args")
     weights = _text(sr_model.get("weights_sha256") or config.get("model_sha") or None, "config.model_sha")
     if truthy(args.get("load_in_4bit")) or str(args.get("bnb_4bit_quant_type", "")).lower() == "nf4":
         precision = "nf4"
@@ -379,79 +256,44 @@ def runs_from_results(
         precision = precision_label(
             sr_model.get("precision"), config.get("model_dtype"), args.get("dtype"), args.get("precision")
         )
-    version = str(data.get("lm_eval_version") or f"{SUPPORTED}.x (unrecorded)")
-    created = float(data["date"]) if isinstance(data.get("date"), (int, float)) else stamp_time
     chat_applied = (
         bool(data.get("chat_template_sha") or data.get("chat_template"))
         if ("chat_template" in data or "chat_template_sha" in data)
         else None
     )
-    has_chat = sr_model.get("has_chat_template") if "has_chat_template" in sr_model else None
     system_text = _text(data.get("system_instruction"), "system_instruction")
     multiturn = _bool_or_none(data.get("fewshot_as_multiturn"))
     spec = {"kind": f"lm-eval:{kind}", "spec": ",".join(f"{k}={v}" for k, v in args.items()), "precision": precision}
-    runs, unmapped = [], []
-    for task, task_config in data["configs"].items():
-        task_config = task_config if isinstance(task_config, dict) else {}
+
+    def task_run(task: str, task_config: dict) -> Run:
         entry = data["results"].get(task)
         if not isinstance(entry, dict):
-            return BadInput(source, f"lists task {task} in 'configs' but has no result for it: a partial results file")
+            raise bad_file(source, f"lists task {task} in 'configs' but has no result for it: a partial results file")
         placement = place_task(task, mapping, "lm-eval")
         if isinstance(placement, str):
-            unmapped.append(Unmapped(source, task, label, placement))
-            continue
+            raise Unplaced(placement)
         key = choose_metric(entry, placement.metric or metric or ("acc" if placement.safetyrepro else None))
         if key is None:
-            unmapped.append(
-                Unmapped(
-                    source,
-                    task,
-                    label,
-                    f"reports no metric {placement.metric or metric!r} "
-                    f"(it has: {', '.join(k for k in entry if ',' in k and '_stderr' not in k)})",
-                )
-            )
-            continue
-        score = as_unit_score(entry[key])
-        if score is None:
-            unmapped.append(
-                Unmapped(
-                    source,
-                    task,
-                    label,
-                    f"metric {key} is {entry[key]!r}, not a share in [0, 1]: "
-                    "the grid holds scores in [0, 1] (choose another with --metric)",
-                )
-            )
-            continue
+            have = ", ".join(k for k in entry if "," in k and "_stderr" not in k)
+            raise Unplaced(f"reports no metric {placement.metric or metric!r} (it has: {have})")
+        score = share(entry[key], key, ": the grid holds scores in [0, 1] (choose another with --metric)")
         output_type = str(task_config.get("output_type") or "")
         scoring = placement.scoring or ("logprob" if output_type in LOGPROB_TYPES else "free_form")
-        shots_recorded = (data.get("n-shot") or {}).get(task, task_config.get("num_fewshot"))
+        recorded_shots = (data.get("n-shot") or {}).get(task, task_config.get("num_fewshot"))
         shots = (
             0
-            if shots_recorded in (None, "")
-            else whole_number(shots_recorded, f"field 'n-shot' of task {task}", 0, MAX_SHOTS)
+            if recorded_shots in (None, "")
+            else whole_number(recorded_shots, f"field 'n-shot' of task {task}", 0, MAX_SHOTS)
         )
         gen, cli = _gen_settings(data, task_config)
-        if scoring == "logprob":  # likelihoods involve no sampling: the envelope's logprob cells are greedy
-            decoding = decoding_spec(0.0, None, False, rules)
-        else:
-            decoding = decoding_spec(
-                _float_or_none(gen.get("temperature")),
-                _float_or_none(gen.get("top_p")),
-                _bool_or_none(gen.get("do_sample")),
-                rules,
-            )
-        # other generation settings given on the command line (max_gen_toks, until, ...) change the outputs
-        extra_gen = {k: v for k, v in cli.items() if k not in SAMPLING_KEYS} if scoring == "free_form" else {}
-        decoding = replace(decoding, name=with_settings(decoding.name, extra_gen))
-        template = decorated_template(
-            placement.template,
-            chat_applied=chat_applied,
-            model_has_chat=has_chat,
-            system_text=system_text,
-            fewshot_as_multiturn=multiturn,
-            shots=shots,
+        decoding = run_decoding(
+            scoring,
+            rules,
+            number(gen.get("temperature")),
+            number(gen.get("top_p")),
+            _bool_or_none(gen.get("do_sample")),
+            # other generation settings given on the command line (max_gen_toks, until, ...) change the outputs
+            settings={k: v for k, v in cli.items() if k not in SAMPLING_KEYS},
         )
         seed = 0
         if decoding.do_sample:
@@ -461,9 +303,8 @@ def runs_from_results(
             seed = 0 if value in (None, "") else whole_number(value, f"field {field}", 0, MAX_SEED, text=True)
         tie_rule = None
         if placement.safetyrepro and scoring == "logprob":
-            tie_rule = str(
-                _object(task_config.get("metadata"), f"configs.{task}.metadata").get("tie_rule") or "expected"
-            )
+            meta = _object(task_config.get("metadata"), f"configs.{task}.metadata")
+            tie_rule = str(meta.get("tie_rule") or "expected")
         n_samples = _object((data.get("n-samples") or {}).get(task), f"'n-samples' of task {task}")
         n_items = 0
         for field, value in (
@@ -473,69 +314,79 @@ def runs_from_results(
             if value not in (None, "", 0):
                 n_items = whole_number(value, f"field {field}", 0, MAX_COUNT)
                 break
-        parse_rate = 1.0
-        if placement.safetyrepro:
-            logged_rate = as_unit_score(entry.get("parse_rate,none"))
-            parse_rate = 1.0 if logged_rate is None else logged_rate
+        logged_rate = as_unit_score(entry.get("parse_rate,none")) if placement.safetyrepro else None
         items, item_ids, note, samples_source = None, None, "the run logged no samples (--log_samples)", None
         if task in samples:
             samples_source, lines = samples[task]
-            try:
-                got = items_from_samples(lines, key, placement.item_id, output_type, placement.safetyrepro)
-            except Refused as e:
-                return BadInput(samples_source, e.reason)
-            if isinstance(got, str):
-                return BadInput(samples_source, got)
-            rows, item_ids = got
+            with about(samples_source):
+                rows, item_ids = items_from_samples(lines, key, placement.item_id, output_type, placement.safetyrepro)
             if n_items and len(item_ids) < n_items:
-                return BadInput(
+                raise bad_file(
                     samples_source, f"holds {len(item_ids)} of the run's {n_items} items: a partial samples file"
                 )
             n_items = len(item_ids)
-            if rows is None:
-                note = f"metric {key} has no numeric per-sample value in [0, 1]"
-            elif not items_match_score(rows, score):
-                note = f"the samples' {key.split(',')[0]} values do not average to the reported {key} (not a mean)"
-            else:
-                items, note = tuple(rows), ""
-        if n_items < 1:
-            return BadInput(source, f"records no item count for task {task}")
-        runs.append(
-            Run(
-                package="lm-eval",
-                package_version=version,
-                source=source,
-                samples_source=samples_source,
-                task=task,
-                model=label,
-                model_recorded=recorded,
-                model_spec=spec,
-                weights_id=weights,
-                precision=precision,
-                axes=Axes(placement.benchmark, template, decoding.name, shots, scoring),
-                decoding=decoding,
-                stress_template=placement.stress,
-                seed=seed,
-                metric=key,
-                tie_rule=tie_rule,
-                score=score,
-                parse_rate=parse_rate,
-                n_items=n_items,
-                item_ids=item_ids,
-                items=items,
-                items_note=note,
-                created=created,
-                settings={
-                    "task": task,
-                    "chat_template": chat_applied,
-                    "system_instruction": system_text,
-                    "fewshot_as_multiturn": multiturn,
-                    "gen_kwargs": json.dumps(cli, sort_keys=True) if cli else "",
-                    "lm_eval_model": kind,
-                },
+            name = key.split(",")[0]
+            items, note = (
+                kept_items(rows, score, f"the samples' {name} values do not average to the reported {key} (not a mean)")
+                if rows is not None
+                else (None, f"metric {key} has no numeric per-sample value in [0, 1]")
             )
+        if n_items < 1:
+            raise bad_file(source, f"records no item count for task {task}")
+        return Run(
+            package="lm-eval",
+            package_version=str(data.get("lm_eval_version") or f"{SUPPORTED}.x (unrecorded)"),
+            source=source,
+            samples_source=samples_source,
+            task=task,
+            model=label,
+            model_recorded=recorded,
+            model_spec=spec,
+            weights_id=weights,
+            precision=precision,
+            axes=Axes(
+                placement.benchmark,
+                decorated_template(
+                    placement.template,
+                    chat_applied=chat_applied,
+                    model_has_chat=sr_model.get("has_chat_template") if "has_chat_template" in sr_model else None,
+                    system_text=system_text,
+                    fewshot_as_multiturn=multiturn,
+                    shots=shots,
+                ),
+                decoding.name,
+                shots,
+                scoring,
+            ),
+            decoding=decoding,
+            stress_template=placement.stress,
+            seed=seed,
+            metric=key,
+            tie_rule=tie_rule,
+            score=score,
+            parse_rate=1.0 if logged_rate is None else logged_rate,
+            n_items=n_items,
+            item_ids=item_ids,
+            items=items,
+            items_note=note,
+            created=float(data["date"]) if isinstance(data.get("date"), (int, float)) else stamp_time,
+            settings={
+                "task": task,
+                "chat_template": chat_applied,
+                "system_instruction": system_text,
+                "fewshot_as_multiturn": multiturn,
+                "gen_kwargs": json.dumps(cli, sort_keys=True) if cli else "",
+                "lm_eval_model": kind,
+            },
         )
-    return runs, unmapped
+
+    out: list[Run | Unmapped] = []
+    for task, task_config in data["configs"].items():
+        try:
+            out.append(task_run(task, task_config if isinstance(task_config, dict) else {}))
+        except Unplaced as e:
+            out.append(Unmapped(source, task, label, str(e)))
+    return out
 
 
 def _loglik(resp: Any) -> float | None:
@@ -549,14 +400,14 @@ def _loglik(resp: Any) -> float | None:
 
 def items_from_samples(
     lines: list[dict], metric_key: str, id_field: str | None, output_type: str, safetyrepro: bool
-) -> tuple[list[ItemRow] | None, tuple[str, ...]] | str:
+) -> tuple[list[ItemRow] | None, tuple[str, ...]]:
     """(item rows, or None when the metric has no per-sample value; the ids of every item) from a
-    samples file's records of the metric's filter; a string says why the file is unusable."""
+    samples file's records of the metric's filter; refused (`Refused`) when the file is unusable."""
     name, _, filt = metric_key.partition(",")
     filt = filt or "none"
     chosen = [s for s in lines if str(s.get("filter", "none")) == filt]
     if not chosen:
-        return f"has no records for filter {filt!r}"
+        raise Refused(f"has no records for filter {filt!r}")
 
     def field_ids(name: str) -> list[str] | None:
         values = [s.get("doc", {}).get(name) if isinstance(s.get("doc"), dict) else None for s in chosen]
@@ -568,7 +419,7 @@ def items_from_samples(
     if id_field:
         ids = field_ids(id_field)
         if ids is None:
-            return f"has documents without a usable {id_field!r} field (the mapping's item_id)"
+            raise Refused(f"has documents without a usable {id_field!r} field (the mapping's item_id)")
     else:
         ids = field_ids("id")
         if ids is None or len(set(ids)) < len(ids):
@@ -582,7 +433,7 @@ def items_from_samples(
         rows.append(_item_row(s, item_id, value, output_type, safetyrepro, name))
     if len(set(ids)) < len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
-        return (
+        raise Refused(
             f"names item {dup!r} twice (filter {filt!r}): a samples file of two runs, or an item_id field "
             "that is not unique"
         )
@@ -596,7 +447,7 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
         context = args["gen_args_0"].get("arg_0")
     elif isinstance(args, list) and args and isinstance(args[0], (list, tuple)) and args[0]:
         context = args[0][0]
-    prompt_sha = hashlib.sha256(context.encode("utf-8")).hexdigest() if isinstance(context, str) else None
+    prompt_sha = sha256_bytes(context.encode("utf-8")) if isinstance(context, str) else None
     target = s.get("target")
     gold = None
     # a generated task's target is text, not a label index (left out below)

@@ -26,14 +26,15 @@ prompted differently never share a configuration id.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from safetyrepro.errors import UserError
+from safetyrepro.hashing import sha256_bytes
 from safetyrepro.limits import MAX_CONFIG_BYTES, Refused, label_problem, load_yaml, read_capped
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
 
-from .common import DecodingSpec, number_text, sha256_bytes, short_hash, token
+from .common import DecodingSpec, bad_file, number_text, short_hash, token
 
 SCORINGS = ("free_form", "logprob")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -89,6 +90,14 @@ class Mapping:
     def label(self, default: str) -> str:
         rule = next((r for r in self.models if r.pattern.fullmatch(default)), None)
         return rule.label if rule else default
+
+    def checked_label(self, default: str, source: str, field: str) -> str:
+        """The grid label of a model the run recorded as `default` (in `field`), refused when it cannot be one."""
+        label = self.label(default)
+        problem = label_problem(label)
+        if problem:
+            raise bad_file(source, f"field {field}: {problem} (a `models` entry of the mapping file gives one)")
+        return label
 
 
 def _compile(pattern: Any, where: str) -> re.Pattern:
@@ -243,6 +252,23 @@ def decoding_spec(
         if d.do_sample and abs(d.temperature - t) < 1e-9 and abs(d.top_p - p) < 1e-9:
             return DecodingSpec(d.name, t, p, True)
     return DecodingSpec(f"t{number_text(t)}-p{number_text(p)}", t, p, True)
+
+
+def run_decoding(
+    scoring: str,
+    rules,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    do_sample: bool | None = None,
+    provider_default: bool = False,
+    settings: dict[str, Any] | None = None,
+) -> DecodingSpec:
+    """A run's decoding: greedy for likelihood scoring (it samples nothing: the envelope's logprob cells are
+    greedy), else `decoding_spec`'s name followed by the other recorded settings that change an output."""
+    if scoring == "logprob":
+        return decoding_spec(0.0, None, False, rules)
+    spec = decoding_spec(temperature, top_p, do_sample, rules, provider_default)
+    return replace(spec, name=with_settings(spec.name, settings or {}))
 
 
 def with_settings(name: str, settings: dict[str, Any]) -> str:

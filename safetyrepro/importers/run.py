@@ -1,31 +1,23 @@
-"""Import end to end, writing nothing: read the runs with the package's reader, map them, assemble the
-grid (importers/assemble.py). Writing is importers/write.py's."""
+"""Import end to end, writing nothing: read the runs with the package's reader (importers/reader.py's
+loop), map them, assemble the grid (importers/assemble.py). Writing is importers/write.py's."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from safetyrepro.errors import UserError
+from safetyrepro.hashing import sha256_file
 from safetyrepro.tasks.envelope import RULES_PATH, parse_rules
-from safetyrepro.tasks.sources import sha256_file
 
-from .assemble import Imported, assemble
-from .common import Reading
+from .assemble import assemble
 from .mapping import load_mapping
+from .reader import read_paths
+from .write import Imported
 
-PACKAGES = ("lm-eval", "inspect", "eee")
-# the readers that live here; loaded on use (lm-eval's and Inspect's log APIs are heavy)
-OWN_READERS = {"lm-eval": ".lm_eval_runs", "inspect": ".inspect_logs"}
-Reader = Callable[..., Reading]
-
-
-def _sha256_file(path: str) -> tuple[str, int]:
-    try:
-        return sha256_file(Path(path)), Path(path).stat().st_size
-    except OSError:
-        return "", 0
+# each format's reader, loaded on use (Inspect's log API is heavy)
+READERS = {"lm-eval": ".lm_eval_runs", "inspect": ".inspect_logs", "eee": ".eee_records"}
 
 
 def import_runs(
@@ -36,45 +28,25 @@ def import_runs(
     mapping_path: str | None = None,
     duplicates: str = "newest",
     skip_bad: bool = False,
-    read_paths: Reader | None = None,
 ) -> Imported:
-    """Read and assemble, writing nothing (the Python entry point for notebooks, and the CLI's).
-    `read_paths` reads the package's files into Runs: lm-eval's and Inspect's readers are here; a
-    reader from outside the importers (Every Eval Ever's, safetyrepro/eee/import_.py) is passed in by
-    its caller, so the importers never import the formats built on them."""
-    if package not in PACKAGES:
-        raise UserError(f"unknown package {package!r}; allowed: {', '.join(PACKAGES)}")
-    if read_paths is None:
-        if package not in OWN_READERS:
-            raise UserError(f"import {package}: give its reader (read_paths=...)")
-        read_paths = importlib.import_module(OWN_READERS[package], __package__).read_paths
+    """Read and assemble, writing nothing (the Python entry point for notebooks, and the CLI's)."""
+    if package not in READERS:
+        raise UserError(f"unknown package {package!r}; allowed: {', '.join(READERS)}")
+    reader = importlib.import_module(READERS[package], __package__).READER
     mapping = load_mapping(mapping_path)
     packaged_text = RULES_PATH.read_bytes()
     rules = parse_rules(packaged_text, str(RULES_PATH))
-    reading = read_paths(list(paths), mapping, rules, metric=metric, skip_bad=skip_bad)
+    reading = read_paths(reader, list(paths), mapping, rules, metric=metric, skip_bad=skip_bad)
     extra = []
+
+    def row(path: str, kind: str, sha256: str | None, size: int, status: str) -> None:
+        extra.append({"path": path, "kind": kind, "sha256": sha256, "bytes": size, "status": status, "cells": ""})
+
     if mapping.path:
-        size = len(Path(mapping.path).read_bytes())
-        extra.append(
-            {
-                "path": mapping.path,
-                "kind": "mapping file",
-                "sha256": mapping.sha256,
-                "bytes": size,
-                "status": "used",
-                "cells": "",
-            }
-        )
+        row(mapping.path, "mapping file", mapping.sha256, len(Path(mapping.path).read_bytes()), "used")
     for b in reading.bad:
-        sha, size = _sha256_file(b.path)
-        extra.append(
-            {
-                "path": b.path,
-                "kind": f"{package} input",
-                "sha256": sha,
-                "bytes": size,
-                "status": f"bad: {b.reason}",
-                "cells": "",
-            }
-        )
+        try:
+            row(b.path, f"{package} input", sha256_file(b.path), Path(b.path).stat().st_size, f"bad: {b.reason}")
+        except OSError:
+            row(b.path, f"{package} input", "", 0, f"bad: {b.reason}")
     return assemble(reading, duplicates, mapping, packaged_text, extra)

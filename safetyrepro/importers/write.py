@@ -5,8 +5,11 @@ a link."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
+
+import pandas as pd
 
 from safetyrepro.atomic import (
     atomic_write,
@@ -17,21 +20,33 @@ from safetyrepro.atomic import (
 )
 from safetyrepro.errors import UserError
 
-if TYPE_CHECKING:
-    from .assemble import Imported
+TABLES = ("provenance.csv", "unmapped.csv", "duplicates.csv", "disagreements.csv", "bad_inputs.csv")
+OUTPUTS = ("grid.csv", "grid.parquet", "items.parquet", "rules.yaml", "run.json", *TABLES)
 
-OUTPUTS = (
-    "grid.csv",
-    "grid.parquet",
-    "items.parquet",
-    "rules.yaml",
-    "run.json",
-    "provenance.csv",
-    "unmapped.csv",
-    "duplicates.csv",
-    "disagreements.csv",
-    "bad_inputs.csv",
-)
+
+@dataclass
+class Imported:
+    """What `safetyrepro import` writes, before it is written."""
+
+    grid: pd.DataFrame
+    items: pd.DataFrame
+    provenance: pd.DataFrame
+    unmapped: pd.DataFrame
+    duplicates: pd.DataFrame
+    disagreements: pd.DataFrame
+    bad: pd.DataFrame
+    rules_text: bytes
+    run_record: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    def write(self, out) -> list:
+        """Write every file `safetyrepro import --out` writes into `out` (refused where the CLI refuses)."""
+        check_out(Path(out))
+        return write_outputs(Path(out), self)
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        frames = (self.provenance, self.unmapped, self.duplicates, self.disagreements, self.bad)
+        return dict(zip(TABLES, frames, strict=True))
 
 
 def legacy_import(folder: Path, files: list[str]) -> set[str] | None:

@@ -13,7 +13,7 @@ import pytest
 from eee_grids import FAILED, write_grid
 
 from safetyrepro.cli import main
-from safetyrepro.eee import records as R
+from safetyrepro.importers import eee_format as R
 
 
 def _analyze(grid: Path, out: Path) -> Path:

@@ -14,13 +14,14 @@ Two kinds of record:
   top_p); every other recorded generation setting names it, so that runs that generated differently
   never share a configuration; a recorded prompt template names the template.
 
-`read_paths` is the I/O edge; `runs_from_record` turns one parsed record and its instance rows into
-runs without touching the disk.
+`EeeReader` is the I/O edge (for importers/reader.py's loop); `runs_from_record` turns one parsed record
+and its instance rows into runs without touching the disk.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import math
@@ -28,37 +29,9 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from safetyrepro.console import paced
-from safetyrepro.importers.common import (
-    Axes,
-    BadInput,
-    BadInputError,
-    DecodingSpec,
-    ItemRow,
-    Reading,
-    Run,
-    SourceFile,
-    Unmapped,
-    as_unit_score,
-    items_match_score,
-    precision_label,
-    short_hash,
-)
-from safetyrepro.importers.lm_eval_runs import links_note
-from safetyrepro.importers.mapping import (
-    AXIS_VALUE,
-    LM_EVAL_TASK,
-    NAME,
-    SCORINGS,
-    Mapping,
-    decoding_spec,
-    place_task,
-    with_settings,
-)
 from safetyrepro.limits import (
     MAX_CHOICE,
     MAX_COUNT,
@@ -67,7 +40,6 @@ from safetyrepro.limits import (
     Refused,
     check_json_text,
     decode_text,
-    label_problem,
     loads_json,
     read_capped,
     shorten,
@@ -75,7 +47,24 @@ from safetyrepro.limits import (
 )
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
 
-from . import records as R
+from . import eee_format as R
+from .common import (
+    Axes,
+    BadInput,
+    DecodingSpec,
+    ItemRow,
+    Run,
+    Unmapped,
+    as_unit_score,
+    bad_file,
+    kept_items,
+    number,
+    precision_label,
+    short_hash,
+    split_package,
+)
+from .mapping import AXIS_VALUE, LM_EVAL_TASK, NAME, SCORINGS, Mapping, place_task, run_decoding, with_settings
+from .reader import Companion, about, find, json_lines
 
 SHOTS_KEYS = (R.K_NUM_FEWSHOT, "num_fewshot", "shots", "n_shots", "fewshot", "k_shot")
 # generation settings that leave the output as it is when they have these values
@@ -91,47 +80,67 @@ NOT_OUTPUT_ARGS = ("prompt_template", "execution_command", "agentic_eval_config"
 
 
 # -- finding and reading files (the edge) ---------------------------------------------------------------
-def _links_note(folder: Path) -> str:
-    return links_note(folder)
+def _records_in(folder: Path) -> list[Path]:
+    """`<uuid>.json` at any depth (links and hidden folders not followed): the name EEE's datastore and
+    converters give aggregate records."""
+    here = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not (Path(root) / d).is_symlink() and not d.startswith("."))
+        here += [
+            Path(root) / f
+            for f in sorted(files)
+            if f.endswith(".json") and R.UUID_FILE.fullmatch(f[:-5]) and not (Path(root) / f).is_symlink()
+        ]
+    return here
 
 
-def find_records(paths: Sequence[str]) -> tuple[list[Path], list[BadInput]]:
-    """Aggregate records under `paths`: a file as given, a folder searched at any depth (links not
-    followed) for `<uuid>.json`, the name EEE's datastore and converters give records."""
-    found, bad = [], []
-    for p in map(Path, paths):
-        if p.is_file():
-            if p.suffix != ".json":
-                bad.append(BadInput(str(p), "is not an Every Eval Ever aggregate record (.json)"))
-            else:
-                found.append(p)
-        elif p.is_dir():
-            here = []
-            for root, dirs, files in os.walk(p):
-                dirs[:] = sorted(d for d in dirs if not (Path(root) / d).is_symlink() and not d.startswith("."))
-                here += [
-                    Path(root) / f
-                    for f in sorted(files)
-                    if f.endswith(".json") and R.UUID_FILE.fullmatch(f[:-5]) and not (Path(root) / f).is_symlink()
-                ]
-            if not here:
-                bad.append(
-                    BadInput(str(p), "holds no Every Eval Ever record (<uuid>.json at any depth)" + _links_note(p))
-                )
-            found += here
-        else:
-            bad.append(BadInput(str(p), "does not exist"))
-    return sorted(dict.fromkeys(found)), bad
+class EeeReader:
+    """An aggregate record holds one evaluation's results; its instance-level file, when there, the items."""
+
+    package, what, kind = "eee", "Every Eval Ever records", "eee record"
+
+    def find(self, paths: Sequence[str]) -> tuple[list[Path], list[BadInput]]:
+        return find(
+            paths,
+            lambda p: p.suffix == ".json",
+            _records_in,
+            "is not an Every Eval Ever aggregate record (.json)",
+            "holds no Every Eval Ever record (<uuid>.json at any depth)",
+        )
+
+    def read(self, path: Path) -> tuple[bytes, Any]:
+        data = read_capped(path)
+        text = decode_text(data)
+        check_json_text(text)
+        try:
+            record = loads_json(text, checked=True)
+        except ValueError as e:
+            raise Refused(f"is not JSON ({str(e).splitlines()[0][:160]})") from None
+        problem = check_record(record)
+        if problem:
+            raise bad_file(path, problem)
+        return data, record
+
+    def companions(self, path: Path, parsed: Any) -> list[Companion]:
+        samples = _companion(path, parsed)
+        if samples is None:
+            return []
+        with about(samples):
+            data = read_capped(samples)
+            return [Companion(samples, "eee samples", data, _instance_rows(data, parsed))]
+
+    def runs(
+        self, path: Path, parsed: Any, companions: list[Companion], mapping: Mapping, rules, metric: str | None
+    ) -> list[Run | Unmapped]:
+        note = "the record has no instance-level file"
+        if not companions and parsed.get("detailed_evaluation_results"):
+            where = shorten(parsed["detailed_evaluation_results"].get("file_path"))
+            note = f"its instance-level file {where} is not there"
+        rows, samples = (companions[0].parsed, str(companions[0].path)) if companions else (None, None)
+        return runs_from_record(parsed, rows, str(path), samples, mapping, rules, metric, note)
 
 
-def _read_json_text(path: Path) -> tuple[bytes, Any]:
-    data = read_capped(path)
-    text = decode_text(data)
-    check_json_text(text)
-    try:
-        return data, loads_json(text, checked=True)
-    except ValueError as e:
-        raise Refused(f"is not JSON ({str(e).splitlines()[0][:160]})") from None
+READER = EeeReader()
 
 
 def _companion(path: Path, record: dict) -> Path | None:
@@ -169,8 +178,7 @@ def _escapes(rel: str) -> bool:
     return rel.startswith(("/", "\\")) or bool(re.match(r"^[A-Za-z]:", rel)) or ".." in parts
 
 
-def _read_samples(path: Path, record: dict) -> tuple[bytes, list[dict]]:
-    data = read_capped(path)
+def _instance_rows(data: bytes, record: dict) -> list[dict]:
     detail = record.get("detailed_evaluation_results") or {}
     algorithm, checksum = detail.get("hash_algorithm"), detail.get("checksum")
     if algorithm in ("sha256", "md5") and isinstance(checksum, str) and checksum:
@@ -180,16 +188,8 @@ def _read_samples(path: Path, record: dict) -> tuple[bytes, list[dict]]:
                 f"has {algorithm} {got}, but its record states {checksum}: the file changed since the "
                 "record was written"
             )
-    text = decode_text(data)
-    check_json_text(text)
     rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = loads_json(line, checked=True)
-        except ValueError as e:
-            raise Refused(f"line {n} is not JSON ({str(e).splitlines()[0][:120]})") from None
+    for n, row in json_lines(data):
         if not isinstance(row, dict):
             raise Refused(f"line {n} is not a JSON object")
         if row.get("evaluation_id") != record.get("evaluation_id"):
@@ -201,7 +201,7 @@ def _read_samples(path: Path, record: dict) -> tuple[bytes, list[dict]]:
     total = detail.get("total_rows")
     if isinstance(total, int) and total != len(rows):
         raise Refused(f"holds {len(rows)} rows; its record states total_rows {total}: a partial file")
-    return data, rows
+    return rows
 
 
 def check_record(record: Any) -> str | None:
@@ -221,79 +221,6 @@ def check_record(record: Any) -> str | None:
     if not isinstance(info, dict) or not isinstance(info.get("id"), str) or not info["id"].strip():
         return "field model_info.id: missing"
     return None
-
-
-def read_paths(
-    paths: Sequence[str], mapping: Mapping, rules, metric: str | None = None, skip_bad: bool = False
-) -> Reading:
-    """Every record under `paths` as runs; bad files raise `BadInputError` at once unless `skip_bad`,
-    which lists them and goes on."""
-    reading = Reading("eee")
-
-    def bad(b: BadInput) -> None:
-        if not skip_bad:
-            raise BadInputError(b)
-        reading.bad.append(b)
-
-    files, missing = find_records(paths)
-    for b in missing:
-        bad(b)
-    for path in paced(files, "Every Eval Ever records", prefix="import"):
-        try:
-            data, record = _read_json_text(path)
-        except OSError as e:
-            bad(BadInput(str(path), f"cannot be read ({e.strerror})"))
-            continue
-        except Refused as e:
-            bad(BadInput(str(path), e.reason))
-            continue
-        problem = check_record(record)
-        if problem:
-            bad(BadInput(str(path), problem))
-            continue
-        try:
-            samples_path = _companion(path, record)
-        except Refused as e:
-            bad(BadInput(str(path), e.reason))
-            continue
-        rows, note = None, "the record has no instance-level file"
-        samples_data = None
-        if samples_path is not None:
-            try:
-                samples_data, rows = _read_samples(samples_path, record)
-            except OSError as e:
-                bad(BadInput(str(samples_path), f"cannot be read ({e.strerror})"))
-                continue
-            except Refused as e:
-                bad(BadInput(str(samples_path), e.reason))
-                continue
-        elif record.get("detailed_evaluation_results"):
-            note = (
-                f"its instance-level file {shorten(record['detailed_evaluation_results'].get('file_path'))} is "
-                "not there"
-            )
-        try:
-            got = runs_from_record(
-                record, rows, str(path), str(samples_path) if samples_path else None, mapping, rules, metric, note
-            )
-        except Refused as e:
-            got = [BadInput(str(path), e.reason)]
-        if any(isinstance(g, BadInput) for g in got):
-            bad(next(g for g in got if isinstance(g, BadInput)))
-            continue
-        reading.sources.append(SourceFile(str(path), "eee record", hashlib.sha256(data).hexdigest(), len(data)))
-        if samples_data is not None:
-            reading.sources.append(
-                SourceFile(
-                    str(samples_path), "eee samples", hashlib.sha256(samples_data).hexdigest(), len(samples_data)
-                )
-            )
-        for g in got:
-            if isinstance(g, Unmapped):
-                reading.unmapped.append(g)
-            elif isinstance(g, Run):
-                reading.runs.append(g)
-    return reading
 
 
 # -- one record ------------------------------------------------------------------------------------
@@ -360,9 +287,9 @@ def runs_from_record(
     rules,
     metric: str | None,
     items_note: str,
-) -> list[Run | Unmapped | BadInput]:
+) -> list[Run | Unmapped]:
     if R.is_safetyrepro_record(record):
-        out: list[Run | Unmapped | BadInput] = []
+        out: list[Run | Unmapped] = []
         for result in record["evaluation_results"]:
             out += _safetyrepro_runs(
                 record,
@@ -399,7 +326,7 @@ def _safetyrepro_runs(
     samples_source: str | None,
     mapping: Mapping,
     items_note: str,
-) -> list[Run | BadInput]:
+) -> list[Run]:
     from safetyrepro.tasks.envelope import Config
 
     gen = _strs(result.get("generation_config"))
@@ -430,20 +357,17 @@ def _safetyrepro_runs(
         or axes.scoring not in SCORINGS
     ):
         raise Refused(f"field {where}: configuration {shorten(config_id)} has a value that is no plain name")
-    label = mapping.label(idet.get(R.K_LABEL) or str(info.get("name") or info["id"]))
-    problem = label_problem(label)
-    if problem:
-        return [BadInput(source, f"field model_info: {problem} (a `models` entry of the mapping file gives one)")]
+    label = mapping.checked_label(idet.get(R.K_LABEL) or str(info.get("name") or info["id"]), source, "model_info")
     dd = "score_details.details"
     n_items = whole_number(_need(d, R.K_N_ITEMS, dd), f"{dd}.{R.K_N_ITEMS}", 1, MAX_COUNT, text=True)
     n_seeds = whole_number(_need(d, R.K_N_SEEDS, dd), f"{dd}.{R.K_N_SEEDS}", 1, MAX_COUNT, text=True)
     score = as_unit_score(sd.get("score"))
     if score is None:
         raise Refused(f"field score_details.score: {shorten(sd.get('score'))} is not a number in [0, 1]")
-    parse_rate = as_unit_score(_float(d.get(R.K_PARSE_RATE)))
+    parse_rate = as_unit_score(number(d.get(R.K_PARSE_RATE)))
     package_label = _need(d, R.K_PACKAGE, dd)
-    base = package_label.split(" [", 1)[0]  # comparability labels are made again from the item sets
-    package, _, version = base.partition("==")
+    # comparability labels are made again from the item sets
+    package, version = split_package(package_label)
     version = version or str(_strs(record.get("eval_library")).get("version") or "unknown")
     seed_scores = _seed_scores(d.get(R.K_SEED_SCORES), n_seeds, score, dd)
     by_seed: dict[int, list[ItemRow]] = defaultdict(list)
@@ -478,20 +402,17 @@ def _safetyrepro_runs(
     )
     tie_rule = md.get(R.K_TIE_RULE) if axes.scoring == "logprob" else None
     spec = {"kind": "eee:safetyrepro", "id": info["id"], "name": info.get("name")}
-    runs: list[Run | BadInput] = []
+    runs: list[Run] = []
     seeds = seed_scores if seed_scores is not None else {0: score}
     for seed, seed_score in seeds.items():
         items, note = None, items_note
         have = by_seed.get(seed) if rows is not None else None
         if rows is not None and len(seeds) == 1 and have is None and len(by_seed) == 1:
             have = next(iter(by_seed.values()))
-        if have is not None:
-            if len(have) != n_items:
-                note = f"the instance file holds {len(have)} rows for seed {seed}, not the record's {n_items} items"
-            elif not items_match_score(have, seed_score):
-                note = "the instance rows do not average to the seed's score"
-            else:
-                items, note = tuple(have), ""
+        if have is not None and len(have) != n_items:
+            note = f"the instance file holds {len(have)} rows for seed {seed}, not the record's {n_items} items"
+        elif have is not None:
+            items, note = kept_items(have, seed_score, "the instance rows do not average to the seed's score")
         elif rows is not None:
             note = f"the instance file holds no rows for seed {seed}"
         runs.append(
@@ -523,14 +444,6 @@ def _safetyrepro_runs(
             )
         )
     return runs
-
-
-def _float(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 def _seed_scores(text: Any, n_seeds: int, score: float, where: str) -> dict[int, float] | None:
@@ -592,52 +505,40 @@ def _foreign_run(
     rules,
     metric: str | None,
     items_note: str,
-) -> Run | Unmapped | BadInput:
+) -> Run | Unmapped:
     from safetyrepro.analysis.direction import direction
 
     info = record["model_info"]
     library = _strs(record.get("eval_library"))
-    label = mapping.label(str(info["id"]).strip())
-    problem = label_problem(label)
-    if problem:
-        return BadInput(source, f"field model_info.id: {problem} (a `models` entry of the mapping file gives one)")
+    label = mapping.checked_label(str(info["id"]).strip(), source, "model_info.id")
+    unmapped = functools.partial(Unmapped, source, task, label)
     own_lm_eval = library.get("name") == "lm_eval" and LM_EVAL_TASK.fullmatch(task) is not None
     if mapping.task_rule(task) is None and not own_lm_eval:
-        return Unmapped(
-            source,
-            task,
-            label,
-            f"task {task!r} (an EEE record SafetyRepro did not write) is not one of "
-            "SafetyRepro's task names and no entry of the mapping file matches it: say its benchmark "
-            "and template with --mapping (docs/eee.md)",
+        return unmapped(
+            f"task {task!r} (an EEE record SafetyRepro did not write) is not one of SafetyRepro's task names and "
+            "no entry of the mapping file matches it: say its benchmark and template with --mapping (docs/eee.md)"
         )
     placement = place_task(task, mapping, "lm-eval")
     if isinstance(placement, str):
-        return Unmapped(source, task, label, placement)
+        return unmapped(placement)
     chosen = _choose(results, placement.metric or metric)
     if isinstance(chosen, str):
-        return Unmapped(source, task, label, chosen)
+        return unmapped(chosen)
     mc = _strs(chosen.get("metric_config"))
     metric_name = str(chosen.get("evaluation_result_id") or mc.get("metric_id") or mc.get("metric_name") or "score")
     sd = _strs(chosen.get("score_details"))
     score = as_unit_score(sd.get("score"))
     if score is None:
-        return Unmapped(
-            source,
-            task,
-            label,
-            f"metric {metric_name} is {shorten(sd.get('score'))}, not a share in "
-            "[0, 1] (choose one with --metric or the mapping's metric)",
+        return unmapped(
+            f"metric {metric_name} is {shorten(sd.get('score'))}, not a share in [0, 1] (choose one with --metric "
+            "or the mapping's metric)"
         )
     lower = mc.get("lower_is_better")
     better = direction(placement.benchmark) if placement.benchmark in BENCHMARKS else None
     if better is None and lower is True:
-        return Unmapped(
-            source,
-            task,
-            label,
-            f"metric {metric_name} is lower-is-better, and a benchmark SafetyRepro "
-            "does not define is read as higher-is-better: choose a higher-is-better metric",
+        return unmapped(
+            f"metric {metric_name} is lower-is-better, and a benchmark SafetyRepro does not define is read as "
+            "higher-is-better: choose a higher-is-better metric"
         )
     if (
         better is not None
@@ -645,12 +546,9 @@ def _foreign_run(
         and lower is not None
         and bool(lower) != (better.name == "lower")
     ):
-        return Unmapped(
-            source,
-            task,
-            label,
+        return unmapped(
             f"metric {metric_name} is {'lower' if lower else 'higher'}-is-better, "
-            f"but {placement.benchmark}'s definition reads its score {better.label}",
+            f"but {placement.benchmark}'s definition reads its score {better.label}"
         )
     gen = _strs(chosen.get("generation_config"))
     args = _strs(gen.get("generation_args"))
@@ -662,17 +560,14 @@ def _foreign_run(
         if shots_key and shots_key in details
         else 0
     )
-    if scoring == "logprob":
-        decoding = decoding_spec(0.0, None, False, rules)
-    else:
-        decoding = decoding_spec(
-            _float(args.get("temperature")),
-            _float(args.get("top_p")),
-            None,
-            rules,
-            provider_default="temperature" not in args or args.get("temperature") is None,
-        )
-        decoding = replace(decoding, name=with_settings(decoding.name, _settings(gen, shots_key)))
+    decoding = run_decoding(
+        scoring,
+        rules,
+        number(args.get("temperature")),
+        number(args.get("top_p")),
+        provider_default="temperature" not in args or args.get("temperature") is None,
+        settings=_settings(gen, shots_key),
+    )
     prompt = args.get("prompt_template")
     template = with_settings(placement.template, {"prompt": short_hash(str(prompt))} if prompt else {})
     item_rows = _rows_for(rows, chosen, results)
@@ -687,10 +582,11 @@ def _foreign_run(
         built = [ItemRow(sid, sum(v) / len(v), raw_output=_raw_output(first[sid])) for sid, v in values.items()]
         if not built:
             note = f"the instance file holds no rows for {metric_name}"
-        elif not items_match_score(built, score):
-            note = f"the instance rows' scores do not average to the reported {metric_name}"
         else:
-            items, note, item_ids = tuple(built), "", tuple(values)
+            items, note = kept_items(
+                built, score, f"the instance rows' scores do not average to the reported {metric_name}"
+            )
+            item_ids = tuple(values) if items else None
     source_data = _strs(chosen.get("source_data"))
     unc = _strs(sd.get("uncertainty"))
     if item_ids is None and isinstance(source_data.get("sample_ids"), list) and source_data["sample_ids"]:
@@ -708,7 +604,7 @@ def _foreign_run(
         )
     )
     if n_items < 1:
-        return BadInput(
+        raise bad_file(
             source,
             f"result {metric_name} states no sample count (uncertainty.num_samples, "
             "source_data.samples_number) and has no instance rows",
