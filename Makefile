@@ -34,12 +34,22 @@ test: test-quick test-slow
 # Which tests each runs (CI moves the quick tests that need a set-up to after the set-ups: .ci/run).
 QUICK ?= not slow
 SLOW  ?= slow
+# Test files run in WORKERS processes at once (pytest-xdist; a file's tests stay together, so its fixtures are
+# built once), each with one torch thread: most of a test is single-threaded Python (imports, tokenising,
+# processes it starts and waits for), so two workers keep both cores busy. WORKERS=1: one process, as before.
+WORKERS ?= 2
+ifneq ($(filter-out 0 1,$(WORKERS)),)
+PYTEST_WORKERS = -n $(WORKERS) --dist loadfile
+test-quick test-slow: export OMP_NUM_THREADS ?= 1
+else
+PYTEST_WORKERS = -p no:xdist
+endif
 test-quick: $(STAMP)
-	$(BIN)/python -m pytest -q -m "$(QUICK)"
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m "$(QUICK)"
 
 # pytest's exit 5 (no test collected: a tree or a SLOW selection with no such test) is not a failure here.
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m "$(SLOW)"; rc=$$?; \
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m "$(SLOW)"; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "test-slow: no test collected (pytest exit 5): nothing to run"; rc=0; fi; exit $$rc
 
 lint: $(STAMP)
