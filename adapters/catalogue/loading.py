@@ -24,7 +24,7 @@ from pathlib import Path
 from safetyrepro.adapters.catalogue.weights import ResolvedModel, cache_dir
 from safetyrepro.atomic import check_output_set, staged_output
 from safetyrepro.compat.transformers import quiet_gguf_dequantisation_bar, strip_gguf_quantizer
-from safetyrepro.errors import UserError, one_of
+from safetyrepro.errors import UserError, error_line, one_of
 
 PRECISIONS = ("bf16", "fp32", "nf4")
 EXPORT_PRECISIONS = ("bf16", "fp32")
@@ -82,12 +82,7 @@ def load_tokenizer(resolved: ResolvedModel):
             return AutoTokenizer.from_pretrained(resolved.path.parent, gguf_file=resolved.path.name)
         return AutoTokenizer.from_pretrained(resolved.path)
     except (OSError, ValueError, KeyError, struct.error) as e:  # struct.error: a truncated GGUF
-        raise UserError(f"cannot load a tokenizer from {resolved.path}: {_first_line(e)}") from None
-
-
-def _first_line(e: BaseException) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0] if s else type(e).__name__
+        raise UserError(f"cannot load a tokenizer from {resolved.path}: {error_line(e, with_type=False)}") from None
 
 
 def load_hf(resolved: ResolvedModel, precision: str = "bf16", device: str = "cpu"):
@@ -117,7 +112,8 @@ def _load_folder(folder: Path, precision: str, device: str):
         tokenizer = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError, struct.error, SafetensorError) as e:
-        raise UserError(f"cannot load model weights from {folder} ({precision}): {_first_line(e)}") from None
+        why = error_line(e, with_type=False)
+        raise UserError(f"cannot load model weights from {folder} ({precision}): {why}") from None
     if precision != "nf4":
         model = model.to(device)  # type: ignore[arg-type]  # transformers' stub misreads .to's decorator
     model.eval()
@@ -138,7 +134,8 @@ def _load_gguf(resolved: ResolvedModel, precision: str):
             quantization_config=GgufConfig(dequantize=True),
         )
     except (OSError, ValueError, KeyError, RuntimeError, struct.error) as e:
-        raise UserError(f"cannot load model weights from {resolved.path} ({precision}): {_first_line(e)}") from None
+        why = error_line(e, with_type=False)
+        raise UserError(f"cannot load model weights from {resolved.path} ({precision}): {why}") from None
     strip_gguf_quantizer(model)
     return model, tokenizer
 

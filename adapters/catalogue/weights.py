@@ -37,7 +37,7 @@ from pathlib import Path
 
 from safetyrepro.atomic import atomic_write
 from safetyrepro.cache_root import cache_root
-from safetyrepro.errors import UserError
+from safetyrepro.errors import UserError, error_line
 from safetyrepro.tasks.sources import sha256_file
 
 GGUF_MAGIC = b"GGUF"
@@ -607,7 +607,7 @@ def _resolve_hub(hub_id: str) -> ResolvedModel:
     try:
         folder = snapshot_download(hub_id, local_files_only=offline, allow_patterns=patterns)
     except Exception as e:  # offline miss, network failure, unknown repo
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        why = error_line(e, with_type=False)
         raise UserError(
             f"model {hub_id!r} is not an embedded label, a local path, or a hub id that could be "
             f"fetched ({'offline, not in the local HF cache' if offline else why}); "

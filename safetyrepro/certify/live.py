@@ -2,10 +2,10 @@
 
 The sweep plans it: the same model specs, benchmarks, envelope filters, item subset (--limit N: the
 first N items) and precision, validated by `Sweep.create` before any model loads. For (benchmark,
-configuration, model, item ids) the oracle runs that cell through the sweep's own driver
-(`drivers.make_driver(...).run_cell(config, seeds, item_ids)`: lm-eval's `simple_evaluate` or Inspect's
-`eval` on exactly those items, every seed of a sampled configuration) on the sweep's cached backend
-(`cached_backend.open_cached_backend`), and returns each item's mean item_score over the seeds: the
+configuration, model, item ids) the oracle runs that cell through the model the sweep opens
+(`sweep/cell.py` `open_model`: the package's driver on the cached backend; `run_cell(config, seeds,
+item_ids)`: lm-eval's `simple_evaluate` or Inspect's `eval` on exactly those items, every seed of a
+sampled configuration), and returns each item's mean item_score over the seeds: the
 sweep's prompts, scoring functions and records, item for item. Every generation and log-likelihood goes
 through the outputs cache shared with `sweep`, so an item evaluated before (by a sweep or by an earlier
 certify run) costs nothing; a rerun of the same command with the same --seed draws the same items in the
@@ -22,7 +22,6 @@ import dataclasses
 import json
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,16 +33,14 @@ import pandas as pd
 from safetyrepro.analysis.grid_io import read_table
 from safetyrepro.analysis.item_validation import checked_records
 from safetyrepro.analysis.significance import ITEM_COLUMNS
-from safetyrepro.atomic import ensure_dir
-from safetyrepro.console import duration
-from safetyrepro.errors import UserError
+from safetyrepro.console import Heartbeat, duration
+from safetyrepro.errors import UserError, error_line
 from safetyrepro.limits import MAX_CONFIG_BYTES, read_capped, shorten
-from safetyrepro.sweep.cached_backend import open_cached_backend, outputs_cache_path
-from safetyrepro.sweep.drivers import backend_record, make_driver
+from safetyrepro.sweep.cached_backend import outputs_cache_path
+from safetyrepro.sweep.cell import cell_item_ids, open_model
 from safetyrepro.sweep.outputs_cache import OutputsCache, OutputsCacheError
 from safetyrepro.sweep.plan import select_configs
 from safetyrepro.sweep.records import ItemRecord
-from safetyrepro.sweep.runner import cell_item_ids
 from safetyrepro.sweep.sweeper import Sweep
 from safetyrepro.sweep.timing import cell_seconds_per_item
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
@@ -52,7 +49,6 @@ from safetyrepro.tasks.envelope import load_rules
 from .algorithm import BenchmarkProblem, CertifyResult, certify
 from .outputs import check_out, whole_set, write_outputs
 
-HEARTBEAT_S = 30.0  # a line at least this often while one (model, configuration) call runs
 LATTICE_TOLERANCE = 1e-9
 
 
@@ -197,21 +193,24 @@ class LiveOracle:
 
     # -- models -------------------------------------------------------------------------------
     def driver(self, model: str):
-        """The model's driver, loaded on first use and kept (as the sweep's open_driver, with lm-eval's
-        per-call log files left out: a certify run calls a cell many times)."""
+        """The model's driver, loaded on first use and kept (as the sweep opens a model: sweep/cell.py, with
+        lm-eval's per-call log files left out: a certify run calls a cell many times)."""
         if model not in self.drivers:
-            o, spec = self.sweep.options, self.sweep.spec
             t0 = time.monotonic()
             self._say(f"loading {model} (outside the budget: a first load may join and convert its weights)")
+            if self.sweep.spec.package == "inspect" and self.log_dir is None:
+                raise ValueError("an Inspect run of certify needs a log folder")
+            log_dir = str(self.log_dir) if self.sweep.spec.package == "inspect" else None
             try:
-                with _Heartbeat(self._say, f"loading {model}", 0, "still loading"):
-                    backend = open_cached_backend(self.sweep.entry(model), spec.precision, o.device, o.batch_size)
+                with Heartbeat(lambda s: f"loading {model}: still loading ({s:.0f} s)", self._say):
+                    opened = open_model(
+                        self.sweep.entry(model), self.sweep.setup(log_dir), self.sweep.prefetch_seeds(model)
+                    )
             except UserError:
                 raise
             except Exception as e:
-                raise UserError(f"{model} failed to load: {type(e).__name__}: {_first_line(e)}") from None
-            backend.prefetch_seeds = self.sweep.prefetch_seeds(model)
-            self.models_run[model] = backend_record(backend)
+                raise UserError(f"{model} failed to load: {error_line(e)}") from None
+            self.models_run[model] = opened.record
             sha = self.models_run[model].get("weights_sha256")
             other = {k: v for k, v in self.earlier_weights.get(model, {}).items() if k != sha}
             if sha and other:
@@ -220,14 +219,7 @@ class LiveOracle:
                     f"{model}'s records in {path} were made with weights {k[:12]}..., this run loads "
                     f"{str(sha)[:12]}...: those records are not this model's (leave them out)"
                 )
-            log_dir = None
-            if spec.package == "inspect":
-                if self.log_dir is None:
-                    raise ValueError("an Inspect run of certify needs a log folder")
-                log_dir = str(ensure_dir(self.log_dir, root=self.log_dir.parent))
-            self.drivers[model] = make_driver(
-                spec.package, backend, self.sweep.rules, self.sweep.items_for, log_dir, spec.tie_rule
-            )
+            self.drivers[model] = opened.driver
             self.load_seconds[model] = round(time.monotonic() - t0, 3)
         return self.drivers[model]
 
@@ -304,14 +296,14 @@ class LiveOracle:
         driver = self.driver(model)
         calls_before = driver.backend.model_calls
         t0, cpu0 = time.monotonic(), time.process_time()
-        with _Heartbeat(self._say, label, len(todo)):
+        with Heartbeat(lambda s: f"{label}: {len(todo)} items, still evaluating ({s:.0f} s)", self._say):
             try:
                 records = driver.run_cell(cell.config, cell.seeds, todo)
             except (UserError, OutputsCacheError):
                 raise
             except Exception as e:
                 raise UserError(
-                    f"{label} failed: {type(e).__module__}.{type(e).__name__}: {_first_line(e)} "
+                    f"{label} failed: {error_line(e)} "
                     "(what was evaluated is in the outputs cache: rerun the same command to resume)"
                 ) from None
         dt, cpu = time.monotonic() - t0, time.process_time() - cpu0
@@ -446,30 +438,6 @@ def _kind(cell) -> tuple[str, int]:
     return cell.config.scoring, len(cell.seeds)
 
 
-class _Heartbeat:
-    """A progress line every HEARTBEAT_S while one call runs (a long call says it is alive)."""
-
-    def __init__(self, say: Callable[[str], None], label: str, n: int, doing: str = ""):
-        self.say, self.label, self.n = say, label, n
-        self.doing = doing or f"{n} items, still evaluating"
-        self._stop = threading.Event()
-
-    def __enter__(self):
-        self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._beat, daemon=True)
-        self._thread.start()
-        return self
-
-    def _beat(self):
-        while not self._stop.wait(HEARTBEAT_S):
-            self.say(f"{self.label}: {self.doing} ({time.monotonic() - self._t0:.0f} s)")
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        return False
-
-
 def _round_note(where: tuple[int, int, float | None] | None) -> str:
     """'; call 3 of 12 of the round, 1.4 h of the budget left' (the budget part only under a wall budget)."""
     if where is None:
@@ -479,11 +447,6 @@ def _round_note(where: tuple[int, int, float | None] | None) -> str:
     if left is not None:
         note += f", {duration(max(0.0, left))} of model work left in the budget"
     return note
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else ""
 
 
 def plan_live(sweep_options, out: Path):

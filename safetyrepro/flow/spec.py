@@ -138,8 +138,8 @@ def build_spec(p: FlowPlan, log_dir: str, mapping_name: str):
     from inspect_ai.model import GenerateConfig
     from inspect_flow import FlowSpec, FlowTask
 
+    from safetyrepro.sweep.cell import cell_item_ids
     from safetyrepro.sweep.drivers import inspect_generate_args, inspect_task_args
-    from safetyrepro.sweep.runner import cell_item_ids
 
     o, tasks, skipped = p.options, [], []
     for cell in p.cells:

@@ -10,11 +10,10 @@ from pathlib import Path
 from safetyrepro.adapters.catalogue.loading import check_precision, resolve_device
 from safetyrepro.adapters.catalogue.model_specs import ENGINE, check_runnable
 from safetyrepro.adapters.catalogue.weights import resolve_weights
-from safetyrepro.atomic import ensure_dir
 from safetyrepro.console import console as make_console
 from safetyrepro.errors import UserError
-from safetyrepro.sweep.cached_backend import open_cached_backend, outputs_cache_path  # noqa: F401  (re-exported)
-from safetyrepro.sweep.drivers import backend_record, item_sets, make_driver
+from safetyrepro.sweep.cached_backend import outputs_cache_path
+from safetyrepro.sweep.cell import CellRunner, CellSetup
 from safetyrepro.sweep.outputs_cache import OutputsCache
 from safetyrepro.sweep.plan import (
     Cell,
@@ -74,18 +73,24 @@ class Sweep:
         return next(m for m in self.options.models if m.label == label)
 
     def items_for(self, benchmark: str):
-        return item_sets(self.spec.subsample, self.spec.subset_seed, self.spec.limit)(benchmark)
+        return self.setup().items_for(benchmark)
 
     def prefetch_seeds(self, label: str) -> tuple[int, ...]:
         return tuple(sorted({s for c in self.cells if c.model == label for s in c.seeds if len(c.seeds) > 1}))
 
-    def open_driver(self, label: str):
-        o = self.options
-        backend = open_cached_backend(self.entry(label), self.spec.precision, o.device, o.batch_size)
-        backend.prefetch_seeds = self.prefetch_seeds(label)
-        self.models_run[label] = backend_record(backend)
-        logs = ensure_dir(self.store.root / "logs", root=self.store.root)  # the packages write their logs in it
-        return make_driver(self.spec.package, backend, self.rules, self.items_for, str(logs), self.spec.tie_rule)
+    def setup(self, log_dir: str | None = None) -> CellSetup:
+        """What running this sweep's cells takes besides a model (the packages' logs in `log_dir`)."""
+        return CellSetup(self.spec, self.rules, self.options.device, self.options.batch_size, log_dir)
+
+    def log_dir(self) -> str:
+        return str(self.store.root / "logs")
+
+    def runner(self, label: str) -> CellRunner:
+        """The local executor's model, opened for its cells (run.json records its backend)."""
+        runner = CellRunner(self.entry(label), self.setup(self.log_dir()), self.prefetch_seeds(label))
+        if runner.model is not None:
+            self.models_run[label] = runner.record()
+        return runner
 
     def run(self) -> SweepResult:
         if any(c.applicable for c in self.cells):  # a bad cache is found here, not after a model load
@@ -104,9 +109,7 @@ class Sweep:
 
                 result = run_ray(self, progress)
             else:
-                result = run_local(
-                    self.spec, self.cells, self.store, self.rules, self.open_driver, self.items_for, progress
-                )
+                result = run_local(self.setup(self.log_dir()), self.cells, self.store, self.runner, progress)
             result.outputs = self.store.write_outputs(self.store.records(), [c.key for c in self.cells])
             write_run_json(self.store, self.spec, self.rules, self.models_run, self.items_for, result)
             return result
