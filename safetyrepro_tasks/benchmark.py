@@ -29,8 +29,9 @@ SCORINGS = ("free_form", "logprob")
 # How logprob scoring credits an item whose highest log-likelihood is shared by several candidates:
 # "expected" (default) is the expected score under a uniformly random tie-break (1/k when the gold is
 # among k tied winners); "first" is lm-eval's argmax convention (the first candidate wins).
-TIE_RULES = ("expected", "first")
-DEFAULT_TIE_RULE = "expected"
+TieRule = Literal["expected", "first"]
+TIE_RULES: tuple[str, ...] = get_args(TieRule)
+DEFAULT_TIE_RULE: TieRule = "expected"  # the one place the default is written
 SYSTEM_SEP = "\n\n"  # lm-eval glues the description to the rest with no separator of its own
 ANSWER_CUE = "Answer:"
 # Which way a score is better: the headline score's (`Benchmark.better`) and each extra metric's.

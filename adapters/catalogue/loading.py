@@ -21,7 +21,8 @@ import struct
 import sys
 from pathlib import Path
 
-from safetyrepro.adapters.catalogue.weights import ResolvedModel, cache_dir
+from safetyrepro.adapters.catalogue.model_specs import ENGINE
+from safetyrepro.adapters.catalogue.weights import ResolvedModel, cache_dir, resolve_weights
 from safetyrepro.atomic import check_output_set, staged_output
 from safetyrepro.compat.transformers import quiet_gguf_dequantisation_bar, strip_gguf_quantizer
 from safetyrepro.errors import UserError, error_line, one_of
@@ -53,6 +54,19 @@ def resolve_device(device: str | None) -> str:
             raise UserError(f"device {device!r} asked for, but torch sees no CUDA device (torch {torch.__version__})")
         return d
     raise one_of("device", device, ("cpu", "cuda", "cuda:N", "auto"))
+
+
+def check_loadable(models, device: str | None) -> None:
+    """What can be known wrong about model entries without loading one: each engine model's precision
+    note and weights (a missing or truncated file, an unknown name), and the device."""
+    engine = [m for m in models if m.kind == ENGINE]
+    for m in engine:
+        if m.precision:
+            check_precision(m.precision)
+    if engine or device:
+        resolve_device(device)
+    for m in engine:
+        resolve_weights(m.target)
 
 
 def _torch_dtype(precision: str):

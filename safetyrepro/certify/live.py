@@ -38,6 +38,7 @@ from safetyrepro.errors import UserError, error_line
 from safetyrepro.limits import MAX_CONFIG_BYTES, read_capped, shorten
 from safetyrepro.sweep.cached_backend import outputs_cache_path
 from safetyrepro.sweep.cell import cell_item_ids, open_model
+from safetyrepro.sweep.options import SweepOptions
 from safetyrepro.sweep.outputs_cache import OutputsCache, OutputsCacheError
 from safetyrepro.sweep.plan import select_configs
 from safetyrepro.sweep.records import ItemRecord
@@ -449,11 +450,10 @@ def _round_note(where: tuple[int, int, float | None] | None) -> str:
     return note
 
 
-def plan_live(sweep_options, out: Path):
+def plan_live(sweep_options: SweepOptions, out: Path):
     """The validated live run of `certify --models ...` (a planned Sweep), or a UserError before any model
-    loads. `sweep_options` are the sweep's own (sweep/cli.py options_from_args, called by the CLI)."""
-    if getattr(sweep_options, "executor", "local") != "local":
-        raise UserError("certify runs its models here (--executor local): rounds are small and sequential")
+    loads. `sweep_options`: the sweep's own (SweepOptions.from_args as certify's profile takes them; it
+    runs the models here, whatever their executor)."""
     check_out(out)  # a sweep's, another command's or a user's files are never replaced
     sweep = Sweep.create(sweep_options)
     if len(sweep.spec.models) < 2:
@@ -462,7 +462,7 @@ def plan_live(sweep_options, out: Path):
 
 
 def run_live(
-    sweep_options,
+    sweep_options: SweepOptions,
     out: Path,
     options,
     say,
