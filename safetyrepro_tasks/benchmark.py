@@ -152,6 +152,12 @@ def check_tie_rule(rule: str) -> str:
     return rule
 
 
+def shares_tie_credit(rule: str) -> bool:
+    """Whether a tie rule splits an item's credit among its tied candidates (1/k each: item scores finer
+    than whole shares), rather than giving it to the first."""
+    return check_tie_rule(rule) != "first"
+
+
 def lettered(options: Sequence[str]) -> str:
     return "\n".join(f"{chr(65 + i)}. {o}" for i, o in enumerate(options))
 
@@ -266,7 +272,7 @@ class Benchmark(ABC, Generic[ItemT]):
 
     def logprob_item_score(self, item: ItemT, logliks: Sequence[float], tie_rule: str = DEFAULT_TIE_RULE) -> float:
         """An item's logprob score under a tie rule (TIE_RULES). Without a tie both rules agree."""
-        if check_tie_rule(tie_rule) == "first":
+        if not shares_tie_credit(tie_rule):
             return self.item_score(item, self.pick(logliks), logliks)
         winners = tied_winners(logliks)
         return sum(self.item_score(item, w) for w in winners) / len(winners)
