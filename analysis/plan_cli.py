@@ -8,8 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from safetyrepro.analysis.cell_timing import seconds_per_item  # no imports of its own: start-up stays light
 from safetyrepro.console import duration
-from safetyrepro.sweep.timing import seconds_per_item  # no imports of its own: start-up stays light
 
 DEFAULT_EFFECT = 0.10
 

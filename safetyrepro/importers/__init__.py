@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .assemble import Imported
+    from .write import Imported
 
 
 def import_lm_eval(

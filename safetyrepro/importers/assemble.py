@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -38,7 +37,7 @@ from safetyrepro.tasks.envelope import Config, parse_rules
 
 from .common import Reading, Run, Unmapped, item_set_key
 from .mapping import Mapping
-from .write import check_out, write_outputs
+from .write import Imported
 
 DUPLICATES = ("newest", "keep", "refuse")
 EXTRA_COLUMNS = [
@@ -73,36 +72,6 @@ UNMAPPED_COLUMNS = ["source", "task", "model", "reason"]
 DUPLICATE_COLUMNS = ["model", "config_id", "precision", "package", "seed", "source", "created", "action"]
 DISAGREEMENT_COLUMNS = ["kind", "subject", "values", "resolution"]
 BAD_COLUMNS = ["path", "reason"]
-
-
-@dataclass
-class Imported:
-    """What `safetyrepro import` writes, before it is written."""
-
-    grid: pd.DataFrame
-    items: pd.DataFrame
-    provenance: pd.DataFrame
-    unmapped: pd.DataFrame
-    duplicates: pd.DataFrame
-    disagreements: pd.DataFrame
-    bad: pd.DataFrame
-    rules_text: bytes
-    run_record: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
-
-    def write(self, out) -> list:
-        """Write every file `safetyrepro import --out` writes into `out` (refused where the CLI refuses)."""
-        check_out(Path(out))
-        return write_outputs(Path(out), self)
-
-    def tables(self) -> dict[str, pd.DataFrame]:
-        return {
-            "provenance.csv": self.provenance,
-            "unmapped.csv": self.unmapped,
-            "duplicates.csv": self.duplicates,
-            "disagreements.csv": self.disagreements,
-            "bad_inputs.csv": self.bad,
-        }
 
 
 # -- what a benchmark's definition admits ------------------------------------------------------------

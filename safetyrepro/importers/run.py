@@ -11,9 +11,10 @@ from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import RULES_PATH, parse_rules
 from safetyrepro.tasks.sources import sha256_file
 
-from .assemble import Imported, assemble
+from .assemble import assemble
 from .common import Reading
 from .mapping import load_mapping
+from .write import Imported
 
 PACKAGES = ("lm-eval", "inspect", "eee")
 # the readers that live here; loaded on use (lm-eval's and Inspect's log APIs are heavy)

@@ -1,12 +1,13 @@
-"""Writing an import: check the output folder first, and only after everything was read and validated
-(importers/run.py) write the whole set, staged beside the folder and swapped in at once, never through
-a link."""
+"""Writing an import: what it writes (`Imported`, assembled by importers/assemble.py), the output folder
+checked first, and only after everything was read and validated (importers/run.py) the whole set,
+staged beside the folder and swapped in at once, never through a link."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from safetyrepro.atomic import (
     atomic_write,
@@ -17,8 +18,8 @@ from safetyrepro.atomic import (
 )
 from safetyrepro.errors import UserError
 
-if TYPE_CHECKING:
-    from .assemble import Imported
+if TYPE_CHECKING:  # the tables' type only: pandas loads with the readers
+    import pandas as pd
 
 OUTPUTS = (
     "grid.csv",
@@ -71,6 +72,36 @@ def check_out(out: Path) -> None:
     if (out / "grid.csv").exists() and read_marker(out) is None and legacy_import(out, ["grid.csv"]) is None:
         raise UserError(f"--out {out} holds a grid that no `safetyrepro import` wrote; choose another --out")
     check_output_set(out, "import", legacy=legacy_import, carry=_legacy_analysis)
+
+
+@dataclass
+class Imported:
+    """What `safetyrepro import` writes, before it is written."""
+
+    grid: pd.DataFrame
+    items: pd.DataFrame
+    provenance: pd.DataFrame
+    unmapped: pd.DataFrame
+    duplicates: pd.DataFrame
+    disagreements: pd.DataFrame
+    bad: pd.DataFrame
+    rules_text: bytes
+    run_record: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    def write(self, out) -> list:
+        """Write every file `safetyrepro import --out` writes into `out` (refused where the CLI refuses)."""
+        check_out(Path(out))
+        return write_outputs(Path(out), self)
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {
+            "provenance.csv": self.provenance,
+            "unmapped.csv": self.unmapped,
+            "duplicates.csv": self.duplicates,
+            "disagreements.csv": self.disagreements,
+            "bad_inputs.csv": self.bad,
+        }
 
 
 def write_outputs(out: Path, imported: Imported) -> list[Path]:
