@@ -34,6 +34,7 @@ from certify_grids import synthetic_run  # noqa: E402
 
 from safetyrepro.analysis.grid_io import common_configurations, validate_cells  # noqa: E402
 from safetyrepro.certify.algorithm import CertifyOptions, certify  # noqa: E402
+from safetyrepro.certify.oracle import Oracle  # noqa: E402
 from safetyrepro.certify.replay import contradicted, load_replay  # noqa: E402
 from safetyrepro.tasks.envelope import default_rules  # noqa: E402
 
@@ -54,14 +55,15 @@ def item_cost(config_id: str) -> float:
     return 1.0 if "/greedy/" in config_id else 5.0  # five seeds
 
 
-class Costed:
+class Costed(Oracle):
     """A replay's oracle that adds up the model time of what it is asked; with `known`, it tells the
     allocation what an item costs (as a live run's oracle does)."""
 
     def __init__(self, oracle, known: bool):
-        self.oracle, self.spent = oracle, 0.0
-        if known:
-            self.cost = lambda benchmark, config_id, model: item_cost(config_id)
+        self.oracle, self.spent, self.known = oracle, 0.0, known
+
+    def cost(self, benchmark, config_id, model):
+        return item_cost(config_id) if self.known else None
 
     def __call__(self, benchmark, config_id, model, item_ids):
         self.spent += item_cost(config_id) * len(item_ids)

@@ -52,7 +52,6 @@ scored exactly the first N draws, so its records serve as certify's first rounds
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 import zlib
@@ -66,6 +65,7 @@ from safetyrepro.analysis.confidence_sequence import IidBettingCS
 from safetyrepro.analysis.rank_flip import model_pairs
 
 from .evidence import TARGETS, PairedEvidence, claims_from_rejections, closeness, population_candidates
+from .oracle import Oracle, Scores, as_oracle
 
 CLAIMS = ("a_better", "b_better", "within_delta", "undecided")
 VERDICTS = ("flip", "stable_a", "stable_b", "equivalent", "undecided")
@@ -103,13 +103,6 @@ class CertifyOptions:
     target: str = "population"  # "population" (the models) or "subset" (the fixed subset's realised numbers)
     held_only: bool = False  # read only what costs nothing (earlier records): re-read a run, evaluate nothing
     familywise: str = "closed"  # population: "closed" (the closed test) or "bonferroni" (for comparison)
-
-
-# scores(benchmark, config_id, model, item_ids) -> array of item scores (each item's mean over its seeds).
-# An oracle may also offer `cost(benchmark, config_id, model) -> seconds per item or None` (what one more
-# item costs) and `held(benchmark, config_id, model, item_ids) -> int` (how many of the leading item_ids it
-# already holds, at no cost); the allocation uses them when present.
-Oracle = Callable[[str, str, str, Sequence[str]], np.ndarray]
 
 
 @dataclass
@@ -301,10 +294,9 @@ def items_to_decide(t: int, mean: float, variance: float, n: int, log_inv_alpha:
     return float(min(need, n))
 
 
-def _plan(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[int, int], int]:
+def _plan(benches: list[_Bench], options: CertifyOptions, oracle: Oracle) -> dict[tuple[int, int], int]:
     """This round's draws, {(bench, stream): items}, in the order they are worth taking (module docstring)."""
-    cost_of = getattr(oracle, "cost", None)
-    held_of = getattr(oracle, "held", None)
+    cost_of, held_of = oracle.cost, oracle.held  # the Oracle protocol's (its defaults: unknown, none held)
     log_inv_alpha = math.log(1 / (options.alpha / max(family_size([b.problem for b in benches]), 1)))
     # (expected seconds to decide, this round's seconds, position, (bench, stream), items)
     ranked: list[tuple[float, float, int, tuple[int, int], int]] = []
@@ -320,12 +312,12 @@ def _plan(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
                 continue
             per_item, now = 0.0, 0.0
             for model in st.pair:
-                c = cost_of(b.problem.benchmark, st.config_id, model) if cost_of is not None else None
+                c = cost_of(b.problem.benchmark, st.config_id, model)
                 c = 1.0 if c is None else max(float(c), 1e-6)
                 have = b.drawn.get((model, st.config_id), 0)
                 upto = t + k
                 new = list(order[have:upto]) if upto > have else []
-                free = held_of(b.problem.benchmark, st.config_id, model, new) if (held_of and new) else 0
+                free = held_of(b.problem.benchmark, st.config_id, model, new) if new else 0
                 per_item += c
                 now += c * (len(new) - free)
             if options.allocation == "uniform":
@@ -354,8 +346,7 @@ def _free_ahead(b: _Bench, st: _Stream, t: int, held_of) -> int:
     for model in st.pair:
         have = b.drawn.get((model, st.config_id), 0)
         ahead = max(have - t, 0)
-        if held_of is not None:
-            ahead += held_of(b.problem.benchmark, st.config_id, model, list(b.orders[st.config_id][max(have, t) :]))
+        ahead += held_of(b.problem.benchmark, st.config_id, model, list(b.orders[st.config_id][max(have, t) :]))
         free = ahead if free is None else min(free, ahead)
     return free or 0
 
@@ -375,7 +366,7 @@ def _trim(alloc: dict[tuple[int, int], int], left: int | None) -> dict[tuple[int
 
 def certify(
     problems: Sequence[BenchmarkProblem],
-    oracle: Oracle,
+    oracle: Oracle | Scores,
     options: CertifyOptions,
     progress: Callable[[str], None] | None = None,
     checkpoint: Callable[[CertifyResult], None] | None = None,
@@ -386,7 +377,9 @@ def certify(
     `checkpoint`, when given, receives the result as of the last finished round (stopped_by "running")
     at most every `checkpoint_seconds`, between rounds and, with an oracle that calls `tick`, between its
     calls inside a round, so a long run can be saved as it goes. An interrupt (Ctrl-C) ends the run with
-    the result as of the last finished round (stopped_by "interrupted")."""
+    the result as of the last finished round (stopped_by "interrupted"). `oracle`: an Oracle (oracle.py), or
+    a bare scoring function, which gets the protocol's defaults."""
+    oracle = as_oracle(oracle)
     if options.allocation not in ALLOCATIONS:
         raise ValueError(f"allocation {options.allocation!r}: one of {', '.join(ALLOCATIONS)}")
     if options.order not in ORDERS:
@@ -397,7 +390,7 @@ def certify(
     cache: dict[tuple[str, str, str], dict[str, float]] = {}
     run = _RunState(saved=time.monotonic())
     start = time.monotonic()
-    work = _work_clock(oracle)
+    work = oracle.work_clock  # the oracle's clock of model work (a live run: CPU seconds), or None: wall time
 
     def result(stopped_by: str) -> CertifyResult:
         seconds = run.wall or time.monotonic() - start
@@ -474,11 +467,6 @@ class _RunState:
     round_start: float | None = None  # while a round evaluates
 
 
-def _work_clock(oracle) -> Callable[[], float | None]:
-    """The oracle's clock of model work (CPU seconds it spent in model calls), or one that says None."""
-    return lambda: getattr(oracle, "work_seconds", None)
-
-
 def _result(
     benches: list[_Bench], paired: int, seconds: float, stopped_by: str, alpha_each: float, options: CertifyOptions
 ) -> CertifyResult:
@@ -513,13 +501,10 @@ def _evaluate(
     seconds_left: float | None = None,
     tick: Callable[[], None] | None = None,
 ) -> None:
-    """Ask the oracle once per (model, configuration) for the items this round needs that it lacks.
-
-    An oracle with `evaluate_many(requests, seconds_left)` (the live one) gets the round's requests
-    together, [(benchmark, config_id, model, item_ids)], so it can group them by model; it may return
-    the scores of a prefix of a request's items only (nothing, even), when the evaluation budget ran out
-    during the round, and calls `tick()` between its calls when it takes a `tick` argument (checkpoints).
-    A plain callable is asked request by request and answers every item."""
+    """Ask the oracle once per (model, configuration) for the items this round needs that it lacks: the
+    round's requests together, [(benchmark, config_id, model, item_ids)] (`Oracle.evaluate_many`: the live
+    oracle groups them by model, and may answer a prefix of a request's items only, nothing even, when the
+    evaluation budget ran out during the round; it calls `tick()` between its calls, for the checkpoints)."""
     wanted: dict[tuple[int, str, str], int] = {}
     for (bi, s), k in plan.items():
         b = benches[bi]
@@ -534,17 +519,12 @@ def _evaluate(
         have = b.drawn.get((model, cid), 0)
         if upto > have:
             requests.append((bi, model, cid, have, list(b.orders[cid][have:upto])))
-    many = getattr(oracle, "evaluate_many", None)
-    if many is not None:
-        asked = [(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests]
-        takes_tick = "tick" in inspect.signature(many).parameters
-        answers = many(asked, seconds_left, tick=tick) if takes_tick else many(asked, seconds_left)
-    else:
-        answers = [oracle(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests]
+    asked = [(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests]
+    answers = oracle.evaluate_many(asked, seconds_left, tick=tick)
     for (bi, model, cid, have, items), scores in zip(requests, answers, strict=True):
         b = benches[bi]
         scores = np.asarray(scores, dtype=float)
-        if (many is None and len(scores) != len(items)) or len(scores) > len(items):
+        if len(scores) > len(items):
             raise ValueError(f"the oracle answered {len(scores)} scores for {len(items)} items ({model}, {cid})")
         store = cache.setdefault((b.problem.benchmark, cid, model), {})
         store.update(zip(items[: len(scores)], scores, strict=True))

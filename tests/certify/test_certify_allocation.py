@@ -10,6 +10,7 @@ import pytest
 from certify_grids import synthetic_problem
 
 from safetyrepro.certify.algorithm import CertifyOptions, certify, items_to_decide
+from safetyrepro.certify.oracle import Oracle
 from safetyrepro.cli import main
 
 
@@ -18,9 +19,10 @@ def reverses_with_template(cfg, model):
     return (0.75 if model == "a" else 0.4) if ahead else (0.4 if model == "a" else 0.75)
 
 
-class CostedOracle:
+class CostedOracle(Oracle):
     """A synthetic grid's oracle that knows what an item costs: sampled configurations 5 units a seed
-    for free-form, log-probability 0.1, greedy free-form 1; it logs every request."""
+    for free-form, log-probability 0.1, greedy free-form 1; it logs every request. It says which of the
+    Oracle protocol's abilities it offers by overriding them (the rest keep the protocol's defaults)."""
 
     def __init__(self, oracle, held: dict | None = None):
         self.oracle, self.log, self.held_items = oracle, [], held or {}
