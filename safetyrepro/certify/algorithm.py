@@ -24,26 +24,44 @@ configuration decided, the model wins at least one, the other none: nowhere is t
 more), `equivalent` (every configuration within delta) or `undecided`.
 
 Allocation (why it spends where it does). A configuration stops as soon as its claim is made, and a pair
-as soon as its verdict is known, so work goes only where an answer is still open. Within an open pair,
-each round gives an open configuration `batch` more items, and twice that to the configurations that
-could reverse the pair's standing: while the pair has wins on one side only, those whose running
-difference points the other way. A flip needs one decided win in the minority direction, and stable
-needs every configuration decided, so these are the ones whose answer changes the verdict.
+as soon as its verdict is known, so work goes only where an answer is still open. Items that cost nothing
+(held by the oracle from earlier records, a pilot's, or drawn already for another pair of the same
+models) are taken whole, before anything is paid for. What an item costs is the oracle's seconds per item
+of each model, when it knows them (a log-probability configuration costs a tenth of a sampled free-form
+one; items the oracle already holds cost nothing), else 1.
 
-The open configurations are taken cheapest answer first: each one's expected cost to decide is the items
-it still needs (from its running difference and spread, optimistic while it has few items: a difference
-d with variance v decides after about 2 v log(1/alpha) / d^2 + log(1/alpha) / |d| items, a difference
-inside delta needs the same with delta - |d|, and every item settles it) times what one more paired item
-costs (the oracle's seconds per item of each model, when it knows them: a log-probability configuration
-costs a tenth of a sampled free-form one; items the oracle already holds cost nothing), halved for a
-configuration that could reverse the pair. Items that cost nothing (held by the oracle from earlier
-records, or drawn already for another pair of the same models) are taken whole, in a round of their
-own, before anything is paid for. With `round_seconds` a round takes configurations in that
-order until its estimated cost is spent, so a budget that ends early has bought the cheapest answers,
-and the order is re-planned after each round from what was learnt; without it, every open configuration
-gets its batch each round, in that order (which only matters when an evaluation budget cuts the round).
-`uniform` allocation (every open configuration the same batch, in plain order) is kept for comparison
-(perf/certify_allocation.py).
+`flip_hunt` (the default). A flip needs one certified win each way; stable needs every configuration
+decided. Free items come in a round of their own, so the plan reads them (a pilot's 24 items per
+configuration) before it pays. Then, per open pair, each open configuration gets a chance of ending in a
+win in each direction the pair still lacks and the items that win needs (`win_odds`: its running
+difference shrunk towards 0 while few items are in, against the smallest difference its items can
+certify), so the expected cost of a win there is (cost per item x items still needed) / chance. The
+pair's expected cost to a verdict is the cheaper of two routes: a flip (the best such cost for each
+missing win) or every open configuration decided (`items_to_decide`). On the flip route the round feeds
+only the configuration with the best expected cost for the minority's win (the dearer of the two: without
+it the other buys no flip), until it is won, then the other's; on the other route every open
+configuration, cheapest answer first. A configuration's first look while hunting is half a batch. Pairs
+are served in order of their expected cost to a verdict, and only those within PAIR_RANGE of the
+cheapest open pair's: so a small budget decides the cheap flips of every pair before any pair's dear
+configurations, and the order is re-planned after each round from what was learnt. The planning numbers
+are heuristics; the records they read (a pilot's included) choose where to spend, never what the family
+is: every configuration of the run stays in the family alpha covers (and `family_configs`), and each
+sequence is valid on its whole fixed draw order, so a configuration chosen by looking at records is
+certified with alpha over the whole family it was chosen from (issue 39).
+
+`reversal_first` (kept for comparison: perf/certify_allocation.py). Within an open pair, each round gives
+every open configuration `batch` more items, and twice that to the configurations that could reverse the
+pair's standing (while the pair has wins on one side only, those whose running difference points the
+other way). The open configurations are taken cheapest answer first: each one's expected cost to decide
+is the items it still needs (from its running difference and spread, optimistic while it has few items: a
+difference d with variance v decides after about 2 v log(1/alpha) / d^2 + log(1/alpha) / |d| items, a
+difference inside delta needs the same with delta - |d|, and every item settles it) times what one more
+paired item costs, halved for a configuration that could reverse the pair; free items are taken whole,
+first. `uniform`: every open configuration the same batch, in plain order.
+
+With `round_seconds` a round takes its draws in that order until its estimated cost is spent, so a budget
+that ends early has bought the cheapest answers; without it, a round takes every draw planned (the order
+only matters when an evaluation budget cuts the round).
 
 Draw order: `seeded` permutes the problem's items with --seed; `subset` keeps the problem's own order,
 which for a live run is the fixed subset's seeded order (tasks/subsets.py): a sweep with --limit N
@@ -69,9 +87,14 @@ from .oracle import Oracle, Scores, as_oracle
 
 CLAIMS = ("a_better", "b_better", "within_delta", "undecided")
 VERDICTS = ("flip", "stable_a", "stable_b", "equivalent", "undecided")
-ALLOCATIONS = ("reversal_first", "uniform")
+ALLOCATIONS = ("flip_hunt", "reversal_first", "uniform")
 ORDERS = ("seeded", "subset")
 REVERSAL_BOOST = 2
+# flip hunting's planning numbers (heuristics: they change what a run costs, never what it claims)
+PLAN_PRIOR_SD = 0.3  # a configuration's difference before its items are in (two small models: 0.1-0.3)
+PAIR_RANGE = 4.0  # a round serves the pairs whose expected cost to a verdict is within this factor of the least
+CLOSENESS_VARIANCE = 1.0  # CrowS-Pairs: two shares' sequences at half alpha each, about (0.5 + 0.5)^2
+PLAN_VARIANCE = 0.3  # an item difference's variance before two items are in (0/1 answers, half discordant)
 
 
 @dataclass(frozen=True)
@@ -97,7 +120,7 @@ class CertifyOptions:
     batch: int = 0  # items per configuration per round (0: about N / 30, at least 4)
     budget_evaluations: int | None = None  # paired evaluations (pair x configuration x item)
     budget_seconds: float | None = None  # the oracle's model work (CPU seconds, if it keeps them), else wall time
-    allocation: str = "reversal_first"
+    allocation: str = "flip_hunt"
     order: str = "seeded"  # "subset": the problem's own item order (a live run's fixed subset order)
     round_seconds: float | None = None  # a round's estimated cost in the oracle's seconds (None: every open stream)
     target: str = "population"  # "population" (the models) or "subset" (the fixed subset's realised numbers)
@@ -296,30 +319,22 @@ def items_to_decide(t: int, mean: float, variance: float, n: int, log_inv_alpha:
 
 def _plan(benches: list[_Bench], options: CertifyOptions, oracle: Oracle) -> dict[tuple[int, int], int]:
     """This round's draws, {(bench, stream): items}, in the order they are worth taking (module docstring)."""
+    if options.allocation == "flip_hunt":
+        return _hunt(benches, options, oracle)
     cost_of, held_of = oracle.cost, oracle.held  # the Oracle protocol's (its defaults: unknown, none held)
-    log_inv_alpha = math.log(1 / (options.alpha / max(family_size([b.problem for b in benches]), 1)))
+    log_inv_alpha = _log_inv_alpha(benches, options)
     # (expected seconds to decide, this round's seconds, position, (bench, stream), items)
     ranked: list[tuple[float, float, int, tuple[int, int], int]] = []
     for bi, b in enumerate(benches):
         for s, (k, reverses) in _allocation(b, options).items():
             st = b.streams[s]
             n, t = b.n(st), b.t(st)
-            order = b.orders[st.config_id]
             free = _free_ahead(b, st, t, held_of)
             if free:  # what costs nothing is taken whole, before anything is paid for
                 k = min(free, n - t)
             elif options.held_only:
                 continue
-            per_item, now = 0.0, 0.0
-            for model in st.pair:
-                c = cost_of(b.problem.benchmark, st.config_id, model)
-                c = 1.0 if c is None else max(float(c), 1e-6)
-                have = b.drawn.get((model, st.config_id), 0)
-                upto = t + k
-                new = list(order[have:upto]) if upto > have else []
-                free = held_of(b.problem.benchmark, st.config_id, model, new) if new else 0
-                per_item += c
-                now += c * (len(new) - free)
+            per_item, now = _stream_cost(b, st, k, cost_of, held_of)
             if options.allocation == "uniform":
                 ranked.append((0.0, now, len(ranked), (bi, s), k))
                 continue
@@ -329,14 +344,136 @@ def _plan(benches: list[_Bench], options: CertifyOptions, oracle: Oracle) -> dic
             worth = 0.0 if now == 0 else per_item * need / (REVERSAL_BOOST if reverses else 1)
             ranked.append((worth, now, len(ranked), (bi, s), k))
     ranked.sort(key=lambda r: (r[0], r[2]))
+    return _fill([(now, key, k) for _, now, _, key, k in ranked], options.round_seconds)
+
+
+def _fill(ranked: list[tuple[float, tuple[int, int], int]], round_seconds: float | None) -> dict[tuple[int, int], int]:
+    """Take (this round's seconds, stream, items) in order until the round's seconds are spent (all of them
+    without a cap); a stream too dear for what is left is passed over for a cheaper one further down."""
     plan: dict[tuple[int, int], int] = {}
     spent = 0.0
-    for _, now, _, key, k in ranked:
-        if options.round_seconds is not None and plan and now > 0 and spent + now > options.round_seconds:
-            continue  # a cheaper stream further down may still fit
+    for now, key, k in ranked:
+        if round_seconds is not None and plan and now > 0 and spent + now > round_seconds:
+            continue
         plan[key] = k
         spent += now
     return plan
+
+
+def _log_inv_alpha(benches: list[_Bench], options: CertifyOptions) -> float:
+    return math.log(1 / (options.alpha / max(family_size([b.problem for b in benches]), 1)))
+
+
+def _stream_cost(b: _Bench, st: _Stream, k: int, cost_of, held_of) -> tuple[float, float]:
+    """(what one more paired item of the stream costs, what its next k items cost this round): the oracle's
+    seconds per item of each model (1 when it does not say), nothing for items drawn already or held."""
+    per_item, now = 0.0, 0.0
+    t, order = b.t(st), b.orders[st.config_id]
+    for model in st.pair:
+        c = cost_of(b.problem.benchmark, st.config_id, model) if cost_of is not None else None
+        c = 1.0 if c is None else max(float(c), 1e-6)
+        have = b.drawn.get((model, st.config_id), 0)
+        upto = t + k
+        new = list(order[have:upto]) if upto > have else []
+        free = held_of(b.problem.benchmark, st.config_id, model, new) if (held_of and new) else 0
+        per_item += c
+        now += c * (len(new) - free)
+    return per_item, now
+
+
+def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[int, int], int]:
+    """Flip hunting (module docstring): free items first, in a round of their own; then, per open pair, the
+    cheaper of its two routes to a verdict: the configurations likeliest to give each win a flip still
+    lacks at the lowest cost, or every open configuration (stable, equivalent); pairs in order of their
+    expected cost to a verdict."""
+    cost_of, held_of = oracle.cost, oracle.held
+    size = {bi: _batch(options, len(b.problem.item_ids)) for bi, b in enumerate(benches)}
+    open_pairs = [
+        (bi, [s for s in b.streams if s.pair == pair])
+        for bi, b in enumerate(benches)
+        for pair in b.pairs
+        if b.verdict[pair] == "undecided"
+    ]
+    free = {}
+    for bi, mine in open_pairs:
+        b = benches[bi]
+        for s in mine:
+            ahead = _free_ahead(b, s, b.t(s), held_of) if s.claim == "undecided" else 0
+            if ahead:
+                free[(bi, s.index)] = min(ahead, b.n(s) - b.t(s))
+    if free or options.held_only:  # plan what was learnt from them before paying for anything
+        return free
+    log_inv_alpha = _log_inv_alpha(benches, options)
+    ranked: list[tuple[float, float, int, float, tuple[int, int], int]] = []  # (pair's cost, own, position, ...)
+    for bi, mine in open_pairs:
+        b = benches[bi]
+        needed = [d for d, claim in ((1, "a_better"), (-1, "b_better")) if claim not in {s.claim for s in mine}]
+        rows = []
+        for s in mine:
+            t, n = b.t(s), b.n(s)
+            if s.claim != "undecided" or t >= n:
+                continue
+            running, spread = b.evidence[s.config_id].running()
+            mean, variance = float(running[s.slot]), float(spread[s.slot]) if t >= 2 else PLAN_VARIANCE
+            if closeness(b.problem.benchmark) is not None:  # theta bounded from two shares' sequences: wider
+                variance = max(variance, CLOSENESS_VARIANCE)
+            per_item, _ = _stream_cost(b, s, 1, cost_of, None)
+            decide = per_item * max(items_to_decide(t, mean, variance, n, log_inv_alpha, options.delta) - t, 1.0)
+            exact = options.target == "subset"
+            odds = {d: win_odds(t, mean, variance, n, log_inv_alpha, d, exact) for d in needed}
+            # a stream is fed a batch at a time: a win expected in fewer items still costs one batch
+            least = min(size[bi], n - t)
+            hunt = {d: per_item * max(items - t, least) / max(p, 1e-9) for d, (p, items) in odds.items()}
+            rows.append((s, decide, hunt))
+        if not rows:
+            continue
+        stable = sum(decide for _, decide, _ in rows)
+        best = {d: min(hunt[d] for _, _, hunt in rows) for d in needed}
+        flip = sum(best.values())
+        if flip < stable:
+            # the minority's win (the dearer one) first, alone: without it the other win buys no flip
+            minority = max(needed, key=lambda d: best[d])
+            picks = [(min(rows, key=lambda r: r[2][minority])[0], best[minority])]
+            pair_cost = flip
+        else:
+            picks = [(s, decide) for s, decide, _ in rows]
+            pair_cost = stable
+        for s, own in picks:
+            k = min(_hunt_batch(size[bi], b.t(s), hunting=flip < stable), b.n(s) - b.t(s))
+            _, now = _stream_cost(b, s, k, cost_of, held_of)
+            ranked.append((pair_cost, own, len(ranked), now, (bi, s.index), k))
+    ranked.sort(key=lambda r: r[:3])
+    # pairs far dearer than the cheapest open one wait: what is learnt may end the cheap ones first
+    cheapest = ranked[0][0] if ranked else 0.0
+    ranked = [r for r in ranked if r[0] <= PAIR_RANGE * cheapest]
+    return _fill([(now, key, k) for _, _, _, now, key, k in ranked], options.round_seconds)
+
+
+def _hunt_batch(size: int, t: int, hunting: bool) -> int:
+    """A stream's items this round: a first look while hunting is half a batch (enough to see which way it
+    points), after which the stream goes back on the batch grid (multiples of `size`)."""
+    if t == 0 and hunting:
+        return max(1, size // 2)
+    return size - t % size if t < size else size
+
+
+def win_odds(
+    t: int, mean: float, variance: float, n: int, log_inv_alpha: float, direction: int, exact_at_n: bool = False
+) -> tuple[float, float]:
+    """(the chance that a stream ends in a win in `direction` (+1: a_better, -1: b_better), about how many
+    items it needs in all for that win). Its difference is read as normal around the running mean, shrunk
+    towards 0 by a prior of sd PLAN_PRIOR_SD while few items are in; a win needs the difference past the
+    smallest one its n items can certify (0 with `exact_at_n`: the subset target knows its sign at n).
+    A planning heuristic, not part of the guarantee."""
+    v = max(variance, 0.01)
+    precision = t / v + 1 / PLAN_PRIOR_SD**2
+    sd = precision**-0.5
+    centre = direction * mean * (t / v) / precision
+    lia = log_inv_alpha
+    smallest = 0.0 if exact_at_n else (lia + math.sqrt(lia**2 + 8 * n * v * lia)) / (2 * n)  # need(smallest) = n
+    p = 0.5 * math.erfc(-(centre - smallest) / (sd * math.sqrt(2)))
+    plausible = min(max(centre + sd, smallest, 1e-3), 1.0)
+    return p, float(min(2 * v * log_inv_alpha / plausible**2 + log_inv_alpha / plausible, n))
 
 
 def _free_ahead(b: _Bench, st: _Stream, t: int, held_of) -> int:

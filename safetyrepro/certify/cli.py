@@ -105,9 +105,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=0, help="items per configuration per round (default: N/30, >= 4)")
     p.add_argument(
         "--allocation",
-        default="reversal_first",
-        choices=("reversal_first", "uniform"),
-        help="where rounds spend (default reversal_first; uniform for comparison)",
+        default="flip_hunt",
+        choices=("flip_hunt", "reversal_first", "uniform"),  # algorithm.ALLOCATIONS (the CLI stays light)
+        help="where rounds spend: flip_hunt (default: per pair the likeliest cheapest win a flip still lacks, "
+        "pairs cheapest verdict first), or for comparison reversal_first (every open configuration, cheapest "
+        "answer first) and uniform",
     )
     add_sweep_arguments(p.add_argument_group("live certification (the sweep's flags)"), LIVE)
     p.add_argument("--out", required=True, type=Path, help="output folder")
