@@ -32,7 +32,8 @@ the cheap configuration's law known exactly, is about 1.5x fewer costly items at
 0.25, 2.3x at 0.15.
 
 Fallback. gamma is estimated from earlier steps (least squares of D on g, clipped to [-1, 1]); partners are
-asked for only after WARM_UP steps and while the running r^2 of D and C is at least MIN_R2, so with no
+asked for only after WARM_UP steps and while the running r^2 of D and C is at least MIN_R2 (and beyond what chance
+gives: CHANCE_R2 / steps), so with no
 correlation the process takes plain steps (gamma = 0, y = D): exactly the plain e-process, item for item
 (tested against IidBettingCS). Whether a step uses partners is decided before the step, from the stream's own
 past: a predictable choice between two valid bets, never a choice after seeing which did better.
@@ -49,12 +50,13 @@ from .confidence_sequence import TRUNCATION
 K_PARTNERS = 2  # partner items per step: the variance factor is 1 - r^2 k / (k + 1); k costs k cheap items a step
 WARM_UP = 10  # plain steps before partners are first asked for (r and gamma need a few items)
 MIN_R2 = 0.2  # partners only while the running r^2 of D and C is at least this
+CHANCE_R2 = 6.0  # ... and at least this / steps: n r^2 is about chi-square(1) without correlation (P > 6: 1.4 %)
 CLIP = 1.0  # g's pairwise differences are clipped at this: g in [-CLIP, CLIP]
 MAX_GAMMA = 1.0
-PARTNER_TRUNCATION = 0.75  # a partner step's stakes: its range is wider, so the plain 1/2 would bind (docstring)
+PARTNER_TRUNCATION = 0.9  # a partner step's stakes: its range is wider, so the plain 1/2 would bind (docstring)
 FIT_STEPS = 10  # partner steps before gamma is fitted on g itself (before: from D and C)
 OPTIMISM = 0.0  # the capacity rule reads the running difference as it is (the planner adds one standard error)
-MAX_PARTNER_STEPS = 40  # partner steps per stream at most: the costly stream keeps N - 80 items whatever happens
+MAX_PARTNER_STEPS = 25  # partner steps per stream at most: the costly stream keeps N - 50 items whatever happens
 FIT_MARGIN = 1.0  # partners while FIT_MARGIN x the expected need, 1 + K_PARTNERS items a step, fits
 
 
@@ -115,7 +117,8 @@ class ControlledBettingCS:
         )
         fits = FIT_MARGIN * need * (1 + K_PARTNERS) <= fresh_left
         room = (fresh_left >= 1 + K_PARTNERS) & (self.partner_steps[s] < MAX_PARTNER_STEPS)
-        return (self.t[s] >= WARM_UP) & (r2 >= MIN_R2) & room & fits
+        correlated = r2 >= np.maximum(MIN_R2, CHANCE_R2 / n)
+        return (self.t[s] >= WARM_UP) & correlated & room & fits
 
     def gamma(self, streams) -> np.ndarray:
         """The coefficient a partner step of each stream would use now (from earlier steps only)."""
@@ -226,3 +229,43 @@ def _r2(sums: np.ndarray, n: np.ndarray) -> np.ndarray:
     vx, vy, cov = _moments(sums, n)
     ok = (vx > 1e-9) & (vy > 1e-9)
     return np.where(ok, cov**2 / np.maximum(vx * vy, 1e-18), 0.0)
+
+
+def growth_ceiling(d, c, weights, theta0: float = 0.0) -> tuple[float, float]:
+    """What any e-process against "E[D] <= theta0" can grow by per item, without and with the cheap score C on
+    the same item, C's law known exactly (more than partners tell): (plain, with C).
+
+    A law of (D, C) on finitely many points (d, c, weights). By duality, the e-values of the null {E[D] <= theta0,
+    C's law given} are 1 + lambda (D - theta0) - (h(C) - E h(C)) for lambda >= 0 and any function h, nonnegative
+    wherever D in [-1, 1] can fall: the growth-optimal one maximises E log of it (the KL-inf rate), a concave
+    problem solved here. Its ratio to the plain rate (h = 0, the bounded-mean KL-inf) is the most a control
+    variate can cut the expected items to a claim when both are many; perf/certify_control.py tabulates it."""
+    from scipy.optimize import minimize, minimize_scalar
+
+    d, c, w = (np.asarray(x, dtype=float) for x in (d, c, weights))
+    w = w / w.sum()
+    levels, inverse = np.unique(c, return_inverse=True)
+    p_level = np.bincount(inverse, weights=w, minlength=len(levels))
+    top = 1.0 / (1.0 + theta0)  # the plain stake's bound: 1 + lambda (-1 - theta0) >= 0
+
+    def log_growth(lam, h):
+        g = h[inverse] - p_level @ h
+        return float(w @ np.log(np.maximum(1 + lam * (d - theta0) - g, 1e-300)))
+
+    plain = -minimize_scalar(
+        lambda lam: -log_growth(lam, np.zeros(len(levels))), bounds=(0, top * (1 - 1e-9)), method="bounded"
+    ).fun
+
+    def objective(x):
+        return -log_growth(x[0], x[1:])
+
+    constraints = [  # at D = -1 each level's factor stays positive: 1 - lambda (1 + theta0) - (h_l - E h) > 0
+        {"type": "ineq", "fun": lambda x, j=j: 1 - x[0] * (1 + theta0) - (x[1 + j] - p_level @ x[1:]) - 1e-9}
+        for j in range(len(levels))
+    ]
+    start = np.zeros(1 + len(levels))
+    start[0] = top / 2
+    best = minimize(
+        objective, start, constraints=constraints, bounds=[(0, top)] + [(-2, 2)] * len(levels), method="SLSQP"
+    )
+    return float(max(plain, 0.0)), float(max(-best.fun, plain, 0.0))

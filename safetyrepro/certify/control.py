@@ -88,6 +88,9 @@ class Control:
         self.used = np.zeros(n, dtype=np.int64)  # partner steps taken (each K_PARTNERS items from the back)
         self.d_sum = np.zeros(n)  # sum of the costly differences used (the reported estimate)
         self.plain = np.zeros(n, dtype=bool)  # given up: plain steps for good
+        self.want = np.zeros(n, dtype=bool)  # the next step takes partners (decided from the row's past)
+        self.items = [str(i) for i in order]
+        self._p_cache: tuple[int, np.ndarray] | None = None
         self.extra: dict[tuple[str, str], list[str]] = {}  # (model, cheap configuration) -> partner items evaluated
 
     def controls(self, config_id: str) -> bool:
@@ -97,54 +100,58 @@ class Control:
         """How far the path's front may go: where the back's partners begin."""
         return self.N - K_PARTNERS * int(self.used[self.row[(config_id, slot)]])
 
-    def _wants(self, rows: np.ndarray) -> np.ndarray:
+    def _decide(self, rows: np.ndarray) -> None:
+        """Each row's choice for its next step (partners or not), from its own past: kept until it steps."""
         fresh = self.N - K_PARTNERS * self.used[rows] - self.pos[rows]
-        return self.bank.wants_partners(rows, fresh) & ~self.plain[rows]
+        self.want[rows] = self.bank.wants_partners(rows, fresh) & ~self.plain[rows]
 
     def _partners(self, row: int, steps: int = 1) -> list[str]:
-        """The back's next `steps` x K_PARTNERS items for this row."""
+        """The back's next `steps` x K_PARTNERS items for this row, in the order they are taken."""
         end = self.N - K_PARTNERS * int(self.used[row])
-        return [str(i) for i in self.order[max(end - K_PARTNERS * steps, 0) : end]][::-1]
+        return list(self.items[max(end - K_PARTNERS * steps, 0) : end][::-1])
 
     def catch_up(self, cache: Mapping[tuple[str, str, str], Mapping[str, float]]) -> None:
         """Take every step whose items are scored, all rows together, until none is ready."""
+        empty: dict[str, float] = {}
+        stores = {}
+        for (cid, slot), row in self.row.items():
+            a, b = self.pairs[slot]
+            twin = self.twins[cid]
+            stores[row] = tuple(cache.get((self.benchmark, x, m), empty) for x in (cid, twin) for m in (a, b))
         rows = np.array(sorted(self.row.values()), dtype=np.int64)
-        keys = {row: key for key, row in self.row.items()}
         while len(rows):
-            wants = self._wants(rows)
             ready, d, c, partners = [], [], [], []
-            for row, want in zip(rows, wants, strict=True):
-                cid, slot = keys[int(row)]
-                if self.pos[row] >= self.N - K_PARTNERS * self.used[row]:
+            for row in rows.tolist():
+                pos = int(self.pos[row])
+                if pos >= self.N - K_PARTNERS * int(self.used[row]):
                     continue
-                item = str(self.order[self.pos[row]])
-                costly = _pair_scores(cache, self.benchmark, cid, self.pairs[slot], [item])
-                cheap = (
-                    None
-                    if self.plain[row]
-                    else _pair_scores(cache, self.benchmark, self.twins[cid], self.pairs[slot], [item])
-                )
-                if costly is None or (cheap is None and not self.plain[row]):
+                item = self.items[pos]
+                da, db, ca, cb = stores[row]
+                if item not in da or item not in db:
                     continue
-                p = None
-                if want:
-                    p = _pair_scores(cache, self.benchmark, self.twins[cid], self.pairs[slot], self._partners(int(row)))
-                    if p is None:
+                plain = bool(self.plain[row])
+                if not plain and (item not in ca or item not in cb):
+                    continue
+                p = np.full(K_PARTNERS, np.nan)
+                if self.want[row]:
+                    mates = self._partners(row)
+                    if any(i not in ca or i not in cb for i in mates):
                         continue
+                    p = np.array([ca[i] - cb[i] for i in mates])
                 ready.append(row)
-                d.append(costly[0])
-                c.append(0.0 if cheap is None else cheap[0])
-                partners.append(np.full(K_PARTNERS, np.nan) if p is None else p)
+                d.append(da[item] - db[item])
+                c.append(0.0 if plain else ca[item] - cb[item])
+                partners.append(p)
             if not ready:
                 return
             r = np.array(ready, dtype=np.int64)
-            took = ~np.isnan(np.array(partners)).any(axis=1)
             self.bank.update(r, np.array(d), np.array(c), np.array(partners))
             self.d_sum[r] += np.array(d)
-            self.used[r] += took
+            self.used[r] += self.want[r]
             self.pos[r] += 1
             # a path that found no correlation stops asking for the cheap scores (it is plain for good)
             self.plain[r] |= (self.bank.t[r] >= GIVE_UP) & (self.bank.r2(r) < MIN_R2)
+            self._decide(r)
             rows = r
 
     def needs(
@@ -163,7 +170,7 @@ class Control:
         steps = max(upto - int(self.pos[row]), 0)
         t = int(self.bank.t[row])
         soon = t < WARM_UP <= t + steps and float(self.bank.r2(np.array([row]))[0]) >= MIN_R2  # its warm-up ends
-        if steps and (soon or bool(self._wants(np.array([row]))[0])):
+        if steps and (soon or bool(self.want[row])):
             partners = self._partners(row, min(steps, max((end - upto) // K_PARTNERS, 0)))
         models = self.pairs[slot]
         return [(m, twin, upto) for m in models], [(m, twin, partners) for m in models if partners]
@@ -177,10 +184,12 @@ class Control:
         for a costly configuration, the configuration's own evidence otherwise."""
         if not self.controls(config_id):
             return evidence.p_values()
-        rows = [self.row[(config_id, slot)] for slot in range(len(self.pairs))]
-        cs, d = self.bank, self.delta
-        log_e = np.stack([cs.log_e_above(0.0), cs.log_e_below(0.0), cs.log_e_below(d), cs.log_e_above(-d)], axis=1)
-        return np.minimum(1.0, np.exp(-log_e[rows]))
+        steps = int(self.bank.t.sum())  # the bank changes only when a row steps
+        if self._p_cache is None or self._p_cache[0] != steps:
+            cs, d = self.bank, self.delta
+            log_e = np.stack([cs.log_e_above(0.0), cs.log_e_below(0.0), cs.log_e_below(d), cs.log_e_above(-d)], axis=1)
+            self._p_cache = (steps, np.minimum(1.0, np.exp(-log_e)))
+        return self._p_cache[1][[self.row[(config_id, slot)] for slot in range(len(self.pairs))]]
 
     def reading(self, config_id: str, evidence: PairedEvidence) -> Reading:
         if not self.controls(config_id):
@@ -197,7 +206,7 @@ class Control:
         row = self.row[(config_id, slot)]
         if self.plain[row]:
             return variance, 0.0
-        if bool(self._wants(np.array([row]))[0]):
+        if bool(self.want[row]):
             r2 = float(self.bank.r2(np.array([row]))[0])
             return variance * (1 - r2 * K_PARTNERS / (K_PARTNERS + 1)), 1.0 + K_PARTNERS
         return variance, 1.0
@@ -211,14 +220,3 @@ class Control:
             "partner_steps": int(self.bank.partner_steps[rows].sum()) if len(rows) else 0,
             "partner_items_evaluated": sum(len(v) for v in self.extra.values()),
         }
-
-
-def _pair_scores(cache, benchmark: str, config_id: str, pair: tuple[str, str], items: Sequence[str]):
-    """Paired differences (model a - model b) on `items` from the scores held, or None if any is missing."""
-    a, b = cache.get((benchmark, config_id, pair[0])), cache.get((benchmark, config_id, pair[1]))
-    if a is None or b is None:
-        return None
-    try:
-        return np.array([a[i] - b[i] for i in items], dtype=float)
-    except KeyError:
-        return None
