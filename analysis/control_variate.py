@@ -55,9 +55,9 @@ CLIP = 1.0  # g's pairwise differences are clipped at this: g in [-CLIP, CLIP]
 MAX_GAMMA = 1.0
 PARTNER_TRUNCATION = 0.9  # a partner step's stakes: its range is wider, so the plain 1/2 would bind (docstring)
 FIT_STEPS = 10  # partner steps before gamma is fitted on g itself (before: from D and C)
-OPTIMISM = 0.0  # the capacity rule reads the running difference as it is (the planner adds one standard error)
+OPTIMISM = -0.5  # the capacity rule reads the difference half a standard error smaller (the planner: one larger)
 MAX_PARTNER_STEPS = 25  # partner steps per stream at most: the costly stream keeps N - 50 items whatever happens
-FIT_MARGIN = 1.0  # partners while FIT_MARGIN x the expected need, 1 + K_PARTNERS items a step, fits
+FIT_MARGIN = 1.5  # partners while 1.5 x the expected need, 1 + K_PARTNERS items a step, fits (it is optimistic)
 
 
 def control_term(c_item: np.ndarray, c_partners: np.ndarray) -> np.ndarray:
