@@ -82,6 +82,7 @@ from safetyrepro.analysis.closed_testing import closed_test
 from safetyrepro.analysis.confidence_sequence import IidBettingCS
 from safetyrepro.analysis.rank_flip import model_pairs
 
+from .control import CONTROLS, Control, pairings
 from .evidence import TARGETS, PairedEvidence, claims_from_rejections, closeness, population_candidates
 from .oracle import Oracle, Scores, as_oracle
 
@@ -126,6 +127,7 @@ class CertifyOptions:
     target: str = "population"  # "population" (the models) or "subset" (the fixed subset's realised numbers)
     held_only: bool = False  # read only what costs nothing (earlier records): re-read a run, evaluate nothing
     familywise: str = "closed"  # population: "closed" (the closed test) or "bonferroni" (for comparison)
+    control: str = "none"  # population: "auto" (cheap twins help costly configurations: control.py) or "none"
 
 
 @dataclass
@@ -147,11 +149,14 @@ class _Bench:
     pairs: list[tuple[str, str]]
     verdict: dict[tuple[str, str], str] = field(default_factory=dict)
     drawn: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, config) -> items evaluated
+    control: Control | None = None  # --control auto: the costly configurations' control-variate paths
 
     def t(self, st: _Stream) -> int:
         return int(self.evidence[st.config_id].t[st.slot])
 
     def n(self, st: _Stream) -> int:
+        if self.control is not None and self.control.controls(st.config_id):  # the back holds partners
+            return min(len(self.orders[st.config_id]), self.control.limit(st.config_id, st.slot))
         return len(self.orders[st.config_id])
 
 
@@ -195,6 +200,7 @@ class CertifyResult:
     alpha_each: float  # subset: each sequence's level (the union bound); population: the closed test's first step
     options: CertifyOptions
     family_size: int = 0  # pair x configuration claims alpha covers (the evaluated ones and family_configs')
+    control: dict = field(default_factory=dict)  # benchmark -> what the control did (--control auto)
 
 
 def claim_of(lower: float, upper: float, exact: bool, estimate: float, delta: float) -> str:
@@ -272,7 +278,11 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
                 (slot, pair, cid) for slot, pair in enumerate(pairs) for cid in p.config_ids
             )
         ]
-        benches.append(_Bench(p, orders, evidence, streams, pairs, {pair: "undecided" for pair in pairs}))
+        bench = _Bench(p, orders, evidence, streams, pairs, {pair: "undecided" for pair in pairs})
+        twins = pairings(p.benchmark, p.config_ids, p.excluded)
+        if options.control == "auto" and options.target == "population" and not options.held_only and twins:
+            bench.control = Control(p.benchmark, twins, order, pairs, alpha_each / 2, options.delta)
+        benches.append(bench)
     return benches, alpha_each
 
 
@@ -340,6 +350,8 @@ def _plan(benches: list[_Bench], options: CertifyOptions, oracle: Oracle) -> dic
                 continue
             running, spread = b.evidence[st.config_id].running()
             mean, variance = float(running[st.slot]), float(spread[st.slot])
+            if b.control is not None and b.control.controls(st.config_id):  # priced after the control (issue 45)
+                per_item, now, variance = _control_price(b, st, t + k, per_item, now, variance, cost_of)
             need = max(items_to_decide(t, mean, variance, n, log_inv_alpha, options.delta) - t, 1.0)
             worth = 0.0 if now == 0 else per_item * need / (REVERSAL_BOOST if reverses else 1)
             ranked.append((worth, now, len(ranked), (bi, s), k))
@@ -418,6 +430,8 @@ def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
             if closeness(b.problem.benchmark) is not None:  # theta bounded from two shares' sequences: wider
                 variance = max(variance, CLOSENESS_VARIANCE)
             per_item, _ = _stream_cost(b, s, 1, cost_of, None)
+            if b.control is not None and b.control.controls(s.config_id):  # priced after the control (issue 45)
+                per_item, _, variance = _control_price(b, s, t + 1, per_item, 0.0, variance, cost_of)
             decide = per_item * max(items_to_decide(t, mean, variance, n, log_inv_alpha, options.delta) - t, 1.0)
             exact = options.target == "subset"
             odds = {d: win_odds(t, mean, variance, n, log_inv_alpha, d, exact) for d in needed}
@@ -441,6 +455,8 @@ def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
         for s, own in picks:
             k = min(_hunt_batch(size[bi], b.t(s), hunting=flip < stable), b.n(s) - b.t(s))
             _, now = _stream_cost(b, s, k, cost_of, held_of)
+            if b.control is not None and b.control.controls(s.config_id):  # the cheap twin's items too
+                _, now, _ = _control_price(b, s, b.t(s) + k, 0.0, now, 0.0, cost_of)
             ranked.append((pair_cost, own, len(ranked), now, (bi, s.index), k))
     ranked.sort(key=lambda r: r[:3])
     # pairs far dearer than the cheapest open one wait: what is learnt may end the cheap ones first
@@ -474,6 +490,26 @@ def win_odds(
     p = 0.5 * math.erfc(-(centre - smallest) / (sd * math.sqrt(2)))
     plausible = min(max(centre + sd, smallest, 1e-3), 1.0)
     return p, float(min(2 * v * log_inv_alpha / plausible**2 + log_inv_alpha / plausible, n))
+
+
+def _control_price(
+    b: _Bench, st: _Stream, upto: int, per_item: float, now: float, variance: float, cost_of
+) -> tuple[float, float, float]:
+    """A controlled costly stream's (seconds per item, this round's seconds, variance): its difference's variance
+    after the control, and the cheap twin's items its path asks for (the cheap score on each costly item, and
+    the partners while it takes them) added to what an item and the round cost."""
+    assert b.control is not None
+    variance, cheap_per_item = b.control.price(st.config_id, st.slot, variance)
+    twin = b.control.twins[st.config_id]
+    prefix, extra = b.control.needs(st.config_id, st.slot, upto)
+    evaluated = {m: set(b.control.extra.get((m, twin), ())) for m in st.pair}
+    for model in st.pair:
+        c = cost_of(b.problem.benchmark, twin, model) if cost_of is not None else None
+        c = 1.0 if c is None else max(float(c), 1e-6)
+        per_item += c * cheap_per_item
+        now += c * sum(max(u - b.drawn.get((m, twin), 0), 0) for m, _, u in prefix if m == model)
+        now += c * sum(len([i for i in items if i not in evaluated[m]]) for m, _, items in extra if m == model)
+    return per_item, now, variance
 
 
 def _free_ahead(b: _Bench, st: _Stream, t: int, held_of) -> int:
@@ -523,6 +559,8 @@ def certify(
         raise ValueError(f"order {options.order!r}: one of {', '.join(ORDERS)}")
     if options.target not in TARGETS:
         raise ValueError(f"target {options.target!r}: one of {', '.join(TARGETS)}")
+    if options.control not in CONTROLS:
+        raise ValueError(f"control {options.control!r}: one of {', '.join(CONTROLS)}")
     benches, alpha_each = _setup(problems, options)
     cache: dict[tuple[str, str, str], dict[str, float]] = {}
     run = _RunState(saved=time.monotonic())
@@ -612,6 +650,12 @@ def _result(
     for b in benches:
         for (model, cid), n in b.drawn.items():
             evaluated[(b.problem.benchmark, cid, model)] = b.orders[cid][:n]
+        if b.control is not None:  # the cheap twins' partner items, beyond their own prefix
+            for (model, cid), extra in b.control.extra.items():
+                key = (b.problem.benchmark, cid, model)
+                have = evaluated.get(key, np.array([], dtype=object))
+                more = [i for i in dict.fromkeys(extra) if i not in set(have)]
+                evaluated[key] = np.concatenate([have, np.array(more, dtype=object)])
     full_paired = sum(len(b.pairs) * sum(len(o) for o in b.orders.values()) for b in benches)
     full_model = sum(len(b.problem.models) * sum(len(o) for o in b.orders.values()) for b in benches)
     return CertifyResult(
@@ -627,6 +671,7 @@ def _result(
         alpha_each,
         options,
         family_size([b.problem for b in benches]),
+        {b.problem.benchmark: b.control.summary() for b in benches if b.control is not None},
     )
 
 
@@ -643,6 +688,7 @@ def _evaluate(
     oracle groups them by model, and may answer a prefix of a request's items only, nothing even, when the
     evaluation budget ran out during the round; it calls `tick()` between its calls, for the checkpoints)."""
     wanted: dict[tuple[int, str, str], int] = {}
+    extras = _control_needs(benches, plan, wanted)  # the cheap twins' items first (issue 45)
     for (bi, s), k in plan.items():
         b = benches[bi]
         stream = b.streams[s]
@@ -650,22 +696,53 @@ def _evaluate(
         for model in stream.pair:
             key = (bi, model, stream.config_id)
             wanted[key] = max(wanted.get(key, 0), upto)
-    requests = []
+    requests: list[tuple[int, str, str, int | None, list]] = []
     for (bi, model, cid), upto in wanted.items():
         b = benches[bi]
         have = b.drawn.get((model, cid), 0)
+        held = cache.get((b.problem.benchmark, cid, model), {})
+        while have < upto and b.orders[cid][have] in held:  # scored already (a control's partner item)
+            have += 1
+        b.drawn[(model, cid)] = have
         if upto > have:
             requests.append((bi, model, cid, have, list(b.orders[cid][have:upto])))
+    for bi, model, cid, items in extras:
+        held = cache.get((benches[bi].problem.benchmark, cid, model), {})
+        todo = [i for i in items if i not in held]
+        if todo:
+            requests.append((bi, model, cid, None, todo))
     asked = [(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests]
     answers = oracle.evaluate_many(asked, seconds_left, tick=tick)
-    for (bi, model, cid, have, items), scores in zip(requests, answers, strict=True):
+    for (bi, model, cid, start, items), scores in zip(requests, answers, strict=True):
         b = benches[bi]
         scores = np.asarray(scores, dtype=float)
         if len(scores) > len(items):
             raise ValueError(f"the oracle answered {len(scores)} scores for {len(items)} items ({model}, {cid})")
         store = cache.setdefault((b.problem.benchmark, cid, model), {})
         store.update(zip(items[: len(scores)], scores, strict=True))
-        b.drawn[(model, cid)] = have + len(scores)
+        if start is None:  # a control's partner items, outside the configuration's prefix
+            assert b.control is not None
+            b.control.record_extra(model, cid, items[: len(scores)])
+        else:
+            b.drawn[(model, cid)] = start + len(scores)
+
+
+def _control_needs(
+    benches: list[_Bench], plan: dict[tuple[int, int], int], wanted: dict[tuple[int, str, str], int]
+) -> list[tuple[int, str, str, list]]:
+    """Put into `wanted` the cheap twins' prefixes the planned costly streams' control paths need, and return
+    their partner items to evaluate, [(bench, model, cheap configuration, items)]."""
+    extras = []
+    for (bi, s), k in plan.items():
+        b = benches[bi]
+        st = b.streams[s]
+        if b.control is None or not b.control.controls(st.config_id):
+            continue
+        prefix, extra = b.control.needs(st.config_id, st.slot, b.t(st) + k)
+        for model, cid, upto in prefix:
+            wanted[(bi, model, cid)] = max(wanted.get((bi, model, cid), 0), upto)
+        extras += [(bi, model, cid, items) for model, cid, items in extra]
+    return extras
 
 
 def _available(benches: list[_Bench], plan: dict[tuple[int, int], int]) -> dict[tuple[int, int], int]:
@@ -704,6 +781,8 @@ def _advance(b: _Bench, plan: dict[int, int], cache: dict) -> None:
                 bank = ev.bank
         if bank is not None:
             bank.update(np.concatenate(rows), np.concatenate(values))
+    if b.control is not None:
+        b.control.catch_up(cache)
 
 
 def _read_claims(benches: list[_Bench], options: CertifyOptions, alpha_each: float) -> None:
@@ -725,7 +804,7 @@ def _read_claims(benches: list[_Bench], options: CertifyOptions, alpha_each: flo
         blocks, owners = [], []
         for b in benches:
             for cid, ev in b.evidence.items():
-                blocks.append(ev.p_values())
+                blocks.append(ev.p_values() if b.control is None else b.control.p_values(cid, ev))
                 owners.append((b, cid))
         unevaluated = sum(len(model_pairs(b.problem.models)) * len(b.problem.family_configs) for b in benches)
         blocks.append(np.ones((unevaluated, 4)))
@@ -753,7 +832,9 @@ def _rounded(x: float) -> float:
 def _rows(benches: list[_Bench]) -> tuple[list[ClaimRow], list[PairRow]]:
     claims, pairs = [], []
     for b in benches:
-        readings = {cid: ev.reading() for cid, ev in b.evidence.items()}
+        readings = {
+            cid: ev.reading() if b.control is None else b.control.reading(cid, ev) for cid, ev in b.evidence.items()
+        }
         for st in b.streams:
             t, r = b.t(st), readings[st.config_id]
             claims.append(

@@ -92,6 +92,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="population target: the closed test (default) or the union bound's Bonferroni level, for comparison",
     )
     p.add_argument(
+        "--control",
+        choices=("auto", "none"),
+        default="none",
+        help="population target: auto lets each free-form configuration's log-probability twin (same template and "
+        "shots) help certify it, a control variate on the same items and on partner items only the twin scores "
+        "(docs/certify.md, 'Cheap twins'); none (default) certifies every configuration on its own items",
+    )
+    p.add_argument(
         "--held-only",
         action="store_true",
         help="live: read only what the folder's own and --records' records hold, evaluate nothing (re-read a run, "
@@ -169,6 +177,7 @@ def options_from(args: argparse.Namespace):
         target=args.target,
         held_only=args.held_only,
         familywise=args.familywise,
+        control=args.control,
     )
 
 

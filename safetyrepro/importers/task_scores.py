@@ -25,10 +25,13 @@ from safetyrepro.analysis.two_runs import PairedScores
 from safetyrepro.errors import UserError
 from safetyrepro.limits import Refused, decode_text, loads_json, read_capped, shorten
 
-from .common import as_unit_score
-from .inspect_logs import _check_log_file, _log_files, check_log, task_name
-from .lm_eval_runs import RESULTS_FILE, SAMPLES_FILE, _find, _named, _read_samples, _samples_task, check_results
+from .common import BadInputError, as_unit_score
+from .inspect_logs import READER as INSPECT
+from .inspect_logs import _check_log_file, task_name
+from .lm_eval_runs import READER as LM_EVAL
+from .lm_eval_runs import RESULTS_FILE
 from .mapping import model_label, parse_model_args
+from .reader import Reader
 
 MEAN_TOLERANCE = 1e-6  # the items' mean must give the run's reported score this closely (else: not a mean)
 INSPECT_MEANS = ("accuracy", "mean")  # Inspect metrics that are the mean of the per-sample values
@@ -84,16 +87,16 @@ def read_run(path: str) -> RunScores:
 def task_names(path: str) -> list[str]:
     """The tasks a run holds, read from its results files or log headers alone (no samples)."""
     if package_of(path) == "lm-eval":
-        results, _, _ = _find([path])
+        results, _ = LM_EVAL.find([path])
         return [t for r in results if isinstance(data := _load_json(r), dict) for t in data.get("configs") or {}]
     from inspect_ai.log import read_eval_log
 
-    files, _ = _log_files([path])
+    files, _ = INSPECT.find([path])
     names = []
     for log_path in files:
         try:
-            _check_log_file(read_capped(log_path), log_path)
-            names.append(task_name(read_eval_log(log_path, header_only=True).eval))
+            _check_log_file(read_capped(log_path), str(log_path))
+            names.append(task_name(read_eval_log(str(log_path), header_only=True).eval))
         except Exception:  # a log that cannot be read is refused, with its reason, when the run is read
             continue
     return names
@@ -118,41 +121,32 @@ def _twice(path: str, seen: dict[str, str], task: str, source: str) -> None:
 
 
 # -- lm-eval ---------------------------------------------------------------------------------------
-def _read_lm_eval(path: str) -> RunScores:
-    results, samples, bad = _find([path])
+def _found(reader: Reader, path: str) -> list[Path]:
+    files, bad = reader.find([path])
     if bad:
         raise UserError(bad[0].line())
-    by_run: dict[tuple[Path, str], list[Path]] = {}  # a results file's samples files: same folder and date stamp
-    for s in samples:
-        by_run.setdefault((s.parent, _named(SAMPLES_FILE, s)["stamp"]), []).append(s)
+    return files
+
+
+def _read_lm_eval(path: str) -> RunScores:
     tasks: list[ItemScores] = []
     models: set[str] = set()
     seen: dict[str, str] = {}  # task -> the file that held it
     files: list[str] = []
-    for r in results:
-        data = _load_json(r)
-        problem = check_results(data)
-        if problem:
-            raise UserError(f"{r}: {problem}")
+    for r in _found(LM_EVAL, path):  # the importers' reader: checked, capped, its samples files beside it
+        try:
+            _, data = LM_EVAL.read(r)
+            companions = LM_EVAL.companions(r, data)
+        except BadInputError as e:
+            raise UserError(e.bad.line()) from None
         config = data["config"]
         models.add(
             model_label(
                 str(config.get("model") or "?"), parse_model_args(config.get("model_args")), data.get("model_name")
             )
         )
-        stamp = _named(RESULTS_FILE, r)["stamp"]
-        files.append(str(r))
-        logged = {}
-        for s in by_run.get((r.parent, stamp), []):
-            hint = _named(SAMPLES_FILE, s)["task"]
-            task = _samples_task(hint, data)
-            if task is None:
-                raise UserError(f"{s}: a samples file for task {hint!r}, which its results file {r.name} does not list")
-            lines = _read_samples(s, _read_bytes(s))
-            if not isinstance(lines, list):
-                raise UserError(lines.line())
-            logged[task] = lines
-            files.append(str(s))
+        files += [str(r), *(str(c.path) for c in companions)]
+        logged = {c.parsed[0]: c.parsed[1] for c in companions}
         for task in data["configs"]:
             _twice(path, seen, task, str(r))
             if task not in logged:
@@ -248,34 +242,21 @@ def _not_a_mean(scores: Mapping[tuple[str, int], float], reported: float | None,
 
 # -- Inspect ---------------------------------------------------------------------------------------
 def _read_inspect(path: str) -> RunScores:
-    from inspect_ai.log import read_eval_log, read_eval_log_samples
-
-    files, bad = _log_files([path])
-    if bad:
-        raise UserError(bad[0].line())
     tasks: list[ItemScores] = []
     models: set[str] = set()
     seen: dict[str, str] = {}  # task -> the log that held it
+    files = _found(INSPECT, path)
     for log_path in files:
-        try:
-            _check_log_file(_read_bytes(log_path), log_path)
-        except Refused as e:
-            raise UserError(f"{log_path}: {e.reason}") from None
-        try:
-            header = read_eval_log(log_path, header_only=True)
-            samples = list(read_eval_log_samples(log_path, all_samples_required=False))
-        except Exception as e:  # Inspect raises many types for a damaged file; each is one line
-            detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-            raise UserError(f"{log_path} is not a readable Inspect log ({detail})") from None
-        problem = check_log(header)
-        if problem:
-            raise UserError(f"{log_path} {problem}")
+        try:  # the importers' reader: the file checked before Inspect loads it, the header checked after
+            _, (header, samples) = INSPECT.read(log_path)
+        except BadInputError as e:
+            raise UserError(e.bad.line()) from None
         if not samples:
             raise UserError(f"{log_path} holds no samples (was it run with --no-log-samples?)")
         models.add(str(header.eval.model))
-        _twice(path, seen, task_name(header.eval), log_path)
+        _twice(path, seen, task_name(header.eval), str(log_path))
         tasks.extend(inspect_task_scores(header, samples))
-    return RunScores("inspect", path, _one_model(path, models), tuple(tasks), tuple(files))
+    return RunScores("inspect", path, _one_model(path, models), tuple(tasks), tuple(str(f) for f in files))
 
 
 def prompt_messages(messages: list) -> list:

@@ -213,3 +213,71 @@ STEADY_WORLDS = {
     "far ahead (0.80 vs 0.35)": (_far_ahead, ("a", "b")),
     "ahead by 0.30-0.45": (_ahead_by_template, ("a", "b")),
 }
+
+
+def correlated_problem(
+    rng: np.random.Generator,
+    accuracy: Callable[[object, str], float],
+    copy: Callable[[object], float],
+    n_items: int = 300,
+    models: tuple[str, str] = ("a", "b"),
+    benchmark: str = "truthfulqa",
+):
+    """As synthetic_problem, with each free-form answer tied to the same item's log-probability answer of the
+    same model, template and shots: every seed's free-form answer is that answer with probability copy(cfg),
+    else a fresh draw (the answer read from the text is often the likeliest candidate). The paired differences
+    of a free-form configuration and its log-probability twin then correlate (about copy for greedy decoding;
+    `twin_correlation` measures it). Returns (problem, oracle, full-subset differences)."""
+    from safetyrepro.certify.algorithm import BenchmarkProblem
+    from safetyrepro.certify.control import cheap_twin
+
+    rules = default_rules()
+    difficulty = rng.normal(0, 1, n_items)
+    ids = tuple(f"{benchmark}/{i:04d}" for i in range(n_items))
+    configs = [cfg for cfg in rules.configs(benchmark)]
+    config_ids = [cfg.config_id for cfg in configs]
+    answers: dict[tuple[str, str], np.ndarray] = {}
+
+    def draw(cfg, model, n_seeds):
+        p = accuracy(cfg, model)
+        logit = np.log(p / (1 - p)) - 0.8 * difficulty
+        return rng.random((n_seeds, n_items)) < 1 / (1 + np.exp(-logit))
+
+    for cfg in configs:  # the log-probability twins first: the free-form answers copy them
+        if cfg.scoring == "logprob":
+            for model in models:
+                answers[(cfg.config_id, model)] = draw(cfg, model, 1)
+    scores, full = {}, {}
+    for cfg in configs:
+        n_seeds = len(rules.seeds(cfg.decoding))
+        for model in models:
+            if cfg.scoring == "logprob":
+                x = answers[(cfg.config_id, model)]
+            else:
+                twin = cheap_twin(cfg.config_id, config_ids)
+                fresh = draw(cfg, model, n_seeds)
+                tied = rng.random((n_seeds, n_items)) < copy(cfg)
+                x = np.where(tied, answers[(twin, model)], fresh) if twin else fresh
+            scores[(cfg.config_id, model)] = dict(zip(ids, x.sum(axis=0) / n_seeds, strict=True))
+        a, b = (np.array(list(scores[(cfg.config_id, m)].values())) for m in models)
+        full[cfg.config_id] = round(float((a - b).mean()), 12)
+
+    def oracle(bench, config_id, model, item_ids):
+        mine = scores[(config_id, model)]
+        return np.array([mine[i] for i in item_ids])
+
+    return BenchmarkProblem(benchmark, tuple(config_ids), tuple(models), ids, 5), oracle, full
+
+
+def twin_correlation(problem, oracle) -> dict[str, float]:
+    """Per free-form configuration, the correlation of its paired differences with its twin's on the items."""
+    from safetyrepro.certify.control import pairings
+
+    a, b = problem.models[:2]
+    ids = list(problem.item_ids)
+    out = {}
+    for cid, twin in pairings(problem.benchmark, problem.config_ids).items():
+        d = oracle(problem.benchmark, cid, a, ids) - oracle(problem.benchmark, cid, b, ids)
+        c = oracle(problem.benchmark, twin, a, ids) - oracle(problem.benchmark, twin, b, ids)
+        out[cid] = float(np.corrcoef(d, c)[0, 1])
+    return out
