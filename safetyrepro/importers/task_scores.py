@@ -6,8 +6,9 @@ metric the run's own name and, where the run records it, its direction (lm-eval'
 Items are keyed by (item id, epoch): lm-eval's `doc_id` (epoch 1; lm-eval scores each document once) and
 Inspect's sample id and epoch. Beside each item the run's hash of the item itself and of the prompt the model
 was given are kept, so that two runs are only paired on the same items, and a caller can say how many
-differ. The files are checked and parsed by the importers' own readers (safe against oversized and hostile
-files); this module only reads what the importers leave out (every metric, epochs, the hashes).
+differ. The files are found, checked and parsed by the importers' own readers (importers/reader.py's `Reader`s
+for lm-eval and Inspect: capped, safe against hostile files); this module only reads what an import leaves
+out (every metric, epochs, the hashes).
 """
 
 from __future__ import annotations
@@ -23,15 +24,14 @@ import numpy as np
 
 from safetyrepro.analysis.two_runs import PairedScores
 from safetyrepro.errors import UserError
-from safetyrepro.limits import Refused, decode_text, loads_json, read_capped, shorten
+from safetyrepro.limits import shorten
 
+from . import inspect_logs, lm_eval_runs
 from .common import BadInputError, as_unit_score
-from .inspect_logs import READER as INSPECT
-from .inspect_logs import _check_log_file, task_name
-from .lm_eval_runs import READER as LM_EVAL
+from .inspect_logs import task_name
 from .lm_eval_runs import RESULTS_FILE
 from .mapping import model_label, parse_model_args
-from .reader import Reader
+from .reader import Reader, about
 
 MEAN_TOLERANCE = 1e-6  # the items' mean must give the run's reported score this closely (else: not a mean)
 INSPECT_MEANS = ("accuracy", "mean")  # Inspect metrics that are the mean of the per-sample values
@@ -84,22 +84,27 @@ def read_run(path: str) -> RunScores:
     return _read_lm_eval(path) if package_of(path) == "lm-eval" else _read_inspect(path)
 
 
-def task_names(path: str) -> list[str]:
-    """The tasks a run holds, read from its results files or log headers alone (no samples)."""
-    if package_of(path) == "lm-eval":
-        results, _ = LM_EVAL.find([path])
-        return [t for r in results if isinstance(data := _load_json(r), dict) for t in data.get("configs") or {}]
-    from inspect_ai.log import read_eval_log
-
-    files, _ = INSPECT.find([path])
-    names = []
-    for log_path in files:
+def _files(reader: Reader, path: str) -> list[tuple[Path, bytes, Any]]:
+    """Each file `reader` finds under `path`, read and checked: (its path, bytes, parsed contents)."""
+    found, bad = reader.find([path])
+    if bad:
+        raise UserError(bad[0].line())
+    out = []
+    for f in found:
         try:
-            _check_log_file(read_capped(log_path), str(log_path))
-            names.append(task_name(read_eval_log(str(log_path), header_only=True).eval))
-        except Exception:  # a log that cannot be read is refused, with its reason, when the run is read
-            continue
-    return names
+            with about(f):
+                data, parsed = reader.read(f)
+        except BadInputError as e:  # one run, one line: --skip-bad is import's
+            raise UserError(e.bad.line()) from None
+        out.append((f, data, parsed))
+    return out
+
+
+def task_names(path: str) -> list[str]:
+    """The tasks a run holds, read from its results files or log headers (no samples of lm-eval runs)."""
+    if package_of(path) == "lm-eval":
+        return [t for _, _, data in _files(lm_eval_runs.READER, path) for t in data["configs"]]
+    return [task_name(header.eval) for _, _, (header, _) in _files(inspect_logs.READER, path)]
 
 
 def _one_model(path: str, models: set[str]) -> str:
@@ -121,32 +126,25 @@ def _twice(path: str, seen: dict[str, str], task: str, source: str) -> None:
 
 
 # -- lm-eval ---------------------------------------------------------------------------------------
-def _found(reader: Reader, path: str) -> list[Path]:
-    files, bad = reader.find([path])
-    if bad:
-        raise UserError(bad[0].line())
-    return files
-
-
 def _read_lm_eval(path: str) -> RunScores:
     tasks: list[ItemScores] = []
     models: set[str] = set()
     seen: dict[str, str] = {}  # task -> the file that held it
     files: list[str] = []
-    for r in _found(LM_EVAL, path):  # the importers' reader: checked, capped, its samples files beside it
-        try:
-            _, data = LM_EVAL.read(r)
-            companions = LM_EVAL.companions(r, data)
-        except BadInputError as e:
-            raise UserError(e.bad.line()) from None
+    for r, _, data in _files(lm_eval_runs.READER, path):
         config = data["config"]
         models.add(
             model_label(
                 str(config.get("model") or "?"), parse_model_args(config.get("model_args")), data.get("model_name")
             )
         )
-        files += [str(r), *(str(c.path) for c in companions)]
+        try:
+            with about(r):
+                companions = lm_eval_runs.READER.companions(r, data)
+        except BadInputError as e:
+            raise UserError(e.bad.line()) from None
         logged = {c.parsed[0]: c.parsed[1] for c in companions}
+        files += [str(r), *(str(c.path) for c in companions)]
         for task in data["configs"]:
             _twice(path, seen, task, str(r))
             if task not in logged:
@@ -156,25 +154,6 @@ def _read_lm_eval(path: str) -> RunScores:
                 )
             tasks.extend(_lm_eval_task(data, task, logged[task]))
     return RunScores("lm-eval", path, _one_model(path, models), tuple(tasks), tuple(files))
-
-
-def _read_bytes(path: Path | str) -> bytes:
-    """A file read whole under the importers' caps; what cannot be read is one line."""
-    try:
-        return read_capped(path)
-    except OSError as e:
-        raise UserError(f"{path} cannot be read ({e.strerror})") from None
-    except Refused as e:
-        raise UserError(f"{path}: {e.reason}") from None
-
-
-def _load_json(path: Path) -> Any:
-    try:
-        return loads_json(decode_text(_read_bytes(path)))
-    except Refused as e:
-        raise UserError(f"{path}: {e.reason}") from None
-    except ValueError:
-        raise UserError(f"{path} is not valid JSON (a partial or damaged results file)") from None
 
 
 def _lm_eval_task(data: dict, task: str, lines: list[dict]) -> list[ItemScores]:
@@ -245,18 +224,15 @@ def _read_inspect(path: str) -> RunScores:
     tasks: list[ItemScores] = []
     models: set[str] = set()
     seen: dict[str, str] = {}  # task -> the log that held it
-    files = _found(INSPECT, path)
-    for log_path in files:
-        try:  # the importers' reader: the file checked before Inspect loads it, the header checked after
-            _, (header, samples) = INSPECT.read(log_path)
-        except BadInputError as e:
-            raise UserError(e.bad.line()) from None
+    files: list[str] = []
+    for log_path, _, (header, samples) in _files(inspect_logs.READER, path):
         if not samples:
             raise UserError(f"{log_path} holds no samples (was it run with --no-log-samples?)")
         models.add(str(header.eval.model))
         _twice(path, seen, task_name(header.eval), str(log_path))
         tasks.extend(inspect_task_scores(header, samples))
-    return RunScores("inspect", path, _one_model(path, models), tuple(tasks), tuple(str(f) for f in files))
+        files.append(str(log_path))
+    return RunScores("inspect", path, _one_model(path, models), tuple(tasks), tuple(files))
 
 
 def prompt_messages(messages: list) -> list:
