@@ -243,11 +243,12 @@ def _select(o: SweepOptions) -> Selection:
     if stray:
         raise UserError(f"configuration {stray[0]!r} is of a benchmark not in --benchmarks ({', '.join(benchmarks)})")
     configs = select_configs(rules, benchmarks, o.tier, precision, filters)
-    for b in sorted({c.benchmark for c in configs}) if o.limit is not None else ():
+    limit = o.limit if o.limit is not None else 0
+    for b in sorted({c.benchmark for c in configs}) if limit else ():
         n = len(item_set(b).items)  # a --subsample is drawn from the items the limit keeps
-        if o.limit > n:
+        if limit > n:
             raise UserError(
-                f"--limit {o.limit} is more than the {n} items of the {b} subset; "
+                f"--limit {limit} is more than the {n} items of the {b} subset; "
                 f"use --limit {n} or less (or leave it out for all {n})"
             )
     return Selection(rules, tuple(labels), precision, tie_rule, filters, tuple(benchmarks), configs)
