@@ -205,13 +205,13 @@ FIELD_DEFAULTS = {
 
 
 def _select(o: SweepOptions) -> Selection:
-    """The option checks that need no model and no backend: unique labels, precision, tie rule, filters
-    (each value once), benchmarks and configuration ids, --limit against each subset, --subsample,
-    --subset-seed, --batch-size and --workers. Each failure is one line (UserError)."""
+    """The option checks that need no model and no backend, each failure one line (UserError): first the
+    values alone (unique labels, package, precision, tie rule, each filter value once, --limit, --subsample,
+    --subset-seed, --batch-size, --workers), then what they select from the rules (benchmarks and
+    configuration ids), then --limit against each selected subset."""
     from safetyrepro.adapters.catalogue.loading import check_precision  # lazy: the flags register at start-up
     from safetyrepro.tasks.subsets import item_set  # lazy: the flags register at start-up
 
-    rules = load_rules(o.rules)
     labels = [m.label for m in o.models]
     if not labels:
         raise UserError("no model given: use --models and/or --models-file")
@@ -222,26 +222,12 @@ def _select(o: SweepOptions) -> Selection:
         raise UserError(f"--package {o.package!r}: a live run goes through {' or '.join(PACKAGES)}")
     precision = check_precision(o.precision)
     tie_rule = check_tie_rule(o.tie_rule)
-    filters = {k: v for k, v in o.filters.items() if v}
     for axis, values in o.filters.items():
         twice = sorted({str(v) for v in values if list(values).count(v) > 1})
         if twice:
             raise UserError(f"{axis} {twice[0]!r} is listed twice (each value once)")
-    benchmarks = list(o.benchmarks or (benchmarks_of(filters["config"]) if "config" in filters else rules.benchmarks))
-    stray = [i for i in filters.get("config", ()) if benchmark_of(i) not in benchmarks]
-    if stray:
-        raise UserError(f"configuration {stray[0]!r} is of a benchmark not in --benchmarks ({', '.join(benchmarks)})")
-    configs = select_configs(rules, benchmarks, o.tier, precision, filters)
-    if o.limit is not None:
-        if o.limit < 1:
-            raise UserError(f"--limit must be a positive number of items, got {o.limit}")
-        for b in sorted({c.benchmark for c in configs}):
-            n = len(item_set(b).items)  # a --subsample is drawn from the items the limit keeps
-            if o.limit > n:
-                raise UserError(
-                    f"--limit {o.limit} is more than the {n} items of the {b} subset; "
-                    f"use --limit {n} or less (or leave it out for all {n})"
-                )
+    if o.limit is not None and o.limit < 1:
+        raise UserError(f"--limit must be a positive number of items, got {o.limit}")
     if o.subsample is not None and not 0 < o.subsample <= 1:
         raise UserError(f"--subsample must be a fraction in (0, 1], got {o.subsample}")
     if o.subset_seed is not None and o.subset_seed < 0:
@@ -250,4 +236,19 @@ def _select(o: SweepOptions) -> Selection:
         raise UserError(f"--batch-size must be at least 1, got {o.batch_size}")
     if o.workers < 1:
         raise UserError(f"--workers must be at least 1, got {o.workers}")
+    rules = load_rules(o.rules)
+    filters = {k: v for k, v in o.filters.items() if v}
+    benchmarks = list(o.benchmarks or (benchmarks_of(filters["config"]) if "config" in filters else rules.benchmarks))
+    stray = [i for i in filters.get("config", ()) if benchmark_of(i) not in benchmarks]
+    if stray:
+        raise UserError(f"configuration {stray[0]!r} is of a benchmark not in --benchmarks ({', '.join(benchmarks)})")
+    configs = select_configs(rules, benchmarks, o.tier, precision, filters)
+    limit = o.limit if o.limit is not None else 0
+    for b in sorted({c.benchmark for c in configs}) if limit else ():
+        n = len(item_set(b).items)  # a --subsample is drawn from the items the limit keeps
+        if limit > n:
+            raise UserError(
+                f"--limit {limit} is more than the {n} items of the {b} subset; "
+                f"use --limit {n} or less (or leave it out for all {n})"
+            )
     return Selection(rules, tuple(labels), precision, tie_rule, filters, tuple(benchmarks), configs)
