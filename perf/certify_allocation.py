@@ -81,6 +81,7 @@ def saves(grids: int, n_items: int) -> list[str]:
         f"{'scenario':<26} {'allocation':<27} {'evaluations':>11} {'model time':>10}  {'verdicts':<22} "
         f"{'contradicted':>12} {'s/grid':>6}"
     ]
+    print(lines[0], flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name, acc in SCENARIOS.items():
             runs = []
@@ -121,6 +122,7 @@ def flips(grids: int) -> list[str]:
         f"{'world':<32} {'records':<8} {'today (units)':>13} {'flip_hunt':>10} {'share':>6} {'worst':>6}  "
         f"{'verdicts (today / flip_hunt)'}"
     ]
+    print(lines[0], flush=True)
     for worlds in (FLIP_WORLDS, STEADY_WORLDS):
         for name, (accuracy, models) in worlds.items():
             for with_pilot in (True, False):
@@ -159,6 +161,7 @@ def study_replay() -> list[str]:
     lines = [
         f"{'24-item study replay':<22} {'allocation':<15} {'paired evaluations':>18} {'model h':>8}  verdicts",
     ]
+    print(lines[0], flush=True)
     for target in ("population", "subset"):
         for allocation in ("flip_hunt", "reversal_first", "uniform"):
             oracle = CostedOracle(replay.oracle, known=False, rates=rates)
@@ -205,30 +208,40 @@ def certified_replay(worlds: int, hours: float = 4.0) -> list[str]:
     first = {b: sorted(g["item_id"].unique()) for b, g in study.groupby("benchmark")}
     rates = study_rates()
     lines = [
-        f"{'certified-records worlds':<24} {'allocation':<15} {'model h':>8} {'pairs decided':>13} "
+        f"{'certified-records worlds':<26} {'allocation':<15} {'pairs decided by 1 h':>20} {'2 h':>4} {'4 h':>4} "
         f"{'claims':>6}  verdicts (summed over worlds)"
     ]
+    print(lines[0], flush=True)
+    marks = (1.0, 2.0, hours)
     for allocation in ("flip_hunt", "reversal_first"):
-        spent, decided, claims, verdicts = [], [], [], Counter()
+        decided, claims, verdicts = np.zeros(len(marks)), [], Counter()
         for w in range(worlds):
             problems, oracle = certified_world(np.random.default_rng(w), frame, first)
             held = {k: v for p in problems for k, v in pilot(p, 24).items()}
             asked = CostedOracle(oracle, held, rates=rates)
+            when: dict[tuple[str, str, str], float] = {}  # pair -> model hours when its verdict came
+
+            def seen(result, asked=asked, when=when):
+                for p in result.pairs:
+                    if p.verdict != "undecided":
+                        when.setdefault((p.benchmark, p.model_a, p.model_b), asked.spent() / 3600)
+
             options = CertifyOptions(
                 allocation=allocation,
                 order="subset",
                 round_seconds=LIVE_ROUND_SECONDS,
                 budget_seconds=hours * 3600,
             )
-            r = certify(problems, asked, options)
-            spent.append(asked.spent() / 3600)
-            decided.append(sum(p.verdict != "undecided" for p in r.pairs))
+            r = certify(problems, asked, options, checkpoint=seen, checkpoint_seconds=0.0)
+            seen(r)
+            decided += [sum(h <= m for h in when.values()) for m in marks]
             claims.append(sum(c.claim != "undecided" for c in r.claims))
             verdicts.update(p.verdict for p in r.pairs)
         said = ", ".join(f"{v} {n}" for v, n in verdicts.most_common())
+        per = decided / worlds
         lines.append(
-            f"{f'{worlds} worlds, {hours:g} h budget':<24} {allocation:<15} {np.mean(spent):>8.2f} "
-            f"{np.mean(decided):>13.1f} {np.mean(claims):>6.1f}  {said}"
+            f"{f'{worlds} worlds, {hours:g} h budget':<26} {allocation:<15} {per[0]:>20.1f} {per[1]:>4.1f} "
+            f"{per[2]:>4.1f} {np.mean(claims):>6.1f}  {said}"
         )
         print(lines[-1], flush=True)
     return lines

@@ -519,7 +519,7 @@ def _free_ahead(b: _Bench, st: _Stream, t: int, held_of) -> int:
     for model in st.pair:
         have = b.drawn.get((model, st.config_id), 0)
         ahead = max(have - t, 0)
-        ahead += held_of(b.problem.benchmark, st.config_id, model, list(b.orders[st.config_id][max(have, t) :]))
+        ahead += held_of(b.problem.benchmark, st.config_id, model, b.orders[st.config_id][max(have, t) :].tolist())
         free = ahead if free is None else min(free, ahead)
     return free or 0
 

@@ -194,16 +194,17 @@ def test_flip_hunting_decides_flips_for_at_most_half_the_model_time_of_todays_ro
     kinds: the minority's win on cheap, free-form or only sampled chain-of-thought configurations, three
     models...) both allocations end `flip` on every pair, and flip hunting spends at most half of today's
     model time, with a 24-item pilot's records held (a sweep's --limit 24) and without; where no flip
-    exists (one model ahead everywhere) it spends no more."""
+    exists (one model ahead everywhere) it spends no more. Two worlds per kind keep it quick:
+    perf/certify_allocation.py measures 20 (docs/certify.md)."""
     for name, world in FLIP_WORLDS.items():
         spent = {"reversal_first": 0.0, "flip_hunt": 0.0}
-        for seed in range(3):
+        for seed in range(2):
             for allocation, (result, cost, _, _) in _hunt_and_today(world, seed, with_pilot).items():
                 assert {p.verdict for p in result.pairs} == {"flip"}, (name, seed, allocation)
                 spent[allocation] += cost
         assert spent["flip_hunt"] <= 0.5 * spent["reversal_first"], (name, spent)
     for name, world in STEADY_WORLDS.items():
-        for seed in range(2):
+        for seed in range(2 if with_pilot else 1):
             runs = _hunt_and_today(world, seed, with_pilot)
             verdicts = {a: [p.verdict for p in r.pairs] for a, (r, *_) in runs.items()}
             assert verdicts["flip_hunt"] == verdicts["reversal_first"] and "flip" not in verdicts["flip_hunt"]
@@ -255,3 +256,15 @@ def test_win_odds_by_hand():
     # the subset target knows the sign at n: any difference can be won with every item in
     assert win_odds(100, -0.02, 0.3, 300, log_inv_alpha, -1, exact_at_n=True)[0] > 0.6
     assert win_odds(100, -0.02, 0.3, 300, log_inv_alpha, -1)[0] < 0.05
+
+
+def test_the_cli_offers_every_allocation_and_defaults_to_flip_hunting(tmp_path, capsys):
+    from safetyrepro.certify.algorithm import ALLOCATIONS
+
+    assert CertifyOptions().allocation == "flip_hunt"
+    with pytest.raises(SystemExit) as stop:
+        main(["certify", "--replay", "i", "--grid", "g", "--allocation", "greedy", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1 and "'greedy'" in err
+    offered = err[err.index("choose from") :]
+    assert all(f"'{a}'" in offered for a in ALLOCATIONS) and offered.count("'") == 2 * len(ALLOCATIONS)
