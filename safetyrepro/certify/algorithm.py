@@ -575,9 +575,10 @@ def _evaluate(
         b = benches[bi]
         have = b.drawn.get((model, cid), 0)
         held = cache.get((b.problem.benchmark, cid, model), {})
-        while have < upto and b.orders[cid][have] in held:  # scored already (a control's partner item)
-            have += 1
-        b.drawn[(model, cid)] = have
+        if have < upto and b.orders[cid][have] in held:  # scored already: a control's partner item (issue 45)
+            while have < upto and b.orders[cid][have] in held:
+                have += 1
+            b.drawn[(model, cid)] = have
         if upto > have:
             requests.append((bi, model, cid, have, list(b.orders[cid][have:upto])))
     for bi, model, cid, items in extras:
@@ -592,18 +593,18 @@ def _evaluate(
         answers = many(asked, seconds_left, tick=tick) if takes_tick else many(asked, seconds_left)
     else:
         answers = [oracle(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests]
-    for (bi, model, cid, have, items), scores in zip(requests, answers, strict=True):
+    for (bi, model, cid, start, items), scores in zip(requests, answers, strict=True):
         b = benches[bi]
         scores = np.asarray(scores, dtype=float)
         if (many is None and len(scores) != len(items)) or len(scores) > len(items):
             raise ValueError(f"the oracle answered {len(scores)} scores for {len(items)} items ({model}, {cid})")
         store = cache.setdefault((b.problem.benchmark, cid, model), {})
         store.update(zip(items[: len(scores)], scores, strict=True))
-        if have is None:  # a control's partner items, outside the configuration's prefix
+        if start is None:  # a control's partner items, outside the configuration's prefix
             assert b.control is not None
             b.control.record_extra(model, cid, items[: len(scores)])
         else:
-            b.drawn[(model, cid)] = have + len(scores)
+            b.drawn[(model, cid)] = start + len(scores)
 
 
 def _control_needs(
@@ -660,7 +661,7 @@ def _advance(b: _Bench, plan: dict[int, int], cache: dict) -> None:
                 bank = ev.bank
         if bank is not None:
             bank.update(np.concatenate(rows), np.concatenate(values))
-    if b.control is not None:
+    if b.control is not None:  # --control (issue 45): the paths take what is scored now
         b.control.catch_up(cache)
 
 
@@ -683,7 +684,7 @@ def _read_claims(benches: list[_Bench], options: CertifyOptions, alpha_each: flo
         blocks, owners = [], []
         for b in benches:
             for cid, ev in b.evidence.items():
-                blocks.append(ev.p_values() if b.control is None else b.control.p_values(cid, ev))
+                blocks.append(ev.p_values() if b.control is None else b.control.p_values(cid, ev))  # --control
                 owners.append((b, cid))
         unevaluated = sum(len(model_pairs(b.problem.models)) * len(b.problem.family_configs) for b in benches)
         blocks.append(np.ones((unevaluated, 4)))
