@@ -17,15 +17,18 @@
    item, its whole law known (the KL-inf rate; no e-process on these observations grows faster, so none decides
    sooner on average): their ratio is the most any control variate can save, for 0/1 answers at accuracies
    p_a, p_b, greedy decoding, r = 0.8.
-3. The published records: the 24-item study replayed both ways (docs/study), and the twin correlation measured
-   on the 24-item study's and the certified study's records (docs/study/certified), where both configurations of
-   a pair hold the same items.
+3. The published records: the 24-item study replayed both ways (docs/study), the certified study's records
+   re-read both ways (docs/study/certified, --held-only: no model runs), and the twin correlation measured on
+   both record sets, where both configurations of a pair hold the same items.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -154,6 +157,21 @@ def published() -> list[str]:
         lines.append(
             f"24-item study, replayed, --control {control:<4}: {dict(said)}, {result.paired_evaluations:,} paired "
             f"evaluations, {costly:,} costly and {cheap:,} cheap model evaluations"
+        )
+    reread = [  # the certified study's records, re-read as perf/certify_power.py does (no model runs)
+        *"certify --models smollm2 gemma3-270m qwen2.5-coder-0.5b --tier full --precision fp32 --order subset".split(),
+        *"--records docs/study docs/study/certified --held-only --quiet".split(),
+    ]
+    for control in ("none", "auto"):
+        with tempfile.TemporaryDirectory() as tmp:
+            command = [sys.executable, "-m", "safetyrepro.cli", *reread, "--control", control, "--out", tmp]
+            subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+            cost = json.loads((Path(tmp) / "cost.json").read_text())
+            claims = int((pd.read_csv(Path(tmp) / "claims.csv")["claim"] != "undecided").sum())
+        lines.append(
+            f"certified study, re-read (--held-only), --control {control:<4}: {claims} claims, "
+            f"{cost['paired_evaluations']:,} paired and {cost['model_evaluations']:,} model evaluations read; the "
+            f"control ran on {len(cost['control_did'])} benchmarks (a re-read holds no partner items)"
         )
     for name, path in (
         ("24-item study", "docs/study/items.parquet"),
