@@ -743,7 +743,7 @@ def _rows(benches: list[_Bench]) -> tuple[list[ClaimRow], list[PairRow]]:
                     *pair,
                     verdict,
                     sum(b.t(s) for s in mine),
-                    sum(b.n(s) for s in mine),
+                    sum(len(b.orders[s.config_id]) for s in mine),  # the full grid's (a control's partners in)
                     deciding,
                     sum(s.claim == "undecided" for s in mine),
                 )
