@@ -10,21 +10,25 @@
    certify with `--control none` and `--control auto` on the same grids, cost-aware rounds as a live run makes
    them (an item of one model costs 0.1 with log-probabilities, 1 greedy free-form, 5 sampled: five seeds;
    perf/certify_allocation.py item_cost): the verdicts, the costly (free-form) model evaluations, the cheap ones
-   and the model time, each summed over the grids, and how many grids reached the same verdict both ways.
+   and the model time, each summed over the grids, how many grids reached the same verdict both ways, and the
+   claims made (pair x configuration claims decided, summed).
 2. The ceiling (analysis/control_variate.py growth_ceiling): the growth rate of the best e-process against
    "theta <= 0" for one item's paired difference, without and with the cheap configuration's score on the same
    item, its whole law known (the KL-inf rate; no e-process on these observations grows faster, so none decides
    sooner on average): their ratio is the most any control variate can save, for 0/1 answers at accuracies
    p_a, p_b, greedy decoding, r = 0.8.
-3. The published records: the 24-item study replayed both ways (docs/study), and the twin correlation measured
-   on the 24-item study's and the certified study's records (docs/study/certified), where both configurations of
-   a pair hold the same items.
+3. The published records: the 24-item study replayed both ways (docs/study), the certified study's records
+   re-read both ways (docs/study/certified, --held-only: no model runs), and the twin correlation measured on
+   both record sets, where both configurations of a pair hold the same items.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -53,6 +57,9 @@ SCENARIOS = {
 }
 
 
+CEILING_ACCURACIES = {"far ahead (0.75 vs 0.40)": (0.75, 0.40), "ahead (0.70 vs 0.45)": (0.70, 0.45)}
+
+
 def copy_for(r: float):
     """The tie probability per seed that gives twin correlation r (measured: greedy 0.80 at 0.8, sampled 0.80
     at 0.51; 0 at 0)."""
@@ -71,8 +78,8 @@ def costly_and_cheap(result) -> tuple[int, int]:
 
 def synthetic(grids: int) -> tuple[list[str], list[dict]]:
     lines = [
-        f"{'scenario':<26} {'r':>4} {'control':<7} {'verdicts':<30} {'same':>5} {'costly':>8} {'cheap':>8} "
-        f"{'model time':>10} {'s/grid':>6}"
+        f"{'scenario':<26} {'r':>4} {'control':<7} {'verdicts':<30} {'same':>5} {'claims':>6} {'costly':>8} "
+        f"{'cheap':>8} {'model time':>10} {'s/grid':>6}"
     ]
     rows = []
     for name, acc in SCENARIOS.items():
@@ -81,7 +88,7 @@ def synthetic(grids: int) -> tuple[list[str], list[dict]]:
             measured = np.mean([np.mean(list(twin_correlation(p, o).values())) for p, o, _ in worlds])
             verdicts: dict[str, list[str]] = {}
             for control in ("none", "auto"):
-                costly = cheap = 0
+                costly = cheap = claims = 0
                 spent, said, t0 = 0.0, [], time.perf_counter()
                 for g, (problem, oracle, _) in enumerate(worlds):
                     costed = Costed(oracle, known=True)
@@ -89,14 +96,15 @@ def synthetic(grids: int) -> tuple[list[str], list[dict]]:
                     result = certify([problem], costed, options)
                     c, k = costly_and_cheap(result)
                     costly, cheap, spent = costly + c, cheap + k, spent + costed.spent
+                    claims += sum(x.claim != "undecided" for x in result.claims)
                     said.append(result.pairs[0].verdict)
                 verdicts[control] = said
                 same = sum(a == b for a, b in zip(verdicts["none"], said, strict=True))
                 counted = ", ".join(f"{v} {n}" for v, n in Counter(said).most_common())
                 seconds = (time.perf_counter() - t0) / grids
                 lines.append(
-                    f"{name:<26} {measured:>4.2f} {control:<7} {counted:<30} {same:>5} {costly:>8,} {cheap:>8,} "
-                    f"{spent:>10,.0f} {seconds:>6.2f}"
+                    f"{name:<26} {measured:>4.2f} {control:<7} {counted:<30} {same:>5} {claims:>6} {costly:>8,} "
+                    f"{cheap:>8,} {spent:>10,.0f} {seconds:>6.2f}"
                 )
                 rows.append(
                     dict(scenario=name, r=r, control=control, costly=costly, cheap=cheap, time=spent, same=same)
@@ -149,6 +157,21 @@ def published() -> list[str]:
         lines.append(
             f"24-item study, replayed, --control {control:<4}: {dict(said)}, {result.paired_evaluations:,} paired "
             f"evaluations, {costly:,} costly and {cheap:,} cheap model evaluations"
+        )
+    reread = [  # the certified study's records, re-read as perf/certify_power.py does (no model runs)
+        *"certify --models smollm2 gemma3-270m qwen2.5-coder-0.5b --tier full --precision fp32 --order subset".split(),
+        *"--records docs/study docs/study/certified --held-only --quiet".split(),
+    ]
+    for control in ("none", "auto"):
+        with tempfile.TemporaryDirectory() as tmp:
+            command = [sys.executable, "-m", "safetyrepro.cli", *reread, "--control", control, "--out", tmp]
+            subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+            cost = json.loads((Path(tmp) / "cost.json").read_text())
+            claims = int((pd.read_csv(Path(tmp) / "claims.csv")["claim"] != "undecided").sum())
+        lines.append(
+            f"certified study, re-read (--held-only), --control {control:<4}: {claims} claims, "
+            f"{cost['paired_evaluations']:,} paired and {cost['model_evaluations']:,} model evaluations read; the "
+            f"control ran on {len(cost['control_did'])} benchmarks (a re-read holds no partner items)"
         )
     for name, path in (
         ("24-item study", "docs/study/items.parquet"),
@@ -210,6 +233,12 @@ def figure(rows: list[dict], path: Path) -> None:
                 base = float(frame[pick & (frame.control == "none")][what].iloc[0])
                 share.append(float(frame[pick & (frame.control == control)][what].iloc[0]) / base)
             ax.bar(x + (j - 0.5) * 0.38, share, 0.38, color=colour, label=f"--control auto, r = {r:g}")
+        if what == "costly":  # the most any control variate saves on one greedy configuration there (ceilings())
+            for i, name in enumerate(names):
+                if name in CEILING_ACCURACIES:
+                    plain, best = growth_ceiling(*_joint(*CEILING_ACCURACIES[name], 0.8))
+                    ax.plot([i - 0.4, i + 0.4], [plain / best] * 2, color="black", linestyle=":", linewidth=1.5)
+            ax.plot([], [], color="black", linestyle=":", label="ceiling, r = 0.8 (greedy)")
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.axhline(0.5, color="tab:red", linewidth=0.8, linestyle="--", label="half (the issue's target)")
         ax.set_xticks(x, [n.split(" (")[0] for n in names], rotation=15, fontsize=8)

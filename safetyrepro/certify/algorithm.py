@@ -701,9 +701,10 @@ def _evaluate(
         b = benches[bi]
         have = b.drawn.get((model, cid), 0)
         held = cache.get((b.problem.benchmark, cid, model), {})
-        while have < upto and b.orders[cid][have] in held:  # scored already (a control's partner item)
-            have += 1
-        b.drawn[(model, cid)] = have
+        if have < upto and b.orders[cid][have] in held:  # scored already: a control's partner item (issue 45)
+            while have < upto and b.orders[cid][have] in held:
+                have += 1
+            b.drawn[(model, cid)] = have
         if upto > have:
             requests.append((bi, model, cid, have, list(b.orders[cid][have:upto])))
     for bi, model, cid, items in extras:
@@ -781,7 +782,7 @@ def _advance(b: _Bench, plan: dict[int, int], cache: dict) -> None:
                 bank = ev.bank
         if bank is not None:
             bank.update(np.concatenate(rows), np.concatenate(values))
-    if b.control is not None:
+    if b.control is not None:  # --control (issue 45): the paths take what is scored now
         b.control.catch_up(cache)
 
 
@@ -804,7 +805,7 @@ def _read_claims(benches: list[_Bench], options: CertifyOptions, alpha_each: flo
         blocks, owners = [], []
         for b in benches:
             for cid, ev in b.evidence.items():
-                blocks.append(ev.p_values() if b.control is None else b.control.p_values(cid, ev))
+                blocks.append(ev.p_values() if b.control is None else b.control.p_values(cid, ev))  # --control
                 owners.append((b, cid))
         unevaluated = sum(len(model_pairs(b.problem.models)) * len(b.problem.family_configs) for b in benches)
         blocks.append(np.ones((unevaluated, 4)))
@@ -863,7 +864,7 @@ def _rows(benches: list[_Bench]) -> tuple[list[ClaimRow], list[PairRow]]:
                     *pair,
                     verdict,
                     sum(b.t(s) for s in mine),
-                    sum(b.n(s) for s in mine),
+                    sum(len(b.orders[s.config_id]) for s in mine),  # the full grid's (a control's partners in)
                     deciding,
                     sum(s.claim == "undecided" for s in mine),
                 )

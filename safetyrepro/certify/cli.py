@@ -192,6 +192,13 @@ def run(args: argparse.Namespace) -> int:
             "run's records); docs/certify.md"
         )
     say = None if args.quiet else (lambda line: print(f"certify: {line}", file=sys.stderr, flush=True))
+    if args.control == "auto" and (args.target == "subset" or args.held_only):
+        off = "--target subset" if args.target == "subset" else "--held-only"
+        print(
+            f"certify: --control auto does nothing with {off} (docs/certify.md, 'Cheap twins'); every configuration "
+            "is certified on its own items",
+            file=sys.stderr,
+        )
     if live:
         if args.grid:
             raise UserError("--grid goes with --replay; a live run plans its configurations from the sweep's flags")

@@ -130,8 +130,9 @@ def test_uncorrelated_configurations_keep_the_plain_claims():
     assert [c.claim for c in auto.claims] == [c.claim for c in none.claims]
 
 
-def test_the_flag_reaches_cost_json(tmp_path):
-    """`--control auto` on a replay: cost.json says so and what it did; a bad value is argparse's refusal."""
+def test_the_flag_reaches_cost_json(tmp_path, capsys):
+    """`--control auto` on a replay: cost.json says so and what it did; with --target subset it says in one line
+    that it does nothing; a bad value is argparse's refusal."""
     from certify_grids import synthetic_run
 
     grid, items = synthetic_run(np.random.default_rng(0), far_ahead, n_items=40)
@@ -147,5 +148,9 @@ def test_the_flag_reaches_cost_json(tmp_path):
     }
     assert main([*base, "--out", str(tmp_path / "none")]) == 0
     assert json.loads((tmp_path / "none" / "cost.json").read_text())["control"] == "none"
+    capsys.readouterr()
+    assert main([*base, "--control", "auto", "--target", "subset", "--out", str(tmp_path / "subset")]) == 0
+    assert "--control auto does nothing with --target subset" in capsys.readouterr().err
+    assert json.loads((tmp_path / "subset" / "cost.json").read_text())["control_did"] == {}
     with pytest.raises(SystemExit):
         main([*base, "--control", "sometimes", "--out", str(tmp_path / "bad")])
