@@ -12,26 +12,21 @@ from pathlib import Path
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
+from setuptools.config.pyprojecttoml import load_file
 
 PTH = "safetyrepro_lm_eval.pth"
-# import package -> folder, as [tool.setuptools] package-dir in pyproject.toml
-ROOTS = {
-    "safetyrepro": "safetyrepro",
-    "safetyrepro.tasks": "safetyrepro_tasks",
-    "safetyrepro.adapters": "adapters",
-    "safetyrepro.analysis": "analysis",
-    "safetyrepro.crosspkg": "crosspkg",
-}
+HERE = Path(__file__).resolve().parent
+# import package -> folder: [tool.setuptools] package-dir in pyproject.toml, the one home of the mapping
+ROOTS = load_file(HERE / "pyproject.toml")["tool"]["setuptools"]["package-dir"]
 
 
 def packages() -> list[str]:
     """Every package under the mapped folders (a folder with an __init__.py)."""
-    here = Path(__file__).resolve().parent
     return sorted(
         {
             name
             for root, folder in ROOTS.items()
-            for name in (root, *(f"{root}.{sub}" for sub in find_packages(str(here / folder))))
+            for name in (root, *(f"{root}.{sub}" for sub in find_packages(str(HERE / folder))))
         }
     )
 

@@ -21,10 +21,13 @@ only divided at the end.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 LATTICE_MAX = 120  # lcm(1..5) twice over: ties among up to 5 candidates, on top of the seed count
 SCORE_TOLERANCE = 1e-12  # a float mean of a few thousand shares is within ~1e-15 of its fraction
+ITEM_TOLERANCE = 1e-9  # per lattice step: an item's seed mean as a live run sums it
 FLOAT_DIGITS = 12  # scores with no count are compared to 1e-12
 EXACT_RULE = (
     "scores compared as fractions of each cell's n_items x n_seeds answers (equal counts tie, one answer "
@@ -50,16 +53,25 @@ def exact_scores(scores, n_items, n_seeds) -> np.ndarray:
     return out
 
 
-def lattice_of(values) -> int | None:
-    """The smallest L <= LATTICE_MAX with every value within SCORE_TOLERANCE of a multiple of 1/L; None
+def item_lattice(n_seeds: int, ties: int | None = None) -> int:
+    """L such that an item's score, a mean over `n_seeds` seeds, is a multiple of 1/L: 1/n_seeds for
+    whole credits, finer for a logprob item whose credit is shared among up to `ties` tied candidates (the
+    `expected` tie rule: 1/k each), lcm(1..ties) times finer."""
+    return n_seeds if not ties else math.lcm(n_seeds, math.lcm(*range(1, ties + 1)))
+
+
+def on_lattice(values, lattice: int, tolerance: float = SCORE_TOLERANCE) -> bool:
+    """Whether every value is a multiple of 1/lattice, to within `tolerance` of one step of it."""
+    k = np.asarray(values, dtype=float) * lattice
+    return bool(np.all(np.abs(k - np.rint(k)) <= tolerance * lattice))
+
+
+def lattice_of(values, tolerance: float = SCORE_TOLERANCE) -> int | None:
+    """The smallest L <= LATTICE_MAX with every value within `tolerance` x L of a multiple of 1/L; None
     when there is none (item scores that are no seed mean of shares)."""
     v = np.unique(np.asarray(values, dtype=float))
     v = v[np.isfinite(v)]
-    for lattice in range(1, LATTICE_MAX + 1):
-        k = v * lattice
-        if np.all(np.abs(k - np.rint(k)) <= SCORE_TOLERANCE * lattice):
-            return lattice
-    return None
+    return next((lattice for lattice in range(1, LATTICE_MAX + 1) if on_lattice(v, lattice, tolerance)), None)
 
 
 def as_integers(values) -> tuple[np.ndarray, int]:

@@ -8,7 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from safetyrepro.sweep.timing import seconds_per_item  # no imports of its own: start-up stays light
+from safetyrepro.analysis.cell_timing import seconds_per_item  # no imports of its own: start-up stays light
+from safetyrepro.console import duration
 
 DEFAULT_EFFECT = 0.10
 
@@ -299,16 +300,6 @@ def _pair_plan(r, args, timing, detectable_difference, items_needed) -> dict:
     return out | {"note": "; ".join(notes)}
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def grid_lines(rows: list[dict], args: argparse.Namespace) -> list[str]:
     """A plain aligned table (it pipes and greps), then one line per note."""
     head = [
@@ -330,7 +321,7 @@ def grid_lines(rows: list[dict], args: argparse.Namespace) -> list[str]:
             f"{r['discordance']:.3f}",
             "none" if r["detectable_difference"] is None else f"{r['detectable_difference']:.3f}",
             "n/a" if r["items_needed"] is None else f"{r['items_needed']:,}",
-            _duration(r["wall_s"]),
+            "unknown" if r["wall_s"] is None else duration(r["wall_s"]),
         ]
         for r in rows
     ]

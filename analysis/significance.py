@@ -37,7 +37,7 @@ from safetyrepro.tasks.envelope import Config, Rules
 
 from .chance import chance_rho_flip
 from .direction import direction
-from .exact import as_integers, snap_items
+from .exact import as_integers, lattice_of, snap_items
 from .grid_io import Grid, plain, read_table
 from .rank_flip import model_pairs
 from .slices import slice_config_ids
@@ -50,7 +50,6 @@ CORRECTIONS = {
 }
 FAMILY = "one benchmark x slice x model pair (its |C| configurations)"
 SCORE_TOLERANCE = 1e-6  # items averaged back to a cell should reproduce the grid's score
-LATTICE_MAX = 120  # seed-averaged scores are multiples of 1/n_seeds; 120 covers lcm(1..5) twice over
 PAIR_NULL_MIN_DRAWS = 1000  # label swaps per benchmark for the pair's null reference, at least
 FALLBACK_LATTICE = 1000  # differences on no small lattice are rounded to 0.001 (the test stays exact for them)
 
@@ -258,14 +257,11 @@ def exact_mean(values: np.ndarray) -> float:
 
 
 def _integer_weights(magnitudes: np.ndarray) -> np.ndarray:
-    """|d_i| as whole numbers on the smallest lattice 1/L that holds them all exactly (L <= LATTICE_MAX);
-    otherwise rounded to multiples of 1/FALLBACK_LATTICE."""
-    values = np.unique(magnitudes)
-    for lattice in range(1, LATTICE_MAX + 1):
-        scaled = values * lattice
-        if np.all(np.abs(scaled - np.rint(scaled)) < 1e-6):
-            return np.rint(magnitudes * lattice).astype(np.int64)
-    return np.rint(magnitudes * FALLBACK_LATTICE).astype(np.int64)
+    """|d_i| as whole numbers on the smallest lattice 1/L that holds them all (exact.lattice_of, within 1e-6
+    of a step: differences of snapped item scores carry float noise only); otherwise rounded to multiples
+    of 1/FALLBACK_LATTICE."""
+    lattice = lattice_of(magnitudes, tolerance=1e-6)
+    return np.rint(magnitudes * (lattice or FALLBACK_LATTICE)).astype(np.int64)
 
 
 @lru_cache(maxsize=4096)

@@ -136,18 +136,20 @@ def _time_cell(driver, cfg, seeds, ids) -> float:
 
 def bench_bcd(model: str, benchmark: str, limit: int, tmp: Path) -> None:
     from safetyrepro.adapters.catalogue.model_specs import parse_model_spec
-    from safetyrepro.sweep.drivers import LmEvalDriver, item_sets
+    from safetyrepro.sweep.cell import CellSetup, open_model
     from safetyrepro.sweep.outputs_cache import OutputsCache
-    from safetyrepro.sweep.sweeper import open_cached_backend
+    from safetyrepro.sweep.plan import SweepSpec
     from safetyrepro.tasks.envelope import Config, default_rules
 
     rules = default_rules()
     os.environ["SAFETYREPRO_CACHE_DIR"] = str(tmp / "bcd-cache")
     _shared_model_cache(tmp / "bcd-cache")
-    engine = open_cached_backend(parse_model_spec(model), "bf16", None, None)
-    items_for = item_sets(None, None)
-    ids = [it.id for it in items_for(benchmark).items[:limit]]
-    driver = LmEvalDriver(engine, rules, items_for)
+    entry = parse_model_spec(model)
+    spec = SweepSpec((entry.label,), (benchmark,), "full", "lm-eval", "bf16", None, rules.sha256)
+    setup = CellSetup(spec, rules)
+    driver = open_model(entry, setup).driver
+    engine = driver.backend
+    ids = [it.id for it in setup.items_for(benchmark).items[:limit]]
 
     def fresh(name: str) -> None:  # an empty output cache and an empty prefix KV store for each timed run
         engine.cache = OutputsCache(tmp / f"bcd-{name}.sqlite")

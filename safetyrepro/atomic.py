@@ -106,10 +106,14 @@ def _is_link(dir_fd: int, name: str) -> bool:
         return False
 
 
-def atomic_write(path: Path | str, data: Data, root: Path | str | None = None) -> Path:
+def atomic_write(
+    path: Path | str, data: Data, root: Path | str | None = None, check: Callable[[Path], object] | None = None
+) -> Path:
     """Write `data` (text, bytes, or a function that writes into a binary file object) to `path`, whole
     or not at all, never through a link at or below `root` (default: the file's own folder). The file
-    gets the mode a plain open() would give. Returns the path."""
+    gets the mode a plain open() would give. `check`, when given, reads the written file (its temporary
+    path) before it takes the name: an exception there, or in `data`, leaves `path` as it was (a download
+    or a join whose checksum or format is wrong). Returns the path."""
     path = Path(path)
     root = Path(root) if root is not None else path.parent
     parts = _relative(root, path)
@@ -130,6 +134,8 @@ def atomic_write(path: Path | str, data: Data, root: Path | str | None = None) -
                 f.flush()
                 os.fsync(raw.fileno())
                 os.chmod(raw.fileno(), _umask_mode())
+            if check is not None:
+                check(root.joinpath(*folders, tmp))
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException as e:
             with contextlib.suppress(OSError):
@@ -147,6 +153,29 @@ def ensure_dir(path: Path | str, root: Path | str | None = None) -> Path:
     with open_dir(root, _relative(root, path)):
         pass
     return path
+
+
+def replace_folder(out: Path, write: Callable[[Path], None], keep: Callable[[Path], bool] | None = None) -> Path:
+    """`write(tmp)` into a fresh sibling folder, then put it in place of `out`: a crash leaves `out` as it
+    was. With `keep`, an `out` for which `keep(out)` holds (another process's finished copy) stays in place.
+    For a cache's folders (the model cache's HF folders); a command's output folder is `staged_output`'s."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}{TMP_SUFFIX}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        write(tmp)
+        if out.exists() and not (keep and keep(out)):
+            shutil.rmtree(out, ignore_errors=keep is not None)  # a reader may hold files of a shared folder
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process put its copy in place first
+            if not (keep and keep(out)):
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out
 
 
 def check_no_links(root: Path | str, *paths: Path | str) -> None:

@@ -19,6 +19,10 @@ import sys
 import time
 from pathlib import Path
 
+from safetyrepro.certify.cli import ONE_PLACE
+from safetyrepro.sweep.cli import add_sweep_arguments
+from safetyrepro.sweep.options import Profile, SweepOptions
+
 DEMO_MODELS = ("qwen2.5-coder-0.5b", "smollm2")
 DEMO_CONFIGS = ("bbq/T4/greedy/0shot/free_form", "bbq/T2/greedy/3shot/logprob")
 DEMO_PRECISION = "fp32"  # the studies': their records are the demo's first draws
@@ -35,18 +39,25 @@ DESCRIPTION = (
     f"sentence and what it cost against the full grid. At most {DEMO_BUDGET} of evaluation (docs/measured.md). "
     "The sweep's flags below change the question (other models, benchmarks or configurations)."
 )
-DEMO_HELP = {
-    "models": f"embedded names, HF folders, .gguf files or hub ids (demo default: {' '.join(DEMO_MODELS)})",
-    "configs": f"configuration ids (demo default: {' '.join(DEMO_CONFIGS)}, unless --benchmarks or an axis filter "
-    "is given)",
-    "precision": f"fp32, bf16 or nf4 (demo default: {DEMO_PRECISION}, the studies')",
-}
 AXIS_OPTIONS = ("benchmarks", "templates", "decodings", "shots", "scoring", "configs")
+# the sweep's flags as the demo takes them: its question unless the user asks another, certified live here
+DEMO = Profile(
+    "demo",
+    refused={"executor": ONE_PLACE},
+    fixed={"executor": "local"},
+    defaults={"precision": DEMO_PRECISION},
+    fallback={"models": (list(DEMO_MODELS), ("models_file",)), "configs": (list(DEMO_CONFIGS), AXIS_OPTIONS)},
+    help={
+        "models": f"embedded names, HF folders, .gguf files or hub ids (demo default: {' '.join(DEMO_MODELS)})",
+        "configs": f"configuration ids (demo default: {' '.join(DEMO_CONFIGS)}, unless --benchmarks or an axis "
+        "filter is given)",
+        "precision": f"fp32, bf16 or nf4 (demo default: {DEMO_PRECISION}, the studies')",
+    },
+    require_out=False,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from safetyrepro.sweep.cli import add_sweep_arguments
-
     p = sub.add_parser(
         "demo", help="run the embedded demo: one pairwise verdict, certified live", description=DESCRIPTION
     )
@@ -64,17 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the published studies whose records are taken as evaluated (default: docs/study of this "
         "checkout; a folder without them: everything is evaluated live)",
     )
-    add_sweep_arguments(p, require_out=False, help_for=DEMO_HELP)
-    p.set_defaults(func=run, models=None, benchmarks=None, precision=DEMO_PRECISION)
-
-
-def demo_selection(args: argparse.Namespace) -> argparse.Namespace:
-    """The demo's models and configurations where the user named none of their own."""
-    if not args.models and not getattr(args, "models_file", None):
-        args.models = list(DEMO_MODELS)
-    if not any(getattr(args, a, None) for a in AXIS_OPTIONS):
-        args.configs = list(DEMO_CONFIGS)
-    return args
+    add_sweep_arguments(p, DEMO)
+    p.set_defaults(func=run)
 
 
 def study_records(study: Path) -> list[Path]:
@@ -147,12 +149,10 @@ def run(args: argparse.Namespace) -> int:
     from safetyrepro.certify.cli import parse_budget
     from safetyrepro.certify.live import LIVE_ROUND_SECONDS, run_live
     from safetyrepro.errors import UserError
-    from safetyrepro.sweep.cli import options_from_args
 
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha {args.alpha}: must be in (0, 1)")
     t0 = time.time()
-    args = demo_selection(args)
     evaluations, seconds = parse_budget(args.budget)
     options = CertifyOptions(
         alpha=args.alpha,
@@ -162,23 +162,26 @@ def run(args: argparse.Namespace) -> int:
         round_seconds=LIVE_ROUND_SECONDS,
         batch=DEMO_BATCH,
     )
-    models = " and ".join(args.models) if args.models else f"the models of {args.models_file}"
-    what = ", ".join(args.configs) if args.configs and not args.benchmarks else ", ".join(args.benchmarks or [])
+    sweep_options = SweepOptions.from_args(args, DEMO)
+    configs, benchmarks = sweep_options.filters.get("config"), sweep_options.benchmarks
+    named = args.models or ([] if args.models_file else DEMO_MODELS)
+    models = " and ".join(named) if named else f"the models of {args.models_file}"
+    what = ", ".join(configs) if configs and not benchmarks else ", ".join(benchmarks or [])
     records = study_records(args.study)
     print(
-        f"demo: certify {models} on {what} ({args.precision}; -> {args.out})"
+        f"demo: certify {models} on {what} ({sweep_options.precision}; -> {args.out})"
         + (f"; starting from the records in {', '.join(map(str, records))}" if records else ""),
         flush=True,
     )
     say = lambda line: print(f"certify: {line}", file=sys.stderr, flush=True)  # noqa: E731
     # the configurations were chosen from BBQ's envelope (by the studies): alpha covers all of it
-    selection = "family" if args.configs else "none"
-    result, _ = run_live(options_from_args(args), Path(args.out), options, say, records=records, selection=selection)
+    selection = "family" if configs else "none"
+    result, _ = run_live(sweep_options, Path(args.out), options, say, records=records, selection=selection)
     cost = json.loads((Path(args.out) / "cost.json").read_text())
     # the same records read for this sample only: no model runs, a folder beside the demo's
     subset_out = Path(f"{args.out}.subset")
     subset, _ = run_live(
-        options_from_args(args),
+        sweep_options,
         subset_out,
         dataclasses.replace(options, target="subset", held_only=True, budget_seconds=None),
         None,

@@ -1,4 +1,5 @@
-"""The one exception type that reaches the user as a single line (and exit code 2)."""
+"""The one exception type that reaches the user as a single line (and exit code 2), and the one way any
+exception is written as a line."""
 
 import sys
 from pathlib import Path
@@ -6,6 +7,20 @@ from pathlib import Path
 
 class UserError(Exception):
     """Bad input the user can act on: the message names the value and what is allowed."""
+
+
+def error_line(e: BaseException, with_type: bool = True) -> str:
+    """An exception as one line: a UserError's own first line (it is written for people); any other's
+    first line after `module.Type: ` (what a failed cell records, whichever executor ran it), or with
+    `with_type=False` its first line alone (its type's name when it says nothing), for a message that
+    says itself what failed."""
+    lines = str(e).strip().splitlines()
+    first = lines[0] if lines else ""
+    if isinstance(e, UserError):
+        return first
+    if with_type:
+        return f"{type(e).__module__}.{type(e).__name__}: {first}"
+    return first or type(e).__name__
 
 
 def one_of(kind: str, value: object, allowed) -> UserError:

@@ -29,8 +29,9 @@ SCORINGS = ("free_form", "logprob")
 # How logprob scoring credits an item whose highest log-likelihood is shared by several candidates:
 # "expected" (default) is the expected score under a uniformly random tie-break (1/k when the gold is
 # among k tied winners); "first" is lm-eval's argmax convention (the first candidate wins).
-TIE_RULES = ("expected", "first")
-DEFAULT_TIE_RULE = "expected"
+TieRule = Literal["expected", "first"]
+TIE_RULES: tuple[str, ...] = get_args(TieRule)
+DEFAULT_TIE_RULE: TieRule = "expected"  # the one place the default is written
 SYSTEM_SEP = "\n\n"  # lm-eval glues the description to the rest with no separator of its own
 ANSWER_CUE = "Answer:"
 # Which way a score is better: the headline score's (`Benchmark.better`) and each extra metric's.
@@ -151,6 +152,12 @@ def check_tie_rule(rule: str) -> str:
     return rule
 
 
+def shares_tie_credit(rule: str) -> bool:
+    """Whether a tie rule splits an item's credit among its tied candidates (1/k each: item scores finer
+    than whole shares), rather than giving it to the first."""
+    return check_tie_rule(rule) != "first"
+
+
 def lettered(options: Sequence[str]) -> str:
     return "\n".join(f"{chr(65 + i)}. {o}" for i, o in enumerate(options))
 
@@ -265,7 +272,7 @@ class Benchmark(ABC, Generic[ItemT]):
 
     def logprob_item_score(self, item: ItemT, logliks: Sequence[float], tie_rule: str = DEFAULT_TIE_RULE) -> float:
         """An item's logprob score under a tie rule (TIE_RULES). Without a tie both rules agree."""
-        if check_tie_rule(tie_rule) == "first":
+        if not shares_tie_credit(tie_rule):
             return self.item_score(item, self.pick(logliks), logliks)
         winners = tied_winners(logliks)
         return sum(self.item_score(item, w) for w in winners) / len(winners)

@@ -8,14 +8,16 @@ the bytes must match the pinned sha256, or the load stops with an error naming f
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
-import shutil
 import sys
-import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
+from safetyrepro.atomic import atomic_write
 from safetyrepro.cache_root import cache_root
 from safetyrepro.errors import UserError
 from safetyrepro.hashing import sha256_file
@@ -74,24 +76,26 @@ def _checked(path: Path, pinned: PinnedFile, benchmark: str) -> Path:
     return path
 
 
+def _copy_checked(response, out: BinaryIO, sha256: str) -> None:
+    """Copy a download, refusing it (ValueError: it never takes the file's name) unless it has the pinned sha256."""
+    h = hashlib.sha256()
+    for block in iter(lambda: response.read(1 << 20), b""):
+        out.write(block)
+        h.update(block)
+    if h.hexdigest() != sha256:
+        raise ValueError(f"sha256 {h.hexdigest()}, expected {sha256}")
+
+
 def _download(pinned: PinnedFile, target: Path, benchmark: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     errors = []
     for url in pinned.urls:
         try:
-            with (
-                urllib.request.urlopen(url, timeout=60) as r,
-                tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp,
-            ):
-                shutil.copyfileobj(r, tmp)
-            tmp_path = Path(tmp.name)
-            got = sha256_file(tmp_path)
-            if got != pinned.sha256:
-                tmp_path.unlink()
-                errors.append(f"{url}: sha256 {got}, expected {pinned.sha256}")
-                continue
-            os.replace(tmp_path, target)  # atomic: a crash never leaves a half file under the real name
-            return target
+            with urllib.request.urlopen(url, timeout=60) as r:
+                # whole or not at all: a crash, or a wrong checksum, never leaves a half file under the real name
+                return atomic_write(target, functools.partial(_copy_checked, r, sha256=pinned.sha256))
+        except ValueError as e:
+            errors.append(f"{url}: {e}")
         except OSError as e:
             errors.append(f"{url}: {getattr(e, 'reason', e)}")
     raise UserError(

@@ -4,6 +4,7 @@ docs/measured.md)."""
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ import pytest
 from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, certify
 from safetyrepro.cli import build_parser, main
 from safetyrepro.demo import (
+    DEMO,
     DEMO_BUDGET,
     DEMO_CONFIGS,
     DEMO_MODELS,
@@ -19,9 +21,9 @@ from safetyrepro.demo import (
     STUDY,
     STUDY_DIR,
     closing_lines,
-    demo_selection,
     study_records,
 )
+from safetyrepro.sweep.options import SweepOptions
 from safetyrepro.sweep.plan import select_configs
 from safetyrepro.tasks.envelope import default_rules
 
@@ -42,14 +44,18 @@ def test_demo_help_shows_the_demo_defaults_not_the_sweeps(capsys):
 
 
 def test_the_demo_certifies_its_two_configurations_unless_told_otherwise():
-    args = demo_selection(build_parser().parse_args(["demo"]))
-    assert args.models == list(DEMO_MODELS) and args.configs == list(DEMO_CONFIGS) and args.benchmarks is None
+    def demo_selection(*argv):  # the demo's sweep options: its models and configurations unless the user names some
+        o = SweepOptions.from_args(build_parser().parse_args(["demo", *argv]), DEMO)
+        return SimpleNamespace(models=[m.label for m in o.models], configs=o.filters.get("config"), tier=o.tier)
+
+    args = demo_selection()
+    assert args.models == list(DEMO_MODELS) and args.configs == list(DEMO_CONFIGS)
     cfgs = select_configs(default_rules(), ["bbq"], args.tier, DEMO_PRECISION, {"config": args.configs})
     assert sorted(c.config_id for c in cfgs) == sorted(DEMO_CONFIGS)
     # naming a benchmark, an axis or configurations replaces the demo's slice; naming models keeps it
-    assert demo_selection(build_parser().parse_args(["demo", "--benchmarks", "xstest"])).configs is None
-    assert demo_selection(build_parser().parse_args(["demo", "--shots", "5"])).configs is None
-    other = demo_selection(build_parser().parse_args(["demo", "--models", "gemma3-270m", "smollm2"]))
+    assert demo_selection("--benchmarks", "xstest").configs is None
+    assert demo_selection("--shots", "5").configs is None
+    other = demo_selection("--models", "gemma3-270m", "smollm2")
     assert other.models == ["gemma3-270m", "smollm2"] and other.configs == list(DEMO_CONFIGS)
 
 

@@ -20,8 +20,8 @@ import pytest
 
 from safetyrepro.adapters.catalogue.model_specs import parse_model_spec
 from safetyrepro.cli import main
-from safetyrepro.sweep.plan import SweepOptions
-from safetyrepro.sweep.runner import cell_record
+from safetyrepro.sweep.cell import cell_record
+from safetyrepro.sweep.options import SweepOptions
 from safetyrepro.sweep.store import Store
 from safetyrepro.sweep.sweeper import Sweep
 

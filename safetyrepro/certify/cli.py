@@ -10,21 +10,33 @@ import sys
 from pathlib import Path
 
 from safetyrepro.errors import UserError
+from safetyrepro.sweep.cli import add_sweep_arguments
+from safetyrepro.sweep.options import Profile, SweepOptions, flag
 
 BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 
 
-LIVE_HELP = {
-    "precision": "live: fp32, bf16 (default) or nf4; replay: the grid's precision group, when it holds several",
-    "package": "live: lm-eval (default) or inspect; replay: the grid's package group, when it holds several",
-    "no_progress": "(sweep's flag; certify prints progress lines unless --quiet)",
-    "executor": "certify runs its models here (local)",
-}
+ONE_PLACE = "certify runs its models here (--executor local): rounds are small and sequential"
+# the sweep's flags as a live run takes them; a replay reads its models and configurations from --grid
+LIVE = Profile(
+    "certify",
+    refused={"executor": ONE_PLACE},
+    fixed={"executor": "local"},
+    defaults={"precision": None, "package": None},  # replay: no group unless asked; live: the sweep's defaults
+    help={
+        "precision": "live: fp32, bf16 (default) or nf4; replay: the grid's precision group, when it holds several",
+        "package": "live: lm-eval (default) or inspect; replay: the grid's package group, when it holds several",
+        "no_progress": "(sweep's flag; certify prints progress lines unless --quiet)",
+        "executor": "certify runs its models here (local)",
+    },
+    any_package=True,
+    require_out=False,
+)
+REPLAY_TAKES = ("precision", "package", "rules")  # of the sweep's flags: the grid's group, and its rules file
+LIVE_FLAGS = ("records", "held_only", "selection")  # certify's own flags that only a live run takes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from safetyrepro.sweep.cli import add_sweep_arguments
-
     p = sub.add_parser(
         "certify",
         help="certified pairwise verdicts on a budget (evaluate only where a verdict is still open)",
@@ -80,6 +92,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="population target: the closed test (default) or the union bound's Bonferroni level, for comparison",
     )
     p.add_argument(
+        "--control",
+        choices=("auto", "none"),
+        default="none",
+        help="population target: auto lets each free-form configuration's log-probability twin (same template and "
+        "shots) help certify it, a control variate on the same items and on partner items only the twin scores "
+        "(docs/certify.md, 'Cheap twins'); none (default) certifies every configuration on its own items",
+    )
+    p.add_argument(
         "--held-only",
         action="store_true",
         help="live: read only what the folder's own and --records' records hold, evaluate nothing (re-read a run, "
@@ -93,14 +113,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=0, help="items per configuration per round (default: N/30, >= 4)")
     p.add_argument(
         "--allocation",
-        default="reversal_first",
-        choices=("reversal_first", "uniform"),
-        help="where rounds spend (default reversal_first; uniform for comparison)",
+        default="flip_hunt",
+        choices=("flip_hunt", "reversal_first", "uniform"),  # algorithm.ALLOCATIONS (the CLI stays light)
+        help="where rounds spend: flip_hunt (default: per pair the likeliest cheapest win a flip still lacks, "
+        "pairs cheapest verdict first), or for comparison reversal_first (every open configuration, cheapest "
+        "answer first) and uniform",
     )
-    live = p.add_argument_group("live certification (the sweep's flags)")
-    # a replayed grid's package group may be any package; a live run checks its own
-    add_sweep_arguments(live, require_out=False, help_for=LIVE_HELP, any_package=True)
-    p.set_defaults(precision=None, package=None)  # replay: no group unless asked; live: the sweep's defaults
+    add_sweep_arguments(p.add_argument_group("live certification (the sweep's flags)"), LIVE)
     p.add_argument("--out", required=True, type=Path, help="output folder")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
@@ -158,26 +177,8 @@ def options_from(args: argparse.Namespace):
         target=args.target,
         held_only=args.held_only,
         familywise=args.familywise,
+        control=args.control,
     )
-
-
-LIVE_ONLY = (
-    "models",
-    "models_file",
-    "benchmarks",
-    "templates",
-    "decodings",
-    "shots",
-    "scoring",
-    "configs",
-    "limit",
-    "device",
-    "batch_size",
-    "subsample",
-    "subset_seed",
-    "address",
-    "held_only",
-)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -191,31 +192,29 @@ def run(args: argparse.Namespace) -> int:
             "run's records); docs/certify.md"
         )
     say = None if args.quiet else (lambda line: print(f"certify: {line}", file=sys.stderr, flush=True))
+    if args.control == "auto" and (args.target == "subset" or args.held_only):
+        off = "--target subset" if args.target == "subset" else "--held-only"
+        print(
+            f"certify: --control auto does nothing with {off} (docs/certify.md, 'Cheap twins'); every configuration "
+            "is certified on its own items",
+            file=sys.stderr,
+        )
     if live:
         if args.grid:
             raise UserError("--grid goes with --replay; a live run plans its configurations from the sweep's flags")
         from .live import run_live
 
-        args.precision = args.precision or "bf16"
-        args.package = args.package or "lm-eval"
-        from safetyrepro.sweep.plan import PACKAGES
-
-        if args.package not in PACKAGES:
-            raise UserError(f"--package {args.package!r}: a live run goes through {' or '.join(PACKAGES)}")
-        from safetyrepro.sweep.cli import options_from_args
-
+        sweep_options = SweepOptions.from_args(args, LIVE)
         result, paths = run_live(
-            options_from_args(args), Path(args.out), options, say, records=args.records, selection=_selection(args)
+            sweep_options, Path(args.out), options, say, records=args.records, selection=_selection(args)
         )
     else:
-        given = [
-            f"--{k.replace('_', '-')}" for k in (*LIVE_ONLY, "selection") if getattr(args, k, None) not in (None, False)
-        ]
-        if args.records:
-            given.insert(0, "--records")
+        given = [d for d in LIVE_FLAGS if getattr(args, d) not in (None, False, [])]
+        given += [d for d in LIVE.given(args) if d not in REPLAY_TAKES]
         if given:
             raise UserError(
-                f"{given[0]} is a live flag (with --models); a replay takes its models and configurations from --grid"
+                f"{flag(given[0])} is a live flag (with --models); a replay takes its models and configurations "
+                "from --grid"
             )
         result, paths = _replay(args, options, say)
     from .outputs import certificate_table

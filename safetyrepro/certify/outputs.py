@@ -105,6 +105,8 @@ def cost(result: CertifyResult, seconds_per_evaluation: dict[str, float] | None 
         "stopped_by": result.stopped_by,
         "target": result.options.target,
         "family_size": result.family_size,
+        "control": result.options.control,
+        "control_did": result.control,
         "alpha": result.options.alpha,
         "alpha_each": result.alpha_each,
         "delta": result.options.delta,
@@ -246,6 +248,7 @@ def report_markdown(result: CertifyResult, source: str, extra_cost: dict | None 
         f"evaluations ({_pct(result.paired_evaluations / max(result.full_paired_evaluations, 1))}); "
         f"{result.model_evaluations:,} of {result.full_model_evaluations:,} model evaluations. Stopped: "
         f"{result.stopped_by}.",
+        *_control_lines(result),
         "",
         "## Evidence",
         "",
@@ -285,6 +288,20 @@ def report_markdown(result: CertifyResult, source: str, extra_cost: dict | None 
                 "They are in claims.csv."
             )
     return "\n".join(lines) + "\n"
+
+
+def _control_lines(result: CertifyResult) -> list[str]:
+    """With --control auto: which costly configurations their cheap twins helped, and what that took."""
+    lines = []
+    for benchmark, did in result.control.items():
+        lines += [
+            "",
+            f"Control variate ({benchmark}): {len(did['pairs'])} free-form configurations were certified with their "
+            f"log-probability twins' help ({did['costly_steps']:,} costly items used, {did['partner_steps']:,} of "
+            f"them with partner items; {did['partner_items_evaluated']:,} partner model evaluations of the twins); "
+            "docs/certify.md, 'Cheap twins'.",
+        ]
+    return lines
 
 
 def write_outputs(

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.cell_timing import seconds_per_item
 from safetyrepro.analysis.exact import lattice_of
 from safetyrepro.analysis.grid_io import Grid, read_table
 from safetyrepro.analysis.item_validation import checked_records
 from safetyrepro.analysis.significance import ITEM_COLUMNS
 from safetyrepro.errors import UserError
-from safetyrepro.sweep.timing import seconds_per_item
 
 from .algorithm import BenchmarkProblem
 

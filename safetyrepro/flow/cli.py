@@ -6,20 +6,23 @@ import argparse
 from pathlib import Path
 
 from safetyrepro.errors import UserError
+from safetyrepro.sweep.cli import add_sweep_arguments
+from safetyrepro.sweep.options import Profile, SweepOptions
 
 # the sweep's flags that say how SafetyRepro itself runs the cells: Flow runs them, so these are refused
-NOT_FOR_FLOW = {
-    "executor": "--executor",
-    "address": "--address",
-    "workers": "--workers",
-    "allow_rules_change": "--allow-rules-change",
-    "no_progress": "--no-progress",
-}
+RUNNER = "{flag} is a sweep runner's option; Flow schedules the tasks itself (docs/flow.md: Ray or Flow)"
+RUNNER_FLAGS = ("executor", "address", "workers", "allow_rules_change", "no_progress")
+FLOW = Profile(
+    "flow",
+    refused={"package": "flow runs the Inspect tasks: --package {value} does not apply"}
+    | {dest: RUNNER for dest in RUNNER_FLAGS},
+    fixed={"package": "inspect"},
+    hidden=frozenset({"package", *RUNNER_FLAGS}),
+    require_out=False,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from safetyrepro.sweep.cli import add_sweep_arguments
-
     p = sub.add_parser(
         "flow",
         help="write an Inspect Flow spec that runs the envelope's Inspect tasks (docs/flow.md)",
@@ -28,12 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "items. Run it with `flow run SPEC`; `safetyrepro import inspect LOGDIR --mapping SPEC-stem.mapping.yaml` "
         "turns its logs into the sweep's grid.",
     )
-    add_sweep_arguments(
-        p,
-        require_out=False,
-        help_for={"package": argparse.SUPPRESS, **{dest: argparse.SUPPRESS for dest in NOT_FOR_FLOW}},
-    )
-    p.set_defaults(package=None, **{dest: None for dest in NOT_FOR_FLOW})
+    add_sweep_arguments(p, FLOW)
     p.add_argument(
         "--out",
         required=True,
@@ -51,11 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from safetyrepro.console import console as make_console
     from safetyrepro.flow.spec import write
-    from safetyrepro.sweep.cli import options_from_args
 
     try:
         import inspect_flow  # noqa: F401  (the spec is Flow's own model: nothing is written without it)
@@ -65,21 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(
             "safetyrepro flow needs Inspect Flow, which is not installed: pip install 'safetyrepro[flow]'"
         ) from None
-    if args.package not in (None, "inspect"):
-        raise UserError("flow runs the Inspect tasks: --package lm-eval does not apply")
-    given = [flag for dest, flag in NOT_FOR_FLOW.items() if getattr(args, dest) not in (None, False)]
-    if given:
-        raise UserError(
-            f"{given[0]} is a sweep runner's option; Flow schedules the tasks itself (docs/flow.md: Ray or Flow)"
-        )
-    args.package, args.executor, args.workers, args.allow_rules_change, args.no_progress = (
-        "inspect",
-        "local",
-        2,
-        False,
-        False,
-    )
-    options = replace(options_from_args(args), package="inspect")
+    options = SweepOptions.from_args(args, FLOW)
     out, mapping, plan, spec = write(options, args.out, args.log_dir)
     console = make_console(highlight=False, soft_wrap=True)
     cells = [c for c in plan.cells if c.applicable]

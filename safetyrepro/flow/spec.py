@@ -42,15 +42,13 @@ class FlowPlan:
 
 
 def plan(o) -> FlowPlan:
-    """The sweep's cells for options `o` (SweepOptions), checked as the sweep checks them, without
-    building any model: a spec may be written where the providers' keys and servers are not."""
+    """The sweep's cells for options `o` (SweepOptions, checked when made), checked as the sweep checks its
+    models, without building any: a spec may be written where the providers' keys and servers are not."""
     from safetyrepro.compat.inspect_ai import provider_names
     from safetyrepro.sweep.drivers import item_sets
-    from safetyrepro.sweep.plan import SweepSpec, check_selection, plan_cells
+    from safetyrepro.sweep.plan import plan_cells
 
-    chosen = check_selection(o)
-    rules, labels, precision, tie_rule = chosen.rules, chosen.labels, chosen.precision, chosen.tie_rule
-    filters, benchmarks, configs = chosen.filters, chosen.benchmarks, chosen.configs
+    rules, filters, configs = o.selection.rules, o.selection.filters, o.selection.configs
     scorings = {c.scoring for c in configs}
     known = None
     for m in o.models:
@@ -75,22 +73,12 @@ def plan(o) -> FlowPlan:
                 "told apart (write one spec per model args)"
             )
         recorded[name] = m.label
-    spec = SweepSpec(
-        tuple(labels),
-        tuple(benchmarks),
-        o.tier,
-        "inspect",
-        precision,
-        o.limit,
-        rules.sha256,
-        filters,
-        o.subsample,
-        o.subset_seed,
-        tie_rule,
-        tuple(m.spec for m in o.models),
-    )
     return FlowPlan(
-        o, spec, rules, plan_cells(list(o.models), configs, rules), item_sets(o.subsample, o.subset_seed, o.limit)
+        o,
+        o.spec("inspect"),
+        rules,
+        plan_cells(list(o.models), configs, rules),
+        item_sets(o.subsample, o.subset_seed, o.limit),
     )
 
 
@@ -138,8 +126,8 @@ def build_spec(p: FlowPlan, log_dir: str, mapping_name: str):
     from inspect_ai.model import GenerateConfig
     from inspect_flow import FlowSpec, FlowTask
 
+    from safetyrepro.sweep.cell import cell_item_ids
     from safetyrepro.sweep.drivers import inspect_generate_args, inspect_task_args
-    from safetyrepro.sweep.runner import cell_item_ids
 
     o, tasks, skipped = p.options, [], []
     for cell in p.cells:

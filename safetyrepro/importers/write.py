@@ -1,6 +1,6 @@
-"""Writing an import: check the output folder first, and only after everything was read and validated
-(importers/run.py) write the whole set, staged beside the folder and swapped in at once, never through
-a link."""
+"""Writing an import: what it writes (`Imported`, assembled by importers/assemble.py), the output folder
+checked first, and only after everything was read and validated (importers/run.py) the whole set,
+staged beside the folder and swapped in at once, never through a link."""
 
 from __future__ import annotations
 

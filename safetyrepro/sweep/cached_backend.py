@@ -19,7 +19,6 @@ from dataclasses import replace
 from typing import Any
 
 from safetyrepro.adapters.backends.backend import SEED_PER_REQUEST, GenResult
-from safetyrepro.adapters.backends.factory import open_backend
 from safetyrepro.sweep.outputs_cache import OutputsCache, cache_key
 from safetyrepro.tasks.sources import cache_dir
 
@@ -129,8 +128,3 @@ class CachedBackend:
 def outputs_cache_path():
     """The outputs cache shared by every sweep: `$SAFETYREPRO_CACHE_DIR/outputs.sqlite`."""
     return cache_dir() / "outputs.sqlite"
-
-
-def open_cached_backend(entry, precision: str, device: str | None, batch_size: int | None) -> CachedBackend:
-    """Load a model's backend once and put the output cache in front of it (the local and the Ray executor)."""
-    return CachedBackend(open_backend(entry, precision, device, batch_size), OutputsCache(outputs_cache_path()))

@@ -3,7 +3,8 @@
 In a terminal: a live bar (cells done / total, items per second, elapsed, ETA, the current cell). In a log
 (stderr not a terminal, or --no-progress): a line when a cell starts, a line when it ends with its
 seconds and the time left (the mean of this sweep's cells so far times the cells left), and inside a
-long cell a line at least every HEARTBEAT_S seconds, so a log never goes quiet for minutes."""
+long cell a line at least every HEARTBEAT_S seconds (console.Heartbeat), so a log never goes quiet for
+minutes."""
 
 from __future__ import annotations
 
@@ -11,11 +12,9 @@ import sys
 import threading
 import time
 
-from safetyrepro.console import duration
+from safetyrepro.console import HEARTBEAT_S, Heartbeat, duration
 
 __all__ = ["HEARTBEAT_S", "SweepProgress", "duration"]
-
-HEARTBEAT_S = 30.0
 
 
 class SweepProgress:
@@ -28,24 +27,22 @@ class SweepProgress:
         self._t0 = time.time()
         self._cell: str | None = None
         self._cell_t0 = 0.0
-        self._last_line = 0.0
         self._seconds: list[float] = []  # cells that ran (not skipped ones)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._beat: threading.Thread | None = None
+        self._beat: Heartbeat | None = None
 
     def _say(self, text: str) -> None:
         with self._lock:
             print(f"[{self.done}/{self.total}] {text}", file=self.stream, flush=True)
-            self._last_line = time.time()
+            if self._beat is not None:
+                self._beat.said()
 
     def start(self, total: int, done: int) -> None:
         self.total, self.done = total, done
         self._t0 = time.time()
         if not self.enabled:
             if self.heartbeat_s > 0:
-                self._beat = threading.Thread(target=self._heartbeat, daemon=True)
-                self._beat.start()
+                self._beat = Heartbeat(self._still_running, self._say, self.heartbeat_s).start()
             return
         from rich.progress import (
             BarColumn,
@@ -70,11 +67,10 @@ class SweepProgress:
         self._task = self._bar.add_task("", total=total, completed=done, rate="-")
         self._bar.start()
 
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(min(1.0, self.heartbeat_s)):
-            now = time.time()
-            if self._cell is not None and now - self._last_line >= self.heartbeat_s:
-                self._say(f"{self._cell}: still running, {duration(now - self._cell_t0)} so far")
+    def _still_running(self, _elapsed: float) -> str | None:
+        if self._cell is None:
+            return None
+        return f"{self._cell}: still running, {duration(time.time() - self._cell_t0)} so far"
 
     def describe(self, text: str) -> None:
         self._cell, self._cell_t0 = text, time.time()
@@ -110,8 +106,7 @@ class SweepProgress:
         self._cell = None
 
     def stop(self) -> None:
-        self._stop.set()
         if self._beat is not None:
-            self._beat.join(timeout=2)
+            self._beat.stop()
         if self.enabled:
             self._bar.stop()

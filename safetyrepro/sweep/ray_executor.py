@@ -11,17 +11,9 @@ import os
 import time
 from typing import Any
 
-from safetyrepro.sweep.cached_backend import open_cached_backend
-from safetyrepro.sweep.drivers import backend_record, item_sets, make_driver
-from safetyrepro.sweep.runner import (
-    SweepResult,
-    cell_item_ids,
-    cell_record,
-    commit_not_applicable,
-    failed_record,
-    pending_cells,
-)
-from safetyrepro.tasks.envelope import load_rules
+from safetyrepro.errors import error_line
+from safetyrepro.sweep.cell import LOAD_FAILED, CellRunner, CellSetup, failed_record
+from safetyrepro.sweep.runner import SweepResult, commit, commit_not_applicable, pending_cells
 
 _ENV_VARS = (
     "SAFETYREPRO_DATA_DIR",
@@ -36,57 +28,30 @@ _ENV_VARS = (
 def _worker_class():
     import ray
 
-    @ray.remote
-    class CellWorker:
-        """Holds one model for its lifetime and runs that model's cells."""
+    class CellWorker(CellRunner):
+        """Holds one model for its lifetime and runs that model's cells, as the local executor does."""
 
-        def __init__(self, sweep_state: dict, entry, threads: int):
+        def __init__(self, entry, setup: CellSetup, prefetch_seeds: tuple[int, ...], threads: int):
             try:
                 import torch
 
                 torch.set_num_threads(max(1, threads))
             except ImportError:  # a worker that only talks to API backends
                 pass
+            super().__init__(entry, setup, prefetch_seeds)
 
-            self.state = sweep_state
-            self.rules = load_rules(sweep_state["rules"])
-            self.items_for = item_sets(sweep_state["subsample"], sweep_state["subset_seed"], sweep_state["limit"])
-            backend = open_cached_backend(
-                entry, sweep_state["precision"], sweep_state["device"], sweep_state["batch_size"]
-            )
-            backend.prefetch_seeds = tuple(sweep_state["prefetch_seeds"][entry.label])
-            self.record = backend_record(backend)
-            self.driver = make_driver(
-                sweep_state["package"],
-                backend,
-                self.rules,
-                self.items_for,
-                sweep_state["log_dir"],
-                sweep_state["tie_rule"],
-            )
-
-        def info(self) -> dict:
-            return self.record
-
-        def run(self, cell, spec, ids):
-            t0, c0 = time.time(), time.process_time()
-            records = self.driver.run_cell(cell.config, cell.seeds, ids)
-            items = self.items_for(cell.config.benchmark)
-            return cell_record(
-                cell, spec, self.rules, self.driver.identity, records, items, time.time() - t0, time.process_time() - c0
-            )
-
-    return CellWorker
+    return ray.remote(CellWorker)
 
 
 def run_ray(sweep, progress) -> SweepResult:
     import ray
 
     spec, store, opts = sweep.spec, sweep.store, sweep.options
+    setup = sweep.setup(sweep.log_dir())
     pending = pending_cells(sweep.cells, store)
     result = SweepResult(total=len(sweep.cells), done_before=len(sweep.cells) - len(pending))
     progress.start(total=len(sweep.cells), done=result.done_before)
-    pending = commit_not_applicable(pending, spec, sweep.rules, store, sweep.items_for, result, progress)
+    pending = commit_not_applicable(pending, setup, store, result, progress)
     if not pending:
         progress.stop()
         return result
@@ -106,21 +71,8 @@ def run_ray(sweep, progress) -> SweepResult:
     try:
         worker_cls = _worker_class()
         threads = max(1, (os.cpu_count() or 2) // max(opts.workers, 1))
-        state = {
-            "rules": sweep.rules.path,
-            "precision": spec.precision,
-            "device": opts.device,
-            "batch_size": opts.batch_size,
-            "package": spec.package,
-            "subsample": spec.subsample,
-            "subset_seed": spec.subset_seed,
-            "limit": spec.limit,
-            "log_dir": str(store.root / "logs"),
-            "tie_rule": spec.tie_rule,
-            "prefetch_seeds": {m: sweep.prefetch_seeds(m) for m in spec.models},
-        }
         queue = [m for m in spec.models if any(c.model == m for c in pending)]
-        running: dict = {}  # future -> (actor, model, cell)
+        running: dict = {}  # future -> (model, cell, item answers)
         actors: dict[str, Any] = {}  # Ray actor handles: their methods are made at run time
 
         def submit_next(model: str) -> None:
@@ -129,11 +81,13 @@ def run_ray(sweep, progress) -> SweepResult:
                 return
             cell = todo[0]
             pending.remove(cell)
-            ids = cell_item_ids(sweep.items_for(cell.config.benchmark), spec.limit)
-            running[actors[model].run.remote(cell, spec, ids)] = (model, cell, len(ids) * len(cell.seeds))
+            n = len(setup.item_ids(cell.config.benchmark)) * len(cell.seeds)
+            running[actors[model].run.remote(cell)] = (model, cell, n)
 
         def start_model(model: str) -> None:
-            actors[model] = worker_cls.options(num_cpus=1).remote(state, sweep.entry(model), threads)
+            actors[model] = worker_cls.options(num_cpus=1).remote(
+                sweep.entry(model), setup, sweep.prefetch_seeds(model), threads
+            )
             submit_next(model)
 
         while queue and len(actors) < max(1, opts.workers):
@@ -141,24 +95,21 @@ def run_ray(sweep, progress) -> SweepResult:
         while running:
             done, _ = ray.wait(list(running), num_returns=1)
             model, cell, n = running.pop(done[0])
+            died = False
             try:
                 record = ray.get(done[0])
                 if model not in sweep.models_run:
-                    sweep.models_run[model] = ray.get(actors[model].info.remote())
-                store.commit(cell.model, cell.file_stem, record)
-                result.ran += 1
-                progress.advance(n)
-            except Exception as e:  # the actor failed to load the model, or the cell failed
-                msg = _one_line(e)
-                store.commit(cell.model, cell.file_stem, failed_record(cell, msg))
-                result.failed.append((cell.key, msg))
-                progress.advance(n, failed=True)
-                if isinstance(e, ray.exceptions.ActorDiedError):  # the model never loaded (or its worker died)
-                    for c in [c for c in pending if c.model == model]:
-                        pending.remove(c)
-                        store.commit(c.model, c.file_stem, failed_record(c, f"model failed to load: {msg}"))
-                        result.failed.append((c.key, msg))
-                        progress.advance(0, failed=True)
+                    info = ray.get(actors[model].record.remote())
+                    if info:
+                        sweep.models_run[model] = info
+            except Exception as e:  # the worker itself died (killed, out of memory), or the outputs cache broke
+                record = failed_record(cell, error_line(_cause(e)))
+                died = isinstance(e, ray.exceptions.ActorDiedError)
+            commit(store, result, progress, record, cell, n)
+            if died:  # no later cell of the model can run there
+                for c in [c for c in pending if c.model == model]:
+                    pending.remove(c)
+                    commit(store, result, progress, failed_record(c, LOAD_FAILED + record["error"]), c, 0)
             if any(c.model == model for c in pending):
                 submit_next(model)
             else:
@@ -173,6 +124,8 @@ def run_ray(sweep, progress) -> SweepResult:
     return result
 
 
-def _one_line(e: BaseException) -> str:
-    lines = [x for x in str(e).strip().splitlines() if x.strip()]
-    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:500]
+def _cause(e: BaseException) -> BaseException:
+    """The exception a Ray task raised, unwrapped from Ray's (whose text is a remote traceback)."""
+    import ray
+
+    return e.cause if isinstance(e, ray.exceptions.RayTaskError) and e.cause is not None else e

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import platform
 import time
@@ -11,21 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from safetyrepro.atomic import atomic_write
-from safetyrepro.errors import UserError
-from safetyrepro.grid_schema import grid_row
-from safetyrepro.provenance import source_commit
-from safetyrepro.sweep.outputs_cache import OutputsCacheError
+from safetyrepro.sweep.cell import CellRunner, CellSetup, not_applicable_record
 from safetyrepro.sweep.plan import Cell, SweepSpec
-from safetyrepro.sweep.records import summarize
 from safetyrepro.sweep.store import Store
-from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import Rules
-
-if TYPE_CHECKING:  # drivers load lm-eval's glue: only the type is needed here
-    from safetyrepro.sweep.drivers import _Driver
 
 
 @dataclass
@@ -40,93 +30,12 @@ class SweepResult:
     outputs: dict[str, Path] = field(default_factory=dict)
 
 
-def cell_record(
-    cell: Cell, spec: SweepSpec, rules: Rules, identity: dict, records, items, elapsed: float, cpu: float | None = None
-) -> dict:
-    bench = get_benchmark(cell.config.benchmark)
-    summary = summarize(records, bench, items)
-    cfg = cell.config
-    row = grid_row(
-        cell.model,
-        cfg,
-        cfg.precision,
-        spec.package,
-        summary.n_items,
-        len(summary.seed_scores),
-        summary.score,
-        summary.parse_rate,
-        rules.tier(cfg),
-        cfg.config_id,
-        status=None,
-        seed_scores=json.dumps({str(k): v for k, v in summary.seed_scores.items()}),
-        extra_metrics=json.dumps(summary.extra),
-        subset_id=items.subset_id,
-        weights_sha256=identity.get("weights_sha256") or "",
-        tie_rate=summary.tie_rate,
-    )
-    # elapsed time and provenance stay out of the grid row, so a resumed sweep's grid is byte-identical to an
-    # uninterrupted one; computed_by says which code made the numbers (the engine's decode version included)
-    computed_by = {"commit": source_commit()}
-    if identity.get("kind") == "engine":
-        computed_by["decode"] = (identity.get("extra") or {}).get("decode", 1)
-    # cpu_s (the process's CPU seconds, every thread) says what the cell cost whatever else ran on the machine
-    timing = {"elapsed_s": round(elapsed, 3)} | ({} if cpu is None else {"cpu_s": round(cpu, 3)})
-    return {
-        "key": cell.key,
-        "status": "ok",
-        "row": row,
-        **timing,
-        "computed_by": computed_by,
-        "items": [r.to_dict() for r in records],
-    }
-
-
-def failed_record(cell: Cell, error: str) -> dict:
-    return {
-        "key": cell.key,
-        "status": "failed",
-        "error": error,
-        "model": cell.model,
-        "config_id": cell.config.config_id,
-    }
-
-
-def not_applicable_record(cell: Cell, spec: SweepSpec, rules: Rules, n_items: int) -> dict:
-    """A cell the model's backend cannot run (logprob scoring without continuation log-likelihoods):
-    kept in the grid with its status, never scored, left out of every analysis slice."""
-    cfg = cell.config
-    row = grid_row(
-        cell.model,
-        cfg,
-        cfg.precision,
-        spec.package,
-        n_items,
-        len(cell.seeds),
-        None,
-        None,
-        rules.tier(cfg),
-        cfg.config_id,
-        status=None,
-    )
-    return {
-        "key": cell.key,
-        "status": "not_applicable",
-        "row": row,
-        "items": [],
-        "reason": "the backend gives no continuation log-likelihoods",
-    }
-
-
-def cell_item_ids(items, limit: int | None) -> list[str]:
-    return [it.id for it in (items.items[:limit] if limit else items.items)]
-
-
 def pending_cells(cells: list[Cell], store: Store) -> list[Cell]:
     return [c for c in cells if store.done(c.model, c.file_stem, c.key) is None]
 
 
 def commit_not_applicable(
-    cells: list[Cell], spec: SweepSpec, rules: Rules, store: Store, items_for, result: SweepResult, progress
+    cells: list[Cell], setup: CellSetup, store: Store, result: SweepResult, progress
 ) -> list[Cell]:
     """Record the pending cells no backend call can compute; return the rest."""
     rest = []
@@ -134,76 +43,47 @@ def commit_not_applicable(
         if c.applicable:
             rest.append(c)
             continue
-        n = len(cell_item_ids(items_for(c.config.benchmark), spec.limit))
-        store.commit(c.model, c.file_stem, not_applicable_record(c, spec, rules, n))
+        n = len(setup.item_ids(c.config.benchmark))
+        store.commit(c.model, c.file_stem, not_applicable_record(c, setup.spec, setup.rules, n))
         result.not_applicable += 1
         progress.advance(0)
     return rest
 
 
 def run_local(
-    spec: SweepSpec,
-    cells: list[Cell],
-    store: Store,
-    rules: Rules,
-    open_driver: Callable[[str], _Driver],
-    items_for,
-    progress,
+    setup: CellSetup, cells: list[Cell], store: Store, runner_for: Callable[[str], CellRunner], progress
 ) -> SweepResult:
-    """Run the cells not yet committed; a model that fails to load, or a cell that fails, is recorded
-    as failed and the sweep goes on."""
+    """Run the cells not yet committed, one model at a time (`runner_for(label)` opens it); a model that
+    fails to load, or a cell that fails, is recorded as failed and the sweep goes on."""
     start = time.time()
     pending = pending_cells(cells, store)
     result = SweepResult(total=len(cells), done_before=len(cells) - len(pending))
     progress.start(total=len(cells), done=result.done_before)
-    pending = commit_not_applicable(pending, spec, rules, store, items_for, result, progress)
-    for model in spec.models:
+    pending = commit_not_applicable(pending, setup, store, result, progress)
+    for model in setup.spec.models:
         todo = [c for c in pending if c.model == model]
         if not todo:
             continue
         result.model_work = True
-        try:
-            driver = open_driver(model)
-        except OutputsCacheError:
-            raise  # the cache, not the model: stop the sweep (finished cells are kept)
-        except Exception as e:  # a model that cannot load fails its cells, not the sweep
-            msg = f"model failed to load: {_one_line(e)}"
-            for c in todo:
-                store.commit(c.model, c.file_stem, failed_record(c, msg))
-                result.failed.append((c.key, msg))
-                progress.advance(0, failed=True)
-            continue
+        runner = runner_for(model)
         for cell in todo:
-            items = items_for(cell.config.benchmark)
-            ids = cell_item_ids(items, spec.limit)
-            progress.describe(f"{model} {cell.config.config_id}")
-            t0, c0 = time.time(), time.process_time()
-            try:
-                records = driver.run_cell(cell.config, cell.seeds, ids)
-                rec = cell_record(
-                    cell, spec, rules, driver.identity, records, items, time.time() - t0, time.process_time() - c0
-                )
-            except OutputsCacheError:
-                raise  # every later cell would fail the same way: stop the sweep, finished cells are kept
-            except Exception as e:
-                # the traceback with -v (the CLI sets INFO logging); the cell's one line either way
-                logging.getLogger(__name__).info("%s failed", cell.key, exc_info=True)
-                store.commit(cell.model, cell.file_stem, failed_record(cell, _one_line(e)))
-                result.failed.append((cell.key, _one_line(e)))
-                progress.advance(len(ids) * len(cell.seeds), failed=True)
-                continue
-            store.commit(cell.model, cell.file_stem, rec)
-            result.ran += 1
-            progress.advance(len(ids) * len(cell.seeds))
+            if runner.model is not None:
+                progress.describe(f"{model} {cell.config.config_id}")
+            n = len(setup.item_ids(cell.config.benchmark)) * len(cell.seeds) if runner.model is not None else 0
+            commit(store, result, progress, runner.run(cell), cell, n)
     progress.stop()
     result.elapsed_s = time.time() - start
     return result
 
 
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    first = text[0] if text else ""
-    return first if isinstance(e, UserError) else f"{type(e).__module__}.{type(e).__name__}: {first}"
+def commit(store: Store, result: SweepResult, progress, record: dict, cell: Cell, n: int) -> None:
+    """Keep a cell's record (ok or failed) and count it; `n`: its item answers, for the progress bar."""
+    store.commit(cell.model, cell.file_stem, record)
+    if record["status"] == "failed":
+        result.failed.append((cell.key, record["error"]))
+    else:
+        result.ran += 1
+    progress.advance(n, failed=record["status"] == "failed")
 
 
 def write_run_json(

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -34,6 +35,15 @@ from safetyrepro.grid_schema import SET_RECORD, WRITTEN_COLUMNS, set_record_text
 
 DONE_STATUSES = ("ok", "not_applicable")  # a cell with either is finished; "failed" is retried
 MAX_SLUG = 80
+# of a sweep's identity (SweepSpec.identity), what decides an item record's numbers beside each model's
+# spec: records made alike serve another run whatever its other models, filters and limit (certify --records)
+RECORD_KEYS = ("package", "precision", "tie_rule", "rules_sha256")
+
+
+def identity_changes(stored: Mapping[str, Any], now: Mapping[str, Any], keys: Iterable[str] | None = None) -> list[str]:
+    """The keys of a sweep's identity (all of `now`'s, or `keys`) whose value the recorded one (a sweep.json,
+    a certify run's cost.json) holds otherwise: the one comparison that decides what may be resumed."""
+    return [k for k in (now if keys is None else keys) if stored.get(k) != now[k]]
 
 
 def slug(label: str) -> str:
@@ -138,12 +148,13 @@ class Store:
             ) from None
         if not self.has_cells():  # nothing was computed under those settings: a new start may replace them
             return None
-        if stored.get("rules_sha256") != identity["rules_sha256"] and not allow_rules_change:
+        changed = identity_changes(stored, identity)
+        if "rules_sha256" in changed and not allow_rules_change:
             raise UserError(
                 f"{self.root} holds a sweep made under other rules (sha256 {stored.get('rules_sha256', '?')[:12]}, "
                 f"now {identity['rules_sha256'][:12]}); pass --allow-rules-change to continue it under the new rules"
             )
-        diffs = [k for k in identity if k != "rules_sha256" and stored.get(k) != identity[k]]
+        diffs = [k for k in changed if k != "rules_sha256"]
         if diffs:
             k = diffs[0]
             raise UserError(

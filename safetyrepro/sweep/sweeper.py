@@ -4,25 +4,18 @@ then the cells through the chosen executor, then the assembled outputs and a one
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from safetyrepro.adapters.catalogue.loading import check_precision, resolve_device
-from safetyrepro.adapters.catalogue.model_specs import ENGINE, check_runnable
-from safetyrepro.adapters.catalogue.weights import resolve_weights
-from safetyrepro.atomic import ensure_dir
+from safetyrepro.adapters.catalogue.loading import check_loadable
+from safetyrepro.adapters.catalogue.model_specs import ModelEntry, check_runnable
 from safetyrepro.console import console as make_console
 from safetyrepro.errors import UserError
-from safetyrepro.sweep.cached_backend import open_cached_backend, outputs_cache_path  # noqa: F401  (re-exported)
-from safetyrepro.sweep.drivers import backend_record, item_sets, make_driver
+from safetyrepro.sweep.cached_backend import outputs_cache_path
+from safetyrepro.sweep.cell import CellRunner, CellSetup
+from safetyrepro.sweep.options import SweepOptions
 from safetyrepro.sweep.outputs_cache import OutputsCache
-from safetyrepro.sweep.plan import (
-    Cell,
-    SweepOptions,
-    SweepSpec,
-    check_selection,
-    plan_cells,
-)
+from safetyrepro.sweep.plan import Cell, SweepSpec, plan_cells
 from safetyrepro.sweep.progress import SweepProgress
 from safetyrepro.sweep.runner import SweepResult, run_local, write_run_json
 from safetyrepro.sweep.store import Store
@@ -36,56 +29,53 @@ class Sweep:
     rules: Rules
     cells: list[Cell]
     store: Store
+    models: tuple[ModelEntry, ...]  # the options' models as checked runnable (a server's abilities asked)
     previous: dict | None = None
     models_run: dict[str, dict] = field(default_factory=dict)  # label -> backend record for run.json
 
     @classmethod
     def create(cls, o: SweepOptions) -> Sweep:
-        chosen = check_selection(o)
-        rules, labels, precision, tie_rule = chosen.rules, chosen.labels, chosen.precision, chosen.tie_rule
-        filters, benchmarks, configs = chosen.filters, chosen.benchmarks, chosen.configs
-        if o.workers < 1:
-            raise UserError(f"--workers must be at least 1, got {o.workers}")
-        scorings = {c.scoring for c in configs}
-        models = tuple(check_runnable(m, o.package, scorings, explicit_scoring="scoring" in filters) for m in o.models)
-        o = replace(o, models=models)
-        _check_before_loading(o, configs)
-        spec = SweepSpec(
-            tuple(labels),
-            tuple(benchmarks),
-            o.tier,
-            o.package,
-            precision,
-            o.limit,
-            rules.sha256,
-            filters,
-            o.subsample,
-            o.subset_seed,
-            tie_rule,
-            tuple(m.spec for m in o.models),
-        )
+        """The sweep the options ask for (checked when they were made), its models checked as far as they
+        can be without loading one, and its folder read: nothing is written on bad input."""
+        chosen = o.selection
+        scorings = {c.scoring for c in chosen.configs}
+        explicit = "scoring" in chosen.filters
+        models = tuple(check_runnable(m, o.package, scorings, explicit_scoring=explicit) for m in o.models)
+        check_loadable(models, o.device)
+        if o.executor == "ray":
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                raise UserError("--executor ray needs Ray: pip install 'safetyrepro[ray]'") from None
+        spec = o.spec()
         store = Store(Path(o.out))
         store.check_identity(spec.identity(), o.allow_rules_change)  # early, read-only; again under the lock
         store.check_run_record()
         store.check_links()
-        return cls(o, spec, rules, plan_cells(list(o.models), configs, rules), store)
+        return cls(o, spec, chosen.rules, plan_cells(list(models), chosen.configs, chosen.rules), store, models)
 
-    def entry(self, label: str):
-        return next(m for m in self.options.models if m.label == label)
+    def entry(self, label: str) -> ModelEntry:
+        return next(m for m in self.models if m.label == label)
 
     def items_for(self, benchmark: str):
-        return item_sets(self.spec.subsample, self.spec.subset_seed, self.spec.limit)(benchmark)
+        return self.setup().items_for(benchmark)
 
     def prefetch_seeds(self, label: str) -> tuple[int, ...]:
         return tuple(sorted({s for c in self.cells if c.model == label for s in c.seeds if len(c.seeds) > 1}))
 
-    def open_driver(self, label: str):
-        o = self.options
-        backend = open_cached_backend(self.entry(label), self.spec.precision, o.device, o.batch_size)
-        backend.prefetch_seeds = self.prefetch_seeds(label)
-        self.models_run[label] = backend_record(backend)
-        logs = ensure_dir(self.store.root / "logs", root=self.store.root)  # the packages write their logs in it
-        return make_driver(self.spec.package, backend, self.rules, self.items_for, str(logs), self.spec.tie_rule)
+    def setup(self, log_dir: str | None = None) -> CellSetup:
+        """What running this sweep's cells takes besides a model (the packages' logs in `log_dir`)."""
+        return CellSetup(self.spec, self.rules, self.options.device, self.options.batch_size, log_dir)
+
+    def log_dir(self) -> str:
+        return str(self.store.root / "logs")
+
+    def runner(self, label: str) -> CellRunner:
+        """The local executor's model, opened for its cells (run.json records its backend)."""
+        runner = CellRunner(self.entry(label), self.setup(self.log_dir()), self.prefetch_seeds(label))
+        if runner.model is not None:
+            self.models_run[label] = runner.record()
+        return runner
 
     def run(self) -> SweepResult:
         if any(c.applicable for c in self.cells):  # a bad cache is found here, not after a model load
@@ -104,9 +94,7 @@ class Sweep:
 
                 result = run_ray(self, progress)
             else:
-                result = run_local(
-                    self.spec, self.cells, self.store, self.rules, self.open_driver, self.items_for, progress
-                )
+                result = run_local(self.setup(self.log_dir()), self.cells, self.store, self.runner, progress)
             result.outputs = self.store.write_outputs(self.store.records(), [c.key for c in self.cells])
             write_run_json(self.store, self.spec, self.rules, self.models_run, self.items_for, result)
             return result
@@ -150,20 +138,3 @@ class Sweep:
             f"grid: {result.outputs['grid']}\nitems: {result.outputs['items']}\n"
             f"run record: {self.store.root / 'run.json'}"
         )
-
-
-def _check_before_loading(o: SweepOptions, configs) -> None:
-    """What can be known wrong without loading a model: the engine's weights (a missing or truncated
-    file, an unknown name), the device, the Ray executor's package (the item count: check_selection)."""
-    for m in o.models:
-        if m.kind == ENGINE:
-            resolve_weights(m.target)
-            if m.precision:
-                check_precision(m.precision)
-    if any(m.kind == ENGINE for m in o.models) or o.device:
-        resolve_device(o.device)
-    if o.executor == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise UserError("--executor ray needs Ray: pip install 'safetyrepro[ray]'") from None

@@ -56,11 +56,11 @@ def plan(run: Path, sweep_args: list[str]):
     """The main grid's sweep as `safetyrepro sweep SWEEP_ARGS --out RUN` plans it (reproduce.sh step
     1 passes its own arguments), without loading a model."""
     from safetyrepro.cli import build_parser
-    from safetyrepro.sweep.cli import options_from_args
+    from safetyrepro.sweep.options import SweepOptions
     from safetyrepro.sweep.sweeper import Sweep
 
     ns = build_parser().parse_args(["sweep", *sweep_args, "--out", str(run)])
-    return Sweep.create(options_from_args(ns))
+    return Sweep.create(SweepOptions.from_args(ns))
 
 
 def _read_run(run: Path) -> dict[str, dict]:

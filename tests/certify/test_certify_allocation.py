@@ -1,5 +1,6 @@
-"""Where certification spends: the draw order (`--order`), cost-aware rounds, items held from earlier
-records, checkpoints and interrupts. Synthetic grids built as a sweep builds them (certify_grids.py)."""
+"""Where certification spends: the draw order (`--order`), flip hunting against today's cost-aware rounds,
+items held from earlier records, checkpoints and interrupts. Synthetic grids built as a sweep builds them
+(certify_grids.py); model time is the cost model's seconds (certify_grids.item_cost), never a clock."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import math
 
 import numpy as np
 import pytest
-from certify_grids import synthetic_problem
+from certify_grids import FLIP_WORLDS, STEADY_WORLDS, CostedOracle, pilot, synthetic_problem
 
-from safetyrepro.certify.algorithm import CertifyOptions, certify, items_to_decide
+from safetyrepro.certify.algorithm import CertifyOptions, certify, items_to_decide, win_odds
 from safetyrepro.cli import main
 
 
@@ -18,46 +19,18 @@ def reverses_with_template(cfg, model):
     return (0.75 if model == "a" else 0.4) if ahead else (0.4 if model == "a" else 0.75)
 
 
-class CostedOracle:
-    """A synthetic grid's oracle that knows what an item costs: sampled configurations 5 units a seed
-    for free-form, log-probability 0.1, greedy free-form 1; it logs every request."""
-
-    def __init__(self, oracle, held: dict | None = None):
-        self.oracle, self.log, self.held_items = oracle, [], held or {}
-
-    def __call__(self, benchmark, config_id, model, item_ids):
-        self.log.append((config_id, model, tuple(item_ids)))
-        return self.oracle(benchmark, config_id, model, item_ids)
-
-    def cost(self, benchmark, config_id, model):
-        if config_id.endswith("/logprob"):
-            return 0.1
-        return 1.0 if "/greedy/" in config_id else 5.0
-
-    def spent(self):
-        return sum(
-            self.cost("", c, m) * len([i for i in ids if i not in self.held_items.get((c, m), ())])
-            for c, m, ids in self.log
-        )
-
-    def held(self, benchmark, config_id, model, item_ids):
-        mine = self.held_items.get((config_id, model), ())
-        n = 0
-        for i in item_ids:
-            if i not in mine:
-                break
-            n += 1
-        return n
-
-
 def test_subset_order_draws_the_problems_own_order_and_seeded_order_permutes_it():
     problem, oracle, _ = synthetic_problem(np.random.default_rng(2), reverses_with_template, n_items=60)
     asked = CostedOracle(oracle)
-    certify([problem], asked, CertifyOptions(order="subset", batch=10, budget_evaluations=200))
+    certify([problem], asked, CertifyOptions(order="subset", batch=10, budget_evaluations=200, allocation="uniform"))
     firsts = {ids for c, m, ids in asked.log if ids and ids[0] == problem.item_ids[0]}
     assert firsts and all(ids == problem.item_ids[: len(ids)] for ids in firsts)
     seeded = CostedOracle(oracle)
-    certify([problem], seeded, CertifyOptions(order="seeded", seed=4, batch=10, budget_evaluations=200))
+    certify(
+        [problem],
+        seeded,
+        CertifyOptions(order="seeded", seed=4, batch=10, budget_evaluations=200, allocation="uniform"),
+    )
     first = seeded.log[0][2]
     assert len(first) == 10 and first != problem.item_ids[:10] and set(first) <= set(problem.item_ids)
     with pytest.raises(ValueError, match="order"):
@@ -67,7 +40,11 @@ def test_subset_order_draws_the_problems_own_order_and_seeded_order_permutes_it(
 def test_cheap_configurations_are_asked_first_and_a_capped_round_holds_only_what_fits():
     problem, oracle, _ = synthetic_problem(np.random.default_rng(3), reverses_with_template, n_items=300)
     asked = CostedOracle(oracle)
-    certify([problem], asked, CertifyOptions(batch=10, round_seconds=30.0, budget_evaluations=400))
+    certify(
+        [problem],
+        asked,
+        CertifyOptions(batch=10, round_seconds=30.0, budget_evaluations=400, allocation="reversal_first"),
+    )
     first_round = asked.log[:24]
     # the 12 log-probability configurations (0.1 a model-item: 2 for a batch of both models) come first
     assert {c for c, _, _ in first_round} == {c for c in problem.config_ids if c.endswith("/logprob")}
@@ -135,7 +112,7 @@ def test_a_checkpoint_sees_the_run_so_far_and_an_interrupt_keeps_what_was_learnt
 
     def stops(benchmark, config_id, model, item_ids):
         calls["n"] += 1
-        if calls["n"] > 150:
+        if calls["n"] > 12:
             raise KeyboardInterrupt
         return oracle(benchmark, config_id, model, item_ids)
 
@@ -181,7 +158,7 @@ def test_the_time_to_close_the_open_claims_is_each_missing_item_at_its_cells_rat
     from safetyrepro.certify.outputs import hours_to_close, report_markdown
 
     problem, oracle, _ = synthetic_problem(np.random.default_rng(7), reverses_with_template, n_items=50)
-    result = certify([problem], oracle, CertifyOptions(batch=10, budget_evaluations=480))
+    result = certify([problem], oracle, CertifyOptions(batch=10, budget_evaluations=480, allocation="uniform"))
     open_ = [c for c in result.claims if c.claim == "undecided"]
     assert open_ and result.stopped_by == "budget"
     rates = {f"{m}|{c.config_id}": 2.0 if m == "a" else 1.0 for c in open_ for m in ("a", "b")}
@@ -192,3 +169,102 @@ def test_the_time_to_close_the_open_claims_is_each_missing_item_at_its_cells_rat
     assert hours_to_close(result, {}, {"truthfulqa": 1.0}) == pytest.approx((missing + missing_b) / 3600)
     text = report_markdown(result, "test", {"seconds_per_model_evaluation_by_cell": rates})
     assert f"about {(2.0 * missing + 1.0 * missing_b) / 3600:,.1f} h of model time" in text
+
+
+# -- flip hunting (issue 40) ----------------------------------------------------------------------------
+
+
+def _hunt_and_today(world, seed: int, with_pilot: bool, **extra):
+    """One seeded world certified by flip hunting and by today's cost-aware rounds (reversal_first), as a
+    live run makes them (`--order subset`, rounds capped at 60 units, costs known): {allocation: (result,
+    the model time it spent)}."""
+    accuracy, models = world
+    problem, oracle, _ = synthetic_problem(np.random.default_rng(100 + seed), accuracy, models=models)
+    out = {}
+    for allocation in ("reversal_first", "flip_hunt"):
+        asked = CostedOracle(oracle, pilot(problem) if with_pilot else None)
+        options = CertifyOptions(seed=seed, allocation=allocation, order="subset", round_seconds=60.0, **extra)
+        out[allocation] = (certify([problem], asked, options), asked.spent(), asked, problem)
+    return out
+
+
+@pytest.mark.parametrize("with_pilot", [True, False], ids=["pilot_records", "no_records"])
+def test_flip_hunting_decides_flips_for_at_most_half_the_model_time_of_todays_rounds(with_pilot):
+    """Issue 40's acceptance, on the synthetic cost model: in every world whose law holds a flip (six
+    kinds: the minority's win on cheap, free-form or only sampled chain-of-thought configurations, three
+    models...) both allocations end `flip` on every pair, and flip hunting spends at most half of today's
+    model time, with a 24-item pilot's records held (a sweep's --limit 24) and without; where no flip
+    exists (one model ahead everywhere) it spends no more. Two worlds per kind keep it quick:
+    perf/certify_allocation.py measures 20 (docs/certify.md)."""
+    for name, world in FLIP_WORLDS.items():
+        spent = {"reversal_first": 0.0, "flip_hunt": 0.0}
+        for seed in range(2):
+            for allocation, (result, cost, _, _) in _hunt_and_today(world, seed, with_pilot).items():
+                assert {p.verdict for p in result.pairs} == {"flip"}, (name, seed, allocation)
+                spent[allocation] += cost
+        assert spent["flip_hunt"] <= 0.5 * spent["reversal_first"], (name, spent)
+    for name, world in STEADY_WORLDS.items():
+        for seed in range(2 if with_pilot else 1):
+            runs = _hunt_and_today(world, seed, with_pilot)
+            verdicts = {a: [p.verdict for p in r.pairs] for a, (r, *_) in runs.items()}
+            assert verdicts["flip_hunt"] == verdicts["reversal_first"] and "flip" not in verdicts["flip_hunt"]
+            assert runs["flip_hunt"][1] <= runs["reversal_first"][1], (name, seed)
+
+
+def test_a_small_budget_decides_the_cheap_flip_of_every_pair_before_any_dear_configuration():
+    """Three models, each pair's flip to be had on log-probability configurations: on a budget of 100 units
+    of model time (0.08 % of the full grid's) flip hunting decides all three flips and pays for no
+    free-form item; today's rounds decide one and pay for free-form ones."""
+    for seed in range(3):
+        runs = _hunt_and_today(FLIP_WORLDS["three models, three flips"], seed, True, budget_seconds=100.0)
+        flips = {a: sum(p.verdict == "flip" for p in r.pairs) for a, (r, *_) in runs.items()}
+        result, cost, asked, problem = runs["flip_hunt"]
+        assert flips["flip_hunt"] == 3 and flips["reversal_first"] < 3, flips
+        paid = [c for c, m, ids in asked.log if ids and ids[0] not in problem.item_ids[:24]]
+        assert paid and all(c.endswith("/logprob") for c in paid) and cost <= 100.0
+
+
+def test_flip_hunting_reads_the_pilot_first_then_hunts_where_it_points():
+    """The pilot's records (free) are read in a round of their own; the first paid round then asks only
+    the configuration the pilot makes likeliest to give the minority's win (b's: a leads on 47 of 48) at
+    the lowest cost: the one cheap configuration where b leads. a's win, on any of the others, comes next."""
+    accuracy, models = FLIP_WORLDS["one cheap reversal"]
+    problem, oracle, full = synthetic_problem(np.random.default_rng(4), accuracy, models=models)
+    asked = CostedOracle(oracle, pilot(problem))
+    result = certify([problem], asked, CertifyOptions(order="subset", round_seconds=60.0))
+    free = [(c, m) for c, m, ids in asked.log if ids == problem.item_ids[:24]]
+    assert len(free) == 2 * 48 and asked.log[: len(free)] == [(c, m, problem.item_ids[:24]) for c, m in free]
+    first_paid = asked.log[len(free) : len(free) + 2]
+    assert {(c, m) for c, m, _ in first_paid} == {("truthfulqa/T3/greedy/3shot/logprob", m) for m in "ab"}
+    assert result.pairs[0].verdict == "flip" and full["truthfulqa/T3/greedy/3shot/logprob"] < 0
+    assert all(c.endswith("/logprob") for c, _, ids in asked.log if ids != problem.item_ids[:24])
+
+
+def test_win_odds_by_hand():
+    log_inv_alpha = math.log(2 * 48 / 0.05)
+    # nothing seen: the prior alone (sd 0.3), the same either way; a win needs the difference past the
+    # smallest 300 items can certify at variance 0.3, where the items formula gives exactly 300
+    smallest = (log_inv_alpha + math.sqrt(log_inv_alpha**2 + 8 * 300 * 0.3 * log_inv_alpha)) / 600
+    assert 2 * 0.3 * log_inv_alpha / smallest**2 + log_inv_alpha / smallest == pytest.approx(300)
+    p_up, _ = win_odds(0, 0.0, 0.3, 300, log_inv_alpha, 1)
+    p_down, _ = win_odds(0, 0.0, 0.3, 300, log_inv_alpha, -1)
+    assert p_up == pytest.approx(p_down) == pytest.approx(0.5 * math.erfc(smallest / 0.3 / math.sqrt(2)))
+    # 24 items at +0.4: a win for a is near certain and about 60 items away; one for b is out of reach
+    p_a, items_a = win_odds(24, 0.4, 0.3, 300, log_inv_alpha, 1)
+    p_b, _ = win_odds(24, 0.4, 0.3, 300, log_inv_alpha, -1)
+    assert p_a > 0.95 and 30 < items_a < 100 and p_b < 1e-4
+    # the subset target knows the sign at n: any difference can be won with every item in
+    assert win_odds(100, -0.02, 0.3, 300, log_inv_alpha, -1, exact_at_n=True)[0] > 0.6
+    assert win_odds(100, -0.02, 0.3, 300, log_inv_alpha, -1)[0] < 0.05
+
+
+def test_the_cli_offers_every_allocation_and_defaults_to_flip_hunting(tmp_path, capsys):
+    from safetyrepro.certify.algorithm import ALLOCATIONS
+
+    assert CertifyOptions().allocation == "flip_hunt"
+    with pytest.raises(SystemExit) as stop:
+        main(["certify", "--replay", "i", "--grid", "g", "--allocation", "greedy", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1 and "'greedy'" in err
+    offered = err[err.index("choose from") :]
+    assert all(f"'{a}'" in offered for a in ALLOCATIONS) and offered.count("'") == 2 * len(ALLOCATIONS)

@@ -10,7 +10,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,17 +151,28 @@ class _Record:
         return {"item_id": self.item_id, "seed": self.seed, "item_score": self.item_score}
 
 
+def _burn(units: int) -> int:
+    """A fixed amount of CPU work, as a model's forward pass is: the same instructions whatever runs beside it."""
+    x = 0
+    for i in range(units):
+        x = (x * 31 + i) % 1_000_003
+    return x
+
+
 class _Driver:
     """Scores an item 1 when its number is even for model a (odd for b); each item costs `per_item` s of CPU
-    (model work: what a time budget counts), spent in a busy loop as a model would."""
+    (model work: what a time budget counts), spent in a busy loop as a model would, or with `work` a fixed
+    amount of work (`_burn` units) whatever CPU time it takes."""
 
-    def __init__(self, model: str, per_item: float, log: list):
-        self.model, self.per_item, self.log = model, per_item, log
+    def __init__(self, model: str, per_item: float, log: list, work: int = 0):
+        self.model, self.per_item, self.log, self.work = model, per_item, log, work
         self.backend = SimpleNamespace(model_calls=0)
 
     def run_cell(self, cfg, seeds, ids):
         self.log.append((self.model, cfg.config_id, tuple(ids)))
         self.backend.model_calls += 1
+        for _ in ids if self.work else ():
+            _burn(self.work)
         until = time.process_time() + self.per_item * len(ids)
         while time.process_time() < until:
             pass
@@ -166,7 +180,7 @@ class _Driver:
         return [_Record(i, s, float(int(i[1:]) % 2 == want)) for i in ids for s in seeds]
 
 
-def _stand_in(per_item: float, n: int = 60):
+def _stand_in(per_item: float, n: int = 60, work: int = 0):
     from safetyrepro.sweep.plan import Cell
 
     configs = [
@@ -185,7 +199,7 @@ def _stand_in(per_item: float, n: int = 60):
     )
     log: list = []
     oracle = LiveOracle(sweep)
-    oracle.drivers = {m: _Driver(m, per_item, log) for m in ("a", "b")}
+    oracle.drivers = {m: _Driver(m, per_item, log, work) for m in ("a", "b")}
     problem = BenchmarkProblem("toxigen", tuple(c.config_id for c in configs), ("a", "b"), tuple(items), 1)
     return oracle, problem, log
 
@@ -245,3 +259,35 @@ def test_a_run_stopped_by_its_budget_resumes_from_its_records_without_the_model(
         (c.config_id, c.claim, c.items_used) for c in whole.claims
     ]
     assert len(again.records()) >= len(records)
+
+
+@pytest.mark.slow
+def test_a_cpu_budget_buys_the_same_model_work_beside_a_cpu_hog():
+    """Issue 40's acceptance: beside a CPU hog, a --budget of N CPU seconds buys within 20 % of the model work
+    it buys without one. The stand-in driver does a fixed amount of work per item (about 20 ms of CPU), so
+    what a budget buys is the items evaluated; the hog is a busy process per core at this process's
+    niceness. The machine may be busy already (the run "without" is not idle): what is compared is items per
+    CPU second of budget, and the run beside the hog must show it was contended (its wall clock ran at
+    least 1.5 times its model work's CPU seconds), else the comparison would not test anything."""
+    budget = 2.0
+
+    def bought() -> tuple[int, float, float]:
+        oracle, problem, log = _stand_in(0.0, n=300, work=400_000)
+        t0 = time.monotonic()
+        result = certify([problem], oracle, CertifyOptions(delta=0.0, seed=2, batch=20, budget_seconds=budget))
+        assert result.stopped_by == "budget"
+        return sum(len(ids) for _, _, ids in log), oracle.work_seconds, time.monotonic() - t0
+
+    alone = bought()
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        beside = bought()
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    said = f"alone {alone}, beside the hog {beside} (items, CPU s of model work, wall s)"
+    print(f"\n{said}")
+    assert beside[2] >= 1.5 * beside[1], said
+    assert abs(beside[0] - alone[0]) <= 0.2 * alone[0], said
+    assert alone[1] <= budget + 0.5 and beside[1] <= budget + 0.5, said

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from safetyrepro.certify.live import LiveOracle, _earlier_source, _same_command, same_why
+from safetyrepro.certify.live import LiveOracle
+from safetyrepro.certify.resume import earlier_source, same_command, same_why
 from safetyrepro.errors import UserError
 from safetyrepro.sweep.plan import Cell
 
@@ -52,9 +53,9 @@ def _sweep_folder(tmp_path, made=MADE):
 def test_a_sweep_made_the_same_way_is_taken_whatever_its_limit_and_other_models(tmp_path):
     folder = _sweep_folder(tmp_path)
     for given in (folder, folder / "items.parquet"):
-        items, made = _earlier_source(given, SPEC)
+        items, made = earlier_source(given, SPEC)
         assert items == folder / "items.parquet" and made["sweep_folder"] == str(folder)
-    assert _same_command(MADE, SPEC)
+    assert same_command(MADE, SPEC)
 
 
 @pytest.mark.parametrize(
@@ -69,7 +70,7 @@ def test_a_sweep_made_the_same_way_is_taken_whatever_its_limit_and_other_models(
 def test_records_made_another_way_are_refused_naming_the_difference(tmp_path, change, said):
     folder = _sweep_folder(tmp_path, {**MADE, **change})
     with pytest.raises(UserError, match="made another way") as e:
-        _earlier_source(folder, SPEC)
+        earlier_source(folder, SPEC)
     assert said in str(e.value) and said in same_why({**MADE, **change}, SPEC)
 
 
@@ -77,9 +78,9 @@ def test_records_whose_making_is_unknown_are_refused(tmp_path):
     folder = _sweep_folder(tmp_path)
     (folder / "sweep.json").unlink()
     with pytest.raises(UserError, match="neither a sweep.json nor a live certify run's cost.json"):
-        _earlier_source(folder, SPEC)
+        earlier_source(folder, SPEC)
     with pytest.raises(UserError, match="no items file there"):
-        _earlier_source(tmp_path / "nowhere", SPEC)
+        earlier_source(tmp_path / "nowhere", SPEC)
 
 
 def test_kept_records_count_once_and_only_for_this_runs_cells_seeds_and_items():

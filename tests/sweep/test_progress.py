@@ -72,7 +72,7 @@ def test_a_quick_loop_of_inputs_prints_nothing():
 
 
 def test_certify_calls_say_their_place_in_the_round_and_the_budget_left():
-    from safetyrepro.certify.live import _round_note
+    from safetyrepro.certify.live_oracle import _round_note
 
     # the third part is the model work (CPU seconds) left in a time budget when the call starts
     assert _round_note(None) == ""

@@ -20,18 +20,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from package_dirs import PACKAGE_DIRS  # import package -> folder, as pyproject.toml maps them
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).with_name("fixtures") / "toy"
-ROOTS = {
-    "safetyrepro": "safetyrepro",
-    "safetyrepro.tasks": "safetyrepro_tasks",
-    "safetyrepro.adapters": "adapters",
-    "safetyrepro.analysis": "analysis",
-    "safetyrepro.crosspkg": "crosspkg",
-}  # package-dir in pyproject.toml
 BIN = Path(sys.executable).parent
 REGISTRY = Path("safetyrepro/tasks/benchmarks/registry.py")
 
@@ -54,7 +48,7 @@ def _run(cmd: list, env: dict, cwd: Path, timeout: int = 900) -> subprocess.Comp
 def sixth(tmp_path_factory, data_dir):
     tmp = tmp_path_factory.mktemp("sixth")
     site = tmp / "site-packages"  # a site-packages path: Inspect namespaces its tasks there as for an install
-    for package, folder in ROOTS.items():
+    for package, folder in PACKAGE_DIRS.items():
         shutil.copytree(
             REPO / folder,
             site.joinpath(*package.split(".")),

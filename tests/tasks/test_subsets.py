@@ -87,8 +87,8 @@ def test_subsample_is_a_stratified_share_of_the_subset(data_dir):
 
 
 def test_a_limited_sweeps_subsample_is_a_share_of_the_items_it_scores(data_dir):
+    from safetyrepro.sweep.cell import cell_item_ids
     from safetyrepro.sweep.drivers import item_sets
-    from safetyrepro.sweep.runner import cell_item_ids
 
     first24 = [i.id for i in item_set("truthfulqa").items[:24]]
     a = item_set("truthfulqa", subsample=0.8, subsample_seed=43, within=24)

@@ -13,6 +13,7 @@ from typing import Literal
 
 from inspect_ai import Task, task
 
+from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, TieRule
 from safetyrepro.tasks.inspect_tasks import benchmark_task
 
 
@@ -21,7 +22,7 @@ def truthfulqa(
     template: Literal["T1", "T2", "T3", "T4"] = "T1",
     scoring: Literal["free_form", "logprob"] = "logprob",
     shots: Literal[0, 3, 5] = 0,
-    tie_rule: Literal["expected", "first"] = "expected",
+    tie_rule: TieRule = DEFAULT_TIE_RULE,
 ) -> Task:
     """TruthfulQA MC1: pick the one true answer among lettered options.
 

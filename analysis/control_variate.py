@@ -1,0 +1,271 @@
+"""Anytime-valid e-processes for a costly configuration's paired difference, helped by a cheaper configuration
+scored on the same items (a control variate, issue 45), for the population target.
+
+Setting. Items are i.i.d. draws from the benchmark. On item i, D_i is the costly configuration's paired
+difference (model a minus model b, in [-1, 1]; free-form, seconds to minutes an item) and C_i the cheap
+configuration's on the same item (log-probabilities, about a tenth of the cost). theta = E[D] is what is
+certified; C only helps.
+
+Why partner items, not a bound on E[C]. The textbook control variate, D_i - beta (C_i - mu_C), needs mu_C. A
+confidence sequence for mu_C from the cheap stream and a union over it (alpha split in two) adds its width to
+the costly one's *linearly* (beta times the cheap sequence's width), which at 300 items leaves almost nothing
+of the gain. Instead each step takes the costly item and k *partner* items that only the cheap configuration
+scores, fresh items the costly stream never uses, and observes
+
+    y = D - gamma * g,   g = (1/k) sum_q clip(C - C'_q, -1, 1)
+
+with C the cheap difference on the costly item and C'_q on partner q. (C, C'_q) are two i.i.d. draws, so any
+antisymmetric function of them has mean zero: E[g | past] = 0 exactly and E[y | past] = theta whatever gamma
+is, provided gamma is predictable (computed from earlier steps only). No nuisance, no alpha split: y is an
+ordinary bounded observation with mean theta, in [-1 - |gamma|, 1 + |gamma|], and the with-replacement betting
+e-process of IidBettingCS runs on it with the stakes truncated to that range (each factor stays >= 1 - c). With
+gamma at its best value the variance of y is Var(D) (1 - r^2 k / (k + 1)) for r the correlation of D and C
+(the linear case); clipping the differences at 1 halves the range the stakes must respect at a small cost in
+correlation.
+
+What bounds the gain (measured in perf/certify_control.py, docs/certify.md). A betting e-process for a
+bounded mean grows at most at rate max_lambda E log(1 + lambda (y - m)) (the KL-inf rate), with lambda
+limited by y's range: the control cuts the variance but widens the range, so where the plain process already
+bets at its cap (large differences, few items) the control buys little; it buys most where the difference is
+small against the spread (many items). At r = 0.8 and two 0/1 models the growth-optimal ceiling, even with
+the cheap configuration's law known exactly, is about 1.5x fewer costly items at a 0.35 difference, 1.8x at
+0.25, 2.3x at 0.15.
+
+Fallback. gamma is estimated from earlier steps (least squares of D on g, clipped to [-1, 1]); partners are
+asked for only after WARM_UP steps and while the running r^2 of D and C is at least MIN_R2 (and beyond what chance
+gives: CHANCE_R2 / steps), so with no
+correlation the process takes plain steps (gamma = 0, y = D): exactly the plain e-process, item for item
+(tested against IidBettingCS). Whether a step uses partners is decided before the step, from the stream's own
+past: a predictable choice between two valid bets, never a choice after seeing which did better.
+
+Vectorised over streams, as IidBettingCS: one call updates every stream that takes a step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .confidence_sequence import TRUNCATION
+
+K_PARTNERS = 2  # partner items per step: the variance factor is 1 - r^2 k / (k + 1); k costs k cheap items a step
+WARM_UP = 10  # plain steps before partners are first asked for (r and gamma need a few items)
+MIN_R2 = 0.2  # partners only while the running r^2 of D and C is at least this
+CHANCE_R2 = 6.0  # ... and at least this / steps: n r^2 is about chi-square(1) without correlation (P > 6: 1.4 %)
+CLIP = 1.0  # g's pairwise differences are clipped at this: g in [-CLIP, CLIP]
+MAX_GAMMA = 1.0
+PARTNER_TRUNCATION = 0.9  # a partner step's stakes: its range is wider, so the plain 1/2 would bind (docstring)
+FIT_STEPS = 10  # partner steps before gamma is fitted on g itself (before: from D and C)
+OPTIMISM = -0.5  # the capacity rule reads the difference half a standard error smaller (the planner: one larger)
+MAX_PARTNER_STEPS = 25  # partner steps per stream at most: the costly stream keeps N - 50 items whatever happens
+FIT_MARGIN = 1.5  # partners while 1.5 x the expected need, 1 + K_PARTNERS items a step, fits (it is optimistic)
+
+
+def control_term(c_item: np.ndarray, c_partners: np.ndarray) -> np.ndarray:
+    """(streams,) cheap differences on the costly items and (streams, k) on their partners -> g per stream: the
+    mean of the clipped pairwise differences, an antisymmetric function of i.i.d. pairs (mean zero)."""
+    c_item = np.asarray(c_item, dtype=float)
+    c_partners = np.asarray(c_partners, dtype=float)
+    return np.clip(c_item[:, None] - c_partners, -CLIP, CLIP).mean(axis=1)
+
+
+class ControlledBettingCS:
+    """n_streams one-sided betting e-processes and confidence sequences for theta = E[D], D in [-1, 1],
+    observed as y = D - gamma g (module docstring). Same candidates, stakes and reading as IidBettingCS
+    (analysis/confidence_sequence.py), in the caller's units; the truncation of each stake follows that
+    step's range [-1 - |gamma| CLIP, 1 + |gamma| CLIP]."""
+
+    def __init__(
+        self, n_streams: int, alpha: float, grid_points: int = 201, extra: tuple[float, ...] = (), delta: float = 0.0
+    ):
+        if not 0 < alpha < 1:
+            raise ValueError(f"alpha {alpha} must be in (0, 1)")
+        self.alpha, self.delta = float(alpha), float(delta)
+        self.grid = np.unique(np.round(np.concatenate([np.linspace(-1.0, 1.0, grid_points), extra]), 12))
+        g = len(self.grid)
+        self.log_plus = np.zeros((n_streams, g))
+        self.log_minus = np.zeros((n_streams, g))
+        self.max_plus = np.zeros((n_streams, g))
+        self.max_minus = np.zeros((n_streams, g))
+        self.t = np.zeros(n_streams, dtype=np.int64)  # steps taken
+        self.y_sum = np.zeros(n_streams)  # the plug-in mean's numerator (a prior point at 0)
+        self.var_sum = np.ones(n_streams)  # 1 + sum of (y_i - mu_hat_i)^2 (IidBettingCS's 1/4 on its [0, 1] scale)
+        # predictable fits: every step's (D, C), and the partner steps' (D, g)
+        self.fit_dc = np.zeros((n_streams, 5))  # sum d, c, d^2, c^2, dc
+        self.fit_dg = np.zeros((n_streams, 5))  # sum d, g, d^2, g^2, dg
+        self.partner_steps = np.zeros(n_streams, dtype=np.int64)
+        self._log_inv_alpha = np.log(1.0 / self.alpha)
+
+    # the predictable choices
+    def r2(self, streams=None) -> np.ndarray:
+        """Per stream, the running squared correlation of D and C over its steps so far."""
+        s = slice(None) if streams is None else np.asarray(streams, dtype=np.int64)
+        return _r2(self.fit_dc[s], np.maximum(self.t[s], 1))
+
+    def wants_partners(self, streams, fresh_left) -> np.ndarray:
+        """Whether each stream's next step takes partners, decided from its own past only: after WARM_UP steps,
+        while r^2 >= MIN_R2, and while the items the stream may still use (`fresh_left`: a partner step uses
+        1 + K_PARTNERS of them, a plain step one) are expected to last until its claim with partners; where they
+        would not, plain steps use them better (each item of them buys more there)."""
+        s = np.asarray(streams, dtype=np.int64)
+        fresh_left = np.asarray(fresh_left, dtype=float)
+        n = np.maximum(self.t[s], 1)
+        r2 = self.r2(s)
+        mean = self.fit_dc[s, 0] / n
+        var_d = np.maximum(self.fit_dc[s, 2] / n - mean**2, 0.01)
+        need = _items_to_decide(
+            mean, var_d * (1 - r2 * K_PARTNERS / (K_PARTNERS + 1)), n, self._log_inv_alpha, self.delta
+        )
+        fits = FIT_MARGIN * need * (1 + K_PARTNERS) <= fresh_left
+        room = (fresh_left >= 1 + K_PARTNERS) & (self.partner_steps[s] < MAX_PARTNER_STEPS)
+        correlated = r2 >= np.maximum(MIN_R2, CHANCE_R2 / n)
+        return (self.t[s] >= WARM_UP) & correlated & room & fits
+
+    def gamma(self, streams) -> np.ndarray:
+        """The coefficient a partner step of each stream would use now (from earlier steps only)."""
+        s = np.asarray(streams, dtype=np.int64)
+        from_dc = _slope(self.fit_dc[s], np.maximum(self.t[s], 1)) * K_PARTNERS / (K_PARTNERS + 1)
+        from_dg = _slope(self.fit_dg[s], np.maximum(self.partner_steps[s], 1))
+        fitted = np.where(self.partner_steps[s] >= FIT_STEPS, from_dg, from_dc)
+        return np.clip(fitted, -MAX_GAMMA, MAX_GAMMA)
+
+    def update(self, streams, d, c, partners=None) -> None:
+        """One step for each of `streams` (distinct): the costly difference d, the cheap one c on the same item,
+        and partners (streams, K_PARTNERS) of the cheap one on partner items, NaN rows where a stream takes a
+        plain step. The caller takes partners exactly where wants_partners() said so before the step."""
+        s = np.asarray(streams, dtype=np.int64)
+        if len(s) == 0:
+            return
+        d = np.asarray(d, dtype=float)
+        c = np.asarray(c, dtype=float)
+        if partners is None:
+            partners = np.full((len(s), K_PARTNERS), np.nan)
+        partners = np.asarray(partners, dtype=float)
+        with_partners = ~np.isnan(partners).any(axis=1)
+        if np.any(with_partners & (self.t[s] < WARM_UP)):
+            raise ValueError("a stream took partners before its warm-up ended")
+        g = np.where(with_partners, control_term(c, np.nan_to_num(partners)), 0.0)
+        gamma = np.where(with_partners, self.gamma(s), 0.0)
+        y = d - gamma * g
+        span = np.abs(gamma) * CLIP
+        c_trunc = np.where(with_partners, PARTNER_TRUNCATION, TRUNCATION)[:, None]
+        t = self.t[s] + 1
+        mu_hat = self.y_sum[s] / t
+        sigma2 = self.var_sum[s] / t
+        lam = np.sqrt(2 * self._log_inv_alpha / (sigma2 * t * np.log1p(t)))[:, None]
+        m = self.grid[None, :]
+        with np.errstate(divide="ignore"):
+            cap_plus = np.where(m + 1 + span[:, None] > 0, c_trunc / (m + 1 + span[:, None]), np.inf)
+            cap_minus = np.where(1 + span[:, None] - m > 0, c_trunc / (1 + span[:, None] - m), np.inf)
+        gap = y[:, None] - m
+        plus = self.log_plus[s] + np.log1p(np.minimum(lam, cap_plus) * gap)
+        minus = self.log_minus[s] + np.log1p(-np.minimum(lam, cap_minus) * gap)
+        self.log_plus[s], self.log_minus[s] = plus, minus
+        self.max_plus[s] = np.maximum(self.max_plus[s], plus)
+        self.max_minus[s] = np.maximum(self.max_minus[s], minus)
+        self.var_sum[s] += (y - mu_hat) ** 2
+        self.y_sum[s] += y
+        self.t[s] = t
+        self.fit_dc[s] += np.stack([d, c, d * d, c * c, d * c], axis=1)
+        w = with_partners.astype(float)[:, None]
+        self.fit_dg[s] += w * np.stack([d, g, d * d, g * g, d * g], axis=1)
+        self.partner_steps[s] += with_partners
+
+    def variance(self) -> np.ndarray:
+        """Per stream, the plug-in variance of y so far (the planner's spread)."""
+        return self.var_sum / np.maximum(self.t, 1)
+
+    def index_of(self, x: float) -> int:
+        i = int(np.searchsorted(self.grid, round(float(x), 12)))
+        if i >= len(self.grid) or abs(self.grid[i] - round(float(x), 12)) > 1e-12:
+            raise ValueError(f"{x} is not a candidate of this confidence sequence (pass it as extra)")
+        return i
+
+    def log_e_above(self, x: float) -> np.ndarray:
+        """Per stream, log of the e-process against "theta <= x" (its running maximum)."""
+        return self.max_plus[:, self.index_of(x)]
+
+    def log_e_below(self, x: float) -> np.ndarray:
+        """Per stream, log of the e-process against "theta >= x"."""
+        return self.max_minus[:, self.index_of(x)]
+
+    def bounds(self, alpha_side: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per stream, each side at level alpha_side: as IidBettingCS.bounds."""
+        threshold = np.log(1.0 / alpha_side)
+        rejected_low = self.max_plus >= threshold
+        rejected_high = self.max_minus >= threshold
+        g = len(self.grid)
+        last_low = g - 1 - rejected_low[:, ::-1].argmax(axis=1)
+        lo = np.where(rejected_low.any(axis=1), self.grid[last_low], -1.0)
+        hi = np.where(rejected_high.any(axis=1), self.grid[rejected_high.argmax(axis=1)], 1.0)
+        return lo, np.maximum(hi, lo)
+
+
+def _items_to_decide(mean, variance, t, log_inv_alpha: float, delta: float) -> np.ndarray:
+    """About how many more steps a stream needs before its claim (certify's planning heuristic, algorithm.py
+    items_to_decide, here per stream): optimistic by one standard error while few items are in."""
+    se = np.sqrt(variance / t)
+    d_win = np.clip(np.abs(mean) + OPTIMISM * se, 1e-3, 1.0)
+    need = 2 * variance * log_inv_alpha / d_win**2 + log_inv_alpha / d_win
+    inside = delta - (np.abs(mean) + se)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        near = np.where(inside > 0, 2 * variance * log_inv_alpha / inside**2 + log_inv_alpha / inside, np.inf)
+    return np.maximum(np.minimum(need, near) - t, 1.0)
+
+
+def _moments(sums: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    mx, my = sums[:, 0] / n, sums[:, 1] / n
+    vx = np.maximum(sums[:, 2] / n - mx**2, 0.0)
+    vy = np.maximum(sums[:, 3] / n - my**2, 0.0)
+    return vx, vy, sums[:, 4] / n - mx * my
+
+
+def _slope(sums: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Least-squares slope of the first variable on the second (0 where the second does not vary)."""
+    _, vy, cov = _moments(sums, n)
+    return np.where(vy > 1e-9, cov / np.maximum(vy, 1e-9), 0.0)
+
+
+def _r2(sums: np.ndarray, n: np.ndarray) -> np.ndarray:
+    vx, vy, cov = _moments(sums, n)
+    ok = (vx > 1e-9) & (vy > 1e-9)
+    return np.where(ok, cov**2 / np.maximum(vx * vy, 1e-18), 0.0)
+
+
+def growth_ceiling(d, c, weights, theta0: float = 0.0) -> tuple[float, float]:
+    """What any e-process against "E[D] <= theta0" can grow by per item, without and with the cheap score C on
+    the same item, C's law known exactly (more than partners tell): (plain, with C).
+
+    A law of (D, C) on finitely many points (d, c, weights). By duality, the e-values of the null {E[D] <= theta0,
+    C's law given} are 1 + lambda (D - theta0) - (h(C) - E h(C)) for lambda >= 0 and any function h, nonnegative
+    wherever D in [-1, 1] can fall: the growth-optimal one maximises E log of it (the KL-inf rate), a concave
+    problem solved here. Its ratio to the plain rate (h = 0, the bounded-mean KL-inf) is the most a control
+    variate can cut the expected items to a claim when both are many; perf/certify_control.py tabulates it."""
+    from scipy.optimize import minimize, minimize_scalar
+
+    d, c, w = (np.asarray(x, dtype=float) for x in (d, c, weights))
+    w = w / w.sum()
+    levels, inverse = np.unique(c, return_inverse=True)
+    p_level = np.bincount(inverse, weights=w, minlength=len(levels))
+    top = 1.0 / (1.0 + theta0)  # the plain stake's bound: 1 + lambda (-1 - theta0) >= 0
+
+    def log_growth(lam, h):
+        g = h[inverse] - p_level @ h
+        return float(w @ np.log(np.maximum(1 + lam * (d - theta0) - g, 1e-300)))
+
+    plain = -minimize_scalar(
+        lambda lam: -log_growth(lam, np.zeros(len(levels))), bounds=(0, top * (1 - 1e-9)), method="bounded"
+    ).fun
+
+    def objective(x):
+        return -log_growth(x[0], x[1:])
+
+    constraints = [  # at D = -1 each level's factor stays positive: 1 - lambda (1 + theta0) - (h_l - E h) > 0
+        {"type": "ineq", "fun": lambda x, j=j: 1 - x[0] * (1 + theta0) - (x[1 + j] - p_level @ x[1:]) - 1e-9}
+        for j in range(len(levels))
+    ]
+    start = np.zeros(1 + len(levels))
+    start[0] = top / 2
+    best = minimize(
+        objective, start, constraints=constraints, bounds=[(0, top)] + [(-2, 2)] * len(levels), method="SLSQP"
+    )
+    return float(max(plain, 0.0)), float(max(-best.fun, plain, 0.0))

@@ -1,0 +1,272 @@
+"""What the control variate (`certify --control auto`, issue 45) buys, and what it could buy at best:
+
+    python perf/certify_control.py                  # 10 synthetic grids per scenario, the ceiling, the records
+    python perf/certify_control.py --grids 4 --skip-published --figure /tmp/control.png
+
+1. Synthetic 300-item grids of TruthfulQA's 48 configurations, two models, built as a sweep builds them
+   (tests/certify/certify_grids.py correlated_problem): every free-form answer is tied to the same item's
+   log-probability answer with a probability set so that a free-form configuration's paired differences
+   correlate with its log-probability twin's at r = 0.8 (greedy and sampled alike), or at r = 0. Per scenario,
+   certify with `--control none` and `--control auto` on the same grids, cost-aware rounds as a live run makes
+   them (an item of one model costs 0.1 with log-probabilities, 1 greedy free-form, 5 sampled: five seeds;
+   perf/certify_allocation.py item_cost): the verdicts, the costly (free-form) model evaluations, the cheap ones
+   and the model time, each summed over the grids, how many grids reached the same verdict both ways, and the
+   claims made (pair x configuration claims decided, summed).
+2. The ceiling (analysis/control_variate.py growth_ceiling): the growth rate of the best e-process against
+   "theta <= 0" for one item's paired difference, without and with the cheap configuration's score on the same
+   item, its whole law known (the KL-inf rate; no e-process on these observations grows faster, so none decides
+   sooner on average): their ratio is the most any control variate can save, for 0/1 answers at accuracies
+   p_a, p_b, greedy decoding, r = 0.8.
+3. The published records: the 24-item study replayed both ways (docs/study), the certified study's records
+   re-read both ways (docs/study/certified, --held-only: no model runs), and the twin correlation measured on
+   both record sets, where both configurations of a pair hold the same items.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "certify"))
+sys.path.insert(0, str(ROOT / "perf"))
+
+from certify_allocation import Costed  # noqa: E402
+from certify_grids import correlated_problem, twin_correlation  # noqa: E402
+
+from safetyrepro.analysis.control_variate import growth_ceiling  # noqa: E402
+from safetyrepro.certify.algorithm import CertifyOptions, certify  # noqa: E402
+from safetyrepro.certify.control import pairings  # noqa: E402
+
+SCENARIOS = {
+    "far ahead (0.75 vs 0.40)": lambda cfg, m: 0.75 if m == "a" else 0.40,
+    "ahead (0.70 vs 0.45)": lambda cfg, m: 0.70 if m == "a" else 0.45,
+    "reverses with template": lambda cfg, m: (
+        (0.75 if m == "a" else 0.4) if cfg.template in ("T1", "T2") else (0.4 if m == "a" else 0.75)
+    ),
+    "identical (0.55)": lambda cfg, m: 0.55,
+}
+
+
+CEILING_ACCURACIES = {"far ahead (0.75 vs 0.40)": (0.75, 0.40), "ahead (0.70 vs 0.45)": (0.70, 0.45)}
+
+
+def copy_for(r: float):
+    """The tie probability per seed that gives twin correlation r (measured: greedy 0.80 at 0.8, sampled 0.80
+    at 0.51; 0 at 0)."""
+    if r == 0:
+        return lambda cfg: 0.0
+    if r != 0.8:
+        raise ValueError("measured for r = 0.8 and r = 0 only")
+    return lambda cfg: 0.8 if cfg.decoding == "greedy" else 0.51
+
+
+def costly_and_cheap(result) -> tuple[int, int]:
+    costly = sum(len(v) for (_, cid, _), v in result.evaluated.items() if cid.endswith("/free_form"))
+    cheap = sum(len(v) for (_, cid, _), v in result.evaluated.items() if cid.endswith("/logprob"))
+    return costly, cheap
+
+
+def synthetic(grids: int) -> tuple[list[str], list[dict]]:
+    lines = [
+        f"{'scenario':<26} {'r':>4} {'control':<7} {'verdicts':<30} {'same':>5} {'claims':>6} {'costly':>8} "
+        f"{'cheap':>8} {'model time':>10} {'s/grid':>6}"
+    ]
+    rows = []
+    for name, acc in SCENARIOS.items():
+        for r in (0.8, 0.0):
+            worlds = [correlated_problem(np.random.default_rng(200 + g), acc, copy_for(r)) for g in range(grids)]
+            measured = np.mean([np.mean(list(twin_correlation(p, o).values())) for p, o, _ in worlds])
+            verdicts: dict[str, list[str]] = {}
+            for control in ("none", "auto"):
+                costly = cheap = claims = 0
+                spent, said, t0 = 0.0, [], time.perf_counter()
+                for g, (problem, oracle, _) in enumerate(worlds):
+                    costed = Costed(oracle, known=True)
+                    options = CertifyOptions(seed=g, round_seconds=60.0, control=control)
+                    result = certify([problem], costed, options)
+                    c, k = costly_and_cheap(result)
+                    costly, cheap, spent = costly + c, cheap + k, spent + costed.spent
+                    claims += sum(x.claim != "undecided" for x in result.claims)
+                    said.append(result.pairs[0].verdict)
+                verdicts[control] = said
+                same = sum(a == b for a, b in zip(verdicts["none"], said, strict=True))
+                counted = ", ".join(f"{v} {n}" for v, n in Counter(said).most_common())
+                seconds = (time.perf_counter() - t0) / grids
+                lines.append(
+                    f"{name:<26} {measured:>4.2f} {control:<7} {counted:<30} {same:>5} {claims:>6} {costly:>8,} "
+                    f"{cheap:>8,} {spent:>10,.0f} {seconds:>6.2f}"
+                )
+                rows.append(
+                    dict(scenario=name, r=r, control=control, costly=costly, cheap=cheap, time=spent, same=same)
+                )
+    return lines, rows
+
+
+def _joint(pa: float, pb: float, q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The law of (D, C) for one item: each model's log-probability answer ~ Bernoulli(p), its free-form answer
+    the same with probability q, else a fresh Bernoulli(p); the two models independent."""
+
+    def model(p):
+        out = {}
+        for lp in (0, 1):
+            for ff in (0, 1):
+                p_lp = p if lp else 1 - p
+                p_ff = q * (ff == lp) + (1 - q) * (p if ff else 1 - p)
+                out[(ff, lp)] = p_lp * p_ff
+        return out
+
+    d, c, w = [], [], []
+    for (fa, la), wa in model(pa).items():
+        for (fb, lb), wb in model(pb).items():
+            d.append(fa - fb)
+            c.append(la - lb)
+            w.append(wa * wb)
+    return np.array(d, float), np.array(c, float), np.array(w)
+
+
+def ceilings() -> list[str]:
+    lines = [f"{'accuracies':<12} {'difference':>10} {'plain':>7} {'ceiling':>7} {'most saved':>10}  (r = 0.8, greedy)"]
+    for pa, pb in ((0.75, 0.40), (0.70, 0.45), (0.65, 0.50), (0.60, 0.50)):
+        plain, best = growth_ceiling(*_joint(pa, pb, 0.8))
+        lines.append(f"{pa:.2f} / {pb:.2f}  {pa - pb:>10.2f} {plain:>7.4f} {best:>7.4f} {best / plain:>9.2f}x")
+    return lines
+
+
+def published() -> list[str]:
+    from safetyrepro.analysis.grid_io import load_grid
+    from safetyrepro.certify.replay import load_replay
+    from safetyrepro.tasks.envelope import default_rules
+
+    lines = []
+    grid = load_grid(ROOT / "docs/study/grid.csv", default_rules())
+    replay = load_replay(ROOT / "docs/study/items.parquet", grid)
+    for control in ("none", "auto"):
+        result = certify(list(replay.problems), replay.oracle, CertifyOptions(control=control))
+        costly, cheap = costly_and_cheap(result)
+        said = Counter(p.verdict for p in result.pairs)
+        lines.append(
+            f"24-item study, replayed, --control {control:<4}: {dict(said)}, {result.paired_evaluations:,} paired "
+            f"evaluations, {costly:,} costly and {cheap:,} cheap model evaluations"
+        )
+    reread = [  # the certified study's records, re-read as perf/certify_power.py does (no model runs)
+        *"certify --models smollm2 gemma3-270m qwen2.5-coder-0.5b --tier full --precision fp32 --order subset".split(),
+        *"--records docs/study docs/study/certified --held-only --quiet".split(),
+    ]
+    for control in ("none", "auto"):
+        with tempfile.TemporaryDirectory() as tmp:
+            command = [sys.executable, "-m", "safetyrepro.cli", *reread, "--control", control, "--out", tmp]
+            subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+            cost = json.loads((Path(tmp) / "cost.json").read_text())
+            claims = int((pd.read_csv(Path(tmp) / "claims.csv")["claim"] != "undecided").sum())
+        lines.append(
+            f"certified study, re-read (--held-only), --control {control:<4}: {claims} claims, "
+            f"{cost['paired_evaluations']:,} paired and {cost['model_evaluations']:,} model evaluations read; the "
+            f"control ran on {len(cost['control_did'])} benchmarks (a re-read holds no partner items)"
+        )
+    for name, path in (
+        ("24-item study", "docs/study/items.parquet"),
+        ("certified study", "docs/study/certified/items.parquet"),
+    ):
+        r = records_correlation(pd.read_parquet(ROOT / path))
+        summary = r.groupby("benchmark")["r"].agg(["count", "median"])
+        said = "; ".join(f"{b} median r {row['median']:.2f} over {int(row['count'])}" for b, row in summary.iterrows())
+        n = r["items"].median()
+        lines.append(f"{name}: twin correlation (median {n:.0f} common items a pair): {said}")
+    return lines
+
+
+def records_correlation(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (free-form configuration, pair of models) with a twin: the correlation of the paired differences
+    (seed means) with the twin's, on the items all four cells hold; degenerate cells left out."""
+    means = frame.groupby(["config_id", "model", "item_id"])["item_score"].mean()
+    models = sorted(frame["model"].unique())
+    config_ids = sorted(frame["config_id"].unique())
+    out = []
+    for benchmark in sorted({c.split("/")[0] for c in config_ids}):
+        mine = [c for c in config_ids if c.startswith(benchmark + "/")]
+        for cid, twin in pairings(benchmark, mine).items():
+            for i, a in enumerate(models):
+                for b in models[i + 1 :]:
+                    try:
+                        cells = [means.loc[(x, m)] for x in (cid, twin) for m in (a, b)]
+                    except KeyError:
+                        continue
+                    items = sorted(set.intersection(*(set(s.index) for s in cells)))
+                    d = cells[0].loc[items].to_numpy() - cells[1].loc[items].to_numpy()
+                    c = cells[2].loc[items].to_numpy() - cells[3].loc[items].to_numpy()
+                    if len(items) >= 10 and d.std() > 0 and c.std() > 0:
+                        out.append(
+                            dict(benchmark=benchmark, config_id=cid, r=float(np.corrcoef(d, c)[0, 1]), items=len(items))
+                        )
+    return pd.DataFrame(out, columns=["benchmark", "config_id", "r", "items"])
+
+
+def figure(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from safetyrepro.atomic import atomic_write
+
+    frame = pd.DataFrame(rows)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for ax, (what, label) in zip(
+        axes, (("costly", "costly (free-form) model evaluations"), ("time", "model time")), strict=True
+    ):
+        names = list(SCENARIOS)
+        x = np.arange(len(names))
+        for j, (r, control, colour) in enumerate(((0.8, "auto", "tab:green"), (0.0, "auto", "tab:grey"))):
+            share = []
+            for name in names:
+                pick = (frame.scenario == name) & (frame.r == r)
+                base = float(frame[pick & (frame.control == "none")][what].iloc[0])
+                share.append(float(frame[pick & (frame.control == control)][what].iloc[0]) / base)
+            ax.bar(x + (j - 0.5) * 0.38, share, 0.38, color=colour, label=f"--control auto, r = {r:g}")
+        if what == "costly":  # the most any control variate saves on one greedy configuration there (ceilings())
+            for i, name in enumerate(names):
+                if name in CEILING_ACCURACIES:
+                    plain, best = growth_ceiling(*_joint(*CEILING_ACCURACIES[name], 0.8))
+                    ax.plot([i - 0.4, i + 0.4], [plain / best] * 2, color="black", linestyle=":", linewidth=1.5)
+            ax.plot([], [], color="black", linestyle=":", label="ceiling, r = 0.8 (greedy)")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.axhline(0.5, color="tab:red", linewidth=0.8, linestyle="--", label="half (the issue's target)")
+        ax.set_xticks(x, [n.split(" (")[0] for n in names], rotation=15, fontsize=8)
+        ax.set_title(f"{label}, with the control / without", fontsize=9)
+    axes[0].set_ylabel("share of --control none")
+    axes[0].legend(fontsize=7, loc="lower left")
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=130, bbox_inches="tight"), root=path.parent)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grids", type=int, default=10)
+    ap.add_argument("--skip-published", action="store_true")
+    ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "figures" / "certify_control.png")
+    a = ap.parse_args()
+    lines, rows = synthetic(a.grids)
+    for line in lines:
+        print(line, flush=True)
+    a.figure.parent.mkdir(parents=True, exist_ok=True)
+    figure(rows, a.figure)
+    print(f"figure: {a.figure}")
+    for line in ceilings():
+        print(line, flush=True)
+    if not a.skip_published:
+        for line in published():
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

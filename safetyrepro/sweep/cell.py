@@ -1,0 +1,215 @@
+"""Running one cell, the one way the local executor, the Ray workers and certify's oracle all do it: open
+a model once (its backend behind the outputs cache, and the package's driver), run cells through it, and
+turn a cell into its record, or a failure into the one line its cell file and grid.csv keep.
+
+A model is opened once and runs its cells through a `CellRunner`; the local executor holds one at a time,
+and each Ray worker is one, sent the model entry and the frozen `CellSetup` (the sweep's spec and rules,
+the device, the batch size and the log folder). So a cell's record, and a failed cell's text, are the
+same whichever executor ran it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from safetyrepro.adapters.backends.factory import open_backend
+from safetyrepro.atomic import ensure_dir
+from safetyrepro.errors import error_line
+from safetyrepro.grid_schema import grid_row
+from safetyrepro.provenance import source_commit
+from safetyrepro.sweep.cached_backend import CachedBackend, outputs_cache_path
+from safetyrepro.sweep.drivers import _Driver, backend_record, item_sets, make_driver
+from safetyrepro.sweep.outputs_cache import OutputsCache, OutputsCacheError
+from safetyrepro.sweep.plan import Cell, SweepSpec
+from safetyrepro.sweep.records import summarize
+from safetyrepro.tasks.benchmarks.registry import get_benchmark
+from safetyrepro.tasks.envelope import Rules
+from safetyrepro.tasks.subsets import ItemSet
+
+LOAD_FAILED = "model failed to load: "
+
+
+@dataclass(frozen=True)
+class CellSetup:
+    """What running a model's cells takes besides the model: the sweep's spec and rules, the device and
+    batch size, and the folder the packages write their logs in (None: lm-eval writes none; Inspect needs
+    one)."""
+
+    spec: SweepSpec
+    rules: Rules
+    device: str | None = None
+    batch_size: int | None = None
+    log_dir: str | None = None
+
+    def items_for(self, benchmark: str) -> ItemSet:
+        return item_sets(self.spec.subsample, self.spec.subset_seed, self.spec.limit)(benchmark)
+
+    def item_ids(self, benchmark: str) -> list[str]:
+        """The ids of the items a cell of `benchmark` scores (the first --limit of its item set)."""
+        return cell_item_ids(self.items_for(benchmark), self.spec.limit)
+
+
+@dataclass
+class OpenModel:
+    """One model, opened once for its cells: the package's driver over the cached backend, and the
+    backend's record for run.json."""
+
+    driver: _Driver
+    record: dict = field(default_factory=dict)
+
+    @property
+    def backend(self) -> CachedBackend:
+        return self.driver.backend  # type: ignore[return-value]  # open_model puts the cache in front
+
+
+def open_model(entry, setup: CellSetup, prefetch_seeds: tuple[int, ...] = ()) -> OpenModel:
+    """Load a model's backend once, put the outputs cache in front of it (a sampled request prefetches
+    `prefetch_seeds`, its sibling seeds) and open the package's driver over it."""
+    spec = setup.spec
+    backend = CachedBackend(
+        open_backend(entry, spec.precision, setup.device, setup.batch_size), OutputsCache(outputs_cache_path())
+    )
+    backend.prefetch_seeds = tuple(prefetch_seeds)
+    if setup.log_dir is not None:  # the packages write their logs in it (in the run's own folder)
+        ensure_dir(setup.log_dir, root=Path(setup.log_dir).parent)
+    driver = make_driver(spec.package, backend, setup.rules, setup.items_for, setup.log_dir, spec.tie_rule)
+    return OpenModel(driver, backend_record(backend))
+
+
+def run_cell(model: OpenModel, cell: Cell, setup: CellSetup) -> dict:
+    """Run every seed of `cell` on its items and return its record (an exception propagates: the
+    caller records it with `errors.error_line`)."""
+    items = setup.items_for(cell.config.benchmark)
+    ids = cell_item_ids(items, setup.spec.limit)
+    t0, c0 = time.time(), time.process_time()
+    records = model.driver.run_cell(cell.config, cell.seeds, ids)
+    return cell_record(
+        cell,
+        setup.spec,
+        setup.rules,
+        model.driver.identity,
+        records,
+        items,
+        time.time() - t0,
+        time.process_time() - c0,
+    )
+
+
+class CellRunner:
+    """One model, opened once, running its cells one by one: the local executor holds one at a time, and
+    each Ray worker is one. A model that fails to load fails each of its cells with the same line
+    (LOAD_FAILED and the error's line); a cell that fails is recorded with `errors.error_line`; a broken
+    outputs cache stops the run instead (every later cell would fail the same way)."""
+
+    def __init__(self, entry, setup: CellSetup, prefetch_seeds: tuple[int, ...] = ()):
+        self.setup = setup
+        self.model: OpenModel | None = None
+        self.load_failure: str | None = None
+        try:
+            self.model = open_model(entry, setup, prefetch_seeds)
+        except OutputsCacheError:
+            raise
+        except Exception as e:  # a model that cannot load fails its cells, not the run
+            self.load_failure = error_line(e)
+
+    def record(self) -> dict:
+        """run.json's record of the model's backend (empty when it did not load)."""
+        return {} if self.model is None else self.model.record
+
+    def run(self, cell: Cell) -> dict:
+        """The cell's record, ok or failed."""
+        if self.model is None:
+            return failed_record(cell, LOAD_FAILED + str(self.load_failure))
+        try:
+            return run_cell(self.model, cell, self.setup)
+        except OutputsCacheError:
+            raise
+        except Exception as e:
+            # the traceback with -v (the CLI sets INFO logging); the cell's one line either way
+            logging.getLogger(__name__).info("%s failed", cell.key, exc_info=True)
+            return failed_record(cell, error_line(e))
+
+
+def cell_item_ids(items: ItemSet, limit: int | None) -> list[str]:
+    return [it.id for it in (items.items[:limit] if limit else items.items)]
+
+
+def cell_record(
+    cell: Cell, spec: SweepSpec, rules: Rules, identity: dict, records, items, elapsed: float, cpu: float | None = None
+) -> dict:
+    bench = get_benchmark(cell.config.benchmark)
+    summary = summarize(records, bench, items)
+    cfg = cell.config
+    row = grid_row(
+        cell.model,
+        cfg,
+        cfg.precision,
+        spec.package,
+        summary.n_items,
+        len(summary.seed_scores),
+        summary.score,
+        summary.parse_rate,
+        rules.tier(cfg),
+        cfg.config_id,
+        status=None,
+        seed_scores=json.dumps({str(k): v for k, v in summary.seed_scores.items()}),
+        extra_metrics=json.dumps(summary.extra),
+        subset_id=items.subset_id,
+        weights_sha256=identity.get("weights_sha256") or "",
+        tie_rate=summary.tie_rate,
+    )
+    # elapsed time and provenance stay out of the grid row, so a resumed sweep's grid is byte-identical to an
+    # uninterrupted one; computed_by says which code made the numbers (the engine's decode version included)
+    computed_by = {"commit": source_commit()}
+    if identity.get("kind") == "engine":
+        computed_by["decode"] = (identity.get("extra") or {}).get("decode", 1)
+    # cpu_s (the process's CPU seconds, every thread) says what the cell cost whatever else ran on the machine
+    timing = {"elapsed_s": round(elapsed, 3)} | ({} if cpu is None else {"cpu_s": round(cpu, 3)})
+    return {
+        "key": cell.key,
+        "status": "ok",
+        "row": row,
+        **timing,
+        "computed_by": computed_by,
+        "items": [r.to_dict() for r in records],
+    }
+
+
+def failed_record(cell: Cell, error: str) -> dict:
+    return {
+        "key": cell.key,
+        "status": "failed",
+        "error": error,
+        "model": cell.model,
+        "config_id": cell.config.config_id,
+    }
+
+
+def not_applicable_record(cell: Cell, spec: SweepSpec, rules: Rules, n_items: int) -> dict:
+    """A cell the model's backend cannot run (logprob scoring without continuation log-likelihoods):
+    kept in the grid with its status, never scored, left out of every analysis slice."""
+    cfg = cell.config
+    row = grid_row(
+        cell.model,
+        cfg,
+        cfg.precision,
+        spec.package,
+        n_items,
+        len(cell.seeds),
+        None,
+        None,
+        rules.tier(cfg),
+        cfg.config_id,
+        status=None,
+    )
+    return {
+        "key": cell.key,
+        "status": "not_applicable",
+        "row": row,
+        "items": [],
+        "reason": "the backend gives no continuation log-likelihoods",
+    }

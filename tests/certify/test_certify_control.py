@@ -1,0 +1,156 @@
+"""certify --control (issue 45): which configurations are paired, the paths' items, what the control costs and
+saves on synthetic grids whose free-form and log-probability differences correlate (certify_grids.py
+correlated_problem), and where it stays off."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from certify_grids import correlated_problem, synthetic_problem, twin_correlation
+
+from safetyrepro.analysis.control_variate import K_PARTNERS
+from safetyrepro.certify.algorithm import CertifyOptions, certify
+from safetyrepro.certify.control import Control, cheap_twin, pairings
+from safetyrepro.cli import main
+
+
+def far_ahead(cfg, model):
+    return 0.75 if model == "a" else 0.40
+
+
+def tie(r):
+    """The per-seed tie that gives twin correlation r (0.8: greedy 0.8, sampled 0.51; measured below)."""
+    return (lambda cfg: 0.8 if cfg.decoding == "greedy" else 0.51) if r else (lambda cfg: 0.0)
+
+
+def costly(result) -> int:
+    return sum(len(v) for (_, cid, _), v in result.evaluated.items() if cid.endswith("/free_form"))
+
+
+def test_every_free_form_configuration_is_paired_with_its_log_probability_twin():
+    ids = ["bbq/T2/moderate/3shot/free_form", "bbq/T2/greedy/3shot/logprob", "bbq/T1/greedy/0shot/free_form"]
+    assert cheap_twin(ids[0], ids) == "bbq/T2/greedy/3shot/logprob"
+    assert cheap_twin(ids[2], ids) is None and cheap_twin(ids[1], ids) is None  # no twin in the run; not costly
+    assert pairings("bbq", ids) == {ids[0]: ids[1]}
+    assert pairings("bbq", ids, {ids[1]: frozenset({"x"})}) == {}  # a selection skips items of one of them
+    assert pairings("crows_pairs", ["crows_pairs/T1/greedy/0shot/logprob"]) == {}
+
+
+def test_the_synthetic_grids_correlate_as_the_scenarios_say():
+    problem, oracle, _ = correlated_problem(np.random.default_rng(0), far_ahead, tie(0.8), n_items=2000)
+    r = twin_correlation(problem, oracle)
+    assert len(r) == 36 and 0.75 < np.mean(list(r.values())) < 0.85
+    problem, oracle, _ = correlated_problem(np.random.default_rng(0), far_ahead, tie(0), n_items=2000)
+    assert abs(np.mean(list(twin_correlation(problem, oracle).values()))) < 0.05
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Four grids a model leads everywhere, at r = 0.8 and r = 0, certified both ways (cost-aware rounds)."""
+    out = {}
+    for r in (0.8, 0.0):
+        for control in ("none", "auto"):
+            out[(r, control)] = [
+                certify(
+                    [correlated_problem(np.random.default_rng(50 + g), far_ahead, tie(r))[0]],
+                    correlated_problem(np.random.default_rng(50 + g), far_ahead, tie(r))[1],
+                    CertifyOptions(seed=g, control=control),
+                )
+                for g in range(4)
+            ]
+    return out
+
+
+def test_the_control_reaches_the_same_verdicts_for_fewer_costly_evaluations_when_they_correlate(runs):
+    """r = 0.8: every grid ends stable_a both ways, for fewer free-form evaluations with the control (measured:
+    about 10 % fewer, far from the issue's half: the ceiling in test_control_variate.py says why); r = 0: the
+    same verdicts for at most 10 % more (measured: about the same)."""
+    for r, most in ((0.8, 0.97), (0.0, 1.10)):
+        none, auto = runs[(r, "none")], runs[(r, "auto")]
+        assert [x.pairs[0].verdict for x in auto] == [x.pairs[0].verdict for x in none] == ["stable_a"] * 4
+        assert sum(map(costly, auto)) <= most * sum(map(costly, none)), (sum(map(costly, auto)), sum(map(costly, none)))
+    assert sum(x.control["truthfulqa"]["partner_steps"] for x in runs[(0.8, "auto")]) > 200
+    assert sum(x.control["truthfulqa"]["partner_steps"] for x in runs[(0.0, "auto")]) < 100
+
+
+def test_a_path_reads_the_front_for_costly_items_and_the_back_for_partners_and_waits_for_missing_scores():
+    """White box on 40 items: a path takes the costly items from the front and, once its past asks, K_PARTNERS
+    cheap items a step from the back, never the same item both ways; it waits (takes no step) while a score it
+    needs is missing, and `needs` names exactly the items it will read next."""
+    rng = np.random.default_rng(5)
+    order = np.array([f"i{k:02d}" for k in range(40)], dtype=object)
+    cheap_a = (rng.random(40) < 0.8).astype(float)
+    cheap_b = (rng.random(40) < 0.3).astype(float)
+    costly_a = np.where(rng.random(40) < 0.9, cheap_a, 1 - cheap_a)
+    cache = {
+        ("bbq", "bbq/T1/greedy/0shot/free_form", "a"): dict(zip(order, costly_a, strict=True)),
+        ("bbq", "bbq/T1/greedy/0shot/free_form", "b"): dict(zip(order, cheap_b, strict=True)),
+        ("bbq", "bbq/T1/greedy/0shot/logprob", "a"): dict(zip(order[:5], cheap_a[:5], strict=True)),
+        ("bbq", "bbq/T1/greedy/0shot/logprob", "b"): dict(zip(order, cheap_b, strict=True)),
+    }
+    twins = {"bbq/T1/greedy/0shot/free_form": "bbq/T1/greedy/0shot/logprob"}
+    control = Control("bbq", twins, order, [("a", "b")], 0.4, 0.05)  # a lax level: partners pay on 40 items
+    control.catch_up(cache)
+    assert control.pos[0] == 5  # a's cheap score on the sixth item is missing: the path waits there
+    prefix, extra = control.needs("bbq/T1/greedy/0shot/free_form", 0, 20)
+    assert prefix == [("a", "bbq/T1/greedy/0shot/logprob", 20), ("b", "bbq/T1/greedy/0shot/logprob", 20)]
+    cache[("bbq", "bbq/T1/greedy/0shot/logprob", "a")] = dict(zip(order, cheap_a, strict=True))
+    control.catch_up(cache)
+    used, pos = int(control.used[0]), int(control.pos[0])
+    assert used > 0 and pos + K_PARTNERS * used <= 40 and pos == control.limit("bbq/T1/greedy/0shot/free_form", 0)
+    assert control.bank.partner_steps[0] == used and control.bank.t[0] == pos
+    # the partners were the back of the order, in order: what the next step would take comes just before them
+    assert control._partners(0) == list(order[40 - K_PARTNERS * (used + 1) : 40 - K_PARTNERS * used][::-1])
+
+
+def test_the_control_is_off_for_the_subset_target_a_held_only_reread_and_none():
+    problem, oracle, _ = correlated_problem(np.random.default_rng(1), far_ahead, tie(0.8), n_items=60)
+    small = dataclasses.replace(problem, config_ids=problem.config_ids[:8])
+    for options in (
+        CertifyOptions(control="auto", target="subset"),
+        CertifyOptions(control="none"),
+        CertifyOptions(control="auto", held_only=True),
+    ):
+        assert certify([small], oracle, options).control == {}
+    assert certify([small], oracle, CertifyOptions(control="auto")).control != {}
+    with pytest.raises(ValueError, match="control"):
+        certify([small], oracle, CertifyOptions(control="always"))
+
+
+def test_uncorrelated_configurations_keep_the_plain_claims():
+    """synthetic_problem's configurations share only an item difficulty: the control takes (almost) no partner
+    step and the claims are those of --control none."""
+    problem, oracle, _ = synthetic_problem(np.random.default_rng(4), far_ahead, n_items=120)
+    none = certify([problem], oracle, CertifyOptions(seed=1, control="none"))
+    auto = certify([problem], oracle, CertifyOptions(seed=1, control="auto"))
+    assert auto.control["truthfulqa"]["partner_steps"] <= 5
+    assert [c.claim for c in auto.claims] == [c.claim for c in none.claims]
+
+
+def test_the_flag_reaches_cost_json(tmp_path, capsys):
+    """`--control auto` on a replay: cost.json says so and what it did; with --target subset it says in one line
+    that it does nothing; a bad value is argparse's refusal."""
+    from certify_grids import synthetic_run
+
+    grid, items = synthetic_run(np.random.default_rng(0), far_ahead, n_items=40)
+    grid = grid[grid["template"] == "T1"]
+    items = items[items["config_id"].isin(set(grid["config_id"]))]
+    grid.to_csv(tmp_path / "grid.csv", index=False)
+    items.to_parquet(tmp_path / "items.parquet")
+    base = ["certify", "--replay", str(tmp_path / "items.parquet"), "--grid", str(tmp_path / "grid.csv"), "--quiet"]
+    assert main([*base, "--control", "auto", "--out", str(tmp_path / "auto")]) == 0
+    cost = json.loads((tmp_path / "auto" / "cost.json").read_text())
+    assert cost["control"] == "auto" and set(cost["control_did"]["truthfulqa"]["pairs"]) == {
+        c for c in grid["config_id"].unique() if c.endswith("/free_form")
+    }
+    assert main([*base, "--out", str(tmp_path / "none")]) == 0
+    assert json.loads((tmp_path / "none" / "cost.json").read_text())["control"] == "none"
+    capsys.readouterr()
+    assert main([*base, "--control", "auto", "--target", "subset", "--out", str(tmp_path / "subset")]) == 0
+    assert "--control auto does nothing with --target subset" in capsys.readouterr().err
+    assert json.loads((tmp_path / "subset" / "cost.json").read_text())["control_did"] == {}
+    with pytest.raises(SystemExit):
+        main([*base, "--control", "sometimes", "--out", str(tmp_path / "bad")])

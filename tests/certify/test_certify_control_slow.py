@@ -1,0 +1,46 @@
+"""certify --control auto keeps issue 39's calibration (issue 45's acceptance): over 200 synthetic 300-item grids
+whose free-form and log-probability differences correlate at r = 0.8 (so the control takes partner steps),
+identical models or identical on part of the envelope and one-sided elsewhere, the share of grids with any
+claim the law contradicts, and of no-flip grids that end flip, is within alpha by the binomial interval."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from certify_grids import correlated_problem
+from test_certify_population import RULES, contradicted, half_null, identical, law_mean, upper_share
+
+from safetyrepro.analysis import control_variate
+from safetyrepro.certify.algorithm import CertifyOptions, certify
+
+OPTIONS = CertifyOptions(alpha=0.05, delta=0.05, seed=0, target="population", control="auto")
+
+
+def tied(cfg) -> float:
+    return 0.8 if cfg.decoding == "greedy" else 0.51  # twin correlation about 0.8 (test_certify_control.py)
+
+
+@pytest.mark.slow
+def test_claims_against_the_law_with_the_control_are_at_most_alpha_of_200_null_and_half_null_grids(monkeypatch):
+    """Templates T1 and T3 at 0 and 5 shots (12 free-form configurations helped by 4 twins) keep it short; the
+    guarantee does not depend on the family's size. Partners are taken wherever the correlation asks, whether
+    or not the items are expected to last (FIT_MARGIN 0: the capacity rule is a choice about cost, and any
+    choice fixed by the path's past is valid), so the null configurations take them too: every grid does."""
+    monkeypatch.setattr(control_variate, "FIT_MARGIN", 0.0)
+    wrong = flips = 0
+    n = 200
+    for seed in range(n):
+        accuracy = identical if seed % 2 == 0 else half_null
+        problem, oracle, _ = correlated_problem(np.random.default_rng(3000 + seed), accuracy, tied)
+        keep = tuple(c for c in problem.config_ids if c.split("/")[1] in ("T1", "T3") and c.split("/")[3] != "3shot")
+        law = {
+            c.config_id: law_mean(accuracy(c, "a")) - law_mean(accuracy(c, "b")) for c in RULES.configs("truthfulqa")
+        }
+        result = certify([dataclasses.replace(problem, config_ids=keep)], oracle, OPTIONS)
+        assert result.control["truthfulqa"]["partner_steps"] > 0
+        wrong += any(contradicted(c.claim, law[c.config_id], OPTIONS.delta) for c in result.claims)
+        flips += result.pairs[0].verdict == "flip"
+    assert upper_share(wrong, n) <= OPTIONS.alpha, f"{wrong} of {n} grids with a false claim"
+    assert upper_share(flips, n) <= OPTIONS.alpha, f"{flips} of {n} no-flip grids ended flip"

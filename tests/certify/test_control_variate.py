@@ -1,0 +1,160 @@
+"""The control-variate e-processes (analysis/control_variate.py, issue 45): plain steps are the plain e-process,
+partner steps keep the null's mean exactly, Ville's bound holds on null streams that use partners, the
+control helps where D and C correlate, and the ceiling any control variate can reach."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize_scalar
+from scipy.stats import beta
+
+from safetyrepro.analysis import control_variate as cv
+from safetyrepro.analysis.confidence_sequence import IidBettingCS
+
+
+def upper_share(k: int, n: int, level: float = 0.95) -> float:
+    """Clopper-Pearson: the lower end of the two-sided interval for a share k of n."""
+    return float(beta.ppf((1 - level) / 2, k, n - k + 1)) if k else 0.0
+
+
+def correlated(rng, streams: int, steps: int, theta: float, tie: float):
+    """Paired differences of two 0/1 models (a at 0.5 + theta / 2, b at 0.5 - theta / 2 on average), the costly D
+    equal to the cheap C with probability `tie` per model, and fresh cheap partner differences."""
+    pa, pb = 0.5 + theta / 2, 0.5 - theta / 2
+
+    def diff(shape):
+        return (rng.random(shape) < pa).astype(float) - (rng.random(shape) < pb)
+
+    c = diff((streams, steps))
+    fresh = diff((streams, steps))
+    d = np.where(rng.random((streams, steps)) < tie, c, fresh)
+    return d, c, diff((streams, steps, cv.K_PARTNERS))
+
+
+def run(cs, d, c, partners):
+    """Feed every stream step by step, with partners on every step after the warm-up (any choice fixed by the
+    past is valid; this one uses them most)."""
+    streams = np.arange(len(d))
+    for t in range(d.shape[1]):
+        p = partners[:, t] if t >= cv.WARM_UP else None
+        cs.update(streams, d[:, t], c[:, t], p)
+    return cs
+
+
+def test_plain_steps_are_the_plain_e_process():
+    """With no partners (no correlation asked for), every candidate's capital is IidBettingCS's to 1e-12."""
+    rng = np.random.default_rng(0)
+    d = rng.choice([-1.0, -0.4, 0.0, 0.6, 1.0], size=(3, 70))
+    plain = IidBettingCS(3, 0.01, extra=(0.0, 0.05, -0.05))
+    ours = cv.ControlledBettingCS(3, 0.01, extra=(0.0, 0.05, -0.05))
+    for t in range(70):
+        plain.update(np.arange(3), d[:, t])
+        ours.update(np.arange(3), d[:, t], np.zeros(3))
+    for x in (0.0, 0.05, -0.05, 0.3):
+        assert ours.log_e_above(x) == pytest.approx(plain.log_e_above(x), abs=1e-12)
+        assert ours.log_e_below(x) == pytest.approx(plain.log_e_below(x), abs=1e-12)
+    for a, b in zip(ours.bounds(0.01), plain.bounds(0.01), strict=True):
+        assert a == pytest.approx(b, abs=1e-12)
+
+
+def test_the_control_term_has_mean_zero_for_any_law_of_the_cheap_score():
+    """g = mean of clip(C - C'_q, -1, 1): exactly 0 in expectation when C and the partners are i.i.d., worked out
+    over every outcome of a skewed law on seed-mean values."""
+    values = np.array([-1.0, -0.6, 0.2, 1.0])
+    law = np.array([0.1, 0.2, 0.3, 0.4])
+    mean = 0.0
+    for idx in itertools.product(range(4), repeat=1 + cv.K_PARTNERS):
+        g = cv.control_term(values[[idx[0]]], values[list(idx[1:])][None, :])[0]
+        mean += np.prod(law[list(idx)]) * g
+    assert mean == pytest.approx(0.0, abs=1e-15)
+    assert cv.control_term(np.array([1.0]), np.array([[-1.0, 0.5]]))[0] == pytest.approx((1.0 + 0.5) / 2)
+
+
+def test_partners_are_asked_for_only_after_the_warm_up_with_correlation_and_room():
+    rng = np.random.default_rng(1)
+    d, c, p = correlated(rng, 2, 30, 0.4, 0.9)
+    cs = cv.ControlledBettingCS(2, 0.05)
+    s = np.arange(2)
+    for t in range(cv.WARM_UP):
+        assert not cs.wants_partners(s, np.full(2, 300)).any()
+        cs.update(s, d[:, t], c[:, t])
+    assert cs.wants_partners(s, np.full(2, 300)).all()  # r^2 about 0.8
+    assert not cs.wants_partners(s, np.full(2, cv.K_PARTNERS)).any()  # no room for a partner step
+    flat = cv.ControlledBettingCS(1, 0.05)
+    for t in range(30):  # C independent of D: r^2 stays small
+        flat.update([0], [d[0, t]], [rng.choice([-1.0, 0.0, 1.0])])
+    assert flat.r2([0])[0] < cv.MIN_R2 and not flat.wants_partners([0], [300])[0]
+    with pytest.raises(ValueError, match="warm-up"):
+        cv.ControlledBettingCS(1, 0.05).update([0], [0.0], [0.0], [[0.0] * cv.K_PARTNERS])
+
+
+def test_null_streams_that_take_partners_cross_at_most_alpha_of_the_time():
+    """Ville: 3,000 streams with theta = 0 exactly and D tied to C (r about 0.9), partners on every step after the
+    warm-up: the share whose e-process against theta <= 0 ever reaches 1 / alpha is at most alpha (binomial
+    interval)."""
+    rng = np.random.default_rng(7)
+    d, c, p = correlated(rng, 3000, 150, 0.0, 0.9)
+    cs = run(cv.ControlledBettingCS(3000, 0.1, grid_points=21), d, c, p)
+    crossed = int((cs.log_e_above(0.0) >= np.log(1 / 0.1)).sum())
+    assert upper_share(crossed, 3000) <= 0.1, crossed
+    assert (cs.partner_steps == 150 - cv.WARM_UP).all()
+
+
+def test_the_control_decides_sooner_where_d_and_c_correlate_and_never_later_where_they_do_not():
+    """Same data both ways, 400 streams, theta = 0.3, at certify's usual first step (0.05 / 96): tied at 0.9 the
+    control's e-process crosses sooner on average (streams that cross both ways); independent, it takes plain
+    steps (partners only where a chance r^2 asks for them) and crosses when the plain one does, within 2 %."""
+
+    def first_crossing(cs_log_e):
+        hit = cs_log_e >= np.log(96 / 0.05)
+        return np.where(hit.any(axis=1), hit.argmax(axis=1), -1)
+
+    rng = np.random.default_rng(3)
+    for tie in (0.9, 0.0):
+        d, c, p = correlated(rng, 400, 250, 0.3, tie)
+        plain = cv.ControlledBettingCS(400, 0.05 / 96, grid_points=21)
+        ours = cv.ControlledBettingCS(400, 0.05 / 96, grid_points=21)
+        traces_plain, traces_ours = [], []
+        streams = np.arange(400)
+        for t in range(250):
+            plain.update(streams, d[:, t], c[:, t])
+            want = ours.wants_partners(streams, np.full(400, 10_000))
+            ours.update(streams, d[:, t], c[:, t], np.where(want[:, None], p[:, t], np.nan))
+            traces_plain.append(plain.log_e_above(0.0).copy())
+            traces_ours.append(ours.log_e_above(0.0).copy())
+        n_plain = first_crossing(np.array(traces_plain).T)
+        n_ours = first_crossing(np.array(traces_ours).T)
+        both = (n_plain >= 0) & (n_ours >= 0)
+        assert (n_ours < 0).sum() <= (n_plain < 0).sum() + 2
+        if tie:
+            assert n_ours[both].mean() < 0.9 * n_plain[both].mean(), (n_ours[both].mean(), n_plain[both].mean())
+        else:
+            assert ours.partner_steps.mean() < 1 and n_ours[both].mean() <= 1.02 * n_plain[both].mean()
+
+
+def test_the_ceiling_of_any_control_variate():
+    """growth_ceiling: the plain rate is the bounded-mean KL-inf (checked by a scalar search), knowing C can only
+    add, an uninformative C adds nothing, and at r = 0.8 with 0/1 answers 0.75 against 0.40 no e-process on
+    (D, C) grows 2x faster than the plain one (about 1.55x): half the costly items is out of reach there."""
+    d = np.array([-1.0, 0.0, 1.0, -1.0, 0.0, 1.0])
+    c = np.array([-1.0, -1.0, -1.0, 1.0, 1.0, 1.0])
+    w = np.array([0.05, 0.2, 0.25, 0.05, 0.2, 0.25])  # D independent of C
+    plain, with_c = cv.growth_ceiling(d, c, w)
+    check = -minimize_scalar(lambda lam: -(w @ np.log1p(lam * d)), bounds=(0, 1 - 1e-9), method="bounded").fun
+    assert plain == pytest.approx(check, rel=1e-6) and with_c == pytest.approx(plain, rel=1e-4)
+
+    def law(pa, pb, tie):  # each model's free-form answer is its log-probability answer w.p. tie, else fresh
+        pts = []
+        for la, fa, lb, fb in itertools.product((0, 1), repeat=4):
+            wa = (pa if la else 1 - pa) * (tie * (fa == la) + (1 - tie) * (pa if fa else 1 - pa))
+            wb = (pb if lb else 1 - pb) * (tie * (fb == lb) + (1 - tie) * (pb if fb else 1 - pb))
+            pts.append((fa - fb, la - lb, wa * wb))
+        return np.array(pts).T
+
+    plain, with_c = cv.growth_ceiling(*law(0.75, 0.40, 0.8))
+    assert 1.4 < with_c / plain < 1.7
+    plain, with_c = cv.growth_ceiling(*law(0.65, 0.50, 0.8))
+    assert 2.0 < with_c / plain < 2.6  # small differences (hundreds of items) leave room for more
