@@ -55,7 +55,7 @@ class PairedVerdict:
     missing: dict[str, list[str]] = field(default_factory=dict)  # benchmark -> configurations not in the family
 
 
-def _interval(d: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+def t_interval(d: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """A t interval for the mean paired difference (the items are the sample)."""
     n = len(d)
     if n < 2:
@@ -90,7 +90,7 @@ def paired_verdict(
                 if better.monotone
                 else pair_better_test(x[:, ca], x[:, cb], better, cid, a, b)
             )
-            rows.append([benchmark, cid, a, b, len(d), int(np.count_nonzero(d)), raw, *_interval(d), *read])
+            rows.append([benchmark, cid, a, b, len(d), int(np.count_nonzero(d)), raw, *t_interval(d), *read])
     for benchmark, named in (declared or {}).items():
         if benchmark not in grid.benchmarks and named:
             missing[benchmark] = list(named)

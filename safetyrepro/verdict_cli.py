@@ -2,11 +2,15 @@
 
     safetyrepro verdict runs/lm-eval/smol runs/lm-eval/qwen            # two lm-eval output folders
     safetyrepro verdict logs/a.eval logs/b.eval --json                 # two Inspect logs
+    safetyrepro verdict runs/full runs/nf4 --margin 0.02 --markdown    # any task: equivalent within 2 points?
     safetyrepro verdict smollm2 qwen2.5-coder-0.5b --grid runs/s/grid.csv   # two models of a grid with items
 
-The runs are imported as `safetyrepro import` reads them (the same rules: nothing guessed, mapping files
-for other tasks), paired item by item on every configuration both have, and tested as `analyze` tests
-them (analysis/paired.py)."""
+Runs of SafetyRepro's own tasks (or of tasks a --mapping places on its benchmarks) are imported as
+`safetyrepro import` reads them, paired item by item on every configuration both have, and tested as
+`analyze` tests them (analysis/paired.py). Runs of any other task (or with --by-task) are read task by task
+(importers/task_scores.py), paired by item id and epoch, and tested per task x metric (analysis/two_runs.py):
+the difference and its interval, the exact paired test, Holm over the comparisons, what the items could
+detect and, with --margin, equivalence (TOST)."""
 
 from __future__ import annotations
 
@@ -40,17 +44,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rules", help="with --grid: the rules file (default: rules.yaml beside the grid, else packaged)")
     p.add_argument("--alpha", type=float, default=0.05, help="familywise error over the configurations (default 0.05)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    anyrun = p.add_argument_group("runs of any task (lm-eval with --log_samples, Inspect logs)")
+    anyrun.add_argument(
+        "--by-task",
+        action="store_true",
+        help="compare SafetyRepro's own tasks task by task too (the default for every other task)",
+    )
+    anyrun.add_argument("--task", action="append", default=[], help="compare only this task (repeatable)")
+    anyrun.add_argument(
+        "--margin",
+        type=float,
+        help="also test equivalence: are A and B within +-M of each other (TOST, M in the score's units)?",
+    )
+    anyrun.add_argument("--markdown", action="store_true", help="print a Markdown block to paste instead of the table")
+    way = anyrun.add_mutually_exclusive_group()
+    way.add_argument(
+        "--higher-is-better",
+        dest="higher_is_better",
+        action="store_const",
+        const=True,
+        help="the metric's direction where the run does not record one (Inspect logs)",
+    )
+    way.add_argument("--lower-is-better", dest="higher_is_better", action="store_const", const=False)
+    anyrun.add_argument(
+        "--restrict",
+        action="store_true",
+        help="where the runs' items differ, pair only the items both hold unchanged (the counts are printed)",
+    )
+    anyrun.add_argument(
+        "--prompts-may-differ",
+        action="store_true",
+        help="pair items by id even where the runs gave them different prompts (another chat template, ...)",
+    )
     p.set_defaults(func=run)
-
-
-def _package(path: str) -> str:
-    """inspect for .eval/.json logs or folders holding .eval files; lm-eval otherwise."""
-    p = Path(path)
-    if not p.exists():
-        raise UserError(f"run {path} does not exist")
-    if p.is_file():
-        return "inspect" if p.suffix in (".eval", ".json") and not p.name.startswith("results") else "lm-eval"
-    return "inspect" if next(p.rglob("*.eval"), None) is not None else "lm-eval"
 
 
 def _from_runs(args):
@@ -58,13 +84,14 @@ def _from_runs(args):
     import pandas as pd
 
     from safetyrepro.importers.run import import_runs
+    from safetyrepro.importers.task_scores import package_of
     from safetyrepro.tasks.envelope import parse_rules
 
     if Path(args.a).resolve() == Path(args.b).resolve():
         raise UserError(f"A and B are the same run ({args.a}); verdict compares two different runs")
     parts = []
     for path in (args.a, args.b):
-        imported = import_runs(_package(path), [path], metric=args.metric, mapping_path=args.mapping)
+        imported = import_runs(package_of(path), [path], metric=args.metric, mapping_path=args.mapping)
         models = sorted(imported.grid["model"].unique()) if len(imported.grid) else []
         if len(models) != 1:
             raise UserError(
@@ -116,6 +143,30 @@ def _from_grid(args):
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha {args.alpha}: must be in (0, 1)")
+    if args.margin is not None and not 0 < args.margin < 1:
+        raise UserError(f"--margin {args.margin}: must be in (0, 1), in the score's units (0.02: two points)")
+    if args.json and args.markdown:
+        raise UserError("--json and --markdown: choose one output")
+    if not args.grid and not args.mapping and (args.by_task or not _safetyrepro_tasks_only(args.a, args.b)):
+        return _by_task(args)
+    per_task = [
+        f
+        for f, given in (
+            ("--margin", args.margin is not None),
+            ("--markdown", args.markdown),
+            ("--task", args.task),
+            ("--restrict", args.restrict),
+            ("--prompts-may-differ", args.prompts_may_differ),
+            ("--higher-is-better/--lower-is-better", args.higher_is_better is not None),
+        )
+        if given
+    ]
+    if per_task:
+        raise UserError(
+            f"{', '.join(per_task)}: for runs compared task by task; these are compared by SafetyRepro configuration "
+            f"({'--grid' if args.grid else '--mapping' if args.mapping else 'SafetyRepro tasks'}): add --by-task "
+            f"(two runs, no --grid or --mapping)"
+        )
     from safetyrepro.analysis.grid_io import common_configurations, select_group, validate_cells
     from safetyrepro.analysis.paired import paired_verdict
     from safetyrepro.analysis.significance import items_from_frame
@@ -166,6 +217,81 @@ def run(args: argparse.Namespace) -> int:
     shown = v.table.drop(columns=["model_a", "model_b", "benchmark"])
     print()
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    return 0
+
+
+def _safetyrepro_tasks_only(*paths: str) -> bool:
+    """Whether every task the runs hold is one of SafetyRepro's own (compared by configuration)."""
+    from safetyrepro.importers.task_scores import task_names
+
+    names = [n for p in paths for n in task_names(p)]
+    return bool(names) and all(_is_safetyrepro_task(n) for n in names)
+
+
+def _is_safetyrepro_task(name: str) -> bool:
+    from safetyrepro.importers.mapping import INSPECT_TASK, LM_EVAL_TASK
+
+    return LM_EVAL_TASK.fullmatch(name) is not None or INSPECT_TASK.fullmatch(name) is not None
+
+
+def _by_task(args: argparse.Namespace) -> int:
+    """Two runs of any task: per task x metric, paired by item id and epoch (analysis/two_runs.py)."""
+    from safetyrepro.analysis.two_runs import compare
+    from safetyrepro.analysis.two_runs_report import headline, markdown_report, sentences, text_report
+    from safetyrepro.importers.task_scores import pair_runs, read_run
+
+    if args.grid:
+        raise UserError("--by-task compares two runs; it takes no --grid")
+    if Path(args.a).resolve() == Path(args.b).resolve():
+        raise UserError(f"A and B are the same run ({args.a}); verdict compares two different runs")
+    run_a, run_b = read_run(args.a), read_run(args.b)
+    labels = tuple(args.labels) if args.labels else (run_a.model, run_b.model)
+    if labels[0] == labels[1]:
+        raise UserError(f"both runs are of model {labels[0]!r}; name them with --labels A B")
+    pairing = pair_runs(
+        run_a,
+        run_b,
+        tasks=tuple(args.task),
+        metrics=(args.metric,) if args.metric else (),
+        restrict=args.restrict,
+        prompts_may_differ=args.prompts_may_differ,
+        higher_is_better=args.higher_is_better,
+    )
+    if not pairing.pairs:
+        raise UserError(
+            f"{args.a} and {args.b}: no task x metric to compare"
+            + (f" ({'; '.join(pairing.notes[:3])})" if pairing.notes else "")
+        )
+    v = compare(pairing.pairs, labels[0], labels[1], args.alpha, args.margin)
+    if args.json:
+        print(
+            json.dumps(
+                _strict(
+                    {
+                        "model_a": labels[0],
+                        "model_b": labels[1],
+                        "run_a": args.a,
+                        "run_b": args.b,
+                        "alpha": args.alpha,
+                        "margin": args.margin,
+                        "claims": "about the models (population: items as draws from each task, epochs averaged "
+                        "per item)",
+                        "family_size": v.family_size,
+                        "verdict": headline(v),
+                        "sentences": sentences(v),
+                        "comparisons": v.table.to_dict(orient="records"),
+                        "pairing": list(pairing.counts),
+                        "notes": list(pairing.notes),
+                    }
+                ),
+                indent=2,
+                allow_nan=False,
+            )
+        )
+    elif args.markdown:
+        print(markdown_report(v, pairing.notes), end="")
+    else:
+        print(text_report(v, pairing.notes))
     return 0
 
 

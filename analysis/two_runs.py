@@ -1,0 +1,139 @@
+"""Two runs of any task, paired item by item (`safetyrepro verdict A B` on tasks SafetyRepro does not define):
+per task x metric the paired difference A - B with its interval, the exact paired test, Holm across every
+comparison made, the difference the items could detect, and, with a margin, the equivalence test.
+
+The unit is the item: a task's scores are each item's mean over the epochs both runs scored, so items, not
+epochs, are the draws (epochs of one item are not independent). The tests are the analysis's own:
+- the exact paired sign-flip test (significance.sign_flip_p_value): McNemar's exact test for 0/1 scores, the
+  exact permutation law of the signed differences for scores on a lattice (epoch means, partial credit);
+- Holm over the K comparisons (significance.holm): a claim counts at p_holm <= alpha;
+- the smallest true difference found at 80 % power at Holm's first step, alpha / K, under that test, from the
+  items' own differences (power.detectable_from_differences);
+- with a margin M, TOST (tost.py), its p-values Holm-adjusted over the same K.
+The claims are about the models (population: items as draws from the task, epochs from the decoder), as
+`analyze`'s item tests are. Which model is better reads the metric's direction where the run records one
+(lm-eval's higher_is_better) or the user gave one; otherwise the table says which is higher, not better.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .paired import t_interval
+from .power import detectable_from_differences
+from .significance import exact_mean, holm, sign_flip_p_value
+from .tost import is_binary, tost
+
+TARGET_POWER = 0.8
+MCNEMAR = "exact McNemar (0/1 scores)"
+SIGN_FLIP = "exact sign-flip permutation (bounded scores)"
+COLUMNS = (
+    "task",
+    "metric",
+    "direction",
+    "n_items",
+    "n_epochs",
+    "mean_a",
+    "mean_b",
+    "diff",
+    "ci_low",
+    "ci_high",
+    "n_differing",
+    "test",
+    "p_value",
+    "p_holm",
+    "winner",
+    "detectable",
+    "margin",
+    "p_tost_lower",
+    "p_tost_upper",
+    "p_tost",
+    "p_tost_holm",
+    "equivalent",
+    "tost_test",
+)
+
+
+@dataclass(frozen=True)
+class PairedScores:
+    """One task x metric, paired: each item's score in A's and B's run (epoch means), items in id order."""
+
+    task: str
+    metric: str
+    a: np.ndarray
+    b: np.ndarray
+    higher_is_better: bool | None  # None: the direction is not known
+    n_epochs: int = 1
+
+
+@dataclass(frozen=True)
+class TwoRunVerdict:
+    label_a: str
+    label_b: str
+    alpha: float
+    margin: float | None
+    table: pd.DataFrame  # one row per task x metric (COLUMNS)
+    family_size: int  # K: the comparisons Holm covers
+    sentences: list[str] = field(default_factory=list)
+
+
+def direction_name(higher_is_better: bool | None) -> str:
+    return {True: "higher is better", False: "lower is better", None: "not recorded"}[higher_is_better]
+
+
+def compare(
+    pairs: Sequence[PairedScores], label_a: str, label_b: str, alpha: float = 0.05, margin: float | None = None
+) -> TwoRunVerdict:
+    """The verdict of every comparison in `pairs`, Holm over all of them."""
+    rows = []
+    k = len(pairs)
+    for p in pairs:
+        d = np.asarray(p.a, dtype=float) - np.asarray(p.b, dtype=float)
+        found = detectable_from_differences(d, k, alpha, TARGET_POWER).effect if len(d) else None
+        row = {
+            "task": p.task,
+            "metric": p.metric,
+            "direction": direction_name(p.higher_is_better),
+            "n_items": len(d),
+            "n_epochs": p.n_epochs,
+            "mean_a": exact_mean(np.asarray(p.a, dtype=float)),
+            "mean_b": exact_mean(np.asarray(p.b, dtype=float)),
+            "diff": exact_mean(d),
+            **dict(zip(("ci_low", "ci_high"), t_interval(d), strict=True)),
+            "n_differing": int(np.count_nonzero(d)),
+            "test": MCNEMAR if is_binary(d) else SIGN_FLIP,
+            "p_value": sign_flip_p_value(d),
+            "detectable": found,
+            "margin": margin,
+        }
+        if margin is not None:
+            t = tost(d, margin, alpha)
+            row.update(p_tost_lower=t.p_lower, p_tost_upper=t.p_upper, p_tost=t.p_value, tost_test=t.test)
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    if k:
+        reject, adjusted = holm(table["p_value"].to_numpy(dtype=float), alpha)
+        table["p_holm"] = adjusted
+        table["winner"] = [
+            _winner(r, row, label_a, label_b, p) for r, (_, row), p in zip(reject, table.iterrows(), pairs)
+        ]
+        if margin is not None:
+            same, adjusted = holm(table["p_tost"].to_numpy(dtype=float), alpha)
+            table["p_tost_holm"] = adjusted
+            table["equivalent"] = same
+    return TwoRunVerdict(label_a, label_b, alpha, margin, table, k)
+
+
+def _winner(reject: bool, row, a: str, b: str, p: PairedScores) -> str:
+    """Who the confirmed difference favours ("" when not confirmed): the better model where the direction is
+    known, else the higher-scoring one (`higher: A`)."""
+    if not reject or row["diff"] == 0:
+        return ""
+    higher = a if row["diff"] > 0 else b
+    if p.higher_is_better is None:
+        return f"higher: {higher}"
+    return higher if p.higher_is_better else (b if higher == a else a)

@@ -1,0 +1,150 @@
+"""How `safetyrepro verdict A B` says a two-run verdict (two_runs.py): the verdict first, one sentence per
+comparison with what its items could detect, then the table; as plain text for the terminal or as a Markdown
+block to paste into a paper or a pull request."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+
+from safetyrepro.markdown import markdown_table, md_escape
+
+from .two_runs import TwoRunVerdict
+
+SHOWN = {
+    "task": "task",
+    "metric": "metric",
+    "direction": "direction",
+    "n_items": "items",
+    "mean_a": "A",
+    "mean_b": "B",
+    "diff": "A - B",
+    "ci_low": "95% low",
+    "ci_high": "95% high",
+    "p_value": "p",
+    "p_holm": "p (Holm)",
+    "winner": "confirmed",
+    "detectable": "detectable",
+    "p_tost_holm": "p TOST (Holm)",
+    "equivalent": "within margin",
+}
+
+
+def _num(x, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.{digits}f}"
+
+
+def _p(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.2g}" if x < 0.001 else f"{x:.3f}"
+
+
+def headline(v: TwoRunVerdict) -> str:
+    """The verdict in one sentence: who is confirmed ahead on how many of the K comparisons."""
+    t, a, b = v.table, v.label_a, v.label_b
+    if not len(t):
+        return f"Verdict: {a} vs {b}: nothing to compare."
+    wins_a = int((t["winner"] == a).sum())
+    wins_b = int((t["winner"] == b).sum())
+    higher = int(t["winner"].astype(str).str.startswith("higher: ").sum())
+    parts = []
+    if wins_a:
+        parts.append(f"{a} is better on {wins_a}")
+    if wins_b:
+        parts.append(f"{b} is better on {wins_b}")
+    if higher:
+        parts.append(f"one model scores higher on {higher} (direction not recorded)")
+    none = v.family_size - wins_a - wins_b - higher
+    if none:
+        parts.append(f"no difference is confirmed on {none}")
+    text = f"Verdict: {'; '.join(parts)} of {v.family_size} comparison{'s' if v.family_size != 1 else ''}"
+    if v.margin is not None:
+        same = int(t["equivalent"].fillna(False).astype(bool).sum())
+        text += f"; within +-{v.margin:g} (equivalent) on {same}"
+    return (
+        text + f" (exact paired tests, Holm over {v.family_size} at alpha {v.alpha:g}; claims about the models: "
+        f"items as draws from each task)."
+    )
+
+
+def sentences(v: TwoRunVerdict) -> list[str]:
+    """One sentence per comparison: the winner or its absence, the numbers it rests on, what could be found."""
+    out = []
+    k = v.family_size
+    for _, r in v.table.iterrows():
+        name = f"{r['task']} ({r['metric']}, {r['direction']})"
+        scores = f"{v.label_a} {_num(r['mean_a'])}, {v.label_b} {_num(r['mean_b'])}"
+        diff = (
+            f"A - B = {r['diff']:+.3f} (95 % interval {_num(r['ci_low'])} to {_num(r['ci_high'])}), "
+            f"{r['test']} p = {_p(r['p_value'])}, Holm p = {_p(r['p_holm'])}"
+        )
+        if r["winner"]:
+            winner = str(r["winner"])
+            head = (
+                f"{name}: {winner.removeprefix('higher: ')} scores higher, confirmed (the direction is not recorded: "
+                f"pass --higher-is-better or --lower-is-better)"
+                if winner.startswith("higher: ")
+                else f"{name}: {winner} is better, confirmed"
+            )
+        else:
+            head = f"{name}: no difference confirmed"
+        if r["detectable"] is None or (isinstance(r["detectable"], float) and math.isnan(r["detectable"])):
+            could = f"no difference is found at 80 % power with these {r['n_items']} items, however large"
+        else:
+            could = (
+                f"these {r['n_items']} items find a true difference of {r['detectable']:.3f} with 80 % power at "
+                f"alpha/{k}"
+            )
+        line = f"{head} ({scores}; {diff}); {could}"
+        if v.margin is not None:
+            verdict = "equivalent" if r["equivalent"] else "not shown equivalent"
+            line += f"; within +-{v.margin:g}: {verdict} (TOST p = {_p(r['p_tost'])}, Holm p = {_p(r['p_tost_holm'])})"
+        out.append(line + ".")
+    return out
+
+
+def _cells(v: TwoRunVerdict) -> tuple[list[str], list[list[str]]]:
+    columns = [c for c in SHOWN if v.margin is not None or c not in ("p_tost_holm", "equivalent")]
+    rows = []
+    for _, r in v.table.iterrows():
+        row = []
+        for c in columns:
+            x = r[c]
+            if c in ("p_value", "p_holm", "p_tost_holm"):
+                row.append(_p(x))
+            elif c in ("mean_a", "mean_b", "diff", "ci_low", "ci_high", "detectable"):
+                row.append(_num(x))
+            elif c == "equivalent":
+                row.append("yes" if x else "no")
+            else:
+                row.append(str(x) if x != "" else "-")
+        rows.append(row)
+    return [SHOWN[c] for c in columns], rows
+
+
+def text_report(v: TwoRunVerdict, notes: Sequence[str] = ()) -> str:
+    """The verdict, the sentences, the notes (what was left out, and why), then the table."""
+    headers, rows = _cells(v)
+    table = pd.DataFrame(rows, columns=headers).to_string(index=False) if rows else "(no comparison)"
+    lines = [headline(v), f"A = {v.label_a}, B = {v.label_b}.", *sentences(v), *notes, "", table]
+    return "\n".join(lines)
+
+
+def markdown_report(v: TwoRunVerdict, notes: Sequence[str] = ()) -> str:
+    """A block to paste into a paper or a pull request: the verdict, the table, the sentences and the notes."""
+    headers, rows = _cells(v)
+    out = [
+        f"**{md_escape(headline(v))}**",
+        "",
+        f"A = {md_escape(v.label_a)}, B = {md_escape(v.label_b)}.",
+        "",
+        markdown_table(headers, rows),
+        "",
+        *(f"- {md_escape(s)}" for s in [*sentences(v), *notes]),
+    ]
+    return "\n".join(out) + "\n"

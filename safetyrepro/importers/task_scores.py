@@ -1,0 +1,499 @@
+"""Per-item scores of any task, read from one run, for `safetyrepro verdict A B` on tasks SafetyRepro does not
+define: an lm-eval output folder written with `--log_samples`, or Inspect logs (a file or a folder of them).
+Nothing is mapped onto SafetyRepro's benchmarks and nothing is guessed: each task keeps its own name, each
+metric the run's own name and, where the run records it, its direction (lm-eval's `higher_is_better`).
+
+Items are keyed by (item id, epoch): lm-eval's `doc_id` (epoch 1; lm-eval scores each document once) and
+Inspect's sample id and epoch. Beside each item the run's hash of the item itself and of the prompt the model
+was given are kept, so that two runs are only paired on the same items, and a caller can say how many
+differ. The files are checked and parsed by the importers' own readers (safe against oversized and hostile
+files); this module only reads what the importers leave out (every metric, epochs, the hashes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from safetyrepro.analysis.two_runs import PairedScores
+from safetyrepro.errors import UserError
+from safetyrepro.limits import Refused, decode_text, label_problem, loads_json, read_capped, shorten
+
+from .common import BadInputError, as_unit_score
+from .inspect_logs import _check_log_file, _log_files, check_log, task_name
+from .lm_eval_runs import RESULTS_FILE, SAMPLES_FILE, _find, _named, _read_samples, _samples_task, check_results
+from .mapping import model_label, parse_model_args
+
+MEAN_TOLERANCE = 1e-6  # the items' mean must give the run's reported score this closely (else: not a mean)
+INSPECT_MEANS = ("accuracy", "mean")  # Inspect metrics that are the mean of the per-sample values
+
+
+@dataclass(frozen=True)
+class ItemScores:
+    """One task x metric of one run: each item's score, per epoch."""
+
+    task: str
+    metric: str  # the run's own name: lm-eval `acc,none` (metric,filter); Inspect the scorer (`scorer/key`)
+    scores: Mapping[tuple[str, int], float]  # (item id, epoch) -> score in [0, 1]
+    items: Mapping[str, str]  # item id -> hash of the item (lm-eval: document and target; Inspect: input, target)
+    prompts: Mapping[str, str]  # item id -> hash of the prompt the model was given
+    higher_is_better: bool | None = None  # as the run records it (lm-eval); None: not recorded
+    reported: float | None = None  # the run's own aggregate of this metric
+    note: str = ""  # why these scores cannot be compared ("" when they can)
+
+
+@dataclass(frozen=True)
+class RunScores:
+    """Everything one run holds: its model and, per task x metric, the item scores."""
+
+    package: str  # lm-eval | inspect
+    path: str
+    model: str
+    tasks: tuple[ItemScores, ...]
+    files: tuple[str, ...] = field(default_factory=tuple)
+
+
+def text_hash(value: Any) -> str:
+    """A short, stable hash of a text or a JSON-able value (an Inspect input: a string or messages)."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def package_of(path: str) -> str:
+    """inspect for .eval/.json logs and folders holding .eval files; lm-eval otherwise."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"run {path} does not exist")
+    if p.is_file():
+        return "inspect" if p.suffix in (".eval", ".json") and not RESULTS_FILE.fullmatch(p.name) else "lm-eval"
+    return "inspect" if next(p.rglob("*.eval"), None) is not None else "lm-eval"
+
+
+def read_run(path: str) -> RunScores:
+    """One run's per-item scores of every task it holds; a run of several models, a task held twice, or a
+    file that cannot be read is one line (UserError)."""
+    package = package_of(path)
+    try:
+        return _read_lm_eval(path) if package == "lm-eval" else _read_inspect(path)
+    except BadInputError as e:
+        raise UserError(str(e).removesuffix(" (pass --skip-bad to import the rest and list the bad files)")) from None
+
+
+def task_names(path: str) -> list[str]:
+    """The tasks a run holds, read from its results files or log headers alone (no samples)."""
+    if package_of(path) == "lm-eval":
+        results, _, _ = _find([path])
+        return [t for r in results if isinstance(data := _load_json(r), dict) for t in data.get("configs") or {}]
+    from inspect_ai.log import read_eval_log
+
+    files, _ = _log_files([path])
+    names = []
+    for log_path in files:
+        try:
+            _check_log_file(read_capped(log_path), log_path)
+            names.append(task_name(read_eval_log(log_path, header_only=True).eval))
+        except Exception:  # a log that cannot be read is refused, with its reason, when the run is read
+            continue
+    return names
+
+
+def _one_model(path: str, models: set[str]) -> str:
+    if len(models) != 1:
+        raise UserError(
+            f"run {path} holds {len(models)} models ({', '.join(sorted(models)) or 'none'}); verdict compares one "
+            f"model's run with another's: name one model's folder or log"
+        )
+    model = models.pop()
+    problem = label_problem(model)
+    if problem:
+        raise UserError(f"run {path}: model name {shorten(model)}: {problem}; name the runs with --labels A B")
+    return model
+
+
+def _twice(path: str, seen: dict[str, str], task: str, source: str) -> None:
+    if task in seen:
+        raise UserError(
+            f"run {path} holds task {task!r} twice ({seen[task]} and {source}): a paired verdict compares one run "
+            f"of each task; name one results file, log or folder per run"
+        )
+    seen[task] = source
+
+
+# -- lm-eval ---------------------------------------------------------------------------------------
+def _read_lm_eval(path: str) -> RunScores:
+    results, samples, bad = _find([path])
+    if bad:
+        raise UserError(bad[0].line())
+    by_run: dict[tuple[Path, str], list[Path]] = {}  # a results file's samples files: same folder and date stamp
+    for s in samples:
+        by_run.setdefault((s.parent, _named(SAMPLES_FILE, s)["stamp"]), []).append(s)
+    tasks: list[ItemScores] = []
+    models: set[str] = set()
+    seen: dict[str, str] = {}  # task -> the file that held it
+    files: list[str] = []
+    for r in results:
+        data = _load_json(r)
+        problem = check_results(data)
+        if problem:
+            raise UserError(f"{r}: {problem}")
+        config = data["config"]
+        models.add(
+            model_label(
+                str(config.get("model") or "?"), parse_model_args(config.get("model_args")), data.get("model_name")
+            )
+        )
+        stamp = _named(RESULTS_FILE, r)["stamp"]
+        files.append(str(r))
+        logged = {}
+        for s in by_run.get((r.parent, stamp), []):
+            hint = _named(SAMPLES_FILE, s)["task"]
+            task = _samples_task(hint, data)
+            if task is None:
+                raise UserError(f"{s}: a samples file for task {hint!r}, which its results file {r.name} does not list")
+            lines = _read_samples(s, read_capped(s))
+            if not isinstance(lines, list):
+                raise UserError(lines.line())
+            logged[task] = lines
+            files.append(str(s))
+        for task in data["configs"]:
+            _twice(path, seen, task, str(r))
+            if task not in logged:
+                raise UserError(
+                    f"{r}: task {task!r} has no samples file beside it: run lm_eval with --log_samples (a paired "
+                    f"verdict needs each item's score)"
+                )
+            tasks.extend(_lm_eval_task(data, task, logged[task]))
+    return RunScores("lm-eval", path, _one_model(path, models), tuple(tasks), tuple(files))
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return loads_json(decode_text(read_capped(path)))
+    except OSError as e:
+        raise UserError(f"{path} cannot be read ({e.strerror})") from None
+    except Refused as e:
+        raise UserError(f"{path}: {e.reason}") from None
+    except ValueError:
+        raise UserError(f"{path} is not valid JSON (a partial or damaged results file)") from None
+
+
+def _lm_eval_task(data: dict, task: str, lines: list[dict]) -> list[ItemScores]:
+    """Every metric of one task that its samples record per document, one ItemScores per metric,filter."""
+    results = data["results"].get(task) if isinstance(data["results"].get(task), dict) else {}
+    directions = (data.get("higher_is_better") or {}).get(task) or {}
+    by_filter: dict[str, list[dict]] = {}
+    for s in lines:
+        by_filter.setdefault(str(s.get("filter", "none")), []).append(s)
+    out = []
+    for filt, records in by_filter.items():
+        names = dict.fromkeys(n for s in records for n in (s.get("metrics") or []) if isinstance(n, str))
+        items, prompts = {}, {}
+        for s in records:
+            doc = str(s["doc_id"])
+            items[doc] = f"{s.get('doc_hash')}:{s.get('target_hash')}"
+            prompts[doc] = str(s.get("prompt_hash"))
+        for name in names:
+            key = f"{name},{filt}"
+            scores, note = {}, ""
+            for s in records:
+                value = as_unit_score(s.get(name))
+                if value is None:
+                    note = f"document {shorten(s['doc_id'])}'s {name} is {shorten(s.get(name))}, not a score in [0, 1]"
+                    break
+                doc_key = (str(s["doc_id"]), 1)
+                if doc_key in scores:
+                    note = f"names document {shorten(s['doc_id'])} twice (a samples file of two runs?)"
+                    break
+                scores[doc_key] = value
+            reported = as_unit_score(results.get(key)) if isinstance(results.get(key), (int, float)) else None
+            if not note:
+                note = _not_a_mean(scores, reported, key)
+            direction = directions.get(name)
+            out.append(
+                ItemScores(
+                    task,
+                    key,
+                    scores,
+                    items,
+                    prompts,
+                    direction if isinstance(direction, bool) else None,
+                    reported,
+                    note,
+                )
+            )
+    return out
+
+
+def _not_a_mean(scores: Mapping[tuple[str, int], float], reported: float | None, name: str) -> str:
+    """Why the items' scores do not stand for the run's metric ("" when they do): the run reports an
+    aggregate that is not their mean (an F1 over the corpus, a BLEU), or none."""
+    if not scores:
+        return "no item scores"
+    if reported is None:
+        return f"the run reports no value in [0, 1] for {name} (not a mean of item scores)"
+    per_item: dict[str, list[float]] = {}
+    for (item, _), v in scores.items():
+        per_item.setdefault(item, []).append(v)
+    mean = sum(sum(v) / len(v) for v in per_item.values()) / len(per_item)
+    if abs(mean - reported) > MEAN_TOLERANCE:
+        return f"the run reports {name} = {reported:.6g} but its items average {mean:.6g}: not a mean of item scores"
+    return ""
+
+
+# -- Inspect ---------------------------------------------------------------------------------------
+def _read_inspect(path: str) -> RunScores:
+    from inspect_ai.log import read_eval_log, read_eval_log_samples
+
+    files, bad = _log_files([path])
+    if bad:
+        raise UserError(bad[0].line())
+    tasks: list[ItemScores] = []
+    models: set[str] = set()
+    seen: dict[str, str] = {}  # task -> the log that held it
+    for log_path in files:
+        try:
+            _check_log_file(read_capped(log_path), log_path)
+        except OSError as e:
+            raise UserError(f"{log_path} cannot be read ({e.strerror})") from None
+        except Refused as e:
+            raise UserError(f"{log_path}: {e.reason}") from None
+        try:
+            header = read_eval_log(log_path, header_only=True)
+            samples = list(read_eval_log_samples(log_path, all_samples_required=False))
+        except Exception as e:  # Inspect raises many types for a damaged file; each is one line
+            detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+            raise UserError(f"{log_path} is not a readable Inspect log ({detail})") from None
+        problem = check_log(header)
+        if problem:
+            raise UserError(f"{log_path} {problem}")
+        if not samples:
+            raise UserError(f"{log_path} holds no samples (was it run with --no-log-samples?)")
+        models.add(str(header.eval.model))
+        _twice(path, seen, task_name(header.eval), log_path)
+        tasks.extend(inspect_task_scores(header, samples))
+    return RunScores("inspect", path, _one_model(path, models), tuple(tasks), tuple(files))
+
+
+def prompt_messages(messages: list) -> list:
+    """What an Inspect model was given: the messages before its first reply (role and text)."""
+    out = []
+    for m in messages:
+        if getattr(m, "role", None) == "assistant":
+            break
+        out.append([m.role, m.text])
+    return out
+
+
+def sample_key(input_value: Any, target: Any) -> str:
+    """The hash of an Inspect sample's input and target: the same item in two logs, or a changed one."""
+    dump = (
+        [m.model_dump(exclude_none=True) if hasattr(m, "model_dump") else m for m in input_value]
+        if isinstance(input_value, list)
+        else input_value
+    )
+    return text_hash([dump, target])
+
+
+def inspect_task_scores(header, samples: list) -> list[ItemScores]:
+    """Every scorer (and key of a scorer whose values are dicts) of one log, one ItemScores each."""
+    from inspect_ai.scorer import value_to_float
+
+    to_float = value_to_float()
+    task = task_name(header.eval)
+    reported = _inspect_reported(header)
+    scores: dict[str, dict[tuple[str, int], float]] = {}
+    notes: dict[str, str] = {}
+    items: dict[str, str] = {}
+    prompts: dict[str, str] = {}
+    for s in samples:
+        sid = str(s.id)
+        items[sid] = sample_key(s.input, s.target)
+        prompts.setdefault(sid, text_hash(prompt_messages(s.messages or [])))
+        for scorer, score in (s.scores or {}).items():
+            values = score.value if isinstance(score.value, dict) else {None: score.value}
+            for key, raw in values.items():
+                name = scorer if key is None else f"{scorer}/{key}"
+                try:
+                    v = as_unit_score(float(to_float(raw)))
+                except (TypeError, ValueError):
+                    v = None
+                if v is None:
+                    notes.setdefault(
+                        name, f"sample {shorten(s.id)}'s {name} score {shorten(raw)} is not a score in [0, 1]"
+                    )
+                    continue
+                scores.setdefault(name, {})[(sid, int(s.epoch))] = v
+    out = []
+    for name in dict.fromkeys([*scores, *notes]):
+        got = scores.get(name, {})
+        note = notes.get(name) or _not_a_mean(got, reported.get(name), name)
+        out.append(ItemScores(task, name, got, items, prompts, None, reported.get(name), note))
+    return out
+
+
+def _inspect_reported(header) -> dict[str, float]:
+    """Per scorer (or `scorer/key`), the mean-type metric the log reports for it."""
+    out = {}
+    for s in header.results.scores or []:
+        name = s.name if s.scorer in (None, s.name) else f"{s.scorer}/{s.name}"
+        for metric in INSPECT_MEANS:
+            if metric in s.metrics:
+                value = as_unit_score(s.metrics[metric].value)
+                if value is not None:
+                    out[name] = value
+                break
+    return out
+
+
+# -- pairing two runs ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Pairing:
+    """Two runs' comparisons, and what was left out of them, each with its count and why."""
+
+    pairs: tuple[PairedScores, ...]
+    notes: tuple[str, ...]  # what was not compared or not paired, and why
+    counts: tuple[dict[str, Any], ...]  # per task: items paired, only in A, only in B, changed, prompts differing
+
+
+def _wanted(name: str, metric: str) -> bool:
+    """--metric NAME picks lm-eval's `acc` as `acc` or `acc,none`, Inspect's scorer as `match`."""
+    return name in (metric, metric.split(",", 1)[0])
+
+
+def _direction(task: str, metric: str, recorded: set[bool | None], flag: bool | None) -> bool | None:
+    known = {r for r in recorded if r is not None}
+    if len(known) > 1:
+        raise UserError(f"task {task} metric {metric}: the two runs record opposite directions (higher_is_better)")
+    if known and flag is not None and flag not in known:
+        given = "--higher-is-better" if flag else "--lower-is-better"
+        raise UserError(
+            f"task {task} metric {metric}: the run records higher_is_better = {known.pop()}; {given} contradicts it"
+        )
+    return known.pop() if known else flag
+
+
+def pair_runs(
+    a: RunScores,
+    b: RunScores,
+    *,
+    tasks: tuple[str, ...] = (),
+    metrics: tuple[str, ...] = (),
+    restrict: bool = False,
+    prompts_may_differ: bool = False,
+    higher_is_better: bool | None = None,
+) -> Pairing:
+    """Every task x metric both runs hold, items matched by (item id, epoch). Runs whose item sets, items or
+    prompts differ are refused (one line, with the counts and the way out) unless `restrict` (only the items
+    both hold unchanged, with the prompt, are paired; the counts are noted) or, for prompts alone,
+    `prompts_may_differ` (paired by id anyway, noted)."""
+    mine_a = {(t.task, t.metric): t for t in a.tasks}
+    mine_b = {(t.task, t.metric): t for t in b.tasks}
+    notes, pairs, counts = [], [], []
+    for name in tasks:
+        if not any(t == name for t, _ in (*mine_a, *mine_b)):
+            have = ", ".join(sorted({t for t, _ in (*mine_a, *mine_b)}))
+            raise UserError(f"--task {name}: neither run holds it (they hold: {have})")
+    for name in metrics:
+        if not any(_wanted(name, m) for _, m in (*mine_a, *mine_b)):
+            have = ", ".join(sorted({m for _, m in (*mine_a, *mine_b)}))
+            raise UserError(f"--metric {name}: neither run records it (they record: {have})")
+    keys = [
+        k
+        for k in dict.fromkeys([*mine_a, *mine_b])
+        if (not tasks or k[0] in tasks) and (not metrics or any(_wanted(n, k[1]) for n in metrics))
+    ]
+    checked: dict[str, set[str]] = {}  # per task, the items paired (one check per task, shared by its metrics)
+    for key in keys:
+        task, metric = key
+        if key not in mine_a or key not in mine_b:
+            side, path = ("A", a.path) if key in mine_a else ("B", b.path)
+            notes.append(f"{task} ({metric}): only in {side}'s run ({path}); not compared")
+            continue
+        sa, sb = mine_a[key], mine_b[key]
+        if sa.note or sb.note:
+            notes.append(f"{task} ({metric}): not compared: {sa.note or sb.note}")
+            continue
+        if task not in checked:
+            kept, count, note = _match_items(task, sa, sb, restrict, prompts_may_differ)
+            checked[task] = kept
+            counts.append(count)
+            if note:
+                notes.append(note)
+        keep = checked[task]
+        common = sorted(k for k in sa.scores.keys() & sb.scores.keys() if k[0] in keep)
+        by_item: dict[str, list[tuple[float, float]]] = {}
+        for k in common:
+            by_item.setdefault(k[0], []).append((sa.scores[k], sb.scores[k]))
+        if not by_item:
+            notes.append(f"{task} ({metric}): not compared: no item is scored in both runs")
+            continue
+        ids = sorted(by_item)
+        direction = _direction(task, metric, {sa.higher_is_better, sb.higher_is_better}, higher_is_better)
+        pairs.append(
+            PairedScores(
+                task,
+                metric,
+                np.array([np.mean([x for x, _ in by_item[i]]) for i in ids]),
+                np.array([np.mean([y for _, y in by_item[i]]) for i in ids]),
+                direction,
+                max(len(v) for v in by_item.values()),
+            )
+        )
+    return Pairing(tuple(pairs), tuple(notes), tuple(counts))
+
+
+def _match_items(
+    task: str, a: ItemScores, b: ItemScores, restrict: bool, prompts_may_differ: bool
+) -> tuple[set[str], dict[str, Any], str]:
+    """(the items of `task` to pair, their counts, a note): refused unless both runs hold the same (item,
+    epoch) records of the same items with the same prompts, or `restrict` / `prompts_may_differ` says what to
+    do with the rest."""
+    only_a = sorted(a.scores.keys() - b.scores.keys())
+    only_b = sorted(b.scores.keys() - a.scores.keys())
+    both = {i for i, _ in a.scores.keys() & b.scores.keys()}
+    changed = sorted(i for i in both if a.items.get(i) != b.items.get(i))
+    prompts = sorted(i for i in both if i not in changed and a.prompts.get(i) != b.prompts.get(i))
+    count = {
+        "task": task,
+        "only_a": len(only_a),
+        "only_b": len(only_b),
+        "changed": len(changed),
+        "prompts_differ": len(prompts),
+    }
+    drop = set(changed) | (set() if prompts_may_differ else set(prompts))
+    keep = both - drop
+    count["paired_items"] = len(keep)
+    problems = []
+    if only_a or only_b:
+        example = (only_a or only_b)[0]
+        problems.append(
+            f"{len(only_a)} item-epoch records only in A's run and {len(only_b)} only in B's (e.g. item "
+            f"{shorten(example[0])} epoch {example[1]})"
+        )
+    if changed:
+        problems.append(f"{len(changed)} items whose content or target differs (e.g. {shorten(changed[0])})")
+    if prompts and not prompts_may_differ:
+        problems.append(
+            f"{len(prompts)} of {len(both)} items given a different prompt (e.g. {shorten(prompts[0])}: a chat "
+            f"template, few-shot examples or another prompt template)"
+        )
+    note = ""
+    if problems and not restrict:
+        way_out = f"pass --restrict to pair only the {len(keep)} items that match"
+        if prompts and not prompts_may_differ:
+            way_out += ", or --prompts-may-differ to pair items by id whatever their prompts"
+        raise UserError(f"task {task}: the runs do not hold the same items: {'; '.join(problems)}; {way_out}")
+    if problems:
+        note = f"{task}: {'; '.join(problems)}: left out (--restrict); {len(keep)} items paired"
+    if prompts and prompts_may_differ:
+        note = (note + "; " if note else f"{task}: ") + (
+            f"{len(prompts)} of {len(both)} items were given different prompts and are paired by id "
+            f"(--prompts-may-differ): the difference includes the prompts'"
+        )
+    return keep, count, note

@@ -1,0 +1,125 @@
+"""Two runs of any task (analysis/two_runs.py, tost.py): every number against an independent computation:
+statsmodels' exact McNemar and Holm, a permutation enumerated by hand, scipy's binomtest for each side of
+TOST, and the size of TOST at its margin by simulation."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy.stats import beta
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.multitest import multipletests
+from tost_by_hand import GAMMA as GAMMA_BY_HAND
+from tost_by_hand import tost_by_hand
+
+from safetyrepro.analysis.confidence_sequence import IidBettingCS
+from safetyrepro.analysis.power import detectable_from_differences
+from safetyrepro.analysis.tost import BETTING, EXACT, GAMMA, tost
+from safetyrepro.analysis.two_runs import MCNEMAR, SIGN_FLIP, PairedScores, compare
+from safetyrepro.analysis.two_runs_report import headline, markdown_report, text_report
+
+
+def _binary(n: int, p_a: float, p_b: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.random(n) < p_a).astype(float), (rng.random(n) < p_b).astype(float)
+
+
+def test_mcnemar_holm_and_the_detectable_difference_are_the_independent_ones():
+    pairs = [
+        PairedScores("t1", "acc,none", *_binary(80, 0.85, 0.35, 1), True),
+        PairedScores("t2", "acc,none", *_binary(80, 0.6, 0.55, 2), True),
+        PairedScores("t3", "exact_match,none", *_binary(50, 0.3, 0.3, 3), False),
+    ]
+    v = compare(pairs, "A", "B", alpha=0.05)
+    t = v.table
+    assert v.family_size == 3 and list(t["test"]) == [MCNEMAR] * 3
+    for (_, row), p in zip(t.iterrows(), pairs, strict=True):
+        table = [
+            [int(((p.a == 1) & (p.b == 1)).sum()), int(((p.a == 1) & (p.b == 0)).sum())],
+            [int(((p.a == 0) & (p.b == 1)).sum()), int(((p.a == 0) & (p.b == 0)).sum())],
+        ]
+        assert row["p_value"] == pytest.approx(mcnemar(table, exact=True).pvalue, rel=1e-12)
+        assert row["diff"] == pytest.approx(p.a.mean() - p.b.mean(), abs=1e-15)
+        assert row["detectable"] == detectable_from_differences(p.a - p.b, 3, 0.05, 0.8).effect
+    reject, holm, _, _ = multipletests(t["p_value"], alpha=0.05, method="holm")
+    assert t["p_holm"].to_numpy() == pytest.approx(holm, rel=1e-12)
+    assert t.loc[0, "winner"] == ("A" if reject[0] else "")
+    assert reject[0]  # 0.85 vs 0.35 on 80 items: confirmed (the test above would not catch a constant "")
+    # t3 records lower is better: a confirmed lead of A in the score would make B the better one
+    assert t.loc[2, "direction"] == "lower is better"
+
+
+def test_the_sign_flip_test_on_epoch_means_is_the_permutation_enumerated_by_hand():
+    # two epochs: item scores are epoch means on a lattice of 1/2; 12 items, 2**12 sign assignments
+    a = np.array([1, 1, 0.5, 1, 0.5, 1, 0, 1, 1, 0.5, 1, 1])
+    b = np.array([0.5, 0, 0.5, 0, 1, 0.5, 0, 0, 0.5, 0, 1, 0.5])
+    d = a - b
+    observed = abs(d.sum())
+    flips = np.array(list(itertools.product((-1, 1), repeat=len(d))))
+    by_hand = float(np.mean(np.abs(flips @ np.abs(d)) >= observed - 1e-12))
+    v = compare([PairedScores("arith", "match", a, b, None, 2)], "A", "B")
+    row = v.table.iloc[0]
+    assert row["test"] == SIGN_FLIP and row["p_value"] == pytest.approx(by_hand, rel=1e-12)
+    assert row["direction"] == "not recorded"
+    # not recorded: a confirmed lead says "higher", never "better"
+    assert row["winner"] in ("", "higher: A")
+    assert "better" not in headline(v).split("(")[0] or row["winner"] == ""
+
+
+@pytest.mark.parametrize(("n", "p_a", "p_b", "margin", "seed"), [(200, 0.6, 0.58, 0.1, 4), (60, 0.5, 0.3, 0.1, 5)])
+def test_tost_on_0_1_scores_is_two_one_sided_binomial_tests_by_hand(n, p_a, p_b, margin, seed):
+    a, b = _binary(n, p_a, p_b, seed)
+    t = tost(a - b, margin)
+    assert t.test == EXACT and GAMMA_BY_HAND == GAMMA
+    assert t.p_value == pytest.approx(tost_by_hand(a - b, margin), rel=1e-10)
+    v = compare([PairedScores("t", "acc,none", a, b, True)], "A", "B", margin=margin)
+    assert v.table.iloc[0]["p_tost"] == pytest.approx(t.p_value, rel=1e-12)
+    assert bool(v.table.iloc[0]["equivalent"]) == (t.p_value <= 0.05)
+
+
+def test_tost_is_equivalent_for_close_models_and_not_for_distant_ones():
+    a = np.r_[np.ones(400), np.zeros(400)]
+    b = a.copy()
+    b[:20] = 0  # A ahead on 20 items, B on 10: a difference of 10 / 800
+    b[400:410] = 1
+    assert tost(a - b, 0.05).p_value < 0.01  # 30 discordant of 800: well within 5 points
+    assert tost(a - b, 0.005).p_value > 0.5  # 0.0125 observed: not within half a point
+    assert tost(np.zeros(100), 0.1).p_value == GAMMA  # never differing on 100 items: D_u = 0.067 < 0.1
+
+
+def test_tost_holds_its_level_at_the_margin():
+    """At the margin E = -M (A worse by exactly M) the lower test must reject at most alpha of the time."""
+    rng = np.random.default_rng(7)
+    n, margin, alpha, runs = 120, 0.1, 0.05, 3000
+    p10, p01 = 0.05, 0.15  # E = -0.1, D = 0.2
+    u = rng.random((runs, n))
+    d = np.where(u < p10, 1.0, np.where(u < p10 + p01, -1.0, 0.0))
+    rejected = sum(tost(row, margin).p_lower <= alpha for row in d)
+    # Clopper-Pearson lower bound of the rejection rate stays below alpha
+    assert beta.ppf(0.025, rejected, runs - rejected + 1) < alpha
+
+
+def test_tost_on_bounded_scores_reads_the_betting_e_process_at_the_margin():
+    rng = np.random.default_rng(8)
+    d = rng.choice([-0.5, 0.0, 0.5, 1.0, -1.0], size=150, p=[0.2, 0.5, 0.2, 0.05, 0.05])
+    t = tost(d, 0.2, alpha=0.05)
+    assert t.test == BETTING
+    cs = IidBettingCS(1, 0.05, -1.0, 1.0, extra=(0.2, -0.2))
+    for x in d:
+        cs.update([0], [x])
+    assert t.p_lower == pytest.approx(min(1.0, float(np.exp(-cs.log_e_above(-0.2)[0]))))
+    assert t.p_upper == pytest.approx(min(1.0, float(np.exp(-cs.log_e_below(0.2)[0]))))
+    assert t.p_value == max(t.p_lower, t.p_upper) and t.p_value < 0.05  # mean 0 on 150 items: within 0.2
+
+
+def test_the_reports_lead_with_the_verdict_and_paste_as_markdown():
+    a, b = _binary(100, 0.8, 0.4, 9)
+    v = compare([PairedScores("arc_easy", "acc,none", a, b, True)], "qwen", "smol", margin=0.05)
+    text = text_report(v, ["arc_easy: 2 items only in A's run: left out (--restrict); 98 items paired"])
+    assert text.splitlines()[0].startswith("Verdict: qwen is better on 1 of 1 comparison")
+    assert "80 % power" in text and "left out (--restrict)" in text
+    md = markdown_report(v)
+    assert md.startswith("**Verdict: qwen is better on 1 of 1") and "| task | metric |" in md
+    assert "| arc\\_easy | acc,none |" in md or "| arc_easy | acc,none |" in md
