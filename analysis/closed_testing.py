@@ -68,3 +68,20 @@ def closed_test(p_values: np.ndarray, alpha: float) -> np.ndarray:
             largest = total - per_param + 1 + partner.astype(int)
             kept[:, h] |= failing[:, h] & (largest >= s)
     return ~kept
+
+
+def closed_test_each(p_values: np.ndarray, alpha: float) -> np.ndarray:
+    """(S, 4) anytime p-values of S parameters, each its own family -> (S, 4) rejections: `closed_test` of
+    every row alone, at once (many independent streams: the early-stopping rule, its checks on synthetic
+    streams). With one parameter the intersections holding H are {H} (level alpha) and H with each
+    hypothesis that can hold beside it (Bonferroni, alpha / 2)."""
+    p = np.asarray(p_values, dtype=float)
+    if p.ndim != 2 or p.shape[1] != 4:
+        raise ValueError("closed_test_each takes an (S, 4) array of p-values")
+    rejected = p <= alpha
+    for h in range(4):
+        for pair in PAIRS_TRUE_TOGETHER:
+            if h in pair:
+                j = pair[1] if pair[0] == h else pair[0]
+                rejected[:, h] &= np.minimum(p[:, h], p[:, j]) <= alpha / 2
+    return rejected

@@ -244,7 +244,10 @@ LAYERS = (
     ),
     ("statistics", lambda m: m.startswith("safetyrepro.analysis")),
     ("runs", lambda m: m.split(".")[1] in ("sweep", "importers")),
-    ("studies and formats", lambda m: m.split(".")[1] in ("certify", "eee", "flow", "crosspkg", "equivalence")),
+    (
+        "studies and formats",
+        lambda m: m.split(".")[1] in ("certify", "eee", "flow", "crosspkg", "equivalence", "stopping"),
+    ),
 )
 
 
