@@ -1,0 +1,71 @@
+"""The early-stopping manager on real Inspect evals of an inspect_evals-style task (tests/arithmetic_task.py,
+240 samples) on mockllm/model, two answer rules standing in for two models (quick: mockllm answers at once):
+with a large true difference it stops well before the end, Inspect records the samples it stopped, and its
+decision is the log's early-stopping summary, whose numbers a sequence fed from the log's own samples
+reproduces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from arithmetic_task import answer_rule, arithmetic
+
+from safetyrepro.analysis.confidence_sequence import IidBettingCS
+from safetyrepro.stopping import stop_when_certified, stop_when_known, with_anytime_stopping
+
+N = 240
+
+
+def _eval(task, skill: float, seed: int, log_dir):
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.model import get_model
+
+    model = get_model("mockllm/model", custom_outputs=answer_rule(skill, seed))
+    (log,) = inspect_eval(task, model=model, log_dir=str(log_dir), display="none")
+    assert log.status == "success", log.error
+    return log
+
+
+def _scores(log) -> dict[str, float]:
+    return {str(s.id): 1.0 if s.scores["match"].value == "C" else 0.0 for s in log.samples}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The reference model's full run: right on about 30 % of the samples."""
+    return _eval(arithmetic(n=N), 0.3, 1, tmp_path_factory.mktemp("reference"))
+
+
+def test_a_certified_difference_stops_early_and_the_summary_is_in_the_log(reference, tmp_path):
+    from inspect_ai.log import read_eval_log
+
+    manager = stop_when_certified(reference.location)
+    log = _eval(with_anytime_stopping(arithmetic(n=N), manager, seed=3), 0.9, 2, tmp_path)
+    log = read_eval_log(log.location)  # what a reader of the file gets
+    summary = log.results.early_stopping
+    assert summary is not None and summary.manager == "safetyrepro.stopping"
+    meta = summary.metadata
+    assert meta["stopped"] is True and meta["decision"]["claim"] == "a_better"
+    assert meta["samples"] == N and meta["stopped_after"] < N / 4  # a difference of about 0.6: certified early
+    assert len(summary.early_stops) > N / 2 and len(log.samples) + len(summary.early_stops) == N
+    assert meta["decision"]["p_values"]["not_evaluated_better"] <= 0.05
+    assert "anytime" in meta["sentence"] and meta["reference"]["model"] == "mockllm/model"
+    assert meta["order"].startswith("shuffled by with_anytime_stopping (seed 3)")
+    # the decision again, from the log's own samples: the first stopped_after samples in the eval's order
+    mine, ref = _scores(log), _scores(reference)
+    order = [str(i) for i in log.eval.dataset.sample_ids]
+    first = order[: meta["stopped_after"]]
+    assert set(first) <= set(mine)
+    cs = IidBettingCS(1, 0.05 / 2, -1.0, 1.0, extra=(0.0,))
+    for sid in first:
+        cs.update([0], [mine[sid] - ref[sid]])
+    assert float(np.exp(-cs.log_e_above(0.0)[0])) == pytest.approx(meta["decision"]["p_values"]["not_evaluated_better"])
+    assert meta["decision"]["estimate"] == pytest.approx(np.mean([mine[s] - ref[s] for s in first]))
+
+
+def test_the_mean_known_within_a_width_stops_early(tmp_path):
+    log = _eval(with_anytime_stopping(arithmetic(n=N), stop_when_known(width=0.3)), 0.9, 4, tmp_path)
+    meta = log.results.early_stopping.metadata
+    assert meta["stopped"] is True and meta["decision"]["claim"] == "known"
+    assert meta["decision"]["upper"] - meta["decision"]["lower"] <= 0.3
+    assert meta["stopped_after"] < N and len(log.results.early_stopping.early_stops) > 0
