@@ -51,15 +51,17 @@ def headline(v: TwoRunVerdict) -> str:
         return f"Verdict: {a} vs {b}: nothing to compare."
     wins_a = int((t["winner"] == a).sum())
     wins_b = int((t["winner"] == b).sum())
-    higher = int(t["winner"].astype(str).str.startswith("higher: ").sum())
+    higher_a = int((t["winner"] == f"higher: {a}").sum())
+    higher_b = int((t["winner"] == f"higher: {b}").sum())
     parts = []
     if wins_a:
         parts.append(f"{a} is better on {wins_a}")
     if wins_b:
         parts.append(f"{b} is better on {wins_b}")
-    if higher:
-        parts.append(f"one model scores higher on {higher} (direction not recorded)")
-    none = v.family_size - wins_a - wins_b - higher
+    for label, n in ((a, higher_a), (b, higher_b)):
+        if n:
+            parts.append(f"{label} scores higher (direction not recorded) on {n}")
+    none = v.family_size - wins_a - wins_b - higher_a - higher_b
     if none:
         parts.append(f"no difference is confirmed on {none}")
     text = f"Verdict: {'; '.join(parts)} of {v.family_size} comparison{'s' if v.family_size != 1 else ''}"

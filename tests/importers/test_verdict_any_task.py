@@ -185,3 +185,12 @@ def test_a_direction_contradicting_the_run_and_unknown_names_are_refused(capsys)
 def test_one_metric_and_one_task_can_be_picked(capsys):
     v = _verdict(capsys, QWEN, SMOL, "--metric", "acc_norm", "--task", TASK)
     assert [r["metric"] for r in v["comparisons"]] == ["acc_norm,none"] and v["family_size"] == 1
+
+
+def test_the_docs_page_shows_these_runs_own_output(capsys):
+    page = (Path(__file__).parents[2] / "docs" / "compare_any_runs.md").read_text()
+    assert main(["verdict", str(SMOL), str(QWEN), "--metric", "acc", "--margin", "0.05", "--markdown"]) == 0
+    assert capsys.readouterr().out.strip() in page
+    assert main(["verdict", str(STRONG), str(WEAK), "--labels", "strong", "weak"]) == 0
+    shown = capsys.readouterr().out.split("\n\n")[0]  # the verdict and the sentences; the table is left out
+    assert shown in page
