@@ -1,6 +1,7 @@
 """Two runs of any task, paired item by item (`safetyrepro verdict A B` on tasks SafetyRepro does not define):
-per task x metric the paired difference A - B with its interval, the exact paired test, Holm across every
-comparison made, the difference the items could detect, and, with a margin, the equivalence test.
+per task x metric the paired difference A - B with its interval (a 95 % t interval, clipped to [-1, 1]), the
+exact paired test, Holm across every comparison made, the difference the items could detect, and, with a margin,
+the equivalence test.
 
 The unit is the item: a task's scores are each item's mean over the epochs both runs scored, so items, not
 epochs, are the draws (epochs of one item are not independent). The tests are the analysis's own:
@@ -18,7 +19,7 @@ The claims are about the models (population: items as draws from the task, epoch
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -78,7 +79,6 @@ class TwoRunVerdict:
     margin: float | None
     table: pd.DataFrame  # one row per task x metric (COLUMNS)
     family_size: int  # K: the comparisons Holm covers
-    sentences: list[str] = field(default_factory=list)
 
 
 def direction_name(higher_is_better: bool | None) -> str:
@@ -103,7 +103,8 @@ def compare(
             "mean_a": exact_mean(np.asarray(p.a, dtype=float)),
             "mean_b": exact_mean(np.asarray(p.b, dtype=float)),
             "diff": exact_mean(d),
-            **dict(zip(("ci_low", "ci_high"), t_interval(d), strict=True)),
+            # the t interval, kept inside the differences' range [-1, 1]
+            **dict(zip(("ci_low", "ci_high"), np.clip(t_interval(d), -1.0, 1.0), strict=True)),
             "n_differing": int(np.count_nonzero(d)),
             "test": MCNEMAR if is_binary(d) else SIGN_FLIP,
             "p_value": sign_flip_p_value(d),

@@ -39,10 +39,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grid", help="A and B are model labels of this grid (items from --items or beside it)")
     p.add_argument("--items", help="with --grid: per-item records (default: items.parquet beside the grid)")
     p.add_argument("--labels", nargs=2, metavar=("LABEL_A", "LABEL_B"), help="name the two runs' models")
-    p.add_argument("--metric", help="which metric of the runs is the score (as `safetyrepro import`)")
+    p.add_argument(
+        "--metric",
+        help="which metric of the runs is the score (as `safetyrepro import`); task by task: compare only this one "
+        "(lm-eval's acc or acc,none, an Inspect scorer)",
+    )
     p.add_argument("--mapping", help="mapping file for tasks that are not SafetyRepro's (docs/importing.md)")
     p.add_argument("--rules", help="with --grid: the rules file (default: rules.yaml beside the grid, else packaged)")
-    p.add_argument("--alpha", type=float, default=0.05, help="familywise error over the configurations (default 0.05)")
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="familywise error over the configurations, or the tasks x metrics (default 0.05)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     anyrun = p.add_argument_group("runs of any task (lm-eval with --log_samples, Inspect logs)")
     anyrun.add_argument(
@@ -65,7 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         const=True,
         help="the metric's direction where the run does not record one (Inspect logs)",
     )
-    way.add_argument("--lower-is-better", dest="higher_is_better", action="store_const", const=False)
+    way.add_argument(
+        "--lower-is-better", dest="higher_is_better", action="store_const", const=False, help="the other way round"
+    )
     anyrun.add_argument(
         "--restrict",
         action="store_true",

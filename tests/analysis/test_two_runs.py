@@ -30,7 +30,7 @@ def test_mcnemar_holm_and_the_detectable_difference_are_the_independent_ones():
     pairs = [
         PairedScores("t1", "acc,none", *_binary(80, 0.85, 0.35, 1), True),
         PairedScores("t2", "acc,none", *_binary(80, 0.6, 0.55, 2), True),
-        PairedScores("t3", "exact_match,none", *_binary(50, 0.3, 0.3, 3), False),
+        PairedScores("t3", "error_rate,none", *_binary(50, 0.8, 0.2, 3), False),
     ]
     v = compare(pairs, "A", "B", alpha=0.05)
     t = v.table
@@ -47,8 +47,8 @@ def test_mcnemar_holm_and_the_detectable_difference_are_the_independent_ones():
     assert t["p_holm"].to_numpy() == pytest.approx(holm, rel=1e-12)
     assert t.loc[0, "winner"] == ("A" if reject[0] else "")
     assert reject[0]  # 0.85 vs 0.35 on 80 items: confirmed (the test above would not catch a constant "")
-    # t3 records lower is better: a confirmed lead of A in the score would make B the better one
-    assert t.loc[2, "direction"] == "lower is better"
+    # t3 records lower is better: A's confirmed lead in the score makes B the better one
+    assert t.loc[2, "direction"] == "lower is better" and reject[2] and t.loc[2, "winner"] == "B"
 
 
 def test_the_sign_flip_test_on_epoch_means_is_the_permutation_enumerated_by_hand():

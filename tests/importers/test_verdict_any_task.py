@@ -194,3 +194,18 @@ def test_the_docs_page_shows_these_runs_own_output(capsys):
     assert main(["verdict", str(STRONG), str(WEAK), "--labels", "strong", "weak"]) == 0
     shown = capsys.readouterr().out.split("\n\n")[0]  # the verdict and the sentences; the table is left out
     assert shown in page
+
+
+def test_safetyrepro_tasks_stay_per_configuration_unless_by_task(tmp_path, capsys):
+    from lm_eval_fixtures import write_run
+
+    hf = {"model_kind": "hf", "model": "/models/other", "model_args": {"pretrained": "/models/other"}, "weights": None}
+    write_run(tmp_path, scores=[1, 1, 1, 1, 0, 1], folder="smol")
+    write_run(tmp_path, scores=[0, 0, 1, 0, 0, 1], folder="other", i=1, **hf)
+    a, b = tmp_path / "smol", tmp_path / "other"
+    err = _refused(capsys, a, b, "--margin", "0.1")
+    assert "--margin" in err and "add --by-task" in err
+    v = _verdict(capsys, a, b, "--by-task", "--margin", "0.5", "--metric", "acc")
+    (row,) = v["comparisons"]
+    assert row["task"] == "safetyrepro_xstest_t1" and row["n_items"] == 6 and row["n_differing"] == 3
+    assert row["p_value"] == pytest.approx(2 / 8)  # 3 discordant items, all to A: 2 * (1/2)**3
