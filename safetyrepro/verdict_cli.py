@@ -250,6 +250,7 @@ def _by_task(args: argparse.Namespace) -> int:
     from safetyrepro.analysis.two_runs import compare
     from safetyrepro.analysis.two_runs_report import headline, markdown_report, sentences, text_report
     from safetyrepro.importers.task_scores import pair_runs, read_run
+    from safetyrepro.limits import label_problem, shorten
 
     if args.grid:
         raise UserError("--by-task compares two runs; it takes no --grid")
@@ -257,6 +258,10 @@ def _by_task(args: argparse.Namespace) -> int:
         raise UserError(f"A and B are the same run ({args.a}); verdict compares two different runs")
     run_a, run_b = read_run(args.a), read_run(args.b)
     labels = tuple(args.labels) if args.labels else (run_a.model, run_b.model)
+    for label in labels:
+        problem = label_problem(label)
+        if problem:
+            raise UserError(f"model name {shorten(label)}: {problem}; name the runs with --labels A B")
     if labels[0] == labels[1]:
         raise UserError(f"both runs are of model {labels[0]!r}; name them with --labels A B")
     pairing = pair_runs(

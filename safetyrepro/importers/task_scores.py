@@ -23,9 +23,9 @@ import numpy as np
 
 from safetyrepro.analysis.two_runs import PairedScores
 from safetyrepro.errors import UserError
-from safetyrepro.limits import Refused, decode_text, label_problem, loads_json, read_capped, shorten
+from safetyrepro.limits import Refused, decode_text, loads_json, read_capped, shorten
 
-from .common import BadInputError, as_unit_score
+from .common import as_unit_score
 from .inspect_logs import _check_log_file, _log_files, check_log, task_name
 from .lm_eval_runs import RESULTS_FILE, SAMPLES_FILE, _find, _named, _read_samples, _samples_task, check_results
 from .mapping import model_label, parse_model_args
@@ -78,11 +78,7 @@ def package_of(path: str) -> str:
 def read_run(path: str) -> RunScores:
     """One run's per-item scores of every task it holds; a run of several models, a task held twice, or a
     file that cannot be read is one line (UserError)."""
-    package = package_of(path)
-    try:
-        return _read_lm_eval(path) if package == "lm-eval" else _read_inspect(path)
-    except BadInputError as e:
-        raise UserError(str(e).removesuffix(" (pass --skip-bad to import the rest and list the bad files)")) from None
+    return _read_lm_eval(path) if package_of(path) == "lm-eval" else _read_inspect(path)
 
 
 def task_names(path: str) -> list[str]:
@@ -109,11 +105,7 @@ def _one_model(path: str, models: set[str]) -> str:
             f"run {path} holds {len(models)} models ({', '.join(sorted(models)) or 'none'}); verdict compares one "
             f"model's run with another's: name one model's folder or log"
         )
-    model = models.pop()
-    problem = label_problem(model)
-    if problem:
-        raise UserError(f"run {path}: model name {shorten(model)}: {problem}; name the runs with --labels A B")
-    return model
+    return models.pop()
 
 
 def _twice(path: str, seen: dict[str, str], task: str, source: str) -> None:
@@ -156,7 +148,7 @@ def _read_lm_eval(path: str) -> RunScores:
             task = _samples_task(hint, data)
             if task is None:
                 raise UserError(f"{s}: a samples file for task {hint!r}, which its results file {r.name} does not list")
-            lines = _read_samples(s, read_capped(s))
+            lines = _read_samples(s, _read_bytes(s))
             if not isinstance(lines, list):
                 raise UserError(lines.line())
             logged[task] = lines
@@ -172,11 +164,19 @@ def _read_lm_eval(path: str) -> RunScores:
     return RunScores("lm-eval", path, _one_model(path, models), tuple(tasks), tuple(files))
 
 
-def _load_json(path: Path) -> Any:
+def _read_bytes(path: Path | str) -> bytes:
+    """A file read whole under the importers' caps; what cannot be read is one line."""
     try:
-        return loads_json(decode_text(read_capped(path)))
+        return read_capped(path)
     except OSError as e:
         raise UserError(f"{path} cannot be read ({e.strerror})") from None
+    except Refused as e:
+        raise UserError(f"{path}: {e.reason}") from None
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return loads_json(decode_text(_read_bytes(path)))
     except Refused as e:
         raise UserError(f"{path}: {e.reason}") from None
     except ValueError:
@@ -258,9 +258,7 @@ def _read_inspect(path: str) -> RunScores:
     seen: dict[str, str] = {}  # task -> the log that held it
     for log_path in files:
         try:
-            _check_log_file(read_capped(log_path), log_path)
-        except OSError as e:
-            raise UserError(f"{log_path} cannot be read ({e.strerror})") from None
+            _check_log_file(_read_bytes(log_path), log_path)
         except Refused as e:
             raise UserError(f"{log_path}: {e.reason}") from None
         try:

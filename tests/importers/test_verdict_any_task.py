@@ -209,3 +209,13 @@ def test_safetyrepro_tasks_stay_per_configuration_unless_by_task(tmp_path, capsy
     (row,) = v["comparisons"]
     assert row["task"] == "safetyrepro_xstest_t1" and row["n_items"] == 6 and row["n_differing"] == 3
     assert row["p_value"] == pytest.approx(2 / 8)  # 3 discordant items, all to A: 2 * (1/2)**3
+
+
+def test_a_run_without_samples_or_with_a_damaged_samples_file_is_one_line(tmp_path, capsys):
+    bare = _copy(SMOL, tmp_path / "bare")
+    (samples,) = bare.rglob("samples_*.jsonl")
+    text = samples.read_text()
+    samples.unlink()
+    assert "has no samples file beside it: run lm_eval with --log_samples" in _refused(capsys, QWEN, bare)
+    samples.write_text(text[: len(text) // 2])  # cut inside a record
+    assert "is not JSON (a partial or damaged samples file)" in _refused(capsys, QWEN, bare)
