@@ -98,8 +98,6 @@ def _from_runs(args):
     from safetyrepro.importers.task_scores import package_of
     from safetyrepro.tasks.envelope import parse_rules
 
-    if Path(args.a).resolve() == Path(args.b).resolve():
-        raise UserError(f"A and B are the same run ({args.a}); verdict compares two different runs")
     parts = []
     for path in (args.a, args.b):
         imported = import_runs(package_of(path), [path], metric=args.metric, mapping_path=args.mapping)
@@ -158,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--margin {args.margin}: must be in (0, 1), in the score's units (0.02: two points)")
     if args.json and args.markdown:
         raise UserError("--json and --markdown: choose one output")
+    if not args.grid and Path(args.a).resolve() == Path(args.b).resolve():
+        raise UserError(f"A and B are the same run ({args.a}); verdict compares two different runs")
     if not args.grid and not args.mapping and (args.by_task or not _safetyrepro_tasks_only(args.a, args.b)):
         return _by_task(args)
     per_task = [
@@ -254,8 +254,6 @@ def _by_task(args: argparse.Namespace) -> int:
 
     if args.grid:
         raise UserError("--by-task compares two runs; it takes no --grid")
-    if Path(args.a).resolve() == Path(args.b).resolve():
-        raise UserError(f"A and B are the same run ({args.a}); verdict compares two different runs")
     run_a, run_b = read_run(args.a), read_run(args.b)
     labels = tuple(args.labels) if args.labels else (run_a.model, run_b.model)
     for label in labels:

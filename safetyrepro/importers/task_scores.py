@@ -6,8 +6,9 @@ metric the run's own name and, where the run records it, its direction (lm-eval'
 Items are keyed by (item id, epoch): lm-eval's `doc_id` (epoch 1; lm-eval scores each document once) and
 Inspect's sample id and epoch. Beside each item the run's hash of the item itself and of the prompt the model
 was given are kept, so that two runs are only paired on the same items, and a caller can say how many
-differ. The files are checked and parsed by the importers' own readers (safe against oversized and hostile
-files); this module only reads what the importers leave out (every metric, epochs, the hashes).
+differ. The files are found, checked and parsed by the importers' own readers (importers/reader.py's `Reader`s
+for lm-eval and Inspect: capped, safe against hostile files); this module only reads what an import leaves
+out (every metric, epochs, the hashes).
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ import numpy as np
 
 from safetyrepro.analysis.two_runs import PairedScores
 from safetyrepro.errors import UserError
-from safetyrepro.limits import Refused, decode_text, loads_json, read_capped, shorten
+from safetyrepro.limits import shorten
 
-from .common import as_unit_score
-from .inspect_logs import _check_log_file, _log_files, check_log, task_name
-from .lm_eval_runs import RESULTS_FILE, SAMPLES_FILE, _find, _named, _read_samples, _samples_task, check_results
+from . import inspect_logs, lm_eval_runs
+from .common import BadInputError, as_unit_score
+from .inspect_logs import task_name
+from .lm_eval_runs import RESULTS_FILE
 from .mapping import model_label, parse_model_args
+from .reader import Reader, about
 
 MEAN_TOLERANCE = 1e-6  # the items' mean must give the run's reported score this closely (else: not a mean)
 INSPECT_MEANS = ("accuracy", "mean")  # Inspect metrics that are the mean of the per-sample values
@@ -81,22 +84,27 @@ def read_run(path: str) -> RunScores:
     return _read_lm_eval(path) if package_of(path) == "lm-eval" else _read_inspect(path)
 
 
-def task_names(path: str) -> list[str]:
-    """The tasks a run holds, read from its results files or log headers alone (no samples)."""
-    if package_of(path) == "lm-eval":
-        results, _, _ = _find([path])
-        return [t for r in results if isinstance(data := _load_json(r), dict) for t in data.get("configs") or {}]
-    from inspect_ai.log import read_eval_log
-
-    files, _ = _log_files([path])
-    names = []
-    for log_path in files:
+def _files(reader: Reader, path: str) -> list[tuple[Path, bytes, Any]]:
+    """Each file `reader` finds under `path`, read and checked: (its path, bytes, parsed contents)."""
+    found, bad = reader.find([path])
+    if bad:
+        raise UserError(bad[0].line())
+    out = []
+    for f in found:
         try:
-            _check_log_file(read_capped(log_path), log_path)
-            names.append(task_name(read_eval_log(log_path, header_only=True).eval))
-        except Exception:  # a log that cannot be read is refused, with its reason, when the run is read
-            continue
-    return names
+            with about(f):
+                data, parsed = reader.read(f)
+        except BadInputError as e:  # one run, one line: --skip-bad is import's
+            raise UserError(e.bad.line()) from None
+        out.append((f, data, parsed))
+    return out
+
+
+def task_names(path: str) -> list[str]:
+    """The tasks a run holds, read from its results files or log headers (no samples of lm-eval runs)."""
+    if package_of(path) == "lm-eval":
+        return [t for _, _, data in _files(lm_eval_runs.READER, path) for t in data["configs"]]
+    return [task_name(header.eval) for _, _, (header, _) in _files(inspect_logs.READER, path)]
 
 
 def _one_model(path: str, models: set[str]) -> str:
@@ -119,40 +127,24 @@ def _twice(path: str, seen: dict[str, str], task: str, source: str) -> None:
 
 # -- lm-eval ---------------------------------------------------------------------------------------
 def _read_lm_eval(path: str) -> RunScores:
-    results, samples, bad = _find([path])
-    if bad:
-        raise UserError(bad[0].line())
-    by_run: dict[tuple[Path, str], list[Path]] = {}  # a results file's samples files: same folder and date stamp
-    for s in samples:
-        by_run.setdefault((s.parent, _named(SAMPLES_FILE, s)["stamp"]), []).append(s)
     tasks: list[ItemScores] = []
     models: set[str] = set()
     seen: dict[str, str] = {}  # task -> the file that held it
     files: list[str] = []
-    for r in results:
-        data = _load_json(r)
-        problem = check_results(data)
-        if problem:
-            raise UserError(f"{r}: {problem}")
+    for r, _, data in _files(lm_eval_runs.READER, path):
         config = data["config"]
         models.add(
             model_label(
                 str(config.get("model") or "?"), parse_model_args(config.get("model_args")), data.get("model_name")
             )
         )
-        stamp = _named(RESULTS_FILE, r)["stamp"]
-        files.append(str(r))
-        logged = {}
-        for s in by_run.get((r.parent, stamp), []):
-            hint = _named(SAMPLES_FILE, s)["task"]
-            task = _samples_task(hint, data)
-            if task is None:
-                raise UserError(f"{s}: a samples file for task {hint!r}, which its results file {r.name} does not list")
-            lines = _read_samples(s, _read_bytes(s))
-            if not isinstance(lines, list):
-                raise UserError(lines.line())
-            logged[task] = lines
-            files.append(str(s))
+        try:
+            with about(r):
+                companions = lm_eval_runs.READER.companions(r, data)
+        except BadInputError as e:
+            raise UserError(e.bad.line()) from None
+        logged = {c.parsed[0]: c.parsed[1] for c in companions}
+        files += [str(r), *(str(c.path) for c in companions)]
         for task in data["configs"]:
             _twice(path, seen, task, str(r))
             if task not in logged:
@@ -162,25 +154,6 @@ def _read_lm_eval(path: str) -> RunScores:
                 )
             tasks.extend(_lm_eval_task(data, task, logged[task]))
     return RunScores("lm-eval", path, _one_model(path, models), tuple(tasks), tuple(files))
-
-
-def _read_bytes(path: Path | str) -> bytes:
-    """A file read whole under the importers' caps; what cannot be read is one line."""
-    try:
-        return read_capped(path)
-    except OSError as e:
-        raise UserError(f"{path} cannot be read ({e.strerror})") from None
-    except Refused as e:
-        raise UserError(f"{path}: {e.reason}") from None
-
-
-def _load_json(path: Path) -> Any:
-    try:
-        return loads_json(decode_text(_read_bytes(path)))
-    except Refused as e:
-        raise UserError(f"{path}: {e.reason}") from None
-    except ValueError:
-        raise UserError(f"{path} is not valid JSON (a partial or damaged results file)") from None
 
 
 def _lm_eval_task(data: dict, task: str, lines: list[dict]) -> list[ItemScores]:
@@ -248,33 +221,17 @@ def _not_a_mean(scores: Mapping[tuple[str, int], float], reported: float | None,
 
 # -- Inspect ---------------------------------------------------------------------------------------
 def _read_inspect(path: str) -> RunScores:
-    from inspect_ai.log import read_eval_log, read_eval_log_samples
-
-    files, bad = _log_files([path])
-    if bad:
-        raise UserError(bad[0].line())
     tasks: list[ItemScores] = []
     models: set[str] = set()
     seen: dict[str, str] = {}  # task -> the log that held it
-    for log_path in files:
-        try:
-            _check_log_file(_read_bytes(log_path), log_path)
-        except Refused as e:
-            raise UserError(f"{log_path}: {e.reason}") from None
-        try:
-            header = read_eval_log(log_path, header_only=True)
-            samples = list(read_eval_log_samples(log_path, all_samples_required=False))
-        except Exception as e:  # Inspect raises many types for a damaged file; each is one line
-            detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-            raise UserError(f"{log_path} is not a readable Inspect log ({detail})") from None
-        problem = check_log(header)
-        if problem:
-            raise UserError(f"{log_path} {problem}")
+    files: list[str] = []
+    for log_path, _, (header, samples) in _files(inspect_logs.READER, path):
         if not samples:
             raise UserError(f"{log_path} holds no samples (was it run with --no-log-samples?)")
         models.add(str(header.eval.model))
-        _twice(path, seen, task_name(header.eval), log_path)
+        _twice(path, seen, task_name(header.eval), str(log_path))
         tasks.extend(inspect_task_scores(header, samples))
+        files.append(str(log_path))
     return RunScores("inspect", path, _one_model(path, models), tuple(tasks), tuple(files))
 
 
