@@ -28,6 +28,7 @@ from safetyrepro.limits import (
     shorten,
     whole_number,
 )
+from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 
 from .archive import check_eval_archive
@@ -264,7 +265,7 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         scoring = str(task_args.get("scoring") or "logprob")
         shots = _shots(task_args.get("shots"), "task argument shots")
         other_args: dict = {}
-        tie_rule = str(task_args.get("tie_rule") or "expected") if scoring == "logprob" else None
+        tie_rule = str(task_args.get("tie_rule") or DEFAULT_TIE_RULE) if scoring == "logprob" else None
     else:
         scoring = placement.scoring or "free_form"
         shots_key = placement.shots_arg or next((k for k in SHOTS_ARGS if k in task_args), None)

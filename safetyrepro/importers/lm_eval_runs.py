@@ -28,6 +28,7 @@ from safetyrepro.limits import (
     shorten,
     whole_number,
 )
+from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE
 
 from .common import (
     Axes,
@@ -304,7 +305,7 @@ def runs_from_results(
         tie_rule = None
         if placement.safetyrepro and scoring == "logprob":
             meta = _object(task_config.get("metadata"), f"configs.{task}.metadata")
-            tie_rule = str(meta.get("tie_rule") or "expected")
+            tie_rule = str(meta.get("tie_rule") or DEFAULT_TIE_RULE)
         n_samples = _object((data.get("n-samples") or {}).get(task), f"'n-samples' of task {task}")
         n_items = 0
         for field, value in (
