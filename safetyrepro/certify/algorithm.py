@@ -263,9 +263,9 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
             )
         ]
         bench = _Bench(p, orders, evidence, streams, pairs, {pair: "undecided" for pair in pairs})
-        twins = pairings(p.benchmark, p.config_ids, p.excluded)
-        if options.control == "auto" and options.target == "population" and not options.held_only and twins:
-            bench.control = Control(p.benchmark, twins, order, pairs, alpha_each / 2, options.delta)
+        if options.control == "auto" and options.target == "population" and not options.held_only:  # issue 45
+            twins = pairings(p.benchmark, p.config_ids, p.excluded)
+            bench.control = Control(p.benchmark, twins, order, pairs, alpha_each / 2, options.delta) if twins else None
         benches.append(bench)
     return benches, alpha_each
 
