@@ -45,6 +45,11 @@ gets its batch each round, in that order (which only matters when an evaluation 
 `uniform` allocation (every open configuration the same batch, in plain order) is kept for comparison
 (perf/certify_allocation.py).
 
+Cheap twins (`control="auto"`, population target; control.py): a free-form configuration's claims come from a
+control-variate sequence that its log-probability twin's scores help, on the same items and on partner items
+from the back of the order; its next item is priced after the control, with the twin's items it needs, and
+those are asked for in the same round, first.
+
 Draw order: `seeded` permutes the problem's items with --seed; `subset` keeps the problem's own order,
 which for a live run is the fixed subset's seeded order (tasks/subsets.py): a sweep with --limit N
 scored exactly the first N draws, so its records serve as certify's first rounds.
