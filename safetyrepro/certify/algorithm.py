@@ -63,6 +63,11 @@ With `round_seconds` a round takes its draws in that order until its estimated c
 that ends early has bought the cheapest answers; without it, a round takes every draw planned (the order
 only matters when an evaluation budget cuts the round).
 
+Cheap twins (`control="auto"`, population target; control.py): a free-form configuration's claims come from a
+control-variate sequence that its log-probability twin's scores help, on the same items and on partner items
+from the back of the order; its next item is priced after the control, with the twin's items it needs, and
+those are asked for in the same round, first.
+
 Draw order: `seeded` permutes the problem's items with --seed; `subset` keeps the problem's own order,
 which for a live run is the fixed subset's seeded order (tasks/subsets.py): a sweep with --limit N
 scored exactly the first N draws, so its records serve as certify's first rounds.
@@ -279,9 +284,9 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
             )
         ]
         bench = _Bench(p, orders, evidence, streams, pairs, {pair: "undecided" for pair in pairs})
-        twins = pairings(p.benchmark, p.config_ids, p.excluded)
-        if options.control == "auto" and options.target == "population" and not options.held_only and twins:
-            bench.control = Control(p.benchmark, twins, order, pairs, alpha_each / 2, options.delta)
+        if options.control == "auto" and options.target == "population" and not options.held_only:  # issue 45
+            twins = pairings(p.benchmark, p.config_ids, p.excluded)
+            bench.control = Control(p.benchmark, twins, order, pairs, alpha_each / 2, options.delta) if twins else None
         benches.append(bench)
     return benches, alpha_each
 

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from safetyrepro.analysis.control_variate import K_PARTNERS, MIN_R2, WARM_UP, ControlledBettingCS
+from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import Config
 
 from .evidence import PairedEvidence, Reading, closeness, population_candidates
@@ -40,8 +41,12 @@ GIVE_UP = 30  # steps after which a path whose r^2 is under MIN_R2 is plain for 
 
 
 def cheap_twin(config_id: str, config_ids: Sequence[str]) -> str | None:
-    """The log-probability configuration of the same benchmark, template and shots, if the run has it."""
-    cfg = Config.from_id(config_id)
+    """The log-probability configuration of the same benchmark, template and shots, if the run has it (none for
+    an id that is not benchmark/template/decoding/<k>shot/scoring)."""
+    try:
+        cfg = Config.from_id(config_id)
+    except UserError:
+        return None
     if cfg.scoring != "free_form":
         return None
     twin = dataclasses.replace(cfg, decoding="greedy", scoring="logprob").config_id

@@ -37,6 +37,7 @@ def test_every_free_form_configuration_is_paired_with_its_log_probability_twin()
     assert pairings("bbq", ids) == {ids[0]: ids[1]}
     assert pairings("bbq", ids, {ids[1]: frozenset({"x"})}) == {}  # a selection skips items of one of them
     assert pairings("crows_pairs", ["crows_pairs/T1/greedy/0shot/logprob"]) == {}
+    assert pairings("bbq", ["c1", "c2"]) == {}  # ids a caller made up are never paired
 
 
 def test_the_synthetic_grids_correlate_as_the_scenarios_say():
@@ -65,10 +66,10 @@ def runs():
 
 
 def test_the_control_reaches_the_same_verdicts_for_fewer_costly_evaluations_when_they_correlate(runs):
-    """r = 0.8: every grid ends stable_a both ways, for fewer free-form evaluations with the control (measured:
-    about 10 % fewer, far from the issue's half: the ceiling in test_control_variate.py says why); r = 0: the
-    same verdicts for at most 10 % more (measured: about the same)."""
-    for r, most in ((0.8, 0.97), (0.0, 1.10)):
+    """r = 0.8: every grid ends stable_a both ways, for fewer free-form evaluations with the control (on these
+    four grids 0.864 of --control none: far from the issue's half, and the ceiling in test_control_variate.py
+    says why); r = 0: the same verdicts for at most 10 % more (0.998)."""
+    for r, most in ((0.8, 0.92), (0.0, 1.10)):
         none, auto = runs[(r, "none")], runs[(r, "auto")]
         assert [x.pairs[0].verdict for x in auto] == [x.pairs[0].verdict for x in none] == ["stable_a"] * 4
         assert sum(map(costly, auto)) <= most * sum(map(costly, none)), (sum(map(costly, auto)), sum(map(costly, none)))
