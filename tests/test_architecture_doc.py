@@ -55,12 +55,13 @@ def test_the_error_types_are_the_ones_the_page_names():
     paragraph = next(p for p in DOC.split("\n\n") if p.startswith("**Errors.**"))
     assert (
         defined
-        == set(re.findall(r"`(\w+(?:Error|Refused)|Refused)`", paragraph))
+        == set(re.findall(r"`(\w+(?:Error|Refused)|Refused|Unplaced)`", paragraph))
         == {
             "UserError",
             "OutputsCacheError",
             "BadInputError",
             "Refused",
+            "Unplaced",
         }
     )
 
