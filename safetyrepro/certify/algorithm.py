@@ -400,9 +400,9 @@ def _stream_cost(b: _Bench, st: _Stream, k: int, cost_of, held_of) -> tuple[floa
 
 def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[int, int], int]:
     """Flip hunting (module docstring): free items first, in a round of their own; then, per open pair, the
-    cheaper of its two routes to a verdict: the configurations likeliest to give each win a flip still
-    lacks at the lowest cost, or every open configuration (stable, equivalent); pairs in order of their
-    expected cost to a verdict."""
+    cheaper of its two routes to a verdict: the configuration likeliest to give the minority's win (then
+    the other's) at the lowest cost, or every open configuration (stable, equivalent); pairs in order of
+    their expected cost to a verdict."""
     cost_of, held_of = oracle.cost, oracle.held
     size = {bi: _batch(options, len(b.problem.item_ids)) for bi, b in enumerate(benches)}
     open_pairs = [
@@ -415,9 +415,9 @@ def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
     for bi, mine in open_pairs:
         b = benches[bi]
         for s in mine:
-            ahead = _free_ahead(b, s, b.t(s), held_of) if s.claim == "undecided" else 0
-            if ahead:
-                free[(bi, s.index)] = min(ahead, b.n(s) - b.t(s))
+            ahead = min(_free_ahead(b, s, b.t(s), held_of), b.n(s) - b.t(s)) if s.claim == "undecided" else 0
+            if ahead > 0:
+                free[(bi, s.index)] = ahead
     if free or options.held_only:  # plan what was learnt from them before paying for anything
         return free
     log_inv_alpha = _log_inv_alpha(benches, options)
