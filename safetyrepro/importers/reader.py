@@ -17,7 +17,7 @@ from safetyrepro.console import paced
 from safetyrepro.hashing import sha256_bytes
 from safetyrepro.limits import Refused, check_json_text, decode_text, loads_json
 
-from .common import BadInput, BadInputError, Reading, Run, SourceFile, Unmapped
+from .common import BadInput, BadInputError, Reading, Run, SourceFile, Unmapped, bad_file
 from .mapping import Mapping
 
 
@@ -54,10 +54,6 @@ class Reader(Protocol):
     ) -> list[Run | Unmapped]:
         """What it recorded, as runs and the tasks that could not be placed (pure)."""
         ...
-
-
-def bad_file(path: Path | str, reason: str) -> BadInputError:
-    return BadInputError(BadInput(str(path), reason))
 
 
 @contextlib.contextmanager
