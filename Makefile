@@ -75,8 +75,20 @@ $(HELM_VENV)/.installed: pyproject.toml setup.py scripts/helm/constraints.txt sc
 helm: $(HELM_VENV)/.installed
 
 # llama.cpp's server in .venv, for local GGUF models behind an OpenAI-compatible API (docs/sweeps.md: Bring your own model).
+# Built once per machine for any AVX2 CPU (not -march=native) into LLAMACPP_WHEELS: the native build's AMX kernels
+# crash llama_decode (a segfault on the first request) on Intel CPUs with AMX, and pip's own wheel cache would hand
+# a later install its earlier build whatever CMAKE_ARGS say.
+LLAMACPP        ?= llama-cpp-python==0.3.36
+LLAMACPP_CMAKE  ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+LLAMACPP_WHEELS ?= $(HOME)/.cache/safetyrepro/wheels/llama-cpp-python-0.3.36-avx2
 $(VENV)/.llamacpp: $(STAMP)
-	$(BIN)/python -m pip install -q "llama-cpp-python[server]==0.3.36" "openai>=1.60"
+	@if ! ls $(LLAMACPP_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
+	  echo "building $(LLAMACPP) for AVX2 into $(LLAMACPP_WHEELS) (minutes, once)"; \
+	  mkdir -p $(dir $(LLAMACPP_WHEELS)) && tmp=$$(mktemp -d $(LLAMACPP_WHEELS).part.XXXXXX) && \
+	  CMAKE_ARGS="$(LLAMACPP_CMAKE)" $(BIN)/python -m pip wheel -q --no-deps --no-cache-dir -w $$tmp "$(LLAMACPP)" && \
+	  rm -rf $(LLAMACPP_WHEELS) && mv $$tmp $(LLAMACPP_WHEELS); fi
+	$(BIN)/python -m pip install -q --find-links $(LLAMACPP_WHEELS) --only-binary llama-cpp-python \
+	    "$(LLAMACPP)" "llama-cpp-python[server]" "openai>=1.60"
 	touch $(VENV)/.llamacpp
 
 llamacpp: $(VENV)/.llamacpp

@@ -1,8 +1,10 @@
-"""Shared test set-up: the benchmark mirror, and no network for benchmark data."""
+"""Shared test set-up: the benchmark mirror, no network for benchmark data, and the longest test files first."""
 
 from __future__ import annotations
 
+import json
 import os
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,38 @@ def smollm2_hf_folder_fp32() -> Path:
     """SmolLM2 as a plain float32 HF folder: the same numbers as the engine's fp32 load of the GGUF
     (the bf16 folder rounds the weights, which moves log-likelihoods by ~1e-2 nats)."""
     return _smollm2_folder("fp32")
+
+
+# The longest files first: pytest-xdist (--dist loadfile) hands whole files to its workers in collection order, so
+# a long file collected last keeps one worker busy after the other has finished. file_seconds.json holds each
+# file's seconds (setup, call and teardown summed) from a measured run; SAFETYREPRO_TEST_SECONDS=PATH writes the
+# seconds of this run into PATH (merged with what PATH holds), to refresh it.
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+_UNMEASURED_S = 30.0  # a file new since the last measurement: after the long ones, before the short ones
+_measured: dict[str, float] = defaultdict(float)
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    seconds = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.is_file() else {}
+    items.sort(key=lambda item: -float(seconds.get(_file_of(item.nodeid), _UNMEASURED_S)))  # stable: files stay whole
+
+
+def pytest_runtest_logreport(report) -> None:
+    if os.environ.get("SAFETYREPRO_TEST_SECONDS"):
+        _measured[_file_of(report.nodeid)] += report.duration
+
+
+def pytest_sessionfinish(session) -> None:
+    out = os.environ.get("SAFETYREPRO_TEST_SECONDS")
+    if not out or not _measured or hasattr(session.config, "workerinput"):  # xdist's controller writes, once
+        return
+    path = Path(out)
+    seconds = json.loads(path.read_text()) if path.is_file() else {}
+    seconds.update({f: round(s, 1) for f, s in _measured.items()})
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(dict(sorted(seconds.items(), key=lambda kv: -kv[1])), indent=1) + "\n")
+    tmp.replace(path)

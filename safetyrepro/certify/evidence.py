@@ -79,6 +79,9 @@ class PairedEvidence:
         self.sum_a = np.zeros(n_pairs)
         self.sum_b = np.zeros(n_pairs)
         self.diff_sq = np.zeros(n_pairs)  # sum of squared paired differences (the planner's spread)
+        # the last reading, running numbers and p-values with the draw counts they were made at: a round reads
+        # every configuration, most of which took no new draw since the last
+        self._memo: dict[str, tuple[tuple[int, int], object]] = {}
         both = 2 * n_pairs
         self.rows = np.arange(n_pairs)  # this configuration's rows of its bank
         self.shared = shared is not None
@@ -138,9 +141,20 @@ class PairedEvidence:
         self.diff_sq[pairs] += (a - b) ** 2
         return staged
 
+    def _remembered(self, what: str, compute):
+        """compute() unless no draw went into this configuration (or its bank) since it was last computed."""
+        drawn = (int(self.t.sum()), int(self.iid.t.sum()) if self.iid is not None else 0)
+        held = self._memo.get(what)
+        if held is None or held[0] != drawn:
+            held = self._memo[what] = (drawn, compute())
+        return held[1]
+
     # the planner's numbers, on theta's scale
     def running(self) -> tuple[np.ndarray, np.ndarray]:
         """(theta on the items so far, a spread of the paired differences) per pair."""
+        return self._remembered("running", self._running)
+
+    def _running(self) -> tuple[np.ndarray, np.ndarray]:
         t = np.maximum(self.t, 1)
         ma, mb = self.sum_a / t, self.sum_b / t
         theta = self._theta(ma, mb)
@@ -154,6 +168,9 @@ class PairedEvidence:
         return np.abs(mb - self.ideal) - np.abs(ma - self.ideal)
 
     def reading(self) -> Reading:
+        return self._remembered("reading", self._reading)
+
+    def _reading(self) -> Reading:
         theta, _ = self.running()
         if self.target == "subset":
             bounds = self.sequences.bounds()
@@ -180,6 +197,9 @@ class PairedEvidence:
         """(pairs, 4) anytime p-values of NOT_A, NOT_B, HI, LO (population target)."""
         if self.target != "population":
             raise ValueError("p-values are kept for the population target")
+        return self._remembered("p_values", self._p_values)
+
+    def _p_values(self) -> np.ndarray:
         if self.ideal is None:
             cs, d = self.bank, self.delta
             log_e = np.stack([cs.log_e_above(0.0), cs.log_e_below(0.0), cs.log_e_below(d), cs.log_e_above(-d)], axis=1)[

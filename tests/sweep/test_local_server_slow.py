@@ -71,6 +71,16 @@ def llamacpp_server(tmp_path_factory):
             if proc.poll() is not None or time.time() > deadline:
                 pytest.fail(f"llama.cpp server did not start: {log.read_text()[-2000:]}")
             time.sleep(1)
+        # One completion before any sweep: a server that dies on its first request (a llama.cpp build whose
+        # AMX kernels segfault, as `make llamacpp` now avoids) fails here in seconds, not after a sweep's retries.
+        body = json.dumps({"model": "smol", "prompt": "Hello", "max_tokens": 2}).encode()
+        req = urllib.request.Request(f"{url}/completions", body, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                assert r.status == 200
+        except OSError as e:
+            time.sleep(1)
+            pytest.fail(f"llama.cpp server failed its first completion ({e!r}, exit {proc.poll()}): {log.read_text()[-2000:]}")
         yield url
     finally:
         proc.terminate()
@@ -99,7 +109,7 @@ def _sweep(out: Path, models: list[str], env: dict, *extra: str) -> subprocess.C
         "--out",
         str(out),
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
 
 
 def test_inspect_openai_api_provider_on_the_server(llamacpp_server, tmp_path, data_dir):
