@@ -89,6 +89,8 @@ $(VENV)/.llamacpp: $(STAMP)
 	  rm -rf $(LLAMACPP_WHEELS) && mv $$tmp $(LLAMACPP_WHEELS); fi
 	$(BIN)/python -m pip install -q --find-links $(LLAMACPP_WHEELS) --only-binary llama-cpp-python \
 	    "$(LLAMACPP)" "llama-cpp-python[server]" "openai>=1.60"
+	$(BIN)/python -m pip install -q --no-deps --force-reinstall --find-links $(LLAMACPP_WHEELS) \
+	    --only-binary llama-cpp-python "$(LLAMACPP)"   # an earlier native build in .venv is replaced
 	touch $(VENV)/.llamacpp
 
 llamacpp: $(VENV)/.llamacpp

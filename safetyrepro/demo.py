@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-from safetyrepro.certify.cli import ONE_PLACE
 from safetyrepro.sweep.cli import add_sweep_arguments
 from safetyrepro.sweep.options import Profile, SweepOptions
 
@@ -40,6 +39,7 @@ DESCRIPTION = (
     "The sweep's flags below change the question (other models, benchmarks or configurations)."
 )
 AXIS_OPTIONS = ("benchmarks", "templates", "decodings", "shots", "scoring", "configs")
+ONE_PLACE = "the demo runs its models here (--executor local); `safetyrepro certify --executor ray` runs them on Ray"
 # the sweep's flags as the demo takes them: its question unless the user asks another, certified live here
 DEMO = Profile(
     "demo",

@@ -16,18 +16,15 @@ from safetyrepro.sweep.options import Profile, SweepOptions, flag
 BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 
 
-ONE_PLACE = "certify runs its models here (--executor local): rounds are small and sequential"
 # the sweep's flags as a live run takes them; a replay reads its models and configurations from --grid
 LIVE = Profile(
     "certify",
-    refused={"executor": ONE_PLACE},
-    fixed={"executor": "local"},
     defaults={"precision": None, "package": None},  # replay: no group unless asked; live: the sweep's defaults
     help={
         "precision": "live: fp32, bf16 (default) or nf4; replay: the grid's precision group, when it holds several",
         "package": "live: lm-eval (default) or inspect; replay: the grid's package group, when it holds several",
         "no_progress": "(sweep's flag; certify prints progress lines unless --quiet)",
-        "executor": "certify runs its models here (local)",
+        "executor": "local (default: the models run here) or ray (each model on a Ray worker; --address: a cluster)",
     },
     any_package=True,
     require_out=False,

@@ -29,6 +29,7 @@ from .algorithm import BenchmarkProblem, CertifyOptions, CertifyResult, certify
 from .cost import certify_rates
 from .live_oracle import LiveOracle
 from .outputs import check_out, whole_set, write_outputs
+from .ray_oracle import RayOracle
 from .resume import check_resumable, earlier_source, earlier_weights, read_json, read_records, same_command, same_why
 
 LIVE_ROUND_SECONDS = 600.0  # a live round's estimated cost: re-planned from what was learnt at least this often
@@ -36,8 +37,7 @@ LIVE_ROUND_SECONDS = 600.0  # a live round's estimated cost: re-planned from wha
 
 def plan_live(sweep_options: SweepOptions, out: Path) -> Sweep:
     """The validated live run of `certify --models ...` (a planned Sweep), or a UserError before any model
-    loads. `sweep_options`: the sweep's own (SweepOptions.from_args as certify's profile takes them; it
-    runs the models here, whatever their executor)."""
+    loads. `sweep_options`: the sweep's own (SweepOptions.from_args as certify's profile takes them)."""
     check_out(out)  # a sweep's, another command's or a user's files are never replaced
     sweep = Sweep.create(sweep_options)
     if len(sweep.spec.models) < 2:
@@ -60,11 +60,13 @@ def run_live(
     it is interrupted, so a stopped run loses nothing a rerun would need."""
     check_resumable(out)
     sweep = plan_live(sweep_options, out)
-    run = LiveRun(sweep, LiveOracle(sweep, say=say, log_dir=out / "logs"), out, say)
+    run = LiveRun(sweep, live_oracle(sweep_options, sweep, say, out / "logs"), out, say)
     earlier = [earlier_source(Path(r), sweep.spec) for r in records]  # every given file checked before any is read
     OutputsCache(outputs_cache_path()).check()  # a bad cache is found here, not after a model load
     sweep.store.lock()  # one run at a time writes the folder; what it resumes from is read under the lock
     try:
+        if isinstance(run.oracle, RayOracle):
+            run.oracle.start()
         run.start_from(earlier)
         problems = chosen_validly(run.problems, selection, run.looked_at, sweep_options)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -79,7 +81,16 @@ def run_live(
         )
         return result, run.write(result)
     finally:
+        if isinstance(run.oracle, RayOracle):
+            run.oracle.close()
         sweep.store.unlock()
+
+
+def live_oracle(sweep_options: SweepOptions, sweep: Sweep, say, log_dir: Path) -> LiveOracle:
+    """The oracle of `--executor local` (the models run in this process) or `ray` (ray_oracle.py)."""
+    if sweep_options.executor == "ray":
+        return RayOracle(sweep, say=say, log_dir=log_dir, address=sweep_options.address, workers=sweep_options.workers)
+    return LiveOracle(sweep, say=say, log_dir=log_dir)
 
 
 @dataclass

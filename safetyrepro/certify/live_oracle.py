@@ -28,7 +28,7 @@ from safetyrepro.analysis.exact import ITEM_TOLERANCE, item_lattice, on_lattice
 from safetyrepro.analysis.item_validation import checked_records
 from safetyrepro.console import Heartbeat, duration
 from safetyrepro.errors import UserError, error_line
-from safetyrepro.sweep.cell import cell_item_ids, open_model
+from safetyrepro.sweep.cell import CellCall, CellSetup, call_cell, cell_item_ids, open_model
 from safetyrepro.sweep.outputs_cache import OutputsCacheError
 from safetyrepro.sweep.records import ItemRecord
 from safetyrepro.sweep.sweeper import Sweep
@@ -152,7 +152,8 @@ class LiveOracle(Oracle):
     # -- models -------------------------------------------------------------------------------
     def driver(self, model: str):
         """The model's driver, loaded on first use and kept (as the sweep opens a model: sweep/cell.py, with
-        lm-eval's per-call log files left out: a certify run calls a cell many times)."""
+        lm-eval's per-call log files left out: a certify run calls a cell many times); under the Ray executor
+        the worker that holds it (ray_oracle.py)."""
         if model not in self.drivers:
             t0 = time.monotonic()
             self._say(f"loading {model} (outside the budget: a first load may join and convert its weights)")
@@ -161,15 +162,13 @@ class LiveOracle(Oracle):
             log_dir = str(self.log_dir) if self.sweep.spec.package == "inspect" else None
             try:
                 with Heartbeat(lambda s: f"loading {model}: still loading ({s:.0f} s)", self._say):
-                    opened = open_model(
-                        self.sweep.entry(model), self.sweep.setup(log_dir), self.sweep.prefetch_seeds(model)
-                    )
+                    handle, record = self._open(model, self.sweep.setup(log_dir))
             except UserError:
                 raise
             except Exception as e:
                 raise UserError(f"{model} failed to load: {error_line(e)}") from None
-            self.models_run[model] = opened.record
-            sha = self.models_run[model].get("weights_sha256")
+            self.models_run[model] = record
+            sha = record.get("weights_sha256")
             other = {k: v for k, v in self.earlier_weights.get(model, {}).items() if k != sha}
             if sha and other:
                 k, path = next(iter(other.items()))
@@ -177,9 +176,18 @@ class LiveOracle(Oracle):
                     f"{model}'s records in {path} were made with weights {k[:12]}..., this run loads "
                     f"{str(sha)[:12]}...: those records are not this model's (leave them out)"
                 )
-            self.drivers[model] = opened.driver
+            self.drivers[model] = handle
             self.costs.load_seconds[model] = round(time.monotonic() - t0, 3)
         return self.drivers[model]
+
+    def _open(self, model: str, setup: CellSetup) -> tuple[object, dict]:
+        """(what runs the model's calls, run.json's record of its backend): here, the package's driver."""
+        opened = open_model(self.sweep.entry(model), setup, self.sweep.prefetch_seeds(model))
+        return opened.driver, opened.record
+
+    def _call(self, model: str, cell, item_ids: list[str]) -> CellCall:
+        """Every seed of the cell on `item_ids`, through the model's driver here."""
+        return call_cell(self.driver(model), cell, item_ids)
 
     # -- the oracle ---------------------------------------------------------------------------
     def __call__(self, benchmark: str, config_id: str, model: str, item_ids: Sequence[str]) -> np.ndarray:
@@ -250,12 +258,10 @@ class LiveOracle(Oracle):
         todo = [i for i in ids if not self._held(model, cid, i)]
         if not todo:  # every item from earlier records: no model needed
             return np.array([sum(self._kept[(model, cid, i)].values()) / len(cell.seeds) for i in ids], dtype=float)
-        driver = self.driver(model)
-        calls_before = driver.backend.model_calls
-        t0, cpu0 = time.monotonic(), time.process_time()
+        self.driver(model)  # loaded before the call (its time is not the call's)
         with Heartbeat(lambda s: f"{label}: {len(todo)} items, still evaluating ({s:.0f} s)", self._say):
             try:
-                records = driver.run_cell(cell.config, cell.seeds, todo)
+                call = self._call(model, cell, todo)
             except (UserError, OutputsCacheError):
                 raise
             except Exception as e:
@@ -263,10 +269,9 @@ class LiveOracle(Oracle):
                     f"{label} failed: {error_line(e)} "
                     "(what was evaluated is in the outputs cache: rerun the same command to resume)"
                 ) from None
-        dt, cpu = time.monotonic() - t0, time.process_time() - cpu0
+        records, dt, cpu, worked = call.records, call.seconds, call.cpu_seconds, call.worked
         self.calls += 1
         self.work_seconds += cpu
-        worked = driver.backend.model_calls > calls_before
         if worked:
             self.costs.spent(model, cid, dt, cpu, len(todo))
         spec = self.sweep.spec

@@ -99,6 +99,27 @@ def run_cell(model: OpenModel, cell: Cell, setup: CellSetup) -> dict:
     )
 
 
+@dataclass(frozen=True)
+class CellCall:
+    """One call of a cell's seeds on some of its items (certify's oracle asks a few items at a time): the
+    records, the call's wall and CPU seconds (the CPU of the process that ran it, every thread), and whether
+    the model ran (False: every output came from the outputs cache)."""
+
+    records: list
+    seconds: float
+    cpu_seconds: float
+    worked: bool
+
+
+def call_cell(driver: _Driver, cell: Cell, item_ids) -> CellCall:
+    """Run every seed of `cell` on `item_ids` (an exception propagates)."""
+    backend: CachedBackend = driver.backend  # type: ignore[assignment]  # open_model puts the cache in front
+    calls = backend.model_calls
+    t0, c0 = time.monotonic(), time.process_time()
+    records = driver.run_cell(cell.config, cell.seeds, list(item_ids))
+    return CellCall(records, time.monotonic() - t0, time.process_time() - c0, backend.model_calls > calls)
+
+
 class CellRunner:
     """One model, opened once, running its cells one by one: the local executor holds one at a time, and
     each Ray worker is one. A model that fails to load fails each of its cells with the same line
@@ -119,6 +140,16 @@ class CellRunner:
     def record(self) -> dict:
         """run.json's record of the model's backend (empty when it did not load)."""
         return {} if self.model is None else self.model.record
+
+    def opened(self) -> tuple[dict, str | None]:
+        """(the backend's record, the load failure's line or None): what a Ray worker reports once loaded."""
+        return self.record(), self.load_failure
+
+    def run_items(self, cell: Cell, item_ids) -> CellCall:
+        """Some of the cell's items (certify): a model that did not load raises its load failure."""
+        if self.model is None:
+            raise RuntimeError(LOAD_FAILED + str(self.load_failure))
+        return call_cell(self.model.driver, cell, item_ids)
 
     def run(self, cell: Cell) -> dict:
         """The cell's record, ok or failed."""

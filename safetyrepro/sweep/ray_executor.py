@@ -25,7 +25,32 @@ _ENV_VARS = (
 )
 
 
-def _worker_class():
+def start_ray(address: str | None, workers: int) -> bool:
+    """Connect to the cluster at `address`, or start a local Ray instance of `workers` CPUs; True when this
+    call started it (the caller shuts it down). The workers get the data, cache and offline settings."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    env = {k: os.environ[k] for k in _ENV_VARS if k in os.environ}
+    # "local": a fresh instance, never one a `ray start` on this machine left behind (which ray.init() would join)
+    kwargs = {"address": address} if address else {"address": "local", "num_cpus": max(workers, 1)}
+    ray.init(
+        **kwargs,
+        runtime_env={"env_vars": env},
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    return True
+
+
+def worker_threads(workers: int) -> int:
+    """Torch threads per worker: this machine's cores shared by the workers."""
+    return max(1, (os.cpu_count() or 2) // max(workers, 1))
+
+
+def worker_class():
     import ray
 
     class CellWorker(CellRunner):
@@ -56,21 +81,11 @@ def run_ray(sweep, progress) -> SweepResult:
         progress.stop()
         return result
     result.model_work = True
-    started_here = not ray.is_initialized()
-    if started_here:
-        env = {k: os.environ[k] for k in _ENV_VARS if k in os.environ}
-        kwargs = {"address": opts.address} if opts.address else {"num_cpus": max(opts.workers, 1)}
-        ray.init(
-            **kwargs,
-            runtime_env={"env_vars": env},
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+    started_here = start_ray(opts.address, opts.workers)
     t0 = time.time()
     try:
-        worker_cls = _worker_class()
-        threads = max(1, (os.cpu_count() or 2) // max(opts.workers, 1))
+        worker_cls = worker_class()
+        threads = worker_threads(opts.workers)
         queue = [m for m in spec.models if any(c.model == m for c in pending)]
         running: dict = {}  # future -> (model, cell, item answers)
         actors: dict[str, Any] = {}  # Ray actor handles: their methods are made at run time
