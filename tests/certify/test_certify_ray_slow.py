@@ -35,7 +35,7 @@ COMMAND = [
     "bbq/T1/greedy/0shot/logprob",
     "bbq/T2/greedy/0shot/logprob",
     "--limit",
-    "48",
+    "24",
     "--precision",
     "fp32",
     "--allocation",
@@ -69,7 +69,8 @@ def _kill(node: subprocess.Popen) -> None:
 
 
 def _alive_nodes(address: str) -> int:
-    code = f"import ray; ray.init(address={address!r}, logging_level='error'); print(sum(n['Alive'] for n in ray.nodes()))"
+    count = "print(sum(n['Alive'] for n in ray.nodes()))"
+    code = f"import ray; ray.init(address={address!r}, logging_level='error'); {count}"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=RAY_ENV)
     return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else 0
 

@@ -80,7 +80,8 @@ def llamacpp_server(tmp_path_factory):
                 assert r.status == 200
         except OSError as e:
             time.sleep(1)
-            pytest.fail(f"llama.cpp server failed its first completion ({e!r}, exit {proc.poll()}): {log.read_text()[-2000:]}")
+            status = f"({e!r}, exit {proc.poll()})"
+            pytest.fail(f"llama.cpp server failed its first completion {status}: {log.read_text()[-2000:]}")
         yield url
     finally:
         proc.terminate()
