@@ -140,7 +140,55 @@ class WorBettingCS:
         return Bounds(self.low + span * lo, self.low + span * hi, self.t.copy(), exact)
 
 
-class IidBettingCS:
+class GridEProcesses:
+    """What the two i.i.d. betting sequences share (IidBettingCS here, ControlledBettingCS in control_variate.py):
+    one-sided e-processes kept per stream at a grid of candidate means (`max_plus`: the running maximum of the
+    log capital against "mean <= candidate", `max_minus` against "mean >= candidate"), read as anytime p-values
+    and bounds. The grid is on the sequence's own scale: `_to_grid` and `_from_grid` map the caller's units to
+    it and back (increasing), and `_grid_range` is what a side that rejected nothing reads."""
+
+    grid: np.ndarray
+    max_plus: np.ndarray
+    max_minus: np.ndarray
+    _grid_range: tuple[float, float]
+
+    def _to_grid(self, x: float) -> float:
+        return float(x)
+
+    def _from_grid(self, q: np.ndarray) -> np.ndarray:
+        return q
+
+    def index_of(self, x: float) -> int:
+        """The grid position of a candidate given in the caller's units (it must be one: `extra`)."""
+        q = round(self._to_grid(x), 12)
+        i = int(np.searchsorted(self.grid, q))
+        if i >= len(self.grid) or abs(self.grid[i] - q) > 1e-12:
+            raise ValueError(f"{x} is not a candidate of this confidence sequence (pass it as extra)")
+        return i
+
+    def log_e_above(self, x: float) -> np.ndarray:
+        """Per stream, log of the e-process against "mean <= x" (its running maximum)."""
+        return self.max_plus[:, self.index_of(x)]
+
+    def log_e_below(self, x: float) -> np.ndarray:
+        """Per stream, log of the e-process against "mean >= x"."""
+        return self.max_minus[:, self.index_of(x)]
+
+    def bounds(self, alpha_side: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per stream, each side at level alpha_side, in the caller's units: the largest candidate the
+        plus gambler has rejected (every smaller one is rejected too) and the smallest the minus one has."""
+        threshold = np.log(1.0 / alpha_side)
+        rejected_low = self.max_plus >= threshold
+        rejected_high = self.max_minus >= threshold
+        g = len(self.grid)
+        last_low = g - 1 - rejected_low[:, ::-1].argmax(axis=1)
+        lowest, highest = self._grid_range
+        lo = np.where(rejected_low.any(axis=1), self.grid[last_low], lowest)
+        hi = np.where(rejected_high.any(axis=1), self.grid[rejected_high.argmax(axis=1)], highest)
+        return self._from_grid(lo), self._from_grid(np.maximum(hi, lo))
+
+
+class IidBettingCS(GridEProcesses):
     """n_streams one-sided betting e-processes and confidence sequences for the mean of i.i.d. values in
     [low, high] (the *population* target: items as draws from the benchmark, seeds from the decoder).
 
@@ -169,6 +217,7 @@ class IidBettingCS:
         if n_streams < 0 or not high > low:
             raise ValueError("a confidence sequence needs low < high")
         self.alpha, self.low, self.high = float(alpha), float(low), float(high)
+        self._grid_range = (0.0, 1.0)
         points = np.concatenate([np.linspace(0.0, 1.0, grid_points), [self._y_scalar(x) for x in extra]])
         self.grid = np.unique(np.round(points, 12))
         g = len(self.grid)
@@ -208,36 +257,11 @@ class IidBettingCS:
         self.total[s] += y
         self.t[s] = t
 
-    def index_of(self, x: float) -> int:
-        """The grid position of a candidate given in the caller's units (it must be one: `extra`)."""
-        i = int(np.searchsorted(self.grid, round(self._y_scalar(x), 12)))
-        if i >= len(self.grid) or abs(self.grid[i] - round(self._y_scalar(x), 12)) > 1e-12:
-            raise ValueError(f"{x} is not a candidate of this confidence sequence (pass it as extra)")
-        return i
+    def _to_grid(self, x: float) -> float:
+        return self._y_scalar(x)
 
-    def log_e_above(self, x: float) -> np.ndarray:
-        """Per stream, log of the e-process against "mean <= x" (its running maximum)."""
-        return self.max_plus[:, self.index_of(x)]
-
-    def log_e_below(self, x: float) -> np.ndarray:
-        """Per stream, log of the e-process against "mean >= x"."""
-        return self.max_minus[:, self.index_of(x)]
-
-    def bounds(self, alpha_side: float) -> tuple[np.ndarray, np.ndarray]:
-        """Per stream, each side at level alpha_side, in the caller's units: the largest candidate the
-        plus gambler has rejected (every smaller one is rejected too) and the smallest the minus one has."""
-        threshold = np.log(1.0 / alpha_side)
-        rejected_low = self.max_plus >= threshold
-        rejected_high = self.max_minus >= threshold
-        g = len(self.grid)
-        any_low = rejected_low.any(axis=1)
-        last_low = g - 1 - rejected_low[:, ::-1].argmax(axis=1)
-        any_high = rejected_high.any(axis=1)
-        first_high = rejected_high.argmax(axis=1)
-        lo = np.where(any_low, self.grid[last_low], 0.0)
-        hi = np.where(any_high, self.grid[first_high], 1.0)
-        span = self.high - self.low
-        return self.low + span * lo, self.low + span * np.maximum(hi, lo)
+    def _from_grid(self, q: np.ndarray) -> np.ndarray:
+        return self.low + (self.high - self.low) * q
 
     def cell_log_e(self) -> np.ndarray:
         """(streams, cells): for each grid cell [q_k, q_k+1], a lower bound on the running maximum of the

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .confidence_sequence import TRUNCATION
+from .confidence_sequence import TRUNCATION, GridEProcesses
 
 K_PARTNERS = 2  # partner items per step: the variance factor is 1 - r^2 k / (k + 1); k costs k cheap items a step
 WARM_UP = 10  # plain steps before partners are first asked for (r and gamma need a few items)
@@ -68,7 +68,7 @@ def control_term(c_item: np.ndarray, c_partners: np.ndarray) -> np.ndarray:
     return np.clip(c_item[:, None] - c_partners, -CLIP, CLIP).mean(axis=1)
 
 
-class ControlledBettingCS:
+class ControlledBettingCS(GridEProcesses):
     """n_streams one-sided betting e-processes and confidence sequences for theta = E[D], D in [-1, 1],
     observed as y = D - gamma g (module docstring). Same candidates, stakes and reading as IidBettingCS
     (analysis/confidence_sequence.py), in the caller's units; the truncation of each stake follows that
@@ -80,6 +80,7 @@ class ControlledBettingCS:
         if not 0 < alpha < 1:
             raise ValueError(f"alpha {alpha} must be in (0, 1)")
         self.alpha, self.delta = float(alpha), float(delta)
+        self._grid_range = (-1.0, 1.0)
         self.grid = np.unique(np.round(np.concatenate([np.linspace(-1.0, 1.0, grid_points), extra]), 12))
         g = len(self.grid)
         self.log_plus = np.zeros((n_streams, g))
@@ -173,31 +174,6 @@ class ControlledBettingCS:
     def variance(self) -> np.ndarray:
         """Per stream, the plug-in variance of y so far (the planner's spread)."""
         return self.var_sum / np.maximum(self.t, 1)
-
-    def index_of(self, x: float) -> int:
-        i = int(np.searchsorted(self.grid, round(float(x), 12)))
-        if i >= len(self.grid) or abs(self.grid[i] - round(float(x), 12)) > 1e-12:
-            raise ValueError(f"{x} is not a candidate of this confidence sequence (pass it as extra)")
-        return i
-
-    def log_e_above(self, x: float) -> np.ndarray:
-        """Per stream, log of the e-process against "theta <= x" (its running maximum)."""
-        return self.max_plus[:, self.index_of(x)]
-
-    def log_e_below(self, x: float) -> np.ndarray:
-        """Per stream, log of the e-process against "theta >= x"."""
-        return self.max_minus[:, self.index_of(x)]
-
-    def bounds(self, alpha_side: float) -> tuple[np.ndarray, np.ndarray]:
-        """Per stream, each side at level alpha_side: as IidBettingCS.bounds."""
-        threshold = np.log(1.0 / alpha_side)
-        rejected_low = self.max_plus >= threshold
-        rejected_high = self.max_minus >= threshold
-        g = len(self.grid)
-        last_low = g - 1 - rejected_low[:, ::-1].argmax(axis=1)
-        lo = np.where(rejected_low.any(axis=1), self.grid[last_low], -1.0)
-        hi = np.where(rejected_high.any(axis=1), self.grid[rejected_high.argmax(axis=1)], 1.0)
-        return lo, np.maximum(hi, lo)
 
 
 def _items_to_decide(mean, variance, t, log_inv_alpha: float, delta: float) -> np.ndarray:
