@@ -143,8 +143,8 @@ def test_a_readme_without_the_block_is_refused(cs, tmp_path):
 
 def test_the_readmes_lead_matches_both_readings():
     """The lead's numbers, from the files: the population reading (beside the README) and the subset one
-    (subset/): 15 undecided, 10 of 612 certified, each a win over a cell whose replies the parser could not
-    read (parse rate <= 0.08 in the first study's degenerate_cells.csv); the subset reading's 11 include
+    (subset/): 15 undecided, the claims certified (10 of 612 before flip hunting, more as the study goes on)
+    said in the lead, each a win over a cell whose replies the parser could not read (parse rate <= 0.08 in the first study's degenerate_cells.csv); the subset reading's 11 include
     those 10, and the other one is BBQ's T2 3-shot log-probability win on all 300 items."""
     folder = ROOT / "docs" / "study" / "certified"
     lead = (folder / "README.md").read_text().split("<!-- status -->")[0]
@@ -153,7 +153,7 @@ def test_the_readmes_lead_matches_both_readings():
     assert set(cert["target"]) == {"population"} and set(claims["target"]) == {"population"}
     decided, sub_decided = claims[claims["claim"] != "undecided"], sub[sub["claim"] != "undecided"]
     assert (cert["verdict"] == "undecided").sum() == len(cert) == 15 and "all 15 are `undecided`" in lead
-    assert len(decided) == 10 and len(claims) == 612 and "10 of the 612 configuration claims" in lead
+    assert len(decided) >= 10 and len(claims) == 612 and f"{len(decided)} of the 612 configuration claims" in lead
     assert len(sub_decided) == 11 and "certify 11 claims" in lead
     degenerate = pd.read_csv(ROOT / "docs" / "study" / "analysis" / "degenerate_cells.csv")
     parse = dict(zip(zip(degenerate["model"], degenerate["config_id"]), degenerate["parse_rate"], strict=True))
