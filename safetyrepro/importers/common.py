@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from safetyrepro.errors import UserError
-from safetyrepro.limits import shorten
+from safetyrepro.limits import MAX_CHOICE, shorten, whole_number
 
 # lm-eval and Inspect record dtypes in several spellings; the grid's precision column uses one.
 PRECISIONS = {
@@ -206,6 +206,14 @@ def as_unit_score(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, complex):
         x = float(value)
         return x if math.isfinite(x) and 0.0 <= x <= 1.0 else None
+    return None
+
+
+def answer_index(value: Any, field: str) -> int | None:
+    """A recorded answer index (prediction, gold label): a whole number in range, refused when out of
+    it; anything but an int means none was recorded."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return whole_number(value, field, 0, MAX_CHOICE)
     return None
 
 
