@@ -19,21 +19,13 @@ from safetyrepro.errors import UserError
 from safetyrepro.limits import MAX_CHOICE, shorten, whole_number
 
 # lm-eval and Inspect record dtypes in several spellings; the grid's precision column uses one.
+# ("auto" is no spelling of one: precision_label's fallback)
 PRECISIONS = {
-    "bf16": "bf16",
-    "bfloat16": "bf16",
-    "torch.bfloat16": "bf16",
-    "fp16": "fp16",
-    "float16": "fp16",
-    "half": "fp16",
-    "torch.float16": "fp16",
-    "fp32": "fp32",
-    "float32": "fp32",
-    "float": "fp32",
-    "torch.float32": "fp32",
+    **dict.fromkeys(("bf16", "bfloat16", "torch.bfloat16"), "bf16"),
+    **dict.fromkeys(("fp16", "float16", "half", "torch.float16"), "fp16"),
+    **dict.fromkeys(("fp32", "float32", "float", "torch.float32"), "fp32"),
     "nf4": "nf4",
     "int8": "int8",
-    "auto": "auto",
 }
 SCORE_TOLERANCE = 1e-9  # per-item values must average to the recorded score this closely
 TOKEN = re.compile(r"[A-Za-z0-9._-]{1,24}")
@@ -194,7 +186,7 @@ def precision_label(*candidates: Any) -> str:
         if c is None or c == "":
             continue
         key = str(c).strip().lower()
-        if key in PRECISIONS and PRECISIONS[key] != "auto":
+        if key in PRECISIONS:
             return PRECISIONS[key]
     return "auto"
 

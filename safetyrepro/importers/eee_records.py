@@ -561,18 +561,12 @@ def _foreign_run(
     unc = _strs(sd.get("uncertainty"))
     if item_ids is None and isinstance(source_data.get("sample_ids"), list) and source_data["sample_ids"]:
         item_ids = tuple(str(s) for s in source_data["sample_ids"])
-    n_items = (
-        len(items)
-        if items
-        else next(
-            (
-                whole_number(v, "sample count", 1, MAX_COUNT)
-                for v in (unc.get("num_samples"), source_data.get("samples_number"))
-                if isinstance(v, int) and v >= 1
-            ),
-            len(item_ids) if item_ids else 0,
-        )
-    )
+    stated = [v for v in (unc.get("num_samples"), source_data.get("samples_number")) if isinstance(v, int) and v >= 1]
+    n_items = len(item_ids) if item_ids else 0
+    if items:
+        n_items = len(items)
+    elif stated:
+        n_items = whole_number(stated[0], "sample count", 1, MAX_COUNT)
     if n_items < 1:
         raise bad_file(
             source,

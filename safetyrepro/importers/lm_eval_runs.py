@@ -108,13 +108,8 @@ class LmEvalReader:
             if s.with_name(f"results_{stamp}.json").is_file():
                 results.add(s.with_name(f"results_{stamp}.json"))
             else:
-                bad.append(
-                    BadInput(
-                        str(s),
-                        f"has no results file beside it (results_{stamp}.json): a samples file "
-                        "without its results cannot say the run's settings",
-                    )
-                )
+                why = f"has no results file beside it (results_{stamp}.json): a samples file without its results"
+                bad.append(BadInput(str(s), why + " cannot say the run's settings"))
         return sorted(results), bad
 
     def read(self, path: Path) -> tuple[bytes, Any]:
