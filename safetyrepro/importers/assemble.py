@@ -84,16 +84,11 @@ def definition_misfits(runs: list[Run]) -> tuple[list[Run], list[Unmapped]]:
     for r in runs:
         allowed = get_benchmark(r.axes.benchmark).scorings if r.axes.benchmark in BENCHMARKS else None
         if allowed is not None and r.axes.scoring not in allowed:
-            unmapped.append(
-                Unmapped(
-                    r.source,
-                    r.task,
-                    r.model,
-                    f"placed under {r.axes.benchmark}, which its definition "
-                    f"scores {', '.join(allowed)} only, but the run scored {r.axes.scoring}; map the "
-                    "task to a benchmark name of its own",
-                )
+            reason = (
+                f"placed under {r.axes.benchmark}, which its definition scores {', '.join(allowed)} only, "
+                f"but the run scored {r.axes.scoring}; map the task to a benchmark name of its own"
             )
+            unmapped.append(Unmapped(r.source, r.task, r.model, reason))
         else:
             kept.append(r)
     return kept, unmapped

@@ -136,7 +136,7 @@ def dump_line(obj: Any) -> str:
 def number_str(x: Any) -> str:
     """A number as a details value (strings only): repr of the float, so it reads back exactly."""
     if isinstance(x, bool):
-        return "true" if x else "false"
+        return bool_str(x)
     if isinstance(x, int):
         return str(x)
     f = float(x)
