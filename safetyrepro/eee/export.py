@@ -114,6 +114,12 @@ def _present(v: Any | None) -> TypeGuard[Any]:
         return True
 
 
+def _given(row: dict, key: str) -> str | None:
+    """An optional column's value as text, None when it is absent, missing or empty."""
+    v = row.get(key)
+    return str(v) if _present(v) and str(v) else None
+
+
 def _seed_scores(row: dict, cell_items: pd.DataFrame | None) -> dict[str, float] | None:
     """seed -> score: the grid's seed_scores column, else the item records' mean per seed; None
     when neither gives one score per seed."""
@@ -149,11 +155,7 @@ def _uncertainty(cell_items: pd.DataFrame | None) -> dict | None:
 
 
 def _source_data(benchmark: str, row: dict) -> dict:
-    details = {
-        k: str(row[c])
-        for k, c in ((R.K_ITEM_SET, "item_set"), (R.K_SUBSET, "subset_id"))
-        if _present(row.get(c)) and str(row[c])
-    }
+    details = {k: _given(row, c) for k, c in ((R.K_ITEM_SET, "item_set"), (R.K_SUBSET, "subset_id")) if _given(row, c)}
     if benchmark in BENCHMARKS:
         src = get_benchmark(benchmark).source
         urls = [f.urls[0] for f in src.files if f.urls]
@@ -174,7 +176,7 @@ def _metric_config(benchmark: str, row: dict, tie_rule: str | None) -> dict:
     details = {R.K_BETTER: better.name}
     if tie_rule and row["scoring"] == "logprob":
         details[R.K_TIE_RULE] = tie_rule
-    if _present(row.get("metric")) and str(row["metric"]):
+    if _given(row, "metric"):
         details[R.K_METRIC] = str(row["metric"])
     return {
         "evaluation_description": meaning or f"{benchmark}: share of items answered correctly",
@@ -237,20 +239,16 @@ def _generation_config(row: dict, rules, rules_sha: str) -> dict:
 def _instance_lines(cell_items: pd.DataFrame, evaluation_id: str, model_id: str, row: dict) -> list[str]:
     method = "regex" if row["scoring"] == "free_form" else "logprob_argmax"
     lines = []
-    cols = set(cell_items.columns)
-    for it in cell_items.to_dict("records"):
+    for it in cell_items.to_dict("records"):  # an optional column the records lack reads as None
         meta = {"seed": str(int(it["seed"]))}
-        prediction = it.get("prediction") if "prediction" in cols else None
-        gold = it.get("gold") if "gold" in cols else None
+        prediction, gold, raw = it.get("prediction"), it.get("gold"), it.get("raw_output")
         for key in ("prediction", "gold"):
-            v = it.get(key) if key in cols else None
-            if _present(v):
-                meta[key] = str(int(v))
-        if "parsed" in cols and _present(it.get("parsed")):
+            if _present(it.get(key)):
+                meta[key] = str(int(it[key]))
+        if _present(it.get("parsed")):
             meta["parsed"] = R.bool_str(bool(it["parsed"]))
-        if "prompt_sha256" in cols and _present(it.get("prompt_sha256")) and str(it["prompt_sha256"]):
+        if _given(it, "prompt_sha256"):
             meta["prompt_sha256"] = str(it["prompt_sha256"])
-        raw = it.get("raw_output") if "raw_output" in cols else None
         score = float(it["item_score"])
         correct = (int(prediction) == int(gold)) if _present(prediction) and _present(gold) else score >= 1.0
         lines.append(
@@ -352,16 +350,9 @@ def build_export(
         row = {**{k: raw.at[i, k] for k in raw.columns}, **{k: v[k] for k in valid.columns if k != "score"}}
         row["score"] = float(raw.at[i, "score"]) if v["status"] == "ok" else None
         if v["status"] != "ok":
-            out.skipped.append(
-                {
-                    "model": row["model"],
-                    "config_id": row["config_id"],
-                    "precision": row["precision"],
-                    "package": row["package"],
-                    "status": v["status"],
-                    "reason": "EEE records carry a score; a cell that did not run has none",
-                }
-            )
+            cell = {k: row[k] for k in ("model", "config_id", "precision", "package")}
+            reason = "EEE records carry a score; a cell that did not run has none"
+            out.skipped.append({**cell, "status": v["status"], "reason": reason})
             continue
         label, package, precision = str(row["model"]), str(row["package"]), str(row["precision"])
         model_id = R.model_id_for(label, model_ids)
@@ -397,7 +388,7 @@ def build_export(
         unc = _uncertainty(cell_items)
         if unc:
             score_details["uncertainty"] = unc
-        tie_rule = str(row["tie_rule"]) if _present(row.get("tie_rule")) and str(row["tie_rule"]) else run_tie_rule
+        tie_rule = _given(row, "tie_rule") or run_tie_rule
         result = {
             "evaluation_result_id": row["config_id"],
             "evaluation_name": row["benchmark"],
@@ -407,11 +398,7 @@ def build_export(
             "generation_config": _generation_config(row, rules, rules.sha256),
         }
         model_details = {"deployment_type": "unknown", "model_availability": "unknown", R.K_LABEL: label}
-        w = (
-            str(row["weights_sha256"])
-            if _present(row.get("weights_sha256")) and str(row["weights_sha256"])
-            else weights.get(label)
-        )
+        w = _given(row, "weights_sha256") or weights.get(label)
         if w:
             model_details[R.K_WEIGHTS] = w
         model_info = {"name": label, "id": model_id, "additional_details": model_details}

@@ -47,8 +47,8 @@ def _raw(data: memoryview, info: zipfile.ZipInfo) -> memoryview:
     try:
         fields = LOCAL_HEADER.unpack_from(data, start)
     except struct.error:
-        raise Refused(f"member {shorten(info.filename)} has no local header (a damaged archive)") from None
-    if fields[0] != b"PK\x03\x04":
+        fields = None
+    if fields is None or fields[0] != b"PK\x03\x04":
         raise Refused(f"member {shorten(info.filename)} has no local header (a damaged archive)")
     begin = start + LOCAL_HEADER.size + fields[10] + fields[11]
     raw = data[begin : begin + info.compress_size]

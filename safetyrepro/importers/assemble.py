@@ -84,22 +84,22 @@ def definition_misfits(runs: list[Run]) -> tuple[list[Run], list[Unmapped]]:
     for r in runs:
         allowed = get_benchmark(r.axes.benchmark).scorings if r.axes.benchmark in BENCHMARKS else None
         if allowed is not None and r.axes.scoring not in allowed:
-            unmapped.append(
-                Unmapped(
-                    r.source,
-                    r.task,
-                    r.model,
-                    f"placed under {r.axes.benchmark}, which its definition "
-                    f"scores {', '.join(allowed)} only, but the run scored {r.axes.scoring}; map the "
-                    "task to a benchmark name of its own",
-                )
+            reason = (
+                f"placed under {r.axes.benchmark}, which its definition scores {', '.join(allowed)} only, "
+                f"but the run scored {r.axes.scoring}; map the task to a benchmark name of its own"
             )
+            unmapped.append(Unmapped(r.source, r.task, r.model, reason))
         else:
             kept.append(r)
     return kept, unmapped
 
 
 # -- non-axis agreement ----------------------------------------------------------------------------
+def _note(kind: str, subject: str, values: str, resolution: str) -> dict:
+    """A row of disagreements.csv."""
+    return dict(zip(DISAGREEMENT_COLUMNS, (kind, subject, values, resolution), strict=True))
+
+
 def split_models(runs: list[Run]) -> tuple[list[Run], list[dict]]:
     """A label whose runs recorded different weights becomes one label per weights hash."""
     notes = []
@@ -110,14 +110,8 @@ def split_models(runs: list[Run]) -> tuple[list[Run], list[dict]]:
     split = {label for label, ids in by_label.items() if len(ids) > 1}
     for label in sorted(split):
         ids = sorted(by_label[label])
-        notes.append(
-            {
-                "kind": "model weights",
-                "subject": label,
-                "values": ", ".join(i[:12] for i in ids),
-                "resolution": "kept apart as " + ", ".join(f"{label}#{i[:8]}" for i in ids),
-            }
-        )
+        kept_as = ", ".join(f"{label}#{i[:8]}" for i in ids)
+        notes.append(_note("model weights", label, ", ".join(i[:12] for i in ids), "kept apart as " + kept_as))
     runs = [replace(r, model=f"{r.model}#{r.weights_id[:8]}") if r.model in split and r.weights_id else r for r in runs]
     by_weights: dict[str, set[str]] = defaultdict(set)
     for r in runs:
@@ -126,13 +120,13 @@ def split_models(runs: list[Run]) -> tuple[list[Run], list[dict]]:
     for weights, labels in sorted(by_weights.items()):
         if len(labels) > 1:
             notes.append(
-                {
-                    "kind": "model names",
-                    "subject": f"weights {weights[:12]}",
-                    "values": ", ".join(sorted(labels)),
-                    "resolution": "kept as separate models; if they are one model, give them one label with "
+                _note(
+                    "model names",
+                    f"weights {weights[:12]}",
+                    ", ".join(sorted(labels)),
+                    "kept as separate models; if they are one model, give them one label with "
                     "a `models` entry of the mapping file",
-                }
+                )
             )
     return runs, notes
 
@@ -143,12 +137,8 @@ def package_labels(runs: list[Run]) -> tuple[list[Run], list[dict]]:
     if len(versions) < 2:
         return [replace(r, settings={**r.settings, "_package": r.package}) for r in runs], []
     package = runs[0].package
-    note = {
-        "kind": "package version",
-        "subject": package,
-        "values": ", ".join(versions),
-        "resolution": "kept apart: package column " + ", ".join(f"{package}=={v}" for v in versions),
-    }
+    columns = ", ".join(f"{package}=={v}" for v in versions)
+    note = _note("package version", package, ", ".join(versions), "kept apart: package column " + columns)
     return [replace(r, settings={**r.settings, "_package": f"{r.package}=={r.package_version}"}) for r in runs], [note]
 
 
@@ -180,18 +170,8 @@ def dedupe(runs: list[Run], how: str) -> tuple[list[Run], list[dict]]:
                 if r is group[-1]
                 else f"dropped (older than {group[-1].source})"
             )
-            rows.append(
-                {
-                    "model": key[0],
-                    "config_id": key[1],
-                    "precision": key[2],
-                    "package": key[3],
-                    "seed": key[4],
-                    "source": r.source,
-                    "created": r.created,
-                    "action": action,
-                }
-            )
+            # the key's model, config_id, precision, package and seed, then this run's
+            rows.append(dict(zip(DUPLICATE_COLUMNS, (*key[:5], r.source, r.created, action), strict=True)))
     return kept, rows
 
 
@@ -222,13 +202,13 @@ def comparability(runs: list[Run]) -> tuple[list[Run], list[dict]]:
                 if v != main:
                     differs[i].append(f"{what} {v}")
             notes.append(
-                {
-                    "kind": f"different {what}",
-                    "subject": f"{package} {benchmark}",
-                    "values": "; ".join(f"{v} ({counts[v]} runs)" for v in sorted(counts)),
-                    "resolution": f"runs with {what} {main} keep package {package!r}; the others are kept "
+                _note(
+                    f"different {what}",
+                    f"{package} {benchmark}",
+                    "; ".join(f"{v} ({counts[v]} runs)" for v in sorted(counts)),
+                    f"runs with {what} {main} keep package {package!r}; the others are kept "
                     f"apart under package '{package} [{what} ...]'",
-                }
+                )
             )
     out = [
         replace(r, settings={**r.settings, "_package": f"{r.settings['_package']} [{'; '.join(differs[i])}]"})
@@ -402,25 +382,9 @@ def _cells(runs: list[Run]) -> tuple[list[dict], list[dict], dict[str, set[str]]
         )
         if has_items:
             for s, r in zip(seeds, group, strict=True):
-                for it in r.items or ():
-                    items.append(
-                        {
-                            "model": model,
-                            "config_id": config_id,
-                            "benchmark": first.axes.benchmark,
-                            "package": package,
-                            "precision": precision,
-                            "item_id": it.item_id,
-                            "seed": s,
-                            "item_score": it.item_score,
-                            "prediction": it.prediction,
-                            "parsed": it.parsed,
-                            "gold": it.gold,
-                            "raw_output": it.raw_output,
-                            "prompt_sha256": it.prompt_sha256,
-                            "source": r.samples_source,
-                        }
-                    )
+                cell_columns = {"model": model, "config_id": config_id, "benchmark": first.axes.benchmark}
+                cell_columns.update(package=package, precision=precision, seed=s, source=r.samples_source)
+                items += [{**cell_columns, **vars(it)} for it in r.items or ()]  # an ItemRow's fields are columns
     return rows, items, fed
 
 
@@ -507,9 +471,7 @@ def assemble(
         if r.model_recorded not in entry["recorded_as"]:
             entry["recorded_as"].append(r.model_recorded)
     tie_rules = sorted({r.tie_rule for r in runs if r.tie_rule})
-    subsets = {}
-    for b, g in grid.groupby("benchmark"):
-        subsets[b] = ", ".join(sorted(set(g["item_set"])))
+    subsets = {b: ", ".join(sorted(set(g["item_set"]))) for b, g in grid.groupby("benchmark")}
     run_record = {
         "source": f"safetyrepro import {reading.package}",
         "rules_sha256": rules.sha256,

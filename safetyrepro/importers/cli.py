@@ -57,39 +57,33 @@ def register(subparsers) -> None:
     )
     sub = p.add_subparsers(dest="package", metavar="PACKAGE")  # argparse gives it the parent's parser class
     sub.required = True
-    lm = sub.add_parser(
-        "lm-eval",
-        help="lm-eval --output_path folders (results_*.json, samples_*.jsonl)",
-        description="Read lm-eval output folders (searched at any depth) or results files.",
-    )
-    lm.add_argument(
-        "paths",
-        nargs="+",
-        metavar="PATH",
-        help="folders written by lm_eval --output_path, or results_<date>.json files",
-    )
-    _common(lm)
-    ins = sub.add_parser(
-        "inspect",
-        help="Inspect logs (.eval / .json) through Inspect's log API",
-        description="Read Inspect log folders (searched at any depth) or log files.",
-    )
-    ins.add_argument("paths", nargs="+", metavar="LOGDIR", help="Inspect log folders (--log-dir) or log files")
-    _common(ins)
-    eee = sub.add_parser(
-        "eee",
-        help="Every Eval Ever records (<uuid>.json + <uuid>_samples.jsonl; docs/eee.md)",
-        description="Read Every Eval Ever 0.3 records (folders searched at any depth for <uuid>.json, "
-        "or record files) and their instance-level files: SafetyRepro's own exports, "
-        "or any converter's (HELM, lm-eval, Inspect) through --mapping.",
-    )
-    eee.add_argument(
-        "paths",
-        nargs="+",
-        metavar="PATH",
-        help="folders of EEE records (e.g. an export's DIR or DIR/data) or record files",
-    )
-    _common(eee)
+    # per package: help, description, the paths' metavar and help
+    packages = {
+        "lm-eval": (
+            "lm-eval --output_path folders (results_*.json, samples_*.jsonl)",
+            "Read lm-eval output folders (searched at any depth) or results files.",
+            "PATH",
+            "folders written by lm_eval --output_path, or results_<date>.json files",
+        ),
+        "inspect": (
+            "Inspect logs (.eval / .json) through Inspect's log API",
+            "Read Inspect log folders (searched at any depth) or log files.",
+            "LOGDIR",
+            "Inspect log folders (--log-dir) or log files",
+        ),
+        "eee": (
+            "Every Eval Ever records (<uuid>.json + <uuid>_samples.jsonl; docs/eee.md)",
+            "Read Every Eval Ever 0.3 records (folders searched at any depth for <uuid>.json, "
+            "or record files) and their instance-level files: SafetyRepro's own exports, "
+            "or any converter's (HELM, lm-eval, Inspect) through --mapping.",
+            "PATH",
+            "folders of EEE records (e.g. an export's DIR or DIR/data) or record files",
+        ),
+    }
+    for name, (short, description, metavar, paths_help) in packages.items():
+        one = sub.add_parser(name, help=short, description=description)
+        one.add_argument("paths", nargs="+", metavar=metavar, help=paths_help)
+        _common(one)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,24 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from safetyrepro.errors import UserError
-from safetyrepro.limits import shorten
+from safetyrepro.limits import MAX_CHOICE, shorten, whole_number
 
 # lm-eval and Inspect record dtypes in several spellings; the grid's precision column uses one.
+# ("auto" is no spelling of one: precision_label's fallback)
 PRECISIONS = {
-    "bf16": "bf16",
-    "bfloat16": "bf16",
-    "torch.bfloat16": "bf16",
-    "fp16": "fp16",
-    "float16": "fp16",
-    "half": "fp16",
-    "torch.float16": "fp16",
-    "fp32": "fp32",
-    "float32": "fp32",
-    "float": "fp32",
-    "torch.float32": "fp32",
+    **dict.fromkeys(("bf16", "bfloat16", "torch.bfloat16"), "bf16"),
+    **dict.fromkeys(("fp16", "float16", "half", "torch.float16"), "fp16"),
+    **dict.fromkeys(("fp32", "float32", "float", "torch.float32"), "fp32"),
     "nf4": "nf4",
     "int8": "int8",
-    "auto": "auto",
 }
 SCORE_TOLERANCE = 1e-9  # per-item values must average to the recorded score this closely
 TOKEN = re.compile(r"[A-Za-z0-9._-]{1,24}")
@@ -194,7 +186,7 @@ def precision_label(*candidates: Any) -> str:
         if c is None or c == "":
             continue
         key = str(c).strip().lower()
-        if key in PRECISIONS and PRECISIONS[key] != "auto":
+        if key in PRECISIONS:
             return PRECISIONS[key]
     return "auto"
 
@@ -206,6 +198,14 @@ def as_unit_score(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, complex):
         x = float(value)
         return x if math.isfinite(x) and 0.0 <= x <= 1.0 else None
+    return None
+
+
+def answer_index(value: Any, field: str) -> int | None:
+    """A recorded answer index (prediction, gold label): a whole number in range, refused when out of
+    it; anything but an int means none was recorded."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return whole_number(value, field, 0, MAX_CHOICE)
     return None
 
 

@@ -23,7 +23,6 @@ from safetyrepro.errors import UserError
 
 SCHEMA_VERSION = "0.3.0"  # the EEE schema the export writes
 SUPPORTED_SCHEMAS = ("0.3.",)  # schema versions the import reads (0.3.x)
-EEE_PACKAGE = "every-eval-ever==0.3.0"
 PREFIX = "safetyrepro_"
 # JSON text under an extension EEE's validator does not collect: run over a whole export folder it
 # reads every *.json and *.jsonl (every_eval_ever/validate.py, expand_paths), and this is no record
@@ -134,19 +133,10 @@ def dump_line(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(", ", ": ")) + "\n"
 
 
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not strict JSON")
-
-
-def loads_strict(text: str) -> Any:
-    """JSON as EEE's validator reads it: NaN / Infinity refused."""
-    return json.loads(text, parse_constant=_refuse_constant)
-
-
 def number_str(x: Any) -> str:
     """A number as a details value (strings only): repr of the float, so it reads back exactly."""
     if isinstance(x, bool):
-        return "true" if x else "false"
+        return bool_str(x)
     if isinstance(x, int):
         return str(x)
     f = float(x)

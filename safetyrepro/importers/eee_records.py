@@ -14,8 +14,8 @@ Two kinds of record:
   top_p); every other recorded generation setting names it, so that runs that generated differently
   never share a configuration; a recorded prompt template names the template.
 
-`EeeReader` is the I/O edge (for importers/reader.py's loop); `runs_from_record` turns one parsed record
-and its instance rows into runs without touching the disk.
+`EeeReader` is the I/O edge (for importers/reader.py's loop); its `runs` turns one parsed record and its
+instance rows into runs without touching the disk.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import datetime as dt
 import functools
 import hashlib
 import json
-import math
 import os
 import re
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -137,10 +137,29 @@ class EeeReader:
             where = shorten(parsed["detailed_evaluation_results"].get("file_path"))
             note = f"its instance-level file {where} is not there"
         rows, samples = (companions[0].parsed, str(companions[0].path)) if companions else (None, None)
-        return runs_from_record(parsed, rows, str(path), samples, mapping, rules, metric, note)
+        record = Record(parsed, str(path), rows, samples, note)
+        if R.is_safetyrepro_record(parsed):
+            return [
+                run for result in parsed["evaluation_results"] for run in _safetyrepro_runs(record, result, mapping)
+            ]
+        by_task: dict[str, list[dict]] = defaultdict(list)
+        for result in parsed["evaluation_results"]:
+            by_task[str(result.get("evaluation_name"))].append(result)
+        return [_foreign_run(record, task, results, mapping, rules, metric) for task, results in by_task.items()]
 
 
 READER = EeeReader()
+
+
+@dataclass(frozen=True)
+class Record:
+    """An aggregate record as read, with its instance rows (None: no instance-level file, `items_note` says why)."""
+
+    record: dict
+    source: str
+    rows: list[dict] | None
+    samples_source: str | None
+    items_note: str
 
 
 def _companion(path: Path, record: dict) -> Path | None:
@@ -233,12 +252,9 @@ def _created(record: dict, result: dict | None = None) -> float:
     ):
         if value is None:
             continue
-        try:
-            x = float(value)
-            if math.isfinite(x):
-                return x
-        except (TypeError, ValueError):
-            pass
+        seconds = number(value)
+        if seconds is not None:
+            return seconds
         try:
             return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
         except ValueError:
@@ -278,38 +294,6 @@ def _raw_output(row: dict) -> str | None:
     return str(raw[0]) if isinstance(raw, list) and raw else None
 
 
-def runs_from_record(
-    record: dict,
-    rows: list[dict] | None,
-    source: str,
-    samples_source: str | None,
-    mapping: Mapping,
-    rules,
-    metric: str | None,
-    items_note: str,
-) -> list[Run | Unmapped]:
-    if R.is_safetyrepro_record(record):
-        out: list[Run | Unmapped] = []
-        for result in record["evaluation_results"]:
-            out += _safetyrepro_runs(
-                record,
-                result,
-                _rows_for(rows, result, record["evaluation_results"]),
-                source,
-                samples_source,
-                mapping,
-                items_note,
-            )
-        return out
-    by_task: dict[str, list[dict]] = defaultdict(list)
-    for result in record["evaluation_results"]:
-        by_task[str(result.get("evaluation_name"))].append(result)
-    return [
-        _foreign_run(record, task, results, rows, source, samples_source, mapping, rules, metric, items_note)
-        for task, results in by_task.items()
-    ]
-
-
 # -- SafetyRepro's own records ---------------------------------------------------------------------------
 def _need(d: dict, key: str, where: str) -> str:
     v = d.get(key)
@@ -318,16 +302,16 @@ def _need(d: dict, key: str, where: str) -> str:
     return v
 
 
-def _safetyrepro_runs(
-    record: dict,
-    result: dict,
-    rows: list[dict] | None,
-    source: str,
-    samples_source: str | None,
-    mapping: Mapping,
-    items_note: str,
-) -> list[Run]:
+def _index(value: Any, field: str) -> int | None:
+    """An answer's index as the export writes it (a string of digits), None when it recorded none."""
+    return None if value is None else whole_number(value, field, 0, MAX_CHOICE, text=True)
+
+
+def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]:
     from safetyrepro.tasks.envelope import Config
+
+    record, source, samples_source = read.record, read.source, read.samples_source
+    rows = _rows_for(read.rows, result, record["evaluation_results"])
 
     gen = _strs(result.get("generation_config"))
     g = _strs(gen.get("additional_details"))
@@ -375,18 +359,12 @@ def _safetyrepro_runs(
         meta = _strs(row.get("metadata"))
         where_row = f"{samples_source} line {n}"
         seed = whole_number(meta.get("seed", "0"), f"{where_row}: metadata.seed", 0, MAX_SEED, text=True)
-        prediction = meta.get("prediction")
-        gold = meta.get("gold")
         by_seed[seed].append(
             ItemRow(
                 str(row.get("sample_id")),
                 _row_score(row, where_row),
-                whole_number(prediction, f"{where_row}: metadata.prediction", 0, MAX_CHOICE, text=True)
-                if prediction is not None
-                else None,
-                whole_number(gold, f"{where_row}: metadata.gold", 0, MAX_CHOICE, text=True)
-                if gold is not None
-                else None,
+                _index(meta.get("prediction"), f"{where_row}: metadata.prediction"),
+                _index(meta.get("gold"), f"{where_row}: metadata.gold"),
                 _raw_output(row),
                 {"true": True, "false": False}.get(str(meta.get("parsed"))) if "parsed" in meta else None,
                 meta.get("prompt_sha256") or None,
@@ -405,7 +383,7 @@ def _safetyrepro_runs(
     runs: list[Run] = []
     seeds = seed_scores if seed_scores is not None else {0: score}
     for seed, seed_score in seeds.items():
-        items, note = None, items_note
+        items, note = None, read.items_note
         have = by_seed.get(seed) if rows is not None else None
         if rows is not None and len(seeds) == 1 and have is None and len(by_seed) == 1:
             have = next(iter(by_seed.values()))
@@ -495,19 +473,11 @@ def _settings(gen: dict, shots_key: str | None) -> dict[str, Any]:
 
 
 def _foreign_run(
-    record: dict,
-    task: str,
-    results: list[dict],
-    rows: list[dict] | None,
-    source: str,
-    samples_source: str | None,
-    mapping: Mapping,
-    rules,
-    metric: str | None,
-    items_note: str,
+    read: Record, task: str, results: list[dict], mapping: Mapping, rules, metric: str | None
 ) -> Run | Unmapped:
     from safetyrepro.analysis.direction import direction
 
+    record, source, samples_source = read.record, read.source, read.samples_source
     info = record["model_info"]
     library = _strs(record.get("eval_library"))
     label = mapping.checked_label(str(info["id"]).strip(), source, "model_info.id")
@@ -570,8 +540,8 @@ def _foreign_run(
     )
     prompt = args.get("prompt_template")
     template = with_settings(placement.template, {"prompt": short_hash(str(prompt))} if prompt else {})
-    item_rows = _rows_for(rows, chosen, results)
-    items, note, item_ids = None, items_note, None
+    item_rows = _rows_for(read.rows, chosen, results)
+    items, note, item_ids = None, read.items_note, None
     if item_rows is not None:
         values: dict[str, list[float]] = defaultdict(list)
         first: dict[str, dict] = {}
@@ -591,18 +561,12 @@ def _foreign_run(
     unc = _strs(sd.get("uncertainty"))
     if item_ids is None and isinstance(source_data.get("sample_ids"), list) and source_data["sample_ids"]:
         item_ids = tuple(str(s) for s in source_data["sample_ids"])
-    n_items = (
-        len(items)
-        if items
-        else next(
-            (
-                whole_number(v, "sample count", 1, MAX_COUNT)
-                for v in (unc.get("num_samples"), source_data.get("samples_number"))
-                if isinstance(v, int) and v >= 1
-            ),
-            len(item_ids) if item_ids else 0,
-        )
-    )
+    stated = [v for v in (unc.get("num_samples"), source_data.get("samples_number")) if isinstance(v, int) and v >= 1]
+    n_items = len(item_ids) if item_ids else 0
+    if items:
+        n_items = len(items)
+    elif stated:
+        n_items = whole_number(stated[0], "sample count", 1, MAX_COUNT)
     if n_items < 1:
         raise bad_file(
             source,

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from safetyrepro.limits import (
-    MAX_CHOICE,
     MAX_COUNT,
     MAX_SEED,
     MAX_SHOTS,
@@ -39,6 +38,7 @@ from .common import (
     Run,
     Unmapped,
     Unplaced,
+    answer_index,
     as_unit_score,
     bad_file,
     kept_items,
@@ -411,19 +411,12 @@ def _item_rows(samples: list, scorer: str) -> list[ItemRow] | str:
     for sid, vs in values.items():
         s = first[sid]
         meta = dict(s.scores[scorer].metadata or {})
-        sample_meta = dict(s.metadata or {})
-        prediction = meta.get("prediction")
-        gold = sample_meta.get("gold")
-        if isinstance(prediction, int) and not isinstance(prediction, bool):
-            prediction = whole_number(prediction, f"sample {shorten(sid)}'s score metadata prediction", 0, MAX_CHOICE)
-        if isinstance(gold, int) and not isinstance(gold, bool):
-            gold = whole_number(gold, f"sample {shorten(sid)}'s metadata gold", 0, MAX_CHOICE)
         rows.append(
             ItemRow(
                 sid,
                 sum(vs) / len(vs),
-                int(prediction) if isinstance(prediction, int) else None,
-                int(gold) if isinstance(gold, int) else None,
+                answer_index(meta.get("prediction"), f"sample {shorten(sid)}'s score metadata prediction"),
+                answer_index(dict(s.metadata or {}).get("gold"), f"sample {shorten(sid)}'s metadata gold"),
                 s.output.completion if getattr(s, "output", None) is not None else None,
                 bool(meta["parsed"]) if "parsed" in meta else None,
             )

@@ -37,6 +37,7 @@ from .common import (
     Run,
     Unmapped,
     Unplaced,
+    answer_index,
     as_unit_score,
     bad_file,
     kept_items,
@@ -107,13 +108,8 @@ class LmEvalReader:
             if s.with_name(f"results_{stamp}.json").is_file():
                 results.add(s.with_name(f"results_{stamp}.json"))
             else:
-                bad.append(
-                    BadInput(
-                        str(s),
-                        f"has no results file beside it (results_{stamp}.json): a samples file "
-                        "without its results cannot say the run's settings",
-                    )
-                )
+                why = f"has no results file beside it (results_{stamp}.json): a samples file without its results"
+                bad.append(BadInput(str(s), why + " cannot say the run's settings"))
         return sorted(results), bad
 
     def read(self, path: Path) -> tuple[bytes, Any]:
@@ -160,8 +156,7 @@ class LmEvalReader:
                 path,
                 f"the run logged samples for {', '.join(sorted(logged))} but not for {lacking}: a partial run folder",
             )
-        stamp = _stamp_time(_named(RESULTS_FILE, path)["stamp"])
-        return runs_from_results(parsed, str(path), samples, mapping, rules, metric, stamp)
+        return runs_from_results(parsed, str(path), samples, mapping, rules, metric)
 
 
 READER = LmEvalReader()
@@ -232,13 +227,7 @@ def _bool_or_none(v: Any) -> bool | None:
 
 
 def runs_from_results(
-    data: dict,
-    source: str,
-    samples: dict[str, tuple[str, list[dict]]],
-    mapping: Mapping,
-    rules,
-    metric: str | None,
-    stamp_time: float,
+    data: dict, source: str, samples: dict[str, tuple[str, list[dict]]], mapping: Mapping, rules, metric: str | None
 ) -> list[Run | Unmapped]:
     config = data["config"]
     kind = str(config.get("model") or "?")
@@ -334,6 +323,14 @@ def runs_from_results(
             )
         if n_items < 1:
             raise bad_file(source, f"records no item count for task {task}")
+        template = decorated_template(
+            placement.template,
+            chat_applied=chat_applied,
+            model_has_chat=sr_model.get("has_chat_template") if "has_chat_template" in sr_model else None,
+            system_text=system_text,
+            fewshot_as_multiturn=multiturn,
+            shots=shots,
+        )
         return Run(
             package="lm-eval",
             package_version=str(data.get("lm_eval_version") or f"{SUPPORTED}.x (unrecorded)"),
@@ -345,20 +342,7 @@ def runs_from_results(
             model_spec=spec,
             weights_id=weights,
             precision=precision,
-            axes=Axes(
-                placement.benchmark,
-                decorated_template(
-                    placement.template,
-                    chat_applied=chat_applied,
-                    model_has_chat=sr_model.get("has_chat_template") if "has_chat_template" in sr_model else None,
-                    system_text=system_text,
-                    fewshot_as_multiturn=multiturn,
-                    shots=shots,
-                ),
-                decoding.name,
-                shots,
-                scoring,
-            ),
+            axes=Axes(placement.benchmark, template, decoding.name, shots, scoring),
             decoding=decoding,
             stress_template=placement.stress,
             seed=seed,
@@ -370,7 +354,9 @@ def runs_from_results(
             item_ids=item_ids,
             items=items,
             items_note=note,
-            created=float(data["date"]) if isinstance(data.get("date"), (int, float)) else stamp_time,
+            created=float(data["date"])
+            if isinstance(data.get("date"), (int, float))
+            else _stamp_time(_named(RESULTS_FILE, Path(source))["stamp"]),
             settings={
                 "task": task,
                 "chat_template": chat_applied,
@@ -472,24 +458,12 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
                 raw = raw.strip() if isinstance(raw, str) else None
         parsed = True
     elif isinstance(resps, list) and resps:
-        first = resps[0]
-        raw = (
-            first
-            if isinstance(first, str)
-            else first[0]
-            if isinstance(first, list) and first and isinstance(first[0], str)
-            else None
-        )
+        first = resps[0][0] if isinstance(resps[0], list) and resps[0] else resps[0]
+        raw = first if isinstance(first, str) else None
         if safetyrepro and s.get("parse_rate") is not None:
             parsed = bool(s["parse_rate"])
-        if safetyrepro and isinstance(s.get("top_answer_share"), int) and not isinstance(s["top_answer_share"], bool):
+        if safetyrepro:
             # the task scored the item once and logged its predicted label (runs before this field: None)
-            prediction = whole_number(
-                s["top_answer_share"],
-                f"field top_answer_share of sample doc_id {shorten(s.get('doc_id'))}",
-                0,
-                MAX_CHOICE,
-            )
-    if not safetyrepro and output_type not in LOGPROB_TYPES[:1]:
-        gold = None  # a generated task's target is text, not a label index
+            field = f"field top_answer_share of sample doc_id {shorten(s.get('doc_id'))}"
+            prediction = answer_index(s.get("top_answer_share"), field)
     return ItemRow(item_id, value, prediction, gold, raw, parsed, prompt_sha)
