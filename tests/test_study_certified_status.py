@@ -144,8 +144,9 @@ def test_a_readme_without_the_block_is_refused(cs, tmp_path):
 def test_the_readmes_lead_matches_both_readings():
     """The lead's numbers, from the files: the population reading (beside the README) and the subset one
     (subset/): 15 undecided, the claims certified (10 of 612 before flip hunting, more as the study goes on)
-    said in the lead, each a win over a cell whose replies the parser could not read (parse rate <= 0.08 in the first study's degenerate_cells.csv); the subset reading's 11 include
-    those 10, and the other one is BBQ's T2 3-shot log-probability win on all 300 items."""
+    said in the lead, each a win over a cell whose replies the parser could not read (parse rate <= 0.08 in the
+    first study's degenerate_cells.csv); the subset reading's 11 include 10 of them, and the other one is BBQ's T2
+    3-shot log-probability win on all 300 items."""
     folder = ROOT / "docs" / "study" / "certified"
     lead = (folder / "README.md").read_text().split("<!-- status -->")[0]
     cert, claims = pd.read_csv(folder / "certificate.csv"), pd.read_csv(folder / "claims.csv")
