@@ -39,7 +39,9 @@ SLOW  ?= slow
 # processes it starts and waits for), so two workers keep both cores busy. WORKERS=1: one process, as before.
 WORKERS ?= 2
 ifneq ($(filter-out 0 1,$(WORKERS)),)
-PYTEST_WORKERS = -n $(WORKERS) --dist loadfile
+# --no-loadscope-reorder: files go out in collection order, which tests/conftest.py makes longest first (xdist's own
+# order, most tests first, put the longest single files last)
+PYTEST_WORKERS = -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 test-quick test-slow: export OMP_NUM_THREADS ?= 1
 else
 PYTEST_WORKERS = -p no:xdist
