@@ -39,7 +39,19 @@ class RayOracle(LiveOracle):
     _sent: dict = field(default_factory=dict)  # (model, config_id, item ids) -> the call's future
 
     def start(self) -> None:
-        self._started_here = start_ray(self.address, self.workers)
+        """Join the cluster, or start a local instance with a CPU for each model: every round asks every
+        model, so all of them stay loaded, one worker of one CPU each."""
+        import ray
+
+        n = len(self.sweep.spec.models)
+        self._started_here = start_ray(self.address, max(self.workers, n))
+        cpus = ray.cluster_resources().get("CPU", 0)
+        if cpus < n:
+            self.close()
+            raise UserError(
+                f"certify keeps all {n} models loaded, each on a Ray worker of one CPU; the cluster at "
+                f"{self.address} has {cpus:g} CPUs: add nodes or certify fewer models at once"
+            )
 
     def close(self) -> None:
         import ray
