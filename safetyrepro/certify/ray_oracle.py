@@ -28,6 +28,7 @@ from .live_oracle import LiveOracle
 from .oracle import Request
 
 RESTARTS = 3  # Ray restarts a lost worker on another node at most this often (then certify starts a new one)
+LOAD_WAIT_S = 1800.0  # a worker's first load may join and convert the weights; past this it is not coming
 LOST_WORKER_WAIT_S = 600.0  # how long a call waits for its lost worker to come back before the run stops
 
 
@@ -71,7 +72,14 @@ class RayOracle(LiveOracle):
             .options(num_cpus=1, max_restarts=RESTARTS, max_task_retries=RESTARTS, scheduling_strategy="SPREAD")
             .remote(self.sweep.entry(model), setup, self.sweep.prefetch_seeds(model), worker_threads(self.workers))
         )
-        record, failure = ray.get(actor.opened.remote())
+        try:
+            record, failure = ray.get(actor.opened.remote(), timeout=LOAD_WAIT_S)
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(actor)
+            raise UserError(
+                f"{model}: no Ray worker was placed and loaded within {LOAD_WAIT_S / 60:.0f} minutes (each needs "
+                "one free CPU on a node that can read the model)"
+            ) from None
         if failure:
             ray.kill(actor)
             raise UserError(f"{model} failed to load: {failure}")
