@@ -65,8 +65,7 @@ def run_live(
     OutputsCache(outputs_cache_path()).check()  # a bad cache is found here, not after a model load
     sweep.store.lock()  # one run at a time writes the folder; what it resumes from is read under the lock
     try:
-        if isinstance(run.oracle, RayOracle):
-            run.oracle.start()
+        run.oracle.start()
         run.start_from(earlier)
         problems = chosen_validly(run.problems, selection, run.looked_at, sweep_options)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -81,8 +80,7 @@ def run_live(
         )
         return result, run.write(result)
     finally:
-        if isinstance(run.oracle, RayOracle):
-            run.oracle.close()
+        run.oracle.close()
         sweep.store.unlock()
 
 

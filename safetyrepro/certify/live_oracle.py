@@ -180,6 +180,12 @@ class LiveOracle(Oracle):
             self.costs.load_seconds[model] = round(time.monotonic() - t0, 3)
         return self.drivers[model]
 
+    def start(self) -> None:
+        """Before the first model loads: nothing here (the Ray oracle joins or starts its cluster)."""
+
+    def close(self) -> None:
+        """After the run: the models stay loaded for the process, as a sweep's local executor keeps them."""
+
     def _open(self, model: str, setup: CellSetup) -> tuple[object, dict]:
         """(what runs the model's calls, run.json's record of its backend): here, the package's driver."""
         opened = open_model(self.sweep.entry(model), setup, self.sweep.prefetch_seeds(model))

@@ -85,17 +85,9 @@ def run_cell(model: OpenModel, cell: Cell, setup: CellSetup) -> dict:
     caller records it with `errors.error_line`)."""
     items = setup.items_for(cell.config.benchmark)
     ids = cell_item_ids(items, setup.spec.limit)
-    t0, c0 = time.time(), time.process_time()
-    records = model.driver.run_cell(cell.config, cell.seeds, ids)
+    call = call_cell(model.driver, cell, ids)
     return cell_record(
-        cell,
-        setup.spec,
-        setup.rules,
-        model.driver.identity,
-        records,
-        items,
-        time.time() - t0,
-        time.process_time() - c0,
+        cell, setup.spec, setup.rules, model.driver.identity, call.records, items, call.seconds, call.cpu_seconds
     )
 
 
