@@ -35,6 +35,7 @@ import numpy as np
 
 THETA = 0.5  # weight of the gambler betting on "above m"
 TRUNCATION = 0.5  # stakes at most c / m_t and c / (1 - m_t): the capital never drops below (1 - c) per step
+CONTROL_TRUNCATION = 0.9  # a controlled step's c: its range is wider, so the plain 1/2 would cap its stake
 MAX_GRID = 20_001  # candidates per stream (bounds on memory: streams x grid floats)
 
 
@@ -86,13 +87,27 @@ class WorBettingCS:
     def _y(self, x) -> np.ndarray:
         return (np.asarray(x, dtype=float) - self.low) / (self.high - self.low)
 
-    def update(self, streams, values) -> None:
-        """One new draw for each of `streams` (distinct indices), with values in [low, high]."""
+    def update(self, streams, values, gamma=None, deviation=None, deviation_span=None) -> None:
+        """One new draw for each of `streams` (distinct indices), with values in [low, high].
+
+        A control variate (certify/control.py SubsetControl): per stream, `deviation` is C - c_rest, a cheap
+        score on the drawn item minus its mean over the items not drawn before it (known: the cheap scores are
+        known for every item), so its mean given the earlier draws is exactly zero; |deviation| <=
+        `deviation_span`, and `gamma` is its coefficient, fixed from earlier draws. Each gambler then bets on
+        y - m_t - gamma deviation, still a martingale difference at the true mean, with the stakes truncated to
+        its wider range at CONTROL_TRUNCATION and set by the growth-rate plug-in. A stream without a control
+        (deviation_span 0) takes the plain step, bit for bit."""
         s = np.asarray(streams, dtype=np.int64)
         if len(s) == 0:
             return
         if np.any(self.t[s] >= self.N):
             raise ValueError("a stream drew more items than its population holds")
+        span = self.high - self.low
+        g = np.zeros(len(s)) if gamma is None else np.asarray(gamma, dtype=float)
+        dev = np.zeros(len(s)) if deviation is None else np.asarray(deviation, dtype=float) / span
+        w = np.zeros(len(s)) if deviation_span is None else np.asarray(deviation_span, dtype=float) / span
+        if np.any(np.abs(dev) > w + 1e-12):
+            raise ValueError("a control deviation is larger than the span it declared")
         y = np.clip(self._y(values), 0.0, 1.0)
         t = self.t[s] + 1  # this draw's index (1-based)
         mu_hat = self.mu_sum[s] / t  # plug-in mean before this draw
@@ -102,17 +117,28 @@ class WorBettingCS:
         m_t = (self.N * self.grid[None, :] - self.total[s][:, None]) / remaining[:, None]
         feasible = (m_t >= -1e-12) & (m_t <= 1 + 1e-12)
         m_t = np.clip(m_t, 0.0, 1.0)
+        controlled = (w > 0)[:, None]
+        c = np.where(controlled, CONTROL_TRUNCATION, TRUNCATION)
+        below = m_t + (np.abs(g) * w)[:, None]  # how far a gambler's gap can fall (the other's: rise)
+        above = 1 - m_t + (np.abs(g) * w)[:, None]
+        # a controlled step's stakes: per candidate, the growth-rate plug-in (aGRAPA, Waudby-Smith & Ramdas
+        # Sect. 5.1) rather than the width-tuned one, within the wider range's truncation
+        gap_hat = mu_hat[:, None] - m_t
+        kelly = gap_hat / (sigma2[:, None] + gap_hat**2)
+        lam_p = np.where(controlled, np.clip(kelly, 0.0, None), lam[:, None])
+        lam_m = np.where(controlled, np.clip(-kelly, 0.0, None), lam[:, None])
         with np.errstate(divide="ignore", invalid="ignore"):
-            lam_plus = np.minimum(lam[:, None], np.where(m_t > 0, TRUNCATION / m_t, np.inf))
-            lam_minus = np.minimum(lam[:, None], np.where(m_t < 1, TRUNCATION / (1 - m_t), np.inf))
-        gap = y[:, None] - m_t
-        self.log_plus[s] += np.log1p(lam_plus * gap)
-        self.log_minus[s] += np.log1p(-lam_minus * gap)
+            lam_plus = np.minimum(lam_p, np.where(below > 0, c / below, np.inf))
+            lam_minus = np.minimum(lam_m, np.where(above > 0, c / above, np.inf))
+        self.log_plus[s] += np.log1p(lam_plus * (y[:, None] - m_t - (g * dev)[:, None]))
+        self.log_minus[s] += np.log1p(-lam_minus * (y[:, None] - m_t - (g * dev)[:, None]))
         hedged = np.logaddexp(np.log(THETA) + self.log_plus[s], np.log(1 - THETA) + self.log_minus[s])
         self.alive[s] &= feasible & (hedged < self._threshold)
-        # the plug-in statistics, updated after the bet (predictable: they only use earlier draws)
-        self.var_sum[s] += (y - mu_hat) ** 2
-        self.mu_sum[s] += y
+        # the plug-in statistics, updated after the bet (predictable: they only use earlier draws); the spread
+        # is that of the controlled value
+        v = y - g * dev
+        self.var_sum[s] += (v - mu_hat) ** 2
+        self.mu_sum[s] += v
         self.total[s] += y
         self.t[s] = t
         # every item drawn: only the observed mean is left

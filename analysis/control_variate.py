@@ -75,11 +75,21 @@ class ControlledBettingCS(GridEProcesses):
     step's range [-1 - |gamma| CLIP, 1 + |gamma| CLIP]."""
 
     def __init__(
-        self, n_streams: int, alpha: float, grid_points: int = 201, extra: tuple[float, ...] = (), delta: float = 0.0
+        self,
+        n_streams: int,
+        alpha: float,
+        grid_points: int = 201,
+        extra: tuple[float, ...] = (),
+        delta: float = 0.0,
+        k: int = K_PARTNERS,
+        max_partner_steps: int = MAX_PARTNER_STEPS,
     ):
         if not 0 < alpha < 1:
             raise ValueError(f"alpha {alpha} must be in (0, 1)")
+        if k < 1 or max_partner_steps < 0:
+            raise ValueError(f"a partner step takes k >= 1 partners (k={k}), at most max_partner_steps >= 0 times")
         self.alpha, self.delta = float(alpha), float(delta)
+        self.k, self.max_partner_steps = int(k), int(max_partner_steps)
         self._grid_range = (-1.0, 1.0)
         self.grid = np.unique(np.round(np.concatenate([np.linspace(-1.0, 1.0, grid_points), extra]), 12))
         g = len(self.grid)
@@ -100,12 +110,12 @@ class ControlledBettingCS(GridEProcesses):
     def r2(self, streams=None) -> np.ndarray:
         """Per stream, the running squared correlation of D and C over its steps so far."""
         s = slice(None) if streams is None else np.asarray(streams, dtype=np.int64)
-        return _r2(self.fit_dc[s], np.maximum(self.t[s], 1))
+        return r_squared(self.fit_dc[s], np.maximum(self.t[s], 1))
 
     def wants_partners(self, streams, fresh_left) -> np.ndarray:
         """Whether each stream's next step takes partners, decided from its own past only: after WARM_UP steps,
         while r^2 >= MIN_R2, and while the items the stream may still use (`fresh_left`: a partner step uses
-        1 + K_PARTNERS of them, a plain step one) are expected to last until its claim with partners; where they
+        1 + self.k of them, a plain step one) are expected to last until its claim with partners; where they
         would not, plain steps use them better (each item of them buys more there)."""
         s = np.asarray(streams, dtype=np.int64)
         fresh_left = np.asarray(fresh_left, dtype=float)
@@ -113,19 +123,17 @@ class ControlledBettingCS(GridEProcesses):
         r2 = self.r2(s)
         mean = self.fit_dc[s, 0] / n
         var_d = np.maximum(self.fit_dc[s, 2] / n - mean**2, 0.01)
-        need = _items_to_decide(
-            mean, var_d * (1 - r2 * K_PARTNERS / (K_PARTNERS + 1)), n, self._log_inv_alpha, self.delta
-        )
-        fits = FIT_MARGIN * need * (1 + K_PARTNERS) <= fresh_left
-        room = (fresh_left >= 1 + K_PARTNERS) & (self.partner_steps[s] < MAX_PARTNER_STEPS)
+        need = _items_to_decide(mean, var_d * (1 - r2 * self.k / (self.k + 1)), n, self._log_inv_alpha, self.delta)
+        fits = FIT_MARGIN * need * (1 + self.k) <= fresh_left
+        room = (fresh_left >= 1 + self.k) & (self.partner_steps[s] < self.max_partner_steps)
         correlated = r2 >= np.maximum(MIN_R2, CHANCE_R2 / n)
         return (self.t[s] >= WARM_UP) & correlated & room & fits
 
     def gamma(self, streams) -> np.ndarray:
         """The coefficient a partner step of each stream would use now (from earlier steps only)."""
         s = np.asarray(streams, dtype=np.int64)
-        from_dc = _slope(self.fit_dc[s], np.maximum(self.t[s], 1)) * K_PARTNERS / (K_PARTNERS + 1)
-        from_dg = _slope(self.fit_dg[s], np.maximum(self.partner_steps[s], 1))
+        from_dc = slope(self.fit_dc[s], np.maximum(self.t[s], 1)) * self.k / (self.k + 1)
+        from_dg = slope(self.fit_dg[s], np.maximum(self.partner_steps[s], 1))
         fitted = np.where(self.partner_steps[s] >= FIT_STEPS, from_dg, from_dc)
         return np.clip(fitted, -MAX_GAMMA, MAX_GAMMA)
 
@@ -139,7 +147,7 @@ class ControlledBettingCS(GridEProcesses):
         d = np.asarray(d, dtype=float)
         c = np.asarray(c, dtype=float)
         if partners is None:
-            partners = np.full((len(s), K_PARTNERS), np.nan)
+            partners = np.full((len(s), self.k), np.nan)
         partners = np.asarray(partners, dtype=float)
         with_partners = ~np.isnan(partners).any(axis=1)
         if np.any(with_partners & (self.t[s] < WARM_UP)):
@@ -195,13 +203,13 @@ def _moments(sums: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     return vx, vy, sums[:, 4] / n - mx * my
 
 
-def _slope(sums: np.ndarray, n: np.ndarray) -> np.ndarray:
+def slope(sums: np.ndarray, n: np.ndarray) -> np.ndarray:
     """Least-squares slope of the first variable on the second (0 where the second does not vary)."""
     _, vy, cov = _moments(sums, n)
     return np.where(vy > 1e-9, cov / np.maximum(vy, 1e-9), 0.0)
 
 
-def _r2(sums: np.ndarray, n: np.ndarray) -> np.ndarray:
+def r_squared(sums: np.ndarray, n: np.ndarray) -> np.ndarray:
     vx, vy, cov = _moments(sums, n)
     ok = (vx > 1e-9) & (vy > 1e-9)
     return np.where(ok, cov**2 / np.maximum(vx * vy, 1e-18), 0.0)

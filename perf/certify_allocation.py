@@ -46,7 +46,7 @@ from safetyrepro.analysis.grid_io import common_configurations, load_grid, valid
 from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, certify  # noqa: E402
 from safetyrepro.certify.live import LIVE_ROUND_SECONDS  # noqa: E402
 from safetyrepro.certify.replay import contradicted, load_replay  # noqa: E402
-from safetyrepro.sweep.timing import cell_seconds_per_item  # noqa: E402
+from safetyrepro.analysis.cell_timing import cell_seconds_per_item  # noqa: E402
 from safetyrepro.tasks.envelope import default_rules  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,6 +2,12 @@
 
     python perf/certify_control.py                  # 10 synthetic grids per scenario, the ceiling, the records
     python perf/certify_control.py --grids 4 --skip-published --figure /tmp/control.png
+    python perf/certify_control.py --grids 5 --only-subset   # the subset target's table and figure only
+
+0. The subset target (`--target subset`, certify/control.py SubsetControl): 300- to 2,000-item grids of
+   TruthfulQA's T1 and T3 at 0 and 5 shots (12 free-form configurations, 4 twins), leads from 0.35 down to
+   0.10, r = 0.8 and r = 0, cost-aware rounds: the free-form evaluations and model time with the control as a
+   share of without (`share`).
 
 1. Synthetic 300-item grids of TruthfulQA's 48 configurations, two models, built as a sweep builds them
    (tests/certify/certify_grids.py correlated_problem): every free-form answer is tied to the same item's
@@ -25,6 +31,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -40,8 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "certify"))
 sys.path.insert(0, str(ROOT / "perf"))
 
-from certify_allocation import Costed  # noqa: E402
-from certify_grids import correlated_problem, twin_correlation  # noqa: E402
+from certify_grids import CostedOracle, correlated_problem, twin_correlation  # noqa: E402
 
 from safetyrepro.analysis.control_variate import growth_ceiling  # noqa: E402
 from safetyrepro.certify.algorithm import CertifyOptions, certify  # noqa: E402
@@ -91,11 +97,11 @@ def synthetic(grids: int) -> tuple[list[str], list[dict]]:
                 costly = cheap = claims = 0
                 spent, said, t0 = 0.0, [], time.perf_counter()
                 for g, (problem, oracle, _) in enumerate(worlds):
-                    costed = Costed(oracle, known=True)
+                    costed = CostedOracle(oracle, known=True)
                     options = CertifyOptions(seed=g, round_seconds=60.0, control=control)
                     result = certify([problem], costed, options)
                     c, k = costly_and_cheap(result)
-                    costly, cheap, spent = costly + c, cheap + k, spent + costed.spent
+                    costly, cheap, spent = costly + c, cheap + k, spent + costed.spent()
                     claims += sum(x.claim != "undecided" for x in result.claims)
                     said.append(result.pairs[0].verdict)
                 verdicts[control] = said
@@ -109,6 +115,61 @@ def synthetic(grids: int) -> tuple[list[str], list[dict]]:
                 rows.append(
                     dict(scenario=name, r=r, control=control, costly=costly, cheap=cheap, time=spent, same=same)
                 )
+    return lines, rows
+
+
+SUBSET_SCENARIOS = {
+    "far ahead (0.75 vs 0.40)": (300, lambda cfg, m: 0.75 if m == "a" else 0.40),
+    "ahead (0.70 vs 0.45)": (300, lambda cfg, m: 0.70 if m == "a" else 0.45),
+    "0.15 lead (0.65 vs 0.50)": (1000, lambda cfg, m: 0.65 if m == "a" else 0.50),
+    "0.10 lead (0.60 vs 0.50)": (1000, lambda cfg, m: 0.60 if m == "a" else 0.50),
+    "0.10 lead, 2,000 items": (2000, lambda cfg, m: 0.60 if m == "a" else 0.50),
+}
+
+
+def _short(problem):
+    """Templates T1 and T3 at 0 and 5 shots: 12 free-form configurations and their 4 twins (it keeps 2,000-item
+    grids quick; the control acts per configuration, so the family's size changes little)."""
+    keep = tuple(c for c in problem.config_ids if c.split("/")[1] in ("T1", "T3") and c.split("/")[3] != "3shot")
+    return dataclasses.replace(problem, config_ids=keep)
+
+
+def subset(grids: int) -> tuple[list[str], list[dict]]:
+    """The subset target (SubsetControl: the twin's whole subset, no partners), cost-aware rounds as above."""
+    lines = [
+        f"{'scenario':<26} {'items':>5} {'r':>4} {'control':<7} {'verdicts':<14} {'same':>4} {'costly':>8} "
+        f"{'share':>6} {'cheap':>8} {'model time':>10} {'share':>6}"
+    ]
+    rows = []
+    for name, (n_items, acc) in SUBSET_SCENARIOS.items():
+        for r in (0.8, 0.0):
+            worlds = [
+                correlated_problem(np.random.default_rng(400 + g), acc, copy_for(r), n_items=n_items)
+                for g in range(grids)
+            ]
+            measured = np.mean([np.mean(list(twin_correlation(_short(p), o).values())) for p, o, _ in worlds])
+            base: dict[str, float] = {}
+            verdicts: dict[str, list[str]] = {}
+            for control in ("none", "auto"):
+                costly = cheap = 0
+                spent, said = 0.0, []
+                for g, (problem, oracle, _) in enumerate(worlds):
+                    costed = CostedOracle(oracle, known=True)
+                    options = CertifyOptions(seed=g, round_seconds=60.0, control=control, target="subset")
+                    result = certify([_short(problem)], costed, options)
+                    c, k = costly_and_cheap(result)
+                    costly, cheap, spent = costly + c, cheap + k, spent + costed.spent()
+                    said.append(result.pairs[0].verdict)
+                verdicts[control] = said
+                base.setdefault("costly", costly)
+                base.setdefault("time", spent)
+                same = sum(a == b for a, b in zip(verdicts["none"], said, strict=True))
+                counted = ", ".join(f"{v} {n}" for v, n in Counter(said).most_common())
+                lines.append(
+                    f"{name:<26} {n_items:>5} {abs(measured):>4.2f} {control:<7} {counted:<14} {same:>4} {costly:>8,} "
+                    f"{costly / base['costly']:>6.3f} {cheap:>8,} {spent:>10,.0f} {spent / base['time']:>6.3f}"
+                )
+                rows.append(dict(scenario=name, r=r, control=control, costly=costly, cheap=cheap, time=spent))
     return lines, rows
 
 
@@ -249,18 +310,58 @@ def figure(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def subset_figure(rows: list[dict], path: Path) -> None:
+    """The subset target's table as bars: with the control, as a share of without, per scenario."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from safetyrepro.atomic import atomic_write
+
+    frame = pd.DataFrame(rows)
+    names = list(SUBSET_SCENARIOS)
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    bars = (("costly", 0.8, "tab:green"), ("time", 0.8, "tab:olive"), ("costly", 0.0, "tab:grey"))
+    for j, (what, r, colour) in enumerate(bars):
+        share = []
+        for name in names:
+            pick = (frame.scenario == name) & (frame.r == r)
+            base = float(frame[pick & (frame.control == "none")][what].iloc[0])
+            share.append(float(frame[pick & (frame.control == "auto")][what].iloc[0]) / base)
+        label = f"{'free-form evaluations' if what == 'costly' else 'model time'}, r = {r:g}"
+        ax.bar(x + (j - 1) * 0.27, share, 0.27, color=colour, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.axhline(0.5, color="tab:red", linewidth=0.8, linestyle="--", label="half (the issue's target)")
+    ax.set_xticks(x, [f"{n.split(' (')[0]}\n{SUBSET_SCENARIOS[n][0]:,} items" for n in names], fontsize=8)
+    ax.set_ylabel("share of --control none")
+    ax.set_title("--target subset --control auto: the same verdicts, as a share of without the control", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=130, bbox_inches="tight"), root=path.parent)
+    plt.close(fig)
+
+
+def _show(lines: list[str], rows: list[dict], draw, path: Path) -> None:
+    for line in lines:
+        print(line, flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draw(rows, path)
+    print(f"figure: {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grids", type=int, default=10)
     ap.add_argument("--skip-published", action="store_true")
+    ap.add_argument("--only-subset", action="store_true", help="the subset target's table only")
     ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "figures" / "certify_control.png")
+    ap.add_argument("--subset-figure", type=Path, default=ROOT / "docs" / "figures" / "certify_control_subset.png")
     a = ap.parse_args()
-    lines, rows = synthetic(a.grids)
-    for line in lines:
-        print(line, flush=True)
-    a.figure.parent.mkdir(parents=True, exist_ok=True)
-    figure(rows, a.figure)
-    print(f"figure: {a.figure}")
+    _show(*subset(a.grids), subset_figure, a.subset_figure)
+    if a.only_subset:
+        return
+    _show(*synthetic(a.grids), figure, a.figure)
     for line in ceilings():
         print(line, flush=True)
     if not a.skip_published:

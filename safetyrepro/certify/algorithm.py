@@ -63,10 +63,11 @@ With `round_seconds` a round takes its draws in that order until its estimated c
 that ends early has bought the cheapest answers; without it, a round takes every draw planned (the order
 only matters when an evaluation budget cuts the round).
 
-Cheap twins (`control="auto"`, population target; control.py): a free-form configuration's claims come from a
-control-variate sequence that its log-probability twin's scores help, on the same items and on partner items
-from the back of the order; its next item is priced after the control, with the twin's items it needs, and
-those are asked for in the same round, first.
+Cheap twins (`control="auto"`; control.py): a free-form configuration's claims come from a control-variate
+sequence that its log-probability twin's scores help, on the same items and, for the population target, on
+partner items from the back of the order (the subset target's: on the twin's whole subset, whose mean is then
+known); its next item is priced after the control, with the twin's items it needs, and those are asked for in
+the same round, first.
 
 Draw order: `seeded` permutes the problem's items with --seed; `subset` keeps the problem's own order,
 which for a live run is the fixed subset's seeded order (tasks/subsets.py): a sweep with --limit N
@@ -87,7 +88,7 @@ from safetyrepro.analysis.closed_testing import closed_test
 from safetyrepro.analysis.confidence_sequence import IidBettingCS
 from safetyrepro.analysis.rank_flip import model_pairs
 
-from .control import CONTROLS, Control, pairings
+from .control import CONTROLS, Control, SubsetControl, pairings
 from .evidence import TARGETS, PairedEvidence, claims_from_rejections, closeness, population_candidates
 from .oracle import Oracle, Scores, as_oracle
 
@@ -132,7 +133,7 @@ class CertifyOptions:
     target: str = "population"  # "population" (the models) or "subset" (the fixed subset's realised numbers)
     held_only: bool = False  # read only what costs nothing (earlier records): re-read a run, evaluate nothing
     familywise: str = "closed"  # population: "closed" (the closed test) or "bonferroni" (for comparison)
-    control: str = "none"  # population: "auto" (cheap twins help costly configurations: control.py) or "none"
+    control: str = "none"  # "auto" (cheap twins help costly configurations: control.py) or "none"
 
 
 @dataclass
@@ -154,7 +155,7 @@ class _Bench:
     pairs: list[tuple[str, str]]
     verdict: dict[tuple[str, str], str] = field(default_factory=dict)
     drawn: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, config) -> items evaluated
-    control: Control | None = None  # --control auto: the costly configurations' control-variate paths
+    control: Control | SubsetControl | None = None  # --control auto: the costly configurations' control-variate paths
 
     def t(self, st: _Stream) -> int:
         return int(self.evidence[st.config_id].t[st.slot])
@@ -284,9 +285,13 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
             )
         ]
         bench = _Bench(p, orders, evidence, streams, pairs, {pair: "undecided" for pair in pairs})
-        if options.control == "auto" and options.target == "population" and not options.held_only:  # issue 45
-            twins = pairings(p.benchmark, p.config_ids, p.excluded)
-            bench.control = Control(p.benchmark, twins, order, pairs, alpha_each / 2, options.delta) if twins else None
+        twins = pairings(p.benchmark, p.config_ids, p.excluded) if options.control == "auto" else {}
+        if twins and not options.held_only:  # issue 45
+            bench.control = (
+                Control(p.benchmark, twins, order, pairs, alpha_each / 2, options.delta)
+                if options.target == "population"
+                else SubsetControl(p.benchmark, twins, order, pairs, alpha_each / 2, p.lattice)
+            )
         benches.append(bench)
     return benches, alpha_each
 
@@ -797,7 +802,7 @@ def _read_claims(benches: list[_Bench], options: CertifyOptions, alpha_each: flo
     if options.target == "subset":
         for b in benches:
             for cid, ev in b.evidence.items():
-                r = ev.reading()
+                r = ev.reading() if b.control is None else b.control.reading(cid, ev)  # --control
                 for st in (st for st in b.streams if st.config_id == cid and ev.t[st.slot] > 0):
                     st.claim = claim_of(
                         float(r.lower[st.slot]),

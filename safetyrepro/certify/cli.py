@@ -92,9 +92,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--control",
         choices=("auto", "none"),
         default="none",
-        help="population target: auto lets each free-form configuration's log-probability twin (same template and "
-        "shots) help certify it, a control variate on the same items and on partner items only the twin scores "
-        "(docs/certify.md, 'Cheap twins'); none (default) certifies every configuration on its own items",
+        help="auto lets each free-form configuration's log-probability twin (same template and shots) help "
+        "certify it, a control variate: on partner items only the twin scores (population target), or on the "
+        "twin's whole subset (subset target) (docs/certify.md, 'Cheap twins'); none (default) certifies every "
+        "configuration on its own items",
     )
     p.add_argument(
         "--held-only",
@@ -189,11 +190,10 @@ def run(args: argparse.Namespace) -> int:
             "run's records); docs/certify.md"
         )
     say = None if args.quiet else (lambda line: print(f"certify: {line}", file=sys.stderr, flush=True))
-    if args.control == "auto" and (args.target == "subset" or args.held_only):
-        off = "--target subset" if args.target == "subset" else "--held-only"
+    if args.control == "auto" and args.held_only:
         print(
-            f"certify: --control auto does nothing with {off} (docs/certify.md, 'Cheap twins'); every configuration "
-            "is certified on its own items",
+            "certify: --control auto does nothing with --held-only (docs/certify.md, 'Cheap twins'); every "
+            "configuration is certified on its own items",
             file=sys.stderr,
         )
     if live:

@@ -30,7 +30,16 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from safetyrepro.analysis.control_variate import K_PARTNERS, MIN_R2, WARM_UP, ControlledBettingCS
+from safetyrepro.analysis.confidence_sequence import WorBettingCS
+from safetyrepro.analysis.control_variate import (
+    CHANCE_R2,
+    MAX_GAMMA,
+    MIN_R2,
+    WARM_UP,
+    ControlledBettingCS,
+    r_squared,
+    slope,
+)
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import Config
 
@@ -68,6 +77,33 @@ def pairings(
     return out
 
 
+Store = tuple[Mapping[str, float], Mapping[str, float], Mapping[str, float], Mapping[str, float]]
+
+
+def _stores(
+    benchmark: str,
+    rows: Mapping[tuple[str, int], int],
+    pairs: Sequence[tuple[str, str]],
+    twins: Mapping[str, str],
+    cache: Mapping[tuple[str, str, str], Mapping[str, float]],
+) -> dict[int, Store]:
+    """Per path row, the scores it reads: (costly a, costly b, cheap a, cheap b), item -> score."""
+    empty: dict[str, float] = {}
+    out = {}
+    for (cid, slot), row in rows.items():
+        a, b = pairs[slot]
+        parts = [cache.get((benchmark, x, m), empty) for x in (cid, twins[cid]) for m in (a, b)]
+        out[row] = (parts[0], parts[1], parts[2], parts[3])
+    return out
+
+
+def _scored(store: Store, item: str, plain: bool) -> bool:
+    """Whether a path's step on `item` has its scores: the costly ones of both models, and, unless the path is
+    plain for good, the cheap ones on it too."""
+    da, db, ca, cb = store
+    return item in da and item in db and (plain or (item in ca and item in cb))
+
+
 class Control:
     """The control-variate paths of one benchmark: a ControlledBettingCS row per (costly configuration, pair)."""
 
@@ -89,8 +125,9 @@ class Control:
         }
         n = len(self.row)
         self.bank = ControlledBettingCS(n, alpha_side, extra=population_candidates(delta), delta=delta)
+        self.k = self.bank.k  # partners a step
         self.pos = np.zeros(n, dtype=np.int64)  # the next costly item, from the front
-        self.used = np.zeros(n, dtype=np.int64)  # partner steps taken (each K_PARTNERS items from the back)
+        self.used = np.zeros(n, dtype=np.int64)  # partner steps taken (each k items from the back)
         self.d_sum = np.zeros(n)  # sum of the costly differences used (the reported estimate)
         self.plain = np.zeros(n, dtype=bool)  # given up: plain steps for good
         self.want = np.zeros(n, dtype=bool)  # the next step takes partners (decided from the row's past)
@@ -103,41 +140,34 @@ class Control:
 
     def limit(self, config_id: str, slot: int) -> int:
         """How far the path's front may go: where the back's partners begin."""
-        return self.N - K_PARTNERS * int(self.used[self.row[(config_id, slot)]])
+        return self.N - self.k * int(self.used[self.row[(config_id, slot)]])
 
     def _decide(self, rows: np.ndarray) -> None:
         """Each row's choice for its next step (partners or not), from its own past: kept until it steps."""
-        fresh = self.N - K_PARTNERS * self.used[rows] - self.pos[rows]
+        fresh = self.N - self.k * self.used[rows] - self.pos[rows]
         self.want[rows] = self.bank.wants_partners(rows, fresh) & ~self.plain[rows]
 
     def _partners(self, row: int, steps: int = 1) -> list[str]:
-        """The back's next `steps` x K_PARTNERS items for this row, in the order they are taken."""
-        end = self.N - K_PARTNERS * int(self.used[row])
-        return list(self.items[max(end - K_PARTNERS * steps, 0) : end][::-1])
+        """The back's next `steps` x k items for this row, in the order they are taken."""
+        end = self.N - self.k * int(self.used[row])
+        return list(self.items[max(end - self.k * steps, 0) : end][::-1])
 
     def catch_up(self, cache: Mapping[tuple[str, str, str], Mapping[str, float]]) -> None:
         """Take every step whose items are scored, all rows together, until none is ready."""
-        empty: dict[str, float] = {}
-        stores = {}
-        for (cid, slot), row in self.row.items():
-            a, b = self.pairs[slot]
-            twin = self.twins[cid]
-            stores[row] = tuple(cache.get((self.benchmark, x, m), empty) for x in (cid, twin) for m in (a, b))
+        stores = _stores(self.benchmark, self.row, self.pairs, self.twins, cache)
         rows = np.array(sorted(self.row.values()), dtype=np.int64)
         while len(rows):
             ready, d, c, partners = [], [], [], []
             for row in rows.tolist():
                 pos = int(self.pos[row])
-                if pos >= self.N - K_PARTNERS * int(self.used[row]):
+                if pos >= self.N - self.k * int(self.used[row]):
                     continue
                 item = self.items[pos]
                 da, db, ca, cb = stores[row]
-                if item not in da or item not in db:
-                    continue
                 plain = bool(self.plain[row])
-                if not plain and (item not in ca or item not in cb):
+                if not _scored(stores[row], item, plain):
                     continue
-                p = np.full(K_PARTNERS, np.nan)
+                p = np.full(self.k, np.nan)
                 if self.want[row]:
                     mates = self._partners(row)
                     if any(i not in ca or i not in cb for i in mates):
@@ -169,14 +199,14 @@ class Control:
         twin = self.twins[config_id]
         if self.plain[row]:
             return [], []
-        end = self.N - K_PARTNERS * int(self.used[row])
+        end = self.N - self.k * int(self.used[row])
         upto = min(upto, end)
         partners: list[str] = []
         steps = max(upto - int(self.pos[row]), 0)
         t = int(self.bank.t[row])
         soon = t < WARM_UP <= t + steps and float(self.bank.r2(np.array([row]))[0]) >= MIN_R2  # its warm-up ends
         if steps and (soon or bool(self.want[row])):
-            partners = self._partners(row, min(steps, max((end - upto) // K_PARTNERS, 0)))
+            partners = self._partners(row, min(steps, max((end - upto) // self.k, 0)))
         models = self.pairs[slot]
         return [(m, twin, upto) for m in models], [(m, twin, partners) for m in models if partners]
 
@@ -213,7 +243,7 @@ class Control:
             return variance, 0.0
         if bool(self.want[row]):
             r2 = float(self.bank.r2(np.array([row]))[0])
-            return variance * (1 - r2 * K_PARTNERS / (K_PARTNERS + 1)), 1.0 + K_PARTNERS
+            return variance * (1 - r2 * self.k / (self.k + 1)), 1.0 + self.k
         return variance, 1.0
 
     def summary(self) -> dict:
@@ -224,4 +254,159 @@ class Control:
             "costly_steps": int(self.bank.t[rows].sum()) if len(rows) else 0,
             "partner_steps": int(self.bank.partner_steps[rows].sum()) if len(rows) else 0,
             "partner_items_evaluated": sum(len(v) for v in self.extra.values()),
+        }
+
+
+class SubsetControl:
+    """The control-variate paths of one benchmark under `--target subset`: a WorBettingCS row per (costly
+    configuration, pair), fed from the scores as they arrive (catch_up), as Control's paths are.
+
+    The subset target is the fixed subset's own difference, and once the cheap twin has scored every item of
+    the subset (it is cheap), its mean over the items a path has not drawn yet is known exactly, so no
+    partners are needed: the path bets on D - gamma (C - c_rest), whose mean given the past is the costly
+    configuration's own remaining mean under uniform draws without replacement (analysis/confidence_sequence.py
+    WorBettingCS.update, `shift`). gamma is the least-squares slope of D on C over the path's earlier steps.
+    Whether a step takes the control is fixed by the path's own past: from step WARM_UP on, while the running
+    r^2 of D and C is at least MIN_R2 and beyond chance (CHANCE_R2 / steps); a path whose r^2 stays under
+    MIN_R2 after GIVE_UP steps is plain for good and stops asking for the twin's scores. A step that takes the
+    control waits until the twin has every item for both models; a step never decides otherwise because a score
+    is missing."""
+
+    def __init__(
+        self,
+        benchmark: str,
+        twins: Mapping[str, str],
+        order: np.ndarray,
+        pairs: Sequence[tuple[str, str]],
+        alpha_side: float,
+        lattice: int | None,
+    ):
+        self.benchmark, self.twins, self.order = benchmark, dict(twins), order
+        self.pairs = list(pairs)
+        self.N = len(order)
+        self.k = 0  # no partners
+        self.row = {
+            (cid, slot): k * len(pairs) + slot for k, cid in enumerate(self.twins) for slot in range(len(pairs))
+        }
+        n = len(self.row)
+        # the two-sided sequence at 2 alpha_side, as the configuration's own (evidence.py, subset target)
+        self.bank = WorBettingCS(n, self.N, 2 * alpha_side, -1.0, 1.0, lattice)
+        self.fit = np.zeros((n, 5))  # sum d, c, d^2, c^2, dc over the steps taken
+        self.d_sum = np.zeros(n)
+        self.c_drawn = np.zeros(n)  # sum of C over the items drawn
+        self.plain = np.zeros(n, dtype=bool)  # given up: plain steps for good
+        self.controlled_steps = np.zeros(n, dtype=np.int64)
+        self.items = [str(i) for i in order]
+
+    def controls(self, config_id: str) -> bool:
+        return config_id in self.twins
+
+    def limit(self, config_id: str, slot: int) -> int:
+        return self.N
+
+    def _r2(self, rows: np.ndarray) -> np.ndarray:
+        return r_squared(self.fit[rows], np.maximum(self.bank.t[rows], 1))
+
+    def wants(self, rows: np.ndarray) -> np.ndarray:
+        """Whether each row's next step takes the control, from its own past only."""
+        t = self.bank.t[rows]
+        r2 = self._r2(rows)
+        return (t >= WARM_UP) & (r2 >= np.maximum(MIN_R2, CHANCE_R2 / np.maximum(t, 1))) & ~self.plain[rows]
+
+    def _gamma(self, rows: np.ndarray) -> np.ndarray:
+        return np.clip(slope(self.fit[rows], np.maximum(self.bank.t[rows], 1)), -MAX_GAMMA, MAX_GAMMA)
+
+    def catch_up(self, cache: Mapping[tuple[str, str, str], Mapping[str, float]]) -> None:
+        """Take every step whose scores are in, all rows together, until none is ready."""
+        stores = _stores(self.benchmark, self.row, self.pairs, self.twins, cache)
+        c_total = {}
+        for row, (_, _, ca, cb) in stores.items():
+            if len(ca) >= self.N and len(cb) >= self.N and all(i in ca and i in cb for i in self.items):
+                c_total[row] = float(sum(ca[i] - cb[i] for i in self.items))
+        rows = np.array(sorted(self.row.values()), dtype=np.int64)
+        while len(rows):
+            want = self.wants(rows)
+            ready, d, c, gamma, deviation, span = [], [], [], [], [], []
+            for row, controlled in zip(rows.tolist(), want.tolist(), strict=True):
+                pos = int(self.bank.t[row])
+                if pos >= self.N:
+                    continue
+                item = self.items[pos]
+                da, db, ca, cb = stores[row]
+                plain = bool(self.plain[row])
+                if not _scored(stores[row], item, plain):
+                    continue
+                if controlled and row not in c_total:
+                    continue  # the twin's whole subset is needed: wait for it
+                ready.append(row)
+                d.append(da[item] - db[item])
+                c.append(0.0 if plain else ca[item] - cb[item])
+                rest = (c_total[row] - self.c_drawn[row]) / (self.N - pos) if controlled else 0.0
+                gamma.append(float(self._gamma(np.array([row]))[0]) if controlled else 0.0)
+                deviation.append(c[-1] - rest if controlled else 0.0)
+                span.append(1.0 + abs(rest) if controlled else 0.0)
+            if not ready:
+                return
+            r = np.array(ready, dtype=np.int64)
+            d_arr, c_arr = np.array(d), np.array(c)
+            self.bank.update(r, d_arr, np.array(gamma), np.array(deviation), np.array(span))
+            self.d_sum[r] += d_arr
+            self.c_drawn[r] += c_arr
+            self.controlled_steps[r] += np.array(span) > 0
+            self.fit[r] += np.stack([d_arr, c_arr, d_arr * d_arr, c_arr * c_arr, d_arr * c_arr], axis=1)
+            self.plain[r] |= (self.bank.t[r] >= GIVE_UP) & (self._r2(r) < MIN_R2)
+            rows = r
+
+    def needs(
+        self, config_id: str, slot: int, upto: int
+    ) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, list[str]]]]:
+        """The twin's scores the path needs to use the costly items up to `upto`, for both models: its whole
+        subset (from the first item on)."""
+        row = self.row[(config_id, slot)]
+        if self.plain[row]:
+            return [], []
+        twin = self.twins[config_id]
+        # the twin's whole subset with the path's first items, so that its control can start at WARM_UP (a
+        # round later it would start a batch later): the twin costs about a tenth of the path's items, and
+        # with no correlation that tenth is the price (docs/certify.md)
+        whole = upto > 0
+        return [(m, twin, self.N if whole else upto) for m in self.pairs[slot]], []
+
+    def record_extra(self, model: str, config_id: str, items: Sequence[str]) -> None:
+        raise ValueError("the subset target's control takes no partner items")
+
+    @property
+    def extra(self) -> dict[tuple[str, str], list[str]]:
+        return {}
+
+    def p_values(self, config_id: str, evidence: PairedEvidence) -> np.ndarray:
+        return evidence.p_values()  # the population target's; the subset target reads bounds
+
+    def reading(self, config_id: str, evidence: PairedEvidence) -> Reading:
+        if not self.controls(config_id):
+            return evidence.reading()
+        rows = np.array([self.row[(config_id, slot)] for slot in range(len(self.pairs))])
+        bounds = self.bank.bounds()
+        steps = self.bank.t[rows]
+        estimate = np.where(steps > 0, self.d_sum[rows] / np.maximum(steps, 1), 0.0)
+        return Reading(bounds.lower[rows], bounds.upper[rows], estimate, bounds.exact[rows])
+
+    def price(self, config_id: str, slot: int, variance: float) -> tuple[float, float]:
+        """(the variance of a costly step's difference after the control, cheap items per costly item: the twin's
+        score on it while the path reads the twin; its whole subset is a one-off, asked for by `needs`)."""
+        row = self.row[(config_id, slot)]
+        if self.plain[row]:
+            return variance, 0.0
+        if int(self.bank.t[row]) >= WARM_UP:
+            r2 = float(self._r2(np.array([row]))[0])
+            return variance * (1 - r2), 0.0
+        return variance, 1.0
+
+    def summary(self) -> dict:
+        """For cost.json: what the control did."""
+        rows = np.array(sorted(self.row.values()), dtype=np.int64)
+        return {
+            "pairs": {cid: twin for cid, twin in self.twins.items()},
+            "costly_steps": int(self.bank.t[rows].sum()) if len(rows) else 0,
+            "controlled_steps": int(self.controlled_steps[rows].sum()) if len(rows) else 0,
         }

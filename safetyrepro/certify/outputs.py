@@ -294,12 +294,18 @@ def _control_lines(result: CertifyResult) -> list[str]:
     """With --control auto: which costly configurations their cheap twins helped, and what that took."""
     lines = []
     for benchmark, did in result.control.items():
+        if "controlled_steps" in did:  # the subset target: the twins' whole subsets, no partners
+            how = f"{did['controlled_steps']:,} of them with the control, the twins scored on their whole subsets"
+        else:
+            how = (
+                f"{did['partner_steps']:,} of them with partner items; {did['partner_items_evaluated']:,} partner "
+                "model evaluations of the twins"
+            )
         lines += [
             "",
             f"Control variate ({benchmark}): {len(did['pairs'])} free-form configurations were certified with their "
-            f"log-probability twins' help ({did['costly_steps']:,} costly items used, {did['partner_steps']:,} of "
-            f"them with partner items; {did['partner_items_evaluated']:,} partner model evaluations of the twins); "
-            "docs/certify.md, 'Cheap twins'.",
+            f"log-probability twins' help ({did['costly_steps']:,} costly items used, {how}); docs/certify.md, "
+            "'Cheap twins'.",
         ]
     return lines
 

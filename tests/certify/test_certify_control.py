@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from certify_grids import correlated_problem, synthetic_problem, twin_correlation
 
-from safetyrepro.analysis.control_variate import K_PARTNERS
 from safetyrepro.certify.algorithm import CertifyOptions, certify
 from safetyrepro.certify.control import Control, cheap_twin, pairings
 from safetyrepro.cli import main
@@ -78,9 +77,9 @@ def test_the_control_reaches_the_same_verdicts_for_fewer_costly_evaluations_when
 
 
 def test_a_path_reads_the_front_for_costly_items_and_the_back_for_partners_and_waits_for_missing_scores():
-    """White box on 40 items: a path takes the costly items from the front and, once its past asks, K_PARTNERS
-    cheap items a step from the back, never the same item both ways; it waits (takes no step) while a score it
-    needs is missing, and `needs` names exactly the items it will read next."""
+    """White box on 40 items: a path takes the costly items from the front and, once its past asks, k cheap
+    items a step from the back, never the same item both ways; it waits (takes no step) while a score it needs
+    is missing, and `needs` names exactly the items it will read next."""
     rng = np.random.default_rng(5)
     order = np.array([f"i{k:02d}" for k in range(40)], dtype=object)
     cheap_a = (rng.random(40) < 0.8).astype(float)
@@ -101,22 +100,20 @@ def test_a_path_reads_the_front_for_costly_items_and_the_back_for_partners_and_w
     cache[("bbq", "bbq/T1/greedy/0shot/logprob", "a")] = dict(zip(order, cheap_a, strict=True))
     control.catch_up(cache)
     used, pos = int(control.used[0]), int(control.pos[0])
-    assert used > 0 and pos + K_PARTNERS * used <= 40 and pos == control.limit("bbq/T1/greedy/0shot/free_form", 0)
+    assert used > 0 and pos + control.k * used <= 40 and pos == control.limit("bbq/T1/greedy/0shot/free_form", 0)
     assert control.bank.partner_steps[0] == used and control.bank.t[0] == pos
     # the partners were the back of the order, in order: what the next step would take comes just before them
-    assert control._partners(0) == list(order[40 - K_PARTNERS * (used + 1) : 40 - K_PARTNERS * used][::-1])
+    assert control._partners(0) == list(order[40 - control.k * (used + 1) : 40 - control.k * used][::-1])
 
 
-def test_the_control_is_off_for_the_subset_target_a_held_only_reread_and_none():
+def test_the_control_is_off_for_a_held_only_reread_and_none_and_on_for_both_targets():
     problem, oracle, _ = correlated_problem(np.random.default_rng(1), far_ahead, tie(0.8), n_items=60)
     small = dataclasses.replace(problem, config_ids=problem.config_ids[:8])
-    for options in (
-        CertifyOptions(control="auto", target="subset"),
-        CertifyOptions(control="none"),
-        CertifyOptions(control="auto", held_only=True),
-    ):
+    for options in (CertifyOptions(control="none"), CertifyOptions(control="auto", held_only=True)):
         assert certify([small], oracle, options).control == {}
     assert certify([small], oracle, CertifyOptions(control="auto")).control != {}
+    subset = certify([small], oracle, CertifyOptions(control="auto", target="subset")).control["truthfulqa"]
+    assert subset["controlled_steps"] > 0 and "partner_steps" not in subset  # the twin's whole subset instead
     with pytest.raises(ValueError, match="control"):
         certify([small], oracle, CertifyOptions(control="always"))
 
@@ -132,8 +129,8 @@ def test_uncorrelated_configurations_keep_the_plain_claims():
 
 
 def test_the_flag_reaches_cost_json(tmp_path, capsys):
-    """`--control auto` on a replay: cost.json says so and what it did; with --target subset it says in one line
-    that it does nothing; a bad value is argparse's refusal."""
+    """`--control auto` on a replay: cost.json says so and what it did, for either target; a bad value is
+    argparse's refusal."""
     from certify_grids import synthetic_run
 
     grid, items = synthetic_run(np.random.default_rng(0), far_ahead, n_items=40)
@@ -151,7 +148,11 @@ def test_the_flag_reaches_cost_json(tmp_path, capsys):
     assert json.loads((tmp_path / "none" / "cost.json").read_text())["control"] == "none"
     capsys.readouterr()
     assert main([*base, "--control", "auto", "--target", "subset", "--out", str(tmp_path / "subset")]) == 0
-    assert "--control auto does nothing with --target subset" in capsys.readouterr().err
-    assert json.loads((tmp_path / "subset" / "cost.json").read_text())["control_did"] == {}
+    assert "--control auto does nothing" not in capsys.readouterr().err
+    did = json.loads((tmp_path / "subset" / "cost.json").read_text())["control_did"]["truthfulqa"]
+    assert did["costly_steps"] > 0 and "partner_steps" not in did
+    assert (
+        "with the control, the twins scored on their whole subsets" in (tmp_path / "subset" / "report.md").read_text()
+    )
     with pytest.raises(SystemExit):
         main([*base, "--control", "sometimes", "--out", str(tmp_path / "bad")])

@@ -44,3 +44,52 @@ def test_claims_against_the_law_with_the_control_are_at_most_alpha_of_200_null_a
         flips += result.pairs[0].verdict == "flip"
     assert upper_share(wrong, n) <= OPTIONS.alpha, f"{wrong} of {n} grids with a false claim"
     assert upper_share(flips, n) <= OPTIONS.alpha, f"{flips} of {n} no-flip grids ended flip"
+
+
+SUBSET = CertifyOptions(alpha=0.05, delta=0.05, seed=0, target="subset", control="auto")
+
+
+def _short(problem):
+    keep = tuple(c for c in problem.config_ids if c.split("/")[1] in ("T1", "T3") and c.split("/")[3] != "3shot")
+    return dataclasses.replace(problem, config_ids=keep)
+
+
+@pytest.mark.slow
+def test_subset_claims_with_the_control_are_at_most_alpha_of_200_null_and_half_null_grids():
+    """The subset target's control (the twin's whole subset, no partners): 200 grids as above, a claim checked
+    against the subset's own realised difference, which is what it is about. Identical models' subsets differ by
+    chance, so many grids end in a flip of the realised numbers within a few rounds; 81 took controlled steps."""
+    wrong = controlled = 0
+    n = 200
+    for seed in range(n):
+        accuracy = identical if seed % 2 == 0 else half_null
+        problem, oracle, full = correlated_problem(np.random.default_rng(5000 + seed), accuracy, tied)
+        result = certify([_short(problem)], oracle, SUBSET)
+        controlled += result.control["truthfulqa"]["controlled_steps"] > 0
+        wrong += any(contradicted(c.claim, full[c.config_id], SUBSET.delta) for c in result.claims)
+    assert controlled >= 60, controlled
+    assert upper_share(wrong, n) <= SUBSET.alpha, f"{wrong} of {n} grids with a false claim"
+
+
+@pytest.mark.slow
+def test_subset_control_halves_the_costly_items_where_claims_need_many():
+    """1,000-item grids, a 0.10 lead everywhere (claims need hundreds of items), r = 0.8, cost-aware rounds as a
+    live run makes them (perf/certify_control.py, which tabulates more): the same verdicts for at most half the
+    free-form evaluations (0.489 measured on these four grids); r = 0: at most 1 % more (1.002)."""
+    from certify_grids import CostedOracle
+
+    lead = lambda cfg, m: 0.60 if m == "a" else 0.50  # noqa: E731
+    for r, tie, most in ((0.8, tied, 0.5), (0.0, lambda cfg: 0.0, 1.01)):
+        worlds = [correlated_problem(np.random.default_rng(400 + g), lead, tie, n_items=1000) for g in range(4)]
+        costly = {}
+        for control in ("none", "auto"):
+            options = [dataclasses.replace(SUBSET, seed=g, control=control, round_seconds=60.0) for g in range(4)]
+            runs = [
+                certify([_short(p)], CostedOracle(o, known=True), opt)
+                for (p, o, _), opt in zip(worlds, options, strict=True)
+            ]
+            assert [x.pairs[0].verdict for x in runs] == ["stable_a"] * 4
+            costly[control] = sum(
+                len(v) for x in runs for (_, cid, _), v in x.evaluated.items() if cid.endswith("/free_form")
+            )
+        assert costly["auto"] <= most * costly["none"], (r, costly)
