@@ -211,14 +211,16 @@ def published() -> list[str]:
     lines = []
     grid = load_grid(ROOT / "docs/study/grid.csv", default_rules())
     replay = load_replay(ROOT / "docs/study/items.parquet", grid)
-    for control in ("none", "auto"):
-        result = certify(list(replay.problems), replay.oracle, CertifyOptions(control=control))
-        costly, cheap = costly_and_cheap(result)
-        said = Counter(p.verdict for p in result.pairs)
-        lines.append(
-            f"24-item study, replayed, --control {control:<4}: {dict(said)}, {result.paired_evaluations:,} paired "
-            f"evaluations, {costly:,} costly and {cheap:,} cheap model evaluations"
-        )
+    for target in ("population", "subset"):
+        for control in ("none", "auto"):
+            result = certify(list(replay.problems), replay.oracle, CertifyOptions(control=control, target=target))
+            costly, cheap = costly_and_cheap(result)
+            said = Counter(p.verdict for p in result.pairs)
+            lines.append(
+                f"24-item study, replayed, --target {target} --control {control:<4}: {dict(said)}, "
+                f"{result.paired_evaluations:,} paired evaluations, {costly:,} costly and {cheap:,} cheap model "
+                "evaluations"
+            )
     reread = [  # the certified study's records, re-read as perf/certify_power.py does (no model runs)
         *"certify --models smollm2 gemma3-270m qwen2.5-coder-0.5b --tier full --precision fp32 --order subset".split(),
         *"--records docs/study docs/study/certified --held-only --quiet".split(),
@@ -355,9 +357,14 @@ def main() -> None:
     ap.add_argument("--grids", type=int, default=10)
     ap.add_argument("--skip-published", action="store_true")
     ap.add_argument("--only-subset", action="store_true", help="the subset target's table only")
+    ap.add_argument("--only-published", action="store_true", help="the published records' lines only")
     ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "figures" / "certify_control.png")
     ap.add_argument("--subset-figure", type=Path, default=ROOT / "docs" / "figures" / "certify_control_subset.png")
     a = ap.parse_args()
+    if a.only_published:
+        for line in published():
+            print(line, flush=True)
+        return
     _show(*subset(a.grids), subset_figure, a.subset_figure)
     if a.only_subset:
         return
