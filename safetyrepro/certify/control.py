@@ -1,5 +1,6 @@
 """Which cheap configuration helps which costly one, and the paths that feed their control-variate e-processes
-(`--control auto`, population target; the statistics and why they are built so: analysis/control_variate.py).
+(`--control auto`): Control for the population target (partner items; the statistics and why they are built so:
+analysis/control_variate.py), SubsetControl for the subset target (the twin's whole subset; its class docstring).
 
 Pairing. A free-form configuration (costly: it generates text) is paired with the log-probability configuration
 of the same benchmark, template and shots (its cheap twin, scored on the same prompt by log-likelihoods, about a
