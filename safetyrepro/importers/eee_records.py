@@ -38,9 +38,6 @@ from safetyrepro.limits import (
     MAX_SEED,
     MAX_SHOTS,
     Refused,
-    check_json_text,
-    decode_text,
-    loads_json,
     read_capped,
     shorten,
     whole_number,
@@ -64,7 +61,7 @@ from .common import (
     split_package,
 )
 from .mapping import AXIS_VALUE, LM_EVAL_TASK, NAME, SCORINGS, Mapping, place_task, run_decoding, with_settings
-from .reader import Companion, about, find, json_lines
+from .reader import Companion, about, find, json_file, json_lines
 
 SHOTS_KEYS = (R.K_NUM_FEWSHOT, "num_fewshot", "shots", "n_shots", "fewshot", "k_shot")
 # generation settings that leave the output as it is when they have these values
@@ -109,17 +106,7 @@ class EeeReader:
         )
 
     def read(self, path: Path) -> tuple[bytes, Any]:
-        data = read_capped(path)
-        text = decode_text(data)
-        check_json_text(text)
-        try:
-            record = loads_json(text, checked=True)
-        except ValueError as e:
-            raise Refused(f"is not JSON ({str(e).splitlines()[0][:160]})") from None
-        problem = check_record(record)
-        if problem:
-            raise bad_file(path, problem)
-        return data, record
+        return json_file(path, check_record)
 
     def companions(self, path: Path, parsed: Any) -> list[Companion]:
         samples = _companion(path, parsed)

@@ -66,7 +66,7 @@ OUTPUT_SETTINGS = (
     "reasoning_effort",
     "reasoning_tokens",
 )
-MEAN_METRICS = ("accuracy", "mean")
+MEAN_METRICS = ("accuracy", "mean")  # Inspect metrics that are the mean of the per-sample values
 
 
 def _logs_in(folder: Path) -> list[Path]:

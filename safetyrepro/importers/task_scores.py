@@ -34,7 +34,6 @@ from .mapping import model_label, parse_model_args
 from .reader import Reader, about
 
 MEAN_TOLERANCE = 1e-6  # the items' mean must give the run's reported score this closely (else: not a mean)
-INSPECT_MEANS = ("accuracy", "mean")  # Inspect metrics that are the mean of the per-sample values
 
 
 @dataclass(frozen=True)
@@ -297,7 +296,7 @@ def _inspect_reported(header) -> dict[str, float]:
     out = {}
     for s in header.results.scores or []:
         name = s.name if s.scorer in (None, s.name) else f"{s.scorer}/{s.name}"
-        for metric in INSPECT_MEANS:
+        for metric in inspect_logs.MEAN_METRICS:
             if metric in s.metrics:
                 value = as_unit_score(s.metrics[metric].value)
                 if value is not None:
