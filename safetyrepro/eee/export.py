@@ -202,7 +202,7 @@ def _prompt_template(benchmark: str, template: str) -> str | None:
     return f"{texts.system}\n\n{texts.body}" if texts.system else texts.body
 
 
-def _generation_config(row: dict, rules, rules_sha: str) -> dict:
+def _generation_config(row: dict, rules) -> dict:
     decoding = rules.decodings.get(row["decoding"])
     args: dict[str, Any] = {}
     if decoding is not None and row["decoding"] != "provider-default":
@@ -226,7 +226,7 @@ def _generation_config(row: dict, rules, rules_sha: str) -> dict:
         R.K_DO_SAMPLE: R.bool_str(bool(decoding.do_sample) if decoding is not None else False),
         R.K_TIER: row["tier"],
         R.K_STRESS_TEMPLATE: R.bool_str(row["template"] in stress or base in stress),
-        R.K_RULES_SHA: rules_sha,
+        R.K_RULES_SHA: rules.sha256,
         R.K_NUM_FEWSHOT: str(int(row["shots"])),
     }
     if decoding is not None and decoding.do_sample:
@@ -396,7 +396,7 @@ def build_export(
             "source_data": _source_data(row["benchmark"], row),
             "metric_config": _metric_config(row["benchmark"], row, tie_rule),
             "score_details": score_details,
-            "generation_config": _generation_config(row, rules, rules.sha256),
+            "generation_config": _generation_config(row, rules),
         }
         model_details = {"deployment_type": "unknown", "model_availability": "unknown", R.K_LABEL: label}
         w = _given(row, "weights_sha256") or weights.get(label)
