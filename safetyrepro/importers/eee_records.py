@@ -52,11 +52,13 @@ from .common import (
     ItemRow,
     Run,
     Unmapped,
+    Unplaced,
     as_unit_score,
     bad_file,
     kept_items,
     number,
     precision_label,
+    share,
     short_hash,
     split_package,
 )
@@ -371,8 +373,8 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
     seeds = seed_scores if seed_scores is not None else {0: score}
     for seed, seed_score in seeds.items():
         items, note = None, read.items_note
-        have = by_seed.get(seed) if rows is not None else None
-        if rows is not None and len(seeds) == 1 and have is None and len(by_seed) == 1:
+        have = by_seed.get(seed)  # by_seed is empty when there is no instance-level file
+        if have is None and len(seeds) == 1 and len(by_seed) == 1:
             have = next(iter(by_seed.values()))
         if have is not None and len(have) != n_items:
             note = f"the instance file holds {len(have)} rows for seed {seed}, not the record's {n_items} items"
@@ -484,12 +486,10 @@ def _foreign_run(
     mc = _strs(chosen.get("metric_config"))
     metric_name = str(chosen.get("evaluation_result_id") or mc.get("metric_id") or mc.get("metric_name") or "score")
     sd = _strs(chosen.get("score_details"))
-    score = as_unit_score(sd.get("score"))
-    if score is None:
-        return unmapped(
-            f"metric {metric_name} is {shorten(sd.get('score'))}, not a share in [0, 1] (choose one with --metric "
-            "or the mapping's metric)"
-        )
+    try:
+        score = share(sd.get("score"), metric_name, " (choose one with --metric or the mapping's metric)")
+    except Unplaced as e:
+        return unmapped(str(e))
     lower = mc.get("lower_is_better")
     better = direction(placement.benchmark) if placement.benchmark in BENCHMARKS else None
     if better is None and lower is True:
