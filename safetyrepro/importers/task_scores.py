@@ -186,19 +186,8 @@ def _lm_eval_task(data: dict, task: str, lines: list[dict]) -> list[ItemScores]:
             reported = as_unit_score(results.get(key)) if isinstance(results.get(key), (int, float)) else None
             if not note:
                 note = _not_a_mean(scores, reported, key)
-            direction = directions.get(name)
-            out.append(
-                ItemScores(
-                    task,
-                    key,
-                    scores,
-                    items,
-                    prompts,
-                    direction if isinstance(direction, bool) else None,
-                    reported,
-                    note,
-                )
-            )
+            higher = directions.get(name) if isinstance(directions.get(name), bool) else None
+            out.append(ItemScores(task, key, scores, items, prompts, higher, reported, note))
     return out
 
 
