@@ -372,8 +372,8 @@ def build_export(
                 "records give their scores; the record carries the cell score only"
             )
         evaluation_id = "/".join([row["config_id"], model_id, precision, package])
-        name = R.file_uuid(grid_sha256, evaluation_id)
-        folder = "/".join([R.DATA_DIR, collection, developer, model_dir])
+        stem = "/".join([R.DATA_DIR, collection, developer, model_dir, R.file_uuid(grid_sha256, evaluation_id)])
+        record_file, samples_file = f"{stem}.json", f"{stem}_samples.jsonl"
         details = {
             R.K_N_ITEMS: str(int(row["n_items"])),
             R.K_N_SEEDS: str(int(row["n_seeds"])),
@@ -431,17 +431,17 @@ def build_export(
             text = "".join(lines)
             record["detailed_evaluation_results"] = {
                 "format": "jsonl",
-                "file_path": f"{folder}/{name}_samples.jsonl",
+                "file_path": samples_file,
                 "hash_algorithm": "sha256",
                 "checksum": sha256_bytes(text.encode("utf-8")),
                 "total_rows": len(lines),
             }
-            out.files[f"{folder}/{name}_samples.jsonl"] = text
-        out.files[f"{folder}/{name}.json"] = R.dump_json(record)
+            out.files[samples_file] = text
+        out.files[record_file] = R.dump_json(record)
         out.records.append(
             {
-                "file": f"{folder}/{name}.json",
-                "samples": f"{folder}/{name}_samples.jsonl" if lines else None,
+                "file": record_file,
+                "samples": samples_file if lines else None,
                 "evaluation_id": evaluation_id,
                 "model": label,
                 "model_id": model_id,
