@@ -270,11 +270,10 @@ def _rows_for(rows: list[dict] | None, result: dict, results: list[dict]) -> lis
 
 
 def _row_score(row: dict, where: str) -> float:
-    score = as_unit_score(_strs(row.get("evaluation")).get("score"))
+    value = _strs(row.get("evaluation")).get("score")
+    score = as_unit_score(value)
     if score is None:
-        raise Refused(
-            f"{where}: evaluation.score {shorten(_strs(row.get('evaluation')).get('score'))} is not a number in [0, 1]"
-        )
+        raise Refused(f"{where}: evaluation.score {shorten(value)} is not a number in [0, 1]")
     return score
 
 
