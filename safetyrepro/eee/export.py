@@ -17,7 +17,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -132,7 +132,7 @@ def _seed_scores(row: dict, cell_items: pd.DataFrame | None) -> dict[str, float]
                 return got
         except (ValueError, TypeError, AttributeError):
             pass
-    if cell_items is not None and len(cell_items):
+    if cell_items is not None:
         means = cell_items.groupby("seed", sort=True)["item_score"].mean()
         if len(means) == n_seeds:
             return {str(int(s)): float(v) for s, v in means.items()}
@@ -142,7 +142,7 @@ def _seed_scores(row: dict, cell_items: pd.DataFrame | None) -> dict[str, float]
 
 
 def _uncertainty(cell_items: pd.DataFrame | None) -> dict | None:
-    if cell_items is None or not len(cell_items):
+    if cell_items is None:
         return None
     per_item = cell_items.groupby("item_id", sort=False)["item_score"].mean().to_numpy(dtype=float)
     n = len(per_item)
@@ -202,19 +202,21 @@ def _prompt_template(benchmark: str, template: str) -> str | None:
     return f"{texts.system}\n\n{texts.body}" if texts.system else texts.body
 
 
-def _generation_config(row: dict, rules, rules_sha: str) -> dict:
+def _generation_config(row: dict, rules) -> dict:
     decoding = rules.decodings.get(row["decoding"])
     args: dict[str, Any] = {}
     if decoding is not None and row["decoding"] != "provider-default":
         args.update(temperature=float(decoding.temperature), top_p=float(decoding.top_p))
+    base = row["template"].split("+", 1)[0]
     if row["scoring"] == "free_form":
-        args["max_tokens"] = int(rules.max_new(row["template"].split("+", 1)[0]))
+        args["max_tokens"] = int(rules.max_new(base))
     prompt = _prompt_template(row["benchmark"], row["template"])
     if prompt:
         args["prompt_template"] = prompt
     from safetyrepro.tasks.envelope import Config
 
     cfg = Config(row["benchmark"], row["template"], row["decoding"], int(row["shots"]), row["scoring"])
+    stress = rules.stress.get("template", ())
     details = {
         R.K_CONFIG_ID: row["config_id"],
         R.K_TEMPLATE: row["template"],
@@ -223,11 +225,8 @@ def _generation_config(row: dict, rules, rules_sha: str) -> dict:
         R.K_SCORING: row["scoring"],
         R.K_DO_SAMPLE: R.bool_str(bool(decoding.do_sample) if decoding is not None else False),
         R.K_TIER: row["tier"],
-        R.K_STRESS_TEMPLATE: R.bool_str(
-            row["template"] in rules.stress.get("template", ())
-            or row["template"].split("+", 1)[0] in rules.stress.get("template", ())
-        ),
-        R.K_RULES_SHA: rules_sha,
+        R.K_STRESS_TEMPLATE: R.bool_str(row["template"] in stress or base in stress),
+        R.K_RULES_SHA: rules.sha256,
         R.K_NUM_FEWSHOT: str(int(row["shots"])),
     }
     if decoding is not None and decoding.do_sample:
@@ -284,10 +283,10 @@ def _instance_lines(cell_items: pd.DataFrame, evaluation_id: str, model_id: str,
 
 
 # -- the export -----------------------------------------------------------------------------------
-def _items_by_cell(items: pd.DataFrame | None, grid: pd.DataFrame) -> dict:
-    """The item records grouped by cell: {"keys": the columns that name a cell, "groups": key -> rows}."""
+def _items_by_cell(items: pd.DataFrame | None, grid: pd.DataFrame) -> Callable[[dict], pd.DataFrame | None]:
+    """The item records grouped by cell, as a look-up: a grid row -> its item records (None: it has none)."""
     if items is None:
-        return {}
+        return lambda row: None
     missing = [c for c in ITEM_REQUIRED if c not in items.columns]
     if missing:
         raise UserError(f"item records lack column(s) {', '.join(missing)}; they need {', '.join(ITEM_REQUIRED)}")
@@ -309,7 +308,12 @@ def _items_by_cell(items: pd.DataFrame | None, grid: pd.DataFrame) -> dict:
     groups = {
         tuple(str(v) for v in (k if isinstance(k, tuple) else (k,))): g for k, g in items.groupby(keys, sort=False)
     }
-    return {"keys": keys, "groups": groups}
+
+    def of_cell(row: dict) -> pd.DataFrame | None:
+        got = groups.get(tuple(str(row[k]) for k in keys))
+        return got if got is not None and len(got) else None
+
+    return of_cell
 
 
 def build_export(
@@ -344,7 +348,7 @@ def build_export(
             weights[str(m["label"])] = str(m["weights_sha256"])
     _check_distinct_ids(sorted(map(str, valid["model"].unique())), model_ids)
     stamp = timestamp or os.environ.get("SOURCE_DATE_EPOCH") or str(int(time.time()))
-    by_cell = _items_by_cell(items, valid)
+    items_of = _items_by_cell(items, valid)
     out = Export()
     for i, v in valid.iterrows():
         row = {**{k: raw.at[i, k] for k in raw.columns}, **{k: v[k] for k in valid.columns if k != "score"}}
@@ -360,10 +364,7 @@ def build_export(
             collection, developer, model_dir = R.path_components(row["benchmark"], model_id)
         except UserError as e:
             raise UserError(f"model {label!r}: {e}; give it an id with --model-id {label}=ORG/NAME") from None
-        cell_items = None
-        if by_cell:
-            key = tuple(str(row[k]) for k in by_cell["keys"])
-            cell_items = by_cell["groups"].get(key)
+        cell_items = items_of(row)
         seed_scores = _seed_scores(row, cell_items)
         if seed_scores is None:
             out.warnings.append(
@@ -371,8 +372,8 @@ def build_export(
                 "records give their scores; the record carries the cell score only"
             )
         evaluation_id = "/".join([row["config_id"], model_id, precision, package])
-        name = R.file_uuid(grid_sha256, evaluation_id)
-        folder = "/".join([R.DATA_DIR, collection, developer, model_dir])
+        stem = "/".join([R.DATA_DIR, collection, developer, model_dir, R.file_uuid(grid_sha256, evaluation_id)])
+        record_file, samples_file = f"{stem}.json", f"{stem}_samples.jsonl"
         details = {
             R.K_N_ITEMS: str(int(row["n_items"])),
             R.K_N_SEEDS: str(int(row["n_seeds"])),
@@ -395,7 +396,7 @@ def build_export(
             "source_data": _source_data(row["benchmark"], row),
             "metric_config": _metric_config(row["benchmark"], row, tie_rule),
             "score_details": score_details,
-            "generation_config": _generation_config(row, rules, rules.sha256),
+            "generation_config": _generation_config(row, rules),
         }
         model_details = {"deployment_type": "unknown", "model_availability": "unknown", R.K_LABEL: label}
         w = _given(row, "weights_sha256") or weights.get(label)
@@ -425,26 +426,22 @@ def build_export(
             "model_info": model_info,
             "evaluation_results": [result],
         }
-        lines = (
-            _instance_lines(cell_items, evaluation_id, model_id, row)
-            if cell_items is not None and len(cell_items)
-            else []
-        )
+        lines = _instance_lines(cell_items, evaluation_id, model_id, row) if cell_items is not None else []
         if lines:
             text = "".join(lines)
             record["detailed_evaluation_results"] = {
                 "format": "jsonl",
-                "file_path": f"{folder}/{name}_samples.jsonl",
+                "file_path": samples_file,
                 "hash_algorithm": "sha256",
                 "checksum": sha256_bytes(text.encode("utf-8")),
                 "total_rows": len(lines),
             }
-            out.files[f"{folder}/{name}_samples.jsonl"] = text
-        out.files[f"{folder}/{name}.json"] = R.dump_json(record)
+            out.files[samples_file] = text
+        out.files[record_file] = R.dump_json(record)
         out.records.append(
             {
-                "file": f"{folder}/{name}.json",
-                "samples": f"{folder}/{name}_samples.jsonl" if lines else None,
+                "file": record_file,
+                "samples": samples_file if lines else None,
                 "evaluation_id": evaluation_id,
                 "model": label,
                 "model_id": model_id,

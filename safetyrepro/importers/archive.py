@@ -11,6 +11,7 @@ import io
 import struct
 import zipfile
 import zlib
+from collections.abc import Iterator
 
 from safetyrepro.limits import (
     MAX_ARCHIVE_BYTES,
@@ -73,38 +74,36 @@ def _expand(raw: memoryview, info: zipfile.ZipInfo, budget: int) -> bytes:
             "an archive bomb or not an Inspect log"
         )
 
-    out = bytearray()
     if info.compress_type == STORED:
         if len(raw) > cap:
             raise over()
         return bytes(raw)
-    try:
+
+    def pieces() -> Iterator[bytes]:
         if info.compress_type == DEFLATED:
             d = zlib.decompressobj(-15)
             buf = bytes(raw)
             while buf:
-                out += d.decompress(buf, CHUNK)
+                yield d.decompress(buf, CHUNK)
                 buf = d.unconsumed_tail
-                if len(out) > cap:
-                    raise over()
-            out += d.flush()
+            yield d.flush()
         else:  # zstd, as Inspect 0.3 writes it (one or several frames)
             import zstandard
 
             reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True)
-            while True:
-                piece = reader.read(CHUNK)
-                if not piece:
-                    break
-                out += piece
-                if len(out) > cap:
-                    raise over()
+            while piece := reader.read(CHUNK):
+                yield piece
+
+    out = bytearray()
+    try:
+        for piece in pieces():
+            out += piece
+            if len(out) > cap:  # checked after each bounded step, before the next is expanded
+                raise over()
     except Refused:
         raise
     except Exception as e:  # zlib.error, zstandard.ZstdError: a damaged member
         raise Refused(f"member {name} cannot be expanded ({type(e).__name__}: {shorten(str(e), 120)})") from None
-    if len(out) > cap:
-        raise over()
     return bytes(out)
 
 

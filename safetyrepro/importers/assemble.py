@@ -33,7 +33,7 @@ import yaml
 from safetyrepro.errors import UserError
 from safetyrepro.grid_schema import WRITTEN_COLUMNS, grid_row
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
-from safetyrepro.tasks.envelope import Config, parse_rules
+from safetyrepro.tasks.envelope import AXES, Config, parse_rules
 
 from .common import Reading, Run, Unmapped, item_set_key
 from .mapping import Mapping
@@ -224,23 +224,25 @@ def _base(value: str) -> str:
     return value.split("+", 1)[0]
 
 
+def _config(cell: dict) -> Config:
+    """A grid row's configuration (its benchmark and axes columns)."""
+    return Config(cell["benchmark"], *(cell[a] for a in AXES))
+
+
 def rules_for(cells: list[dict], runs: list[Run], packaged_text: bytes, packaged) -> bytes:
     """The packaged rules file when every configuration lies inside it; otherwise the packaged
     envelope widened by the imported values (docs/importing.md, "The rules file")."""
     registered = set(packaged.benchmarks)
     inside = all(
         c["benchmark"] in registered
-        and c["template"] in packaged.axes["template"]
-        and c["decoding"] in packaged.axes["decoding"]
-        and c["shots"] in packaged.axes["shots"]
-        and c["scoring"] in packaged.axes["scoring"]
-        and not packaged.violated(Config(c["benchmark"], c["template"], c["decoding"], c["shots"], c["scoring"]))
+        and all(c[a] in packaged.axes[a] for a in AXES)
+        and not packaged.violated(_config(c))
         for c in cells
     )
     if inside:
         return packaged_text
     raw = yaml.safe_load(packaged_text)
-    axes = {a: list(raw["axes"][a]) for a in ("template", "decoding", "shots", "scoring")}
+    axes = {a: list(raw["axes"][a]) for a in AXES}
     seen = {a: sorted({c[a] for c in cells} - set(axes[a]), key=str) for a in axes}
     stress_templates = {
         r.axes.template
@@ -423,9 +425,7 @@ def assemble(
     rules_text = rules_for(rows, runs, packaged_text, packaged)
     rules = parse_rules(rules_text, "rules.yaml")
     for row in rows:
-        row["tier"] = rules.tier(
-            Config(row["benchmark"], row["template"], row["decoding"], row["shots"], row["scoring"])
-        )
+        row["tier"] = rules.tier(_config(row))
     grid = pd.DataFrame(rows)[[*WRITTEN_COLUMNS, *EXTRA_COLUMNS]]
     validate_cells(grid.copy(), rules, "the imported grid")  # what analyze will check, before anything is written
     warnings = [f"{n['kind']}: {n['subject']}: {n['values']}; {n['resolution']}" for n in notes]

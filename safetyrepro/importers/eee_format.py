@@ -100,19 +100,18 @@ def _component(value: str, what: str) -> str:
     return value
 
 
-def path_components(collection: str, model_id: str, developer: str | None = None) -> tuple[str, str, str]:
+def path_components(collection: str, model_id: str) -> tuple[str, str, str]:
     """(collection, developer, model) folders of `data/<collection>/<developer>/<model>/`, as EEE's
-    `datastore_path_components` derives them: the developer is model_id's prefix (model_info.developer
-    only for a flat id), the rest of the id is the model folder with '/' flattened to '_'."""
+    `datastore_path_components` derives them: the developer is model_id's prefix (EEE falls back on
+    model_info.developer for a flat id; the export never writes one), the rest of the id is the model
+    folder with '/' flattened to '_'."""
     coll = "_".join(_component(p, "collection") for p in collection.split("/"))
     parts = model_id.strip().split("/")
     if any(not p for p in parts):
         raise UserError(f"model id {model_id!r} has an empty part")
-    if len(parts) >= 2:
-        return coll, _component(parts[0], "model developer"), "_".join(_component(p, "model name") for p in parts[1:])
-    if not developer:
+    if len(parts) < 2:
         raise UserError(f"model id {model_id!r} is flat and names no developer")
-    return coll, _component(developer, "model developer"), _component(parts[0], "model name")
+    return coll, _component(parts[0], "model developer"), "_".join(_component(p, "model name") for p in parts[1:])
 
 
 def model_id_for(label: str, overrides: dict[str, str]) -> str:

@@ -38,9 +38,6 @@ from safetyrepro.limits import (
     MAX_SEED,
     MAX_SHOTS,
     Refused,
-    check_json_text,
-    decode_text,
-    loads_json,
     read_capped,
     shorten,
     whole_number,
@@ -55,16 +52,18 @@ from .common import (
     ItemRow,
     Run,
     Unmapped,
+    Unplaced,
     as_unit_score,
     bad_file,
     kept_items,
     number,
     precision_label,
+    share,
     short_hash,
     split_package,
 )
 from .mapping import AXIS_VALUE, LM_EVAL_TASK, NAME, SCORINGS, Mapping, place_task, run_decoding, with_settings
-from .reader import Companion, about, find, json_lines
+from .reader import Companion, about, find, json_file, json_lines
 
 SHOTS_KEYS = (R.K_NUM_FEWSHOT, "num_fewshot", "shots", "n_shots", "fewshot", "k_shot")
 # generation settings that leave the output as it is when they have these values
@@ -109,17 +108,7 @@ class EeeReader:
         )
 
     def read(self, path: Path) -> tuple[bytes, Any]:
-        data = read_capped(path)
-        text = decode_text(data)
-        check_json_text(text)
-        try:
-            record = loads_json(text, checked=True)
-        except ValueError as e:
-            raise Refused(f"is not JSON ({str(e).splitlines()[0][:160]})") from None
-        problem = check_record(record)
-        if problem:
-            raise bad_file(path, problem)
-        return data, record
+        return json_file(path, check_record)
 
     def companions(self, path: Path, parsed: Any) -> list[Companion]:
         samples = _companion(path, parsed)
@@ -281,11 +270,10 @@ def _rows_for(rows: list[dict] | None, result: dict, results: list[dict]) -> lis
 
 
 def _row_score(row: dict, where: str) -> float:
-    score = as_unit_score(_strs(row.get("evaluation")).get("score"))
+    value = _strs(row.get("evaluation")).get("score")
+    score = as_unit_score(value)
     if score is None:
-        raise Refused(
-            f"{where}: evaluation.score {shorten(_strs(row.get('evaluation')).get('score'))} is not a number in [0, 1]"
-        )
+        raise Refused(f"{where}: evaluation.score {shorten(value)} is not a number in [0, 1]")
     return score
 
 
@@ -384,8 +372,8 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
     seeds = seed_scores if seed_scores is not None else {0: score}
     for seed, seed_score in seeds.items():
         items, note = None, read.items_note
-        have = by_seed.get(seed) if rows is not None else None
-        if rows is not None and len(seeds) == 1 and have is None and len(by_seed) == 1:
+        have = by_seed.get(seed)  # by_seed is empty when there is no instance-level file
+        if have is None and len(seeds) == 1 and len(by_seed) == 1:
             have = next(iter(by_seed.values()))
         if have is not None and len(have) != n_items:
             note = f"the instance file holds {len(have)} rows for seed {seed}, not the record's {n_items} items"
@@ -497,12 +485,10 @@ def _foreign_run(
     mc = _strs(chosen.get("metric_config"))
     metric_name = str(chosen.get("evaluation_result_id") or mc.get("metric_id") or mc.get("metric_name") or "score")
     sd = _strs(chosen.get("score_details"))
-    score = as_unit_score(sd.get("score"))
-    if score is None:
-        return unmapped(
-            f"metric {metric_name} is {shorten(sd.get('score'))}, not a share in [0, 1] (choose one with --metric "
-            "or the mapping's metric)"
-        )
+    try:
+        score = share(sd.get("score"), metric_name, " (choose one with --metric or the mapping's metric)")
+    except Unplaced as e:
+        return unmapped(str(e))
     lower = mc.get("lower_is_better")
     better = direction(placement.benchmark) if placement.benchmark in BENCHMARKS else None
     if better is None and lower is True:

@@ -66,7 +66,7 @@ OUTPUT_SETTINGS = (
     "reasoning_effort",
     "reasoning_tokens",
 )
-MEAN_METRICS = ("accuracy", "mean")
+MEAN_METRICS = ("accuracy", "mean")  # Inspect metrics that are the mean of the per-sample values
 
 
 def _logs_in(folder: Path) -> list[Path]:
@@ -199,9 +199,9 @@ def _choose_metric(log, wanted: str | None) -> tuple[Any, str] | str:
     return "reports no metric"
 
 
-def _generate_settings(log) -> tuple[dict, dict]:
-    """(effective generate settings, the ones the eval was given): the eval's own (--temperature,
-    ...) over the task's, which `log.plan.config` records."""
+def _generate_settings(log) -> dict:
+    """The effective generate settings: the eval's own (--temperature, ...) over the task's, which
+    `log.plan.config` records."""
 
     def fields(config) -> dict:
         if config is None:
@@ -209,9 +209,7 @@ def _generate_settings(log) -> tuple[dict, dict]:
         dump = config.model_dump(exclude_none=True) if hasattr(config, "model_dump") else dict(config)
         return {k: v for k, v in dump.items() if v is not None}
 
-    given = fields(log.eval.model_generate_config)
-    task = fields(getattr(log.plan, "config", None))
-    return {**task, **given}, given
+    return {**fields(getattr(log.plan, "config", None)), **fields(log.eval.model_generate_config)}
 
 
 def task_name(ev) -> str:
@@ -260,7 +258,7 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         )
     except Unplaced as e:
         return unmapped(str(e))
-    settings, _ = _generate_settings(log)
+    settings = _generate_settings(log)
     if placement.safetyrepro:
         scoring = str(task_args.get("scoring") or "logprob")
         shots = _shots(task_args.get("shots"), "task argument shots")

@@ -22,8 +22,6 @@ from safetyrepro.limits import (
     MAX_SEED,
     MAX_SHOTS,
     Refused,
-    decode_text,
-    loads_json,
     read_capped,
     shorten,
     whole_number,
@@ -54,7 +52,7 @@ from .mapping import (
     run_decoding,
     truthy,
 )
-from .reader import Companion, about, find, json_lines
+from .reader import Companion, about, find, json_file, json_lines
 
 STAMP = r"(?P<stamp>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)"
 RESULTS_FILE = re.compile(rf"results_{STAMP}\.json")
@@ -113,15 +111,7 @@ class LmEvalReader:
         return sorted(results), bad
 
     def read(self, path: Path) -> tuple[bytes, Any]:
-        data = read_capped(path)
-        try:
-            parsed = loads_json(decode_text(data))
-        except ValueError:
-            raise bad_file(path, "is not valid JSON (a partial or damaged results file)") from None
-        problem = check_results(parsed)
-        if problem:
-            raise bad_file(path, problem)
-        return data, parsed
+        return json_file(path, check_results, "is not valid JSON (a partial or damaged results file)")
 
     def companions(self, path: Path, parsed: Any) -> list[Companion]:
         """The samples files of the run, each with the task it belongs to: its file name holds the task

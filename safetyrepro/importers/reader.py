@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from safetyrepro.console import paced
 from safetyrepro.hashing import sha256_bytes
-from safetyrepro.limits import Refused, check_json_text, decode_text, loads_json
+from safetyrepro.limits import Refused, check_json_text, decode_text, loads_json, read_capped
 
 from .common import BadInput, BadInputError, Reading, Run, SourceFile, Unmapped, bad_file
 from .mapping import Mapping
@@ -136,6 +136,21 @@ def links_note(folder: Path, limit: int = 3) -> str:
         f"; {len(links)}{'+' if len(links) >= limit else ''} linked folder(s) under it were not followed "
         f"(e.g. {links[0]} -> {os.readlink(links[0])}): name the folder itself"
     )
+
+
+def json_file(path: Path, check: Callable[[Any], str | None], not_json: str | None = None) -> tuple[bytes, Any]:
+    """A found JSON file's bytes and parsed contents, capped and checked (safetyrepro/limits.py); refused when
+    it is not JSON, saying `not_json` (default: the parser's message), or when `check` says why it is no file
+    of its format."""
+    data = read_capped(path)
+    try:
+        parsed = loads_json(decode_text(data))
+    except ValueError as e:
+        raise Refused(not_json or f"is not JSON ({str(e).splitlines()[0][:160]})") from None
+    problem = check(parsed)
+    if problem:
+        raise bad_file(path, problem)
+    return data, parsed
 
 
 def json_lines(data: bytes, damaged: str | None = None) -> Iterator[tuple[int, Any]]:

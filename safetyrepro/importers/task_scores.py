@@ -34,7 +34,6 @@ from .mapping import model_label, parse_model_args
 from .reader import Reader, about
 
 MEAN_TOLERANCE = 1e-6  # the items' mean must give the run's reported score this closely (else: not a mean)
-INSPECT_MEANS = ("accuracy", "mean")  # Inspect metrics that are the mean of the per-sample values
 
 
 @dataclass(frozen=True)
@@ -187,19 +186,8 @@ def _lm_eval_task(data: dict, task: str, lines: list[dict]) -> list[ItemScores]:
             reported = as_unit_score(results.get(key)) if isinstance(results.get(key), (int, float)) else None
             if not note:
                 note = _not_a_mean(scores, reported, key)
-            direction = directions.get(name)
-            out.append(
-                ItemScores(
-                    task,
-                    key,
-                    scores,
-                    items,
-                    prompts,
-                    direction if isinstance(direction, bool) else None,
-                    reported,
-                    note,
-                )
-            )
+            higher = directions.get(name) if isinstance(directions.get(name), bool) else None
+            out.append(ItemScores(task, key, scores, items, prompts, higher, reported, note))
     return out
 
 
@@ -297,7 +285,7 @@ def _inspect_reported(header) -> dict[str, float]:
     out = {}
     for s in header.results.scores or []:
         name = s.name if s.scorer in (None, s.name) else f"{s.scorer}/{s.name}"
-        for metric in INSPECT_MEANS:
+        for metric in inspect_logs.MEAN_METRICS:
             if metric in s.metrics:
                 value = as_unit_score(s.metrics[metric].value)
                 if value is not None:
