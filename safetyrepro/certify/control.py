@@ -105,7 +105,38 @@ def _scored(store: Store, item: str, plain: bool) -> bool:
     return item in da and item in db and (plain or (item in ca and item in cb))
 
 
-class Control:
+class _Paths:
+    """What both targets' paths share: a row per (costly configuration, pair), the benchmark's one item order,
+    the costly differences' running sums (the reported estimate)."""
+
+    def __init__(self, benchmark: str, twins: Mapping[str, str], order: np.ndarray, pairs: Sequence[tuple[str, str]]):
+        self.benchmark, self.twins, self.order = benchmark, dict(twins), order
+        self.pairs = list(pairs)
+        self.N = len(order)
+        self.row = {
+            (cid, slot): k * len(pairs) + slot for k, cid in enumerate(self.twins) for slot in range(len(pairs))
+        }
+        self.items = [str(i) for i in order]
+        self.d_sum = np.zeros(len(self.row))  # sum of the costly differences used (the reported estimate)
+
+    def controls(self, config_id: str) -> bool:
+        return config_id in self.twins
+
+    def _rows_and_estimate(self, config_id: str, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The configuration's rows, and per row the mean costly difference over its steps (`steps`: per row)."""
+        rows = np.array([self.row[(config_id, slot)] for slot in range(len(self.pairs))])
+        taken = steps[rows]
+        return rows, np.where(taken > 0, self.d_sum[rows] / np.maximum(taken, 1), 0.0)
+
+    def _summary(self, steps: np.ndarray) -> dict:
+        rows = np.array(sorted(self.row.values()), dtype=np.int64)
+        return {
+            "pairs": {cid: twin for cid, twin in self.twins.items()},
+            "costly_steps": int(steps[rows].sum()) if len(rows) else 0,
+        }
+
+
+class Control(_Paths):
     """The control-variate paths of one benchmark: a ControlledBettingCS row per (costly configuration, pair)."""
 
     def __init__(
@@ -117,27 +148,17 @@ class Control:
         alpha_side: float,
         delta: float,
     ):
-        self.benchmark, self.twins, self.order = benchmark, dict(twins), order
-        self.pairs = list(pairs)
-        self.N = len(order)
+        super().__init__(benchmark, twins, order, pairs)
         self.delta = float(delta)
-        self.row = {
-            (cid, slot): k * len(pairs) + slot for k, cid in enumerate(self.twins) for slot in range(len(pairs))
-        }
         n = len(self.row)
         self.bank = ControlledBettingCS(n, alpha_side, extra=population_candidates(delta), delta=delta)
         self.k = self.bank.k  # partners a step
         self.pos = np.zeros(n, dtype=np.int64)  # the next costly item, from the front
         self.used = np.zeros(n, dtype=np.int64)  # partner steps taken (each k items from the back)
-        self.d_sum = np.zeros(n)  # sum of the costly differences used (the reported estimate)
         self.plain = np.zeros(n, dtype=bool)  # given up: plain steps for good
         self.want = np.zeros(n, dtype=bool)  # the next step takes partners (decided from the row's past)
-        self.items = [str(i) for i in order]
         self._p_cache: tuple[int, np.ndarray] | None = None
         self.extra: dict[tuple[str, str], list[str]] = {}  # (model, cheap configuration) -> partner items evaluated
-
-    def controls(self, config_id: str) -> bool:
-        return config_id in self.twins
 
     def limit(self, config_id: str, slot: int) -> int:
         """How far the path's front may go: where the back's partners begin."""
@@ -230,10 +251,8 @@ class Control:
     def reading(self, config_id: str, evidence: PairedEvidence) -> Reading:
         if not self.controls(config_id):
             return evidence.reading()
-        rows = np.array([self.row[(config_id, slot)] for slot in range(len(self.pairs))])
+        rows, estimate = self._rows_and_estimate(config_id, self.bank.t)
         lo, hi = self.bank.bounds(evidence.alpha_side)
-        steps = self.bank.t[rows]
-        estimate = np.where(steps > 0, self.d_sum[rows] / np.maximum(steps, 1), 0.0)
         return Reading(lo[rows], hi[rows], estimate, np.zeros(len(rows), dtype=bool))
 
     def price(self, config_id: str, slot: int, variance: float) -> tuple[float, float]:
@@ -249,16 +268,14 @@ class Control:
 
     def summary(self) -> dict:
         """For cost.json: what the control did."""
-        rows = np.array(sorted(self.row.values()), dtype=np.int64)
         return {
-            "pairs": {cid: twin for cid, twin in self.twins.items()},
-            "costly_steps": int(self.bank.t[rows].sum()) if len(rows) else 0,
-            "partner_steps": int(self.bank.partner_steps[rows].sum()) if len(rows) else 0,
+            **self._summary(self.bank.t),
+            "partner_steps": int(self.bank.partner_steps.sum()),
             "partner_items_evaluated": sum(len(v) for v in self.extra.values()),
         }
 
 
-class SubsetControl:
+class SubsetControl(_Paths):
     """The control-variate paths of one benchmark under `--target subset`: a WorBettingCS row per (costly
     configuration, pair), fed from the scores as they arrive (catch_up), as Control's paths are.
 
@@ -266,7 +283,7 @@ class SubsetControl:
     the subset (it is cheap), its mean over the items a path has not drawn yet is known exactly, so no
     partners are needed: the path bets on D - gamma (C - c_rest), whose mean given the past is the costly
     configuration's own remaining mean under uniform draws without replacement (analysis/confidence_sequence.py
-    WorBettingCS.update, `shift`). gamma is the least-squares slope of D on C over the path's earlier steps.
+    WorBettingCS.update, `gamma` and `deviation`). gamma is the least-squares slope of D on C over the path's earlier steps.
     Whether a step takes the control is fixed by the path's own past: from step WARM_UP on, while the running
     r^2 of D and C is at least MIN_R2 and beyond chance (CHANCE_R2 / steps); a path whose r^2 stays under
     MIN_R2 after GIVE_UP steps is plain for good and stops asking for the twin's scores. A step that takes the
@@ -282,25 +299,15 @@ class SubsetControl:
         alpha_side: float,
         lattice: int | None,
     ):
-        self.benchmark, self.twins, self.order = benchmark, dict(twins), order
-        self.pairs = list(pairs)
-        self.N = len(order)
+        super().__init__(benchmark, twins, order, pairs)
         self.k = 0  # no partners
-        self.row = {
-            (cid, slot): k * len(pairs) + slot for k, cid in enumerate(self.twins) for slot in range(len(pairs))
-        }
         n = len(self.row)
         # the two-sided sequence at 2 alpha_side, as the configuration's own (evidence.py, subset target)
         self.bank = WorBettingCS(n, self.N, 2 * alpha_side, -1.0, 1.0, lattice)
         self.fit = np.zeros((n, 5))  # sum d, c, d^2, c^2, dc over the steps taken
-        self.d_sum = np.zeros(n)
         self.c_drawn = np.zeros(n)  # sum of C over the items drawn
         self.plain = np.zeros(n, dtype=bool)  # given up: plain steps for good
         self.controlled_steps = np.zeros(n, dtype=np.int64)
-        self.items = [str(i) for i in order]
-
-    def controls(self, config_id: str) -> bool:
-        return config_id in self.twins
 
     def limit(self, config_id: str, slot: int) -> int:
         return self.N
@@ -386,10 +393,8 @@ class SubsetControl:
     def reading(self, config_id: str, evidence: PairedEvidence) -> Reading:
         if not self.controls(config_id):
             return evidence.reading()
-        rows = np.array([self.row[(config_id, slot)] for slot in range(len(self.pairs))])
+        rows, estimate = self._rows_and_estimate(config_id, self.bank.t)
         bounds = self.bank.bounds()
-        steps = self.bank.t[rows]
-        estimate = np.where(steps > 0, self.d_sum[rows] / np.maximum(steps, 1), 0.0)
         return Reading(bounds.lower[rows], bounds.upper[rows], estimate, bounds.exact[rows])
 
     def price(self, config_id: str, slot: int, variance: float) -> tuple[float, float]:
@@ -405,9 +410,4 @@ class SubsetControl:
 
     def summary(self) -> dict:
         """For cost.json: what the control did."""
-        rows = np.array(sorted(self.row.values()), dtype=np.int64)
-        return {
-            "pairs": {cid: twin for cid, twin in self.twins.items()},
-            "costly_steps": int(self.bank.t[rows].sum()) if len(rows) else 0,
-            "controlled_steps": int(self.controlled_steps[rows].sum()) if len(rows) else 0,
-        }
+        return {**self._summary(self.bank.t), "controlled_steps": int(self.controlled_steps.sum())}
