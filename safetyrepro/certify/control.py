@@ -276,19 +276,18 @@ class Control(_Paths):
 
 
 class SubsetControl(_Paths):
-    """The control-variate paths of one benchmark under `--target subset`: a WorBettingCS row per (costly
-    configuration, pair), fed from the scores as they arrive (catch_up), as Control's paths are.
+    """The control-variate paths of one benchmark under `--target subset`: a WorBettingCS row per (costly configuration,
+    pair), fed from the scores as they arrive (catch_up), as Control's paths are.
 
-    The subset target is the fixed subset's own difference, and once the cheap twin has scored every item of
-    the subset (it is cheap), its mean over the items a path has not drawn yet is known exactly, so no
-    partners are needed: the path bets on D - gamma (C - c_rest), whose mean given the past is the costly
-    configuration's own remaining mean under uniform draws without replacement (analysis/confidence_sequence.py
-    WorBettingCS.update, `gamma` and `deviation`). gamma is the least-squares slope of D on C over the path's earlier steps.
-    Whether a step takes the control is fixed by the path's own past: from step WARM_UP on, while the running
-    r^2 of D and C is at least MIN_R2 and beyond chance (CHANCE_R2 / steps); a path whose r^2 stays under
-    MIN_R2 after GIVE_UP steps is plain for good and stops asking for the twin's scores. A step that takes the
-    control waits until the twin has every item for both models; a step never decides otherwise because a score
-    is missing."""
+    The subset target is the fixed subset's own difference, and once the cheap twin has scored every item of the
+    subset (it is cheap), its mean over the items a path has not drawn yet is known exactly, so no partners are
+    needed: the path bets on D - gamma (C - c_rest), whose mean given the past is the costly configuration's own
+    remaining mean under uniform draws without replacement (analysis/confidence_sequence.py WorBettingCS.update,
+    `gamma` and `deviation`). gamma is the least-squares slope of D on C over the path's earlier steps. Whether a
+    step takes the control is fixed by the path's own past: from step WARM_UP on, while the running r^2 of D and C
+    is at least MIN_R2 and beyond chance (CHANCE_R2 / steps); a path whose r^2 stays under MIN_R2 after GIVE_UP
+    steps is plain for good and stops asking for the twin's scores. A step that takes the control waits until the
+    twin has every item for both models; a step never decides otherwise because a score is missing."""
 
     def __init__(
         self,
