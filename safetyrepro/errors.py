@@ -9,13 +9,14 @@ class UserError(Exception):
     """Bad input the user can act on: the message names the value and what is allowed."""
 
 
-def error_line(e: BaseException, with_type: bool = True) -> str:
+def error_line(e: BaseException, with_type: bool = True, most: int | None = None) -> str:
     """An exception as one line: a UserError's own first line (it is written for people); any other's
     first line after `module.Type: ` (what a failed cell records, whichever executor ran it), or with
     `with_type=False` its first line alone (its type's name when it says nothing), for a message that
-    says itself what failed."""
+    says itself what failed. `most`: the first line cut to that many characters (a foreign parser's
+    message quoted inside one of ours)."""
     lines = str(e).strip().splitlines()
-    first = lines[0] if lines else ""
+    first = (lines[0] if lines else "")[:most]
     if isinstance(e, UserError):
         return first
     if with_type:

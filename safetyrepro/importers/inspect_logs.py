@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from safetyrepro.errors import error_line
 from safetyrepro.limits import (
     MAX_COUNT,
     MAX_SEED,
@@ -75,10 +76,6 @@ def _logs_in(folder: Path) -> list[Path]:
     return sorted(Path(info.name.removeprefix("file://")) for info in list_eval_logs(str(folder), recursive=True))
 
 
-def _first_line(e: Exception) -> str:
-    return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else 'no detail'}"
-
-
 class InspectReader:
     """One log is one run; it holds its samples itself."""
 
@@ -104,7 +101,7 @@ class InspectReader:
         except Exception as e:  # Inspect raises many types for a damaged file; each is one bad input
             version = _format_version(members)
             problem = _format_problem(version) if version is not None else None
-            raise bad_file(path, problem or f"is not a readable Inspect log ({_first_line(e)})") from None
+            raise bad_file(path, problem or f"is not a readable Inspect log ({error_line(e, most=160)})") from None
         problem = check_log(header)
         if problem:
             raise bad_file(path, problem)
@@ -113,7 +110,7 @@ class InspectReader:
             try:
                 samples = list(read_eval_log_samples(str(path), all_samples_required=True))
             except Exception as e:  # a log cut short keeps its header but loses samples
-                raise bad_file(path, f"its samples cannot be read ({_first_line(e)}): a partial log") from None
+                raise bad_file(path, f"its samples cannot be read ({error_line(e, most=160)}): a partial log") from None
         return data, (header, samples)
 
     def companions(self, path: Path, parsed: Any) -> list[Companion]:
