@@ -8,11 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-ITEM_FILES = ("items.parquet", "items.csv")  # what the sweeper writes beside grid.csv
-# the envelope a grid was made under when it is not the packaged one (`safetyrepro import` writes it
-# when imported configurations leave the packaged envelope; docs/formats.md)
-RULES_BESIDE = "rules.yaml"
-
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -93,14 +88,15 @@ def analyze_grid(
     from safetyrepro.limits import MAX_ANALYSIS_SEED, MAX_BOOTSTRAP
     from safetyrepro.tasks.envelope import load_rules
 
-    from .grid_io import load_grid
+    from .grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, load_grid
     from .output import check_output_folder, write_all
     from .pipeline import AnalysisOptions, parse_thetas, run_analysis
     from .slices import check_slices
 
-    if rules_path is None and (grid_path.parent / RULES_BESIDE).is_file():
-        rules_path = str(grid_path.parent / RULES_BESIDE)
-        sys.stderr.write(f"safetyrepro: note: validating against the rules file beside the grid, {rules_path}\n")
+    if rules_path is None:
+        rules_path = beside_grid(grid_path, RULES_BESIDE)
+        if rules_path:
+            sys.stderr.write(f"safetyrepro: note: validating against the rules file beside the grid, {rules_path}\n")
     rules = load_rules(rules_path)
     if not 1 <= bootstrap <= MAX_BOOTSTRAP:
         raise UserError(
@@ -113,9 +109,9 @@ def analyze_grid(
     grid = load_grid(grid_path, rules, precision=precision, package=package)
     check_output_folder(out, inputs=(grid_path, items))  # before the work; the grid's own errors come first
     required = True
-    if items is None:
-        beside = [grid_path.parent / name for name in ITEM_FILES if (grid_path.parent / name).is_file()]
-        items, required = (str(beside[0]), False) if beside else (None, True)
+    if items is None:  # records found beside the grid only warn when they are unusable
+        items = beside_grid(grid_path, ITEM_FILES)
+        required = items is None
     options = AnalysisOptions(
         slices=chosen_slices,
         thetas=chosen_thetas,

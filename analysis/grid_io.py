@@ -78,6 +78,17 @@ def envelope_order(config_ids, rules: Rules) -> tuple[str, ...]:
 
 
 # -- reading ---------------------------------------------------------------------------------------
+ITEM_FILES = ("items.parquet", "items.csv")  # what a sweep or an import writes beside grid.csv
+# the envelope a grid was made under when it is not the packaged one (`safetyrepro import` writes it
+# when imported configurations leave the packaged envelope; docs/formats.md)
+RULES_BESIDE = ("rules.yaml",)
+
+
+def beside_grid(grid_path: Path, names: Sequence[str]) -> str | None:
+    """The first of `names` that is a file in the grid's folder, else None."""
+    return next((str(grid_path.parent / n) for n in names if (grid_path.parent / n).is_file()), None)
+
+
 def read_table(path: str | Path, what: str = "grid") -> pd.DataFrame:
     """CSV or Parquet, chosen by suffix; every failure is one line naming the file."""
     p = Path(path)

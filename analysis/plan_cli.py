@@ -198,8 +198,7 @@ def _pilot_tables(grid_path: Path, items_arg: str | None):
 
     from safetyrepro.errors import UserError
 
-    from .cli import ITEM_FILES
-    from .grid_io import read_table, select_group
+    from .grid_io import ITEM_FILES, beside_grid, read_table, select_group
     from .item_validation import checked_records
     from .significance import ITEM_COLUMNS
 
@@ -211,11 +210,9 @@ def _pilot_tables(grid_path: Path, items_arg: str | None):
         grid = select_group(grid, str(grid_path))
     if "status" in grid.columns:
         grid = grid[grid["status"].fillna("ok").astype(str).isin(["ok", ""])]
+    items_arg = items_arg or beside_grid(grid_path, ITEM_FILES)
     if items_arg is None:
-        beside = [grid_path.parent / name for name in ITEM_FILES if (grid_path.parent / name).is_file()]
-        if not beside:
-            raise UserError(f"no items.parquet or items.csv beside {grid_path}; give the pilot's records with --items")
-        items_arg = str(beside[0])
+        raise UserError(f"no items.parquet or items.csv beside {grid_path}; give the pilot's records with --items")
     items = read_table(items_arg, what="items")
     if {"n_items", "n_seeds", "scoring"} <= set(grid.columns) and set(ITEM_COLUMNS) <= set(items.columns):
         # the grid's group and cells only; repeats, stray seeds, short cells and off-lattice scores refused

@@ -131,19 +131,15 @@ def _from_runs(args):
 
 
 def _from_grid(args):
-    from safetyrepro.analysis.grid_io import read_table
+    from safetyrepro.analysis.grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, read_table
     from safetyrepro.tasks.envelope import load_rules
 
     if args.a == args.b:
         raise UserError(f"A and B are the same model ({args.a!r}); verdict compares two different models")
 
     grid_path = Path(args.grid)
-    rules_path = args.rules or (
-        grid_path.parent / "rules.yaml" if (grid_path.parent / "rules.yaml").is_file() else None
-    )
-    items_path = args.items or next(
-        (str(p) for p in (grid_path.parent / "items.parquet", grid_path.parent / "items.csv") if p.is_file()), None
-    )
+    rules_path = args.rules or beside_grid(grid_path, RULES_BESIDE)
+    items_path = args.items or beside_grid(grid_path, ITEM_FILES)
     if items_path is None:
         raise UserError(f"no per-item records beside {grid_path}; pass --items ITEMS (a paired verdict needs them)")
     return read_table(grid_path), read_table(items_path, what="items"), load_rules(rules_path), (args.a, args.b)

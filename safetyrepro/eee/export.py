@@ -48,24 +48,6 @@ class Export:
 
 
 # -- inputs ---------------------------------------------------------------------------------------------
-def rules_path_for(grid_path: Path, rules: str | None) -> str | None:
-    """The rules file the grid is valid under, as `analyze` chooses it: --rules, else rules.yaml
-    beside the grid (an import writes one), else the packaged envelope (None)."""
-    if rules:
-        return rules
-    beside = grid_path.parent / "rules.yaml"
-    return str(beside) if beside.is_file() else None
-
-
-def items_path_for(grid_path: Path, items: str | None) -> str | None:
-    if items:
-        return items
-    for name in ("items.parquet", "items.csv"):
-        if (grid_path.parent / name).is_file():
-            return str(grid_path.parent / name)
-    return None
-
-
 def load_run_json(grid_path: Path, run_json: str | None) -> dict:
     path = Path(run_json) if run_json else grid_path.parent / "run.json"
     if not path.is_file():
@@ -577,16 +559,17 @@ def export_eee(
 ) -> tuple[Export, list[Path]]:
     """Read GRID (and its items, rules.yaml and run.json beside it, as `analyze` finds them), build
     the records and write them into `out`; returns (the export, the paths written)."""
-    from safetyrepro.analysis.grid_io import read_table
+    from safetyrepro.analysis.grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, read_table
 
     grid_path = Path(grid)
     raw = read_table(grid_path)
-    item_path = items_path_for(grid_path, items)
+    item_path = items or beside_grid(grid_path, ITEM_FILES)
     item_frame = read_table(item_path, "items") if item_path else None
     export = build_export(
         raw,
         item_frame,
-        rules_path_for(grid_path, rules),
+        # as `analyze` chooses it: --rules, else rules.yaml beside the grid, else the packaged envelope (None)
+        rules or beside_grid(grid_path, RULES_BESIDE),
         grid_sha256=sha256_bytes(grid_path.read_bytes()),
         run_json=load_run_json(grid_path, run_json),
         model_ids=model_ids,
