@@ -437,7 +437,7 @@ def build_export(
         )
     if not out.records:
         raise UserError(f"grid {grid_name} has no cell with status ok: nothing to export")
-    verdicts = verdict_tables(raw, rules_path, rules)
+    verdicts = verdict_tables(raw[(valid["status"] == "ok").to_numpy()], rules_path, rules)
     out.files[R.VERDICTS_FILE] = R.dump_json(
         {
             "format": R.VERDICTS_FORMAT,
@@ -473,18 +473,12 @@ def _rows(frame: pd.DataFrame) -> list[dict]:
     return [{k: _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
 
 
-def verdict_tables(raw: pd.DataFrame, rules_path: str | None, rules) -> list[dict]:
-    """Per (precision, package) group of ok cells: rho_flip.csv's rows and text, rho_flip_max, and
-    the analysis's warnings; a group the analysis cannot read (one model) says why instead."""
+def verdict_tables(frame: pd.DataFrame, rules_path: str | None, rules) -> list[dict]:
+    """Per (precision, package) group of the ok cells in `frame`: rho_flip.csv's rows and text,
+    rho_flip_max, and the analysis's warnings; a group the analysis cannot read (one model) says why instead."""
     from safetyrepro.analysis import api, rank_flip
     from safetyrepro.analysis.slices import check_slices
 
-    status = (
-        raw["status"].fillna("ok").astype(str).str.strip().replace("", "ok")
-        if "status" in raw.columns
-        else pd.Series("ok", index=raw.index)
-    )
-    frame = raw[status == "ok"]
     slices = check_slices(None, rules)
     out = []
     for (precision, package), group in frame.groupby(["precision", "package"], sort=True):

@@ -9,6 +9,7 @@ or writes a file.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import math
 import re
@@ -216,6 +217,18 @@ def number(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return x if math.isfinite(x) else None
+
+
+def recorded_time(value: Any) -> float | None:
+    """When a run says it was made (seconds since the epoch, or ISO 8601 text) as seconds since the
+    epoch, for --duplicates newest; None when it is neither."""
+    seconds = number(value)
+    if seconds is not None:
+        return seconds
+    try:
+        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def split_package(label: str) -> tuple[str, str]:

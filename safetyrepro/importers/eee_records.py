@@ -20,7 +20,6 @@ instance rows into runs without touching the disk.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import hashlib
 import json
@@ -58,6 +57,7 @@ from .common import (
     kept_items,
     number,
     precision_label,
+    recorded_time,
     share,
     short_hash,
     split_package,
@@ -234,21 +234,12 @@ def check_record(record: Any) -> str | None:
 # -- one record ------------------------------------------------------------------------------------
 def _created(record: dict, result: dict | None = None) -> float:
     """When the evaluation ran (its timestamp, else when the record was made), for --duplicates newest."""
-    for value in (
+    stamps = (
         (result or {}).get("evaluation_timestamp"),
         record.get("evaluation_timestamp"),
         record.get("retrieved_timestamp"),
-    ):
-        if value is None:
-            continue
-        seconds = number(value)
-        if seconds is not None:
-            return seconds
-        try:
-            return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            continue
-    return 0.0
+    )
+    return next((seconds for seconds in map(recorded_time, stamps) if seconds is not None), 0.0)
 
 
 def _strs(obj: Any) -> dict[str, Any]:

@@ -8,7 +8,6 @@ its samples into a `Run`.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 from collections import defaultdict
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ from .common import (
     bad_file,
     kept_items,
     precision_label,
+    recorded_time,
     share,
 )
 from .mapping import Mapping, decorated_template, place_task, run_decoding
@@ -169,13 +169,6 @@ def check_log(log) -> str | None:
     if log.results is None or not log.results.scores:
         return "records no scores (was the eval run with --no-score?)"
     return None
-
-
-def _created(log) -> float:
-    try:
-        return dt.datetime.fromisoformat(str(log.eval.created)).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def _choose_metric(log, wanted: str | None) -> tuple[Any, str] | str:
@@ -353,7 +346,7 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         item_ids=item_ids,
         items=items,
         items_note=note,
-        created=_created(log),
+        created=recorded_time(ev.created) or 0.0,
         settings={
             "task": str(ev.task),
             "task_args": dict(task_args),
