@@ -17,35 +17,26 @@ from safetyrepro.importers.eee_format import DATA_DIR
 ENV = "SAFETYREPRO_EEE_PYTHON"  # another interpreter with every-eval-ever installed
 
 
-def project_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
 def eee_python() -> Path | None:
     """.venv-eee's python (or $SAFETYREPRO_EEE_PYTHON), when it is there."""
     given = os.environ.get(ENV)
-    candidates = [Path(given)] if given else [project_root() / ".venv-eee" / "bin" / "python"]
-    return next((p for p in candidates if p.is_file() and os.access(p, os.X_OK)), None)
+    python = Path(given) if given else Path(__file__).resolve().parents[2] / ".venv-eee" / "bin" / "python"
+    return python if python.is_file() and os.access(python, os.X_OK) else None
 
 
-def require_python() -> Path:
+def run_eee(args: list[str]) -> subprocess.CompletedProcess:
+    """`python -m every_eval_ever ARGS` in .venv-eee; output captured."""
     python = eee_python()
     if python is None:
         raise UserError(
             "Every Eval Ever's tools are not installed: run `make eee` (builds .venv-eee with "
             f"every-eval-ever 0.3.0 on Python 3.12), or set {ENV} to a python that has it"
         )
-    return python
-
-
-def run_eee(args: list[str], cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python -m every_eval_ever ARGS` in .venv-eee; output captured."""
     return subprocess.run(
-        [str(require_python()), "-m", "every_eval_ever", *args],
-        cwd=cwd,
+        [str(python), "-m", "every_eval_ever", *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=600,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
 
