@@ -424,7 +424,9 @@ def _seed_scores(text: Any, n_seeds: int, score: float, where: str) -> dict[int,
 
 
 # -- any other record ------------------------------------------------------------------------------------
-def _choose(results: list[dict], wanted: str | None) -> dict | str:
+def _choose(results: list[dict], wanted: str | None) -> dict:
+    """The result of the metric `wanted` (its result id, metric id or name), else the first; `Unplaced` when
+    no result reports `wanted`."""
     if not wanted:
         return results[0]
     for r in results:
@@ -434,7 +436,7 @@ def _choose(results: list[dict], wanted: str | None) -> dict | str:
     have = ", ".join(
         str(r.get("evaluation_result_id") or _strs(r.get("metric_config")).get("metric_id")) for r in results
     )
-    return f"reports no metric {wanted!r} (it has: {have})"
+    raise Unplaced(f"reports no metric {wanted!r} (it has: {have})")
 
 
 def _settings(gen: dict, shots_key: str | None) -> dict[str, Any]:
@@ -470,13 +472,11 @@ def _foreign_run(
     placement = place_task(task, mapping, "lm-eval")
     if isinstance(placement, str):
         return unmapped(placement)
-    chosen = _choose(results, placement.metric or metric)
-    if isinstance(chosen, str):
-        return unmapped(chosen)
-    mc = _strs(chosen.get("metric_config"))
-    metric_name = str(chosen.get("evaluation_result_id") or mc.get("metric_id") or mc.get("metric_name") or "score")
-    sd = _strs(chosen.get("score_details"))
     try:
+        chosen = _choose(results, placement.metric or metric)
+        mc = _strs(chosen.get("metric_config"))
+        metric_name = str(chosen.get("evaluation_result_id") or mc.get("metric_id") or mc.get("metric_name") or "score")
+        sd = _strs(chosen.get("score_details"))
         score = share(sd.get("score"), metric_name, " (choose one with --metric or the mapping's metric)")
     except Unplaced as e:
         return unmapped(str(e))

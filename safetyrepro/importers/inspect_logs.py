@@ -171,9 +171,9 @@ def check_log(log) -> str | None:
     return None
 
 
-def _choose_metric(log, wanted: str | None) -> tuple[Any, str] | str:
+def _choose_metric(log, wanted: str | None) -> tuple[Any, str]:
     """(the EvalScore, the metric name): `wanted` as `metric` or `scorer/metric`, else the first
-    scorer's first metric that is not a spread (stderr, std)."""
+    scorer's first metric that is not a spread (stderr, std); `Unplaced` when there is none."""
     scores = log.results.scores
     if wanted:
         scorer, _, name = wanted.rpartition("/")
@@ -181,12 +181,12 @@ def _choose_metric(log, wanted: str | None) -> tuple[Any, str] | str:
             if (not scorer or s.name == scorer) and name in s.metrics:
                 return s, name
         have = ", ".join(f"{s.name}/{m}" for s in scores for m in s.metrics)
-        return f"reports no metric {wanted!r} (it has: {have})"
+        raise Unplaced(f"reports no metric {wanted!r} (it has: {have})")
     for s in scores:
         for name in s.metrics:
             if name not in ("stderr", "std", "var"):
                 return s, name
-    return "reports no metric"
+    raise Unplaced("reports no metric")
 
 
 def _generate_settings(log) -> dict:
@@ -238,11 +238,8 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
     placement = place_task(name, mapping, "inspect", task_args)
     if isinstance(placement, str):
         return unmapped(placement)
-    chosen = _choose_metric(log, placement.metric or metric)
-    if isinstance(chosen, str):
-        return unmapped(chosen)
-    score_entry, metric_name = chosen
     try:
+        score_entry, metric_name = _choose_metric(log, placement.metric or metric)
         score = share(
             score_entry.metrics[metric_name].value, f"{score_entry.name}/{metric_name}", " (choose one with --metric)"
         )
