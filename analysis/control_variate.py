@@ -18,7 +18,8 @@ with C the cheap difference on the costly item and C'_q on partner q. (C, C'_q) 
 antisymmetric function of them has mean zero: E[g | past] = 0 exactly and E[y | past] = theta whatever gamma
 is, provided gamma is predictable (computed from earlier steps only). No nuisance, no alpha split: y is an
 ordinary bounded observation with mean theta, in [-1 - |gamma|, 1 + |gamma|], and the with-replacement betting
-e-process of IidBettingCS runs on it with the stakes truncated to that range (each factor stays >= 1 - c). With
+e-process of IidBettingCS runs on it, a partner step's stakes set by the growth-rate plug-in (aGRAPA, as the
+subset target's controlled steps) and truncated to that range (each factor stays >= 1 - c). With
 gamma at its best value the variance of y is Var(D) (1 - r^2 k / (k + 1)) for r the correlation of D and C
 (the linear case); clipping the differences at 1 halves the range the stakes must respect at a small cost in
 correlation.
@@ -32,11 +33,13 @@ the cheap configuration's law known exactly, is about 1.5x fewer costly items at
 0.25, 2.3x at 0.15.
 
 Fallback. gamma is estimated from earlier steps (least squares of D on g, clipped to [-1, 1]); partners are
-asked for only after WARM_UP steps and while the running r^2 of D and C is at least MIN_R2 (and beyond what chance
-gives: CHANCE_R2 / steps), so with no
-correlation the process takes plain steps (gamma = 0, y = D): exactly the plain e-process, item for item
-(tested against IidBettingCS). Whether a step uses partners is decided before the step, from the stream's own
-past: a predictable choice between two valid bets, never a choice after seeing which did better.
+asked for only after WARM_UP steps and while the running r^2 of D and C is at least MIN_R2 (and beyond what
+chance gives: CHANCE_R2 / steps), so with no correlation the process takes plain steps (gamma = 0, y = D):
+exactly the plain e-process, item for item (tested against IidBettingCS). Partners use up the pool (each partner
+step takes 1 + k of its items), so they are capped by the pool's size: 2 a step and 50 items below 2,000 items,
+4 a step and a third of the pool from there (partners_per_step, max_partner_steps). Whether a step uses
+partners is decided before the step, from the stream's own past: a predictable choice between two valid bets,
+never a choice after seeing which did better.
 
 Vectorised over streams, as IidBettingCS: one call updates every stream that takes a step.
 """
@@ -48,6 +51,7 @@ import numpy as np
 from .confidence_sequence import TRUNCATION, GridEProcesses
 
 K_PARTNERS = 2  # partner items per step: the variance factor is 1 - r^2 k / (k + 1); k costs k cheap items a step
+WIDE_PARTNERS, WIDE_POOL = 4, 2000  # ... 4 from a 2,000-item pool, where partner items are seldom what runs out
 WARM_UP = 10  # plain steps before partners are first asked for (r and gamma need a few items)
 MIN_R2 = 0.2  # partners only while the running r^2 of D and C is at least this
 CHANCE_R2 = 6.0  # ... and at least this / steps: n r^2 is about chi-square(1) without correlation (P > 6: 1.4 %)
@@ -56,8 +60,27 @@ MAX_GAMMA = 1.0
 PARTNER_TRUNCATION = 0.9  # a partner step's stakes: its range is wider, so the plain 1/2 would bind (docstring)
 FIT_STEPS = 10  # partner steps before gamma is fitted on g itself (before: from D and C)
 OPTIMISM = -0.5  # the capacity rule reads the difference half a standard error smaller (the planner: one larger)
-MAX_PARTNER_STEPS = 25  # partner steps per stream at most: the costly stream keeps N - 50 items whatever happens
+MIN_PARTNER_ITEMS = 50  # partner items a stream takes at most below a WIDE_POOL-item pool ...
+POOL_SHARE = 3  # ... and from there a third of the pool: the costly stream keeps the rest whatever happens
 FIT_MARGIN = 1.5  # partners while 1.5 x the expected need, 1 + K_PARTNERS items a step, fits (it is optimistic)
+
+
+def partners_per_step(pool: int | None) -> int:
+    """Partners a step takes from a pool of `pool` items (None: the 300 the study's subsets hold). Where the
+    partner items run out first (small pools), two a step buy the most per partner item (each step is worth
+    1 / (1 - r^2 k / (k + 1)) plain ones); where the claim ends first, four buy the most per costly item."""
+    return WIDE_PARTNERS if pool is not None and pool >= WIDE_POOL else K_PARTNERS
+
+
+def max_partner_steps(pool: int | None) -> int:
+    """Partner steps a stream may take from a pool of `pool` items: MIN_PARTNER_ITEMS partner items below
+    WIDE_POOL items, a third of the pool from there. Partners pay only where the pool outlasts the claim several
+    times over (each partner step uses 1 + k items); the rest of the pool is the costly stream's, so a claim that
+    needs most of a small pool is not lost to partners (docs/certify.md)."""
+    k = partners_per_step(pool)
+    if pool is None or pool < WIDE_POOL:
+        return MIN_PARTNER_ITEMS // k
+    return max(MIN_PARTNER_ITEMS, int(pool) // POOL_SHARE) // k
 
 
 def control_term(c_item: np.ndarray, c_partners: np.ndarray) -> np.ndarray:
@@ -81,15 +104,15 @@ class ControlledBettingCS(GridEProcesses):
         grid_points: int = 201,
         extra: tuple[float, ...] = (),
         delta: float = 0.0,
-        k: int = K_PARTNERS,
-        max_partner_steps: int = MAX_PARTNER_STEPS,
+        pool: int | None = None,
     ):
         if not 0 < alpha < 1:
             raise ValueError(f"alpha {alpha} must be in (0, 1)")
-        if k < 1 or max_partner_steps < 0:
-            raise ValueError(f"a partner step takes k >= 1 partners (k={k}), at most max_partner_steps >= 0 times")
+        if pool is not None and pool < 1:
+            raise ValueError(f"a stream's pool holds at least one item (pool={pool})")
         self.alpha, self.delta = float(alpha), float(delta)
-        self.k, self.max_partner_steps = int(k), int(max_partner_steps)
+        self.k = partners_per_step(pool)
+        self.max_partner_steps = max_partner_steps(pool)
         self._grid_range = (-1.0, 1.0)
         self.grid = np.unique(np.round(np.concatenate([np.linspace(-1.0, 1.0, grid_points), extra]), 12))
         g = len(self.grid)
@@ -162,12 +185,19 @@ class ControlledBettingCS(GridEProcesses):
         sigma2 = self.var_sum[s] / t
         lam = np.sqrt(2 * self._log_inv_alpha / (sigma2 * t * np.log1p(t)))[:, None]
         m = self.grid[None, :]
+        # a partner step's stakes: per candidate, the growth-rate plug-in (aGRAPA, Waudby-Smith & Ramdas Sect.
+        # 5.1), as the subset target's controlled steps; a plain step keeps the plain width-tuned one
+        gap_hat = mu_hat[:, None] - m
+        kelly = gap_hat / (sigma2[:, None] + gap_hat**2)
+        partner = with_partners[:, None]
+        lam_plus = np.where(partner, np.clip(kelly, 0.0, None), lam)
+        lam_minus = np.where(partner, np.clip(-kelly, 0.0, None), lam)
         with np.errstate(divide="ignore"):
             cap_plus = np.where(m + 1 + span[:, None] > 0, c_trunc / (m + 1 + span[:, None]), np.inf)
             cap_minus = np.where(1 + span[:, None] - m > 0, c_trunc / (1 + span[:, None] - m), np.inf)
         gap = y[:, None] - m
-        plus = self.log_plus[s] + np.log1p(np.minimum(lam, cap_plus) * gap)
-        minus = self.log_minus[s] + np.log1p(-np.minimum(lam, cap_minus) * gap)
+        plus = self.log_plus[s] + np.log1p(np.minimum(lam_plus, cap_plus) * gap)
+        minus = self.log_minus[s] + np.log1p(-np.minimum(lam_minus, cap_minus) * gap)
         self.log_plus[s], self.log_minus[s] = plus, minus
         self.max_plus[s] = np.maximum(self.max_plus[s], plus)
         self.max_minus[s] = np.maximum(self.max_minus[s], minus)

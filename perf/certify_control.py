@@ -2,12 +2,14 @@
 
     python perf/certify_control.py                  # 10 synthetic grids per scenario, the ceiling, the records
     python perf/certify_control.py --grids 4 --skip-published --figure /tmp/control.png
-    python perf/certify_control.py --grids 5 --only-subset   # the subset target's table and figure only
+    python perf/certify_control.py --grids 5 --only subset   # the subset target's table and figure only
+    python perf/certify_control.py --grids 5 --only pools    # the population target on large pools only
 
 0. The subset target (`--target subset`, certify/control.py SubsetControl): 300- to 2,000-item grids of
    TruthfulQA's T1 and T3 at 0 and 5 shots (12 free-form configurations, 4 twins), leads from 0.35 down to
    0.10, r = 0.8 and r = 0, cost-aware rounds: the free-form evaluations and model time with the control as a
-   share of without (`share`).
+   share of without (`share`). The population target on large pools (`--only pools`): the same configurations
+   on 2,000- to 20,000-item pools (4 partners a step, up to a third of the pool).
 
 1. Synthetic 300-item grids of TruthfulQA's 48 configurations, two models, built as a sweep builds them
    (tests/certify/certify_grids.py correlated_problem): every free-form answer is tied to the same item's
@@ -134,14 +136,31 @@ def _short(problem):
     return dataclasses.replace(problem, config_ids=keep)
 
 
+POOL_SCENARIOS = {  # the population target where the benchmark's pool holds many times what a claim needs
+    "0.15 lead (0.65 vs 0.50)": (20000, lambda cfg, m: 0.65 if m == "a" else 0.50),
+    "0.10 lead (0.60 vs 0.50)": (20000, lambda cfg, m: 0.60 if m == "a" else 0.50),
+    "0.10 lead, 5,000 items": (5000, lambda cfg, m: 0.60 if m == "a" else 0.50),
+    "0.10 lead, 2,000 items": (2000, lambda cfg, m: 0.60 if m == "a" else 0.50),
+}
+
+
 def subset(grids: int) -> tuple[list[str], list[dict]]:
     """The subset target (SubsetControl: the twin's whole subset, no partners), cost-aware rounds as above."""
+    return by_pool(grids, SUBSET_SCENARIOS, "subset")
+
+
+def population_pools(grids: int) -> tuple[list[str], list[dict]]:
+    """The population target (partners) on large pools, the same configurations and rounds as subset()."""
+    return by_pool(grids, POOL_SCENARIOS, "population")
+
+
+def by_pool(grids: int, scenarios: dict, target: str) -> tuple[list[str], list[dict]]:
     lines = [
-        f"{'scenario':<26} {'items':>5} {'r':>4} {'control':<7} {'verdicts':<14} {'same':>4} {'costly':>8} "
-        f"{'share':>6} {'cheap':>8} {'model time':>10} {'share':>6}"
+        f"{'scenario':<26} {'items':>5} {'r':>4} {'control':<7} {'verdicts':<26} {'same':>4} {'claims':>6} "
+        f"{'costly':>8} {'share':>6} {'cheap':>8} {'model time':>10} {'share':>6}"
     ]
     rows = []
-    for name, (n_items, acc) in SUBSET_SCENARIOS.items():
+    for name, (n_items, acc) in scenarios.items():
         for r in (0.8, 0.0):
             worlds = [
                 correlated_problem(np.random.default_rng(400 + g), acc, copy_for(r), n_items=n_items)
@@ -151,14 +170,15 @@ def subset(grids: int) -> tuple[list[str], list[dict]]:
             base: dict[str, float] = {}
             verdicts: dict[str, list[str]] = {}
             for control in ("none", "auto"):
-                costly = cheap = 0
+                costly = cheap = claims = 0
                 spent, said = 0.0, []
                 for g, (problem, oracle, _) in enumerate(worlds):
                     costed = CostedOracle(oracle, known=True)
-                    options = CertifyOptions(seed=g, round_seconds=60.0, control=control, target="subset")
+                    options = CertifyOptions(seed=g, round_seconds=60.0, control=control, target=target)
                     result = certify([_short(problem)], costed, options)
                     c, k = costly_and_cheap(result)
                     costly, cheap, spent = costly + c, cheap + k, spent + costed.spent()
+                    claims += sum(x.claim != "undecided" for x in result.claims)
                     said.append(result.pairs[0].verdict)
                 verdicts[control] = said
                 base.setdefault("costly", costly)
@@ -166,10 +186,13 @@ def subset(grids: int) -> tuple[list[str], list[dict]]:
                 same = sum(a == b for a, b in zip(verdicts["none"], said, strict=True))
                 counted = ", ".join(f"{v} {n}" for v, n in Counter(said).most_common())
                 lines.append(
-                    f"{name:<26} {n_items:>5} {abs(measured):>4.2f} {control:<7} {counted:<14} {same:>4} {costly:>8,} "
-                    f"{costly / base['costly']:>6.3f} {cheap:>8,} {spent:>10,.0f} {spent / base['time']:>6.3f}"
+                    f"{name:<26} {n_items:>5} {abs(measured):>4.2f} {control:<7} {counted:<26} {same:>4} {claims:>6} "
+                    f"{costly:>8,} {costly / base['costly']:>6.3f} {cheap:>8,} {spent:>10,.0f} "
+                    f"{spent / base['time']:>6.3f}"
                 )
-                rows.append(dict(scenario=name, r=r, control=control, costly=costly, cheap=cheap, time=spent))
+                rows.append(
+                    dict(scenario=name, items=n_items, r=r, control=control, costly=costly, cheap=cheap, time=spent)
+                )
     return lines, rows
 
 
@@ -294,7 +317,8 @@ def figure(rows: list[dict], path: Path) -> None:
             for name in names:
                 pick = (frame.scenario == name) & (frame.r == r)
                 base = float(frame[pick & (frame.control == "none")][what].iloc[0])
-                share.append(float(frame[pick & (frame.control == control)][what].iloc[0]) / base)
+                spent = float(frame[pick & (frame.control == control)][what].iloc[0])
+                share.append(spent / base if base else np.nan)  # a flip the free items decide costs nothing
             ax.bar(x + (j - 0.5) * 0.38, share, 0.38, color=colour, label=f"--control auto, r = {r:g}")
         if what == "costly":  # the most any control variate saves on one greedy configuration there (ceilings())
             for i, name in enumerate(names):
@@ -322,7 +346,8 @@ def subset_figure(rows: list[dict], path: Path) -> None:
     from safetyrepro.atomic import atomic_write
 
     frame = pd.DataFrame(rows)
-    names = list(SUBSET_SCENARIOS)
+    names = list(dict.fromkeys(frame.scenario))
+    items = dict(zip(frame.scenario, frame["items"], strict=True))
     x = np.arange(len(names))
     fig, ax = plt.subplots(figsize=(8, 3.4))
     bars = (("costly", 0.8, "tab:green"), ("time", 0.8, "tab:olive"), ("costly", 0.0, "tab:grey"))
@@ -336,9 +361,10 @@ def subset_figure(rows: list[dict], path: Path) -> None:
         ax.bar(x + (j - 1) * 0.27, share, 0.27, color=colour, label=label)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.axhline(0.5, color="tab:red", linewidth=0.8, linestyle="--", label="half (the issue's target)")
-    ax.set_xticks(x, [f"{n.split(' (')[0]}\n{SUBSET_SCENARIOS[n][0]:,} items" for n in names], fontsize=8)
+    ax.set_xticks(x, [f"{n.split(' (')[0]}\n{items[n]:,} items" for n in names], fontsize=8)
     ax.set_ylabel("share of --control none")
-    ax.set_title("--target subset --control auto: the same verdicts, as a share of without the control", fontsize=9)
+    target = "--target subset" if path.name.endswith("subset.png") else "--target population, large pools,"
+    ax.set_title(f"{target} --control auto: the same verdicts, as a share of without the control", fontsize=9)
     ax.legend(fontsize=7, loc="lower left")
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=130, bbox_inches="tight"), root=path.parent)
     plt.close(fig)
@@ -356,22 +382,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grids", type=int, default=10)
     ap.add_argument("--skip-published", action="store_true")
-    ap.add_argument("--only-subset", action="store_true", help="the subset target's table only")
-    ap.add_argument("--only-published", action="store_true", help="the published records' lines only")
+    ap.add_argument(
+        "--only",
+        choices=("population", "pools", "subset", "published"),
+        help="one part: the population target's 300-item table and ceilings, its large pools, the subset "
+        "target's table, or the published records' lines",
+    )
     ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "figures" / "certify_control.png")
     ap.add_argument("--subset-figure", type=Path, default=ROOT / "docs" / "figures" / "certify_control_subset.png")
+    ap.add_argument("--pool-figure", type=Path, default=ROOT / "docs" / "figures" / "certify_control_pools.png")
     a = ap.parse_args()
-    if a.only_published:
-        for line in published():
+    if a.only in (None, "population"):
+        _show(*synthetic(a.grids), figure, a.figure)
+        for line in ceilings():
             print(line, flush=True)
-        return
-    _show(*subset(a.grids), subset_figure, a.subset_figure)
-    if a.only_subset:
-        return
-    _show(*synthetic(a.grids), figure, a.figure)
-    for line in ceilings():
-        print(line, flush=True)
-    if not a.skip_published:
+    if a.only in (None, "pools"):
+        _show(*population_pools(a.grids), subset_figure, a.pool_figure)
+    if a.only in (None, "subset"):
+        _show(*subset(a.grids), subset_figure, a.subset_figure)
+    if a.only == "published" or (a.only is None and not a.skip_published):
         for line in published():
             print(line, flush=True)
 

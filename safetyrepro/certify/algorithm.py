@@ -124,7 +124,7 @@ class CertifyOptions:
     alpha: float = 0.05
     delta: float = 0.05
     seed: int = 0
-    batch: int = 0  # items per configuration per round (0: about N / 30, at least 4)
+    batch: int = 0  # items per configuration per round (0: about N / 30, from 4 to 50)
     budget_evaluations: int | None = None  # paired evaluations (pair x configuration x item)
     budget_seconds: float | None = None  # the oracle's model work (CPU seconds, if it keeps them), else wall time
     allocation: str = "flip_hunt"
@@ -239,8 +239,11 @@ def verdict_of(claims: Sequence[str]) -> str:
     return "equivalent"
 
 
+MAX_AUTO_BATCH = 50  # N / 30 is 667 items a round on a 20,000-item pool, far past where most claims end
+
+
 def _batch(options: CertifyOptions, n: int) -> int:
-    return options.batch if options.batch > 0 else max(4, math.ceil(n / 30))
+    return options.batch if options.batch > 0 else min(max(4, math.ceil(n / 30)), MAX_AUTO_BATCH)
 
 
 def family_size(problems: Sequence[BenchmarkProblem]) -> int:

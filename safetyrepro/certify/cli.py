@@ -108,7 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="paired evaluations (e.g. 20000), or time (90s, 30m, 2h): live, CPU time of model work (the process's "
         "CPU seconds in model calls, every thread; loading and other programs excluded), replay, wall time",
     )
-    p.add_argument("--batch", type=int, default=0, help="items per configuration per round (default: N/30, >= 4)")
+    p.add_argument(
+        "--batch", type=int, default=0, help="items per configuration per round (default: N/30, from 4 to 50)"
+    )
     p.add_argument(
         "--allocation",
         default="flip_hunt",

@@ -10,14 +10,14 @@ no free-form configurations.
 A path per (costly configuration, pair of models). Both configurations draw the benchmark's one item order
 (o_0, o_1, ...). Step j of the path takes the costly configuration's next item o_i from the front (both models'
 scores on it, and the cheap configuration's), and, when the path's own past asks for partners
-(ControlledBettingCS.wants_partners), the next K_PARTNERS items from the back of the order, o_{N-1}, o_{N-2},
-..., scored by the cheap configuration only. Front and back never meet: the front stops where the back's
-partners begin, so a partner item is never a costly item of its path, and the costly configuration's own
-evaluations (a prefix of the order, as without the control) reach the back only when the path is spent. Which
-items a step uses is fixed by the path's past, so the path is one sequence in a fixed order whatever the rounds
-did, and it reads only what is already scored: a step waits for its items, it never decides otherwise because
-they are missing. Paths whose r^2 stays under MIN_R2 after GIVE_UP steps take plain steps for good and stop
-asking for the cheap scores.
+(ControlledBettingCS.wants_partners), the next k items from the back of the order, o_{N-1}, o_{N-2}, ...,
+scored by the cheap configuration only (k = 2; 4 from a 2,000-item pool, partners_per_step). Front and back
+never meet: the front stops where the back's partners begin, so a partner item is never a costly item of its
+path, and the costly configuration's own evaluations (a prefix of the order, as without the control) reach the
+back only when the path is spent. Which items a step uses is fixed by the path's past, so the path is one
+sequence in a fixed order whatever the rounds did, and it reads only what is already scored: a step waits for
+its items, it never decides otherwise because they are missing. Paths whose r^2 stays under MIN_R2 after
+GIVE_UP steps take plain steps for good and stop asking for the cheap scores.
 
 The cheap configuration's items on the front are its own prefix (it needs them for its own claims too); the
 back's partners are extra items of it, evaluated when a planned costly step asks for them (`needs`) and kept
@@ -151,7 +151,7 @@ class Control(_Paths):
         super().__init__(benchmark, twins, order, pairs)
         self.delta = float(delta)
         n = len(self.row)
-        self.bank = ControlledBettingCS(n, alpha_side, extra=population_candidates(delta), delta=delta)
+        self.bank = ControlledBettingCS(n, alpha_side, extra=population_candidates(delta), delta=delta, pool=self.N)
         self.k = self.bank.k  # partners a step
         self.pos = np.zeros(n, dtype=np.int64)  # the next costly item, from the front
         self.used = np.zeros(n, dtype=np.int64)  # partner steps taken (each k items from the back)

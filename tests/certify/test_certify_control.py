@@ -66,9 +66,10 @@ def runs():
 
 def test_the_control_reaches_the_same_verdicts_for_fewer_costly_evaluations_when_they_correlate(runs):
     """r = 0.8: every grid ends stable_a both ways, for fewer free-form evaluations with the control (on these
-    four grids 0.864 of --control none: far from the issue's half, and the ceiling in test_control_variate.py
-    says why); r = 0: the same verdicts for at most 10 % more (0.998)."""
-    for r, most in ((0.8, 0.92), (0.0, 1.10)):
+    four 300-item grids 0.845 of --control none: far from the issue's half, which the ceiling in
+    test_control_variate.py and the pool's size rule out here; large pools: test_certify_control_slow.py);
+    r = 0: the same verdicts for at most 10 % more (0.998)."""
+    for r, most in ((0.8, 0.9), (0.0, 1.10)):
         none, auto = runs[(r, "none")], runs[(r, "auto")]
         assert [x.pairs[0].verdict for x in auto] == [x.pairs[0].verdict for x in none] == ["stable_a"] * 4
         assert sum(map(costly, auto)) <= most * sum(map(costly, none)), (sum(map(costly, auto)), sum(map(costly, none)))

@@ -20,7 +20,7 @@ def upper_share(k: int, n: int, level: float = 0.95) -> float:
     return float(beta.ppf((1 - level) / 2, k, n - k + 1)) if k else 0.0
 
 
-def correlated(rng, streams: int, steps: int, theta: float, tie: float):
+def correlated(rng, streams: int, steps: int, theta: float, tie: float, k: int = cv.K_PARTNERS):
     """Paired differences of two 0/1 models (a at 0.5 + theta / 2, b at 0.5 - theta / 2 on average), the costly D
     equal to the cheap C with probability `tie` per model, and fresh cheap partner differences."""
     pa, pb = 0.5 + theta / 2, 0.5 - theta / 2
@@ -31,7 +31,7 @@ def correlated(rng, streams: int, steps: int, theta: float, tie: float):
     c = diff((streams, steps))
     fresh = diff((streams, steps))
     d = np.where(rng.random((streams, steps)) < tie, c, fresh)
-    return d, c, diff((streams, steps, cv.K_PARTNERS))
+    return d, c, diff((streams, steps, k))
 
 
 def run(cs, d, c, partners):
@@ -91,16 +91,27 @@ def test_partners_are_asked_for_only_after_the_warm_up_with_correlation_and_room
         cv.ControlledBettingCS(1, 0.05).update([0], [0.0], [0.0], [[0.0] * cv.K_PARTNERS])
 
 
-def test_null_streams_that_take_partners_cross_at_most_alpha_of_the_time():
+@pytest.mark.parametrize("pool", [None, 20_000])
+def test_null_streams_that_take_partners_cross_at_most_alpha_of_the_time(pool):
     """Ville: 3,000 streams with theta = 0 exactly and D tied to C (r about 0.9), partners on every step after the
-    warm-up: the share whose e-process against theta <= 0 ever reaches 1 / alpha is at most alpha (binomial
-    interval)."""
+    warm-up (2 a step; 4 from a large pool): the share whose e-process against theta <= 0 ever reaches 1 / alpha
+    is at most alpha (binomial interval)."""
     rng = np.random.default_rng(7)
-    d, c, p = correlated(rng, 3000, 150, 0.0, 0.9)
-    cs = run(cv.ControlledBettingCS(3000, 0.1, grid_points=21), d, c, p)
+    d, c, p = correlated(rng, 3000, 150, 0.0, 0.9, k=cv.partners_per_step(pool))
+    cs = run(cv.ControlledBettingCS(3000, 0.1, grid_points=21, pool=pool), d, c, p)
     crossed = int((cs.log_e_above(0.0) >= np.log(1 / 0.1)).sum())
     assert upper_share(crossed, 3000) <= 0.1, crossed
     assert (cs.partner_steps == 150 - cv.WARM_UP).all()
+
+
+def test_partners_grow_with_the_pool():
+    """Below 2,000 items: 2 partners a step, 50 partner items at most (25 steps); from 2,000: 4 a step and a
+    third of the pool (2,000 items: 666 partner items, 166 steps; 20,000: 6,666 items, 1,666 steps)."""
+    assert [cv.partners_per_step(n) for n in (None, 300, 1999, 2000, 20_000)] == [2, 2, 2, 4, 4]
+    assert [cv.max_partner_steps(n) for n in (None, 300, 1999, 2000, 20_000)] == [25, 25, 25, 166, 1666]
+    assert cv.ControlledBettingCS(1, 0.05, pool=20_000).k == 4
+    with pytest.raises(ValueError, match="at least one item"):
+        cv.ControlledBettingCS(1, 0.05, pool=0)
 
 
 def test_the_control_decides_sooner_where_d_and_c_correlate_and_never_later_where_they_do_not():
