@@ -4,6 +4,7 @@
     python perf/certify_control.py --grids 4 --skip-published --figure /tmp/control.png
     python perf/certify_control.py --grids 5 --only subset   # the subset target's table and figure only
     python perf/certify_control.py --grids 5 --only pools    # the population target on large pools only
+    python perf/certify_control.py --only stakes             # how much of the saving is the stake (streams)
 
 0. The subset target (`--target subset`, certify/control.py SubsetControl): 300- to 2,000-item grids of
    TruthfulQA's T1 and T3 at 0 and 5 shots (12 free-form configurations, 4 twins), leads from 0.35 down to
@@ -51,7 +52,7 @@ sys.path.insert(0, str(ROOT / "perf"))
 
 from certify_grids import CostedOracle, correlated_problem, twin_correlation  # noqa: E402
 
-from safetyrepro.analysis.control_variate import growth_ceiling  # noqa: E402
+from safetyrepro.analysis.control_variate import growth_ceiling, partners_per_step  # noqa: E402
 from safetyrepro.certify.algorithm import CertifyOptions, certify  # noqa: E402
 from safetyrepro.certify.control import pairings  # noqa: E402
 
@@ -216,6 +217,100 @@ def _joint(pa: float, pb: float, q: float) -> tuple[np.ndarray, np.ndarray, np.n
             c.append(la - lb)
             w.append(wa * wb)
     return np.array(d, float), np.array(c, float), np.array(w)
+
+
+def _draws(rng, n_streams: int, n: int, pa: float, pb: float, q: float = 0.8) -> tuple[np.ndarray, np.ndarray]:
+    """(D, C) for n_streams x n items drawn from _joint's law (r about 0.8 at q = 0.8)."""
+    d, c, w = _joint(pa, pb, q)
+    pick = rng.choice(len(w), size=(n_streams, n), p=w)
+    return d[pick], c[pick]
+
+
+def _wor_stops(d, c, alpha: float, mode: str) -> np.ndarray:
+    """Items to a claim (lower bound above 0) of each WorBettingCS stream: plain steps, the controlled steps'
+    stake with no control (gamma 0: aGRAPA, truncation 0.9), or the control (gamma the least-squares slope from
+    earlier items, from the 10th)."""
+    from safetyrepro.analysis.confidence_sequence import WorBettingCS
+
+    streams, n = d.shape
+    cs = WorBettingCS(streams, n, alpha)
+    stop = np.full(streams, n)
+    done = np.zeros(streams, dtype=bool)
+    fit = np.zeros((streams, 5))
+    tail = np.cumsum(c[:, ::-1], axis=1)[:, ::-1]  # sum of the cheap scores from item t on
+    for t in range(n):
+        live = np.flatnonzero(~done)
+        if not len(live):
+            break
+        di, ci = d[live, t], c[live, t]
+        if mode == "plain":
+            cs.update(live, di)
+        else:
+            m = max(t, 1)
+            mean_d, mean_c = fit[live, 0] / m, fit[live, 1] / m
+            var_c, cov = fit[live, 3] / m - mean_c**2, fit[live, 4] / m - mean_d * mean_c
+            slope = np.where((var_c > 1e-9) & (t >= 10), cov / np.maximum(var_c, 1e-9), 0.0)
+            gamma = np.clip(slope, -1, 1) if mode == "control" else np.zeros(len(live))
+            rest = tail[live, t] / (n - t)
+            cs.update(live, di, gamma=gamma, deviation=ci - rest, deviation_span=np.full(len(live), 2.0))
+        fit[live] += np.stack([di, ci, di * di, ci * ci, di * ci], axis=1)
+        won = live[cs.bounds().lower[live] > 0]
+        stop[won], done[won] = t + 1, True
+    return stop
+
+
+def _iid_stops(d, c, partners, alpha: float, mode: str, pool: int) -> np.ndarray:
+    """Items to a claim of each ControlledBettingCS stream on a large pool: plain steps, partner steps with gamma
+    forced to 0 (their aGRAPA stake, no control), or the control as certify runs it (wants_partners)."""
+    from safetyrepro.analysis.control_variate import ControlledBettingCS
+
+    streams, n = d.shape
+    cs = ControlledBettingCS(streams, alpha, pool=pool)
+    if mode == "stake":
+        cs.gamma = lambda s: np.zeros(len(np.atleast_1d(s)))  # type: ignore[method-assign]
+    stop = np.full(streams, n)
+    done = np.zeros(streams, dtype=bool)
+    for t in range(n):
+        live = np.flatnonzero(~done)
+        if not len(live):
+            break
+        want = np.zeros(len(live), dtype=bool)
+        if mode != "plain":
+            want = cs.wants_partners(live, np.full(len(live), 10**6)) & (t >= 10)
+        p = np.where(want[:, None], partners[live, t], np.nan)
+        cs.update(live, d[live, t], c[live, t], p)
+        won = live[cs.bounds(alpha)[0][live] > 0]
+        stop[won], done[won] = t + 1, True
+    return stop
+
+
+def stakes(streams: int = 40) -> list[str]:
+    """How much of the control's saving is the controlled steps' stake (aGRAPA) rather than the control itself:
+    one stream per (configuration, pair) without rounds, r about 0.8, at certify's usual first step
+    (0.05 / 96 a side), items to a claim summed over the streams."""
+    alpha = 0.05 / 96
+    rng = np.random.default_rng(11)
+    lines = [
+        f"{'target':<11} {'items':>6} {'lead':>5} {'plain':>7} {'stake only':>10} {'control':>8} "
+        f"{'stake/plain':>11} {'control/plain':>13} {'control/stake':>13}"
+    ]
+    cases = [("subset", 1000, 0.65, 0.5), ("subset", 1000, 0.6, 0.5), ("subset", 2000, 0.6, 0.5)]
+    cases += [("population", 20000, 0.65, 0.5), ("population", 20000, 0.6, 0.5)]
+    for target, n, pa, pb in cases:
+        if target == "subset":
+            d, c = _draws(rng, streams, n, pa, pb)
+            got = {mode: int(_wor_stops(d, c, alpha, mode).sum()) for mode in ("plain", "stake", "control")}
+        else:
+            steps = 4000  # the claims end well before: the pool (n) sets the partners a step and their cap
+            d, c = _draws(rng, streams, steps, pa, pb)
+            mates = np.stack([_draws(rng, streams, steps, pa, pb)[1] for _ in range(partners_per_step(n))], axis=2)
+            got = {mode: int(_iid_stops(d, c, mates, alpha, mode, n).sum()) for mode in ("plain", "stake", "control")}
+        lines.append(
+            f"{target:<11} {n:>6,} {pa - pb:>5.2f} {got['plain']:>7,} {got['stake']:>10,} {got['control']:>8,} "
+            f"{got['stake'] / got['plain']:>11.3f} {got['control'] / got['plain']:>13.3f} "
+            f"{got['control'] / got['stake']:>13.3f}"
+        )
+    return lines
 
 
 def ceilings() -> list[str]:
@@ -384,7 +479,7 @@ def main() -> None:
     ap.add_argument("--skip-published", action="store_true")
     ap.add_argument(
         "--only",
-        choices=("population", "pools", "subset", "published"),
+        choices=("population", "pools", "subset", "published", "stakes"),
         help="one part: the population target's 300-item table and ceilings, its large pools, the subset "
         "target's table, or the published records' lines",
     )
@@ -400,6 +495,9 @@ def main() -> None:
         _show(*population_pools(a.grids), subset_figure, a.pool_figure)
     if a.only in (None, "subset"):
         _show(*subset(a.grids), subset_figure, a.subset_figure)
+    if a.only in (None, "stakes"):
+        for line in stakes():
+            print(line, flush=True)
     if a.only == "published" or (a.only is None and not a.skip_published):
         for line in published():
             print(line, flush=True)
