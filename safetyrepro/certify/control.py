@@ -305,6 +305,7 @@ class SubsetControl(_Paths):
         self.bank = WorBettingCS(n, self.N, 2 * alpha_side, -1.0, 1.0, lattice)
         self.fit = np.zeros((n, 5))  # sum d, c, d^2, c^2, dc over the steps taken
         self.c_drawn = np.zeros(n)  # sum of C over the items drawn
+        self._c_total: dict[int, float] = {}  # per row, the twin's sum over the whole subset once it is scored
         self.plain = np.zeros(n, dtype=bool)  # given up: plain steps for good
         self.controlled_steps = np.zeros(n, dtype=np.int64)
 
@@ -326,9 +327,11 @@ class SubsetControl(_Paths):
     def catch_up(self, cache: Mapping[tuple[str, str, str], Mapping[str, float]]) -> None:
         """Take every step whose scores are in, all rows together, until none is ready."""
         stores = _stores(self.benchmark, self.row, self.pairs, self.twins, cache)
-        c_total = {}
+        c_total = self._c_total  # a score once in never changes: a twin found whole stays whole
         for row, (_, _, ca, cb) in stores.items():
-            if len(ca) >= self.N and len(cb) >= self.N and all(i in ca and i in cb for i in self.items):
+            if row in c_total or len(ca) < self.N or len(cb) < self.N:
+                continue
+            if all(i in ca and i in cb for i in self.items):
                 c_total[row] = float(sum(ca[i] - cb[i] for i in self.items))
         rows = np.array(sorted(self.row.values()), dtype=np.int64)
         while len(rows):
