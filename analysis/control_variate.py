@@ -62,7 +62,7 @@ FIT_STEPS = 10  # partner steps before gamma is fitted on g itself (before: from
 OPTIMISM = -0.5  # the capacity rule reads the difference half a standard error smaller (the planner: one larger)
 MIN_PARTNER_ITEMS = 50  # partner items a stream takes at most below a WIDE_POOL-item pool ...
 POOL_SHARE = 3  # ... and from there a third of the pool: the costly stream keeps the rest whatever happens
-FIT_MARGIN = 1.5  # partners while 1.5 x the expected need, 1 + K_PARTNERS items a step, fits (it is optimistic)
+FIT_MARGIN = 1.5  # partners while 1.5 x the expected need, 1 + k items a step, fits (it is optimistic)
 
 
 def partners_per_step(pool: int | None) -> int:
@@ -162,7 +162,7 @@ class ControlledBettingCS(GridEProcesses):
 
     def update(self, streams, d, c, partners=None) -> None:
         """One step for each of `streams` (distinct): the costly difference d, the cheap one c on the same item,
-        and partners (streams, K_PARTNERS) of the cheap one on partner items, NaN rows where a stream takes a
+        and partners (streams, self.k) of the cheap one on partner items, NaN rows where a stream takes a
         plain step. The caller takes partners exactly where wants_partners() said so before the step."""
         s = np.asarray(streams, dtype=np.int64)
         if len(s) == 0:
