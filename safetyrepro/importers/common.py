@@ -71,9 +71,10 @@ class ItemRow:
     prompt_sha256: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Run:
-    """One task of one recorded run: a cell's score for one seed, with where it came from."""
+    """One task of one recorded run: a cell's score for one seed, with where it came from. The defaults are
+    what a run that records nothing about them is read as."""
 
     package: str  # lm-eval | inspect
     package_version: str
@@ -83,16 +84,16 @@ class Run:
     model: str  # the grid label (after the mapping file's `models`)
     model_recorded: str  # how the run named the model
     model_spec: dict[str, Any]  # backend kind, spec and arguments, for run.json
-    weights_id: str | None  # a weights hash the run recorded, if any
+    weights_id: str | None = None  # a weights hash the run recorded, if any
     precision: str
     axes: Axes
     decoding: DecodingSpec
     stress_template: bool  # T4 and what derives from it, or a mapping entry marked stress
-    seed: int
+    seed: int = 0
     metric: str
-    tie_rule: str | None
+    tie_rule: str | None = None
     score: float
-    parse_rate: float
+    parse_rate: float = 1.0
     n_items: int
     item_ids: tuple[str, ...] | None
     items: tuple[ItemRow, ...] | None
