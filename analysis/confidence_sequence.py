@@ -39,6 +39,17 @@ CONTROL_TRUNCATION = 0.9  # a controlled step's c: its range is wider, so the pl
 MAX_GRID = 20_001  # candidates per stream (bounds on memory: streams x grid floats)
 
 
+def growth_stakes(mu_hat: np.ndarray, sigma2: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per stream (rows) and candidate mean m (columns), the growth-rate plug-in stakes (aGRAPA, Waudby-Smith &
+    Ramdas Sect. 5.1) of the gambler against "mean <= m" and of the one against "mean >= m": the Kelly fraction
+    (mu_hat - m) / (sigma2 + (mu_hat - m)^2) from the plug-in mean and variance of earlier draws, each side's
+    share of it (>= 0). The caller truncates them to its step's range. The controlled steps of both targets bet
+    with these (WorBettingCS.update, control_variate.ControlledBettingCS.update)."""
+    gap = mu_hat[:, None] - m
+    kelly = gap / (sigma2[:, None] + gap**2)
+    return np.clip(kelly, 0.0, None), np.clip(-kelly, 0.0, None)
+
+
 @dataclass(frozen=True)
 class Bounds:
     lower: np.ndarray  # per stream, of the population mean in the caller's units
@@ -121,12 +132,11 @@ class WorBettingCS:
         c = np.where(controlled, CONTROL_TRUNCATION, TRUNCATION)
         below = m_t + (np.abs(g) * w)[:, None]  # how far a gambler's gap can fall (the other's: rise)
         above = 1 - m_t + (np.abs(g) * w)[:, None]
-        # a controlled step's stakes: per candidate, the growth-rate plug-in (aGRAPA, Waudby-Smith & Ramdas
-        # Sect. 5.1) rather than the width-tuned one, within the wider range's truncation
-        gap_hat = mu_hat[:, None] - m_t
-        kelly = gap_hat / (sigma2[:, None] + gap_hat**2)
-        lam_p = np.where(controlled, np.clip(kelly, 0.0, None), lam[:, None])
-        lam_m = np.where(controlled, np.clip(-kelly, 0.0, None), lam[:, None])
+        # a controlled step's stakes: the growth-rate plug-in rather than the width-tuned one, within the wider
+        # range's truncation
+        grow_p, grow_m = growth_stakes(mu_hat, sigma2, m_t)
+        lam_p = np.where(controlled, grow_p, lam[:, None])
+        lam_m = np.where(controlled, grow_m, lam[:, None])
         with np.errstate(divide="ignore", invalid="ignore"):
             lam_plus = np.minimum(lam_p, np.where(below > 0, c / below, np.inf))
             lam_minus = np.minimum(lam_m, np.where(above > 0, c / above, np.inf))

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .confidence_sequence import TRUNCATION, GridEProcesses
+from .confidence_sequence import TRUNCATION, GridEProcesses, growth_stakes
 
 K_PARTNERS = 2  # partner items per step: the variance factor is 1 - r^2 k / (k + 1); k costs k cheap items a step
 WIDE_PARTNERS, WIDE_POOL = 4, 2000  # ... 4 from a 2,000-item pool, where partner items are seldom what runs out
@@ -77,10 +77,9 @@ def max_partner_steps(pool: int | None) -> int:
     WIDE_POOL items, a third of the pool from there. Partners pay only where the pool outlasts the claim several
     times over (each partner step uses 1 + k items); the rest of the pool is the costly stream's, so a claim that
     needs most of a small pool is not lost to partners (docs/certify.md)."""
-    k = partners_per_step(pool)
     if pool is None or pool < WIDE_POOL:
-        return MIN_PARTNER_ITEMS // k
-    return max(MIN_PARTNER_ITEMS, int(pool) // POOL_SHARE) // k
+        return MIN_PARTNER_ITEMS // K_PARTNERS
+    return int(pool) // POOL_SHARE // WIDE_PARTNERS
 
 
 def control_term(c_item: np.ndarray, c_partners: np.ndarray) -> np.ndarray:
@@ -185,13 +184,12 @@ class ControlledBettingCS(GridEProcesses):
         sigma2 = self.var_sum[s] / t
         lam = np.sqrt(2 * self._log_inv_alpha / (sigma2 * t * np.log1p(t)))[:, None]
         m = self.grid[None, :]
-        # a partner step's stakes: per candidate, the growth-rate plug-in (aGRAPA, Waudby-Smith & Ramdas Sect.
-        # 5.1), as the subset target's controlled steps; a plain step keeps the plain width-tuned one
-        gap_hat = mu_hat[:, None] - m
-        kelly = gap_hat / (sigma2[:, None] + gap_hat**2)
+        # a partner step's stakes: the growth-rate plug-in, as the subset target's controlled steps; a plain
+        # step keeps the plain width-tuned one
+        grow_plus, grow_minus = growth_stakes(mu_hat, sigma2, m)
         partner = with_partners[:, None]
-        lam_plus = np.where(partner, np.clip(kelly, 0.0, None), lam)
-        lam_minus = np.where(partner, np.clip(-kelly, 0.0, None), lam)
+        lam_plus = np.where(partner, grow_plus, lam)
+        lam_minus = np.where(partner, grow_minus, lam)
         with np.errstate(divide="ignore"):
             cap_plus = np.where(m + 1 + span[:, None] > 0, c_trunc / (m + 1 + span[:, None]), np.inf)
             cap_minus = np.where(1 + span[:, None] - m > 0, c_trunc / (1 + span[:, None] - m), np.inf)

@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT / "perf"))
 
 from certify_grids import CostedOracle, correlated_problem, twin_correlation  # noqa: E402
 
-from safetyrepro.analysis.control_variate import growth_ceiling, partners_per_step  # noqa: E402
+from safetyrepro.analysis.control_variate import growth_ceiling, partners_per_step, slope  # noqa: E402
 from safetyrepro.certify.algorithm import CertifyOptions, certify  # noqa: E402
 from safetyrepro.certify.control import pairings  # noqa: E402
 
@@ -246,11 +246,8 @@ def _wor_stops(d, c, alpha: float, mode: str) -> np.ndarray:
         if mode == "plain":
             cs.update(live, di)
         else:
-            m = max(t, 1)
-            mean_d, mean_c = fit[live, 0] / m, fit[live, 1] / m
-            var_c, cov = fit[live, 3] / m - mean_c**2, fit[live, 4] / m - mean_d * mean_c
-            slope = np.where((var_c > 1e-9) & (t >= 10), cov / np.maximum(var_c, 1e-9), 0.0)
-            gamma = np.clip(slope, -1, 1) if mode == "control" else np.zeros(len(live))
+            fitted = slope(fit[live], np.full(len(live), max(t, 1))) if t >= 10 else np.zeros(len(live))
+            gamma = np.clip(fitted, -1, 1) if mode == "control" else np.zeros(len(live))
             rest = tail[live, t] / (n - t)
             cs.update(live, di, gamma=gamma, deviation=ci - rest, deviation_span=np.full(len(live), 2.0))
         fit[live] += np.stack([di, ci, di * di, ci * ci, di * ci], axis=1)
