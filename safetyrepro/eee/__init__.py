@@ -1,16 +1,8 @@
-"""Every Eval Ever (EEE) records in and out (docs/eee.md).
-
-    safetyrepro export eee GRID [--items ITEMS] --out DIR     # one EEE record per cell, items as EEE instances
-    safetyrepro import eee PATH... --out DIR                 # EEE records (any converter's) as a grid
-
-    from safetyrepro.eee import export_eee, import_eee
-    export, written = export_eee("runs/x/grid.csv", "runs/x/eee")
-    imported = import_eee(["runs/x/eee"])                   # an `Imported`, as import_lm_eval gives
-    imported.write("runs/x/from-eee")
-
-The schema is EEE's 0.3.0 (the `every-eval-ever` package, Python >= 3.12, kept out of the main venv:
-`make eee` builds .venv-eee); neither direction needs it installed. `safetyrepro.eee.venv` runs its
-validator and converters in that venv. This module imports nothing heavy.
+"""Every Eval Ever (EEE) records in and out: `safetyrepro export eee GRID --out DIR` writes one EEE record
+per cell, `safetyrepro import eee PATH... --out DIR` reads any converter's records as a grid; from Python,
+`export_eee` and `import_eee` (docs/eee.md). Neither needs EEE's package (Python >= 3.12, kept in
+.venv-eee: `make eee`), whose validator and converters `safetyrepro.eee.venv` runs. This module imports
+nothing heavy.
 """
 
 from __future__ import annotations

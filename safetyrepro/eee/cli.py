@@ -70,17 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
     from .export import export_eee, parse_model_ids
 
-    export, written = export_eee(
-        args.grid,
-        args.out,
-        items=args.items,
-        rules=args.rules,
-        run_json=args.run_json,
-        model_ids=parse_model_ids(args.model_id),
-        organization=args.organization,
-        relationship=args.relationship,
-        timestamp=args.timestamp,
-    )
+    options = {k: getattr(args, k) for k in ("items", "rules", "run_json", "organization", "relationship", "timestamp")}
+    export, written = export_eee(args.grid, args.out, model_ids=parse_model_ids(args.model_id), **options)
     for w in export.warnings:
         sys.stderr.write(f"safetyrepro: warning: {w}\n")
     samples = sum(1 for r in export.records if r["samples"])

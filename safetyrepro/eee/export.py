@@ -1,14 +1,7 @@
-"""`safetyrepro export eee GRID --out DIR`: a grid (and its item records) as Every Eval Ever records.
-
-One aggregate record per grid cell (model x configuration, and the cell's precision and package) in
-EEE's datastore layout, `DIR/data/<benchmark>/<developer>/<model>/<uuid>.json`, with the cell's
-item records beside it as `<uuid>_samples.jsonl` (EEE's instance-level format), and the verdict tables
-(rho_flip.csv's rows and rho_flip_max, computed in-process through safetyrepro.analysis) in
-`DIR/safetyrepro_verdicts.json5` (strict JSON; an extension EEE's validator does not collect): EEE's
-schema has no place for a comparison between models.
-
-`build_export` is pure (frames in, file texts out); `write_export` writes them, staged beside DIR
-and swapped in at once. docs/eee.md has the field mapping.
+"""`safetyrepro export eee GRID --out DIR`: one Every Eval Ever record per grid cell in EEE's datastore
+layout, its item records beside it as EEE instance rows, and the verdict tables in DIR/safetyrepro_verdicts.json5
+(docs/eee.md has the layout and the field mapping). `build_export` is pure (frames in, file texts out);
+`write_export` writes them, staged beside DIR and swapped in at once.
 """
 
 from __future__ import annotations
@@ -222,10 +215,8 @@ def _instance_lines(cell_items: pd.DataFrame, evaluation_id: str, model_id: str,
     lines = []
     for it in cell_items.to_dict("records"):  # an optional column the records lack reads as None
         meta = {"seed": str(int(it["seed"]))}
+        meta |= {key: str(int(it[key])) for key in ("prediction", "gold") if _present(it.get(key))}
         prediction, gold, raw = it.get("prediction"), it.get("gold"), it.get("raw_output")
-        for key in ("prediction", "gold"):
-            if _present(it.get(key)):
-                meta[key] = str(int(it[key]))
         if _present(it.get("parsed")):
             meta["parsed"] = R.bool_str(bool(it["parsed"]))
         if _given(it, "prompt_sha256"):
@@ -272,10 +263,7 @@ def _items_by_cell(items: pd.DataFrame | None, grid: pd.DataFrame) -> Callable[[
     missing = [c for c in ITEM_REQUIRED if c not in items.columns]
     if missing:
         raise UserError(f"item records lack column(s) {', '.join(missing)}; they need {', '.join(ITEM_REQUIRED)}")
-    keys = ["model", "config_id"]
-    for extra in ("precision", "package"):
-        if extra in items.columns:
-            keys.append(extra)
+    keys = ["model", "config_id", *(c for c in ("precision", "package") if c in items.columns)]
     if len(keys) == 2 and grid.duplicated(["model", "config_id"]).any():
         raise UserError(
             "the grid holds several precisions or packages of one cell, and the item records do not say "
@@ -324,23 +312,25 @@ def build_export(
     model_ids = model_ids or {}
     versions = run_json.get("packages") or {}
     run_tie_rule = run_json.get("tie_rule") if isinstance(run_json.get("tie_rule"), str) else None
-    weights = {}
-    for m in run_json.get("models") or []:
-        if isinstance(m, dict) and m.get("label") and m.get("weights_sha256"):
-            weights[str(m["label"])] = str(m["weights_sha256"])
+    weights = {
+        str(m["label"]): str(m["weights_sha256"])
+        for m in run_json.get("models") or []
+        if isinstance(m, dict) and m.get("label") and m.get("weights_sha256")
+    }
     _check_distinct_ids(sorted(map(str, valid["model"].unique())), model_ids)
     stamp = timestamp or os.environ.get("SOURCE_DATE_EPOCH") or str(int(time.time()))
     items_of = _items_by_cell(items, valid)
     out = Export()
     for i, v in valid.iterrows():
         row = {**{k: raw.at[i, k] for k in raw.columns}, **{k: v[k] for k in valid.columns if k != "score"}}
-        row["score"] = float(raw.at[i, "score"]) if v["status"] == "ok" else None
         if v["status"] != "ok":
             cell = {k: row[k] for k in ("model", "config_id", "precision", "package")}
             reason = "EEE records carry a score; a cell that did not run has none"
             out.skipped.append({**cell, "status": v["status"], "reason": reason})
             continue
+        row["score"] = float(raw.at[i, "score"])
         label, package, precision = str(row["model"]), str(row["package"]), str(row["precision"])
+        n_items, n_seeds = int(row["n_items"]), int(row["n_seeds"])
         model_id = R.model_id_for(label, model_ids)
         try:
             collection, developer, model_dir = R.path_components(row["benchmark"], model_id)
@@ -357,8 +347,8 @@ def build_export(
         stem = "/".join([R.DATA_DIR, collection, developer, model_dir, R.file_uuid(grid_sha256, evaluation_id)])
         record_file, samples_file = f"{stem}.json", f"{stem}_samples.jsonl"
         details = {
-            R.K_N_ITEMS: str(int(row["n_items"])),
-            R.K_N_SEEDS: str(int(row["n_seeds"])),
+            R.K_N_ITEMS: str(n_items),
+            R.K_N_SEEDS: str(n_seeds),
             R.K_PARSE_RATE: R.number_str(row["parse_rate"]),
             R.K_PRECISION: precision,
             R.K_PACKAGE: package,
@@ -420,21 +410,9 @@ def build_export(
             }
             out.files[samples_file] = text
         out.files[record_file] = R.dump_json(record)
-        out.records.append(
-            {
-                "file": record_file,
-                "samples": samples_file if lines else None,
-                "evaluation_id": evaluation_id,
-                "model": label,
-                "model_id": model_id,
-                "config_id": row["config_id"],
-                "precision": precision,
-                "package": package,
-                "score": row["score"],
-                "n_items": int(row["n_items"]),
-                "n_seeds": int(row["n_seeds"]),
-            }
-        )
+        entry = {"file": record_file, "samples": samples_file if lines else None, "evaluation_id": evaluation_id}
+        entry |= {"model": label, "model_id": model_id, "config_id": row["config_id"], "precision": precision}
+        out.records.append(entry | {"package": package, "score": row["score"], "n_items": n_items, "n_seeds": n_seeds})
     if not out.records:
         raise UserError(f"grid {grid_name} has no cell with status ok: nothing to export")
     verdicts = verdict_tables(raw[(valid["status"] == "ok").to_numpy()], rules_path, rules)

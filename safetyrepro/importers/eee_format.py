@@ -1,13 +1,8 @@
-"""What export and import share: Every Eval Ever's names for things, SafetyRepro's keys inside its
-string-valued `additional_details` / `details` / `metadata` maps, and the datastore layout.
-
-The field names below are EEE's (every_eval_ever 0.3.0, schemas/eval.schema.json and
-schemas/instance_level_eval.schema.json; docs/eee.md gives the mapping). SafetyRepro's own
-identifiers travel in the maps the schema leaves open (all values strings), under keys that start with
-`safetyrepro_`, so that a reader of the record can tell them from the converter's and the importer
-can tell a record SafetyRepro wrote (`is_safetyrepro_record`) from any other.
-
-Nothing here reads or writes a file.
+"""What export and import share: Every Eval Ever's names for things (every_eval_ever 0.3.0's schemas;
+docs/eee.md gives the mapping), SafetyRepro's keys inside EEE's string-valued `additional_details` /
+`details` / `metadata` maps, and the datastore layout. SafetyRepro's keys start with `safetyrepro_`, so that
+a reader tells them from a converter's and the importer tells a record SafetyRepro wrote
+(`is_safetyrepro_record`) from any other. Nothing here reads or writes a file.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
-"""Reading Every Eval Ever records (schema 0.3.x) into `Run`s, which the importers' `assemble` turns
-into a grid exactly as it does lm-eval's and Inspect's (safetyrepro/importers/: model splits,
-package versions, comparability, duplicates, the rules file, provenance).
+"""Every Eval Ever records (schema 0.3.x) as `Run`s, which importers/assemble.py turns into a grid as it
+does lm-eval's and Inspect's. SafetyRepro's own records (`R.is_safetyrepro_record`) come back from the keys
+the export wrote; any other record's evaluation names are tasks, placed by the mapping file or by
+SafetyRepro's lm-eval task names and never guessed (docs/eee.md, "What `import eee` reads").
 
-Two kinds of record:
-
-- SafetyRepro's own (`safetyrepro export eee`, recognised by `records.is_safetyrepro_record`): every
-  axis, the seeds' scores, the precision, package, tie rule and weights are read back from the keys
-  the export wrote; the item records from the instance-level file.
-- any other (EEE's converters for HELM, lm-eval and Inspect, leaderboard scrapes): each evaluation
-  name is a task, placed by the mapping file (`--mapping`: benchmark, template, metric, scoring,
-  shots_arg) or, for lm-eval records, by SafetyRepro's own task names; nothing is guessed, a task
-  neither places is listed as unmapped. The decoding is read from generation_args (temperature,
-  top_p); every other recorded generation setting names it, so that runs that generated differently
-  never share a configuration; a recorded prompt template names the template.
-
-`EeeReader` is the I/O edge (for importers/reader.py's loop); its `runs` turns one parsed record and its
-instance rows into runs without touching the disk.
+`EeeReader` is the I/O edge (for importers/reader.py's loop); its `runs` does not touch the disk.
 """
 
 from __future__ import annotations
@@ -273,6 +261,23 @@ def _raw_output(row: dict) -> str | None:
     return str(raw[0]) if isinstance(raw, list) and raw else None
 
 
+def _run(read: Record, result: dict, items: tuple[ItemRow, ...] | None, **fields: Any) -> Run:
+    """A run of one of the record's results, with what every such run takes from the record and the result."""
+    record = read.record
+    return Run(
+        source=read.source,
+        samples_source=read.samples_source if items is not None else None,
+        model_recorded=str(record["model_info"]["id"]),
+        items=items,
+        created=_created(record, result),
+        settings={
+            "eee_evaluation_id": record.get("evaluation_id"),
+            "generation_config": _strs(result.get("generation_config")),
+        },
+        **fields,
+    )
+
+
 # -- SafetyRepro's own records ---------------------------------------------------------------------------
 def _need(d: dict, key: str, where: str) -> str:
     v = d.get(key)
@@ -291,7 +296,6 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
 
     record, source, samples_source = read.record, read.source, read.samples_source
     rows = _rows_for(read.rows, result, record["evaluation_results"])
-
     gen = _strs(result.get("generation_config"))
     g = _strs(gen.get("additional_details"))
     args = _strs(gen.get("generation_args"))
@@ -328,9 +332,8 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
     if score is None:
         raise Refused(f"field score_details.score: {shorten(sd.get('score'))} is not a number in [0, 1]")
     parse_rate = as_unit_score(number(d.get(R.K_PARSE_RATE)))
-    package_label = _need(d, R.K_PACKAGE, dd)
     # comparability labels are made again from the item sets
-    package, version = split_package(package_label)
+    package, version = split_package(_need(d, R.K_PACKAGE, dd))
     version = version or str(_strs(record.get("eval_library")).get("version") or "unknown")
     seed_scores = _seed_scores(d.get(R.K_SEED_SCORES), n_seeds, score, dd)
     by_seed: dict[int, list[ItemRow]] = defaultdict(list)
@@ -349,15 +352,13 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
                 meta.get("prompt_sha256") or None,
             )
         )
-    do_sample = g.get(R.K_DO_SAMPLE) == "true"
     decoding = DecodingSpec(
         axes.decoding,
         float(args.get("temperature") or 0.0),
         1.0 if args.get("top_p") is None else float(args["top_p"]),
-        do_sample,
+        g.get(R.K_DO_SAMPLE) == "true",
         recorded=axes.decoding != "provider-default",
     )
-    tie_rule = md.get(R.K_TIE_RULE) if axes.scoring == "logprob" else None
     spec = {"kind": "eee:safetyrepro", "id": info["id"], "name": info.get("name")}
     runs: list[Run] = []
     seeds = seed_scores if seed_scores is not None else {0: score}
@@ -373,14 +374,14 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
         elif rows is not None:
             note = f"the instance file holds no rows for seed {seed}"
         runs.append(
-            Run(
+            _run(
+                read,
+                result,
+                items,
                 package=package,
                 package_version=version,
-                source=source,
-                samples_source=samples_source if items is not None else None,
                 task=f"safetyrepro/{axes.benchmark}",
                 model=label,
-                model_recorded=str(info["id"]),
                 model_spec=spec,
                 weights_id=idet.get(R.K_WEIGHTS) or None,
                 precision=_need(d, R.K_PRECISION, dd),
@@ -389,15 +390,12 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
                 stress_template=g.get(R.K_STRESS_TEMPLATE) == "true",
                 seed=seed,
                 metric=md.get(R.K_METRIC) or str(mc.get("metric_id") or "score"),
-                tie_rule=tie_rule,
+                tie_rule=md.get(R.K_TIE_RULE) if axes.scoring == "logprob" else None,
                 score=seed_score,
                 parse_rate=1.0 if parse_rate is None else parse_rate,
                 n_items=n_items,
                 item_ids=tuple(r.item_id for r in items) if items else None,
-                items=items,
                 items_note=note,
-                created=_created(record, result),
-                settings={"eee_evaluation_id": record.get("evaluation_id"), "generation_config": gen},
             )
         )
     return runs
@@ -442,14 +440,11 @@ def _choose(results: list[dict], wanted: str | None) -> dict:
 def _settings(gen: dict, shots_key: str | None) -> dict[str, Any]:
     """The recorded generation settings besides temperature and top_p that change an output."""
     out: dict[str, Any] = {}
-    for k, v in _strs(gen.get("generation_args")).items():
-        if k in SAMPLING_ARGS or k in NOT_OUTPUT_ARGS or v is None or v in NEUTRAL.get(k, ()):
-            continue
-        out[k] = v
-    for k, v in _strs(gen.get("additional_details")).items():
-        if k == shots_key or k in SHOTS_KEYS or v is None or v in NEUTRAL.get(k, ()):
-            continue
-        out[k] = v
+    skips = {"generation_args": (*SAMPLING_ARGS, *NOT_OUTPUT_ARGS), "additional_details": (shots_key, *SHOTS_KEYS)}
+    for where, skip in skips.items():
+        for k, v in _strs(gen.get(where)).items():
+            if k not in skip and v is not None and v not in NEUTRAL.get(k, ()):
+                out[k] = v
     return out
 
 
@@ -552,24 +547,16 @@ def _foreign_run(
         )
     if item_ids is not None and len(set(item_ids)) != n_items:
         item_ids = None
-    precision = precision_label(_strs(info.get("additional_details")).get("precision"))
-    spec = {
-        "kind": "eee",
-        "id": info["id"],
-        "name": info.get("name"),
-        "developer": info.get("developer"),
-        "inference_platform": info.get("inference_platform"),
-    }
-    return Run(
+    return _run(
+        read,
+        chosen,
+        items,
         package=R.PACKAGE_OF_LIBRARY.get(str(library.get("name")), str(library.get("name") or "eee")),
         package_version=str(library.get("version") or "unknown"),
-        source=source,
-        samples_source=samples_source if items is not None else None,
         task=task,
         model=label,
-        model_recorded=str(info["id"]),
-        model_spec=spec,
-        precision=precision,
+        model_spec={"kind": "eee"} | {k: info.get(k) for k in ("id", "name", "developer", "inference_platform")},
+        precision=precision_label(_strs(info.get("additional_details")).get("precision")),
         axes=Axes(placement.benchmark, template, decoding.name, shots, scoring),
         decoding=decoding,
         stress_template=placement.stress,
@@ -577,8 +564,5 @@ def _foreign_run(
         score=score,
         n_items=n_items,
         item_ids=item_ids,
-        items=items,
         items_note=note,
-        created=_created(record, chosen),
-        settings={"eee_evaluation_id": record.get("evaluation_id"), "generation_config": gen},
     )
