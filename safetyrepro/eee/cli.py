@@ -16,8 +16,7 @@ def register(subparsers) -> None:
         description="Write a grid in another project's format. eee: one Every Eval Ever 0.3.0 record per cell, "
         "the item records as EEE instance-level JSONL, the verdict tables beside them.",
     )
-    sub = p.add_subparsers(dest="format", metavar="FORMAT")
-    sub.required = True
+    sub = p.add_subparsers(dest="format", metavar="FORMAT", required=True)
     e = sub.add_parser(
         "eee",
         help="Every Eval Ever 0.3.0 records (DIR/data/<benchmark>/<developer>/<model>/<uuid>.json)",

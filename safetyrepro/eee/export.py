@@ -439,16 +439,12 @@ def build_export(
     return out
 
 
-def _plain(v: Any) -> Any:
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
 def _rows(frame: pd.DataFrame) -> list[dict]:
-    return [{k: _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
+    """The frame's rows as strict JSON values: numpy scalars plain, an undefined number null."""
+    from safetyrepro.analysis.grid_io import plain
+
+    rows = [{k: plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
+    return [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in r.items()} for r in rows]
 
 
 def verdict_tables(frame: pd.DataFrame, rules_path: str | None, rules) -> list[dict]:

@@ -220,16 +220,6 @@ def check_record(record: Any) -> str | None:
 
 
 # -- one record ------------------------------------------------------------------------------------
-def _created(record: dict, result: dict | None = None) -> float:
-    """When the evaluation ran (its timestamp, else when the record was made), for --duplicates newest."""
-    stamps = (
-        (result or {}).get("evaluation_timestamp"),
-        record.get("evaluation_timestamp"),
-        record.get("retrieved_timestamp"),
-    )
-    return next((seconds for seconds in map(recorded_time, stamps) if seconds is not None), 0.0)
-
-
 def _strs(obj: Any) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
@@ -264,12 +254,14 @@ def _raw_output(row: dict) -> str | None:
 def _run(read: Record, result: dict, items: tuple[ItemRow, ...] | None, **fields: Any) -> Run:
     """A run of one of the record's results, with what every such run takes from the record and the result."""
     record = read.record
+    stamps = (result.get("evaluation_timestamp"), record.get("evaluation_timestamp"), record.get("retrieved_timestamp"))
     return Run(
         source=read.source,
         samples_source=read.samples_source if items is not None else None,
         model_recorded=str(record["model_info"]["id"]),
         items=items,
-        created=_created(record, result),
+        # when the evaluation ran (its timestamp, else when the record was made), for --duplicates newest
+        created=next((seconds for seconds in map(recorded_time, stamps) if seconds is not None), 0.0),
         settings={
             "eee_evaluation_id": record.get("evaluation_id"),
             "generation_config": _strs(result.get("generation_config")),
