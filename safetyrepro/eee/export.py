@@ -275,9 +275,7 @@ def _items_by_cell(items: pd.DataFrame | None, grid: pd.DataFrame) -> Callable[[
     bad = ~items["item_score"].astype(float).between(0.0, 1.0)
     if bad.any():
         raise UserError(f"item records: item_score {items['item_score'][bad].iloc[0]!r} is outside [0, 1]")
-    groups = {
-        tuple(str(v) for v in (k if isinstance(k, tuple) else (k,))): g for k, g in items.groupby(keys, sort=False)
-    }
+    groups = {tuple(map(str, k)): g for k, g in items.groupby(keys, sort=False)}  # keys has 2 or more columns
 
     def of_cell(row: dict) -> pd.DataFrame | None:
         got = groups.get(tuple(str(row[k]) for k in keys))
