@@ -1,9 +1,6 @@
-"""An Inspect `.eval` log (a zip archive) checked before Inspect reads it: every member is expanded
-here with a bounded decompressor that counts the bytes it produces (a member's declared size can
-lie), so an archive bomb is refused after at most MAX_MEMBER_BYTES of output instead of filling
-memory; duplicate member names (the last copy would win), too many members, encrypted members and
-compression methods Inspect does not write are refused; each JSON member is checked as the JSON
-files of lm-eval are (UTF-8, depth, digits, lone surrogates; safetyrepro/limits.py)."""
+"""An Inspect `.eval` log (a zip archive) checked before Inspect reads it: every member is expanded with a
+decompressor that counts the bytes it produces, so an archive bomb stops at its cap (docs/formats.md,
+"Limits on untrusted input")."""
 
 from __future__ import annotations
 
@@ -62,25 +59,16 @@ def _expand(raw: memoryview, info: zipfile.ZipInfo, budget: int) -> bytes:
     """The member's bytes, refused once they pass MAX_MEMBER_BYTES or the archive's remaining budget."""
     cap = min(MAX_MEMBER_BYTES, budget)
     name = shorten(info.filename)
-
-    def over() -> Refused:
-        if cap < MAX_MEMBER_BYTES:
-            return Refused(
-                f"expands to more than {MAX_ARCHIVE_BYTES} bytes in all (the cap MAX_ARCHIVE_BYTES), "
-                f"passed in member {name}: an archive bomb or not an Inspect log"
-            )
-        return Refused(
-            f"member {name} expands to more than {MAX_MEMBER_BYTES} bytes (the cap MAX_MEMBER_BYTES): "
-            "an archive bomb or not an Inspect log"
-        )
-
-    if info.compress_type == STORED:
-        if len(raw) > cap:
-            raise over()
-        return bytes(raw)
+    if cap < MAX_MEMBER_BYTES:
+        over = f"expands to more than {MAX_ARCHIVE_BYTES} bytes in all (the cap MAX_ARCHIVE_BYTES), passed in member "
+        over += name
+    else:
+        over = f"member {name} expands to more than {MAX_MEMBER_BYTES} bytes (the cap MAX_MEMBER_BYTES)"
 
     def pieces() -> Iterator[bytes]:
-        if info.compress_type == DEFLATED:
+        if info.compress_type == STORED:
+            yield bytes(raw)
+        elif info.compress_type == DEFLATED:
             d = zlib.decompressobj(-15)
             buf = bytes(raw)
             while buf:
@@ -99,7 +87,7 @@ def _expand(raw: memoryview, info: zipfile.ZipInfo, budget: int) -> bytes:
         for piece in pieces():
             out += piece
             if len(out) > cap:  # checked after each bounded step, before the next is expanded
-                raise over()
+                raise Refused(over + ": an archive bomb or not an Inspect log")
     except Refused:
         raise
     except Exception as e:  # zlib.error, zstandard.ZstdError: a damaged member

@@ -184,23 +184,16 @@ def number_text(x: float) -> str:
 
 def precision_label(*candidates: Any) -> str:
     """The first recognised dtype among `candidates` (in the grid's spelling), else "auto"."""
-    for c in candidates:
-        if c is None or c == "":
-            continue
-        key = str(c).strip().lower()
-        if key in PRECISIONS:
-            return PRECISIONS[key]
-    return "auto"
+    keys = (str(c).strip().lower() for c in candidates)  # None and "" are no key of PRECISIONS
+    return next((PRECISIONS[k] for k in keys if k in PRECISIONS), "auto")
 
 
 def as_unit_score(value: Any) -> float | None:
     """A per-item or cell value as a float in [0, 1], or None when it is not one."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)) and not isinstance(value, complex):
-        x = float(value)
-        return x if math.isfinite(x) and 0.0 <= x <= 1.0 else None
-    return None
+    if not isinstance(value, (int, float)):  # a bool is an int: 0.0 or 1.0
+        return None
+    x = float(value)
+    return x if math.isfinite(x) and 0.0 <= x <= 1.0 else None
 
 
 def answer_index(value: Any, field: str) -> int | None:

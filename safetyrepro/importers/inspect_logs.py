@@ -1,14 +1,8 @@
-"""Reading Inspect logs through Inspect's public log API (`list_eval_logs`, `read_eval_log`,
-`read_eval_log_samples`): task and task arguments, model, generate config, scorer and metrics, and
-the per-sample scores.
-
-`InspectReader` is the I/O edge (for importers/reader.py's loop); `run_from_log` turns one log header and
-its samples into a `Run`.
-"""
+"""Reading Inspect logs through Inspect's public log API (docs/importing.md, "What is read"). `InspectReader` is
+the I/O edge (for importers/reader.py's loop); `run_from_log` turns one log header and its samples into a `Run`."""
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,7 +41,7 @@ from .common import (
     share,
 )
 from .mapping import Mapping, decorated_template, place_task, run_decoding
-from .reader import Companion, find
+from .reader import Companion, Reader, find
 
 LOG_FORMATS = (2,)  # the .eval / .json log format versions Inspect 0.3 writes
 SUPPORTED = "0.3"
@@ -55,17 +49,9 @@ SR_PROVIDER = "safetyrepro/"
 SR_ARGS = ("template", "scoring", "shots", "tie_rule")
 SHOTS_ARGS = ("shots", "num_fewshot", "fewshot", "n_shots", "k_shot")
 # generate settings that change a model's outputs (beyond temperature, top_p and seed, which name the decoding)
-OUTPUT_SETTINGS = (
-    "max_tokens",
-    "top_k",
-    "stop_seqs",
-    "frequency_penalty",
-    "presence_penalty",
-    "logit_bias",
-    "best_of",
-    "num_choices",
-    "reasoning_effort",
-    "reasoning_tokens",
+OUTPUT_SETTINGS = tuple(
+    "max_tokens top_k stop_seqs frequency_penalty presence_penalty logit_bias best_of num_choices reasoning_effort "
+    "reasoning_tokens".split()
 )
 MEAN_METRICS = ("accuracy", "mean")  # Inspect metrics that are the mean of the per-sample values
 
@@ -76,7 +62,7 @@ def _logs_in(folder: Path) -> list[Path]:
     return sorted(Path(info.name.removeprefix("file://")) for info in list_eval_logs(str(folder), recursive=True))
 
 
-class InspectReader:
+class InspectReader(Reader):
     """One log is one run; it holds its samples itself."""
 
     package, what, kind = "inspect", "Inspect logs", "inspect log"
@@ -99,8 +85,7 @@ class InspectReader:
         try:
             header = read_eval_log(str(path), header_only=True)
         except Exception as e:  # Inspect raises many types for a damaged file; each is one bad input
-            version = _format_version(members)
-            problem = _format_problem(version) if version is not None else None
+            problem = _declared_format_problem(members)
             raise bad_file(path, problem or f"is not a readable Inspect log ({error_line(e, most=160)})") from None
         problem = check_log(header)
         if problem:
@@ -112,9 +97,6 @@ class InspectReader:
             except Exception as e:  # a log cut short keeps its header but loses samples
                 raise bad_file(path, f"its samples cannot be read ({error_line(e, most=160)}): a partial log") from None
         return data, (header, samples)
-
-    def companions(self, path: Path, parsed: Any) -> list[Companion]:
-        return []
 
     def runs(
         self, path: Path, parsed: Any, companions: list[Companion], mapping: Mapping, rules, metric: str | None
@@ -136,16 +118,17 @@ def _check_log_file(data: bytes, path: str) -> dict[str, bytes]:
     return {"log.json": data}
 
 
-def _format_version(members: dict[str, bytes]) -> int | None:
-    """The log format version a file declares, read without Inspect (which refuses versions it does not
-    know with a bare "unable to read"): a .json log's top-level `version`, a .eval archive's header
-    (`members`: what `_check_log_file` checked and kept)."""
+def _declared_format_problem(members: dict[str, bytes]) -> str | None:
+    """Why the log format version a file declares is not supported, read without Inspect (which refuses versions
+    it does not know with a bare "unable to read"): a .json log's top-level `version`, a .eval archive's header
+    (`members`: what `_check_log_file` checked and kept); None when it is or declares none."""
     for name in ("log.json", "header.json", "_journal/start.json"):
         if name in members:
             try:
-                return int(loads_json(decode_text(members[name]), checked=True).get("version"))
+                version = int(loads_json(decode_text(members[name]), checked=True).get("version"))
             except (ValueError, TypeError, AttributeError, OverflowError, Refused):
                 return None
+            return _format_problem(version)
     return None
 
 
@@ -208,55 +191,46 @@ def task_name(ev) -> str:
     metadata they record (benchmark, item subset, rules hash)."""
     name = str(ev.task)
     meta = dict(ev.metadata or {})
-    if (
-        meta.get("benchmark") in BENCHMARKS
-        and "rules_sha256" in meta
-        and "subset_id" in meta
-        and not name.startswith("safetyrepro/")
-    ):
-        return f"safetyrepro/{meta['benchmark']}"
-    return name
+    ours = meta.get("benchmark") in BENCHMARKS and "rules_sha256" in meta and "subset_id" in meta
+    return f"safetyrepro/{meta['benchmark']}" if ours and not name.startswith("safetyrepro/") else name
 
 
 def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules, metric: str | None) -> Run | Unmapped:
     ev = log.eval
     task_args = dict(ev.task_args or {})
+    model_args = dict(ev.model_args or {})
     recorded = str(ev.model)
-    first_meta = {}
-    if samples:
-        output = getattr(samples[0], "output", None)
-        first_meta = dict(getattr(output, "metadata", None) or {})
+    output = getattr(samples[0], "output", None) if samples else None
+    first_meta = dict(getattr(output, "metadata", None) or {})  # the engine records precision and weights here
     engine = recorded.startswith(SR_PROVIDER)
-    default_label = recorded.removeprefix(SR_PROVIDER) if engine else recorded
-    label = mapping.checked_label(default_label, source, "eval.model")
-    unmapped = functools.partial(Unmapped, source, str(ev.task), label)
+    label = mapping.checked_label(recorded.removeprefix(SR_PROVIDER), source, "eval.model")
     name = task_name(ev)
     if name.startswith("safetyrepro/"):
         # SafetyRepro's tasks record what they ran in their metadata, also when built in Python (a sweep)
         meta = dict(ev.metadata or {})
         task_args = {**task_args, **{k: meta[k] for k in SR_ARGS if k in meta}}
-    placement = place_task(name, mapping, "inspect", task_args)
-    if isinstance(placement, str):
-        return unmapped(placement)
     try:
+        placement = place_task(name, mapping, "inspect", task_args)
+        if isinstance(placement, str):
+            raise Unplaced(placement)
         score_entry, metric_name = _choose_metric(log, placement.metric or metric)
         score = share(
             score_entry.metrics[metric_name].value, f"{score_entry.name}/{metric_name}", " (choose one with --metric)"
         )
     except Unplaced as e:
-        return unmapped(str(e))
+        return Unmapped(source, str(ev.task), label, str(e))
     settings = _generate_settings(log)
     if placement.safetyrepro:
         scoring = str(task_args.get("scoring") or "logprob")
-        shots = _shots(task_args.get("shots"), "task argument shots")
-        other_args: dict = {}
-        tie_rule = str(task_args.get("tie_rule") or DEFAULT_TIE_RULE) if scoring == "logprob" else None
+        shots_key: str | None = "shots"
     else:
         scoring = placement.scoring or "free_form"
         shots_key = placement.shots_arg or next((k for k in SHOTS_ARGS if k in task_args), None)
-        shots = _shots(task_args.get(shots_key), f"task argument {shots_key}") if shots_key else 0
-        other_args = {k: v for k, v in task_args.items() if k != shots_key}
-        tie_rule = None
+    recorded_shots = task_args.get(shots_key) if shots_key else None
+    shots = 0 if recorded_shots is None else whole_number(recorded_shots, f"task argument {shots_key}", 0, MAX_SHOTS)
+    tie_rule = None
+    if placement.safetyrepro and scoring == "logprob":
+        tie_rule = str(task_args.get("tie_rule") or DEFAULT_TIE_RULE)
     decoding = run_decoding(
         scoring,
         rules,
@@ -272,22 +246,16 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         system_text=settings.get("system_message"),
         fewshot_as_multiturn=True,
         shots=shots,
-        args=other_args,
+        args={} if placement.safetyrepro else {k: v for k, v in task_args.items() if k != shots_key},
     )
     seed = whole_number(settings.get("seed") or 0, "generate config seed", 0, MAX_SEED) if decoding.do_sample else 0
     precision = precision_label(
-        first_meta.get("precision"),
-        (ev.model_args or {}).get("precision"),
-        (ev.model_args or {}).get("dtype"),
-        "bf16" if engine else None,
+        first_meta.get("precision"), model_args.get("precision"), model_args.get("dtype"), "bf16" if engine else None
     )
     if precision == "auto" and not engine:
         precision = "default"  # a provider's model: its precision is the provider's, not recorded
-    weights = first_meta.get("weights_sha256") or None
-    parse_rate = 1.0
-    if "parse_rate" in score_entry.metrics:
-        logged_rate = as_unit_score(score_entry.metrics["parse_rate"].value)
-        parse_rate = 1.0 if logged_rate is None else logged_rate
+    metrics = score_entry.metrics
+    logged_rate = as_unit_score(metrics["parse_rate"].value) if "parse_rate" in metrics else None
     item_ids = tuple(str(i) for i in (ev.dataset.sample_ids or [])) or None
     n_items = (
         len(item_ids)
@@ -305,7 +273,7 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
             if item_ids is not None and set(ids) != set(item_ids):
                 raise bad_file(source, f"holds samples for {len(ids)} of its {len(item_ids)} items: a partial log")
             item_ids, n_items = ids, len(ids)
-            if metric_name not in MEAN_METRICS and metric_name.split("/")[-1] not in MEAN_METRICS:
+            if metric_name.split("/")[-1] not in MEAN_METRICS:  # `accuracy` or `<scorer>/accuracy`
                 note = f"metric {metric_name} is not a mean over samples"
             else:
                 items, note = kept_items(
@@ -313,23 +281,17 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
                 )
     if n_items < 1:
         raise bad_file(source, "records no samples")
-    version = str((ev.packages or {}).get("inspect_ai") or f"{SUPPORTED}.x (unrecorded)")
-    spec = {
-        "kind": "inspect" if not engine else "inspect:safetyrepro",
-        "spec": recorded,
-        "model_args": dict(ev.model_args or {}),
-        "precision": precision,
-    }
+    kind = "inspect:safetyrepro" if engine else "inspect"
     return Run(
         package="inspect",
-        package_version=version,
+        package_version=str((ev.packages or {}).get("inspect_ai") or f"{SUPPORTED}.x (unrecorded)"),
         source=source,
         samples_source=samples_source,
         task=name,
         model=label,
         model_recorded=recorded,
-        model_spec=spec,
-        weights_id=weights,
+        model_spec={"kind": kind, "spec": recorded, "model_args": model_args, "precision": precision},
+        weights_id=first_meta.get("weights_sha256") or None,
         precision=precision,
         axes=Axes(placement.benchmark, template, decoding.name, shots, scoring),
         decoding=decoding,
@@ -338,7 +300,7 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         metric=f"{score_entry.name}/{metric_name}",
         tie_rule=tie_rule,
         score=score,
-        parse_rate=parse_rate,
+        parse_rate=1.0 if logged_rate is None else logged_rate,
         n_items=n_items,
         item_ids=item_ids,
         items=items,
@@ -351,11 +313,6 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
             "generate_config": {k: v for k, v in settings.items() if k != "max_connections"},
         },
     )
-
-
-def _shots(value: Any, field: str) -> int:
-    """A shot count as the sweep takes one: a whole number from 0 to MAX_SHOTS (absent: 0)."""
-    return 0 if value is None else whole_number(value, field, 0, MAX_SHOTS)
 
 
 def output_settings(settings: dict, placement, rules) -> dict:

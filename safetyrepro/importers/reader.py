@@ -39,21 +39,18 @@ class Reader(Protocol):
     def find(self, paths: Sequence[str]) -> tuple[list[Path], list[BadInput]]:
         """The files under `paths` (folders searched at any depth, links not followed), and the paths
         that are not such files or hold none."""
-        ...
 
     def read(self, path: Path) -> tuple[bytes, Any]:
         """One found file's bytes and its parsed, checked contents."""
-        ...
 
     def companions(self, path: Path, parsed: Any) -> list[Companion]:
-        """The files that came with it, read and checked."""
-        ...
+        """The files that came with it, read and checked (a format whose files come alone: none)."""
+        return []
 
     def runs(
         self, path: Path, parsed: Any, companions: list[Companion], mapping: Mapping, rules, metric: str | None
     ) -> list[Run | Unmapped]:
         """What it recorded, as runs and the tasks that could not be placed (pure)."""
-        ...
 
 
 @contextlib.contextmanager
