@@ -10,13 +10,13 @@ or writes a file.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from safetyrepro.errors import UserError
+from safetyrepro.hashing import sha256_bytes
 from safetyrepro.limits import MAX_CHOICE, shorten, whole_number
 
 # lm-eval and Inspect record dtypes in several spellings; the grid's precision column uses one.
@@ -167,7 +167,7 @@ def share(value: Any, metric: str, hint: str) -> float:
 
 
 def short_hash(text: str, n: int = 8) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
+    return sha256_bytes(text.encode("utf-8"))[:n]
 
 
 def token(value: Any) -> str:

@@ -1,10 +1,5 @@
-"""Reading lm-eval output folders: `results_<date>.json` and, when the run logged them,
-`samples_<task>_<date>.jsonl` (what `lm_eval --output_path DIR --log_samples` writes under
-DIR/<model>/). The files are plain JSON; lm-eval itself is not imported.
-
-`LmEvalReader` is the I/O edge (finding and parsing files, for importers/reader.py's loop);
-`runs_from_results` turns one parsed results file and its samples into `Run`s without touching the disk.
-"""
+"""Reading lm-eval output folders (docs/importing.md, "What is read"): `LmEvalReader` is the I/O edge (for
+importers/reader.py's loop); `runs_from_results` turns one parsed results file and its samples into `Run`s."""
 
 from __future__ import annotations
 
@@ -76,17 +71,6 @@ def _ours(path: Path) -> bool:
 
 
 # -- reading files (the edge) ----------------------------------------------------------------------
-def _stamp_time(stamp: str) -> float:
-    try:
-        return (
-            dt.datetime.strptime(stamp, "%Y-%m-%dT%H-%M-%S.%f" if "." in stamp else "%Y-%m-%dT%H-%M-%S")
-            .replace(tzinfo=dt.timezone.utc)
-            .timestamp()
-        )
-    except ValueError:
-        return 0.0
-
-
 class LmEvalReader:
     """Results files are the runs; each brings the samples files its run wrote beside it (same date stamp)."""
 
@@ -216,6 +200,18 @@ def _bool_or_none(v: Any) -> bool | None:
     return None if v is None or v == "" else truthy(v)
 
 
+def _created(data: dict, source: str) -> float:
+    """When the run was made: its `date`, else its results file's date stamp (UTC), else 0."""
+    if isinstance(data.get("date"), (int, float)):
+        return float(data["date"])
+    stamp = _named(RESULTS_FILE, Path(source))["stamp"]
+    try:
+        when = dt.datetime.strptime(stamp, "%Y-%m-%dT%H-%M-%S" + (".%f" if "." in stamp else ""))
+    except ValueError:
+        return 0.0
+    return when.replace(tzinfo=dt.timezone.utc).timestamp()
+
+
 def runs_from_results(
     data: dict, source: str, samples: dict[str, tuple[str, list[dict]]], mapping: Mapping, rules, metric: str | None
 ) -> list[Run | Unmapped]:
@@ -228,19 +224,13 @@ def runs_from_results(
     recorded = str(sr_model["label"]) if sr_model.get("label") else model_label(kind, args, data.get("model_name"))
     label = mapping.checked_label(recorded, source, "config.model_args")
     weights = _text(sr_model.get("weights_sha256") or config.get("model_sha") or None, "config.model_sha")
-    if truthy(args.get("load_in_4bit")) or str(args.get("bnb_4bit_quant_type", "")).lower() == "nf4":
-        precision = "nf4"
-    elif truthy(args.get("load_in_8bit")):
-        precision = "int8"
-    else:
-        precision = precision_label(
-            sr_model.get("precision"), config.get("model_dtype"), args.get("dtype"), args.get("precision")
-        )
-    chat_applied = (
-        bool(data.get("chat_template_sha") or data.get("chat_template"))
-        if ("chat_template" in data or "chat_template_sha" in data)
-        else None
-    )
+    nf4 = truthy(args.get("load_in_4bit")) or str(args.get("bnb_4bit_quant_type", "")).lower() == "nf4"
+    quantised = "nf4" if nf4 else "int8" if truthy(args.get("load_in_8bit")) else None
+    dtypes = (sr_model.get("precision"), config.get("model_dtype"), args.get("dtype"), args.get("precision"))
+    precision = precision_label(quantised, *dtypes)
+    chat_applied = None
+    if "chat_template" in data or "chat_template_sha" in data:
+        chat_applied = bool(data.get("chat_template_sha") or data.get("chat_template"))
     system_text = _text(data.get("system_instruction"), "system_instruction")
     multiturn = _bool_or_none(data.get("fewshot_as_multiturn"))
     spec = {"kind": f"lm-eval:{kind}", "spec": ",".join(f"{k}={v}" for k, v in args.items()), "precision": precision}
@@ -260,11 +250,9 @@ def runs_from_results(
         output_type = str(task_config.get("output_type") or "")
         scoring = placement.scoring or ("logprob" if output_type in LOGPROB_TYPES else "free_form")
         recorded_shots = (data.get("n-shot") or {}).get(task, task_config.get("num_fewshot"))
-        shots = (
-            0
-            if recorded_shots in (None, "")
-            else whole_number(recorded_shots, f"field 'n-shot' of task {task}", 0, MAX_SHOTS)
-        )
+        shots = 0
+        if recorded_shots not in (None, ""):
+            shots = whole_number(recorded_shots, f"field 'n-shot' of task {task}", 0, MAX_SHOTS)
         gen, cli = _gen_settings(data, task_config)
         decoding = run_decoding(
             scoring,
@@ -286,14 +274,10 @@ def runs_from_results(
             meta = _object(task_config.get("metadata"), f"configs.{task}.metadata")
             tie_rule = str(meta.get("tie_rule") or DEFAULT_TIE_RULE)
         n_samples = _object((data.get("n-samples") or {}).get(task), f"'n-samples' of task {task}")
-        n_items = 0
-        for field, value in (
-            (f"'n-samples' effective of task {task}", n_samples.get("effective")),
-            (f"results sample_len of task {task}", entry.get("sample_len")),
-        ):
-            if value not in (None, "", 0):
-                n_items = whole_number(value, f"field {field}", 0, MAX_COUNT)
-                break
+        field, value = f"'n-samples' effective of task {task}", n_samples.get("effective")
+        if value in (None, "", 0):
+            field, value = f"results sample_len of task {task}", entry.get("sample_len")
+        n_items = 0 if value in (None, "", 0) else whole_number(value, f"field {field}", 0, MAX_COUNT)
         logged_rate = as_unit_score(entry.get("parse_rate,none")) if placement.safetyrepro else None
         items, item_ids, note, samples_source = None, None, "the run logged no samples (--log_samples)", None
         if task in samples:
@@ -305,18 +289,17 @@ def runs_from_results(
                     samples_source, f"holds {len(item_ids)} of the run's {n_items} items: a partial samples file"
                 )
             n_items = len(item_ids)
-            name = key.split(",")[0]
-            items, note = (
-                kept_items(rows, score, f"the samples' {name} values do not average to the reported {key} (not a mean)")
-                if rows is not None
-                else (None, f"metric {key} has no numeric per-sample value in [0, 1]")
-            )
+            if rows is None:
+                note = f"metric {key} has no numeric per-sample value in [0, 1]"
+            else:
+                why_not = f"the samples' {key.split(',')[0]} values do not average to the reported {key} (not a mean)"
+                items, note = kept_items(rows, score, why_not)
         if n_items < 1:
             raise bad_file(source, f"records no item count for task {task}")
         template = decorated_template(
             placement.template,
             chat_applied=chat_applied,
-            model_has_chat=sr_model.get("has_chat_template") if "has_chat_template" in sr_model else None,
+            model_has_chat=sr_model.get("has_chat_template"),
             system_text=system_text,
             fewshot_as_multiturn=multiturn,
             shots=shots,
@@ -344,9 +327,7 @@ def runs_from_results(
             item_ids=item_ids,
             items=items,
             items_note=note,
-            created=float(data["date"])
-            if isinstance(data.get("date"), (int, float))
-            else _stamp_time(_named(RESULTS_FILE, Path(source))["stamp"]),
+            created=_created(data, source),
             settings={
                 "task": task,
                 "chat_template": chat_applied,
@@ -428,7 +409,7 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
     target = s.get("target")
     gold = None
     # a generated task's target is text, not a label index (left out below)
-    if (safetyrepro or output_type in LOGPROB_TYPES[:1]) and (
+    if (safetyrepro or output_type == "multiple_choice") and (
         (isinstance(target, int) and not isinstance(target, bool))
         or (isinstance(target, str) and re.fullmatch(r"\s*[0-9]+\s*", target))
     ):
@@ -437,7 +418,7 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
         )
     resps = s.get("filtered_resps") if s.get("filtered_resps") is not None else s.get("resps")
     prediction, raw, parsed = None, None, None
-    if output_type in LOGPROB_TYPES[:1] and isinstance(resps, list) and resps:
+    if output_type == "multiple_choice" and isinstance(resps, list) and resps:
         found = [_loglik(r) for r in resps]
         logliks = [v for v in found if v is not None]
         if len(logliks) == len(found):
@@ -450,9 +431,8 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
     elif isinstance(resps, list) and resps:
         first = resps[0][0] if isinstance(resps[0], list) and resps[0] else resps[0]
         raw = first if isinstance(first, str) else None
-        if safetyrepro and s.get("parse_rate") is not None:
-            parsed = bool(s["parse_rate"])
         if safetyrepro:
+            parsed = None if s.get("parse_rate") is None else bool(s["parse_rate"])
             # the task scored the item once and logged its predicted label (runs before this field: None)
             field = f"field top_answer_share of sample doc_id {shorten(s.get('doc_id'))}"
             prediction = answer_index(s.get("top_answer_share"), field)

@@ -69,30 +69,25 @@ def read_paths(
 ) -> Reading:
     """Every file `reader` finds under `paths` with its companions, as runs; a bad file raises
     `BadInputError` at once unless `skip_bad`, which lists it and goes on."""
-    reading = Reading(reader.package)
     files, missing = reader.find(paths)
-
-    def one(path: Path) -> None:
-        with about(path):
-            data, parsed = reader.read(path)
-            companions = reader.companions(path, parsed)
-            got = reader.runs(path, parsed, companions, mapping, rules, metric)
-        for p, kind, d in [(path, reader.kind, data), *((c.path, c.kind, c.data) for c in companions)]:
-            reading.sources.append(SourceFile(str(p), kind, sha256_bytes(d), len(d)))
-        reading.runs += [g for g in got if isinstance(g, Run)]
-        reading.unmapped += [g for g in got if isinstance(g, Unmapped)]
-
-    for b in missing:
-        if not skip_bad:
-            raise BadInputError(b)
-        reading.bad.append(b)
+    if missing and not skip_bad:
+        raise BadInputError(missing[0])
+    reading = Reading(reader.package, bad=missing)
     for path in paced(files, reader.what, prefix="import"):
         try:
-            one(path)
+            with about(path):
+                data, parsed = reader.read(path)
+                companions = reader.companions(path, parsed)
+                got = reader.runs(path, parsed, companions, mapping, rules, metric)
         except BadInputError as e:
             if not skip_bad:
                 raise
             reading.bad.append(e.bad)
+            continue
+        for p, kind, d in [(path, reader.kind, data), *((c.path, c.kind, c.data) for c in companions)]:
+            reading.sources.append(SourceFile(str(p), kind, sha256_bytes(d), len(d)))
+        reading.runs += [g for g in got if isinstance(g, Run)]
+        reading.unmapped += [g for g in got if isinstance(g, Unmapped)]
     return reading
 
 
