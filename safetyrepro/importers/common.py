@@ -1,11 +1,6 @@
-"""The records both importers produce, and the small pure helpers they share.
-
-An importer reads files (I/O at the edge) into `Run`s: one task of one run, with the configuration
-axes already decided (benchmark, template, decoding, shots, scoring), the non-axis properties that
-must agree before runs are pooled (package version, item set, metric, tie rule, model weights), and
-the per-item rows when the run logged them. `assemble` turns runs into the grid; nothing here reads
-or writes a file.
-"""
+"""The records the importers produce (`Run`: one task of one recorded run, its axes decided, with what must
+agree before runs are pooled and its item rows) and the small pure helpers they share; nothing here reads or
+writes a file (`assemble` turns runs into the grid)."""
 
 from __future__ import annotations
 

@@ -78,8 +78,14 @@ class InspectReader(Reader):
 
     def read(self, path: Path) -> tuple[bytes, Any]:
         data = read_capped(path)
-        members = _check_log_file(data, str(path))
-        # Inspect loads after the checks (seconds): a bomb is refused at once
+        # refused over the caps of safetyrepro/limits.py before Inspect loads it (seconds): a bomb at once;
+        # `members`: the archive's members that say its format version (a .json log: the file itself)
+        if str(path).endswith(".eval"):
+            members = check_eval_archive(data)
+        else:
+            decode_text(data)
+            check_json_text(data)
+            members = {"log.json": data}
         from inspect_ai.log import read_eval_log, read_eval_log_samples
 
         try:
@@ -108,20 +114,10 @@ class InspectReader(Reader):
 READER = InspectReader()
 
 
-def _check_log_file(data: bytes, path: str) -> dict[str, bytes]:
-    """Refuse a log over the caps of safetyrepro/limits.py before Inspect parses it; returns the
-    members of an .eval archive that say its format version (a .json log: the file itself)."""
-    if path.endswith(".eval"):
-        return check_eval_archive(data)
-    decode_text(data)
-    check_json_text(data)
-    return {"log.json": data}
-
-
 def _declared_format_problem(members: dict[str, bytes]) -> str | None:
     """Why the log format version a file declares is not supported, read without Inspect (which refuses versions
     it does not know with a bare "unable to read"): a .json log's top-level `version`, a .eval archive's header
-    (`members`: what `_check_log_file` checked and kept); None when it is or declares none."""
+    (`members`: what `read` checked and kept); None when it is or declares none."""
     for name in ("log.json", "header.json", "_journal/start.json"):
         if name in members:
             try:

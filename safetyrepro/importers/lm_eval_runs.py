@@ -406,16 +406,14 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
     elif isinstance(args, list) and args and isinstance(args[0], (list, tuple)) and args[0]:
         context = args[0][0]
     prompt_sha = sha256_bytes(context.encode("utf-8")) if isinstance(context, str) else None
-    target = s.get("target")
+    target, sample = s.get("target"), f"sample doc_id {shorten(s.get('doc_id'))}"
     gold = None
     # a generated task's target is text, not a label index (left out below)
     if (safetyrepro or output_type == "multiple_choice") and (
         (isinstance(target, int) and not isinstance(target, bool))
         or (isinstance(target, str) and re.fullmatch(r"\s*[0-9]+\s*", target))
     ):
-        gold = whole_number(
-            target, f"field target of sample doc_id {shorten(s.get('doc_id'))}", 0, MAX_CHOICE, text=True
-        )
+        gold = whole_number(target, f"field target of {sample}", 0, MAX_CHOICE, text=True)
     resps = s.get("filtered_resps") if s.get("filtered_resps") is not None else s.get("resps")
     prediction, raw, parsed = None, None, None
     if output_type == "multiple_choice" and isinstance(resps, list) and resps:
@@ -434,6 +432,5 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
         if safetyrepro:
             parsed = None if s.get("parse_rate") is None else bool(s["parse_rate"])
             # the task scored the item once and logged its predicted label (runs before this field: None)
-            field = f"field top_answer_share of sample doc_id {shorten(s.get('doc_id'))}"
-            prediction = answer_index(s.get("top_answer_share"), field)
+            prediction = answer_index(s.get("top_answer_share"), f"field top_answer_share of {sample}")
     return ItemRow(item_id, value, prediction, gold, raw, parsed, prompt_sha)
