@@ -97,8 +97,7 @@ def _expand(raw: memoryview, info: zipfile.ZipInfo, budget: int) -> bytes:
 
 def iter_members(data: bytes):
     """(name, expanded bytes) of each member of an `.eval` archive, in order, refused (`Refused`) at the
-    first cap or oddity: too many members, duplicate names, encryption, an unknown compression method,
-    a member over MAX_MEMBER_BYTES (declared or produced), all members over MAX_ARCHIVE_BYTES."""
+    first cap or oddity (docs/formats.md)."""
     declared = _declared_entries(data)
     if declared is not None and declared > MAX_MEMBERS:
         raise Refused(f"declares {declared} members; at most {MAX_MEMBERS} (the cap MAX_MEMBERS)")
@@ -137,8 +136,8 @@ def iter_members(data: bytes):
 
 
 def check_eval_archive(data: bytes) -> dict[str, bytes]:
-    """Refuse an `.eval` archive over the caps (`iter_members`) or with a JSON member that is not UTF-8,
-    too deep, holds an overlong number or a lone surrogate; returns the members named in KEEP."""
+    """Refuse an `.eval` archive over the caps (`iter_members`) or with a JSON member that is not UTF-8 or
+    fails limits.check_json_text (depth, digits, lone surrogates); returns the members named in KEEP."""
     kept: dict[str, bytes] = {}
     for filename, member in iter_members(data):
         if filename.endswith(".json"):

@@ -1,7 +1,6 @@
-"""The one loop every importer reads its files with (lm-eval results folders, Inspect logs, Every Eval Ever
-records): find the files, read each (capped and checked, safetyrepro/limits.py), read the files that come
-with it, turn them into runs, and record the sha256 of every file used. A `Reader` says how for one format;
-a bad file is one `BadInputError`, raised at once or, with skip_bad, listed and passed over.
+"""The one loop every importer reads its files with: find the files, read each (capped and checked,
+safetyrepro/limits.py) with the files that come with it, turn them into runs, and record the sha256 of every
+file used. A `Reader` says how for one format (lm-eval results folders, Inspect logs, Every Eval Ever records).
 """
 
 from __future__ import annotations
