@@ -210,9 +210,8 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         if isinstance(placement, str):
             raise Unplaced(placement)
         score_entry, metric_name = _choose_metric(log, placement.metric or metric)
-        score = share(
-            score_entry.metrics[metric_name].value, f"{score_entry.name}/{metric_name}", " (choose one with --metric)"
-        )
+        scorer_metric = f"{score_entry.name}/{metric_name}"
+        score = share(score_entry.metrics[metric_name].value, scorer_metric, " (choose one with --metric)")
     except Unplaced as e:
         return Unmapped(source, str(ev.task), label, str(e))
     settings = _generate_settings(log)
@@ -253,11 +252,8 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
     metrics = score_entry.metrics
     logged_rate = as_unit_score(metrics["parse_rate"].value) if "parse_rate" in metrics else None
     item_ids = tuple(str(i) for i in (ev.dataset.sample_ids or [])) or None
-    n_items = (
-        len(item_ids)
-        if item_ids
-        else whole_number(log.results.total_samples or 0, "field results.total_samples", 0, MAX_COUNT)
-    )
+    total = log.results.total_samples or 0
+    n_items = len(item_ids) if item_ids else whole_number(total, "field results.total_samples", 0, MAX_COUNT)
     items, note, samples_source = None, "the log holds no samples", None
     if samples:
         rows = _item_rows(samples, score_entry.name)
@@ -272,9 +268,8 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
             if metric_name.split("/")[-1] not in MEAN_METRICS:  # `accuracy` or `<scorer>/accuracy`
                 note = f"metric {metric_name} is not a mean over samples"
             else:
-                items, note = kept_items(
-                    rows, score, f"the samples' scores do not average to the reported {metric_name}"
-                )
+                why_not = f"the samples' scores do not average to the reported {metric_name}"
+                items, note = kept_items(rows, score, why_not)
     if n_items < 1:
         raise bad_file(source, "records no samples")
     kind = "inspect:safetyrepro" if engine else "inspect"
@@ -293,7 +288,7 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         decoding=decoding,
         stress_template=placement.stress,
         seed=seed,
-        metric=f"{score_entry.name}/{metric_name}",
+        metric=scorer_metric,
         tie_rule=tie_rule,
         score=score,
         parse_rate=1.0 if logged_rate is None else logged_rate,
