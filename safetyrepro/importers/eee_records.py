@@ -262,10 +262,6 @@ def _run(read: Record, result: dict, items: tuple[ItemRow, ...] | None, **fields
         items=items,
         # when the evaluation ran (its timestamp, else when the record was made), for --duplicates newest
         created=next((seconds for seconds in map(recorded_time, stamps) if seconds is not None), 0.0),
-        settings={
-            "eee_evaluation_id": record.get("evaluation_id"),
-            "generation_config": _strs(result.get("generation_config")),
-        },
         **fields,
     )
 

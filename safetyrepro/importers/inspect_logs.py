@@ -297,12 +297,6 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         items=items,
         items_note=note,
         created=recorded_time(ev.created) or 0.0,
-        settings={
-            "task": str(ev.task),
-            "task_args": dict(task_args),
-            "system_message": settings.get("system_message"),
-            "generate_config": {k: v for k, v in settings.items() if k != "max_connections"},
-        },
     )
 
 

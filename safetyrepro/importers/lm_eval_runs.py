@@ -4,7 +4,6 @@ importers/reader.py's loop); `runs_from_results` turns one parsed results file a
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -328,14 +327,6 @@ def runs_from_results(
             items=items,
             items_note=note,
             created=_created(data, source),
-            settings={
-                "task": task,
-                "chat_template": chat_applied,
-                "system_instruction": system_text,
-                "fewshot_as_multiturn": multiturn,
-                "gen_kwargs": json.dumps(cli, sort_keys=True) if cli else "",
-                "lm_eval_model": kind,
-            },
         )
 
     out: list[Run | Unmapped] = []
