@@ -1,21 +1,9 @@
 """From imported runs to the grid: model names, package versions, comparability, duplicates,
 cells, the rules file the analysis validates against, and the tables that say what happened.
 
-Runs are pooled into one cell only when they agree on everything that is not an axis. What does not
-agree is kept apart, never averaged, and said (`disagreements.csv`, stderr):
-
-- one model label whose runs recorded different weights: split into `label#<sha8>`;
-- one set of weights recorded under several labels: reported (merge them with the mapping file's
-  `models` if they are one model);
-- different package versions: the `package` column carries the version (`lm-eval==0.4.13`), so
-  `safetyrepro analyze` refuses to mix them and names the groups (`--package` picks one);
-- within a benchmark, different item sets (limits, subsets), metrics or tie rules: the largest group
-  keeps the plain package label, the others get `<package> [<what differs>]`.
-
-Duplicate runs (the same model, configuration, precision, package, seed, metric and tie rule) are
-handled by `--duplicates`: `newest` (default) keeps the newest run and lists the others, `keep`
-keeps every run as a repetition of the cell (its score is their mean, like a sampled cell's seeds),
-`refuse` stops with the first pair.
+Runs are pooled into one cell only when they agree on everything that is not an axis; what does not
+agree is kept apart, never averaged, and said (`disagreements.csv`, stderr). Duplicate runs are handled
+by `--duplicates`. docs/importing.md ("Disagreements and duplicates") says how each case is resolved.
 
 Everything here is pure: DataFrames and text in, DataFrames and text out.
 """
@@ -31,7 +19,7 @@ import pandas as pd
 import yaml
 
 from safetyrepro.errors import UserError
-from safetyrepro.grid_schema import WRITTEN_COLUMNS, grid_row
+from safetyrepro.grid_schema import grid_row
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.envelope import AXES, Config, parse_rules
 
@@ -40,17 +28,6 @@ from .mapping import Mapping
 from .write import Imported
 
 DUPLICATES = ("newest", "keep", "refuse")
-EXTRA_COLUMNS = [
-    "seed_scores",
-    "metric",
-    "tie_rule",
-    "item_set",
-    "package_version",
-    "task",
-    "weights_sha256",
-    "items",
-    "sources",
-]
 # items.parquet's columns and types (docs/formats.md)
 ITEM_TYPES = {
     "model": "string",
@@ -374,8 +351,8 @@ def _cells(runs: list[Run]) -> tuple[list[dict], list[dict], dict[str, set[str]]
                 seed_scores=json.dumps({str(s): r.score for s, r in zip(seeds, group, strict=True)}),
                 metric=first.metric,
                 tie_rule=first.tie_rule or "",
-                package_version=first.package_version,
                 item_set=item_set_key(first.item_ids, first.n_items),
+                package_version=first.package_version,
                 task=first.task,
                 weights_sha256=first.weights_id or "",
                 items="yes" if has_items else f"no: {note}",
@@ -388,10 +365,6 @@ def _cells(runs: list[Run]) -> tuple[list[dict], list[dict], dict[str, set[str]]
                 cell_columns.update(package=package, precision=precision, seed=s, source=r.samples_source)
                 items += [{**cell_columns, **vars(it)} for it in r.items or ()]  # an ItemRow's fields are columns
     return rows, items, fed
-
-
-def _frame(rows: list[dict], columns: list[str]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=columns) if rows else pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
 
 
 def assemble(
@@ -426,13 +399,11 @@ def assemble(
     rules = parse_rules(rules_text, "rules.yaml")
     for row in rows:
         row["tier"] = rules.tier(_config(row))
-    grid = pd.DataFrame(rows)[[*WRITTEN_COLUMNS, *EXTRA_COLUMNS]]
+    grid = pd.DataFrame(rows)  # grid_row's columns: the written ones, then the import's own
     validate_cells(grid.copy(), rules, "the imported grid")  # what analyze will check, before anything is written
     warnings = [f"{n['kind']}: {n['subject']}: {n['values']}; {n['resolution']}" for n in notes]
-    for u in reading.unmapped:
-        warnings.append(f"unmapped: {u.source}: {u.task} ({u.model}): {u.reason}")
-    for b in reading.bad:
-        warnings.append(f"bad input skipped: {b.line()}")
+    warnings += [f"unmapped: {u.source}: {u.task} ({u.model}): {u.reason}" for u in reading.unmapped]
+    warnings += [f"bad input skipped: {b.line()}" for b in reading.bad]
     dropped = [r for r in dup_rows if r["action"].startswith("dropped")]
     if dropped:
         warnings.append(
@@ -445,12 +416,8 @@ def assemble(
             f"items: {len(no_items)} of {len(grid)} cells have no per-item records ({no_items['items'].iloc[0]}); "
             "the item-level tests leave them out"
         )
-    status: dict[str, str] = {}
-    for row in dup_rows:
-        if row["action"].startswith("dropped"):
-            status.setdefault(row["source"], "duplicate (dropped)")
-    for u in reading.unmapped:
-        status.setdefault(u.source, "unmapped")
+    # a source both dropped as a duplicate and unmapped is said to be dropped
+    status = {u.source: "unmapped" for u in reading.unmapped} | {r["source"]: "duplicate (dropped)" for r in dropped}
     provenance = [
         {
             "path": s.path,
@@ -493,12 +460,12 @@ def assemble(
     }
     return Imported(
         grid=grid,
-        items=_frame(items, list(ITEM_TYPES)).astype(ITEM_TYPES),
-        provenance=_frame(provenance, PROVENANCE_COLUMNS),
-        unmapped=_frame([u.__dict__ for u in reading.unmapped], UNMAPPED_COLUMNS),
-        duplicates=_frame(dup_rows, DUPLICATE_COLUMNS),
-        disagreements=_frame(notes, DISAGREEMENT_COLUMNS),
-        bad=_frame([b.__dict__ for b in reading.bad], BAD_COLUMNS),
+        items=pd.DataFrame(items, columns=list(ITEM_TYPES)).astype(ITEM_TYPES),
+        provenance=pd.DataFrame(provenance, columns=PROVENANCE_COLUMNS),
+        unmapped=pd.DataFrame([u.__dict__ for u in reading.unmapped], columns=UNMAPPED_COLUMNS),
+        duplicates=pd.DataFrame(dup_rows, columns=DUPLICATE_COLUMNS),
+        disagreements=pd.DataFrame(notes, columns=DISAGREEMENT_COLUMNS),
+        bad=pd.DataFrame([b.__dict__ for b in reading.bad], columns=BAD_COLUMNS),
         rules_text=rules_text,
         run_record=run_record,
         warnings=warnings,

@@ -2,25 +2,10 @@
 
 The benchmark and template of a task come from SafetyRepro's own task names
 (`safetyrepro_<benchmark>_t<k>[_gen]` for lm-eval, `safetyrepro/<benchmark>` with `-T template=` for
-Inspect) or from a mapping file (docs/importing.md):
-
-    tasks:
-      - match: "arc_easy_local"          # a regular expression, matched against the whole task name
-        benchmark: arc_easy              # a SafetyRepro benchmark, or any other plain name
-        template: lm-eval-default        # `\\1` ... take groups of the match
-        metric: acc_norm                 # optional: this task's metric (default: its primary one)
-        scoring: logprob                 # optional: free_form | logprob (default: from the task's output type)
-        item_id: id                      # optional: the document field that names an item
-        stress: false                    # optional: count this template in the stress tier
-        shots_arg: n_shots               # optional (Inspect): the task argument that holds the shot count
-    models:
-      - match: "hf:/models/smol.*"       # matched against the importer's default label
-        label: smol                      # the grid's model label
-
-A task neither names is listed as unmapped, never guessed. The other axes are read from the run's
-settings; what differs from SafetyRepro's way of running a template (chat template applied, few-shot
-examples as turns, no extra system text) is written into the template's name, so that two runs that
-prompted differently never share a configuration id.
+Inspect) or from a mapping file (its keys: docs/importing.md, "The mapping file"); a task neither names
+is listed as unmapped, never guessed. The other axes are read from the run's settings; what differs
+from SafetyRepro's way of running a template is written into the template's name, so that two runs
+that prompted differently never share a configuration id.
 """
 
 from __future__ import annotations
@@ -136,18 +121,9 @@ def parse_mapping(text: bytes, path: str = "<mapping>") -> Mapping:
                 raise UserError(f"{where}: {key!r} must be a string")
         if not isinstance(entry.get("stress", False), bool):
             raise UserError(f"{where}: 'stress' must be true or false")
-        tasks.append(
-            TaskRule(
-                _compile(entry.get("match"), where),
-                entry["benchmark"].strip(),
-                entry["template"].strip(),
-                entry.get("metric"),
-                entry.get("scoring"),
-                entry.get("item_id"),
-                bool(entry.get("stress", False)),
-                entry.get("shots_arg"),
-            )
-        )
+        optional = {k: entry[k] for k in TASK_KEYS - {"match", "benchmark", "template"} if entry.get(k) is not None}
+        pattern = _compile(entry.get("match"), where)
+        tasks.append(TaskRule(pattern, entry["benchmark"].strip(), entry["template"].strip(), **optional))
     for i, entry in enumerate(raw.get("models") or [], 1):
         where = f"mapping file {path}, models entry {i}"
         if not isinstance(entry, dict) or set(entry) - MODEL_KEYS or not isinstance(entry.get("label"), str):
