@@ -22,8 +22,7 @@ if TYPE_CHECKING:
 
 
 def _importer(package: str, doc: str) -> Callable[..., Imported]:
-    """`import_<package>`, the Python entry point for one package's runs (importers/run.py's `import_runs`,
-    loaded on the call)."""
+    """`import_<package>`: importers/run.py's `import_runs` for one package's runs, loaded on the call."""
 
     def import_(
         paths: Sequence[str],

@@ -94,17 +94,12 @@ def split_models(runs: list[Run]) -> tuple[list[Run], list[dict]]:
     for r in runs:
         if r.weights_id:
             by_weights[r.weights_id].add(r.model)
+    merge = (
+        "kept as separate models; if they are one model, give them one label with a `models` entry of the mapping file"
+    )
     for weights, labels in sorted(by_weights.items()):
         if len(labels) > 1:
-            notes.append(
-                _note(
-                    "model names",
-                    f"weights {weights[:12]}",
-                    ", ".join(sorted(labels)),
-                    "kept as separate models; if they are one model, give them one label with "
-                    "a `models` entry of the mapping file",
-                )
-            )
+            notes.append(_note("model names", f"weights {weights[:12]}", ", ".join(sorted(labels)), merge))
     return runs, notes
 
 
@@ -137,16 +132,12 @@ def dedupe(runs: list[Run], how: str) -> tuple[list[Run], list[dict]]:
                 f"duplicate runs of model {key[0]!r}, configuration {key[1]} (seed {key[4]}): "
                 f"{group[0].source} and {group[-1].source}; choose --duplicates newest or keep"
             )
-        survivors = group if how == "keep" else group[-1:]
-        kept.extend(survivors)
+        kept.extend(group if how == "keep" else group[-1:])
         for i, r in enumerate(group):
-            action = (
-                f"kept as repetition {i + 1} of {len(group)}"
-                if how == "keep"
-                else "kept (newest)"
-                if r is group[-1]
-                else f"dropped (older than {group[-1].source})"
-            )
+            if how == "keep":
+                action = f"kept as repetition {i + 1} of {len(group)}"
+            else:
+                action = "kept (newest)" if r is group[-1] else f"dropped (older than {group[-1].source})"
             # the key's model, config_id, precision, package and seed, then this run's
             rows.append(dict(zip(DUPLICATE_COLUMNS, (*key[:5], r.source, r.created, action), strict=True)))
     return kept, rows
@@ -187,13 +178,12 @@ def comparability(runs: list[Run]) -> tuple[list[Run], list[dict]]:
                     f"apart under package '{package} [{what} ...]'",
                 )
             )
-    out = [
+    return [
         replace(r, settings={**r.settings, "_package": f"{r.settings['_package']} [{'; '.join(differs[i])}]"})
         if differs.get(i)
         else r
         for i, r in enumerate(runs)
-    ]
-    return out, notes
+    ], notes
 
 
 # -- rules ------------------------------------------------------------------------------------------
@@ -239,14 +229,10 @@ def rules_for(cells: list[dict], runs: list[Run], packaged_text: bytes, packaged
     }
     decoding = dict(raw["decoding"])
     for d in seen["decoding"]:
-        s = specs[d]
-        decoding[d] = {"temperature": s.temperature, "top_p": s.top_p, "do_sample": s.do_sample}
+        decoding[d] = {k: getattr(specs[d], k) for k in ("temperature", "top_p", "do_sample")}
     stress = {a: list(v) for a, v in (raw.get("stress") or {}).items()}
     stress.setdefault("template", []).extend(sorted(t for t in seen["template"] if t in stress_templates))
     stress.setdefault("decoding", []).extend(sorted(stress_decodings))
-
-    def is_stress(axis: str, value) -> bool:
-        return value in stress.get(axis, [])
 
     def derived(axis: str, listed) -> list:
         """The listed values and the imported ones derived from them (`T1+nochat` from `T1`)."""
@@ -259,15 +245,13 @@ def rules_for(cells: list[dict], runs: list[Run], packaged_text: bytes, packaged
             if axis not in seen:
                 out[axis] = list(listed)
                 continue
-            packaged_values = list(raw["axes"][axis])
+            packaged_values, stressed = axes[axis], stress.get(axis, [])
             # a subset that leaves out only stress values keeps every new non-stress value without a base too
-            only_cuts_stress = all(v in listed or is_stress(axis, v) for v in packaged_values)
+            only_cuts_stress = all(v in listed or v in stressed for v in packaged_values)
             out[axis] = derived(axis, listed) + [
                 v
                 for v in seen[axis]
-                if only_cuts_stress
-                and not is_stress(axis, v)
-                and not (isinstance(v, str) and _base(v) in packaged_values)
+                if only_cuts_stress and v not in stressed and not (isinstance(v, str) and _base(v) in packaged_values)
             ]
         return out
 
@@ -282,11 +266,10 @@ def rules_for(cells: list[dict], runs: list[Run], packaged_text: bytes, packaged
             for cell in cells
         ):
             constraints.append({"name": c["name"], "when": when, "require": require})
-    external = sorted({c["benchmark"] for c in cells} - registered)
     out = {"version": raw.get("version", 1)}
     if raw.get("benchmarks") is not None:
         out["benchmarks"] = list(raw["benchmarks"])
-    if external:
+    if external := sorted({c["benchmark"] for c in cells} - registered):
         out["external_benchmarks"] = external
     out.update(
         {
@@ -321,21 +304,18 @@ def _cells(runs: list[Run]) -> tuple[list[dict], list[dict], dict[str, set[str]]
     fed: dict[str, set[str]] = defaultdict(set)
     for (model, config_id, precision, package), group in sorted(by_cell.items()):
         group = sorted(group, key=lambda r: (r.seed, r.created, r.source))
-        seeds, used = [], set()
-        for r in group:  # repetitions kept by --duplicates keep get the next free seed number
+        seeds: list[int] = []
+        for r in group:
             s = r.seed
-            while s in used:
+            while s in seeds:  # repetitions kept by --duplicates keep get the next free seed number
                 s += 1
-            used.add(s)
             seeds.append(s)
+            for source in (r.source, r.samples_source):
+                if source:
+                    fed[source].add(f"{model}|{config_id}")
         first = group[0]
         has_items = all(r.items is not None for r in group)
         note = "" if has_items else next(r.items_note for r in group if r.items is None)
-        cell = f"{model}|{config_id}"
-        for r in group:
-            fed[r.source].add(cell)
-            if r.samples_source:
-                fed[r.samples_source].add(cell)
         rows.append(
             grid_row(
                 model,
@@ -374,28 +354,24 @@ def assemble(
     packaged rules file's bytes; `extra_sources`: provenance rows of files the reader did not use)."""
     from safetyrepro.analysis.grid_io import validate_cells
 
-    kept, misfits = definition_misfits(list(reading.runs))
-    if misfits:
-        reading = replace(reading, runs=kept, unmapped=[*reading.unmapped, *misfits])
+    kept, misfits = definition_misfits(reading.runs)
+    reading = replace(reading, runs=kept, unmapped=[*reading.unmapped, *misfits])
     if not reading.runs:
-        first = (
-            f"{reading.unmapped[0].source}: {reading.unmapped[0].reason}"
-            if reading.unmapped
-            else (reading.bad[0].line() if reading.bad else "no run found")
-        )
+        first = reading.bad[0].line() if reading.bad else "no run found"
+        if reading.unmapped:
+            first = f"{reading.unmapped[0].source}: {reading.unmapped[0].reason}"
         raise UserError(
             f"nothing to import: {len(reading.unmapped)} unmapped task run(s), {len(reading.bad)} bad "
             f"file(s); the first: {first}"
         )
-    packaged = parse_rules(packaged_text, "the packaged envelope.yaml")
-    runs, notes = split_models(list(reading.runs))
+    runs, notes = split_models(reading.runs)
     runs, more = package_labels(runs)
     notes += more
     runs, dup_rows = dedupe(runs, duplicates)
     runs, more = comparability(runs)
     notes += more
     rows, items, fed = _cells(runs)
-    rules_text = rules_for(rows, runs, packaged_text, packaged)
+    rules_text = rules_for(rows, runs, packaged_text, parse_rules(packaged_text, "the packaged envelope.yaml"))
     rules = parse_rules(rules_text, "rules.yaml")
     for row in rows:
         row["tier"] = rules.tier(_config(row))
@@ -438,7 +414,6 @@ def assemble(
         if r.model_recorded not in entry["recorded_as"]:
             entry["recorded_as"].append(r.model_recorded)
     tie_rules = sorted({r.tie_rule for r in runs if r.tie_rule})
-    subsets = {b: ", ".join(sorted(set(g["item_set"]))) for b, g in grid.groupby("benchmark")}
     run_record = {
         "source": f"safetyrepro import {reading.package}",
         "rules_sha256": rules.sha256,
@@ -446,7 +421,7 @@ def assemble(
         "tie_rule": tie_rules[0] if len(tie_rules) == 1 else ("mixed: " + ", ".join(tie_rules) if tie_rules else None),
         "models": [models[m] for m in sorted(models)],
         "packages": {reading.package: ", ".join(sorted({r.package_version for r in runs}))},
-        "item_subsets": subsets,
+        "item_subsets": {b: ", ".join(sorted(set(g["item_set"]))) for b, g in grid.groupby("benchmark")},
         "import": {
             "duplicates": duplicates,
             "mapping": mapping.path,

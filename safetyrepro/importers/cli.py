@@ -9,43 +9,6 @@ import sys
 from pathlib import Path
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--out",
-        required=True,
-        type=Path,
-        help="output folder: grid.csv/.parquet, items.parquet, "
-        "rules.yaml, run.json, provenance.csv, unmapped.csv, duplicates.csv, disagreements.csv, "
-        "bad_inputs.csv (an earlier import's files there are replaced)",
-    )
-    p.add_argument(
-        "--metric",
-        help="the metric to import for every task (default: each task's primary metric, "
-        "the first it reports; SafetyRepro's tasks: acc / accuracy)",
-    )
-    p.add_argument(
-        "--mapping",
-        metavar="FILE.yaml",
-        help="task regex -> benchmark and template (and model labels) "
-        "for tasks that are not SafetyRepro's own (docs/importing.md)",
-    )
-    p.add_argument(
-        "--duplicates",
-        choices=("newest", "keep", "refuse"),
-        default="newest",
-        help="several runs of one cell and seed: keep the newest (default), keep all as repetitions of "
-        "the cell (score = their mean), or refuse",
-    )
-    p.add_argument(
-        "--skip-bad",
-        "--skip_bad",
-        dest="skip_bad",
-        action="store_true",
-        help="import what can be read and list the bad files (default: stop at the first, exit 2)",
-    )
-    p.set_defaults(func=run)
-
-
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "import",
@@ -55,8 +18,8 @@ def register(subparsers) -> None:
         "rules file the grid is valid under, and a provenance table. Then: safetyrepro analyze "
         "DIR/grid.csv --out DIR/analysis.",
     )
-    sub = p.add_subparsers(dest="package", metavar="PACKAGE")  # argparse gives it the parent's parser class
-    sub.required = True
+    # argparse gives the subparsers the parent's parser class
+    sub = p.add_subparsers(dest="package", metavar="PACKAGE", required=True)
     # per package: help, description, the paths' metavar and help
     packages = {
         "lm-eval": (
@@ -83,7 +46,39 @@ def register(subparsers) -> None:
     for name, (short, description, metavar, paths_help) in packages.items():
         one = sub.add_parser(name, help=short, description=description)
         one.add_argument("paths", nargs="+", metavar=metavar, help=paths_help)
-        _common(one)
+        one.add_argument(
+            "--out",
+            required=True,
+            type=Path,
+            help="output folder: grid.csv/.parquet, items.parquet, rules.yaml, run.json, provenance.csv, unmapped.csv, "
+            "duplicates.csv, disagreements.csv, bad_inputs.csv (an earlier import's files there are replaced)",
+        )
+        one.add_argument(
+            "--metric",
+            help="the metric to import for every task (default: each task's primary metric, "
+            "the first it reports; SafetyRepro's tasks: acc / accuracy)",
+        )
+        one.add_argument(
+            "--mapping",
+            metavar="FILE.yaml",
+            help="task regex -> benchmark and template (and model labels) "
+            "for tasks that are not SafetyRepro's own (docs/importing.md)",
+        )
+        one.add_argument(
+            "--duplicates",
+            choices=("newest", "keep", "refuse"),
+            default="newest",
+            help="several runs of one cell and seed: keep the newest (default), keep all as repetitions of "
+            "the cell (score = their mean), or refuse",
+        )
+        one.add_argument(
+            "--skip-bad",
+            "--skip_bad",
+            dest="skip_bad",
+            action="store_true",
+            help="import what can be read and list the bad files (default: stop at the first, exit 2)",
+        )
+        one.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -72,15 +72,11 @@ class Mapping:
     def task_rule(self, task: str) -> TaskRule | None:
         return next((r for r in self.tasks if r.pattern.fullmatch(task)), None)
 
-    def label(self, default: str) -> str:
-        rule = next((r for r in self.models if r.pattern.fullmatch(default)), None)
-        return rule.label if rule else default
-
     def checked_label(self, default: str, source: str, field: str) -> str:
         """The grid label of a model the run recorded as `default` (in `field`), refused when it cannot be one."""
-        label = self.label(default)
-        problem = label_problem(label)
-        if problem:
+        rule = next((r for r in self.models if r.pattern.fullmatch(default)), None)
+        label = rule.label if rule else default
+        if problem := label_problem(label):
             raise bad_file(source, f"field {field}: {problem} (a `models` entry of the mapping file gives one)")
         return label
 
@@ -108,8 +104,7 @@ def parse_mapping(text: bytes, path: str = "<mapping>") -> Mapping:
         where = f"mapping file {path}, tasks entry {i}"
         if not isinstance(entry, dict):
             raise UserError(f"{where} must be a mapping with match, benchmark and template")
-        unknown = sorted(set(entry) - TASK_KEYS)
-        if unknown:
+        if unknown := sorted(set(entry) - TASK_KEYS):
             raise UserError(f"{where}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(TASK_KEYS))}")
         for key in ("benchmark", "template"):
             if not isinstance(entry.get(key), str) or not entry[key].strip():
@@ -128,12 +123,12 @@ def parse_mapping(text: bytes, path: str = "<mapping>") -> Mapping:
         where = f"mapping file {path}, models entry {i}"
         if not isinstance(entry, dict) or set(entry) - MODEL_KEYS or not isinstance(entry.get("label"), str):
             raise UserError(f"{where} must be a mapping with match and label")
-        if not entry["label"].strip():
+        label = entry["label"].strip()
+        if not label:
             raise UserError(f"{where}: 'label' is empty")
-        problem = label_problem(entry["label"].strip(), "'label'")
-        if problem:
+        if problem := label_problem(label, "'label'"):
             raise UserError(f"{where}: {problem}")
-        models.append(ModelRule(_compile(entry.get("match"), where), entry["label"].strip()))
+        models.append(ModelRule(_compile(entry.get("match"), where), label))
     return Mapping(tuple(tasks), tuple(models), path, sha256_bytes(text))
 
 
@@ -160,17 +155,12 @@ def _check_names(benchmark: str, template: str, task: str) -> str | None:
     return None
 
 
-def _sr_templates() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """SafetyRepro's templates and its stress-tier ones, as the packaged rules file lists them."""
-    from safetyrepro.tasks.envelope import default_rules
-
-    rules = default_rules()
-    return tuple(rules.axes["template"]), tuple(rules.stress.get("template", ()))
-
-
 def place_task(task: str, mapping: Mapping, package: str, task_args: dict | None = None) -> Placement | str:
     """Where `task` lands, or the reason it cannot be placed (the run is then listed as unmapped)."""
-    sr_templates, sr_stress = _sr_templates()
+    from safetyrepro.tasks.envelope import default_rules
+
+    rules = default_rules()  # SafetyRepro's templates and its stress-tier ones, as the packaged rules file lists them
+    sr_templates, sr_stress = rules.axes["template"], rules.stress.get("template", ())
     rule = mapping.task_rule(task)
     if rule is not None:
         m = rule.pattern.fullmatch(task)
@@ -179,23 +169,15 @@ def place_task(task: str, mapping: Mapping, package: str, task_args: dict | None
             benchmark, template = m.expand(rule.benchmark), m.expand(rule.template)
         except (re.error, IndexError) as e:
             return f"the mapping entry for {task!r} refers to a group its pattern lacks ({e})"
-        problem = _check_names(benchmark, template, task)
-        if problem:
+        if problem := _check_names(benchmark, template, task):
             return problem
         stress = rule.stress or (benchmark in BENCHMARKS and template in sr_stress)
         return Placement(benchmark, template, False, stress, rule.metric, rule.scoring, rule.item_id, rule.shots_arg)
     if package == "lm-eval":
         m = LM_EVAL_TASK.fullmatch(task)
         if m and m["benchmark"] in BENCHMARKS and f"T{m['k']}" in sr_templates:
-            template = f"T{m['k']}"
-            return Placement(
-                m["benchmark"],
-                template,
-                True,
-                template in sr_stress,
-                scoring="free_form" if m["gen"] else "logprob",
-                item_id="id",
-            )
+            template, scoring = f"T{m['k']}", "free_form" if m["gen"] else "logprob"
+            return Placement(m["benchmark"], template, True, template in sr_stress, scoring=scoring, item_id="id")
     else:
         m = INSPECT_TASK.fullmatch(task)
         if m and m["benchmark"] in BENCHMARKS:
@@ -220,8 +202,7 @@ def decoding_spec(
     if temperature is None and provider_default:
         return DecodingSpec("provider-default", 1.0, 1.0, True, recorded=False)
     t = float(temperature or 0.0)
-    sampled = t > 0 and do_sample is not False
-    if not sampled:
+    if t <= 0 or do_sample is False:  # nothing sampled
         return DecodingSpec("greedy", 0.0, 1.0, False)
     p = 1.0 if top_p is None else float(top_p)
     for d in rules.decodings.values():
@@ -272,8 +253,7 @@ def decorated_template(
         extra["sys"] = short_hash(system_text)
     if chat_applied and shots > 0 and fewshot_as_multiturn is False:
         extra["oneturn"] = True
-    for k, v in sorted((args or {}).items()):
-        extra[f"{token(k)}"] = v
+    extra.update({token(k): v for k, v in sorted((args or {}).items())})
     return with_settings(base, extra)
 
 
@@ -297,12 +277,8 @@ def parse_model_args(value: Any) -> dict[str, Any]:
     """lm-eval records model_args as the string given on the command line or as a dict."""
     if isinstance(value, dict):
         return dict(value)
-    out: dict[str, Any] = {}
-    for part in str(value or "").split(","):
-        if "=" in part:
-            k, v = part.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
+    pairs = (part.split("=", 1) for part in str(value or "").split(",") if "=" in part)
+    return {k.strip(): v.strip() for k, v in pairs}
 
 
 def truthy(value: Any) -> bool:
