@@ -107,11 +107,11 @@ def package_labels(runs: list[Run]) -> tuple[list[Run], list[dict]]:
     """With more than one package version, every row's package names its version."""
     versions = sorted({r.package_version for r in runs})
     if len(versions) < 2:
-        return [replace(r, settings={**r.settings, "_package": r.package}) for r in runs], []
+        return [replace(r, package_label=r.package) for r in runs], []
     package = runs[0].package
     columns = ", ".join(f"{package}=={v}" for v in versions)
     note = _note("package version", package, ", ".join(versions), "kept apart: package column " + columns)
-    return [replace(r, settings={**r.settings, "_package": f"{r.package}=={r.package_version}"}) for r in runs], [note]
+    return [replace(r, package_label=f"{r.package}=={r.package_version}") for r in runs], [note]
 
 
 def dedupe(runs: list[Run], how: str) -> tuple[list[Run], list[dict]]:
@@ -120,7 +120,7 @@ def dedupe(runs: list[Run], how: str) -> tuple[list[Run], list[dict]]:
         raise UserError(f"--duplicates {how!r}; allowed: {', '.join(DUPLICATES)}")
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for r in runs:
-        groups[(r.model, r.axes.config_id, r.precision, r.settings["_package"], r.seed, r.metric, r.tie_rule)].append(r)
+        groups[(r.model, r.axes.config_id, r.precision, r.package_label, r.seed, r.metric, r.tie_rule)].append(r)
     kept, rows = [], []
     for key, group in groups.items():
         if len(group) == 1:
@@ -151,7 +151,7 @@ def comparability(runs: list[Run]) -> tuple[list[Run], list[dict]]:
     differs: dict[int, list[str]] = defaultdict(list)
     by_bench: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, r in enumerate(runs):
-        by_bench[(r.settings["_package"], r.axes.benchmark)].append(i)
+        by_bench[(r.package_label, r.axes.benchmark)].append(i)
     for (package, benchmark), idx in sorted(by_bench.items()):
         with_ids = all(runs[i].item_ids is not None for i in idx)
         checks: dict[str, dict[int, Any]] = {
@@ -179,9 +179,7 @@ def comparability(runs: list[Run]) -> tuple[list[Run], list[dict]]:
                 )
             )
     return [
-        replace(r, settings={**r.settings, "_package": f"{r.settings['_package']} [{'; '.join(differs[i])}]"})
-        if differs.get(i)
-        else r
+        replace(r, package_label=f"{r.package_label} [{'; '.join(differs[i])}]") if differs.get(i) else r
         for i, r in enumerate(runs)
     ], notes
 
@@ -299,7 +297,7 @@ def _cells(runs: list[Run]) -> tuple[list[dict], list[dict], dict[str, set[str]]
     """Grid rows (without tier), item rows, and which cells each source file fed."""
     by_cell: dict[tuple, list[Run]] = defaultdict(list)
     for r in runs:
-        by_cell[(r.model, r.axes.config_id, r.precision, r.settings["_package"])].append(r)
+        by_cell[(r.model, r.axes.config_id, r.precision, r.package_label)].append(r)
     rows, items = [], []
     fed: dict[str, set[str]] = defaultdict(set)
     for (model, config_id, precision, package), group in sorted(by_cell.items()):

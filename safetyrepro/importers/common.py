@@ -94,7 +94,7 @@ class Run:
     items: tuple[ItemRow, ...] | None
     items_note: str  # why there are no item rows, when there are none
     created: float  # when the run was made (seconds since the epoch), for --duplicates newest
-    settings: dict[str, Any] = field(default_factory=dict)  # what the axes were read from, for the grid's extra columns
+    package_label: str = ""  # the grid's package column, which assemble derives (version, what differs)
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from safetyrepro.limits import (
-    MAX_CHOICE,
-    MAX_COUNT,
-    MAX_SEED,
-    MAX_SHOTS,
-    Refused,
-    read_capped,
-    shorten,
-    whole_number,
-)
+from safetyrepro.limits import MAX_CHOICE, MAX_COUNT, MAX_SEED, MAX_SHOTS, Refused, read_capped, shorten, whole_number
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
 
 from . import eee_format as R

@@ -10,16 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from safetyrepro.hashing import sha256_bytes
-from safetyrepro.limits import (
-    MAX_CHOICE,
-    MAX_COUNT,
-    MAX_SEED,
-    MAX_SHOTS,
-    Refused,
-    read_capped,
-    shorten,
-    whole_number,
-)
+from safetyrepro.limits import MAX_CHOICE, MAX_COUNT, MAX_SEED, MAX_SHOTS, Refused, read_capped, shorten, whole_number
 from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE
 
 from .common import (
@@ -37,15 +28,7 @@ from .common import (
     precision_label,
     share,
 )
-from .mapping import (
-    Mapping,
-    decorated_template,
-    model_label,
-    parse_model_args,
-    place_task,
-    run_decoding,
-    truthy,
-)
+from .mapping import Mapping, decorated_template, model_label, parse_model_args, place_task, run_decoding, truthy
 from .reader import Companion, about, find, json_file, json_lines
 
 STAMP = r"(?P<stamp>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)"

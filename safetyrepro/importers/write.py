@@ -11,13 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from safetyrepro.atomic import (
-    atomic_write,
-    check_no_links,
-    check_output_set,
-    read_marker,
-    staged_output,
-)
+from safetyrepro.atomic import atomic_write, check_no_links, check_output_set, read_marker, staged_output
 from safetyrepro.errors import UserError
 
 TABLES = ("provenance.csv", "unmapped.csv", "duplicates.csv", "disagreements.csv", "bad_inputs.csv")
