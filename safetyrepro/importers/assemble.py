@@ -1,17 +1,12 @@
-"""From imported runs to the grid: model names, package versions, comparability, duplicates,
-cells, the rules file the analysis validates against, and the tables that say what happened.
-
-Runs are pooled into one cell only when they agree on everything that is not an axis; what does not
-agree is kept apart, never averaged, and said (`disagreements.csv`, stderr). Duplicate runs are handled
-by `--duplicates`. docs/importing.md ("Disagreements and duplicates") says how each case is resolved.
-
-Everything here is pure: DataFrames and text in, DataFrames and text out.
-"""
+"""From imported runs to the grid: model names, package versions, comparability, duplicates, cells, the rules
+file the analysis validates against, and the tables that say what happened; docs/importing.md ("Disagreements and
+duplicates") says how each case is resolved. Everything here is pure: DataFrames and text in and out."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Hashable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -52,6 +47,14 @@ DISAGREEMENT_COLUMNS = ["kind", "subject", "values", "resolution"]
 BAD_COLUMNS = ["path", "reason"]
 
 
+def _grouped(pairs: Iterable[tuple[Hashable, Any]]) -> dict[Any, list]:
+    """The values of (key, value) pairs listed under their keys, keys in order of first appearance."""
+    groups: dict[Any, list] = defaultdict(list)
+    for key, value in pairs:
+        groups[key].append(value)
+    return groups
+
+
 # -- what a benchmark's definition admits ------------------------------------------------------------
 def definition_misfits(runs: list[Run]) -> tuple[list[Run], list[Unmapped]]:
     """Runs placed under one of SafetyRepro's benchmarks must score it a way its definition allows
@@ -80,26 +83,19 @@ def _note(kind: str, subject: str, values: str, resolution: str) -> dict:
 def split_models(runs: list[Run]) -> tuple[list[Run], list[dict]]:
     """A label whose runs recorded different weights becomes one label per weights hash."""
     notes = []
-    by_label: dict[str, set[str]] = defaultdict(set)
-    for r in runs:
-        if r.weights_id:
-            by_label[r.model].add(r.weights_id)
-    split = {label for label, ids in by_label.items() if len(ids) > 1}
-    for label in sorted(split):
-        ids = sorted(by_label[label])
+    by_label = _grouped((r.model, r.weights_id) for r in runs if r.weights_id)
+    split = {label: sorted(set(ids)) for label, ids in by_label.items() if len(set(ids)) > 1}
+    for label, ids in sorted(split.items()):
         kept_as = ", ".join(f"{label}#{i[:8]}" for i in ids)
         notes.append(_note("model weights", label, ", ".join(i[:12] for i in ids), "kept apart as " + kept_as))
     runs = [replace(r, model=f"{r.model}#{r.weights_id[:8]}") if r.model in split and r.weights_id else r for r in runs]
-    by_weights: dict[str, set[str]] = defaultdict(set)
-    for r in runs:
-        if r.weights_id:
-            by_weights[r.weights_id].add(r.model)
+    by_weights = _grouped((r.weights_id, r.model) for r in runs if r.weights_id)
     merge = (
         "kept as separate models; if they are one model, give them one label with a `models` entry of the mapping file"
     )
     for weights, labels in sorted(by_weights.items()):
-        if len(labels) > 1:
-            notes.append(_note("model names", f"weights {weights[:12]}", ", ".join(sorted(labels)), merge))
+        if len(set(labels)) > 1:
+            notes.append(_note("model names", f"weights {weights[:12]}", ", ".join(sorted(set(labels))), merge))
     return runs, notes
 
 
@@ -118,9 +114,9 @@ def dedupe(runs: list[Run], how: str) -> tuple[list[Run], list[dict]]:
     """Duplicate runs of one cell and seed: kept, the newest kept, or refused (`how`)."""
     if how not in DUPLICATES:
         raise UserError(f"--duplicates {how!r}; allowed: {', '.join(DUPLICATES)}")
-    groups: dict[tuple, list[Run]] = defaultdict(list)
-    for r in runs:
-        groups[(r.model, r.axes.config_id, r.precision, r.package_label, r.seed, r.metric, r.tie_rule)].append(r)
+    groups = _grouped(
+        ((r.model, r.axes.config_id, r.precision, r.package_label, r.seed, r.metric, r.tie_rule), r) for r in runs
+    )
     kept, rows = [], []
     for key, group in groups.items():
         if len(group) == 1:
@@ -149,9 +145,7 @@ def comparability(runs: list[Run]) -> tuple[list[Run], list[dict]]:
     differs (`lm-eval [items n=8:ab12cd]`)."""
     notes = []
     differs: dict[int, list[str]] = defaultdict(list)
-    by_bench: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i, r in enumerate(runs):
-        by_bench[(r.package_label, r.axes.benchmark)].append(i)
+    by_bench = _grouped(((r.package_label, r.axes.benchmark), i) for i, r in enumerate(runs))
     for (package, benchmark), idx in sorted(by_bench.items()):
         with_ids = all(runs[i].item_ids is not None for i in idx)
         checks: dict[str, dict[int, Any]] = {
@@ -198,13 +192,12 @@ def rules_for(cells: list[dict], runs: list[Run], packaged_text: bytes, packaged
     """The packaged rules file when every configuration lies inside it; otherwise the packaged
     envelope widened by the imported values (docs/importing.md, "The rules file")."""
     registered = set(packaged.benchmarks)
-    inside = all(
+    if all(
         c["benchmark"] in registered
         and all(c[a] in packaged.axes[a] for a in AXES)
         and not packaged.violated(_config(c))
         for c in cells
-    )
-    if inside:
+    ):
         return packaged_text
     raw = yaml.safe_load(packaged_text)
     axes = {a: list(raw["axes"][a]) for a in AXES}
@@ -269,18 +262,16 @@ def rules_for(cells: list[dict], runs: list[Run], packaged_text: bytes, packaged
         out["benchmarks"] = list(raw["benchmarks"])
     if external := sorted({c["benchmark"] for c in cells} - registered):
         out["external_benchmarks"] = external
-    out.update(
-        {
-            "axes": {a: axes[a] + seen[a] if a != "shots" else sorted(set(axes[a]) | set(seen[a])) for a in axes},
-            "decoding": decoding,
-            "sampling_seeds": raw["sampling_seeds"],
-            "stress": stress,
-            "constraints": constraints,
-            "subsets": subsets,
-            "items": raw["items"],
-            "max_new_tokens": raw.get("max_new_tokens", {}),
-        }
-    )
+    out |= {
+        "axes": {a: axes[a] + seen[a] if a != "shots" else sorted(set(axes[a]) | set(seen[a])) for a in axes},
+        "decoding": decoding,
+        "sampling_seeds": raw["sampling_seeds"],
+        "stress": stress,
+        "constraints": constraints,
+        "subsets": subsets,
+        "items": raw["items"],
+        "max_new_tokens": raw.get("max_new_tokens", {}),
+    }
     header = (
         "# Written by `safetyrepro import`: SafetyRepro's envelope (safetyrepro_tasks/envelope.yaml) widened by\n"
         "# the configurations of the imported runs, so that `safetyrepro analyze` can validate this grid.\n"
@@ -295,9 +286,7 @@ def rules_for(cells: list[dict], runs: list[Run], packaged_text: bytes, packaged
 # -- cells ------------------------------------------------------------------------------------------
 def _cells(runs: list[Run]) -> tuple[list[dict], list[dict], dict[str, set[str]]]:
     """Grid rows (without tier), item rows, and which cells each source file fed."""
-    by_cell: dict[tuple, list[Run]] = defaultdict(list)
-    for r in runs:
-        by_cell[(r.model, r.axes.config_id, r.precision, r.package_label)].append(r)
+    by_cell = _grouped(((r.model, r.axes.config_id, r.precision, r.package_label), r) for r in runs)
     rows, items = [], []
     fed: dict[str, set[str]] = defaultdict(set)
     for (model, config_id, precision, package), group in sorted(by_cell.items()):
@@ -404,20 +393,19 @@ def assemble(
         for s in reading.sources
     ]
     provenance += extra_sources or []
-    models: dict[str, dict[str, Any]] = {}
-    for r in runs:
-        entry = models.setdefault(
-            r.model, {"label": r.model, "weights_sha256": r.weights_id, "backend": r.model_spec, "recorded_as": []}
-        )
-        if r.model_recorded not in entry["recorded_as"]:
-            entry["recorded_as"].append(r.model_recorded)
+    first_runs = {r.model: r for r in reversed(runs)}  # each label's first run
+    recorded_as = _grouped((r.model, r.model_recorded) for r in runs)
+    models = [
+        dict(label=m, weights_sha256=r.weights_id, backend=r.model_spec, recorded_as=[*dict.fromkeys(recorded_as[m])])
+        for m, r in sorted(first_runs.items())
+    ]
     tie_rules = sorted({r.tie_rule for r in runs if r.tie_rule})
     run_record = {
         "source": f"safetyrepro import {reading.package}",
         "rules_sha256": rules.sha256,
         "rules_path": "rules.yaml",
         "tie_rule": tie_rules[0] if len(tie_rules) == 1 else ("mixed: " + ", ".join(tie_rules) if tie_rules else None),
-        "models": [models[m] for m in sorted(models)],
+        "models": models,
         "packages": {reading.package: ", ".join(sorted({r.package_version for r in runs}))},
         "item_subsets": {b: ", ".join(sorted(set(g["item_set"]))) for b, g in grid.groupby("benchmark")},
         "import": {

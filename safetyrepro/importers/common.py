@@ -15,7 +15,7 @@ from safetyrepro.hashing import sha256_bytes
 from safetyrepro.limits import MAX_CHOICE, shorten, whole_number
 
 # lm-eval and Inspect record dtypes in several spellings; the grid's precision column uses one.
-# ("auto" is no spelling of one: precision_label's fallback)
+# ("auto" is no spelling of one: precision_label's default fallback)
 PRECISIONS = {
     **dict.fromkeys(("bf16", "bfloat16", "torch.bfloat16"), "bf16"),
     **dict.fromkeys(("fp16", "float16", "half", "torch.float16"), "fp16"),
@@ -172,15 +172,10 @@ def token(value: Any) -> str:
     return text if TOKEN.fullmatch(text) else "h" + short_hash(text)
 
 
-def number_text(x: float) -> str:
-    """0.3 -> "0.3", 1.0 -> "1": decoding names read like the settings."""
-    return f"{float(x):g}"
-
-
-def precision_label(*candidates: Any) -> str:
-    """The first recognised dtype among `candidates` (in the grid's spelling), else "auto"."""
+def precision_label(*candidates: Any, default: str = "auto") -> str:
+    """The first recognised dtype among `candidates` (in the grid's spelling), else `default`."""
     keys = (str(c).strip().lower() for c in candidates)  # None and "" are no key of PRECISIONS
-    return next((PRECISIONS[k] for k in keys if k in PRECISIONS), "auto")
+    return next((PRECISIONS[k] for k in keys if k in PRECISIONS), default)
 
 
 def as_unit_score(value: Any) -> float | None:

@@ -93,8 +93,7 @@ class InspectReader(Reader):
         except Exception as e:  # Inspect raises many types for a damaged file; each is one bad input
             problem = _declared_format_problem(members)
             raise bad_file(path, problem or f"is not a readable Inspect log ({error_line(e, most=160)})") from None
-        problem = check_log(header)
-        if problem:
+        if problem := check_log(header):
             raise bad_file(path, problem)
         samples = None
         if getattr(header.eval.config, "log_samples", True) is not False:
@@ -137,8 +136,7 @@ def _format_problem(version: Any) -> str | None:
 
 def check_log(log) -> str | None:
     """Why a log (its header) cannot be imported, or None."""
-    problem = _format_problem(getattr(log, "version", None))
-    if problem:
+    if problem := _format_problem(getattr(log, "version", None)):
         return problem
     version = str((log.eval.packages or {}).get("inspect_ai", ""))
     if version and not version.startswith(SUPPORTED + "."):
@@ -170,15 +168,10 @@ def _choose_metric(log, wanted: str | None) -> tuple[Any, str]:
 
 def _generate_settings(log) -> dict:
     """The effective generate settings: the eval's own (--temperature, ...) over the task's, which
-    `log.plan.config` records."""
-
-    def fields(config) -> dict:
-        if config is None:
-            return {}
-        dump = config.model_dump(exclude_none=True) if hasattr(config, "model_dump") else dict(config)
-        return {k: v for k, v in dump.items() if v is not None}
-
-    return {**fields(getattr(log.plan, "config", None)), **fields(log.eval.model_generate_config)}
+    `log.plan.config` records (unset ones left out)."""
+    configs = (getattr(log.plan, "config", None), log.eval.model_generate_config)
+    dumps = [c.model_dump() if hasattr(c, "model_dump") else dict(c) for c in configs if c is not None]
+    return {k: v for dump in dumps for k, v in dump.items() if v is not None}
 
 
 def task_name(ev) -> str:
@@ -244,11 +237,9 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         args={} if placement.safetyrepro else {k: v for k, v in task_args.items() if k != shots_key},
     )
     seed = whole_number(settings.get("seed") or 0, "generate config seed", 0, MAX_SEED) if decoding.do_sample else 0
-    precision = precision_label(
-        first_meta.get("precision"), model_args.get("precision"), model_args.get("dtype"), "bf16" if engine else None
-    )
-    if precision == "auto" and not engine:
-        precision = "default"  # a provider's model: its precision is the provider's, not recorded
+    dtypes = (first_meta.get("precision"), model_args.get("precision"), model_args.get("dtype"))
+    # none recorded: the engine's bf16; a provider's model's precision is the provider's, not recorded
+    precision = precision_label(*dtypes, default="bf16" if engine else "default")
     metrics = score_entry.metrics
     logged_rate = as_unit_score(metrics["parse_rate"].value) if "parse_rate" in metrics else None
     item_ids = tuple(str(i) for i in (ev.dataset.sample_ids or [])) or None
@@ -301,10 +292,9 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
 
 
 def output_settings(settings: dict, placement, rules) -> dict:
-    """Generate settings besides the sampling ones that change a free-form output (max_tokens, stop
-    sequences, top_k, ...). A log records them merged (the task's own with the eval's options), so
-    every one present names the decoding, except, for SafetyRepro's tasks, the task's own defaults
-    (the rules file's token budget and the benchmark's stop sequences)."""
+    """Generate settings besides the sampling ones that change a free-form output: a log records them merged
+    (the task's own with the eval's), so every one present names the decoding, except a SafetyRepro task's
+    own token budget and stop sequences (docs/importing.md, "The axes")."""
     present = {k: settings[k] for k in OUTPUT_SETTINGS if settings.get(k) is not None}
     if placement.safetyrepro:
         own = {

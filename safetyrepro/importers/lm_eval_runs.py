@@ -68,11 +68,11 @@ class LmEvalReader:
         )
         results = {f for f in files if RESULTS_FILE.fullmatch(f.name)}
         for s in [f for f in files if SAMPLES_FILE.fullmatch(f.name)]:  # a samples file brings its results file
-            stamp = _named(SAMPLES_FILE, s)["stamp"]
-            if s.with_name(f"results_{stamp}.json").is_file():
-                results.add(s.with_name(f"results_{stamp}.json"))
+            beside = s.with_name(f"results_{_named(SAMPLES_FILE, s)['stamp']}.json")
+            if beside.is_file():
+                results.add(beside)
             else:
-                why = f"has no results file beside it (results_{stamp}.json): a samples file without its results"
+                why = f"has no results file beside it ({beside.name}): a samples file without its results"
                 bad.append(BadInput(str(s), why + " cannot say the run's settings"))
         return sorted(results), bad
 

@@ -1,12 +1,7 @@
-"""From what a run recorded to the grid's axes: pure functions, plus the mapping file's parser.
-
-The benchmark and template of a task come from SafetyRepro's own task names
-(`safetyrepro_<benchmark>_t<k>[_gen]` for lm-eval, `safetyrepro/<benchmark>` with `-T template=` for
-Inspect) or from a mapping file (its keys: docs/importing.md, "The mapping file"); a task neither names
-is listed as unmapped, never guessed. The other axes are read from the run's settings; what differs
-from SafetyRepro's way of running a template is written into the template's name, so that two runs
-that prompted differently never share a configuration id.
-"""
+"""From what a run recorded to the grid's axes (docs/importing.md, "The axes"): pure functions, plus the mapping
+file's parser. A task that neither SafetyRepro's own task names nor the mapping file place is listed as unmapped,
+never guessed; what differs from SafetyRepro's way of running a template is written into the template's name, so
+that two runs that prompted differently never share a configuration id."""
 
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ from safetyrepro.hashing import sha256_bytes
 from safetyrepro.limits import MAX_CONFIG_BYTES, Refused, label_problem, load_yaml, read_capped
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
 
-from .common import DecodingSpec, bad_file, number_text, short_hash, token
+from .common import DecodingSpec, bad_file, short_hash, token
 
 SCORINGS = ("free_form", "logprob")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -43,12 +38,6 @@ class TaskRule:
 
 
 @dataclass(frozen=True)
-class ModelRule:
-    pattern: re.Pattern
-    label: str
-
-
-@dataclass(frozen=True)
 class Placement:
     """Where a task lands: benchmark, base template, and how to read it."""
 
@@ -65,7 +54,7 @@ class Placement:
 @dataclass(frozen=True)
 class Mapping:
     tasks: tuple[TaskRule, ...] = ()
-    models: tuple[ModelRule, ...] = ()
+    models: tuple[tuple[re.Pattern, str], ...] = ()  # each `models` entry's match and label
     path: str | None = None
     sha256: str | None = None
 
@@ -74,8 +63,7 @@ class Mapping:
 
     def checked_label(self, default: str, source: str, field: str) -> str:
         """The grid label of a model the run recorded as `default` (in `field`), refused when it cannot be one."""
-        rule = next((r for r in self.models if r.pattern.fullmatch(default)), None)
-        label = rule.label if rule else default
+        label = next((label for pattern, label in self.models if pattern.fullmatch(default)), default)
         if problem := label_problem(label):
             raise bad_file(source, f"field {field}: {problem} (a `models` entry of the mapping file gives one)")
         return label
@@ -128,7 +116,7 @@ def parse_mapping(text: bytes, path: str = "<mapping>") -> Mapping:
             raise UserError(f"{where}: 'label' is empty")
         if problem := label_problem(label, "'label'"):
             raise UserError(f"{where}: {problem}")
-        models.append(ModelRule(_compile(entry.get("match"), where), label))
+        models.append((_compile(entry.get("match"), where), label))
     return Mapping(tuple(tasks), tuple(models), path, sha256_bytes(text))
 
 
@@ -144,17 +132,6 @@ def load_mapping(path: str | None) -> Mapping:
     return parse_mapping(text, path)
 
 
-def _check_names(benchmark: str, template: str, task: str) -> str | None:
-    if not NAME.fullmatch(benchmark):
-        return f"the mapping gives task {task!r} the benchmark {benchmark!r}, which is not a plain name"
-    if not AXIS_VALUE.fullmatch(template) or "+" in template:
-        return (
-            f"the mapping gives task {task!r} the template {template!r}; a template is letters, digits and "
-            "'_.=:-' ('+' is kept for the settings the importer adds)"
-        )
-    return None
-
-
 def place_task(task: str, mapping: Mapping, package: str, task_args: dict | None = None) -> Placement | str:
     """Where `task` lands, or the reason it cannot be placed (the run is then listed as unmapped)."""
     from safetyrepro.tasks.envelope import default_rules
@@ -162,15 +139,18 @@ def place_task(task: str, mapping: Mapping, package: str, task_args: dict | None
     rules = default_rules()  # SafetyRepro's templates and its stress-tier ones, as the packaged rules file lists them
     sr_templates, sr_stress = rules.axes["template"], rules.stress.get("template", ())
     rule = mapping.task_rule(task)
-    if rule is not None:
-        m = rule.pattern.fullmatch(task)
-        assert m is not None  # task_rule returned the rule whose pattern matches the task
+    if rule is not None and (m := rule.pattern.fullmatch(task)):
         try:
             benchmark, template = m.expand(rule.benchmark), m.expand(rule.template)
         except (re.error, IndexError) as e:
             return f"the mapping entry for {task!r} refers to a group its pattern lacks ({e})"
-        if problem := _check_names(benchmark, template, task):
-            return problem
+        if not NAME.fullmatch(benchmark):
+            return f"the mapping gives task {task!r} the benchmark {benchmark!r}, which is not a plain name"
+        if not AXIS_VALUE.fullmatch(template) or "+" in template:
+            return (
+                f"the mapping gives task {task!r} the template {template!r}; a template is letters, digits and "
+                "'_.=:-' ('+' is kept for the settings the importer adds)"
+            )
         stress = rule.stress or (benchmark in BENCHMARKS and template in sr_stress)
         return Placement(benchmark, template, False, stress, rule.metric, rule.scoring, rule.item_id, rule.shots_arg)
     if package == "lm-eval":
@@ -195,10 +175,8 @@ def place_task(task: str, mapping: Mapping, package: str, task_args: dict | None
 def decoding_spec(
     temperature: float | None, top_p: float | None, do_sample: bool | None, rules, provider_default: bool = False
 ) -> DecodingSpec:
-    """The grid's decoding value for recorded sampling settings: the rules file's name when the
-    settings are one of its decodings (greedy, moderate, diverse), else `t<T>-p<top_p>`. Without any
-    recorded temperature, `provider-default` (the model's provider chose), unless the caller knows the
-    provider decodes greedily then."""
+    """The grid's decoding value for recorded sampling settings (docs/importing.md, "The axes"). Without any
+    recorded temperature, `provider-default`, unless the caller knows the provider decodes greedily then."""
     if temperature is None and provider_default:
         return DecodingSpec("provider-default", 1.0, 1.0, True, recorded=False)
     t = float(temperature or 0.0)
@@ -208,7 +186,7 @@ def decoding_spec(
     for d in rules.decodings.values():
         if d.do_sample and abs(d.temperature - t) < 1e-9 and abs(d.top_p - p) < 1e-9:
             return DecodingSpec(d.name, t, p, True)
-    return DecodingSpec(f"t{number_text(t)}-p{number_text(p)}", t, p, True)
+    return DecodingSpec(f"t{t:g}-p{p:g}", t, p, True)  # 0.3 -> "t0.3", 1.0 -> "p1": read like the settings
 
 
 def run_decoding(
@@ -243,9 +221,8 @@ def decorated_template(
     shots: int,
     args: dict[str, Any] | None = None,
 ) -> str:
-    """The template's grid value: the base template, plus what the run did differently from
-    SafetyRepro's own way of rendering it (chat template applied where the model has one, few-shot
-    examples as turns, no extra system text), plus task arguments that are not axes."""
+    """The template's grid value: the base template, plus what the run did differently from SafetyRepro's own
+    way of rendering it and task arguments that are not axes (docs/importing.md, "The axes")."""
     extra: dict[str, Any] = {}
     if chat_applied is False and model_has_chat is not False:
         extra["nochat"] = True

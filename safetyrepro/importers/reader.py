@@ -138,8 +138,7 @@ def json_file(path: Path, check: Callable[[Any], str | None], not_json: str | No
         parsed = loads_json(decode_text(data))
     except ValueError as e:
         raise Refused(not_json or f"is not JSON ({str(e).splitlines()[0][:160]})") from None
-    problem = check(parsed)
-    if problem:
+    if problem := check(parsed):
         raise bad_file(path, problem)
     return data, parsed
 

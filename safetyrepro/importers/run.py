@@ -37,16 +37,13 @@ def import_runs(
     packaged_text = RULES_PATH.read_bytes()
     rules = parse_rules(packaged_text, str(RULES_PATH))
     reading = read_paths(reader, list(paths), mapping, rules, metric=metric, skip_bad=skip_bad)
+    # provenance rows of the files the reader did not use: the mapping file, the bad inputs
+    used = [(mapping.path, "mapping file", "used")] if mapping.path else []
     extra = []
-
-    def row(path: str, kind: str, sha256: str | None, size: int, status: str) -> None:
-        extra.append({"path": path, "kind": kind, "sha256": sha256, "bytes": size, "status": status, "cells": ""})
-
-    if mapping.path:
-        row(mapping.path, "mapping file", mapping.sha256, len(Path(mapping.path).read_bytes()), "used")
-    for b in reading.bad:
+    for path, kind, status in used + [(b.path, f"{package} input", f"bad: {b.reason}") for b in reading.bad]:
         try:
-            row(b.path, f"{package} input", sha256_file(b.path), Path(b.path).stat().st_size, f"bad: {b.reason}")
+            sha256, size = sha256_file(path), Path(path).stat().st_size
         except OSError:
-            row(b.path, f"{package} input", "", 0, f"bad: {b.reason}")
+            sha256, size = "", 0
+        extra.append({"path": path, "kind": kind, "sha256": sha256, "bytes": size, "status": status, "cells": ""})
     return assemble(reading, duplicates, mapping, packaged_text, extra)

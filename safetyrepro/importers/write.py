@@ -38,10 +38,6 @@ class Imported:
         check_out(Path(out))
         return write_outputs(Path(out), self)
 
-    def tables(self) -> dict[str, pd.DataFrame]:
-        frames = (self.provenance, self.unmapped, self.duplicates, self.disagreements, self.bad)
-        return dict(zip(TABLES, frames, strict=True))
-
 
 def legacy_import(folder: Path, files: list[str]) -> set[str] | None:
     """An import written before folders carried a marker: its run.json says `safetyrepro import`; then
@@ -94,7 +90,8 @@ def write_outputs(out: Path, imported: Imported) -> list[Path]:
 
         put("rules.yaml", imported.rules_text)
         put("run.json", json.dumps(imported.run_record, indent=2, sort_keys=False, default=str) + "\n")
-        for name, table in imported.tables().items():
+        tables = (imported.provenance, imported.unmapped, imported.duplicates, imported.disagreements, imported.bad)
+        for name, table in zip(TABLES, tables, strict=True):
             put(name, table.to_csv(index=False))
         items = imported.items
         if len(items):  # none logged: no items.parquet (analyze stops on an empty one)
