@@ -297,12 +297,10 @@ def _cells(runs: list[Run]) -> tuple[list[dict], list[dict], dict[str, set[str]]
             while s in seeds:  # repetitions kept by --duplicates keep get the next free seed number
                 s += 1
             seeds.append(s)
-            for source in (r.source, r.samples_source):
-                if source:
-                    fed[source].add(f"{model}|{config_id}")
+            for source in filter(None, (r.source, r.samples_source)):
+                fed[source].add(f"{model}|{config_id}")
         first = group[0]
         has_items = all(r.items is not None for r in group)
-        note = "" if has_items else next(r.items_note for r in group if r.items is None)
         rows.append(
             grid_row(
                 model,
@@ -322,7 +320,7 @@ def _cells(runs: list[Run]) -> tuple[list[dict], list[dict], dict[str, set[str]]
                 package_version=first.package_version,
                 task=first.task,
                 weights_sha256=first.weights_id or "",
-                items="yes" if has_items else f"no: {note}",
+                items="yes" if has_items else "no: " + next(r.items_note for r in group if r.items is None),
                 sources=";".join(dict.fromkeys(r.source for r in group)),
             )
         )

@@ -161,9 +161,7 @@ def choose_metric(entry: dict, wanted: str | None) -> str | None:
     first metric the task reports (lm-eval lists the task's primary metric first), stderr left out."""
     keys = [k for k in entry if k not in NOT_METRICS and "_stderr," not in k and not k.endswith("_stderr")]
     if wanted:
-        if wanted in entry:
-            return wanted
-        return next((k for k in keys if k.split(",", 1)[0] == wanted), None)
+        return wanted if wanted in entry else next((k for k in keys if k.split(",", 1)[0] == wanted), None)
     return keys[0] if keys else None
 
 
@@ -210,9 +208,8 @@ def runs_from_results(
     quantised = "nf4" if nf4 else "int8" if truthy(args.get("load_in_8bit")) else None
     dtypes = (sr_model.get("precision"), config.get("model_dtype"), args.get("dtype"), args.get("precision"))
     precision = precision_label(quantised, *dtypes)
-    chat_applied = None
-    if "chat_template" in data or "chat_template_sha" in data:
-        chat_applied = bool(data.get("chat_template_sha") or data.get("chat_template"))
+    chat_recorded = "chat_template" in data or "chat_template_sha" in data
+    chat_applied = bool(data.get("chat_template_sha") or data.get("chat_template")) if chat_recorded else None
     system_text = _text(data.get("system_instruction"), "system_instruction")
     multiturn = _bool_or_none(data.get("fewshot_as_multiturn"))
     spec = {"kind": f"lm-eval:{kind}", "spec": ",".join(f"{k}={v}" for k, v in args.items()), "precision": precision}
