@@ -116,9 +116,7 @@ def _seed_scores(row: dict, cell_items: pd.DataFrame | None) -> dict[str, float]
     return None
 
 
-def _uncertainty(cell_items: pd.DataFrame | None) -> dict | None:
-    if cell_items is None:
-        return None
+def _uncertainty(cell_items: pd.DataFrame) -> dict:
     per_item = cell_items.groupby("item_id", sort=False)["item_score"].mean().to_numpy(dtype=float)
     n = len(per_item)
     sd = float(per_item.std(ddof=1)) if n > 1 else 0.0
@@ -188,9 +186,6 @@ def _generation_config(row: dict, rules) -> dict:
     prompt = _prompt_template(row["benchmark"], row["template"])
     if prompt:
         args["prompt_template"] = prompt
-    from safetyrepro.tasks.envelope import Config
-
-    cfg = Config(row["benchmark"], row["template"], row["decoding"], int(row["shots"]), row["scoring"])
     stress = rules.stress.get("template", ())
     details = {
         R.K_CONFIG_ID: row["config_id"],
@@ -206,11 +201,11 @@ def _generation_config(row: dict, rules) -> dict:
     }
     if decoding is not None and decoding.do_sample:
         details[R.K_SEEDS] = json.dumps(list(decoding.seeds))
-    assert cfg.config_id == row["config_id"]
     return {"generation_args": args, "additional_details": details}
 
 
-def _instance_lines(cell_items: pd.DataFrame, evaluation_id: str, model_id: str, row: dict) -> list[str]:
+def _instance_text(cell_items: pd.DataFrame, evaluation_id: str, model_id: str, row: dict) -> str:
+    """The cell's item records as EEE instance rows, one JSON line each."""
     method = "regex" if row["scoring"] == "free_form" else "logprob_argmax"
     lines = []
     for it in cell_items.to_dict("records"):  # an optional column the records lack reads as None
@@ -252,7 +247,7 @@ def _instance_lines(cell_items: pd.DataFrame, evaluation_id: str, model_id: str,
                 }
             )
         )
-    return lines
+    return "".join(lines)
 
 
 # -- the export -----------------------------------------------------------------------------------
@@ -269,9 +264,7 @@ def _items_by_cell(items: pd.DataFrame | None, grid: pd.DataFrame) -> Callable[[
             "the grid holds several precisions or packages of one cell, and the item records do not say "
             "which they belong to (no precision/package columns)"
         )
-    items = items.copy()
-    items["model"] = items["model"].astype(str)
-    items["item_id"] = items["item_id"].astype(str)
+    items = items.astype({"model": str, "item_id": str})
     bad = ~items["item_score"].astype(float).between(0.0, 1.0)
     if bad.any():
         raise UserError(f"item records: item_score {items['item_score'][bad].iloc[0]!r} is outside [0, 1]")
@@ -356,9 +349,8 @@ def build_export(
         if _present(row.get("tie_rate")):
             details[R.K_TIE_RATE] = R.number_str(row["tie_rate"])
         score_details: dict[str, Any] = {"score": row["score"], "details": details}
-        unc = _uncertainty(cell_items)
-        if unc:
-            score_details["uncertainty"] = unc
+        if cell_items is not None:
+            score_details["uncertainty"] = _uncertainty(cell_items)
         tie_rule = _given(row, "tie_rule") or run_tie_rule
         result = {
             "evaluation_result_id": row["config_id"],
@@ -396,19 +388,19 @@ def build_export(
             "model_info": model_info,
             "evaluation_results": [result],
         }
-        lines = _instance_lines(cell_items, evaluation_id, model_id, row) if cell_items is not None else []
-        if lines:
-            text = "".join(lines)
+        if cell_items is not None:
+            text = _instance_text(cell_items, evaluation_id, model_id, row)
             record["detailed_evaluation_results"] = {
                 "format": "jsonl",
                 "file_path": samples_file,
                 "hash_algorithm": "sha256",
                 "checksum": sha256_bytes(text.encode("utf-8")),
-                "total_rows": len(lines),
+                "total_rows": len(cell_items),
             }
             out.files[samples_file] = text
         out.files[record_file] = R.dump_json(record)
-        entry = {"file": record_file, "samples": samples_file if lines else None, "evaluation_id": evaluation_id}
+        samples = samples_file if cell_items is not None else None
+        entry = {"file": record_file, "samples": samples, "evaluation_id": evaluation_id}
         entry |= {"model": label, "model_id": model_id, "config_id": row["config_id"], "precision": precision}
         out.records.append(entry | {"package": package, "score": row["score"], "n_items": n_items, "n_seeds": n_seeds})
     if not out.records:
@@ -459,20 +451,15 @@ def verdict_tables(frame: pd.DataFrame, rules_path: str | None, rules) -> list[d
             g, r = api.prepare(group.reset_index(drop=True), rules_path)
         except UserError as e:
             entry["not_computed"] = str(e)
-            out.append(entry)
-            continue
-        detail = rank_flip.rho_flip_table(g, r, slices)
-        table = detail[list(rank_flip.RHO_FLIP_COLUMNS)]
-        entry.update(
-            {
-                "models": list(g.models),
-                "slices": list(slices),
-                "warnings": list(g.warnings),
-                "rho_flip": _rows(table),
-                "rho_flip_csv": table.to_csv(index=False),
-                "rho_flip_max": _rows(rank_flip.rho_flip_max(detail, len(g.models))),
-            }
-        )
+        else:
+            detail = rank_flip.rho_flip_table(g, r, slices)
+            table = detail[list(rank_flip.RHO_FLIP_COLUMNS)]
+            entry["models"] = list(g.models)
+            entry["slices"] = list(slices)
+            entry["warnings"] = list(g.warnings)
+            entry["rho_flip"] = _rows(table)
+            entry["rho_flip_csv"] = table.to_csv(index=False)
+            entry["rho_flip_max"] = _rows(rank_flip.rho_flip_max(detail, len(g.models)))
         out.append(entry)
     return out
 
@@ -518,13 +505,11 @@ def export_eee(
     items: str | None = None,
     rules: str | None = None,
     run_json: str | None = None,
-    model_ids: dict[str, str] | None = None,
-    organization: str = "SafetyRepro",
-    relationship: str = "third_party",
-    timestamp: str | None = None,
+    **options: Any,
 ) -> tuple[Export, list[Path]]:
     """Read GRID (and its items, rules.yaml and run.json beside it, as `analyze` finds them), build
-    the records and write them into `out`; returns (the export, the paths written)."""
+    the records and write them into `out`; returns (the export, the paths written). `options` are
+    build_export's: model_ids, organization, relationship, timestamp."""
     from safetyrepro.analysis.grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, read_table
 
     grid_path = Path(grid)
@@ -538,10 +523,7 @@ def export_eee(
         rules or beside_grid(grid_path, RULES_BESIDE),
         grid_sha256=sha256_bytes(grid_path.read_bytes()),
         run_json=load_run_json(grid_path, run_json),
-        model_ids=model_ids,
-        organization=organization,
-        relationship=relationship,
-        timestamp=timestamp,
         grid_name=str(grid_path),
+        **options,
     )
     return export, write_export(Path(out), export)

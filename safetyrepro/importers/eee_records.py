@@ -296,12 +296,8 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
     )
     if axes.config_id != config_id:
         raise Refused(f"field {where}: the axes make {axes.config_id}, not the stated {config_id}")
-    if (
-        not NAME.fullmatch(axes.benchmark)
-        or not AXIS_VALUE.fullmatch(axes.template)
-        or not AXIS_VALUE.fullmatch(axes.decoding)
-        or axes.scoring not in SCORINGS
-    ):
+    plain = NAME.fullmatch(axes.benchmark) and all(AXIS_VALUE.fullmatch(v) for v in (axes.template, axes.decoding))
+    if not plain or axes.scoring not in SCORINGS:
         raise Refused(f"field {where}: configuration {shorten(config_id)} has a value that is no plain name")
     label = mapping.checked_label(idet.get(R.K_LABEL) or str(info.get("name") or info["id"]), source, "model_info")
     dd = "score_details.details"
@@ -327,7 +323,7 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
                 _index(meta.get("prediction"), f"{where_row}: metadata.prediction"),
                 _index(meta.get("gold"), f"{where_row}: metadata.gold"),
                 _raw_output(row),
-                {"true": True, "false": False}.get(str(meta.get("parsed"))) if "parsed" in meta else None,
+                {"true": True, "false": False}.get(str(meta.get("parsed"))),
                 meta.get("prompt_sha256") or None,
             )
         )
@@ -461,26 +457,21 @@ def _foreign_run(
             f"metric {metric_name} is lower-is-better, and a benchmark SafetyRepro does not define is read as "
             "higher-is-better: choose a higher-is-better metric"
         )
-    if (
-        better is not None
-        and better.name in ("higher", "lower")
-        and lower is not None
-        and bool(lower) != (better.name == "lower")
-    ):
+    said = "lower" if lower else "higher"
+    if better is not None and lower is not None and better.name in ("higher", "lower") and better.name != said:
         return unmapped(
-            f"metric {metric_name} is {'lower' if lower else 'higher'}-is-better, "
-            f"but {placement.benchmark}'s definition reads its score {better.label}"
+            f"metric {metric_name} is {said}-is-better, but {placement.benchmark}'s definition reads its score "
+            f"{better.label}"
         )
     gen = _strs(chosen.get("generation_config"))
     args = _strs(gen.get("generation_args"))
     details = _strs(gen.get("additional_details"))
     scoring = placement.scoring or "free_form"
     shots_key = placement.shots_arg or next((k for k in SHOTS_KEYS if k in details), None)
-    shots = (
-        whole_number(details[shots_key], f"generation_config.additional_details.{shots_key}", 0, MAX_SHOTS, text=True)
-        if shots_key and shots_key in details
-        else 0
-    )
+    shots = 0
+    if shots_key and shots_key in details:
+        where = f"generation_config.additional_details.{shots_key}"
+        shots = whole_number(details[shots_key], where, 0, MAX_SHOTS, text=True)
     decoding = run_decoding(
         scoring,
         rules,
@@ -492,7 +483,7 @@ def _foreign_run(
     prompt = args.get("prompt_template")
     template = with_settings(placement.template, {"prompt": short_hash(str(prompt))} if prompt else {})
     item_rows = _rows_for(read.rows, chosen, results)
-    items, note, item_ids = None, read.items_note, None
+    items, note = None, read.items_note
     if item_rows is not None:
         values: dict[str, list[float]] = defaultdict(list)
         first: dict[str, dict] = {}
@@ -501,22 +492,18 @@ def _foreign_run(
             values[sid].append(_row_score(row, f"{samples_source} row {n} of {metric_name}"))
             first.setdefault(sid, row)
         built = [ItemRow(sid, sum(v) / len(v), raw_output=_raw_output(first[sid])) for sid, v in values.items()]
-        if not built:
-            note = f"the instance file holds no rows for {metric_name}"
-        else:
+        note = f"the instance file holds no rows for {metric_name}"
+        if built:
             items, note = kept_items(
                 built, score, f"the instance rows' scores do not average to the reported {metric_name}"
             )
-            item_ids = tuple(values) if items else None
     source_data = _strs(chosen.get("source_data"))
+    sample_ids = [r.item_id for r in items] if items else source_data.get("sample_ids")  # the items', else stated
+    item_ids = tuple(str(s) for s in sample_ids) if isinstance(sample_ids, list) and sample_ids else None
     unc = _strs(sd.get("uncertainty"))
-    if item_ids is None and isinstance(source_data.get("sample_ids"), list) and source_data["sample_ids"]:
-        item_ids = tuple(str(s) for s in source_data["sample_ids"])
     stated = [v for v in (unc.get("num_samples"), source_data.get("samples_number")) if isinstance(v, int) and v >= 1]
-    n_items = len(item_ids) if item_ids else 0
-    if items:
-        n_items = len(items)
-    elif stated:
+    n_items = len(item_ids or ())
+    if stated and not items:
         n_items = whole_number(stated[0], "sample count", 1, MAX_COUNT)
     if n_items < 1:
         raise bad_file(
