@@ -6,6 +6,7 @@ layout, its item records beside it as EEE instance rows, and the verdict tables 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -101,12 +102,10 @@ def _seed_scores(row: dict, cell_items: pd.DataFrame | None) -> dict[str, float]
     n_seeds = int(row["n_seeds"])
     text = row.get("seed_scores")
     if _present(text) and str(text).strip():
-        try:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):  # not a JSON object of seed -> number
             got = {str(int(k)): float(v) for k, v in json.loads(str(text)).items()}
             if len(got) == n_seeds and all(math.isfinite(v) for v in got.values()):
                 return got
-        except (ValueError, TypeError, AttributeError):
-            pass
     if cell_items is not None:
         means = cell_items.groupby("seed", sort=True)["item_score"].mean()
         if len(means) == n_seeds:
@@ -166,15 +165,6 @@ def _metric_config(benchmark: str, row: dict, tie_rule: str | None) -> dict:
     }
 
 
-def _prompt_template(benchmark: str, template: str) -> str | None:
-    if benchmark not in BENCHMARKS:
-        return None
-    texts = get_benchmark(benchmark).templates.get(template.split("+", 1)[0])
-    if texts is None:
-        return None
-    return f"{texts.system}\n\n{texts.body}" if texts.system else texts.body
-
-
 def _generation_config(row: dict, rules) -> dict:
     decoding = rules.decodings.get(row["decoding"])
     args: dict[str, Any] = {}
@@ -183,7 +173,8 @@ def _generation_config(row: dict, rules) -> dict:
     base = row["template"].split("+", 1)[0]
     if row["scoring"] == "free_form":
         args["max_tokens"] = int(rules.max_new(base))
-    prompt = _prompt_template(row["benchmark"], row["template"])
+    texts = get_benchmark(row["benchmark"]).templates.get(base) if row["benchmark"] in BENCHMARKS else None
+    prompt = texts and (f"{texts.system}\n\n{texts.body}" if texts.system else texts.body)
     if prompt:
         args["prompt_template"] = prompt
     stress = rules.stress.get("template", ())
@@ -283,12 +274,12 @@ def build_export(
     rules_path: str | None,
     *,
     grid_sha256: str,
-    run_json: dict | None = None,
+    grid_name: str,
+    run_json: dict,
     model_ids: dict[str, str] | None = None,
     organization: str = "SafetyRepro",
     relationship: str = "third_party",
     timestamp: str | None = None,
-    grid_name: str = "grid.csv",
 ) -> Export:
     """Every file of the export, as text, keyed by its path under DIR."""
     from safetyrepro.analysis.grid_io import validate_cells
@@ -299,7 +290,6 @@ def build_export(
     rules = load_rules(rules_path)
     raw = grid_raw.reset_index(drop=True)
     valid = validate_cells(raw.copy(), rules, grid_name)  # the checks `analyze` makes, before anything is built
-    run_json = run_json or {}
     model_ids = model_ids or {}
     versions = run_json.get("packages") or {}
     run_tie_rule = run_json.get("tie_rule") if isinstance(run_json.get("tie_rule"), str) else None

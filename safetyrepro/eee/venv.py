@@ -24,23 +24,6 @@ def eee_python() -> Path | None:
     return python if python.is_file() and os.access(python, os.X_OK) else None
 
 
-def run_eee(args: list[str]) -> subprocess.CompletedProcess:
-    """`python -m every_eval_ever ARGS` in .venv-eee; output captured."""
-    python = eee_python()
-    if python is None:
-        raise UserError(
-            "Every Eval Ever's tools are not installed: run `make eee` (builds .venv-eee with "
-            f"every-eval-ever 0.3.0 on Python 3.12), or set {ENV} to a python that has it"
-        )
-    return subprocess.run(
-        [str(python), "-m", "every_eval_ever", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-
-
 @dataclass
 class ValidationReport:
     returncode: int
@@ -54,17 +37,14 @@ class ValidationReport:
             self.returncode == 0 and bool(self.reports) and all(r["valid"] and not r["warnings"] for r in self.reports)
         )
 
-    def problems(self) -> list[str]:
-        out = []
-        for r in self.reports:
-            out += [f"{r['file']}: error: {e.get('loc')}: {e.get('msg')}" for e in r["errors"]]
-            out += [f"{r['file']}: warning: {w.get('loc')}: {w.get('msg')}" for w in r["warnings"]]
-        return out or ([self.stderr.strip()] if self.stderr.strip() else [])
-
     def summary(self) -> str:
         if self.ok:
             return f"EEE validator: {len(self.reports)} files valid, no warnings"
-        lines = self.problems()
+        lines = []
+        for r in self.reports:
+            lines += [f"{r['file']}: error: {e.get('loc')}: {e.get('msg')}" for e in r["errors"]]
+            lines += [f"{r['file']}: warning: {w.get('loc')}: {w.get('msg')}" for w in r["warnings"]]
+        lines = lines or ([self.stderr.strip()] if self.stderr.strip() else [])
         return f"EEE validator: {len(lines)} problem(s)\n" + "\n".join(f"  {p}" for p in lines[:50])
 
 
@@ -74,7 +54,19 @@ def validate(out: Path) -> ValidationReport:
     root = Path(out).absolute() / DATA_DIR
     if not root.is_dir():
         raise UserError(f"{out} has no {DATA_DIR}/ folder of EEE records")
-    done = run_eee(["validate", "--format", "json", str(root / "*" / "*" / "*" / "*.json*")])
+    python = eee_python()
+    if python is None:
+        raise UserError(
+            "Every Eval Ever's tools are not installed: run `make eee` (builds .venv-eee with "
+            f"every-eval-ever 0.3.0 on Python 3.12), or set {ENV} to a python that has it"
+        )
+    done = subprocess.run(
+        [str(python), "-m", "every_eval_ever", "validate", "--format", "json", str(root / "*" / "*" / "*" / "*.json*")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     try:
         reports = json.loads(done.stdout)
     except ValueError:

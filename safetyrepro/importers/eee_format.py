@@ -66,7 +66,7 @@ PACKAGE_OF_LIBRARY = {v: k for k, v in LIBRARY_NAMES.items()}
 VERSION_KEYS = {"lm-eval": "lm_eval", "inspect": "inspect_ai", "helm": "crfm-helm"}
 
 UUID_FILE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-_INVALID_PATH_CHARS = re.compile(r'[<>:"\\|?*\x00-\x1f]')
+_INVALID_PATH_CHARS = re.compile(r'[<>:"/\\|?*\x00-\x1f]')
 _RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
 HF_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -85,10 +85,9 @@ def _component(value: str, what: str) -> str:
     if (
         not value
         or value.lower() == "unknown"
-        or value in (".", "..", DATA_DIR)
-        or "/" in value
-        or _INVALID_PATH_CHARS.search(value)
-        or value.endswith((".", " "))
+        or value == DATA_DIR
+        or _INVALID_PATH_CHARS.search(value)  # '/' among them
+        or value.endswith((".", " "))  # '.' and '..' among them
         or value.split(".", 1)[0].upper() in _RESERVED
     ):
         raise UserError(f"{what} {value!r} cannot name an Every Eval Ever datastore folder")
@@ -146,10 +145,5 @@ def is_safetyrepro_record(record: dict) -> bool:
     names SafetyRepro's version (a converter's record has neither)."""
     lib = (record.get("eval_library") or {}).get("additional_details") or {}
     results = record.get("evaluation_results") or []
-    return (
-        K_VERSION in lib
-        and bool(results)
-        and all(
-            K_CONFIG_ID in (((r or {}).get("generation_config") or {}).get("additional_details") or {}) for r in results
-        )
-    )
+    configs = (((r or {}).get("generation_config") or {}).get("additional_details") or {} for r in results)
+    return K_VERSION in lib and bool(results) and all(K_CONFIG_ID in c for c in configs)

@@ -310,7 +310,7 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
     # comparability labels are made again from the item sets
     package, version = split_package(_need(d, R.K_PACKAGE, dd))
     version = version or str(_strs(record.get("eval_library")).get("version") or "unknown")
-    seed_scores = _seed_scores(d.get(R.K_SEED_SCORES), n_seeds, score, dd)
+    seeds = _seed_scores(d.get(R.K_SEED_SCORES), n_seeds, score, dd)
     by_seed: dict[int, list[ItemRow]] = defaultdict(list)
     for n, row in enumerate(rows or [], 1):
         meta = _strs(row.get("metadata"))
@@ -336,7 +336,6 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
     )
     spec = {"kind": "eee:safetyrepro", "id": info["id"], "name": info.get("name")}
     runs: list[Run] = []
-    seeds = seed_scores if seed_scores is not None else {0: score}
     for seed, seed_score in seeds.items():
         items, note = None, read.items_note
         have = by_seed.get(seed)  # by_seed is empty when there is no instance-level file
@@ -376,9 +375,10 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
     return runs
 
 
-def _seed_scores(text: Any, n_seeds: int, score: float, where: str) -> dict[int, float] | None:
+def _seed_scores(text: Any, n_seeds: int, score: float, where: str) -> dict[int, float]:
+    """seed -> score as the record states them; seed 0 with the score when it states none."""
     if text is None:
-        return None
+        return {0: score}
     try:
         raw = json.loads(str(text))
         read = {
