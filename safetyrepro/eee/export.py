@@ -71,19 +71,16 @@ def _check_distinct_ids(labels: Sequence[str], model_ids: dict[str, str]) -> Non
     seen: dict[str, str] = {}
     for label in labels:
         model_id = R.model_id_for(label, model_ids)
-        if model_id in seen:
+        if seen.setdefault(model_id, label) != label:
             raise UserError(
                 f"models {seen[model_id]!r} and {label!r} both get model id {model_id!r} "
                 f"(--model-id or their labels); give each model its own id with --model-id LABEL=ORG/NAME"
             )
-        seen[model_id] = label
 
 
 # -- pieces of a record ------------------------------------------------------------------------------
 def _present(v: Any | None) -> TypeGuard[Any]:
     """A value, not None or a missing one (NaN, NA): narrows an optional field to its value."""
-    if v is None:
-        return False
     try:
         return not bool(pd.isna(v))
     except (TypeError, ValueError):
@@ -134,10 +131,7 @@ def _source_data(benchmark: str, row: dict) -> dict:
         details.update({"repo": src.repo, "commit": src.commit, "licence": src.licence})
         if urls:
             return {"dataset_name": benchmark, "source_type": "url", "url": urls, "additional_details": details}
-    out: dict[str, Any] = {"dataset_name": benchmark, "source_type": "other"}
-    if details:
-        out["additional_details"] = details
-    return out
+    return {"dataset_name": benchmark, "source_type": "other"} | ({"additional_details": details} if details else {})
 
 
 def _metric_config(benchmark: str, row: dict, tie_rule: str | None) -> dict:
@@ -259,13 +253,9 @@ def _items_by_cell(items: pd.DataFrame | None, grid: pd.DataFrame) -> Callable[[
     bad = ~items["item_score"].astype(float).between(0.0, 1.0)
     if bad.any():
         raise UserError(f"item records: item_score {items['item_score'][bad].iloc[0]!r} is outside [0, 1]")
-    groups = {tuple(map(str, k)): g for k, g in items.groupby(keys, sort=False)}  # keys has 2 or more columns
-
-    def of_cell(row: dict) -> pd.DataFrame | None:
-        got = groups.get(tuple(str(row[k]) for k in keys))
-        return got if got is not None and len(got) else None
-
-    return of_cell
+    # keys has 2 or more columns; pandas 2 also groups a categorical column's unused categories: empty, dropped
+    groups = {tuple(map(str, k)): g for k, g in items.groupby(keys, sort=False) if len(g)}
+    return lambda row: groups.get(tuple(str(row[k]) for k in keys))
 
 
 def build_export(
@@ -341,12 +331,11 @@ def build_export(
         score_details: dict[str, Any] = {"score": row["score"], "details": details}
         if cell_items is not None:
             score_details["uncertainty"] = _uncertainty(cell_items)
-        tie_rule = _given(row, "tie_rule") or run_tie_rule
         result = {
             "evaluation_result_id": row["config_id"],
             "evaluation_name": row["benchmark"],
             "source_data": _source_data(row["benchmark"], row),
-            "metric_config": _metric_config(row["benchmark"], row, tie_rule),
+            "metric_config": _metric_config(row["benchmark"], row, _given(row, "tie_rule") or run_tie_rule),
             "score_details": score_details,
             "generation_config": _generation_config(row, rules),
         }
@@ -444,11 +433,8 @@ def verdict_tables(frame: pd.DataFrame, rules_path: str | None, rules) -> list[d
         else:
             detail = rank_flip.rho_flip_table(g, r, slices)
             table = detail[list(rank_flip.RHO_FLIP_COLUMNS)]
-            entry["models"] = list(g.models)
-            entry["slices"] = list(slices)
-            entry["warnings"] = list(g.warnings)
-            entry["rho_flip"] = _rows(table)
-            entry["rho_flip_csv"] = table.to_csv(index=False)
+            entry |= {"models": list(g.models), "slices": list(slices), "warnings": list(g.warnings)}
+            entry |= {"rho_flip": _rows(table), "rho_flip_csv": table.to_csv(index=False)}
             entry["rho_flip_max"] = _rows(rank_flip.rho_flip_max(detail, len(g.models)))
         out.append(entry)
     return out
@@ -503,11 +489,10 @@ def export_eee(
     from safetyrepro.analysis.grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, read_table
 
     grid_path = Path(grid)
-    raw = read_table(grid_path)
     item_path = items or beside_grid(grid_path, ITEM_FILES)
     item_frame = read_table(item_path, "items") if item_path else None
     export = build_export(
-        raw,
+        read_table(grid_path),
         item_frame,
         # as `analyze` chooses it: --rules, else rules.yaml beside the grid, else the packaged envelope (None)
         rules or beside_grid(grid_path, RULES_BESIDE),

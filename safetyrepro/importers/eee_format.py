@@ -109,9 +109,7 @@ def path_components(collection: str, model_id: str) -> tuple[str, str, str]:
 
 
 def model_id_for(label: str, overrides: dict[str, str]) -> str:
-    """model_info.id for a grid label: `--model-id LABEL=ORG/NAME` first, the label itself when it
-    is a Hugging Face id (org/name), else `safetyrepro/<label>` (the model SafetyRepro knows by that
-    label; EEE asks for an org/name id)."""
+    """model_info.id for a grid label (docs/eee.md, "Field mapping"): EEE asks for an org/name id."""
     if label in overrides:
         return overrides[label]
     return label if HF_ID.fullmatch(label) else f"safetyrepro/{label}"

@@ -1,10 +1,6 @@
-"""Every Eval Ever records (schema 0.3.x) as `Run`s, which importers/assemble.py turns into a grid as it
-does lm-eval's and Inspect's. SafetyRepro's own records (`R.is_safetyrepro_record`) come back from the keys
-the export wrote; any other record's evaluation names are tasks, placed by the mapping file or by
-SafetyRepro's lm-eval task names and never guessed (docs/eee.md, "What `import eee` reads").
-
-`EeeReader` is the I/O edge (for importers/reader.py's loop); its `runs` does not touch the disk.
-"""
+"""Every Eval Ever records (schema 0.3.x) as `Run`s for importers/assemble.py: SafetyRepro's own records
+(`R.is_safetyrepro_record`) from the keys the export wrote, any other record's evaluation names as tasks
+(docs/eee.md, "What `import eee` reads"). `EeeReader` is the I/O edge; its `runs` does not touch the disk."""
 
 from __future__ import annotations
 
@@ -106,12 +102,11 @@ class EeeReader:
             note = f"its instance-level file {where} is not there"
         rows, samples = (companions[0].parsed, str(companions[0].path)) if companions else (None, None)
         record = Record(parsed, str(path), rows, samples, note)
+        results = parsed["evaluation_results"]
         if R.is_safetyrepro_record(parsed):
-            return [
-                run for result in parsed["evaluation_results"] for run in _safetyrepro_runs(record, result, mapping)
-            ]
+            return [run for result in results for run in _safetyrepro_runs(record, result, mapping)]
         by_task: dict[str, list[dict]] = defaultdict(list)
-        for result in parsed["evaluation_results"]:
+        for result in results:
             by_task[str(result.get("evaluation_name"))].append(result)
         return [_foreign_run(record, task, results, mapping, rules, metric) for task, results in by_task.items()]
 
@@ -334,7 +329,6 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
         g.get(R.K_DO_SAMPLE) == "true",
         recorded=axes.decoding != "provider-default",
     )
-    spec = {"kind": "eee:safetyrepro", "id": info["id"], "name": info.get("name")}
     runs: list[Run] = []
     for seed, seed_score in seeds.items():
         items, note = None, read.items_note
@@ -356,7 +350,7 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
                 package_version=version,
                 task=f"safetyrepro/{axes.benchmark}",
                 model=label,
-                model_spec=spec,
+                model_spec={"kind": "eee:safetyrepro", "id": info["id"], "name": info.get("name")},
                 weights_id=idet.get(R.K_WEIGHTS) or None,
                 precision=_need(d, R.K_PRECISION, dd),
                 axes=axes,
