@@ -489,10 +489,11 @@ def export_eee(
     from safetyrepro.analysis.grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, read_table
 
     grid_path = Path(grid)
+    raw = read_table(grid_path)  # the grid's errors before the items'
     item_path = items or beside_grid(grid_path, ITEM_FILES)
     item_frame = read_table(item_path, "items") if item_path else None
     export = build_export(
-        read_table(grid_path),
+        raw,
         item_frame,
         # as `analyze` chooses it: --rules, else rules.yaml beside the grid, else the packaged envelope (None)
         rules or beside_grid(grid_path, RULES_BESIDE),

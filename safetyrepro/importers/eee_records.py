@@ -108,7 +108,7 @@ class EeeReader:
         by_task: dict[str, list[dict]] = defaultdict(list)
         for result in results:
             by_task[str(result.get("evaluation_name"))].append(result)
-        return [_foreign_run(record, task, results, mapping, rules, metric) for task, results in by_task.items()]
+        return [_foreign_run(record, task, of_task, mapping, rules, metric) for task, of_task in by_task.items()]
 
 
 READER = EeeReader()
