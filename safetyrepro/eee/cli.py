@@ -1,5 +1,5 @@
-"""`safetyrepro export eee GRID [--items ITEMS] --out DIR`: a grid as Every Eval Ever records
-(docs/eee.md). Only argparse is imported at start-up. (`safetyrepro import eee` is registered with
+"""`safetyrepro export eee GRID [--items ITEMS] --out DIR`: a grid as Every Eval Ever records (docs/eee.md).
+Only argparse and the format's names are imported at start-up. (`safetyrepro import eee` is registered with
 the other importers, safetyrepro/importers/cli.py.)"""
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from safetyrepro.importers.eee_format import RELATIONSHIPS, VERDICTS_FILE
 
 
 def register(subparsers) -> None:
@@ -52,7 +54,7 @@ def register(subparsers) -> None:
     e.add_argument(
         "--relationship",
         default="third_party",
-        choices=("first_party", "third_party", "collaborative", "other"),
+        choices=RELATIONSHIPS,
         help="source_metadata.evaluator_relationship (default third_party)",
     )
     e.add_argument("--timestamp", help="retrieved_timestamp, Unix seconds (default: $SOURCE_DATE_EPOCH, else now)")
@@ -65,8 +67,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from safetyrepro.importers import eee_format as R
-
     from .export import export_eee, parse_model_ids
 
     options = {k: getattr(args, k) for k in ("items", "rules", "run_json", "organization", "relationship", "timestamp")}
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         f"exported {len(export.records)} cells as EEE records ({samples} with instance-level samples); "
         f"{len(export.skipped)} cells not exported (status not ok)"
     )
-    print(f"wrote {len(written)} files to {args.out} (verdict tables: {Path(args.out) / R.VERDICTS_FILE})")
+    print(f"wrote {len(written)} files to {args.out} (verdict tables: {Path(args.out) / VERDICTS_FILE})")
     if args.validate:
         from .venv import validate
 

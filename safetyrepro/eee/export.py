@@ -27,7 +27,6 @@ from safetyrepro.importers.common import split_package
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 
 ITEM_REQUIRED = ("model", "config_id", "item_id", "seed", "item_score")
-RELATIONSHIPS = ("first_party", "third_party", "collaborative", "other")
 SE_METHOD = "analytic: sample standard deviation of the item scores (each item's mean over seeds) / sqrt(n_items)"
 
 
@@ -275,8 +274,8 @@ def build_export(
     from safetyrepro.analysis.grid_io import validate_cells
     from safetyrepro.tasks.envelope import load_rules
 
-    if relationship not in RELATIONSHIPS:
-        raise UserError(f"--relationship {relationship!r}; allowed: {', '.join(RELATIONSHIPS)}")
+    if relationship not in R.RELATIONSHIPS:
+        raise UserError(f"--relationship {relationship!r}; allowed: {', '.join(R.RELATIONSHIPS)}")
     rules = load_rules(rules_path)
     raw = grid_raw.reset_index(drop=True)
     valid = validate_cells(raw.copy(), rules, grid_name)  # the checks `analyze` makes, before anything is built

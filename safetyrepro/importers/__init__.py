@@ -1,15 +1,7 @@
-"""Importers: the runs people already have (lm-eval output folders, Inspect logs) as a SafetyRepro grid.
-
-    from safetyrepro.importers import import_lm_eval
-    from safetyrepro.analysis import api
-
-    imported = import_lm_eval(["runs/lm-eval"], mapping="mapping.yaml")   # reads, writes nothing
-    imported.grid, imported.items, imported.unmapped, imported.disagreements
-    imported.write("runs/imported")                                       # what `safetyrepro import` writes
-    api.analyze(imported.grid, imported.items, rules="runs/imported/rules.yaml")
-
-The command line is `safetyrepro import lm-eval|inspect|eee PATH... --out DIR` (docs/importing.md,
-docs/eee.md). This module imports nothing heavy: `safetyrepro --help` loads it.
+"""Importers: the runs people already have (lm-eval output folders, Inspect logs, Every Eval Ever records) as a
+SafetyRepro grid, from Python (`import_lm_eval`, ...; docs/api.md has an example) or with `safetyrepro import
+lm-eval|inspect|eee PATH... --out DIR` (docs/importing.md). This module imports nothing heavy: `safetyrepro --help`
+loads it.
 """
 
 from __future__ import annotations

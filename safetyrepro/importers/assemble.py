@@ -18,27 +18,15 @@ from safetyrepro.grid_schema import grid_row
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.envelope import AXES, Config, parse_rules
 
-from .common import Reading, Run, Unmapped, item_set_key
+from .common import DUPLICATES, Reading, Run, Unmapped, item_set_key
 from .mapping import Mapping
 from .write import Imported
 
-DUPLICATES = ("newest", "keep", "refuse")
-# items.parquet's columns and types (docs/formats.md)
+# items.parquet's columns, in order, and their types (docs/formats.md)
 ITEM_TYPES = {
-    "model": "string",
-    "config_id": "string",
-    "benchmark": "string",
-    "package": "string",
-    "precision": "string",
-    "item_id": "string",
-    "seed": "int64",
-    "item_score": "float64",
-    "prediction": "Int64",
-    "parsed": "boolean",
-    "gold": "Int64",
-    "raw_output": "string",
-    "prompt_sha256": "string",
-    "source": "string",
+    **dict.fromkeys(("model", "config_id", "benchmark", "package", "precision", "item_id"), "string"),
+    **{"seed": "int64", "item_score": "float64", "prediction": "Int64", "parsed": "boolean", "gold": "Int64"},
+    **dict.fromkeys(("raw_output", "prompt_sha256", "source"), "string"),
 }
 PROVENANCE_COLUMNS = ["path", "kind", "sha256", "bytes", "status", "cells"]
 UNMAPPED_COLUMNS = ["source", "task", "model", "reason"]

@@ -1,12 +1,14 @@
 """`safetyrepro import lm-eval PATH... --out DIR` and `safetyrepro import inspect LOGDIR... --out DIR`:
 runs people already have, as a grid `safetyrepro analyze` reads (docs/importing.md). Only argparse
-is imported at start-up; the importers load when the command runs."""
+and common.py are imported at start-up; the importers load when the command runs."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+
+from .common import DUPLICATES
 
 
 def register(subparsers) -> None:
@@ -60,13 +62,14 @@ def register(subparsers) -> None:
         )
         one.add_argument(
             "--mapping",
+            dest="mapping_path",
             metavar="FILE.yaml",
             help="task regex -> benchmark and template (and model labels) "
             "for tasks that are not SafetyRepro's own (docs/importing.md)",
         )
         one.add_argument(
             "--duplicates",
-            choices=("newest", "keep", "refuse"),
+            choices=DUPLICATES,
             default="newest",
             help="several runs of one cell and seed: keep the newest (default), keep all as repetitions of "
             "the cell (score = their mean), or refuse",
@@ -87,14 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     check_out(out)
-    imported = import_runs(
-        args.package,
-        args.paths,
-        metric=args.metric,
-        mapping_path=args.mapping,
-        duplicates=args.duplicates,
-        skip_bad=args.skip_bad,
-    )
+    options = {k: getattr(args, k) for k in ("metric", "mapping_path", "duplicates", "skip_bad")}
+    imported = import_runs(args.package, args.paths, **options)
     for w in imported.warnings:
         sys.stderr.write(f"safetyrepro: warning: {w}\n")
     written = write_outputs(out, imported)

@@ -8,11 +8,14 @@ import datetime as dt
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safetyrepro.errors import UserError
 from safetyrepro.hashing import sha256_bytes
 from safetyrepro.limits import MAX_CHOICE, shorten, whole_number
+
+if TYPE_CHECKING:  # the CLI imports this module at start-up; the envelope reads YAML
+    from safetyrepro.tasks.envelope import Config
 
 # lm-eval and Inspect record dtypes in several spellings; the grid's precision column uses one.
 # ("auto" is no spelling of one: precision_label's default fallback)
@@ -23,25 +26,9 @@ PRECISIONS = {
     "nf4": "nf4",
     "int8": "int8",
 }
+DUPLICATES = ("newest", "keep", "refuse")  # --duplicates: what to do with several runs of one cell and seed
 SCORE_TOLERANCE = 1e-9  # per-item values must average to the recorded score this closely
 TOKEN = re.compile(r"[A-Za-z0-9._-]{1,24}")
-
-
-@dataclass(frozen=True)
-class Axes:
-    """The five columns that make a configuration id (docs/formats.md)."""
-
-    benchmark: str
-    template: str
-    decoding: str
-    shots: int
-    scoring: str
-
-    @property
-    def config_id(self) -> str:  # the grid's one format for it (envelope.Config)
-        from safetyrepro.tasks.envelope import Config
-
-        return Config(self.benchmark, self.template, self.decoding, self.shots, self.scoring).config_id
 
 
 @dataclass(frozen=True)
@@ -81,7 +68,7 @@ class Run:
     model_spec: dict[str, Any]  # backend kind, spec and arguments, for run.json
     weights_id: str | None = None  # a weights hash the run recorded, if any
     precision: str
-    axes: Axes
+    axes: Config  # the configuration's axes (its precision is the `precision` field's)
     decoding: DecodingSpec
     stress_template: bool  # T4 and what derives from it, or a mapping entry marked stress
     seed: int = 0

@@ -24,6 +24,7 @@ PREFIX = "safetyrepro_"
 VERDICTS_FILE = "safetyrepro_verdicts.json5"
 EARLIER_VERDICTS_FILES = ("safetyrepro_verdicts.json",)  # the name exports before issue 43 used
 VERDICTS_FORMAT = "safetyrepro-eee-verdicts"
+RELATIONSHIPS = ("first_party", "third_party", "collaborative", "other")  # source_metadata.evaluator_relationship
 DATA_DIR = "data"  # EEE's datastore root inside --out
 
 # generation_config.additional_details: the configuration's axes and identifiers

@@ -17,10 +17,10 @@ from typing import Any
 
 from safetyrepro.limits import MAX_CHOICE, MAX_COUNT, MAX_SEED, MAX_SHOTS, Refused, read_capped, shorten, whole_number
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
+from safetyrepro.tasks.envelope import Config
 
 from . import eee_format as R
 from .common import (
-    Axes,
     BadInput,
     DecodingSpec,
     ItemRow,
@@ -266,8 +266,6 @@ def _index(value: Any, field: str) -> int | None:
 
 
 def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]:
-    from safetyrepro.tasks.envelope import Config
-
     record, source, samples_source = read.record, read.source, read.samples_source
     rows = _rows_for(read.rows, result, record["evaluation_results"])
     gen = _strs(result.get("generation_config"))
@@ -286,7 +284,7 @@ def _safetyrepro_runs(read: Record, result: dict, mapping: Mapping) -> list[Run]
     except Exception:
         raise Refused(f"field {where}.{R.K_CONFIG_ID}: {shorten(config_id)} is not a configuration id") from None
     shots = whole_number(_need(g, R.K_SHOTS, where), f"{where}.{R.K_SHOTS}", 0, MAX_SHOTS, text=True)
-    axes = Axes(
+    axes = Config(
         cfg.benchmark, _need(g, R.K_TEMPLATE, where), _need(g, R.K_DECODING, where), shots, _need(g, R.K_SCORING, where)
     )
     if axes.config_id != config_id:
@@ -517,7 +515,7 @@ def _foreign_run(
         model=label,
         model_spec={"kind": "eee"} | {k: info.get(k) for k in ("id", "name", "developer", "inference_platform")},
         precision=precision_label(_strs(info.get("additional_details")).get("precision")),
-        axes=Axes(placement.benchmark, template, decoding.name, shots, scoring),
+        axes=Config(placement.benchmark, template, decoding.name, shots, scoring),
         decoding=decoding,
         stress_template=placement.stress,
         metric=metric_name,

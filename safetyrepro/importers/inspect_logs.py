@@ -23,10 +23,10 @@ from safetyrepro.limits import (
 )
 from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
+from safetyrepro.tasks.envelope import Config
 
 from .archive import check_eval_archive
 from .common import (
-    Axes,
     BadInput,
     ItemRow,
     Run,
@@ -275,7 +275,7 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         model_spec={"kind": kind, "spec": recorded, "model_args": model_args, "precision": precision},
         weights_id=first_meta.get("weights_sha256") or None,
         precision=precision,
-        axes=Axes(placement.benchmark, template, decoding.name, shots, scoring),
+        axes=Config(placement.benchmark, template, decoding.name, shots, scoring),
         decoding=decoding,
         stress_template=placement.stress,
         seed=seed,

@@ -12,9 +12,9 @@ from typing import Any
 from safetyrepro.hashing import sha256_bytes
 from safetyrepro.limits import MAX_CHOICE, MAX_COUNT, MAX_SEED, MAX_SHOTS, Refused, read_capped, shorten, whole_number
 from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE
+from safetyrepro.tasks.envelope import Config
 
 from .common import (
-    Axes,
     BadInput,
     ItemRow,
     Run,
@@ -294,7 +294,7 @@ def runs_from_results(
             model_spec=spec,
             weights_id=weights,
             precision=precision,
-            axes=Axes(placement.benchmark, template, decoding.name, shots, scoring),
+            axes=Config(placement.benchmark, template, decoding.name, shots, scoring),
             decoding=decoding,
             stress_template=placement.stress,
             seed=seed,

@@ -26,29 +26,26 @@ MODEL_KEYS = {"match", "label"}
 
 
 @dataclass(frozen=True)
-class TaskRule:
-    pattern: re.Pattern
-    benchmark: str
-    template: str
-    metric: str | None = None
-    scoring: str | None = None
-    item_id: str | None = None
-    stress: bool = False
-    shots_arg: str | None = None
-
-
-@dataclass(frozen=True)
 class Placement:
     """Where a task lands: benchmark, base template, and how to read it."""
 
     benchmark: str
     template: str
     safetyrepro: bool  # one of SafetyRepro's own tasks
-    stress: bool
+    stress: bool = False
     metric: str | None = None
     scoring: str | None = None
     item_id: str | None = None
     shots_arg: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskRule:
+    """A mapping file's task entry: the tasks its pattern matches land where `placement` says (its benchmark
+    and template may refer to the match's groups)."""
+
+    pattern: re.Pattern
+    placement: Placement
 
 
 @dataclass(frozen=True)
@@ -105,8 +102,8 @@ def parse_mapping(text: bytes, path: str = "<mapping>") -> Mapping:
         if not isinstance(entry.get("stress", False), bool):
             raise UserError(f"{where}: 'stress' must be true or false")
         optional = {k: entry[k] for k in TASK_KEYS - {"match", "benchmark", "template"} if entry.get(k) is not None}
-        pattern = _compile(entry.get("match"), where)
-        tasks.append(TaskRule(pattern, entry["benchmark"].strip(), entry["template"].strip(), **optional))
+        placement = Placement(entry["benchmark"].strip(), entry["template"].strip(), False, **optional)
+        tasks.append(TaskRule(_compile(entry.get("match"), where), placement))
     for i, entry in enumerate(raw.get("models") or [], 1):
         where = f"mapping file {path}, models entry {i}"
         if not isinstance(entry, dict) or set(entry) - MODEL_KEYS or not isinstance(entry.get("label"), str):
@@ -141,7 +138,7 @@ def place_task(task: str, mapping: Mapping, package: str, task_args: dict | None
     rule = mapping.task_rule(task)
     if rule is not None and (m := rule.pattern.fullmatch(task)):
         try:
-            benchmark, template = m.expand(rule.benchmark), m.expand(rule.template)
+            benchmark, template = m.expand(rule.placement.benchmark), m.expand(rule.placement.template)
         except (re.error, IndexError) as e:
             return f"the mapping entry for {task!r} refers to a group its pattern lacks ({e})"
         if not NAME.fullmatch(benchmark):
@@ -151,8 +148,8 @@ def place_task(task: str, mapping: Mapping, package: str, task_args: dict | None
                 f"the mapping gives task {task!r} the template {template!r}; a template is letters, digits and "
                 "'_.=:-' ('+' is kept for the settings the importer adds)"
             )
-        stress = rule.stress or (benchmark in BENCHMARKS and template in sr_stress)
-        return Placement(benchmark, template, False, stress, rule.metric, rule.scoring, rule.item_id, rule.shots_arg)
+        stress = rule.placement.stress or (benchmark in BENCHMARKS and template in sr_stress)
+        return replace(rule.placement, benchmark=benchmark, template=template, stress=stress)
     if package == "lm-eval":
         m = LM_EVAL_TASK.fullmatch(task)
         if m and m["benchmark"] in BENCHMARKS and f"T{m['k']}" in sr_templates:
