@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +23,7 @@ from . import (
     dispersion,
     orderings,
     rank_flip,
+    readings,
     significance,
     variance,
     verdict,
@@ -72,6 +74,16 @@ class Analysis:
     detectable: pd.DataFrame | None  # per benchmark x slice x pair: what its items can detect (None without items)
     warnings: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())  # why a part was skipped
+    # per free-form configuration and pair: form (parse rates) and content (items both read) readings, readings.py
+    content_readings: pd.DataFrame | None = None
+
+    @cached_property
+    def cell_bases(self) -> dict[tuple[str, str], readings.CellBasis]:
+        return readings.cell_bases(self.degenerate_cells)
+
+    def rests_on(self, config_id: str, lead: str, trail: str) -> readings.RestsOn:
+        """What a lead of `lead` over `trail` on `config_id` rests on (readable, format-driven, uninformative)."""
+        return readings.rests_on(config_id, lead, trail, self.cell_bases, self.content_readings)
 
 
 def tie_rate_table(grid: Grid) -> pd.DataFrame | None:
@@ -172,6 +184,7 @@ def run_analysis(
         found,
         tuple(warnings),
         tuple(notes),
+        None if items is None else items.content,
     )
 
 
@@ -201,6 +214,7 @@ def table_files(a: Analysis) -> dict[str, pd.DataFrame | None]:
         "excluded_cells.csv": a.excluded_cells,
         "tie_rates.csv": a.tie_rates,
         "detectable.csv": a.detectable,
+        "content_readings.csv": a.content_readings,
     }
 
 

@@ -40,6 +40,7 @@ from .direction import direction
 from .exact import as_integers, lattice_of, snap_items
 from .grid_io import Grid, plain, read_table
 from .rank_flip import model_pairs
+from .readings import content_table
 from .slices import slice_config_ids
 
 ITEM_COLUMNS = ("model", "config_id", "item_id", "seed", "item_score")
@@ -68,6 +69,7 @@ class ItemRecords:
     )
     item_ids: dict[str, np.ndarray] | None = None  # per configuration, the item id of each row of by_config
     option_bias: pd.DataFrame | None = None  # per cell: what its parsed answers carry (None without predictions)
+    content: pd.DataFrame | None = None  # per free-form configuration and pair: the form and content readings (readings.py)
 
     def column(self, model: str) -> int:
         return self.models.index(model)
@@ -197,7 +199,14 @@ def item_records(frame: pd.DataFrame, grid: Grid, source: str) -> ItemRecords:
     if not by_config:
         warnings.append(f"items: {source} holds no records for this grid's models and configurations")
     return ItemRecords(
-        tuple(grid.models), by_config, tuple(warnings), source, _empty_outputs(frame), item_ids, _option_bias(frame)
+        tuple(grid.models),
+        by_config,
+        tuple(warnings),
+        source,
+        _empty_outputs(frame),
+        item_ids,
+        _option_bias(frame),
+        content_table(frame, model_pairs(grid.models)),
     )
 
 
