@@ -202,7 +202,8 @@ def content_sentence(row, lead: str | None = None) -> str:
     if diff == 0:
         return f"on the {n} items both read they tie ({ca:.3f} each)"
     first, second, sf, ss = (a, b, ca, cb) if diff > 0 else (b, a, cb, ca)
-    return f"on the {n} items both read {first} is ahead {sf:.3f} vs {ss:.3f} (exact p = {round(float(row.content_p), 12):.3g})"
+    p = round(float(row.content_p), 12)  # 2 / 2**6 prints 0.0312 whatever float noise the test's sum carried
+    return f"on the {n} items both read {first} is ahead {sf:.3f} vs {ss:.3f} (exact p = {p:.3g})"
 
 
 def _content_row(content: pd.DataFrame | None, config_id: str, x: str, y: str):

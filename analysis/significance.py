@@ -69,7 +69,7 @@ class ItemRecords:
     )
     item_ids: dict[str, np.ndarray] | None = None  # per configuration, the item id of each row of by_config
     option_bias: pd.DataFrame | None = None  # per cell: what its parsed answers carry (None without predictions)
-    content: pd.DataFrame | None = None  # per free-form configuration and pair: the form and content readings (readings.py)
+    content: pd.DataFrame | None = None  # per free-form configuration and pair: form and content (readings.py)
 
     def column(self, model: str) -> int:
         return self.models.index(model)
