@@ -24,8 +24,10 @@ early-stopping summary (`log.results.early_stopping.metadata`).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +52,12 @@ CLAIMS = {
 }
 
 
+# Which eval's state a protocol call is for: Inspect's calls do not say, and eval(..., model=[a, b]) runs one eval
+# per model with the same manager. start_task runs in the eval's own asyncio task, and the samples' tasks are made
+# after it, so a context variable set there reaches every call of that eval and of no other.
+_EVAL: ContextVar[AnytimeStopping | None] = ContextVar("safetyrepro_stopping_eval", default=None)
+
+
 def _float(x: Any) -> float | None:
     return None if x is None else float(x)
 
@@ -68,15 +76,22 @@ class AnytimeStopping:
     ):
         if (rule.mode == "paired") != (reference is not None):
             raise ValueError("the paired rule needs a reference log, and only the paired rule takes one")
-        self.rule, self.scorer, self.sign = rule, scorer, 1.0 if higher_is_better else -1.0
+        self.rule, self.named_scorer, self.sign = rule, scorer, 1.0 if higher_is_better else -1.0
         self.reference = reference
         self.reference_run = read_run(reference) if reference is not None else None
-        self.sequence = SequentialRule(rule)
+        self.shuffle_seed: int | None = None  # set by with_anytime_stopping
+        self.runs: list[AnytimeStopping] = []  # one copy per eval running now (start_task)
+        self._reset()
+
+    def _reset(self) -> None:
+        """A fresh eval's state: a rule object reused for a later eval starts from nothing."""
+        self.scorer = self.named_scorer
+        self.sequence = SequentialRule(self.rule)
         self.order: list[str] = []
         self.epochs = 1
         self.shuffled: Any = None  # Inspect's sample_shuffle, as the eval recorded it
-        self.shuffle_seed: int | None = None  # set by with_anytime_stopping
         self.task_name = ""
+        self.model = ""
         self.ref_scores: ItemScores | None = None
         self.unpaired: dict[str, str] = {}  # sample id -> why it cannot be paired with the reference
         self.scores: dict[str, dict[int, float]] = {}  # sample id -> epoch -> score
@@ -85,25 +100,60 @@ class AnytimeStopping:
         self.decision: Decisions | None = None
         self.stopped_after: int | None = None
         self.sentence = ""
+        self.unscored: list[str] = []  # samples never scored (errored or cancelled), skipped at the end
+        self.late: int | None = None  # with them skipped, the rule was met after this many samples (too late)
 
     # -- the protocol ---------------------------------------------------------------------------
     async def start_task(self, task: EvalSpec, samples: list[Sample], epochs: int) -> str:
+        """A fresh state for this eval (a copy of the rule, keyed by the eval's context): two evals sharing one
+        manager, at once or one after the other, never see each other's scores."""
+        run = copy.copy(self)
+        run._reset()
+        run.runs = []
+        name = await run._start(task, samples, epochs)
+        self.runs.append(run)
+        _EVAL.set(run)
+        return name
+
+    def _run(self) -> AnytimeStopping:
+        run = _EVAL.get()
+        if run is not None and run in self.runs:
+            return run
+        if not self.runs:
+            return self  # the protocol called directly, without start_task's copy
+        raise ValueError(
+            "safetyrepro.stopping: a call for an eval this manager cannot tell apart from the others sharing it; give "
+            "each eval its own stop_when_known(...) / stop_when_certified(...)"
+        )
+
+    async def _start(self, task: EvalSpec, samples: list[Sample], epochs: int) -> str:
+        scorers = [s.name for s in task.scorers or []]
+        if self.scorer is not None and scorers and self.scorer not in scorers:
+            raise ValueError(
+                f"safetyrepro.stopping: scorer {self.scorer!r} is not one of the task's scorers "
+                f"({', '.join(scorers)}){_nearest(self.scorer, scorers)}; no sample was run"
+            )
         self.order = [str(s.id) for s in samples]
         self.epochs = int(epochs)
         self.task_name = str(task.task)
+        self.model = str(task.model)
         self.shuffled = getattr(task.config, "sample_shuffle", None)
         if self.reference_run is not None:
             self._pair_with_reference(samples)
         return MANAGER
 
     async def schedule_sample(self, id: str | int, epoch: int) -> EarlyStop | None:
-        if self.decision is None:
+        run = self._run()
+        if run.decision is None:
             return None
         from inspect_ai.util import EarlyStop
 
-        return EarlyStop(id=id, epoch=epoch, reason=f"anytime-valid stop: {self.sentence}")
+        return EarlyStop(id=id, epoch=epoch, reason=f"anytime-valid stop: {run.sentence}")
 
     async def complete_sample(self, id: str | int, epoch: int, scores: dict[str, SampleScore]) -> None:
+        await self._run()._complete_sample(id, epoch, scores)
+
+    async def _complete_sample(self, id: str | int, epoch: int, scores: dict[str, SampleScore]) -> None:
         from inspect_ai.scorer import value_to_float
 
         if self.scorer is None:
@@ -115,6 +165,13 @@ class AnytimeStopping:
         self._advance()
 
     async def complete_task(self) -> dict[str, Any]:
+        run = self._run()
+        if run is not self:
+            self.runs.remove(run)
+        return run._summary()
+
+    def _summary(self) -> dict[str, Any]:
+        self._skip_unscored()
         now = self.sequence.decide()
         return {
             "rule": self.rule.describe(),
@@ -126,6 +183,7 @@ class AnytimeStopping:
             "confidence_sequence": "betting e-processes (analysis/confidence_sequence.py, IidBettingCS), "
             "closed testing for the paired claims",
             "scorer": self.scorer,
+            "model": self.model,
             "order": self._order_note(),
             "samples": len(self.order),
             "epochs": self.epochs,
@@ -137,7 +195,29 @@ class AnytimeStopping:
             "reference": self._reference_note(),
             "unpaired": len(self.unpaired),
             "unpaired_examples": dict(list(self.unpaired.items())[:5]),
+            "unscored": len(self.unscored),
+            "unscored_examples": self.unscored[:5],
+            "met_after_skipping": self.late,
         }
+
+    def _skip_unscored(self) -> None:
+        """At the end of the eval, the samples that were never scored (an error, a cancel) are skipped with a word,
+        and the samples after them enter the sequence in their turn: its final numbers read every scored sample,
+        valid as any look of an anytime-valid sequence is (stopping early was lost after the first of them)."""
+        decided_before = self.decision is not None
+        while self.next < len(self.order):
+            sid = self.order[self.next]
+            if sid not in self.unpaired and len(self.scores.get(sid, {})) < self.epochs:
+                if sid not in self.scores and self.decision is not None:
+                    break  # stopped by the rule: the samples not run were stopped, not failed
+                self.unscored.append(sid)
+                self.unpaired[sid] = "never scored in every epoch (it errored or was cancelled)"
+            self._advance()
+        if self.unscored and not decided_before and self.decision is not None:
+            self.late = self.stopped_after
+            self.decision = None  # it did not stop the eval: the summary says so
+            self.stopped_after = None
+            self.sentence = ""
 
     # -- the sequence -----------------------------------------------------------------------------
     def _pair_with_reference(self, samples: list[Sample]) -> None:
@@ -250,10 +330,21 @@ class AnytimeStopping:
         n = self._numbers(d)
         if not n["n"]:
             return f"no sample entered the sequence: nothing is known of {self._what()}"
-        return (
+        said = (
             f"not stopped: after {n['n']} samples {self._what()} is {n['estimate']:.3f}, within "
-            f"[{n['lower']:.3f}, {n['upper']:.3f}] at confidence {1 - self.rule.alpha:g}; the rule "
-            f"({self.rule.describe()}) was not met"
+            f"[{n['lower']:.3f}, {n['upper']:.3f}] at confidence {1 - self.rule.alpha:g}"
+        )
+        if not self.unscored:
+            return said + f"; the rule ({self.rule.describe()}) was not met"
+        first = self.unscored[0]
+        met = (
+            f"; the rule was met after {self.late} samples once they were skipped, too late to stop the eval"
+            if self.late
+            else f"; the rule ({self.rule.describe()}) was not met"
+        )
+        return (
+            f"{said}. {len(self.unscored)} sample(s) were never scored (first: {first}; errored or cancelled): the "
+            f"samples after {first} waited for its turn, so the rule could not stop the eval after it{met}"
         )
 
     def _order_note(self) -> str:
@@ -277,6 +368,13 @@ class AnytimeStopping:
             "model": run.model,
             "task": self.ref_scores.task if self.ref_scores is not None else None,
         }
+
+
+def _nearest(name: str, names: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def stop_when_known(width: float, alpha: float = 0.05, scorer: str | None = None, low: float = 0.0, high: float = 1.0):

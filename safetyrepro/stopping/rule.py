@@ -52,6 +52,10 @@ class StoppingRule:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r}: one of {', '.join(MODES)}")
+        for name in ("alpha", "low", "high", "width", "margin"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int | float) and math.isfinite(value)):
+                raise ValueError(f"{name} {value!r}: must be a finite number")
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha {self.alpha} must be in (0, 1)")
         if not self.high > self.low:

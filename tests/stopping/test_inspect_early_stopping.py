@@ -69,3 +69,95 @@ def test_the_mean_known_within_a_width_stops_early(tmp_path):
     assert meta["stopped"] is True and meta["decision"]["claim"] == "known"
     assert meta["decision"]["upper"] - meta["decision"]["lower"] <= 0.3
     assert meta["stopped_after"] < N and len(log.results.early_stopping.early_stops) > 0
+
+
+def test_one_rule_for_several_models_keeps_each_eval_apart_at_once_or_in_turn(tmp_path):
+    """eval(..., model=[strong, weak]) with one manager, the two evals running at once (max_tasks=2): each
+    gets its own sequence, so the weak model's mean is its own (about 0.2), not mixed with the strong one's;
+    the same object used again for a later eval starts afresh rather than stopping every sample."""
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.model import get_model
+
+    manager = stop_when_known(width=0.3)
+    strong = get_model("mockllm/model", custom_outputs=answer_rule(0.95, 1))
+    weak = get_model("mockllm/model", custom_outputs=answer_rule(0.1, 2), memoize=False)
+    logs = inspect_eval(
+        with_anytime_stopping(arithmetic(n=N), manager),
+        model=[strong, weak],
+        log_dir=str(tmp_path),
+        display="none",
+        max_tasks=2,
+    )
+    means = sorted(log.results.early_stopping.metadata["decision"]["estimate"] for log in logs)
+    assert [log.status for log in logs] == ["success", "success"]
+    assert means[0] < 0.3 and means[1] > 0.8
+    assert not manager.runs  # each eval's state dropped at its end
+    (again,) = inspect_eval(
+        with_anytime_stopping(arithmetic(n=N), manager), model=strong, log_dir=str(tmp_path), display="none"
+    )
+    meta = again.results.early_stopping.metadata
+    assert again.status == "success" and meta["stopped"] is True and meta["decision"]["estimate"] > 0.8
+    assert len(again.samples) >= meta["stopped_after"] > 0
+
+
+def test_a_misspelt_scorer_is_refused_before_any_sample_runs(tmp_path):
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.model import get_model
+
+    calls = []
+
+    def rule(*args):
+        calls.append(1)
+        return answer_rule(0.9, 1)(*args)
+
+    model = get_model("mockllm/model", custom_outputs=rule)
+    (log,) = inspect_eval(
+        with_anytime_stopping(arithmetic(n=20), stop_when_known(width=0.3, scorer="mtach")),
+        model=model,
+        log_dir=str(tmp_path),
+        display="none",
+    )
+    assert log.status == "error" and not calls
+    assert "scorer 'mtach' is not one of the task's scorers (match) (did you mean 'match'?)" in log.error.message
+
+
+def test_a_failed_sample_is_named_in_the_summary_and_the_rest_still_count(tmp_path):
+    """Sample q3 errors (fail_on_error=False lets the eval go on): the samples after it wait for its turn, so the
+    rule cannot stop the eval; the summary names q3 as never scored instead of blaming the rule, and its final
+    numbers read every scored sample."""
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.model import get_model
+
+    right = answer_rule(0.95, 1)
+
+    def rule(messages, *rest):
+        if "What is 24 - 6?" in str(messages[-1].content):  # q3's question
+            raise RuntimeError("the provider failed on this sample")
+        return right(messages, *rest)
+
+    model = get_model("mockllm/model", custom_outputs=rule)
+    from inspect_ai import task_with
+
+    (log,) = inspect_eval(
+        task_with(arithmetic(n=60), early_stopping=stop_when_known(width=0.3)),
+        model=model,
+        log_dir=str(tmp_path),
+        display="none",
+        fail_on_error=False,
+    )
+    meta = log.results.early_stopping.metadata
+    assert meta["stopped"] is False and meta["unscored"] == 1 and meta["unscored_examples"] == ["q3"]
+    assert meta["final"]["n"] == 59  # every scored sample, q3 skipped
+    assert "1 sample(s) were never scored (first: q3; errored or cancelled)" in meta["sentence"]
+    assert meta["met_after_skipping"] is not None and "too late to stop the eval" in meta["sentence"]
+    assert "was not met" not in meta["sentence"]
+
+
+def test_rule_parameters_that_are_not_finite_are_refused_in_one_line():
+    for kwargs in (
+        {"width": 0.1, "high": float("inf")},
+        {"width": float("nan")},
+        {"width": 0.1, "alpha": float("nan")},
+    ):
+        with pytest.raises(ValueError, match="must be a finite number"):
+            stop_when_known(**kwargs)
