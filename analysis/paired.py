@@ -8,21 +8,31 @@ where higher is better the p-values are the ones `safetyrepro analyze` writes to
 (p_value, slice full); for CrowS-Pairs (closer to 0.5 is better) they are its p_value_better, from the
 same function (significance.pair_better_test), and `diff_better` is the difference in that reading.
 What the items could detect is read from each configuration's own item differences (seed means
-included), under the test that was run (power.detectable_from_differences)."""
+included), under the test that was run (power.detectable_from_differences).
+
+Every row says what its lead rests on (readings.py, issue 52): `rests_on` is readable, format-driven (either
+model's cell has unread or empty replies, or the items both models' replies were read on do not support the
+lead) or uninformative (a cell that answers one label), `rests_on_why` the cells' parse rates or reasons and
+the content reading. On free-form rows the content reading is beside it: `n_both` items where both models'
+replies were read, each model's mean score there (`content_a`, `content_b`) and the exact paired p-value on
+them (`content_p`). The strict score (an unread reply is wrong) stays what is tested and Holm-adjusted."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from . import readings
+from .degenerate import degenerate_cells
 from .direction import direction
 from .grid_io import Grid
 from .power import detectable_from_differences
 from .significance import ItemRecords, exact_mean, holm, pair_better_test, sign_flip_p_value
+from .slices import PARSE_CLEAN_MIN
 
 TARGET_POWER = 0.8
 COLUMNS = (
@@ -40,7 +50,16 @@ COLUMNS = (
     "p_holm",
     "winner",
     "family_size",
+    "parse_a",
+    "parse_b",
+    "rests_on",
+    "rests_on_why",
+    "n_both",
+    "content_a",
+    "content_b",
+    "content_p",
 )
+READING_COLUMNS = COLUMNS[COLUMNS.index("parse_a") :]  # what each row's lead rests on
 
 
 @dataclass(frozen=True)
@@ -67,14 +86,93 @@ def t_interval(d: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     return mean - h, mean + h
 
 
+def lead_rests_on(
+    benchmark: str,
+    config_id: str,
+    a: str,
+    b: str,
+    ahead: float,
+    bases: Mapping[tuple[str, str], readings.CellBasis],
+    content: pd.DataFrame | None,
+) -> readings.RestsOn:
+    """What A's lead over B on one configuration rests on, `ahead` being A - B in the benchmark's better
+    reading (> 0: A leads, < 0: B leads, 0: a tie). The content reading is higher-is-better, so it is asked
+    only where the benchmark is; a tie has no lead for it to support, so only the cells are read."""
+    lead, trail = (b, a) if ahead < 0 else (a, b)
+    known = content if direction(benchmark).monotone and ahead != 0 else None
+    return readings.rests_on(config_id, lead, trail, bases, known)
+
+
+def reading_columns(
+    parse: Mapping[tuple[str, str], float],
+    benchmark: str,
+    config_id: str,
+    a: str,
+    b: str,
+    ahead: float,
+    bases: Mapping[tuple[str, str], readings.CellBasis],
+    content: pd.DataFrame | None,
+) -> list:
+    """READING_COLUMNS' values for one configuration, content oriented to the caller's A and B (the content
+    table holds each pair once, names in sorted order); NaN where the configuration has no content reading.
+    `parse`: parse_rates(grid); `content`: the content table, or its rows for this configuration and pair
+    (content_rows), which is what keeps a grid of many pairs quick."""
+    on = lead_rests_on(benchmark, config_id, a, b, ahead, bases, content)
+    hit = content_rows(content, config_id, a, b)
+    row = None if hit is None else hit.iloc[0]
+    if row is None or int(row.n_both) == 0:
+        known = [0 if row is not None else np.nan, np.nan, np.nan, np.nan]
+    else:
+        ca, cb = (row.content_a, row.content_b) if str(row.model_a) == a else (row.content_b, row.content_a)
+        known = [int(row.n_both), float(ca), float(cb), float(row.content_p)]
+    nan = float("nan")
+    return [parse.get((a, config_id), nan), parse.get((b, config_id), nan), on.basis, on.why, *known]
+
+
+def parse_rates(grid: Grid) -> dict[tuple[str, str], float]:
+    """(model, config_id) -> the grid's parse rate (NaN where the grid does not record one)."""
+    cells = grid.cells
+    rates = pd.to_numeric(cells["parse_rate"], errors="coerce").astype(float)
+    return dict(zip(zip(cells["model"].astype(str), cells["config_id"].astype(str), strict=True), rates, strict=True))
+
+
+def content_index(content: pd.DataFrame | None) -> dict[tuple[str, str, str], pd.DataFrame]:
+    """(config_id, model_a, model_b) -> that configuration and pair's content rows (one), names sorted."""
+    if content is None or content.empty:
+        return {}
+    keys = ["config_id", "model_a", "model_b"]
+    return {tuple(map(str, k)): g for k, g in content.groupby(keys, sort=False)}
+
+
+def content_rows(content, config_id: str, a: str, b: str) -> pd.DataFrame | None:
+    """The content table's rows for one configuration and pair (None: none), from the table or its index."""
+    if isinstance(content, dict):
+        return content.get((config_id, *sorted((a, b))))
+    if content is None or content.empty:
+        return None
+    x, y = sorted((a, b))
+    hit = content[(content["config_id"] == config_id) & (content["model_a"] == x) & (content["model_b"] == y)]
+    return None if hit.empty else hit
+
+
 def paired_verdict(
-    items: ItemRecords, grid: Grid, a: str, b: str, alpha: float = 0.05, declared: dict[str, list[str]] | None = None
+    items: ItemRecords,
+    grid: Grid,
+    a: str,
+    b: str,
+    alpha: float = 0.05,
+    declared: dict[str, list[str]] | None = None,
+    bases: Mapping[tuple[str, str], readings.CellBasis] | None = None,
 ) -> PairedVerdict:
     """A's and B's verdict over every configuration both have item records for, in the user's order.
     `declared`: per benchmark, the configurations the inputs named for either model (default: the
     grid's); those without paired records are listed as missing from the Holm family, never dropped
-    without a word."""
+    without a word. `bases`: the cells' bases (readings.cell_bases); by default the degenerate screen's,
+    from the grid and the items' empty outputs and answers, as `analyze` screens them."""
+    if bases is None:
+        bases = readings.cell_bases(degenerate_cells(grid, items.empty_outputs, items.option_bias))
     ca, cb = items.column(a), items.column(b)
+    parse, index = parse_rates(grid), content_index(items.content)
     rows, missing = [], {}
     for benchmark in grid.benchmarks:
         better = direction(benchmark)
@@ -90,11 +188,12 @@ def paired_verdict(
                 if better.monotone
                 else pair_better_test(x[:, ca], x[:, cb], better, cid, a, b)
             )
-            rows.append([benchmark, cid, a, b, len(d), int(np.count_nonzero(d)), raw, *t_interval(d), *read])
+            on = reading_columns(parse, benchmark, cid, a, b, read[0], bases, content_rows(index, cid, a, b))
+            rows.append([benchmark, cid, a, b, len(d), int(np.count_nonzero(d)), raw, *t_interval(d), *read, *on])
     for benchmark, named in (declared or {}).items():
         if benchmark not in grid.benchmarks and named:
             missing[benchmark] = list(named)
-    table = pd.DataFrame(rows, columns=list(COLUMNS[:11]))
+    table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("p_holm", "winner", "family_size")])
     parts, detectable, sentences, sizes = [], {}, {}, {}
     for benchmark, g in table.groupby("benchmark", sort=False):
         reject, adjusted = holm(g["p_value"].to_numpy(), alpha)
@@ -180,9 +279,134 @@ def verdict_sentence(
             f"{benchmark}{reading}: no configuration's difference is confirmed ({a} ahead on {ahead_a}, {b} on "
             f"{ahead_b}, tied on {k - ahead_a - ahead_b} of {k})"
         )
+    head += basis_clause(g, a, b)
     family = f"Holm over {k} configurations"
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         family += f" ({len(missing)} of {k + len(missing)} left out: no paired item records for both: {shown})"
     test = "exact paired test" if better.monotone else "paired label-swap test"
     return f"{head}; {test}, {family} at alpha {alpha}, {n} items: {could}."
+
+
+def _claims(g: pd.DataFrame, model: str, a: str, confirmed: bool) -> pd.DataFrame:
+    """The rows that carry `model`'s claim: its confirmed wins, or (none being confirmed) its leads."""
+    if confirmed:
+        return g[g["winner"] == model]
+    return g[g["diff_better"] > 0] if model == a else g[g["diff_better"] < 0]
+
+
+def _why_words(rows: pd.DataFrame, a: str, b: str) -> str:
+    """The cells' side of why: each model's lowest parse rate under the parse-clean threshold on these rows,
+    or the screen's words where a cell is flagged for its answers; else the content reading alone."""
+    words = []
+    for model, column in ((a, "parse_a"), (b, "parse_b")):
+        low = rows.loc[rows[column] < PARSE_CLEAN_MIN, column]
+        if len(low):
+            lo, hi = float(low.min()), float(low.max())
+            span = f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}"
+            words.append(f"{model}'s parse rate {span}")
+    if not words:
+        words = sorted({w.split("; ")[0] for w in rows["rests_on_why"] if w})
+    return "; ".join(words)
+
+
+def _content_words(rows: pd.DataFrame, a: str, b: str) -> str:
+    """Who the content reading (the items both models' replies were read on) puts ahead on these rows: one
+    model named when it is ahead on every one of them, else how it splits, each configuration's leader named."""
+    known = rows[rows["n_both"].fillna(0) > 0]
+    if known.empty:
+        return ""
+    sign = np.sign(known["content_a"] - known["content_b"]).to_numpy()
+    n_a, n_b = int((sign > 0).sum()), int((sign < 0).sum())
+    one = n_a == len(known) or n_b == len(known)
+    shown = []
+    for r, s in zip(known.head(3).itertuples(), sign, strict=False):
+        hi, lo = max(r.content_a, r.content_b), min(r.content_a, r.content_b)
+        who = "" if one else f"{a} " if s > 0 else f"{b} " if s < 0 else "a tie, "
+        p = round(float(r.content_p), 12)  # as readings.content_sentence prints it
+        shown.append(f"{r.config_id}: {who}{hi:.3f} vs {lo:.3f} on {int(r.n_both)} items, exact p = {p:.3g}")
+    more = f" and {len(known) - 3} more" if len(known) > 3 else ""
+    if one:
+        head = f"names {a if n_a else b}"
+    else:
+        head = f"is split: {a} ahead on {n_a}, {b} on {n_b}, tied on {len(known) - n_a - n_b}"
+    return f"; the content reading (the items both models' replies were read on) {head} ({'; '.join(shown)}{more})"
+
+
+def _share(k: int, n: int, model: str, kind: str, basis: str) -> str:
+    """'model-a's 2 leads are all format-driven', '1 of model-a's 3 confirmed wins is format-driven'."""
+    if k == n:
+        return f"{model}'s one {kind} is {basis}" if n == 1 else f"{model}'s {n} {kind}s are all {basis}"
+    return f"{k} of {model}'s {n} {kind}s {'is' if k == 1 else 'are'} {basis}"
+
+
+def basis_clause(g: pd.DataFrame, a: str, b: str) -> str:
+    """Where a claim of the sentence (a model's confirmed wins, or its leads when nothing is confirmed) is not
+    readable: how many of them, why (parse rates), that they are about answer format (or say nothing about
+    the items), not which model is safer, and who the content reading names. '' when every claim is readable."""
+    confirmed = bool(g["winner"].isin((a, b)).any())
+    kind = "confirmed win" if confirmed else "lead"
+    out = []
+    for model in (a, b):
+        rows = _claims(g, model, a, confirmed)
+        bad = rows[rows["rests_on"] != readings.READABLE]
+        if bad.empty:
+            continue
+        for basis, part in bad.groupby("rests_on", sort=False):
+            share = _share(len(part), len(rows), model, kind, basis)
+            it = "it is" if len(part) == 1 else "they are"
+            meaning = (
+                f"{it} about answer format, not which model is safer"
+                if basis == readings.FORMAT
+                else f"{it} about a cell that answers one label or no better than the label frequencies, not which "
+                "model is safer"
+            )
+            out.append(
+                f"{share} ({_why_words(part, a, b)}): {meaning}"
+                + (_content_words(part, a, b) if basis == readings.FORMAT else "")
+            )
+    return "".join(f"; {o}" for o in out)
+
+
+LEAD_COLUMNS = ("benchmark", "config_id", "model_a", "model_b", "score_a", "score_b", "lead", *READING_COLUMNS)
+
+
+def leads_table(
+    grid: Grid,
+    bases: Mapping[tuple[str, str], readings.CellBasis],
+    content: pd.DataFrame | None,
+    pairs: Sequence[tuple[str, str]] | None = None,
+) -> pd.DataFrame:
+    """Per benchmark x model pair x configuration of the grid: the strict scores, who leads in the benchmark's
+    better reading ('' for a tie) and what that lead rests on (READING_COLUMNS), for a table where rows name a
+    pair and a configuration (the EEE export's verdict tables). Pairs: rank_flip.model_pairs by default."""
+    from .rank_flip import model_pairs
+
+    rows, parse, index = [], parse_rates(grid), content_index(content)
+    for benchmark in grid.benchmarks:
+        m = grid.matrix(benchmark)
+        better = direction(benchmark).better_value(m)
+        for a, b in pairs or model_pairs(grid.models):
+            for cid in m.index:
+                x, y = float(better.at[cid, a]), float(better.at[cid, b])
+                ahead = (x > y) - (x < y)  # the strict comparison rank_flip counts, in the better reading
+                lead = a if ahead > 0 else b if ahead < 0 else ""
+                on = reading_columns(parse, benchmark, cid, a, b, ahead, bases, content_rows(index, cid, a, b))
+                rows.append([benchmark, cid, a, b, float(m.at[cid, a]), float(m.at[cid, b]), lead, *on])
+    return pd.DataFrame(rows, columns=list(LEAD_COLUMNS))
+
+
+def pair_rests_on(leads: pd.DataFrame, config_ids: Sequence[str]) -> dict[str, object]:
+    """For one pair's rows of leads_table over some configurations (a slice's): how many of their leads are
+    format-driven and uninformative, and a phrase saying whose ('readable' when none is)."""
+    rows = leads[leads["config_id"].isin(list(config_ids)) & (leads["lead"] != "")]
+    out: dict[str, object] = {}
+    words = []
+    for basis in (readings.FORMAT, readings.UNINFORMATIVE):
+        hit = rows[rows["rests_on"] == basis]
+        out[f"n_{basis.replace('-', '_')}"] = len(hit)
+        if len(hit):
+            whose = ", ".join(f"{m}'s {n}" for m, n in hit["lead"].value_counts(sort=False).items())
+            words.append(f"{len(hit)} of {len(rows)} configurations' leads are {basis} ({whose})")
+    out["rests_on"] = "; ".join(words) if words else readings.READABLE
+    return out

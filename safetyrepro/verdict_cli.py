@@ -10,7 +10,12 @@ Runs of SafetyRepro's own tasks (or of tasks a --mapping places on its benchmark
 `analyze` tests them (analysis/paired.py). Runs of any other task (or with --by-task) are read task by task
 (importers/task_scores.py), paired by item id and epoch, and tested per task x metric (analysis/two_runs.py):
 the difference and its interval, the exact paired test, Holm over the comparisons, what the items could
-detect and, with --margin, equivalence (TOST)."""
+detect and, with --margin, equivalence (TOST).
+
+Compared by configuration, every row says what its lead rests on (`rests_on`: readable, format-driven or
+uninformative, analysis/readings.py) with the cells' parse rates and, on free-form rows, the content reading
+(the items both models' replies were read on); the sentence says when the claimed winner's wins or leads are
+about answer format, not which model is safer, and whom the content reading names (issue 52)."""
 
 from __future__ import annotations
 
@@ -28,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="two models' paired verdict: per configuration the difference, exact test, Holm, power",
         description="Is A better than B on these runs? Per shared configuration: the paired difference A - B over "
         "the items both answered, a 95 % interval, the exact paired sign-flip test, Holm across the "
-        "configurations, what the items could detect, and one sentence.",
+        "configurations, what the items could detect, what each configuration's lead rests on (readable, "
+        "format-driven: unread or empty replies, uninformative: one label; with the parse rates and, on free-form "
+        "configurations, the items both models' replies were read on), and one sentence.",
     )
     p.add_argument(
         "a",
@@ -53,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="familywise error over the configurations, or the tasks x metrics (default 0.05)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown block to paste instead of the table")
     anyrun = p.add_argument_group("runs of any task (lm-eval with --log_samples, Inspect logs)")
     anyrun.add_argument(
         "--by-task",
@@ -65,7 +73,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         help="also test equivalence: are A and B within +-M of each other (TOST, M in the score's units)?",
     )
-    anyrun.add_argument("--markdown", action="store_true", help="print a Markdown block to paste instead of the table")
     way = anyrun.add_mutually_exclusive_group()
     way.add_argument(
         "--higher-is-better",
@@ -160,7 +167,6 @@ def run(args: argparse.Namespace) -> int:
         f
         for f, given in (
             ("--margin", args.margin is not None),
-            ("--markdown", args.markdown),
             ("--task", args.task),
             ("--restrict", args.restrict),
             ("--prompts-may-differ", args.prompts_may_differ),
@@ -211,20 +217,79 @@ def run(args: argparse.Namespace) -> int:
                         "family_size": v.family_size,
                         "missing_configurations": v.missing,
                         "detectable_difference": v.detectable,
-                        "configurations": v.table.to_dict(orient="records"),
+                        "rests_on_note": READINGS_NOTE,
+                        "configurations": [_count(r, "n_both") for r in v.table.to_dict(orient="records")],
                     }
                 ),
                 indent=2,
                 allow_nan=False,
             )
         )
-        return 0
-    for sentence in v.sentences.values():
-        print(sentence)
-    shown = v.table.drop(columns=["model_a", "model_b", "benchmark"])
-    print()
-    print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    elif args.markdown:
+        print(_markdown(v), end="")
+    else:
+        print(_text(v))
     return 0
+
+
+READINGS_NOTE = (
+    "rests_on: what each row's lead stands on: readable, format-driven (a cell with unread or empty replies, or a "
+    "lead the items both models' replies were read on do not support: about answer format, not which model is "
+    "safer), uninformative (a cell that answers one label); n_both, content_a, content_b, content_p: the content "
+    "reading, each model's score on the items both models' replies were read on and the exact paired p-value there"
+)
+
+
+def _count(row: dict, key: str) -> dict:
+    """A count that a column with missing values (a row without a content reading) carried as a float, whole."""
+    import math
+
+    value = row.get(key)
+    return row | {key: int(value)} if isinstance(value, float) and math.isfinite(value) else row
+
+
+def _rests_on_lines(table) -> list[str]:
+    """One line per row whose lead is not readable: the configuration, its basis and why."""
+    from safetyrepro.analysis.readings import READABLE
+
+    return [f"  {r.config_id}: {r.rests_on}: {r.rests_on_why}" for r in table.itertuples() if r.rests_on != READABLE]
+
+
+def _text(v) -> str:
+    """The sentences, the table (rests_on's why below it, a line a row, as the table would be too wide)."""
+    shown = v.table.drop(columns=["model_a", "model_b", "benchmark", "rests_on_why"])
+    lines = [*v.sentences.values(), "", shown.to_string(index=False, float_format=lambda x: f"{x:.4g}", na_rep="-")]
+    why = _rests_on_lines(v.table)
+    if why:
+        lines += ["", "What the leads that are not readable rest on:", *why, "", READINGS_NOTE + "."]
+    return "\n".join(lines)
+
+
+def _markdown(v) -> str:
+    """A block to paste: the sentences, then the table with what each row's lead rests on in its own column."""
+    import math
+
+    from safetyrepro.markdown import markdown_table, md_escape
+
+    def cell(x) -> str:
+        if isinstance(x, float):
+            return "-" if math.isnan(x) else f"{x:.4g}"
+        return str(x)
+
+    columns = [c for c in v.table.columns if c not in ("model_a", "model_b", "benchmark", "rests_on_why")]
+    rows = []
+    for r in v.table.to_dict(orient="records"):
+        on = r["rests_on"] if not r["rests_on_why"] else f"{r['rests_on']}: {r['rests_on_why']}"
+        rows.append([cell(r[c]) if c != "rests_on" else on for c in columns])
+    out = [
+        *(f"**{md_escape(s)}**\n" for s in v.sentences.values()),
+        f"A = {md_escape(v.model_a)}, B = {md_escape(v.model_b)}.",
+        "",
+        markdown_table(columns, rows),
+        "",
+        f"- {md_escape(READINGS_NOTE)}.",
+    ]
+    return "\n".join(out) + "\n"
 
 
 def _safetyrepro_tasks_only(*paths: str) -> bool:

@@ -272,6 +272,7 @@ def build_export(
 ) -> Export:
     """Every file of the export, as text, keyed by its path under DIR."""
     from safetyrepro.analysis.grid_io import validate_cells
+    from safetyrepro.analysis.readings import READINGS_NOTE
     from safetyrepro.tasks.envelope import load_rules
 
     if relationship not in R.RELATIONSHIPS:
@@ -383,7 +384,7 @@ def build_export(
         out.records.append(entry | {"package": package, "score": row["score"], "n_items": n_items, "n_seeds": n_seeds})
     if not out.records:
         raise UserError(f"grid {grid_name} has no cell with status ok: nothing to export")
-    verdicts = verdict_tables(raw[(valid["status"] == "ok").to_numpy()], rules_path, rules)
+    verdicts = verdict_tables(raw[(valid["status"] == "ok").to_numpy()], rules_path, rules, items)
     out.files[R.VERDICTS_FILE] = R.dump_json(
         {
             "format": R.VERDICTS_FORMAT,
@@ -397,7 +398,10 @@ def build_export(
             "about": "SafetyRepro's verdict tables for the models of these records: rho_flip.csv's rows (per benchmark "
             "x slice x model pair: strict sign counts over the configurations every model has) and rho_flip_max, "
             "per (precision, package) group, as `safetyrepro analyze` computes them; rho_flip_csv is "
-            "rho_flip.csv's exact text. EEE's schema describes one model's results and has no place for a "
+            "rho_flip.csv's exact text. Each rho_flip row adds how many of its configurations' leads are "
+            "format-driven or uninformative (n_format_driven, n_uninformative, rests_on), and `leads` has one row "
+            "per benchmark x pair x configuration: who leads and what the lead rests on. "
+            f"{READINGS_NOTE}. EEE's schema describes one model's results and has no place for a "
             "comparison between models, so they are kept here (docs/eee.md).",
             "groups": verdicts,
             "records": out.records,
@@ -415,11 +419,15 @@ def _rows(frame: pd.DataFrame) -> list[dict]:
     return [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in r.items()} for r in rows]
 
 
-def verdict_tables(frame: pd.DataFrame, rules_path: str | None, rules) -> list[dict]:
+def verdict_tables(frame: pd.DataFrame, rules_path: str | None, rules, items: pd.DataFrame | None = None) -> list[dict]:
     """Per (precision, package) group of the ok cells in `frame`: rho_flip.csv's rows and text,
-    rho_flip_max, and the analysis's warnings; a group the analysis cannot read (one model) says why instead."""
+    rho_flip_max, and the analysis's warnings; a group the analysis cannot read (one model) says why instead.
+    What each lead rests on (issue 52, analysis/readings.py): `leads` has one row per benchmark x pair x
+    configuration with its `rests_on`, and each rho_flip row says how many of its configurations' leads are
+    format-driven or uninformative. The rho_flip_csv text stays rho_flip.csv's, byte for byte."""
     from safetyrepro.analysis import api, rank_flip
-    from safetyrepro.analysis.slices import check_slices
+    from safetyrepro.analysis.paired import pair_rests_on
+    from safetyrepro.analysis.slices import check_slices, slice_matrices
 
     slices = check_slices(None, rules)
     out = []
@@ -432,11 +440,47 @@ def verdict_tables(frame: pd.DataFrame, rules_path: str | None, rules) -> list[d
         else:
             detail = rank_flip.rho_flip_table(g, r, slices)
             table = detail[list(rank_flip.RHO_FLIP_COLUMNS)]
-            entry |= {"models": list(g.models), "slices": list(slices), "warnings": list(g.warnings)}
-            entry |= {"rho_flip": _rows(table), "rho_flip_csv": table.to_csv(index=False)}
+            leads, why = _leads(g, items)
+            entry |= {"models": list(g.models), "slices": list(slices), "warnings": [*g.warnings, *why]}
+            per_slice = {(b, name): list(m.index) for b, name, m in slice_matrices(g, r, slices)}
+            rows = _rows(table)
+            for row in rows:  # the pair-level rows: how many of their configurations' leads are not readable
+                pair = leads[(leads["model_a"] == row["model_a"]) & (leads["model_b"] == row["model_b"])]
+                row |= pair_rests_on(
+                    pair[pair["benchmark"] == row["benchmark"]], per_slice[row["benchmark"], row["slice"]]
+                )
+            entry |= {"rho_flip": rows, "rho_flip_csv": table.to_csv(index=False)}
             entry["rho_flip_max"] = _rows(rank_flip.rho_flip_max(detail, len(g.models)))
+            entry["leads"] = [_whole(row, "n_both") for row in _rows(leads)]
         out.append(entry)
     return out
+
+
+def _leads(grid, items: pd.DataFrame | None) -> tuple[pd.DataFrame, list[str]]:
+    """(paired.leads_table for the group, warnings): cells screened as `analyze` screens them (the grid's
+    parse rates, and the item records' empty outputs and answers), the content reading from the item records.
+    Records the analysis cannot read leave the grid's parse rates alone to decide, said in a warning."""
+    from safetyrepro.analysis import readings
+    from safetyrepro.analysis.degenerate import degenerate_cells
+    from safetyrepro.analysis.paired import leads_table
+    from safetyrepro.analysis.significance import items_from_frame
+
+    records, why = None, []
+    if items is not None:
+        try:
+            records = items_from_frame(items, grid, "the item records")
+        except UserError as e:
+            why.append(f"rests_on reads the grid's parse rates only: the item records were not read ({e})")
+    cells = degenerate_cells(
+        grid, None if records is None else records.empty_outputs, None if records is None else records.option_bias
+    )
+    return leads_table(grid, readings.cell_bases(cells), None if records is None else records.content), why
+
+
+def _whole(row: dict, key: str) -> dict:
+    """A count that a column with missing values carried as a float, as an integer again."""
+    value = row.get(key)
+    return row | {key: int(value)} if isinstance(value, float) and math.isfinite(value) else row
 
 
 # -- writing --------------------------------------------------------------------------------------
