@@ -8,6 +8,9 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +24,7 @@ from .direction import direction
 from .exact import EXACT_RULE
 from .grid_io import read_table
 from .pipeline import Analysis
+from .readings import FORMAT, READABLE, READINGS_NOTE, UNINFORMATIVE, RestsOn, content_sentence, rests_on
 from .significance import CORRECTIONS, PAIR_NULL, TEST_NAME
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
 
@@ -204,6 +208,209 @@ def headline(a: Analysis) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+MAX_VERDICT_PAIRS = 10  # pairs per benchmark in the verdict; the rest are in rho_flip_detail.csv
+TWO_READINGS = (
+    "Two readings of a free-form comparison. The strict score (an unread reply counts as wrong) is the paper's "
+    "score: it decides every lead, rho_flip and ordering here. The content reading compares the two models only on "
+    "the items where both models' replies were read, paired by item (content_readings.csv): it is conditional on "
+    "being read by both, so it can differ from the strict score, which also counts every unread reply against its "
+    "model. A strict lead the content reading does not support is about answer format, not about which model is "
+    "safer."
+)
+
+VERDICT_COLUMNS = (
+    "benchmark",
+    "leader",
+    "other",
+    "leader_ahead",
+    "other_ahead",
+    "rho_flip",
+    "confirmed_wins_holm",
+    "rests_on",
+    "content_reading",
+)
+Win = tuple[str, RestsOn]  # a configuration and what a lead on it rests on
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """One pair on one benchmark as the verdict states it: slice full, the benchmark's better direction, the
+    model ahead on more configurations first, and what each of its claims over a configuration rests on."""
+
+    benchmark: str
+    model_a: str
+    model_b: str
+    lead: str
+    trail: str
+    won: int
+    lost: int
+    ties: int
+    n_configs: int
+    rho_flip: float  # rho_flip_better
+    leads: tuple[Win, ...]  # where `lead` is strictly ahead, largest lead first
+    reversals: tuple[Win, ...]  # where `trail` is strictly ahead, largest first
+    confirmed: dict[str, tuple[Win, ...]] | None  # per model, its wins that survive Holm; None without item tests
+
+
+def rests_lookup(a: Analysis) -> Callable[[str, str, str], RestsOn]:
+    """`a.rests_on`, with the content readings split by configuration once: the verdict asks it for every
+    configuration of every pair, and a lookup in the whole table per call is what made it slow."""
+    content = a.content_readings
+    by_config = (
+        {} if content is None or content.empty else {str(cid): g for cid, g in content.groupby("config_id", sort=False)}
+    )
+    bases = a.cell_bases
+
+    def lookup(config_id: str, lead: str, trail: str) -> RestsOn:
+        return rests_on(config_id, lead, trail, bases, by_config.get(config_id))
+
+    return lookup
+
+
+def _holm_wins(a: Analysis) -> dict[tuple[str, str, str], dict[str, list[str]]] | None:
+    """(benchmark, model_a, model_b) -> per model, the configurations of slice full whose win survives Holm in
+    the better direction (item_tests.csv's winner_holm_better: the same wins significant_flips.csv counts)."""
+    t = a.item_tests
+    if t is None or t.empty:
+        return None
+    t = t[t["slice"] == "full"]
+    out = {}
+    for (b, x, y), g in t.groupby(["benchmark", "model_a", "model_b"], sort=False):
+        winner = g["winner_holm_better"].astype(str)
+        out[(str(b), str(x), str(y))] = {str(m): [str(c) for c in g.loc[winner == str(m), "config_id"]] for m in (x, y)}
+    return out
+
+
+def _pair_verdict(rests: Callable[[str, str, str], RestsOn], r, better: pd.DataFrame, holm: dict | None) -> PairVerdict:
+    plus, minus = int(r.n_plus_better), int(r.n_minus_better)
+    lead, trail = (str(r.model_a), str(r.model_b)) if plus >= minus else (str(r.model_b), str(r.model_a))
+    gap = (better[lead] - better[trail]).sort_values(ascending=False, kind="stable")
+    wins = None if holm is None else holm.get((str(r.benchmark), str(r.model_a), str(r.model_b)))
+    return PairVerdict(
+        str(r.benchmark),
+        str(r.model_a),
+        str(r.model_b),
+        lead,
+        trail,
+        max(plus, minus),
+        min(plus, minus),
+        int(r.n_zero_better),
+        int(r.n_configs),
+        float(r.rho_flip_better),
+        tuple((c, rests(c, lead, trail)) for c, d in gap.items() if d > 0),
+        tuple((c, rests(c, trail, lead)) for c, d in gap[::-1].items() if d < 0),
+        None
+        if wins is None
+        else {m: tuple((c, rests(c, m, o)) for c in wins[m]) for m, o in ((lead, trail), (trail, lead))},
+    )
+
+
+def pair_verdicts(a: Analysis) -> list[PairVerdict]:
+    """Per benchmark, the pairs that reverse most first (up to MAX_VERDICT_PAIRS): the verdict's order."""
+    detail = a.rho_flip_detail[a.rho_flip_detail["slice"] == "full"]
+    holm, rests = _holm_wins(a), rests_lookup(a)
+    out = []
+    for b in a.grid.benchmarks:
+        rows = detail[detail["benchmark"] == b].sort_values(
+            ["rho_flip_better", "model_a", "model_b"], ascending=[False, True, True]
+        )
+        if rows.empty:
+            continue
+        better = direction(b).better_value(a.grid.matrix(b))
+        out += [_pair_verdict(rests, r, better, holm) for r in rows.head(MAX_VERDICT_PAIRS).itertuples()]
+    return out
+
+
+def basis_tally(wins: Sequence[Win], noun: str) -> str:
+    """What a set of claims rests on, counted: 'readable: 40 of 43 leads, format-driven: 3 of 43 leads'."""
+    counts = Counter(r.basis for _, r in wins)
+    n = len(wins)
+    return ", ".join(f"{b}: {counts[b]} of {n} {noun}" for b in (READABLE, FORMAT, UNINFORMATIVE) if counts[b])
+
+
+def _short(config_id: str) -> str:
+    return config_id.split("/", 1)[1]
+
+
+def _content_rows(a: Analysis) -> dict[tuple[str, str, str], object] | None:
+    """(config_id, model_a, model_b) -> its content_readings row; None without item records that say which
+    replies were read."""
+    c = a.content_readings
+    if c is None:
+        return None
+    return {(str(r.config_id), str(r.model_a), str(r.model_b)): r for r in c.itertuples()}
+
+
+def _content_cell(pv: PairVerdict, rows: dict | None) -> str:
+    """Where the content reading (the items both models' replies were read on) differs from the strict leads,
+    each side's largest such lead named with what it rests on and the readable alternative."""
+    if rows is None:
+        return "n/a (no item records that say which replies were read)"
+    key = tuple(sorted((pv.model_a, pv.model_b)))
+    parts, known_any = [], False
+    for who, leads in ((pv.lead, pv.leads), (pv.trail, pv.reversals)):
+        known = [(c, rests, rows[(c, *key)]) for c, rests in leads if (c, *key) in rows]
+        if not known:
+            continue
+        known_any = True
+        sign = 1 if who == key[0] else -1  # content_diff is model_a - model_b
+        against = [(c, s, r) for c, s, r in known if int(r.n_both) > 0 and sign * float(r.content_diff) <= 0]
+        unread = [c for c, _, r in known if int(r.n_both) == 0]
+        if against:
+            c, s, r = against[0]  # the largest strict lead the items both read do not support
+            parts.append(
+                f"not {who} on {len(against)} of its {len(known)} free-form leads "
+                f"({_short(c)}, {s.basis}: {content_sentence(r)})"
+            )
+        if unread:
+            parts.append(f"no item read by both on {len(unread)} of {who}'s {len(known)} free-form leads")
+    if parts:
+        return "; ".join(parts)
+    return "agrees on every free-form lead" if known_any else "n/a (no free-form lead)"
+
+
+def verdict_table(a: Analysis, verdicts: Sequence[PairVerdict] | None = None) -> pd.DataFrame:
+    """The compact verdict: one row per benchmark x pair in the verdict's order, who leads, how often it
+    reverses, what survives the item tests, and what the leads and the confirmed wins rest on."""
+    verdicts = pair_verdicts(a) if verdicts is None else verdicts
+    content = _content_rows(a)
+    rows = []
+    for pv in verdicts:
+        rests = [basis_tally(pv.leads, "leads") or "no strict lead"]
+        if pv.confirmed is None:
+            confirmed = "n/a (no item records)"
+        else:
+            confirmed = f"{pv.lead} {len(pv.confirmed[pv.lead])}, {pv.trail} {len(pv.confirmed[pv.trail])}"
+            wins = pv.confirmed[pv.lead] + pv.confirmed[pv.trail]
+            if wins:
+                rests.append(basis_tally(wins, "confirmed wins"))
+        rows.append(
+            {
+                "benchmark": pv.benchmark,
+                "leader": pv.lead,
+                "other": pv.trail,
+                "leader_ahead": f"{pv.won} of {pv.n_configs}",
+                "other_ahead": pv.lost,
+                "rho_flip": pv.rho_flip,
+                "confirmed_wins_holm": confirmed,
+                "rests_on": "; ".join(rests),
+                "content_reading": _content_cell(pv, content),
+            }
+        )
+    return pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
+
+
+VERDICT_HOW_TO_READ = (
+    "one row per benchmark and pair (the pairs the sentences below name, in their order), on slice `full` in the "
+    "benchmark's better direction: leader is ahead on more configurations than other (leader_ahead of all, other "
+    "on other_ahead), rho_flip the share on which the lead reverses, confirmed_wins_holm the configurations whose "
+    "win survives Holm over the pair's family, per model. "
+    + READINGS_NOTE
+    + "; rests_on counts the leader's leads and the confirmed wins by what they rest on. content_reading says "
+    "where the content reading names the other model (the readable alternative)."
+)
+
+
 def _significance_pairs(a: Analysis) -> list[dict]:
     """Per benchmark x pair on slice full: rho_flip beside its two references and the confirmatory count."""
     f = a.significant_flips
@@ -301,6 +508,11 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
         "degenerate_cells": a.degenerate_cells.to_dict(orient="records"),
         "degenerate_effects": a.degenerate_effects.to_dict(orient="records"),
         "headline": headline(a).to_dict(orient="records"),
+        "verdict": {
+            "readings": TWO_READINGS,
+            "how_to_read": VERDICT_HOW_TO_READ,
+            "pairs": verdict_table(a).to_dict(orient="records"),
+        },
         "detectable": {
             "sentences": detectable_sentences(a.detectable),
             "pairs": []
@@ -400,6 +612,20 @@ def _metric(name: str, value) -> str:
     return str(int(value)) if name.startswith("n_") else f"{value:.3f}"
 
 
+def _verdict_lines(verdict: dict | None) -> list[str]:
+    """The verdict table: who leads each pair, what survives the item tests, and what it rests on."""
+    if not verdict or not verdict.get("pairs"):
+        return []
+    columns = list(verdict["pairs"][0])
+    lines = ["", "## Verdict", "", verdict["readings"], "", f"How to read: {verdict['how_to_read']}", ""]
+    lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += [
+        "| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else md_escape(str(v)) for v in row.values()) + " |"
+        for row in verdict["pairs"]
+    ]
+    return lines
+
+
 def card_markdown(card: dict) -> str:
     g, env = card["grid"], card["envelope"]
     lines = [
@@ -485,6 +711,7 @@ def card_markdown(card: dict) -> str:
             f"{h['n_orderings']}/{h['n_possible']} | {h['rho_flip_max_better']:.3f} ({md_escape(h['pairs_better'])}) | "
             f"{h['n_orderings_better']}/{h['n_possible']} | {h['tau_r']:.3f} | {h['sdi_max']:.3f} |"
         )
+    lines += _verdict_lines(card.get("verdict"))
     lines += ["", "## What this grid can detect", ""]
     lines += (
         [f"- {x}" for x in card["detectable"]["sentences"]]

@@ -10,12 +10,13 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from safetyrepro.atomic import atomic_write, check_output_set, ensure_dir, staged_output
 from safetyrepro.errors import UserError
 
 from . import figures as fig
-from .card import grid_card, write_card
+from .card import VERDICT_COLUMNS, grid_card, write_card
 from .figures import FigureSet
 from .pipeline import Analysis, write_tables
 from .report import write_report
@@ -150,6 +151,9 @@ def write_all(
         if grid_text is not None:
             card["grid"]["path"] = str(out / "grid.csv")
         written += write_card(card, stage)
+        # the report's verdict table as a table of its own: who leads each pair, and what it rests on
+        verdict = pd.DataFrame(card["verdict"]["pairs"], columns=list(VERDICT_COLUMNS))
+        written.append(atomic_write(stage / "verdict_table.csv", verdict.to_csv(index=False), root=stage))
     return [out / p.relative_to(stage) for p in written]
 
 

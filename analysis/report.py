@@ -9,6 +9,8 @@ import base64
 import html
 import math
 import re
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +20,18 @@ from safetyrepro.atomic import atomic_write
 from safetyrepro.markdown import markdown_table as table
 from safetyrepro.markdown import md_prose
 
-from .card import headline, read_run_metadata
+from .card import (
+    MAX_VERDICT_PAIRS,
+    TWO_READINGS,
+    VERDICT_HOW_TO_READ,
+    PairVerdict,
+    Win,
+    headline,
+    pair_verdicts,
+    read_run_metadata,
+    rests_lookup,
+    verdict_table,
+)
 from .chance import ceiling, chance_rho_flip
 from .degenerate import CONSTANT_ANSWER_MIN, EMPTY_SHARE_MAX, MIN_PARSED_ANSWERS
 from .detectable import detectable_sentences
@@ -26,6 +39,7 @@ from .direction import direction, has_pass_fail, score_meaning
 from .dispersion import cfr_ceiling
 from .figures import FigureSet
 from .pipeline import Analysis
+from .readings import FORMAT, UNINFORMATIVE
 from .significance import TEST_NAME
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
 from .variance import FREE_FORM, RHO_MODEL_SHARE_MIN
@@ -659,73 +673,166 @@ def _significance_blocks(a: Analysis) -> list[Block]:
     return blocks
 
 
-MAX_VERDICT_PAIRS = 10  # pairs per benchmark in the verdict; the rest are in rho_flip.csv
-
-
 def _short(cid: str) -> str:
     return cid.split("/", 1)[1]
 
 
-def pair_sentence(r, cert: pd.DataFrame, sig: pd.DataFrame | None) -> str:
-    """One pair on one benchmark, winner first, in the benchmark's better direction: who leads where and
-    by how much (the scores compared), how often the lead reverses, and what the items confirm."""
-    better = direction(r.benchmark)
-    plus, minus, ties, n = int(r.n_plus_better), int(r.n_minus_better), int(r.n_zero_better), int(r.n_configs)
-    lead, trail, won, lost, ext = (
-        (r.model_a, r.model_b, plus, minus, "max") if plus >= minus else (r.model_b, r.model_a, minus, plus, "min")
+def _bases_words(wins: Sequence[Win]) -> str:
+    """'format-driven', 'uninformative' or both: what the claims that are not readable rest on."""
+    found = {r.basis for _, r in wins}
+    return " or ".join(b for b in (FORMAT, UNINFORMATIVE) if b in found)
+
+
+def _tally_note(wins: Sequence[Win]) -> str:
+    """', 3 of them format-driven and 1 uninformative' (', both format-driven' when all are): what a count of
+    leads rests on; '' when all are readable, or when there is one lead (its own clause says it)."""
+    counts = Counter(r.basis for _, r in wins)
+    bad = [(counts[b], b) for b in (FORMAT, UNINFORMATIVE) if counts[b]]
+    if not bad or len(wins) == 1:
+        return ""
+    if len(bad) == 1 and bad[0][0] == len(wins):
+        return f", {'both' if len(wins) == 2 else 'all'} {bad[0][1]}"
+    return f", {bad[0][0]} of them {bad[0][1]}" + "".join(f" and {k} {b}" for k, b in bad[1:])
+
+
+def _cell_words(r) -> str:
+    """A degenerate cell's reasons in a few words, for a sentence (degenerate_cells.csv and the table below
+    the verdict give them in full)."""
+    codes = set(str(r.reasons).split(";"))
+    words = [f"parse rate {r.parse_rate:.2f}"] if "parse_rate" in codes else []
+    if pd.notna(r.n_empty) and r.n_empty > 0:
+        words.append(
+            "every output empty"
+            if r.n_empty == r.n_outputs
+            else f"{int(r.n_empty)} of {int(r.n_outputs)} outputs empty"
+        )
+    if "constant_answer" in codes:
+        words.append(f"one label on {r.top_share:.0%} of its answers")
+    if "no_better_than_majority" in codes:
+        words.append(f"no better than the majority label ({r.agreement:.0%} vs {r.majority_share:.0%})")
+    return ", ".join(words)
+
+
+Clause = Callable[[str, str, str], str]
+
+
+def rests_clause(a: Analysis) -> Clause:
+    """(config_id, lead, trail) -> what that lead rests on, for the sentence that states it: readings.py's
+    clause (its basis, and the readable alternative the items both read give), each degenerate cell's
+    reasons in a few words; '' when readable."""
+    cells = a.degenerate_cells
+    words = (
+        {}
+        if cells is None or cells.empty
+        else {(str(r.model), str(r.config_id)): _cell_words(r) for r in cells.itertuples()}
     )
-    mine = cert[(cert["benchmark"] == r.benchmark) & (cert["model_a"] == r.model_a) & (cert["model_b"] == r.model_b)]
+
+    lookup = rests_lookup(a)
+
+    def clause(config_id: str, lead: str, trail: str) -> str:
+        rests = lookup(config_id, lead, trail)
+        if rests.readable:
+            return ""
+        why = rests.why
+        for m in (lead, trail):
+            cell, short = a.cell_bases.get((m, config_id)), words.get((m, config_id))
+            if cell is not None and cell.reason and short:
+                why = why.replace(f"{m} {cell.reason}", f"{m} {short}", 1)
+        return f" [{rests.basis}: {why}]"
+
+    return clause
+
+
+def _wins_note(wins: Sequence[Win], winner: str, other: str, clause: Clause) -> str:
+    """The confirmed wins that are not readable, each with what it rests on: 'both format-driven: T4/... [...]'."""
+    bad = [(c, r) for c, r in wins if not r.readable]
+    if not bad:
+        return ""
+    k, m = len(bad), len(wins)
+    share = (f"{k} of {m} " if k < m else "both " if m == 2 else f"all {m} " if m > 2 else "") + _bases_words(bad)
+    return f"{share}: " + ", ".join(f"{_short(c)}{clause(c, winner, other)}" for c, _ in bad)
+
+
+def _confirmed_clause(pv: PairVerdict, clause: Clause) -> str:
+    """What the item tests confirm (Holm), and what each confirmed win that is not readable rests on."""
+    if pv.confirmed is None:
+        return ""
+    mine, theirs = pv.confirmed[pv.lead], pv.confirmed[pv.trail]
+    if not (mine or theirs):
+        return "; no single configuration's win is confirmed item by item (Holm)"
+    if mine and theirs:
+        notes = [
+            f"{who}'s {note}"
+            for who, other, w in ((pv.lead, pv.trail, mine), (pv.trail, pv.lead, theirs))
+            if (note := _wins_note(w, who, other, clause))
+        ]
+        text = f"; item by item the reversal is confirmed ({len(mine)} and {len(theirs)} wins survive Holm" + "".join(
+            f"; {n}" for n in notes
+        )
+    else:
+        who, other, wins = (pv.lead, pv.trail, mine) if mine else (pv.trail, pv.lead, theirs)
+        note = _wins_note(wins, who, other, clause)
+        survive = f"{len(wins)} {'survives' if len(wins) == 1 else 'survive'} Holm"
+        text = f"; item by item only {who}'s wins are confirmed ({survive}" + (f", {note}" if note else "")
+    text += ")"
+    everything = mine + theirs
+    if all(not r.readable for _, r in everything):
+        if all(r.basis == FORMAT for _, r in everything):
+            text += "; so the confirmed verdict is about answer format, not about which model is safer"
+        else:
+            text += (
+                "; so the confirmed verdict rests on format-driven or uninformative cells, not on which model is safer"
+            )
+    return text
+
+
+def pair_sentence(a: Analysis, pv: PairVerdict, cert: pd.DataFrame, clause: Clause | None = None) -> str:
+    """One pair on one benchmark, winner first, in the benchmark's better direction: who leads where and
+    by how much (the scores compared), how often the lead reverses, and what the items confirm; every
+    configuration it names carries what the claim over it rests on (readings.py), in the same sentence."""
+    clause = rests_clause(a) if clause is None else clause
+    better = direction(pv.benchmark)
+    lead, trail = pv.lead, pv.trail
+    ext = "max" if lead == pv.model_a else "min"
+    mine = cert[(cert["benchmark"] == pv.benchmark) & (cert["model_a"] == pv.model_a) & (cert["model_b"] == pv.model_b)]
     rows = mine.set_index("extreme")
 
     def at(extreme: str) -> str:
-        """The two scores at that extreme, the model ahead there first."""
+        """The two scores at that extreme, the model ahead there first, and what that lead rests on."""
         c = rows.loc[extreme]
-        score = {r.model_a: c["score_a"], r.model_b: c["score_b"]}
+        score = {pv.model_a: c["score_a"], pv.model_b: c["score_b"]}
         first, second = (lead, trail) if extreme == ext else (trail, lead)
-        return f"{score[first]:.3f} vs {score[second]:.3f} on {_short(c['config_id'])}"
+        cid = str(c["config_id"])
+        return f"{score[first]:.3f} vs {score[second]:.3f} on {_short(cid)}{clause(cid, first, second)}"
 
     where = "" if better.monotone else f" ({better.comparative} is better)"
-    text = f"{r.benchmark}{where}: {lead} is ahead of {trail} on {won} of {n} configurations (largest lead {at(ext)})"
-    if lost:
+    text = (
+        f"{pv.benchmark}{where}: {lead} is ahead of {trail} on {pv.won} of {pv.n_configs} configurations"
+        f"{_tally_note(pv.leads)} (largest lead {at(ext)})"
+    )
+    if pv.lost:
         text += (
-            f", {trail} ahead on {lost} (largest {at('min' if ext == 'max' else 'max')}); the lead reverses on "
-            f"{r.rho_flip_better:.0%} of configurations (rho_flip {r.rho_flip_better:.3f})"
+            f", {trail} ahead on {pv.lost}{_tally_note(pv.reversals)} (largest {at('min' if ext == 'max' else 'max')});"
+            f" the lead reverses on {pv.rho_flip:.0%} of configurations (rho_flip {pv.rho_flip:.3f})"
         )
     else:
-        text += " and never behind" + (f" ({ties} tied)" if ties else "")
-    if sig is not None:
-        s = sig[(sig["benchmark"] == r.benchmark) & (sig["model_a"] == r.model_a) & (sig["model_b"] == r.model_b)]
-        if len(s):
-            s = s.iloc[0]
-            k_lead = int(s["n_plus_sig_better"] if lead == r.model_a else s["n_minus_sig_better"])
-            k_trail = int(s["n_minus_sig_better"] if lead == r.model_a else s["n_plus_sig_better"])
-            if k_lead and k_trail:
-                text += f"; item by item the reversal is confirmed ({k_lead} and {k_trail} wins survive Holm)"
-            elif k_lead or k_trail:
-                who = lead if k_lead else trail
-                text += f"; item by item only {who}'s wins are confirmed ({k_lead or k_trail} survive Holm)"
-            else:
-                text += "; no single configuration's win is confirmed item by item (Holm)"
-    return text + "."
+        text += " and never behind" + (f" ({pv.ties} tied)" if pv.ties else "")
+    return text + _confirmed_clause(pv, clause) + "."
 
 
-def verdict_sentences(a: Analysis) -> list[str]:
+def verdict_sentences(a: Analysis, verdicts: Sequence[PairVerdict] | None = None) -> list[str]:
     """Per benchmark: one sentence per pair (those that reverse most first), then what the grid could detect."""
+    verdicts = pair_verdicts(a) if verdicts is None else verdicts
     detail = _full(a.rho_flip_detail)
     cert = _full(a.certificate)
-    sig = None
-    if a.significant_flips is not None and not a.significant_flips.empty:
-        f = _full(a.significant_flips)
-        sig = f[f["correction"] == "holm"]
     detects = {s.split(":", 1)[0]: s for s in detectable_sentences(a.detectable)}
+    clause = rests_clause(a)
     out = []
     for benchmark in a.grid.benchmarks:
-        rows = detail[detail["benchmark"] == benchmark].sort_values(
-            ["rho_flip_better", "model_a", "model_b"], ascending=[False, True, True]
-        )
-        out += [pair_sentence(r, cert, sig) for r in rows.head(MAX_VERDICT_PAIRS).itertuples()]
-        if len(rows) > MAX_VERDICT_PAIRS:
-            out.append(f"{benchmark}: {len(rows) - MAX_VERDICT_PAIRS} more pairs are in rho_flip_detail.csv.")
+        out += [pair_sentence(a, pv, cert, clause) for pv in verdicts if pv.benchmark == benchmark]
+        n_pairs = int((detail["benchmark"] == benchmark).sum())
+        if n_pairs > MAX_VERDICT_PAIRS:
+            out.append(f"{benchmark}: {n_pairs - MAX_VERDICT_PAIRS} more pairs are in rho_flip_detail.csv.")
         if benchmark in detects:
             out.append("What it could detect, " + detects[benchmark])
     return out
@@ -741,7 +848,26 @@ def _verdict_blocks(a: Analysis, figures: FigureSet) -> list[Block]:
         if "wins_by_axes" in figures.paths
         else None
     )
-    return [Heading("Verdict"), Side(tuple(verdict_sentences(a)), figure)]
+    verdicts = pair_verdicts(a)
+    table = verdict_table(a, verdicts)
+    blocks: list[Block] = [Heading("Verdict"), Para(TWO_READINGS)]
+    if not table.empty:
+        blocks.append(Table(table, VERDICT_HOW_TO_READ))
+    return blocks + [Side(tuple(verdict_sentences(a, verdicts)), figure)]
+
+
+def _certificate_rows(a: Analysis) -> pd.DataFrame:
+    """The certificate on slice full, each row with what its lead (model_a's where diff > 0, model_b's where it
+    is negative) rests on."""
+    cert = _full(a.certificate)[
+        ["benchmark", "model_a", "model_b", "extreme", "config_id", "score_a", "score_b", "diff"]
+    ]
+    lookup = rests_lookup(a)
+    rests = [
+        lookup(str(r.config_id), *((r.model_b, r.model_a) if r.diff < 0 else (r.model_a, r.model_b))).cell()
+        for r in cert.itertuples()
+    ]
+    return cert.assign(rests_on=rests)
 
 
 def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) -> list[Block]:
@@ -986,16 +1112,15 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
 
     blocks += _significance_blocks(a)
 
-    cert = _full(a.certificate)[
-        ["benchmark", "model_a", "model_b", "extreme", "config_id", "score_a", "score_b", "diff"]
-    ]
+    cert = _certificate_rows(a)
     blocks += [
         Heading("Verdict certificate"),
         Table(
             cert,
             "for each pair, the configuration where model_a's score leads most (max) and the one where "
             "it trails most (min); if the two diffs have opposite signs, running just these two config_ids "
-            "reproduces the reversal. Every slice is in verdict_certificate.csv.",
+            "reproduces the reversal; rests_on says what the lead on that configuration stands on (readable, "
+            "format-driven, uninformative, as in the verdict table). Every slice is in verdict_certificate.csv.",
         ),
     ]
 
