@@ -346,10 +346,11 @@ def _content_cell(pv: PairVerdict, rows: dict | None) -> str:
     each side's largest such lead named with what it rests on and the readable alternative."""
     if rows is None:
         return "n/a (no item records that say which replies were read)"
-    key = tuple(sorted((pv.model_a, pv.model_b)))
+    first, second = sorted((pv.model_a, pv.model_b))
+    key = (first, second)
     parts, known_any = [], False
     for who, leads in ((pv.lead, pv.leads), (pv.trail, pv.reversals)):
-        known = [(c, rests, rows[(c, *key)]) for c, rests in leads if (c, *key) in rows]
+        known = [(c, rests, rows[(c, first, second)]) for c, rests in leads if (c, first, second) in rows]
         if not known:
             continue
         known_any = True

@@ -141,7 +141,7 @@ def content_index(content: pd.DataFrame | None) -> dict[tuple[str, str, str], pd
     if content is None or content.empty:
         return {}
     keys = ["config_id", "model_a", "model_b"]
-    return {tuple(map(str, k)): g for k, g in content.groupby(keys, sort=False)}
+    return {(str(k[0]), str(k[1]), str(k[2])): g for k, g in content.groupby(keys, sort=False)}
 
 
 def content_rows(content, config_id: str, a: str, b: str) -> pd.DataFrame | None:
