@@ -38,6 +38,8 @@ from .dispersion import compliance_flip, dispersion
 from .grid_io import Grid
 from .orderings import orderings_reached
 from .rank_flip import pair_columns, sign_counts
+from .readings import read_flags
+from .significance import _empty_outputs, _option_bias
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, slice_config_ids
 
 EMPTY_SHARE_MAX = 1 - PARSE_CLEAN_MIN  # more empty outputs than this makes a cell degenerate
@@ -217,3 +219,64 @@ def degenerate_effects(grid: Grid, rules: Rules, cells: pd.DataFrame, thetas: Se
                 )
             )
     return pd.DataFrame(rows, columns=list(EFFECT_COLUMNS))
+
+
+SCREEN_COLUMNS = (
+    "model",
+    "benchmark",
+    "config_id",
+    "parse_rate",
+    "n_empty",
+    "n_outputs",
+    "n_parsed",
+    "top_share",
+    "agreement",
+    "majority_share",
+    "reasons",
+    "reason",
+)
+
+
+def screen_records(frame: pd.DataFrame, parse_rates: Mapping[tuple[str, str], float] | None = None) -> pd.DataFrame:
+    """The same screen as degenerate_cells (`_flags`, `_words`, the same thresholds) on item records alone, no
+    Grid: one row per degenerate (model, config_id) of `frame` (items.parquet's format), SCREEN_COLUMNS. A cell's
+    parse rate is the share of its item x seed records that were read (readings.read_flags), so it is the rate on
+    exactly the items the records hold (certify: the items a claim used); where the records cannot tell a read
+    reply, `parse_rates` ((model, config_id) -> rate, e.g. the grid's) stands in, else the rate is unknown (NaN:
+    never flagged for it). Empty outputs need `raw_output`, answers `prediction` and `gold`, as for the grid."""
+    if frame.empty:
+        return pd.DataFrame([], columns=list(SCREEN_COLUMNS))
+    frame = frame.assign(model=frame["model"].astype(str), config_id=frame["config_id"].astype(str))
+    key = ["model", "config_id"]
+    read = read_flags(frame)
+    if read is not None:
+        cells = frame.assign(read=read).groupby(key)["read"].mean().rename("parse_rate").reset_index()
+    else:
+        cells = frame[key].drop_duplicates().reset_index(drop=True)
+        known = parse_rates or {}
+        cells["parse_rate"] = [float(known.get((m, c), np.nan)) for m, c in zip(cells["model"], cells["config_id"])]
+    cells["benchmark"] = cells["config_id"].str.split("/").str[0]
+    empty, bias = _empty_outputs(frame), _option_bias(frame)
+    cells = (
+        cells.merge(empty, on=key, how="left") if empty is not None else cells.assign(n_empty=np.nan, n_outputs=np.nan)
+    )
+    cells = cells.merge(bias, on=key, how="left") if bias is not None else cells.assign(**_ANSWER_COLUMNS)
+    flags = _flags(cells)
+    rows = [
+        {
+            "model": r.model,
+            "benchmark": r.benchmark,
+            "config_id": r.config_id,
+            "parse_rate": float(r.parse_rate),
+            "n_empty": r.n_empty,
+            "n_outputs": r.n_outputs,
+            "n_parsed": r.n_predictions,
+            "top_share": r.top_share,
+            "agreement": r.agreement,
+            "majority_share": r.majority_share,
+            "reasons": ";".join(c for c in REASON_CODES if flags.loc[r.Index, c]),
+            "reason": _words(r, flags.loc[r.Index]),
+        }
+        for r in cells[flags.any(axis=1)].itertuples()
+    ]
+    return pd.DataFrame(rows, columns=list(SCREEN_COLUMNS))

@@ -6,7 +6,10 @@ leads, and the role-framed template with three examples scored by log-probabilit
 3-shot), where SmolLM2 does. It starts from the records the studies published (docs/study: the first 24
 items of every configuration; docs/study/certified: what the certified study evaluated), evaluates live
 only what they lack, in paired rounds, and stops as soon as the verdict is known; then it says the
-verdict in one sentence, what it cost against the full grid, and where the certified study is.
+verdict in one sentence, what each configuration it names rests on (each model's parse rate on the items
+used, and who is ahead on the items both models' replies were read on: a win over unread replies is
+format-driven, about answer format, not which model is safer), what it cost against the full grid, and
+where the certified study is.
 """
 
 from __future__ import annotations
@@ -17,10 +20,17 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safetyrepro.sweep.cli import add_sweep_arguments
 from safetyrepro.sweep.options import Profile, SweepOptions
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from safetyrepro.analysis.readings import RestsOn
 
 DEMO_MODELS = ("qwen2.5-coder-0.5b", "smollm2")
 DEMO_CONFIGS = ("bbq/T4/greedy/0shot/free_form", "bbq/T2/greedy/3shot/logprob")
@@ -35,7 +45,8 @@ DESCRIPTION = (
     f"does the answer depend on the prompt? Certifies the pair live on {' and '.join(DEMO_CONFIGS)} over BBQ's "
     "300-item subset, starting from the studies' published records (docs/study, docs/study/certified) and "
     "evaluating paired items only where the verdict is still open (docs/certify.md), then says the verdict in one "
-    f"sentence and what it cost against the full grid. At most {DEMO_BUDGET} of evaluation (docs/measured.md). "
+    "sentence, the parse rates of the cells it rests on (a win over unread replies is format-driven), and what it "
+    f"cost against the full grid. At most {DEMO_BUDGET} of evaluation (docs/measured.md). "
     "The sweep's flags below change the question (other models, benchmarks or configurations)."
 )
 AXIS_OPTIONS = ("benchmarks", "templates", "decodings", "shots", "scoring", "configs")
@@ -96,10 +107,159 @@ def quiet_openmp_waits() -> bool:
     return True
 
 
-def closing_lines(result, full_hours: float | None, live: int | None = None, subset=None) -> list[str]:
+ABOUT_MODELS, ON_ITEMS = "about the models", "on these items"  # the two readings a win can be certified in
+# what a claim over a configuration rests on, in the words the demo's answer says it with
+BASIS_WORDS = {
+    "format-driven": "is format-driven (about answer format, not which model is safer)",
+    "uninformative": "is uninformative (about an answer habit, not which model is safer)",
+    "readable": "rests on readable replies",
+}
+
+
+@dataclass(frozen=True)
+class CellReading:
+    """One configuration the demo's answer names: who leads there, in which reading, and what it rests on,
+    read from the records of the items the claim used."""
+
+    config_id: str
+    lead: str
+    trail: str
+    where: str  # "about the models", "on these items only", or both
+    n_items: int  # the items the claim used
+    parse: tuple[tuple[str, float], ...]  # (model, parse rate on those items), the leader first
+    habits: tuple[str, ...]  # an uninformative cell's words
+    content: str  # who is ahead on the items both models' replies were read on ("" where not free-form)
+    rests: RestsOn
+
+    def sentence(self) -> str:
+        from safetyrepro.analysis.slices import PARSE_CLEAN_MIN
+
+        text = (
+            f"{self.config_id}: {self.lead} ahead of {self.trail} ({self.where}) {BASIS_WORDS[self.rests.basis]}: "
+            f"parse rates {self.rates()} on the {self.n_items} items used"
+        )
+        if any(r < PARSE_CLEAN_MIN for _, r in self.parse):
+            text += f" (below {PARSE_CLEAN_MIN} an unread reply counts as wrong, whatever it says)"
+        return text + "".join(f"; {h}" for h in (*self.habits, self.content) if h) + "."
+
+    def rates(self) -> str:
+        return ", ".join(f"{m} {r:.2f}" if r == r else f"{m} unknown (no records)" for m, r in self.parse)
+
+    def tag(self) -> str:
+        """The short form for a sentence that names the configuration: '' when readable."""
+        return "" if self.rests.readable else f" ({self.rests.basis}: parse rates {self.rates()})"
+
+
+def items_used(result, claim) -> list[str] | None:
+    """The items a claim's bounds read: the first `items_used` of its configuration's order (the prefix
+    both models were drawn on); None when the result does not say which items were drawn."""
+    order = result.evaluated.get((claim.benchmark, claim.config_id, claim.model_a))
+    if order is None:
+        return None
+    return [str(i) for i in order[: claim.items_used]]
+
+
+def cell_reading(claim, where: str, used: list[str] | None, items: pd.DataFrame) -> CellReading:
+    """What one won configuration rests on, from the records of the items it used: each model's parse rate
+    (analysis/readings.read_flags), analyze's degenerate screen on those records (degenerate.screen_records),
+    and the content reading (readings.content_table)."""
+    from safetyrepro.analysis.degenerate import screen_records
+    from safetyrepro.analysis.readings import (
+        UNINFORMATIVE,
+        cell_bases,
+        content_sentence,
+        content_table,
+        read_flags,
+        rests_on,
+    )
+
+    lead, trail = (claim.model_a, claim.model_b) if claim.claim == "a_better" else (claim.model_b, claim.model_a)
+    mine = items[(items["config_id"].astype(str) == claim.config_id) & items["model"].astype(str).isin([lead, trail])]
+    if used is not None:
+        mine = mine[mine["item_id"].astype(str).isin(used)]
+    read = read_flags(mine)
+    models = mine["model"].astype(str)
+    parse = tuple(
+        (m, float(read[models == m].mean()) if read is not None and (models == m).any() else float("nan"))
+        for m in (lead, trail)
+    )
+    bases = cell_bases(screen_records(mine))
+    # an uninformative cell says why in the screen's words; a format-driven one by its parse rate, said already
+    habits = tuple(
+        f"{m}: {bases[(m, claim.config_id)].reason}"
+        for m in (lead, trail)
+        if (m, claim.config_id) in bases and bases[(m, claim.config_id)].basis == UNINFORMATIVE
+    )
+    content = content_table(mine, [tuple(sorted((lead, trail)))]) if read is not None else None
+    rests = rests_on(claim.config_id, lead, trail, bases, content)
+    words = ""
+    row = None if content is None or content.empty else content.iloc[0]
+    if row is not None:
+        words = f"content reading: {content_sentence(row)}"
+        both = int(row.n_both) > 0
+        ahead = float(row.content_diff) * (1 if lead == str(row.model_a) else -1) if both else 0.0
+        words = f"{words}, not {lead}" if both and ahead <= 0 else words
+    n = len(used) if used is not None else int(mine["item_id"].nunique())
+    return CellReading(claim.config_id, lead, trail, where, n, parse, habits, words, rests)
+
+
+def named_readings(result, subset, items: pd.DataFrame) -> list[CellReading]:
+    """Every configuration the demo's answer names (a win in either reading: the deciding configurations
+    of an open pair or a flip), with what it rests on; the items used are the population claim's where
+    it decided, else the subset's."""
+    readings = [(result, ABOUT_MODELS)] + ([(subset, ON_ITEMS)] if subset is not None else [])
+    won: dict[tuple, list] = {}
+    for res, words in readings:
+        for c in res.claims:
+            if c.claim in ("a_better", "b_better"):
+                won.setdefault((c.benchmark, c.model_a, c.model_b, c.config_id), []).append((res, c, words))
+    out = []
+    for held in won.values():
+        res, claim, _ = held[0]
+        names = [w for _, _, w in held]
+        where = " and ".join(names) if len(names) > 1 else f"{ON_ITEMS} only" if names == [ON_ITEMS] else names[0]
+        out.append(cell_reading(claim, where, items_used(res, claim), items))
+    return out
+
+
+def rests_line(pair, readings: list[CellReading]) -> str:
+    """A pair whose wins about the models all rest on unread or uninformative cells: what its answer is about."""
+    mine = [
+        r
+        for r in readings
+        if r.where.startswith(ABOUT_MODELS)
+        and r.config_id.split("/", 1)[0] == pair.benchmark
+        and {r.lead, r.trail} == {pair.model_a, pair.model_b}
+    ]
+    if not mine or any(r.rests.readable for r in mine):
+        return ""
+    bases = sorted({r.rests.basis for r in mine})
+    about = (
+        "which model answers in the form the template asks for"
+        if bases == ["format-driven"]
+        else "how the models answer (the form the template asks for, or one answer habit)"
+    )
+    return (
+        f"{pair.benchmark}: every win about the models here is {' or '.join(bases)}, so this answer says {about}, "
+        f"not whether {pair.model_a} or {pair.model_b} is safer."
+    )
+
+
+def _tag(readings: list[CellReading], pair, config_id: str) -> str:
+    for r in readings:
+        if r.config_id == config_id and {r.lead, r.trail} == {pair.model_a, pair.model_b}:
+            return r.tag()
+    return ""
+
+
+def closing_lines(
+    result, full_hours: float | None, live: int | None = None, subset=None, items: pd.DataFrame | None = None
+) -> list[str]:
     """The demo's last words: per pair the verdict in one sentence on its target, beside it the same
-    items read for this sample only (`subset`, a `--target subset` reading of the same records), what it
-    cost against the full grid (`live`: model evaluations run here, the rest came from published records),
+    items read for this sample only (`subset`, a `--target subset` reading of the same records), what
+    each configuration they name rests on (`items`: the run's items.parquet; each model's parse rate on
+    the items used, and who is ahead on the items both models' replies were read on), what it cost
+    against the full grid (`live`: model evaluations run here, the rest came from published records),
     and where the full study is."""
     from safetyrepro.certify.outputs import TARGET_WORDS, verdict_sentence
 
@@ -113,12 +273,17 @@ def closing_lines(result, full_hours: float | None, live: int | None = None, sub
             f"{verdict_sentence(p, subset.claims, subset.options.delta, 'subset')}"
             for p in subset.pairs
         ]
+    readings = named_readings(result, subset, items) if items is not None else []
+    if subset is not None:
         for p, q in zip(result.pairs, subset.pairs, strict=True):
             if q.verdict == "flip" and p.verdict != "flip":
+                held = [f"{cid}{_tag(readings, p, cid)}" for cid in p.deciding]
                 lines.append(
                     f"{p.benchmark}: on these items the lead flips, as the paper's metric sees it; beyond item "
-                    f"noise only {', '.join(p.deciding) or 'nothing'} holds, so the flip is partly this sample's."
+                    f"noise only {', '.join(held) or 'nothing'} holds, so the flip is partly this sample's."
                 )
+    lines += [r.sentence() for r in readings]
+    lines += [line for p in result.pairs if (line := rests_line(p, readings))]
     share = result.paired_evaluations / max(result.full_paired_evaluations, 1)
     cost = (
         f"It used {result.paired_evaluations:,} of the full grid's {result.full_paired_evaluations:,} paired "
@@ -145,6 +310,8 @@ def closing_lines(result, full_hours: float | None, live: int | None = None, sub
 
 def run(args: argparse.Namespace) -> int:
     quiet_openmp_waits()
+    import pandas as pd
+
     from safetyrepro.certify.algorithm import CertifyOptions
     from safetyrepro.certify.cli import parse_budget
     from safetyrepro.certify.live import LIVE_ROUND_SECONDS, run_live
@@ -191,7 +358,10 @@ def run(args: argparse.Namespace) -> int:
     full = cost.get("measured_seconds_full_grid")
     print()
     hours = None if full is None else full / 3600
-    for line in closing_lines(result, hours, cost.get("model_evaluations_live"), subset):
+    # the records of the items the claims used: what each configuration the answer names rests on
+    records_file = Path(args.out) / "items.parquet"
+    items = pd.read_parquet(records_file) if records_file.is_file() else None
+    for line in closing_lines(result, hours, cost.get("model_evaluations_live"), subset, items):
         print(line)
     print(
         f"\ndemo finished in {time.time() - t0:.0f} s. Report: {Path(args.out) / 'report.md'}; claims: "

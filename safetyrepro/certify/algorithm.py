@@ -89,7 +89,15 @@ from safetyrepro.analysis.confidence_sequence import IidBettingCS
 from safetyrepro.analysis.rank_flip import model_pairs
 
 from .control import CONTROLS, Control, SubsetControl, pairings
-from .evidence import TARGETS, PairedEvidence, claims_from_rejections, closeness, population_candidates
+from .evidence import (
+    READINGS,
+    TARGETS,
+    PairedEvidence,
+    both_read,
+    claims_from_rejections,
+    closeness,
+    population_candidates,
+)
 from .oracle import Oracle, Scores, as_oracle
 
 CLAIMS = ("a_better", "b_better", "within_delta", "undecided")
@@ -134,6 +142,7 @@ class CertifyOptions:
     held_only: bool = False  # read only what costs nothing (earlier records): re-read a run, evaluate nothing
     familywise: str = "closed"  # population: "closed" (the closed test) or "bonferroni" (for comparison)
     control: str = "none"  # "auto" (cheap twins help costly configurations: control.py) or "none"
+    reading: str = "strict"  # "strict" (an unread reply counts as wrong) or "content" (evidence.READINGS)
 
 
 @dataclass
@@ -156,6 +165,7 @@ class _Bench:
     verdict: dict[tuple[str, str], str] = field(default_factory=dict)
     drawn: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, config) -> items evaluated
     control: Control | SubsetControl | None = None  # --control auto: the costly configurations' control-variate paths
+    content: bool = False  # --reading content: an item either model's reply was unread on counts 0 (evidence.py)
 
     def t(self, st: _Stream) -> int:
         return int(self.evidence[st.config_id].t[st.slot])
@@ -288,6 +298,7 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
             )
         ]
         bench = _Bench(p, orders, evidence, streams, pairs, {pair: "undecided" for pair in pairs})
+        bench.content = options.reading == "content"
         twins = pairings(p.benchmark, p.config_ids, p.excluded) if options.control == "auto" else {}
         if twins and not options.held_only:  # issue 45
             bench.control = (
@@ -574,6 +585,10 @@ def certify(
         raise ValueError(f"target {options.target!r}: one of {', '.join(TARGETS)}")
     if options.control not in CONTROLS:
         raise ValueError(f"control {options.control!r}: one of {', '.join(CONTROLS)}")
+    if options.reading not in READINGS:
+        raise ValueError(f"reading {options.reading!r}: one of {', '.join(READINGS)}")
+    if options.reading == "content" and options.control == "auto":
+        raise ValueError("the content reading certifies every configuration on its own items: no control variate")
     benches, alpha_each = _setup(problems, options)
     cache: dict[tuple[str, str, str], dict[str, float]] = {}
     run = _RunState(saved=time.monotonic())
@@ -788,6 +803,8 @@ def _advance(b: _Bench, plan: dict[int, int], cache: dict) -> None:
                 np.array([cache[(b.problem.benchmark, cid, st.pair[side])][order[int(ev.t[st.slot])]] for st in now])
                 for side in (0, 1)
             )
+            if b.content:
+                a, m = both_read(a, m)
             staged = ev.stage(np.array([st.slot for st in now]), a, m)
             if staged is not None:
                 rows.append(staged[0])

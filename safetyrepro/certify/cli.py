@@ -13,6 +13,8 @@ from safetyrepro.errors import UserError
 from safetyrepro.sweep.cli import add_sweep_arguments
 from safetyrepro.sweep.options import Profile, SweepOptions, flag
 
+# certificate.csv's text columns as written (a label like "007" stays one)
+LABELS = {c: str for c in ("target", "benchmark", "model_a", "model_b", "verdict", "rests_on", "rests_on_why")}
 BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 
 
@@ -58,6 +60,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="what a claim is about: population (default: the two models on the benchmark's items as draws from "
         "the benchmark and seeds as draws from the decoder; what another draw of items would confirm) or subset "
         "(the fixed subset's realised difference, which the full grid and rho_flip report)",
+    )
+    p.add_argument(
+        "--reading",
+        choices=("strict", "content"),
+        default="strict",
+        help="what a free-form claim compares: strict (default: an unread reply counts as wrong, the grid's score) "
+        "or content (who is better on the items both models' replies were read: each item either reply is unread "
+        "on counts 0, so the estimate is that difference scaled by the share both read; replay only)",
     )
     p.add_argument(
         "--selection",
@@ -178,6 +188,7 @@ def options_from(args: argparse.Namespace):
         held_only=args.held_only,
         familywise=args.familywise,
         control=args.control,
+        reading=args.reading,
     )
 
 
@@ -198,7 +209,14 @@ def run(args: argparse.Namespace) -> int:
             "configuration is certified on its own items",
             file=sys.stderr,
         )
+    if args.reading == "content" and args.control == "auto":
+        raise UserError("--reading content certifies every configuration on its own items: leave out --control auto")
     if live:
+        if args.reading == "content":
+            raise UserError(
+                "--reading content reads a finished run's records (--replay ITEMS --grid GRID); a live run certifies "
+                "the strict reading"
+            )
         if args.grid:
             raise UserError("--grid goes with --replay; a live run plans its configurations from the sweep's flags")
         from .live import run_live
@@ -216,12 +234,14 @@ def run(args: argparse.Namespace) -> int:
                 "from --grid"
             )
         result, paths = _replay(args, options, say)
-    from .outputs import certificate_table
+    import pandas as pd
 
-    for r in certificate_table(result).itertuples():
+    # the verdicts as certificate.csv says them, with what each rests on (read from the records the run used)
+    for r in pd.read_csv(args.out / "certificate.csv", keep_default_na=False, dtype=LABELS).itertuples():
+        rests = f"; rests on: {r.rests_on}" if r.rests_on else ""
         print(
             f"{r.benchmark:<12} {r.model_a} vs {r.model_b}: {r.verdict} ({r.n_evaluations:,} of {r.n_full:,} paired "
-            f"evaluations)"
+            f"evaluations{rests})"
         )
     print(
         f"wrote {len(paths)} files to {args.out} ({result.paired_evaluations:,} of {result.full_paired_evaluations:,} "
@@ -265,7 +285,7 @@ def _replay(args: argparse.Namespace, options, say):
     check_out(args.out, inputs=(Path(args.replay), Path(args.grid)))  # before anything is read or written
     rules = load_rules(args.rules)
     grid = load_grid(args.grid, rules, precision=args.precision, package=args.package)
-    replay = load_replay(args.replay, grid)
+    replay = load_replay(args.replay, grid, args.reading)
     for w in (*grid.warnings, *replay.warnings):
         print(f"warning: {w}", file=sys.stderr)
     lock = Store(Path(args.out))
@@ -278,6 +298,10 @@ def _replay(args: argparse.Namespace, options, say):
             used_records(replay, result.evaluated),
             f"replay of {args.replay}",
             benchmark_seconds(Path(args.grid), grid),
+            parse_rates={
+                (str(m), str(c)): float(r)
+                for m, c, r in grid.cells[["model", "config_id", "parse_rate"]].itertuples(index=False)
+            },
         )
     finally:
         lock.unlock()

@@ -26,6 +26,12 @@ from safetyrepro.analysis.confidence_sequence import IidBettingCS, WorBettingCS
 from safetyrepro.analysis.direction import direction
 
 TARGETS = ("population", "subset")
+# strict: an unread reply counts as wrong (the grid's score). content: on a free-form configuration the oracle
+# answers NaN for an item whose reply no seed read (else the mean over the read seeds), and the paired
+# difference is d_i 1{both read}: its mean is P(both read) x E[d | both read], so it has the sign of who is
+# better on the items both models' replies were read, and the same sequences certify that sign unchanged.
+# Items either reply is unread on are still draws (they count 0), so the population target stays valid.
+READINGS = ("strict", "content")
 SHARE_CELLS = 200  # CrowS-Pairs: candidate shares every 0.005
 
 
@@ -37,6 +43,13 @@ class Reading:
     upper: np.ndarray
     estimate: np.ndarray  # theta on the items used
     exact: np.ndarray  # subset target, every item in: theta is known
+
+
+def both_read(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The content reading's paired scores: each item as it is where both models' replies were read (neither
+    score NaN), both 0 where either was not, so the difference is d_i 1{both read}."""
+    both = ~(np.isnan(a) | np.isnan(b))
+    return np.where(both, a, 0.0), np.where(both, b, 0.0)
 
 
 def population_candidates(delta: float) -> tuple[float, ...]:

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from safetyrepro.analysis import readings
 from safetyrepro.atomic import atomic_write, check_output_set, read_marker, staged_output
 from safetyrepro.errors import UserError
 from safetyrepro.markdown import markdown_table, md_escape
 from safetyrepro.tasks.templates import TEMPLATE_KINDS
 
 from .algorithm import CertifyResult, ClaimRow, PairRow
+from .rests_on import FORMAT_ONLY, Basis, claim_bases, pair_basis
 
 CERTIFICATE_COLUMNS = (
     "target",
@@ -27,6 +29,9 @@ CERTIFICATE_COLUMNS = (
     "n_full",
     "deciding_configs",
     "n_open",
+    "reading",
+    "rests_on",
+    "rests_on_why",
 )
 CLAIM_COLUMNS = (
     "target",
@@ -40,23 +45,47 @@ CLAIM_COLUMNS = (
     "estimate",
     "items_used",
     "n_full",
+    "reading",
+    "rests_on",
+    "rests_on_why",
 )
 
 
-def certificate_table(result: CertifyResult) -> pd.DataFrame:
-    rows = [
-        {
-            **{k: v for k, v in asdict(p).items() if k != "deciding"},
-            "deciding_configs": ";".join(p.deciding),
-            "target": result.options.target,
-        }
-        for p in result.pairs
-    ]
+def _bases(result: CertifyResult, bases: list[Basis] | None) -> list[Basis]:
+    """Each claim's basis (rests_on.claim_bases, from the records the run used); without them every claim's is
+    unknown."""
+    return bases if bases is not None else claim_bases(result.claims, result.evaluated, None)
+
+
+def certificate_table(result: CertifyResult, bases: list[Basis] | None = None) -> pd.DataFrame:
+    bases = _bases(result, bases)
+    rows = []
+    for p in result.pairs:
+        rests = pair_basis(p, result.claims, bases)
+        rows.append(
+            {
+                **{k: v for k, v in asdict(p).items() if k != "deciding"},
+                "deciding_configs": ";".join(p.deciding),
+                "target": result.options.target,
+                "reading": result.options.reading,
+                "rests_on": rests.basis,
+                "rests_on_why": rests.why,
+            }
+        )
     return pd.DataFrame(rows, columns=list(CERTIFICATE_COLUMNS))
 
 
-def claims_table(result: CertifyResult) -> pd.DataFrame:
-    rows = [{**asdict(c), "target": result.options.target} for c in result.claims]
+def claims_table(result: CertifyResult, bases: list[Basis] | None = None) -> pd.DataFrame:
+    rows = [
+        {
+            **asdict(c),
+            "target": result.options.target,
+            "reading": result.options.reading,
+            "rests_on": b.basis,
+            "rests_on_why": b.why,
+        }
+        for c, b in zip(result.claims, _bases(result, bases), strict=True)
+    ]
     return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
 
 
@@ -81,7 +110,38 @@ def target_sentence(result: CertifyResult) -> str:
     return (
         f"Target: {o.target}. The claims are {TARGET_WORDS[o.target]}. They hold together with probability at least "
         f"{1 - o.alpha:.2f} ({control}), whatever the order of evaluation and wherever the run stopped."
+        + (f" {CONTENT_WORDS}" if o.reading == "content" else "")
     )
+
+
+CONTENT_WORDS = (
+    "Reading: content. On a free-form configuration theta is the paired difference on the items where both "
+    "models' replies were read, each other item counting 0: the difference on the items both read scaled by "
+    "the share of items both read. Its sign, what a claim certifies, is who is better on the items both read; "
+    "its size (estimate, bounds) is smaller by that share. Log-probability configurations are read as under "
+    "the strict reading, where an unread reply counts as wrong."
+)
+PAIR_WORDS = (
+    "A verdict rests on its deciding claims: readable when they are, or when its readable claims alone give the "
+    f"same verdict; when every one of them is format-driven it says it is {FORMAT_ONLY}."
+)
+UNKNOWN_WORDS = (
+    "unknown (a free-form claim whose records carry no parsed or prediction column, so its parse rates are not known)"
+)
+
+
+def rests_sentence(rests: Basis) -> str:
+    """What a pair verdict rests on, as a sentence after it ('' when nothing is decided); escaped."""
+    if not rests.basis:
+        return ""
+    why = md_escape(rests.why)
+    if rests.readable:
+        return f" It rests on readable replies: {why}."
+    if rests.why.startswith("decided by"):  # every deciding claim of one basis (rests_on.pair_basis)
+        return f" It is {why}."
+    if rests.why.startswith("its wins so far"):
+        return f" I{why[1:]}."
+    return f" It rests on {rests.basis} claims: {why}."
 
 
 WHY_DIFFERENT = (
@@ -104,6 +164,7 @@ def cost(result: CertifyResult, seconds_per_evaluation: dict[str, float] | None 
         "seconds_evaluating": round(result.seconds, 3),
         "stopped_by": result.stopped_by,
         "target": result.options.target,
+        "reading": result.options.reading,
         "family_size": result.family_size,
         "control": result.options.control,
         "control_did": result.control,
@@ -230,10 +291,15 @@ def hours_to_close(
     return seconds / 3600
 
 
-def report_markdown(result: CertifyResult, source: str, extra_cost: dict | None = None) -> str:
+def report_markdown(
+    result: CertifyResult, source: str, extra_cost: dict | None = None, bases: list[Basis] | None = None
+) -> str:
+    bases = _bases(result, bases)
     lines = ["# Certified verdicts", ""]
     lines += [
-        f"- {verdict_sentence(p, result.claims, result.options.delta, result.options.target)}" for p in result.pairs
+        f"- {verdict_sentence(p, result.claims, result.options.delta, result.options.target)}"
+        f"{rests_sentence(pair_basis(p, result.claims, bases))}"
+        for p in result.pairs
     ]
     lines += [
         "",
@@ -257,11 +323,14 @@ def report_markdown(result: CertifyResult, source: str, extra_cost: dict | None 
         f"to 0.5) on the {result.options.target} target:",
         "",
     ]
-    claims = claims_table(result)
-    decided = claims[claims["claim"] != "undecided"]
+    claims = claims_table(result, bases)
+    # rests_on in each row, with why where it is not readable (claims.csv keeps the two apart)
+    claims["rests_on"] = [b.cell() for b in bases]
+    decided = claims[claims["claim"] != "undecided"].drop(columns=["rests_on_why"])
     if not decided.empty:
         shown = decided.round({"lower": 3, "upper": 3, "estimate": 3})
         lines.append(markdown_table(list(shown.columns), shown.astype(str).to_numpy().tolist()))
+        lines += ["", f"{readings.READINGS_NOTE}; {UNKNOWN_WORDS}. {PAIR_WORDS}"]
     open_ = claims[claims["claim"] == "undecided"]
     lines += ["", "## What stayed open", ""]
     if open_.empty:
@@ -317,18 +386,21 @@ def write_outputs(
     source: str,
     seconds_per_evaluation: dict[str, float] | None = None,
     extra_cost: dict | None = None,
+    parse_rates: dict[tuple[str, str], float] | None = None,
 ) -> list[Path]:
     """The run's files, built whole beside `out` and swapped in at once (staged_output): `out` holds the
     earlier set or this one, never a mix. `extra_cost` adds to (or replaces) cost.json's fields (a live
-    run's measured timing)."""
+    run's measured timing). What each claim rests on is read from `records` (the items it used);
+    `parse_rates`, (model, config_id) -> the grid's, stand in where the records carry no read flags."""
     paths = []
     costs = {**cost(result, seconds_per_evaluation), **(extra_cost or {})}
+    bases = claim_bases(result.claims, result.evaluated, records, result.options.reading, parse_rates)
     with staged_output(out, COMMAND, legacy=legacy_certify, carry=carried) as stage:
         for name, text in (
-            ("certificate.csv", certificate_table(result).to_csv(index=False)),
-            ("claims.csv", claims_table(result).to_csv(index=False)),
+            ("certificate.csv", certificate_table(result, bases).to_csv(index=False)),
+            ("claims.csv", claims_table(result, bases).to_csv(index=False)),
             ("cost.json", json.dumps(costs, indent=2) + "\n"),
-            ("report.md", report_markdown(result, source, costs)),
+            ("report.md", report_markdown(result, source, costs, bases)),
         ):
             atomic_write(stage / name, text, root=stage)
             paths.append(out / name)

@@ -15,10 +15,12 @@ from safetyrepro.analysis.cell_timing import seconds_per_item
 from safetyrepro.analysis.exact import lattice_of
 from safetyrepro.analysis.grid_io import Grid, read_table
 from safetyrepro.analysis.item_validation import checked_records
+from safetyrepro.analysis.readings import read_flags
 from safetyrepro.analysis.significance import ITEM_COLUMNS
 from safetyrepro.errors import UserError
 
 from .algorithm import BenchmarkProblem
+from .evidence import both_read
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,10 @@ class Replay:
         return np.array([mine[i] for i in item_ids], dtype=float)
 
 
-def load_replay(items_path: str | Path, grid: Grid) -> Replay:
+def load_replay(items_path: str | Path, grid: Grid, reading: str = "strict") -> Replay:
+    """The records as an oracle. `reading` "content": a free-form item's score is its mean over the seeds whose
+    reply was read, NaN where none was (evidence.READINGS), so a pair's difference counts only items both
+    models' replies were read on."""
     frame = read_table(items_path, what="items")
     missing = [c for c in ITEM_COLUMNS if c not in frame.columns]
     if missing:
@@ -46,6 +51,8 @@ def load_replay(items_path: str | Path, grid: Grid) -> Replay:
     if frame.empty:
         raise UserError(f"items file {items_path} holds no records for the grid's models and configurations")
     means = frame.groupby(["config_id", "model", "item_id"])["item_score"].mean()
+    if reading == "content":
+        means = _read_means(frame, items_path)
     problems, scores, full, warnings = [], {}, {}, list(notes)
     for benchmark in grid.benchmarks:
         configs = grid.config_ids(benchmark)
@@ -81,12 +88,26 @@ def load_replay(items_path: str | Path, grid: Grid) -> Replay:
         for cid in configs:
             for i, a in enumerate(grid.models):
                 for b in grid.models[i + 1 :]:
-                    d = (
-                        scores[(benchmark, cid, a)].loc[list(item_ids)].to_numpy()
-                        - scores[(benchmark, cid, b)].loc[list(item_ids)].to_numpy()
+                    d = np.subtract(
+                        *both_read(
+                            scores[(benchmark, cid, a)].loc[list(item_ids)].to_numpy(dtype=float),
+                            scores[(benchmark, cid, b)].loc[list(item_ids)].to_numpy(dtype=float),
+                        )
                     )
                     full[(benchmark, cid, a, b)] = round(float(d.mean()), 12)
     return Replay(tuple(problems), {k: v.to_dict() for k, v in scores.items()}, frame, full, tuple(warnings))
+
+
+def _read_means(frame: pd.DataFrame, items_path) -> pd.Series:
+    """Per (config, model, item), the mean item score over the seeds whose reply was read; NaN where none was
+    (log-probability records are always read)."""
+    read = read_flags(frame)
+    if read is None:
+        raise UserError(
+            f"--reading content needs to know which replies were read: items file {items_path} has no parsed "
+            "or prediction column"
+        )
+    return frame["item_score"].where(read).groupby([frame["config_id"], frame["model"], frame["item_id"]]).mean()
 
 
 def contradicted(claim: str, full_delta: float, delta: float) -> bool:
