@@ -26,7 +26,7 @@ a cell flagged for any reason), so both readings stand side by side.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd

@@ -31,6 +31,7 @@ from .degenerate import degenerate_cells
 from .direction import direction
 from .grid_io import Grid
 from .power import detectable_from_differences
+from .rank_flip import model_pairs
 from .significance import ItemRecords, exact_mean, holm, pair_better_test, sign_flip_p_value
 from .slices import PARSE_CLEAN_MIN
 
@@ -380,8 +381,6 @@ def leads_table(
     """Per benchmark x model pair x configuration of the grid: the strict scores, who leads in the benchmark's
     better reading ('' for a tie) and what that lead rests on (READING_COLUMNS), for a table where rows name a
     pair and a configuration (the EEE export's verdict tables). Pairs: rank_flip.model_pairs by default."""
-    from .rank_flip import model_pairs
-
     rows, parse, index = [], parse_rates(grid), content_index(content)
     for benchmark in grid.benchmarks:
         m = grid.matrix(benchmark)

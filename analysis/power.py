@@ -27,10 +27,13 @@ from itertools import combinations
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import brentq
 from scipy.special import gammaln
-from scipy.stats import binom
+from scipy.stats import binom, norm
 
 from safetyrepro.errors import UserError
+
+from . import sign_flip  # the test's own lattice and null law
 
 MAX_ITEMS = 100_000  # items_needed searches n = 1 .. MAX_ITEMS
 TAIL_SDS, TAIL_PAD = 10.0, 40.0  # the window of M kept around nD (see the module docstring)
@@ -285,14 +288,55 @@ def detectable_difference(
     return _detectable(at, n, d, k, a, target)
 
 
-def _smallest_effect(at, d: float, target: float) -> float:
+def _smallest_effect(at, d: float, target: float, guess: float | None = None) -> float:
     """Bisection on (0, d] for the smallest E with at(E) >= target, given at(d) >= target: the upper
-    end of the final bracket, so its power does reach the target."""
+    end of the final bracket, so its power does reach the target.
+
+    Each at() of a long fractional item list is a law of a million lattice points (seconds), and the
+    bisection asks ~20. Power grows with E, so a step whose midpoint lies outside the bracket already
+    evaluated (`known`: at(low) < target <= at(high)) is decided without asking: Brent's method narrows that
+    bracket in a few calls first (from around `guess`, an approximate answer, where there is one), and the
+    bisection then replays the same steps to the same result."""
+    known = _known_bracket(at, d, target, guess)
     low, high = 0.0, d  # power(high) >= target throughout
     while high - low > EFFECT_TOL:
         mid = (low + high) / 2
-        low, high = (low, mid) if at(mid) >= target else (mid, high)
+        if known[0] < mid < known[1]:
+            reached = at(mid) >= target
+            known = (known[0], mid) if reached else (mid, known[1])
+        else:
+            reached = mid >= known[1]
+        low, high = (low, mid) if reached else (mid, high)
     return high
+
+
+def _known_bracket(at, d: float, target: float, guess: float | None) -> tuple[float, float]:
+    """(low, high) with at(low) < target <= at(high) (low = 0 assumed, as the bisection assumes it: the power
+    at no difference is the test's size, below any target), narrowed to ~EFFECT_TOL / 16 by Brent's method;
+    with a guess, first to the few steps around it where at() crosses the target."""
+
+    known = [0.0, d]
+
+    def gap(e: float) -> float:
+        value = at(e) - target
+        if value >= 0:
+            known[1] = min(known[1], e)
+        else:
+            known[0] = max(known[0], e)
+        return value
+
+    if gap(0.0) >= 0:  # not the power curve the bisection assumes: it asks every step itself
+        return 0.0, d
+    if guess is not None and 0 < guess < d:
+        e, step = guess, max(guess * 1e-3, EFFECT_TOL)
+        reached = gap(e) >= 0
+        while 0 < e < d:  # away from the guess, each step 4 times the last, until at() is on the other side
+            e = e - step if reached else e + step
+            if 0 < e < d and (gap(e) >= 0) != reached:
+                break
+            step *= 4
+    brentq(gap, known[0], known[1], xtol=EFFECT_TOL / 16, maxiter=60, full_output=True, disp=False)
+    return known[0], known[1]
 
 
 # -- from the observed item differences ------------------------------------------------------------
@@ -310,8 +354,6 @@ def detectable_from_differences(
     given M = the observed number of discordant items. Computed exactly: the law of the weight U of the
     items won by A is a convolution of binomials on the differences' lattice (the same law the p-value
     is read from, at p = 1/2)."""
-    from .significance import _integer_weights, _subset_sum_law  # the test's own lattice and null law
-
     dif = np.asarray(differences, dtype=float)
     n = _whole("items", len(dif), "the items of the configuration")
     k = _whole("configs", n_configs, "the number of configurations Holm adjusts over")
@@ -319,25 +361,52 @@ def detectable_from_differences(
     target = _target(power)
     mags = np.abs(dif[dif != 0])
     d = float(mags.sum() / n)
-    w = _integer_weights(mags) if len(mags) else np.zeros(0, dtype=np.int64)
+    w = sign_flip._integer_weights(mags) if len(mags) else np.zeros(0, dtype=np.int64)
     w = w[w > 0]
     total = int(w.sum())
     if total == 0:
         return DetectableDifference(n, d, k, a, target, None, None, "the two models' item scores never differ")
-    null = _subset_sum_law(w)
+    null = sign_flip._subset_sum_law(w)
     s = np.abs(2 * np.arange(total + 1) - total)  # |sum of signed d| on the lattice, for U = u
     tail = np.cumsum(np.bincount(s, weights=null, minlength=total + 1)[::-1])[::-1]  # P(S >= s)
     toward = (tail[s] <= (a / k) * (1 + REL_TOL)) & (2 * np.arange(total + 1) > total)
 
     def at(e: float) -> float:
-        return float(_subset_sum_law(w, (1 + e / d) / 2)[toward].sum())
+        if e == 0:  # the null law, already at hand
+            return float(null[toward].sum())
+        if e == d:  # every differing item goes to A: U = total surely
+            return float(toward[total])
+        return float(sign_flip._subset_sum_law(w, (1 + e / d) / 2)[toward].sum())
 
-    return _detectable(at, n, d, k, a, target)
+    return _detectable(at, n, d, k, a, target, _normal_guess(w, toward, d, target))
 
 
-def _detectable(at, n: int, d: float, k: int, a: float, target: float) -> DetectableDifference:
+def _normal_guess(w: np.ndarray, toward: np.ndarray, d: float, target: float) -> float | None:
+    """Where the normal approximation of U (mean p W, variance p (1 - p) sum w^2) puts the smallest
+    difference found with `target` power: a place to start looking, never the answer (exact laws decide)."""
+
+    region = np.flatnonzero(toward)
+    if not len(region):
+        return None
+    total, spread = float(w.sum()), float(np.square(w, dtype=float).sum())
+
+    def approx(e: float) -> float:
+        p = (1 + e / d) / 2
+        return float(norm.sf((region[0] - 0.5 - p * total) / math.sqrt(max(p * (1 - p) * spread, 1e-300))))
+
+    low, high = 0.0, d
+    for _ in range(50):
+        mid = (low + high) / 2
+        low, high = (low, mid) if approx(mid) >= target else (mid, high)
+    return high
+
+
+def _detectable(
+    at, n: int, d: float, k: int, a: float, target: float, guess: float | None = None
+) -> DetectableDifference:
     """The smallest difference found with `target` power, `at(e)` being the power at difference e (up to the
     discordance d, the largest difference d allows); none when even d falls short."""
+    at = _remembered(at)  # the bisection's last point, and d itself, are asked again below
     best = at(d)
     if best < target:
         return DetectableDifference(
@@ -350,8 +419,20 @@ def _detectable(at, n: int, d: float, k: int, a: float, target: float) -> Detect
             None,
             f"even a difference equal to the discordance ({d:.3g}) has power {best:.3f} at {n:,} items",
         )
-    high = _smallest_effect(at, d, target)
+    high = _smallest_effect(at, d, target, guess)
     return DetectableDifference(n, d, k, a, target, high, at(high))
+
+
+def _remembered(at):
+    """`at` asking each point once."""
+    seen: dict[float, float] = {}
+
+    def once(e: float) -> float:
+        if e not in seen:
+            seen[e] = at(e)
+        return seen[e]
+
+    return once
 
 
 # -- from a pilot ----------------------------------------------------------------------------------

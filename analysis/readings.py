@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .sign_flip import sign_flip_p_value
+
 FORMAT = "format-driven"
 UNINFORMATIVE = "uninformative"
 READABLE = "readable"
@@ -108,12 +110,6 @@ def _as_bool(value) -> bool:
     return bool(value) if pd.notna(value) else False
 
 
-def _sign_flip_p(d: np.ndarray) -> float:
-    from .significance import sign_flip_p_value  # the one exact paired test
-
-    return sign_flip_p_value(d)
-
-
 def content_table(frame: pd.DataFrame, pairs: Iterable[tuple[str, str]] | None = None) -> pd.DataFrame | None:
     """Per free-form configuration and model pair (model_a < model_b), the form and content readings
     (CONTENT_COLUMNS). `frame` is item records in items.parquet's format; None without a way to tell a read
@@ -158,12 +154,12 @@ def content_table(frame: pd.DataFrame, pairs: Iterable[tuple[str, str]] | None =
                     "read_a": float(both[a].mean()),
                     "read_b": float(both[b].mean()),
                     "form_diff": float(form.mean()),
-                    "form_p": _sign_flip_p(form),
+                    "form_p": sign_flip_p_value(form),
                     "n_both": len(s),
                     "content_a": float(s[a].mean()) if len(s) else np.nan,
                     "content_b": float(s[b].mean()) if len(s) else np.nan,
                     "content_diff": float(content.mean()) if len(s) else np.nan,
-                    "content_p": _sign_flip_p(content) if len(s) else np.nan,
+                    "content_p": sign_flip_p_value(content) if len(s) else np.nan,
                 }
             )
     return pd.DataFrame(rows, columns=list(CONTENT_COLUMNS))

@@ -26,21 +26,25 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binom
 
 from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import Config, Rules
 
 from .chance import chance_rho_flip
 from .direction import direction
-from .exact import as_integers, lattice_of, snap_items
+from .exact import as_integers, snap_items
 from .grid_io import Grid, plain, read_table
 from .rank_flip import model_pairs
 from .readings import content_table
+from .sign_flip import (  # noqa: F401  (the test's names, read from here by paired, two_runs and power)
+    _integer_weights,
+    _subset_sum_law,
+    exact_mean,
+    sign_flip_p_value,
+)
 from .slices import slice_config_ids
 
 ITEM_COLUMNS = ("model", "config_id", "item_id", "seed", "item_score")
@@ -52,7 +56,6 @@ CORRECTIONS = {
 FAMILY = "one benchmark x slice x model pair (its |C| configurations)"
 SCORE_TOLERANCE = 1e-6  # items averaged back to a cell should reproduce the grid's score
 PAIR_NULL_MIN_DRAWS = 1000  # label swaps per benchmark for the pair's null reference, at least
-FALLBACK_LATTICE = 1000  # differences on no small lattice are rounded to 0.001 (the test stays exact for them)
 
 
 @dataclass(frozen=True)
@@ -258,70 +261,6 @@ def check_items_agree(frame: pd.DataFrame, grid: Grid, source: str) -> list[str]
 
 
 # -- the per-configuration test -------------------------------------------------------------------
-def exact_mean(values: np.ndarray) -> float:
-    """The mean of item scores (or differences) on their lattice, summed as whole numbers: a sum that
-    is 0 as a fraction is 0.0, never 1e-17."""
-    ints, lattice = as_integers(values)
-    return float(ints.sum() / (len(ints) * lattice)) if len(ints) else float("nan")
-
-
-def _integer_weights(magnitudes: np.ndarray) -> np.ndarray:
-    """|d_i| as whole numbers on the smallest lattice 1/L that holds them all (exact.lattice_of, within 1e-6
-    of a step: differences of snapped item scores carry float noise only); otherwise rounded to multiples
-    of 1/FALLBACK_LATTICE."""
-    lattice = lattice_of(magnitudes, tolerance=1e-6)
-    return np.rint(magnitudes * (lattice or FALLBACK_LATTICE)).astype(np.int64)
-
-
-@lru_cache(maxsize=4096)
-def _fair_binomial(n: int) -> np.ndarray:
-    """P(K = k) for K ~ Binomial(n, 1/2), k = 0..n (cached: the same n recurs across configurations)."""
-    law = binom.pmf(np.arange(n + 1), n, 0.5)
-    law.setflags(write=False)
-    return law
-
-
-def _subset_sum_law(weights: np.ndarray, p: float = 0.5) -> np.ndarray:
-    """Law of U = sum of w_i over a random subset (each item in with probability p, 1/2 under the
-    test's null; power.detectable_from_differences reads other p): index u -> P(U = u)."""
-    law = np.ones(1)
-    values, counts = np.unique(weights, return_counts=True)
-    for v, c in zip(values, counts, strict=True):
-        counts_law = _fair_binomial(int(c)) if p == 0.5 else binom.pmf(np.arange(int(c) + 1), int(c), p)
-        if len(values) == 1 and v == 1:
-            return counts_law  # 0/1 items: U is the number of discordant items won, Bin(c, p)
-        part = np.zeros(v * c + 1)
-        part[::v] = counts_law
-        if len(law) * len(part) > 4_000_000:
-            from scipy.signal import (
-                fftconvolve,  # lazy: scipy.signal takes a second to import; only long item lists need it
-            )
-
-            law = np.clip(fftconvolve(law, part), 0.0, None)
-        else:
-            law = np.convolve(law, part)
-    return law
-
-
-def sign_flip_p_value(differences) -> float:
-    """Two-sided exact p-value of sum(d_i) under random signs: P(|sum(+-|d_i|)| >= |sum(d_i)|).
-    For 0/1 scores this is the exact McNemar (binomial) test on the items where the models differ."""
-    d = np.asarray(differences, dtype=float)
-    d = d[d != 0]
-    if len(d) == 0:
-        return 1.0
-    w = _integer_weights(np.abs(d))
-    keep = w > 0
-    w, positive = w[keep], d[keep] > 0
-    total = int(w.sum())
-    if total == 0:
-        return 1.0
-    law = _subset_sum_law(w)  # sum(d) = 2U - total, with U the weight of the positive items
-    observed = abs(2 * int(w[positive].sum()) - total)
-    extreme = np.abs(2 * np.arange(total + 1) - total) >= observed
-    return float(min(1.0, law[extreme].sum()))
-
-
 TEST_COLUMNS = (
     "benchmark",
     "config_id",

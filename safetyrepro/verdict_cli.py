@@ -15,14 +15,17 @@ detect and, with --margin, equivalence (TOST).
 Compared by configuration, every row says what its lead rests on (`rests_on`: readable, format-driven or
 uninformative, analysis/readings.py) with the cells' parse rates and, on free-form rows, the content reading
 (the items both models' replies were read on); the sentence says when the claimed winner's wins or leads are
-about answer format, not which model is safer, and whom the content reading names (issue 52)."""
+about answer format, not which model is safer, and whom the content reading names (issue 52).
+
+With --expect better|not-worse|equivalent (--gate: better) the verdict is a release gate (analysis/gate.py):
+exit 0 pass, 1 fail, 3 inconclusive, 2 a refusal as always, and one final line "gate: ... — why". The work is
+safetyrepro.verdict (verdict_api.py), which a test can call for the same result; this module parses and prints."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from safetyrepro.errors import UserError
 
@@ -59,6 +62,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=0.05,
         help="familywise error over the configurations, or the tasks x metrics (default 0.05)",
     )
+    gate = p.add_argument_group(
+        "release gate (exit 0 pass, 1 fail, 3 inconclusive; 2 stays a refusal; docs/compare_any_runs.md, Gate)"
+    )
+    gate.add_argument(
+        "--expect",
+        choices=("better", "not-worse", "equivalent"),
+        help="what A must be against B on every comparison: better; not worse by more than --margin; within "
+        "+- --margin (equivalent). Exits 0 when the data confirm it (Holm, at --alpha), 1 when they confirm the "
+        "opposite on any comparison, 3 when neither; ends with one line 'gate: pass|fail|inconclusive — why'",
+    )
+    gate.add_argument("--gate", action="store_true", help="shorthand for --expect better")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--markdown", action="store_true", help="print a Markdown block to paste instead of the table")
     anyrun = p.add_argument_group("runs of any task (lm-eval with --log_samples, Inspect logs)")
@@ -71,7 +85,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     anyrun.add_argument(
         "--margin",
         type=float,
-        help="also test equivalence: are A and B within +-M of each other (TOST, M in the score's units)?",
+        help="also test equivalence: are A and B within +-M of each other (TOST, M in the score's units)? With "
+        "--expect not-worse or equivalent, the gate's margin (by configuration too)",
     )
     way = anyrun.add_mutually_exclusive_group()
     way.add_argument(
@@ -97,139 +112,126 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _from_runs(args):
-    """(grid frame, items frame, rules, label A, label B) from two runs."""
-    import pandas as pd
-
-    from safetyrepro.importers.run import import_runs
-    from safetyrepro.importers.task_scores import package_of
-    from safetyrepro.tasks.envelope import parse_rules
-
-    parts = []
-    for path in (args.a, args.b):
-        imported = import_runs(package_of(path), [path], metric=args.metric, mapping_path=args.mapping)
-        models = sorted(imported.grid["model"].unique()) if len(imported.grid) else []
-        if len(models) != 1:
-            raise UserError(
-                f"run {path} holds {len(models)} models ({', '.join(models) or 'none'}); verdict compares "
-                f"one model's run with another's"
-            )
-        if imported.items.empty:
-            raise UserError(
-                f"run {path} has no per-item records (lm-eval: --log_samples; Inspect logs keep them); "
-                f"a paired verdict needs them"
-            )
-        parts.append((imported, models[0]))
-    labels = tuple(args.labels) if args.labels else (parts[0][1], parts[1][1])
-    if labels[0] == labels[1]:
-        raise UserError(f"both runs are of model {labels[0]!r}; name them with --labels A B")
-    grids, items = [], []
-    for (imported, old), new in zip(parts, labels, strict=True):
-        grids.append(imported.grid.assign(model=imported.grid["model"].replace({old: new})))
-        items.append(imported.items.assign(model=imported.items["model"].replace({old: new})))
-    texts = {imported.rules_text for imported, _ in parts}
-    if len(texts) > 1:
-        raise UserError(
-            "the two runs need different rules files (their settings widen the envelope differently); "
-            "import them together with `safetyrepro import` and use verdict --grid"
-        )
-    rules = parse_rules(texts.pop(), "the imported runs' rules")
-    return pd.concat(grids, ignore_index=True), pd.concat(items, ignore_index=True), rules, labels
-
-
-def _from_grid(args):
-    from safetyrepro.analysis.grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, read_table
-    from safetyrepro.tasks.envelope import load_rules
-
-    if args.a == args.b:
-        raise UserError(f"A and B are the same model ({args.a!r}); verdict compares two different models")
-
-    grid_path = Path(args.grid)
-    rules_path = args.rules or beside_grid(grid_path, RULES_BESIDE)
-    items_path = args.items or beside_grid(grid_path, ITEM_FILES)
-    if items_path is None:
-        raise UserError(f"no per-item records beside {grid_path}; pass --items ITEMS (a paired verdict needs them)")
-    return read_table(grid_path), read_table(items_path, what="items"), load_rules(rules_path), (args.a, args.b)
-
-
 def run(args: argparse.Namespace) -> int:
-    if not 0 < args.alpha < 1:
-        raise UserError(f"--alpha {args.alpha}: must be in (0, 1)")
-    if args.margin is not None and not 0 < args.margin < 1:
-        raise UserError(f"--margin {args.margin}: must be in (0, 1), in the score's units (0.02: two points)")
+    try:
+        return _run(args)
+    except KeyboardInterrupt as e:  # SIGTERM too (cli.Terminated): verdict writes nothing, so nothing resumes
+        from safetyrepro.cli import Terminated
+
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        sys.stderr.write(f"safetyrepro: {how}; verdict writes nothing, so there is nothing to resume\n")
+        return 130  # cli.main answers 143 for SIGTERM, as docs/failures.md gives it
+
+
+def _run(args: argparse.Namespace) -> int:
+    from safetyrepro.verdict_api import print_warning, verdict
+
     if args.json and args.markdown:
         raise UserError("--json and --markdown: choose one output")
-    if not args.grid and Path(args.a).resolve() == Path(args.b).resolve():
-        raise UserError(f"A and B are the same run ({args.a}); verdict compares two different runs")
-    if not args.grid and not args.mapping and (args.by_task or not _safetyrepro_tasks_only(args.a, args.b)):
-        return _by_task(args)
-    per_task = [
-        f
-        for f, given in (
-            ("--margin", args.margin is not None),
-            ("--task", args.task),
-            ("--restrict", args.restrict),
-            ("--prompts-may-differ", args.prompts_may_differ),
-            ("--higher-is-better/--lower-is-better", args.higher_is_better is not None),
-        )
-        if given
-    ]
-    if per_task:
-        raise UserError(
-            f"{', '.join(per_task)}: for runs compared task by task; these are compared by SafetyRepro configuration "
-            f"({'--grid' if args.grid else '--mapping' if args.mapping else 'SafetyRepro tasks'}): add --by-task "
-            f"(two runs, no --grid or --mapping)"
-        )
-    from safetyrepro.analysis.grid_io import common_configurations, select_group, validate_cells
-    from safetyrepro.analysis.paired import paired_verdict
-    from safetyrepro.analysis.significance import items_from_frame
-    from safetyrepro.grid_schema import OK, STATUS
+    if args.gate and args.expect not in (None, "better"):
+        raise UserError(f"--gate is --expect better; it takes no --expect {args.expect}")
+    result = verdict(
+        args.a,
+        args.b,
+        grid=args.grid,
+        items=args.items,
+        margin=args.margin,
+        alpha=args.alpha,
+        expect="better" if args.gate else args.expect,
+        labels=args.labels,
+        metric=args.metric,
+        mapping=args.mapping,
+        rules=args.rules,
+        by_task=args.by_task,
+        tasks=args.task,
+        restrict=args.restrict,
+        prompts_may_differ=args.prompts_may_differ,
+        higher_is_better=args.higher_is_better,
+        warn=print_warning,
+    )
+    if result.by == "task":
+        _print_by_task(args, result)
+    else:
+        _print_by_configuration(args, result)
+    return result.exit_code
 
-    frame, items_frame, rules, (a, b) = _from_grid(args) if args.grid else _from_runs(args)
-    source = args.grid or "the two runs"
-    frame = select_group(validate_cells(frame, rules, source), source)
-    held = sorted(frame["model"].astype(str).unique())
-    for label in (a, b):
-        if label not in held:
-            raise UserError(f"model {label!r} is not in {source}; it holds {', '.join(held)}")
-    # only A and B decide which configurations are shared: a third model of the grid takes none away
-    frame = frame[frame["model"].astype(str).isin((a, b))]
-    if "model" in items_frame.columns:  # a file without it is refused, naming the column, by items_from_frame
-        items_frame = items_frame[items_frame["model"].astype(str).isin((a, b))]
-    ok = frame if STATUS not in frame.columns else frame[frame[STATUS].fillna(OK).astype(str) == OK]
-    declared = {str(bm): list(dict.fromkeys(g["config_id"].astype(str))) for bm, g in ok.groupby("benchmark")}
-    grid = common_configurations(frame, source, rules, min_configs=1)  # one configuration is a verdict too
-    items = items_from_frame(items_frame, grid, source)
-    for w in (*grid.warnings, *items.warnings):
-        print(f"safetyrepro: warning: {w}", file=sys.stderr)
-    if not items.by_config:
-        raise UserError(f"{source}: no configuration has item records for both {a} and {b}")
-    v = paired_verdict(items, grid, a, b, args.alpha, declared)
+
+def _gate_json(r) -> dict | None:
+    """The gate as --json carries it (None without --expect)."""
+    if r.expect is None:
+        return None
+    return {
+        "expect": r.expect,
+        "margin": r.margin,
+        "outcome": r.gate,
+        "exit_code": r.exit_code,
+        "line": r.gate_line,
+        "comparisons": [
+            {"comparison": name, "outcome": row.gate, "p_pass_holm": row.gate_p_pass, "p_fail_holm": row.gate_p_fail}
+            for name, row in zip(r.comparisons, r.rows.itertuples(), strict=True)
+        ],
+    }
+
+
+def _gate_lines(r) -> list[str]:
+    """Each comparison's gate outcome, then the gate's one final line ('' without --expect)."""
+    if r.expect is None:
+        return []
+    margin = f" --margin {r.margin:g}" if r.margin is not None and r.expect != "better" else ""
+    lines = [
+        "",
+        f"Gate (--expect {r.expect}{margin}): each comparison, with its Holm-adjusted p-values for the expectation "
+        "and for its opposite:",
+    ]
+    for name, row in zip(r.comparisons, r.rows.itertuples(), strict=True):
+        lines.append(f"  {name}: {row.gate} (p = {_p(row.gate_p_pass)}; opposite p = {_p(row.gate_p_fail)})")
+    return [*lines, "", r.gate_line]
+
+
+def _p(x: float) -> str:
+    return f"{x:.2g}" if x < 0.001 else f"{x:.3f}"
+
+
+def _end(args, r, body: str) -> None:
+    """The report, then the gate; under --json the report is one JSON object, so the gate's line goes to stderr."""
     if args.json:
-        print(
-            json.dumps(
-                _strict(
-                    {
-                        "model_a": a,
-                        "model_b": b,
-                        "alpha": args.alpha,
-                        "sentences": v.sentences,
-                        "family_size": v.family_size,
-                        "missing_configurations": v.missing,
-                        "detectable_difference": v.detectable,
-                        "rests_on_note": READINGS_NOTE,
-                        "configurations": [_count(r, "n_both") for r in v.table.to_dict(orient="records")],
-                    }
-                ),
-                indent=2,
-                allow_nan=False,
-            )
+        print(body)
+        if r.gate_line:
+            print(r.gate_line, file=sys.stderr)
+    elif args.markdown:
+        print(body, end="")
+        if r.gate_line:
+            print("\n".join(f"- {x.strip()}" if x.startswith("  ") else x for x in _gate_lines(r)))
+    else:
+        print("\n".join([body, *_gate_lines(r)]))
+
+
+def _print_by_configuration(args, r) -> None:
+    v = r.detail
+    if args.json:
+        body = json.dumps(
+            _strict(
+                {
+                    "model_a": r.model_a,
+                    "model_b": r.model_b,
+                    "alpha": r.alpha,
+                    "sentences": v.sentences,
+                    "family_size": v.family_size,
+                    "missing_configurations": v.missing,
+                    "detectable_difference": v.detectable,
+                    "rests_on_note": READINGS_NOTE,
+                    "configurations": [_count(row, "n_both") for row in v.table.to_dict(orient="records")],
+                }
+                | ({"gate": _gate_json(r)} if r.expect else {})
+            ),
+            indent=2,
+            allow_nan=False,
         )
     elif args.markdown:
-        print(_markdown(v), end="")
+        body = _markdown(v)
     else:
-        print(_text(v))
-    return 0
+        body = _text(v)
+    _end(args, r, body)
 
 
 READINGS_NOTE = (
@@ -292,82 +294,38 @@ def _markdown(v) -> str:
     return "\n".join(out) + "\n"
 
 
-def _safetyrepro_tasks_only(*paths: str) -> bool:
-    """Whether every task the runs hold is one of SafetyRepro's own (compared by configuration)."""
-    from safetyrepro.importers.task_scores import task_names
+def _print_by_task(args, r) -> None:
+    from safetyrepro.analysis.two_runs_report import markdown_report, text_report
 
-    names = [n for p in paths for n in task_names(p)]
-    return bool(names) and all(_is_safetyrepro_task(n) for n in names)
-
-
-def _is_safetyrepro_task(name: str) -> bool:
-    from safetyrepro.importers.mapping import INSPECT_TASK, LM_EVAL_TASK
-
-    return LM_EVAL_TASK.fullmatch(name) is not None or INSPECT_TASK.fullmatch(name) is not None
-
-
-def _by_task(args: argparse.Namespace) -> int:
-    """Two runs of any task: per task x metric, paired by item id and epoch (analysis/two_runs.py)."""
-    from safetyrepro.analysis.two_runs import compare
-    from safetyrepro.analysis.two_runs_report import headline, markdown_report, sentences, text_report
-    from safetyrepro.importers.task_scores import pair_runs, read_run
-    from safetyrepro.limits import label_problem, shorten
-
-    if args.grid:
-        raise UserError("--by-task compares two runs; it takes no --grid")
-    run_a, run_b = read_run(args.a), read_run(args.b)
-    labels = tuple(args.labels) if args.labels else (run_a.model, run_b.model)
-    for label in labels:
-        problem = label_problem(label)
-        if problem:
-            raise UserError(f"model name {shorten(label)}: {problem}; name the runs with --labels A B")
-    if labels[0] == labels[1]:
-        raise UserError(f"both runs are of model {labels[0]!r}; name them with --labels A B")
-    pairing = pair_runs(
-        run_a,
-        run_b,
-        tasks=tuple(args.task),
-        metrics=(args.metric,) if args.metric else (),
-        restrict=args.restrict,
-        prompts_may_differ=args.prompts_may_differ,
-        higher_is_better=args.higher_is_better,
-    )
-    if not pairing.pairs:
-        raise UserError(
-            f"{args.a} and {args.b}: no task x metric to compare"
-            + (f" ({'; '.join(pairing.notes[:3])})" if pairing.notes else "")
-        )
-    v = compare(pairing.pairs, labels[0], labels[1], args.alpha, args.margin)
+    v = r.detail
     if args.json:
-        print(
-            json.dumps(
-                _strict(
-                    {
-                        "model_a": labels[0],
-                        "model_b": labels[1],
-                        "run_a": args.a,
-                        "run_b": args.b,
-                        "alpha": args.alpha,
-                        "margin": args.margin,
-                        "claims": "about the models (population: items as draws from each task, epochs averaged "
-                        "per item)",
-                        "family_size": v.family_size,
-                        "verdict": headline(v),
-                        "sentences": sentences(v),
-                        "comparisons": v.table.to_dict(orient="records"),
-                        "pairing": list(pairing.counts),
-                        "notes": list(pairing.notes),
-                    }
-                ),
-                indent=2,
-                allow_nan=False,
-            )
+        body = json.dumps(
+            _strict(
+                {
+                    "model_a": r.model_a,
+                    "model_b": r.model_b,
+                    "run_a": args.a,
+                    "run_b": args.b,
+                    "alpha": r.alpha,
+                    "margin": r.margin,
+                    "claims": "about the models (population: items as draws from each task, epochs averaged per item)",
+                    "family_size": v.family_size,
+                    "verdict": r.sentence,
+                    "sentences": list(r.sentences),
+                    "comparisons": v.table.to_dict(orient="records"),
+                    "pairing": list(r.pairing.counts),
+                    "notes": list(r.notes),
+                }
+                | ({"gate": _gate_json(r)} if r.expect else {})
+            ),
+            indent=2,
+            allow_nan=False,
         )
     elif args.markdown:
-        print(markdown_report(v, pairing.notes), end="")
+        body = markdown_report(v, r.notes)
     else:
-        print(text_report(v, pairing.notes))
-    return 0
+        body = text_report(v, r.notes)
+    _end(args, r, body)
 
 
 def _strict(value):

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
+import zipfile
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +28,12 @@ import numpy as np
 
 from safetyrepro.analysis.two_runs import PairedScores
 from safetyrepro.errors import UserError
-from safetyrepro.limits import shorten
+from safetyrepro.limits import Refused, decode_text, loads_json, read_capped, shorten
 
 from . import inspect_logs, lm_eval_runs
 from .common import BadInputError, as_unit_score
 from .inspect_logs import task_name
-from .lm_eval_runs import RESULTS_FILE
+from .lm_eval_runs import RESULTS_FILE, SAMPLES_FILE
 from .mapping import model_label, parse_model_args
 from .reader import Reader, about
 
@@ -48,6 +52,10 @@ class ItemScores:
     higher_is_better: bool | None = None  # as the run records it (lm-eval); None: not recorded
     reported: float | None = None  # the run's own aggregate of this metric
     note: str = ""  # why these scores cannot be compared ("" when they can)
+    # where the run records no hash (lm-eval without doc_hash / prompt_hash), the same read from the content it
+    # logged: the `doc` field and target (else the arguments), and the prompt text; `items`/`prompts` omit it
+    contents: Mapping[str, str] = field(default_factory=dict)
+    prompt_texts: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -68,13 +76,66 @@ def text_hash(value: Any) -> str:
 
 
 def package_of(path: str) -> str:
-    """inspect for .eval/.json logs and folders holding .eval files; lm-eval otherwise."""
+    """Which format a run is, read from what it holds, not from file extensions: a folder is lm-eval when it
+    holds lm-eval's results_<date>.json / samples_<task>_<date>.jsonl files, Inspect when it holds readable
+    Inspect logs (a stray .eval or .json file beside lm-eval's files is no log: it is left alone), and
+    refused, in one line naming one file of each, when it holds both. A folder holding neither is read as
+    Inspect when it holds a .eval / .json file (the reader then says why that file is no log), else as lm-eval
+    (which says it holds no results file)."""
     p = Path(path)
     if not p.exists():
         raise UserError(f"run {path} does not exist")
     if p.is_file():
-        return "inspect" if p.suffix in (".eval", ".json") and not RESULTS_FILE.fullmatch(p.name) else "lm-eval"
-    return "inspect" if next(p.rglob("*.eval"), None) is not None else "lm-eval"
+        named_lm_eval = RESULTS_FILE.fullmatch(p.name) or SAMPLES_FILE.fullmatch(p.name)
+        return "lm-eval" if named_lm_eval and not _is_inspect_log(p) else "inspect"
+    files = sorted(f for f in p.rglob("*") if f.is_file() and not f.is_symlink())
+    lm_eval = [f for f in files if RESULTS_FILE.fullmatch(f.name) or SAMPLES_FILE.fullmatch(f.name)]
+    candidates = [f for f in files if f.suffix in (".eval", ".json") and f not in lm_eval]
+    logs = [f for f in candidates if _is_inspect_log(f)]
+    if lm_eval and logs:
+        raise UserError(
+            f"run {path} holds both an lm-eval run ({_some(lm_eval)}) and Inspect logs ({_some(logs)}): a run is "
+            f"one or the other; name the lm-eval folder or the Inspect log itself"
+        )
+    if logs or (candidates and not lm_eval):
+        return "inspect"
+    return "lm-eval"
+
+
+def _inspect_logs_in(path: str) -> list[str]:
+    """The logs of an Inspect run: those Inspect lists (by its file names) and those that are logs by content
+    (a log saved under another name); a folder holding none stays itself, for the reader to say so."""
+    p = Path(path)
+    if not p.is_dir():
+        return [path]
+    listed, _ = inspect_logs.READER.find([path])
+    read = [f for f in p.rglob("*") if f.suffix in (".eval", ".json") and f.is_file() and _is_inspect_log(f)]
+    return [str(f) for f in sorted({*listed, *read})] or [path]
+
+
+def _some(files: list[Path]) -> str:
+    return f"{files[0]}" + (f" and {len(files) - 1} more" if len(files) > 1 else "")
+
+
+INSPECT_MEMBERS = ("header.json", "_journal/start.json")  # what every .eval log archive holds
+
+
+def _is_inspect_log(path: Path) -> bool:
+    """Whether a file's content is an Inspect log: a zip archive with a log header (.eval), or a JSON object
+    with the log's `version` and `eval` fields. Read capped; a file that cannot be read is none."""
+
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+        if head.startswith(b"PK"):
+            with zipfile.ZipFile(path) as archive:
+                return any(name in INSPECT_MEMBERS for name in archive.namelist())
+        if not head.lstrip()[:1] == b"{" or path.suffix != ".json":
+            return False
+        value = loads_json(decode_text(read_capped(path)))
+    except (OSError, ValueError, zipfile.BadZipFile, Refused):
+        return False
+    return isinstance(value, dict) and "version" in value and isinstance(value.get("eval"), dict)
 
 
 def read_run(path: str) -> RunScores:
@@ -85,7 +146,7 @@ def read_run(path: str) -> RunScores:
 
 def _files(reader: Reader, path: str) -> list[tuple[Path, bytes, Any]]:
     """Each file `reader` finds under `path`, read and checked: (its path, bytes, parsed contents)."""
-    found, bad = reader.find([path])
+    found, bad = reader.find(_inspect_logs_in(path) if reader is inspect_logs.READER else [path])
     if bad:
         raise UserError(bad[0].line())
     out = []
@@ -104,6 +165,22 @@ def task_names(path: str) -> list[str]:
     if package_of(path) == "lm-eval":
         return [t for _, _, data in _files(lm_eval_runs.READER, path) for t in data["configs"]]
     return [task_name(header.eval) for _, _, (header, _) in _files(inspect_logs.READER, path)]
+
+
+INVISIBLE = ("Cf", "Cc", "Cs", "Co", "Cn", "Zl", "Zp", "Zs")  # Unicode categories a label does not show as itself
+
+
+def escaped(label: str) -> str:
+    """A model name as read from a run, with its invisible characters (format characters: zero-width space,
+    right-to-left override; controls, odd spaces) written as \\uXXXX: two runs whose names differ only there
+    print differently, and no name reorders the line it is printed in. Names that still print the same are
+    then one model to `verdict`, which says so and asks for --labels."""
+    return "".join(
+        (f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
+        if c != " " and unicodedata.category(c) in INVISIBLE
+        else c
+        for c in label
+    )
 
 
 def _one_model(path: str, models: set[str]) -> str:
@@ -133,16 +210,18 @@ def _read_lm_eval(path: str) -> RunScores:
     for r, _, data in _files(lm_eval_runs.READER, path):
         config = data["config"]
         models.add(
-            model_label(
-                str(config.get("model") or "?"), parse_model_args(config.get("model_args")), data.get("model_name")
+            escaped(
+                model_label(
+                    str(config.get("model") or "?"), parse_model_args(config.get("model_args")), data.get("model_name")
+                )
             )
         )
         try:
             with about(r):
                 companions = lm_eval_runs.READER.companions(r, data)
         except BadInputError as e:
-            raise UserError(e.bad.line()) from None
-        logged = {c.parsed[0]: c.parsed[1] for c in companions}
+            raise UserError(_truncated(e.bad.path) or e.bad.line()) from None
+        logged = {c.parsed[0]: (c.path, c.parsed[1]) for c in companions}
         files += [str(r), *(str(c.path) for c in companions)]
         for task in data["configs"]:
             _twice(path, seen, task, str(r))
@@ -151,8 +230,72 @@ def _read_lm_eval(path: str) -> RunScores:
                     f"{r}: task {task!r} has no samples file beside it: run lm_eval with --log_samples (a paired "
                     f"verdict needs each item's score)"
                 )
-            tasks.extend(_lm_eval_task(data, task, logged[task]))
+            samples, lines = logged[task]
+            _check_samples(samples, lines, _expected_items(data, task))
+            tasks.extend(_lm_eval_task(data, task, lines))
     return RunScores("lm-eval", path, _one_model(path, models), tuple(tasks), tuple(files))
+
+
+def _truncated(path: str) -> str:
+    """ "samples file X is truncated at line N ..." when `path` is a JSON-lines file whose last line is cut
+    mid-record (no newline after it, and not JSON), else "" (another damage: the reader's own words)."""
+    if not path.endswith(".jsonl"):
+        return ""
+    try:
+        data = read_capped(Path(path))
+    except (OSError, Refused):
+        return ""
+    if not data.strip() or data.endswith(b"\n"):
+        return ""
+    lines = data.split(b"\n")
+    try:
+        loads_json(decode_text(lines[-1]))
+    except (ValueError, Refused):
+        return (
+            f"samples file {path} is truncated at line {len(lines)}: its last record is cut off mid-line (an "
+            f"interrupted run or an incomplete copy); copy the whole file or rerun lm_eval with --log_samples"
+        )
+    return ""
+
+
+def _expected_items(data: dict, task: str) -> int | None:
+    """The documents the run says it scored for `task`: n-samples effective and the results' sample_len, the
+    smaller where they disagree (a file is called short only when both say it is)."""
+    counts = (data.get("n-samples") or {}).get(task)
+    entry = data["results"].get(task) if isinstance(data["results"].get(task), dict) else {}
+    said = ((counts or {}).get("effective") if isinstance(counts, dict) else None, entry.get("sample_len"))
+    known = [v for v in said if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    return min(known) if known else None
+
+
+def _check_samples(path: Path, lines: list[dict], expected: int | None) -> None:
+    """An empty samples file, one cut at a line's end (fewer documents than the run scored), and one naming a
+    document twice in a filter are damaged files, said as such in one line: not a metric that is no mean,
+    and not a task that only the other run holds."""
+    if not lines:
+        raise UserError(
+            f"samples file {path} is empty: it holds no record of the run's "
+            f"{f'{expected} ' if expected else ''}documents (an interrupted run or an incomplete copy); copy the "
+            f"whole file or rerun lm_eval with --log_samples"
+        )
+    seen: dict[tuple[str, str], int] = {}
+    for n, s in enumerate(lines, 1):
+        key = (str(s.get("filter", "none")), str(s["doc_id"]))
+        if key in seen:
+            raise UserError(
+                f"samples file {path}: duplicate sample id/epoch: document {shorten(s['doc_id'])} (filter "
+                f"{key[0]!r}) at lines {seen[key]} and {n} (a samples file of two runs joined?); a paired verdict "
+                f"needs each document once"
+            )
+        seen[key] = n
+    per_filter = {f for f, _ in seen}
+    held = min(sum(1 for f, _ in seen if f == filt) for filt in per_filter)
+    if expected and held < expected:
+        raise UserError(
+            f"samples file {path} is truncated at line {len(lines)}: it holds {held} of the {expected} documents "
+            f"the run scored (an interrupted run or an incomplete copy); copy the whole file or rerun lm_eval "
+            f"with --log_samples"
+        )
 
 
 def _lm_eval_task(data: dict, task: str, lines: list[dict]) -> list[ItemScores]:
@@ -165,11 +308,19 @@ def _lm_eval_task(data: dict, task: str, lines: list[dict]) -> list[ItemScores]:
     out = []
     for filt, records in by_filter.items():
         names = dict.fromkeys(n for s in records for n in (s.get("metrics") or []) if isinstance(n, str))
-        items, prompts = {}, {}
+        items, prompts, contents, prompt_texts = {}, {}, {}, {}
         for s in records:
             doc = str(s["doc_id"])
-            items[doc] = f"{s.get('doc_hash')}:{s.get('target_hash')}"
-            prompts[doc] = str(s.get("prompt_hash"))
+            if isinstance(s.get("doc_hash"), str):
+                items[doc] = f"{s.get('doc_hash')}:{s.get('target_hash')}"
+            if isinstance(s.get("prompt_hash"), str):
+                prompts[doc] = s["prompt_hash"]
+            if "doc" in s:
+                contents[doc] = text_hash(["doc", s["doc"], s.get("target")])
+            elif s.get("arguments") is not None:
+                contents[doc] = text_hash(["arguments", s["arguments"], s.get("target")])
+            if (context := _context(s.get("arguments"))) is not None:
+                prompt_texts[doc] = text_hash(context)
         for name in names:
             key = f"{name},{filt}"
             scores, note = {}, ""
@@ -187,8 +338,19 @@ def _lm_eval_task(data: dict, task: str, lines: list[dict]) -> list[ItemScores]:
             if not note:
                 note = _not_a_mean(scores, reported, key)
             higher = directions.get(name) if isinstance(directions.get(name), bool) else None
-            out.append(ItemScores(task, key, scores, items, prompts, higher, reported, note))
+            out.append(ItemScores(task, key, scores, items, prompts, higher, reported, note, contents, prompt_texts))
     return out
+
+
+def _context(arguments: Any) -> str | None:
+    """The prompt text an lm-eval sample logged: its first request's context (arg_0)."""
+    if isinstance(arguments, dict) and isinstance(arguments.get("gen_args_0"), dict):
+        value = arguments["gen_args_0"].get("arg_0")
+    elif isinstance(arguments, list) and arguments and isinstance(arguments[0], (list, tuple)) and arguments[0]:
+        value = arguments[0][0]
+    else:
+        value = None
+    return value if isinstance(value, str) else None
 
 
 def _not_a_mean(scores: Mapping[tuple[str, int], float], reported: float | None, name: str) -> str:
@@ -213,14 +375,50 @@ def _read_inspect(path: str) -> RunScores:
     models: set[str] = set()
     seen: dict[str, str] = {}  # task -> the log that held it
     files: list[str] = []
-    for log_path, _, (header, samples) in _files(inspect_logs.READER, path):
+    for log_path, data, (header, samples) in _files(inspect_logs.READER, path):
         if not samples:
             raise UserError(f"{log_path} holds no samples (was it run with --no-log-samples?)")
-        models.add(str(header.eval.model))
+        if twice := _duplicate_sample(log_path, data, header, samples):
+            raise UserError(
+                f"{log_path}: duplicate sample id/epoch: {twice} (a log joined from two runs, or edited?); a paired "
+                f"verdict needs each sample once per epoch: rerun the eval or remove the copy"
+            )
+        models.add(escaped(str(header.eval.model)))
         _twice(path, seen, task_name(header.eval), str(log_path))
         tasks.extend(inspect_task_scores(header, samples))
         files.append(str(log_path))
     return RunScores("inspect", path, _one_model(path, models), tuple(tasks), tuple(files))
+
+
+def _duplicate_sample(path: Path, data: bytes, header, samples: list) -> str:
+    """ "sample X epoch E appears N times" for the first (id, epoch) a log holds twice, else "". Inspect reads a
+    log's samples by the ids its header lists, so a second copy in the body is looked for in the file itself
+    too: a .eval archive's sample members, a .json log's samples list."""
+
+    def first(counts: Counter) -> Any:
+        return next((k for k, c in counts.items() if c > 1), None)
+
+    read = Counter((str(s.id), int(s.epoch)) for s in samples)
+    listed = Counter(str(i) for i in header.eval.dataset.sample_ids or [])
+    if twice := first(read):
+        return f"sample {shorten(twice[0])} epoch {twice[1]} appears {read[twice]} times"
+    if twice := first(listed):
+        return f"sample {shorten(twice)} is listed {listed[twice]} times in the log's header"
+    if data.startswith(b"PK"):
+        with zipfile.ZipFile(BytesIO(data)) as archive:
+            members = Counter(n for n in archive.namelist() if n.startswith("samples/"))
+        if twice := first(members):
+            return f"sample member {shorten(twice)} appears {members[twice]} times"
+        return ""
+    try:
+        body = loads_json(decode_text(data))
+    except (ValueError, Refused):
+        return ""
+    kept = body.get("samples") if isinstance(body, dict) else None
+    held = Counter((str(x.get("id")), x.get("epoch")) for x in kept or [] if isinstance(x, dict))
+    if twice := first(held):
+        return f"sample {shorten(twice[0])} epoch {twice[1]} appears {held[twice]} times"
+    return ""
 
 
 def prompt_messages(messages: list) -> list:
@@ -400,8 +598,10 @@ def _match_items(
     only_a = sorted(a.scores.keys() - b.scores.keys())
     only_b = sorted(b.scores.keys() - a.scores.keys())
     both = {i for i, _ in a.scores.keys() & b.scores.keys()}
-    changed = sorted(i for i in both if a.items.get(i) != b.items.get(i))
-    prompts = sorted(i for i in both if i not in changed and a.prompts.get(i) != b.prompts.get(i))
+    changed = sorted(i for i in both if _differs(i, a.items, b.items, a.contents, b.contents))
+    prompts = sorted(
+        i for i in both if i not in changed and _differs(i, a.prompts, b.prompts, a.prompt_texts, b.prompt_texts)
+    )
     count = {
         "task": task,
         "only_a": len(only_a),
@@ -420,7 +620,10 @@ def _match_items(
             f"{shorten(example[0])} epoch {example[1]})"
         )
     if changed:
-        problems.append(f"{len(changed)} items whose content or target differs (e.g. {shorten(changed[0])})")
+        problems.append(
+            f"{len(changed)} of {len(both)} items whose content or target differs (e.g. {shorten(changed[0])})"
+            + _by_content(changed, a, b)
+        )
     if prompts and not prompts_may_differ:
         problems.append(
             f"{len(prompts)} of {len(both)} items given a different prompt (e.g. {shorten(prompts[0])}: a chat "
@@ -440,3 +643,34 @@ def _match_items(
             f"(--prompts-may-differ): the difference includes the prompts'"
         )
     return keep, count, note
+
+
+def _differs(item: str, hashes_a, hashes_b, contents_a, contents_b) -> bool:
+    """Whether an item differs between two runs: by the hashes the runs recorded where both did, else by the
+    content both logged (lm-eval's `doc` field, the prompt text); an item neither can be compared by is kept."""
+    if item in hashes_a and item in hashes_b:
+        return hashes_a[item] != hashes_b[item]
+    if item in contents_a and item in contents_b:
+        return contents_a[item] != contents_b[item]
+    return False
+
+
+def _by_content(changed: list[str], a: ItemScores, b: ItemScores) -> str:
+    """What a change found by content (no recorded hash) is: the words saying so and, where B holds A's item
+    under another id, the shift ("A's 0 is B's 1"): documents paired to the wrong documents, not changed."""
+    read = [i for i in changed if not (i in a.items and i in b.items)]
+    if not read:
+        return ""
+    out = f" ({len(read)} compared by the logged `doc` field or arguments: the runs record no doc_hash)"
+    where_b = {}
+    for item, content in b.contents.items():
+        where_b.setdefault(content, item)
+    moved = [(i, where_b[a.contents[i]]) for i in read if a.contents.get(i) in where_b]
+    if moved:
+        first_a, first_b = moved[0]
+        out += (
+            f"; {len(moved)} of them are in B's run under another id (A's {shorten(first_a)} is B's {shorten(first_b)}"
+        )
+        shifts = {int(j) - int(i) for i, j in moved if i.lstrip("-").isdigit() and j.lstrip("-").isdigit()}
+        out += f": ids shifted by {shifts.pop():+d})" if len(shifts) == 1 else ")"
+    return out

@@ -25,6 +25,7 @@ early-stopping summary (`log.results.early_stopping.metadata`).
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import random
 from contextvars import ContextVar
@@ -371,7 +372,6 @@ class AnytimeStopping:
 
 
 def _nearest(name: str, names: list[str]) -> str:
-    import difflib
 
     close = difflib.get_close_matches(name, names, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""

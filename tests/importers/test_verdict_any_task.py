@@ -218,4 +218,4 @@ def test_a_run_without_samples_or_with_a_damaged_samples_file_is_one_line(tmp_pa
     samples.unlink()
     assert "has no samples file beside it: run lm_eval with --log_samples" in _refused(capsys, QWEN, bare)
     samples.write_text(text[: len(text) // 2])  # cut inside a record
-    assert "is not JSON (a partial or damaged samples file)" in _refused(capsys, QWEN, bare)
+    assert "is truncated at line 31: its last record is cut off mid-line" in _refused(capsys, QWEN, bare)
