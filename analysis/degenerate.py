@@ -221,20 +221,8 @@ def degenerate_effects(grid: Grid, rules: Rules, cells: pd.DataFrame, thetas: Se
     return pd.DataFrame(rows, columns=list(EFFECT_COLUMNS))
 
 
-SCREEN_COLUMNS = (
-    "model",
-    "benchmark",
-    "config_id",
-    "parse_rate",
-    "n_empty",
-    "n_outputs",
-    "n_parsed",
-    "top_share",
-    "agreement",
-    "majority_share",
-    "reasons",
-    "reason",
-)
+# the cell's own columns, without those that read the grid (its score, its place among the models)
+SCREEN_COLUMNS = tuple(c for c in CELL_COLUMNS if c not in ("score", "lowest_of_model", "last_in_config"))
 
 
 def screen_records(frame: pd.DataFrame, parse_rates: Mapping[tuple[str, str], float] | None = None) -> pd.DataFrame:

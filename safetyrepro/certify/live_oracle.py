@@ -329,10 +329,13 @@ class LiveOracle(Oracle):
     def cost_extra(self) -> dict:
         """cost.json's fields of a live run: what it spent and measured (cost.py), how its records were
         made (what a rerun and `--records` compare) and the models it loaded."""
+        # the resumed run's models stay recorded where this piece loaded none of them (a --held-only re-read, a
+        # piece that ran other models): a later piece checks the weights of the records against them
+        earlier = self.costs.earlier_pieces.get("models_run")
         return {
             **self.costs.accounts(self.problems(), self.calls),
             "live": made_by(self.sweep.spec),
-            "models_run": self.models_run,
+            "models_run": {**(earlier if isinstance(earlier, dict) else {}), **self.models_run},
         }
 
 
