@@ -311,6 +311,9 @@ def _why_words(rows: pd.DataFrame, a: str, b: str) -> str:
     return "; ".join(words)
 
 
+CONTENT_ALPHA = 0.05  # a content reading's lean is called confirmed at this level (one configuration's own test)
+
+
 def _content_words(rows: pd.DataFrame, a: str, b: str) -> str:
     """Who the content reading (the items both models' replies were read on) puts ahead on these rows: one
     model named when it is ahead on every one of them, else how it splits, each configuration's leader named."""
@@ -327,10 +330,13 @@ def _content_words(rows: pd.DataFrame, a: str, b: str) -> str:
         p = round(float(r.content_p), 12)  # as readings.content_sentence prints it
         shown.append(f"{r.config_id}: {who}{hi:.3f} vs {lo:.3f} on {int(r.n_both)} items, exact p = {p:.3g}")
     more = f" and {len(known) - 3} more" if len(known) > 3 else ""
+    # a lean is not a finding: say so where no configuration's exact test on the items both read rejects
+    confirmed = int((known["content_p"] <= CONTENT_ALPHA).sum())
+    unconfirmed = "" if confirmed else f", none of it confirmed (every exact p > {CONTENT_ALPHA:g})"
     if one:
-        head = f"names {a if n_a else b}"
+        head = f"names {a if n_a else b}{unconfirmed}"
     else:
-        head = f"is split: {a} ahead on {n_a}, {b} on {n_b}, tied on {len(known) - n_a - n_b}"
+        head = f"is split: {a} ahead on {n_a}, {b} on {n_b}, tied on {len(known) - n_a - n_b}{unconfirmed}"
     return f"; the content reading (the items both models' replies were read on) {head} ({'; '.join(shown)}{more})"
 
 
