@@ -163,7 +163,8 @@ def test_basis_clause_splits_the_content_reading_and_names_uninformative_wins():
     assert basis_clause(g, "x", "y") == (
         "; 2 of x's 4 confirmed wins are format-driven (y's parse rate 0.40-0.60): they are about answer format, "
         "not which model is safer; the content reading (the items both models' replies were read on) is split: x "
-        "ahead on 1, y on 1, tied on 0, none of it confirmed (every exact p > 0.05) (c1: x 0.600 vs 0.200 on 5 items, exact p = 0.375; c2: y 0.500 vs 0.250 on 8 "
+        "ahead on 1, y on 1, tied on 0, none of it confirmed (every exact p > 0.05) (c1: x 0.600 vs 0.200 on 5 items, "
+        "exact p = 0.375; c2: y 0.500 vs 0.250 on 8 "
         "items, exact p = 0.5); 1 of x's 4 confirmed wins is uninformative (y answers one label): it is about a "
         "cell that answers one label or no better than the label frequencies, not which model is safer"
     )  # y's unconfirmed lead on c5 is no claim of the sentence: confirmed wins are
