@@ -4,6 +4,8 @@ Only argparse is imported at start-up; the analysis modules load when the comman
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -97,6 +99,9 @@ def analyze_grid(
         rules_path = beside_grid(grid_path, RULES_BESIDE)
         if rules_path:
             sys.stderr.write(f"safetyrepro: note: validating against the rules file beside the grid, {rules_path}\n")
+    unfinished = unfinished_sweep(grid_path)  # a sweep's folder without its grid yet: say how to finish it
+    if unfinished:
+        raise UserError(unfinished)
     rules = load_rules(rules_path)
     if not 1 <= bootstrap <= MAX_BOOTSTRAP:
         raise UserError(
@@ -158,3 +163,83 @@ def run(args: argparse.Namespace) -> int:
         f"(open {Path(args.out) / 'report.html'}; Markdown: report.md)"
     )
     return 0
+
+
+# -- a sweep that has not finished: its folder holds sweep.json and cell files, no grid.csv yet -----------------
+# sweep.json's filters -> the sweep's flags (safetyrepro/sweep/options.AXIS_FLAGS the other way round; the analysis
+# reads a sweep's folder but imports nothing of the sweep's: tests/test_architecture_doc.py)
+_FILTER_FLAGS = {
+    "template": "--templates",
+    "decoding": "--decodings",
+    "shots": "--shots",
+    "scoring": "--scoring",
+    "config": "--configs",
+}
+
+
+def unfinished_sweep(grid_path: str | Path) -> str | None:
+    """The one line for a grid path (the grid file, or the folder given for it) inside a sweep folder
+    that holds no grid.csv yet; None when that is not the case (the caller's own message stands)."""
+    path = Path(grid_path)
+    if path.is_file():
+        return None
+    folder = path if path.is_dir() else path.parent
+    record = folder / "sweep.json"
+    if not record.is_file() or (folder / "grid.csv").exists():
+        return None
+    cells = folder / "cells"
+    done = sum(1 for _ in cells.glob("*/*.json")) if cells.is_dir() and not cells.is_symlink() else 0
+    state = f"{done} cell file{'s' if done != 1 else ''} written" if done else "no cell finished yet"
+    identity = _identity(record)
+    command = sweep_command(identity, folder)
+    how = (
+        f"rerun its command, which resumes from the finished cells: {command}"
+        if command
+        else f"rerun the sweep's own command with --out {shlex.quote(str(folder))} (it resumes from the finished cells)"
+    )
+    if command and identity and identity.get("rules_sha256") != _default_rules_sha256():
+        how += " --rules <the rules file it was made under>"
+    return (
+        f"{folder} holds a sweep that has not finished ({state}), so there is no grid.csv to read yet; "
+        f"to finish it, {how} ({record} records its settings)"
+    )
+
+
+def _identity(record: Path) -> dict | None:
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def sweep_command(identity: dict | None, out: Path) -> str | None:
+    """`safetyrepro sweep ...` that has the identity `identity` (a sweep.json), or None where sweep.json
+    cannot say it (damaged, or models labelled by a models file: their specs differ from their labels)."""
+    if not identity:
+        return None
+    try:
+        models, specs = list(identity["models"]), list(identity.get("model_specs") or identity["models"])
+        if not models or models != specs:
+            return None
+        argv = ["safetyrepro", "sweep", "--models", *models, "--benchmarks", *identity["benchmarks"]]
+        defaults = {"tier": "full", "package": "lm-eval", "precision": "bf16", "tie_rule": "expected"}
+        for key, default in defaults.items():
+            if identity.get(key, default) != default:
+                argv += [f"--{key.replace('_', '-')}", str(identity[key])]
+        for key, flag in (("limit", "--limit"), ("subsample", "--subsample"), ("subset_seed", "--subset-seed")):
+            if identity.get(key) is not None:
+                argv += [flag, str(identity[key])]
+        for axis, values in (identity.get("filters") or {}).items():
+            if values:
+                argv += [_FILTER_FLAGS[axis], *map(str, values)]
+        argv += ["--out", str(out)]
+    except (KeyError, TypeError):
+        return None
+    return shlex.join(argv)
+
+
+def _default_rules_sha256() -> str | None:
+    from safetyrepro.tasks.envelope import default_rules  # lazy: the rules load only when the message is made
+
+    return default_rules().sha256

@@ -9,9 +9,10 @@ import errno
 import importlib
 import logging
 import os
+import re
 import sys
 
-from safetyrepro.errors import UserError
+from safetyrepro.errors import UserError, did_you_mean, nearest
 
 # subcommand -> module with register(subparsers); a module that is not there yet is skipped.
 SUBCOMMANDS = {
@@ -34,8 +35,68 @@ SUBCOMMANDS = {
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line and exit code 2, like every other input error
-        sys.stderr.write(f"safetyrepro: error: {message}\n")
+        sys.stderr.write(f"safetyrepro: error: {with_suggestion(message)}\n")
         sys.exit(2)
+
+    def parse_args(self, args=None, namespace=None):
+        # argparse (3.11) names an unknown flag but suggests nothing: the nearest flag of the subcommand
+        # that was run (the flags of another subcommand would point the wrong way)
+        known, extra = self.parse_known_args(args, namespace)
+        if extra:
+            chain = _chosen_parsers(self, known)
+            near = next((_flag_hint(a.split("=")[0], chain) for a in extra if a.startswith("-")), "")
+            self.error(f"unrecognized arguments: {' '.join(extra)}{near}")
+        return known
+
+
+def _flag_hint(flag: str, chain: list[argparse.ArgumentParser]) -> str:
+    """The nearest flag of the subcommand that was run (`chain[-1]`); else a flag of the commands above it,
+    which must come before the subcommand (`safetyrepro --data-dir DIR sweep ...`)."""
+    outer = [f for p in chain[:-1] for f in p._option_string_actions]
+    if flag in outer:
+        return f" ({flag} goes before the subcommand: {chain[-1].prog.replace(' ', f' {flag} ... ', 1)} ...)"
+    near = _nearest_flag(flag, chain[-1]._option_string_actions)
+    if near or not outer:
+        return f" (did you mean {near!r}?)" if near else ""
+    near = _nearest_flag(flag, outer)
+    return f" (did you mean {near!r}, before the subcommand?)" if near else ""
+
+
+def _nearest_flag(flag: str, flags) -> str | None:
+    """The flag nearest `flag`, compared without their dashes (which every flag shares: `--data-dir` is
+    not near `--tier`)."""
+    bare = {f.lstrip("-"): f for f in flags if f.startswith("--")}
+    name = flag.lstrip("-")
+    if name in bare:  # `-benchmarks`: the flag, with one dash too few
+        return bare[name] if bare[name] != flag else None
+    near = nearest(name, bare)
+    return bare[near] if near is not None else None
+
+
+# argparse's words for a value outside `choices=` (a subcommand, --package, --executor): 3.11's wording
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$")
+
+
+def with_suggestion(message: str) -> str:
+    """argparse's message, with the nearest valid choice where it refused one (`did you mean 'sweep'?`)."""
+    m = _INVALID_CHOICE.search(message)
+    if not m:
+        return message
+    near = did_you_mean(m["value"], re.findall(r"'([^']*)'", m["choices"]))
+    if not near:
+        return message
+    cut = m.start("choices") - len("(choose from ")  # beside the typo, before the list of choices
+    return f"{message[:cut]}{near.strip()} {message[cut:]}"
+
+
+def _chosen_parsers(parser: argparse.ArgumentParser, known: argparse.Namespace) -> list[argparse.ArgumentParser]:
+    """`parser` and the subcommands' parsers that `known` chose inside it (`safetyrepro`, `import`, `eee`)."""
+    for action in parser._actions:  # argparse has no public way to its subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(known, action.dest, None) or "")
+            if chosen is not None:
+                return [parser, *_chosen_parsers(chosen, known)]
+    return [parser]
 
 
 def build_parser() -> argparse.ArgumentParser:

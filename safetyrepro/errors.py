@@ -1,6 +1,7 @@
 """The one exception type that reaches the user as a single line (and exit code 2), and the one way any
 exception is written as a line."""
 
+import difflib
 import sys
 from pathlib import Path
 
@@ -24,8 +25,22 @@ def error_line(e: BaseException, with_type: bool = True, most: int | None = None
     return first or type(e).__name__
 
 
+def nearest(value: object, allowed) -> str | None:
+    """The allowed name nearest a mistyped one (difflib's ratio, case ignored: `XSTest` is `xstest`), or
+    None when none is near: a guess only where the typo is plain."""
+    names = {str(a).lower(): str(a) for a in allowed}
+    close = difflib.get_close_matches(str(value).lower(), list(names), n=1)
+    return names[close[0]] if close and names[close[0]] != str(value) else None
+
+
+def did_you_mean(value: object, allowed) -> str:
+    """` (did you mean 'x'?)` for `nearest`, or ""."""
+    near = nearest(value, allowed)
+    return f" (did you mean {near!r}?)" if near is not None else ""
+
+
 def one_of(kind: str, value: object, allowed) -> UserError:
-    return UserError(f"unknown {kind} {value!r}; allowed: {', '.join(map(str, allowed))}")
+    return UserError(f"unknown {kind} {value!r}{did_you_mean(value, allowed)}; allowed: {', '.join(map(str, allowed))}")
 
 
 def _in_lm_eval_cli() -> bool:

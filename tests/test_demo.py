@@ -118,8 +118,9 @@ def test_the_closing_lines_say_the_verdict_its_cost_and_where_the_study_is():
         f"It used {n:,} of the full grid's 200 paired evaluations ({100 * n / 200:.0f} %), in "
         f"{result.seconds:.0f} s of evaluation; scoring the whole grid would take about 104.4 h here. "
         "Every claim holds with probability at least 0.95, all together; the first lines are about the models: "
-        "the benchmark's items as draws from the benchmark and seeds as draws from the decoder, so another draw "
-        "of items would confirm them."
+        "they generalise over the benchmark's items (as draws from the benchmark, so another draw of items would "
+        "confirm them) and hold fixed these seeds, this one draw of few-shot examples and these templates, so they "
+        "say nothing about other seeds, few-shot examples or templates."
     )
     assert closing_lines(result, None, 32)[1].startswith(
         f"It used {n:,} of the full grid's 200 paired evaluations ({100 * n / 200:.0f} %), 32 model evaluations run "

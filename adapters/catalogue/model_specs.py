@@ -41,7 +41,7 @@ from safetyrepro.adapters.backends.backend import (
 )
 from safetyrepro.adapters.catalogue.weights import EMBEDDED
 from safetyrepro.compat.lm_eval import model_required_args
-from safetyrepro.errors import UserError
+from safetyrepro.errors import UserError, did_you_mean
 from safetyrepro.limits import (
     MAX_CONFIG_BYTES,
     MAX_SPEC_CHARS,
@@ -242,7 +242,7 @@ def check_model_name(name: str) -> None:
     if name in EMBEDDED or Path(name).expanduser().exists() or re.fullmatch(r"[\w.-]+/[\w.-]+", name):
         return
     raise UserError(
-        f"unknown model {name!r}; use an embedded name ({', '.join(EMBEDDED)}), "
+        f"unknown model {name!r}{did_you_mean(name, EMBEDDED)}; use an embedded name ({', '.join(EMBEDDED)}), "
         "a local HF folder or .gguf file, a hub id org/name, lm-eval:<model>:<model_args> "
         "or inspect:<provider>/<model>"
     )

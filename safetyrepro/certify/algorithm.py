@@ -3,9 +3,10 @@
 What is certified, per benchmark, model pair (model_a < model_b alphabetically) and configuration c, is
 theta_c, positive when model_a is better in the benchmark's declared direction (the paired difference of
 scores; for CrowS-Pairs the difference in closeness to 0.5), for one of two targets (evidence.py):
-`population` (the default: the models on the benchmark's items as draws from the benchmark, seeds as draws
-from the decoder; what another draw of items would confirm) or `subset` (the fixed subset's realised
-difference, the number the full grid and the paper's rho_flip report). Items are drawn in one seeded
+`population` (the default: the models on the benchmark's items as draws from the benchmark, the seeds,
+the one draw of few-shot examples and the templates held fixed; what another draw of items would confirm)
+or `subset` (the fixed subset's realised difference, the number the full grid and the paper's rho_flip
+report). Items are drawn in one seeded
 random order per benchmark (a configuration chosen by looking at earlier records may exclude them:
 `BenchmarkProblem.excluded`), and every pair x configuration keeps an anytime-valid sequence.
 
@@ -71,7 +72,9 @@ the same round, first.
 
 Draw order: `seeded` permutes the problem's items with --seed; `subset` keeps the problem's own order,
 which for a live run is the fixed subset's seeded order (tasks/subsets.py): a sweep with --limit N
-scored exactly the first N draws, so its records serve as certify's first rounds.
+scored exactly the first N draws, so its records serve as certify's first rounds. The control's partner
+items need the random order (`seeded`): from the back of a fixed order along which a twin drifts they are
+unlike the front, so `control="auto"` with `order="subset"` is refused (issue 53).
 """
 
 from __future__ import annotations
@@ -589,6 +592,10 @@ def certify(
         raise ValueError(f"reading {options.reading!r}: one of {', '.join(READINGS)}")
     if options.reading == "content" and options.control == "auto":
         raise ValueError("the content reading certifies every configuration on its own items: no control variate")
+    if options.control == "auto" and options.order == "subset" and not options.held_only:
+        # partner items come from the back of the order: a fixed order along which a twin drifts makes them
+        # unlike the front, and the control's claims false (issue 53); only a random order keeps them alike
+        raise ValueError("the control variate's partner items need a random item order: order 'seeded', not 'subset'")
     benches, alpha_each = _setup(problems, options)
     cache: dict[tuple[str, str, str], dict[str, float]] = {}
     run = _RunState(saved=time.monotonic())

@@ -57,9 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--target",
         choices=("population", "subset"),
         default="population",
-        help="what a claim is about: population (default: the two models on the benchmark's items as draws from "
-        "the benchmark and seeds as draws from the decoder; what another draw of items would confirm) or subset "
-        "(the fixed subset's realised difference, which the full grid and rho_flip report)",
+        help="what a claim is about: population (default: the two models, generalising over the benchmark's "
+        "items as draws from the benchmark, what another draw of items would confirm, and holding fixed the "
+        "seeds, the one draw of few-shot examples and the templates) or subset (the fixed subset's realised "
+        "difference, which the full grid and rho_flip report)",
     )
     p.add_argument(
         "--reading",
@@ -73,16 +74,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--selection",
         choices=("none", "records", "family"),
         help="how --configs were chosen: none (fixed before any data was seen), records (by looking at "
-        "--records: their items are not used as evidence for those configurations), family (from the whole "
-        "envelope the other flags select: alpha covers all of it, only --configs are evaluated); required "
-        "with --configs and --records together",
+        "--records or at what a sweep or certify run left in the outputs cache: those items are not used as "
+        "evidence for those configurations), family (from the whole envelope the other flags select: alpha "
+        "covers all of it, only --configs are evaluated); required with --configs whenever their records are "
+        "in --records or the outputs cache",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the item order with --order seeded (default 0)")
     p.add_argument(
         "--order",
         choices=("subset", "seeded"),
         help="draw order: subset (live default: the fixed subset's own seeded order, so a sweep's "
-        "--limit N records are the first N draws) or seeded (replay default: permuted with --seed)",
+        "--limit N records are the first N draws) or seeded (replay default, and live with --control auto, "
+        "whose partner items need a random order: permuted with --seed)",
     )
     p.add_argument(
         "--records",
@@ -166,7 +169,15 @@ def options_from(args: argparse.Namespace):
         raise UserError(f"--seed {args.seed}: must be a whole number from 0 to 2**63 - 1")
     evaluations, seconds = parse_budget(args.budget)
     live = bool(args.models or args.models_file)
-    order = args.order or ("subset" if live else "seeded")
+    # the control's partner items come from the back of the order: only a random order makes them like the
+    # front (a twin drifting along the subset's order gave false claims in 3 of 3 grids, issue 53)
+    partners = args.control == "auto" and not args.held_only  # a re-read takes no partner items
+    order = args.order or ("subset" if live and not partners else "seeded")
+    if order == "subset" and partners:
+        raise UserError(
+            "--control auto takes its partner items from the back of the draw order, which needs a random order: "
+            "leave out --order subset (--order seeded, the default with --control auto)"
+        )
     if order == "subset" and not live:
         raise UserError(
             "--order subset is the fixed subset's order of a live run; a replay's records carry no "
@@ -224,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         sweep_options = SweepOptions.from_args(args, LIVE)
         result, paths = run_live(
             sweep_options, Path(args.out), options, say, records=args.records, selection=_selection(args)
-        )
+        )  # a selection not said is decided there, once it knows what the outputs cache holds
     else:
         given = [d for d in LIVE_FLAGS if getattr(args, d) not in (None, False, [])]
         given += [d for d in LIVE.given(args) if d not in REPLAY_TAKES]
@@ -236,6 +247,8 @@ def run(args: argparse.Namespace) -> int:
         result, paths = _replay(args, options, say)
     import pandas as pd
 
+    from .outputs import TARGET_WORDS
+
     # the verdicts as certificate.csv says them, with what each rests on (read from the records the run used)
     for r in pd.read_csv(args.out / "certificate.csv", keep_default_na=False, dtype=LABELS).itertuples():
         rests = f"; rests on: {r.rests_on}" if r.rests_on else ""
@@ -243,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
             f"{r.benchmark:<12} {r.model_a} vs {r.model_b}: {r.verdict} ({r.n_evaluations:,} of {r.n_full:,} paired "
             f"evaluations{rests})"
         )
+    print(f"target {options.target}: the verdicts are {TARGET_WORDS[options.target]}")  # what is fixed, what drawn
     print(
         f"wrote {len(paths)} files to {args.out} ({result.paired_evaluations:,} of {result.full_paired_evaluations:,} "
         f"paired evaluations, {100 * result.paired_evaluations / max(result.full_paired_evaluations, 1):.0f} %; "
@@ -254,20 +268,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _selection(args: argparse.Namespace) -> str:
-    """How --configs were chosen; a choice made by looking at data must say so (docs/certify.md)."""
-    if args.selection is None:
-        if args.configs and args.records:
-            raise UserError(
-                "--configs with --records: say how the configurations were chosen with --selection none (fixed "
-                "before any data), records (by looking at these records: their items are not used as evidence) "
-                "or family (from the whole envelope: alpha covers all of it)"
-            )
-        return "none"
-    if not args.configs:
+def _selection(args: argparse.Namespace) -> str | None:
+    """How --configs were chosen, or None when not said: run_live then refuses hand-picked configurations
+    whose records it can see (--records, the outputs cache; live.selection_said, docs/certify.md)."""
+    if args.selection is not None and not args.configs:
         raise UserError("--selection says how --configs were chosen: give --configs too")
-    if args.selection == "records" and not args.records:
-        raise UserError("--selection records: name the records the configurations were chosen from with --records")
     return args.selection
 
 

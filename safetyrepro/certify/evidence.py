@@ -3,10 +3,12 @@ read in the benchmark's declared direction. The rounds (algorithm.py) feed it pa
 for claims, bounds and the running numbers the allocation plans with.
 
 Targets (docs/certify.md, *What is certified*):
-- `population` (the default): the two models on the benchmark's items as draws from the benchmark and
-  seeds as draws from the decoder. Items come in a uniformly random order of a random subset, so they are
-  i.i.d. draws; the sequences are with replacement (confidence_sequence.IidBettingCS) and never become
-  exact: two identical models keep 0 inside their bounds however many items are in.
+- `population` (the default): the two models on the benchmark's items as draws from the benchmark, with
+  the configuration's seeds, its one draw of few-shot examples and its template held fixed (not drawn: five
+  seeds sharing a shift carry it into every item, issue 53). Items come in a uniformly random order of a
+  random subset, so they are i.i.d. draws; the sequences are with replacement
+  (confidence_sequence.IidBettingCS) and never become exact: two identical models keep 0 inside their
+  bounds however many items are in.
 - `subset`: the fixed subset's realised difference, the number the full grid reports (the paper's
   rho_flip reads it); sequences without replacement (WorBettingCS), exact once every item is in.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,21 +52,32 @@ def run_live(
     say: Callable[[str], None] | None,
     records: Sequence[str | Path] = (),
     checkpoint_seconds: float = 600.0,
-    selection: str = "none",
+    selection: str | None = "none",
 ) -> tuple[CertifyResult, list[Path]]:
     """Plan, certify, write the outputs (under the folder's lock); (result, paths written). `records`:
     earlier items.parquet files (of sweeps or certify runs made the same way) whose items are taken as
-    evaluated. The outputs are also written every `checkpoint_seconds` while the run goes on, and when
-    it is interrupted, so a stopped run loses nothing a rerun would need."""
+    evaluated. `selection`: how --configs were chosen (chosen_validly), or None when the user did not say:
+    then hand-picked configurations whose records this run can see are refused (selection_said). The
+    outputs are also written every `checkpoint_seconds` while the run goes on, and when it is interrupted,
+    so a stopped run loses nothing a rerun would need."""
     check_resumable(out)
     sweep = plan_live(sweep_options, out)
     run = LiveRun(sweep, live_oracle(sweep_options, sweep, say, out / "logs"), out, say)
     earlier = [earlier_source(Path(r), sweep.spec) for r in records]  # every given file checked before any is read
-    OutputsCache(outputs_cache_path()).check()  # a bad cache is found here, not after a model load
+    cache = OutputsCache(outputs_cache_path())
+    cache.check()  # a bad cache is found here, not after a model load
     sweep.store.lock()  # one run at a time writes the folder; what it resumes from is read under the lock
     try:
         run.oracle.start()
         run.start_from(earlier)
+        # what the outputs cache says a sweep or certify run evaluated of this run's cells and items, less
+        # this folder's own records (a rerun's own work is no selection)
+        hand_picked = bool(sweep_options.filters.get("config"))
+        seen = seen_in_cache(cache, run.oracle.cells, run.problems, run.own_items) if hand_picked else {}
+        selection = selection_said(selection, hand_picked, bool(records), seen, cache.path, run.resumed)
+        if selection == "records":  # what the cache holds was looked at too: kept out of the evidence
+            for cid, items in seen.items():
+                run.looked_at.setdefault(cid, set()).update(items)
         problems = chosen_validly(run.problems, selection, run.looked_at, sweep_options)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         run.source = _source(sweep, problems)
@@ -79,9 +90,14 @@ def run_live(
             checkpoint_seconds=checkpoint_seconds,
         )
         return result, run.write(result)
+    except BaseException:
+        # a refusal or a failure under the lock takes back what the run made and kept no work in: no lock file
+        # left to block the next command, no --out folder it created (what the folder held before is kept)
+        sweep.store.abandon()
+        raise
     finally:
         run.oracle.close()
-        sweep.store.unlock()
+        sweep.store.unlock()  # nothing left to do after abandon
 
 
 def live_oracle(sweep_options: SweepOptions, sweep: Sweep, say, log_dir: Path) -> LiveOracle:
@@ -100,6 +116,8 @@ class LiveRun:
     out: Path
     say: Callable[[str], None] | None
     looked_at: dict[str, set[str]] = field(default_factory=dict)  # config -> items of --records (a selection saw)
+    resumed: bool = False  # the folder held this command's earlier run: its configurations were chosen then
+    own_items: set[tuple[str, str, str]] = field(default_factory=set)  # (model, config, item) of the folder's records
     source: str = ""  # the report's words for where the records came from
 
     def __post_init__(self) -> None:
@@ -113,14 +131,16 @@ class LiveRun:
         check_resumable(out)  # again under the lock: another run may have written meanwhile
         own = out / "items.parquet"
         if isinstance(previous, dict) and own.is_file() and not own.is_symlink():
-            if same_command(previous.get("live") or {}, spec):
-                earlier.insert(0, (own, previous))
-                self.oracle.costs.earlier_pieces = previous
-            elif say is not None:
-                say(
-                    f"{own} is from another certify command ({same_why(previous.get('live') or {}, spec)}); "
-                    "starting afresh"
+            if not same_command(previous.get("live") or {}, spec):
+                # its records cannot serve this run, and writing this run's outputs would replace them
+                raise UserError(
+                    f"{out} holds another certify command's run ({same_why(previous.get('live') or {}, spec)}): "
+                    f"this run would replace its {len(read_records(own)):,} records; give a new --out, or move "
+                    f"{out} away first to keep them"
                 )
+            earlier.insert(0, (own, previous))
+            self.oracle.costs.earlier_pieces = previous
+            self.resumed = True
         items = {str(i) for q in self.problems for i in q.item_ids}
         for path, made in earlier:
             frame = read_records(path)
@@ -128,6 +148,16 @@ class LiveRun:
                 for cid, item in zip(frame["config_id"].astype(str), frame["item_id"].astype(str), strict=True):
                     self.looked_at.setdefault(cid, set()).add(item)
             n = self._keep(frame, items, path, made)
+            if path == own:
+                self.oracle.carried = frame  # the records this run does not use are written back unchanged
+                self.own_items = set(
+                    zip(
+                        frame["model"].astype(str),
+                        frame["config_id"].astype(str),
+                        frame["item_id"].astype(str),
+                        strict=True,
+                    )
+                )
             if say is not None:
                 say(
                     f"{'resuming' if path == own else 'earlier records'}: {n:,} (model, configuration, item) "
@@ -196,3 +226,62 @@ def chosen_validly(
             )
         )
     return tuple(out)
+
+
+SELECTION_VALUES = (
+    "say how they were chosen with --selection none (fixed before any data was seen), records (by looking at "
+    "those records: their items are not used as evidence) or family (from the whole envelope the other flags "
+    "select: alpha covers all of it)"
+)
+
+
+def seen_in_cache(
+    cache: OutputsCache,
+    cells: Iterable[tuple[str, str]],
+    problems: tuple[BenchmarkProblem, ...],
+    own: set[tuple[str, str, str]],
+) -> dict[str, set[str]]:
+    """config -> the items of this run's subset that the outputs cache says some sweep or certify run
+    evaluated on it (for any of this run's models), less the folder's own records `own`. Items outside the
+    subset are left out: looking at them biases no evidence."""
+    items = {str(i) for p in problems for i in p.item_ids}
+    seen: dict[str, set[str]] = {}
+    for model, cid in cells:
+        found = {i for i in cache.items_noted(model, cid) & items if (model, cid, i) not in own}
+        if found:
+            seen.setdefault(cid, set()).update(found)
+    return seen
+
+
+def selection_said(
+    selection: str | None,
+    hand_picked: bool,
+    records_given: bool,
+    seen: dict[str, set[str]],
+    cache_path: Path,
+    resumed: bool = False,
+) -> str:
+    """The selection a run uses, or a one-line refusal (docs/certify.md, *Chosen by looking*). Hand-picked
+    --configs whose records the run can see (--records, or the outputs cache a sweep or an earlier certify
+    run filled: `seen`) must say how they were chosen: a live `certify --configs X` picked after a look at
+    `sweep --limit 15` and run as `none` draws those first items again as evidence (false claims in 41 of
+    100 simulated worlds, issue 53). A rerun of the same command (`resumed`) keeps the choice its first run
+    made."""
+    if selection is None:
+        if hand_picked and records_given:
+            raise UserError(f"--configs with --records: {SELECTION_VALUES}")
+        if hand_picked and seen and not resumed:
+            cid = sorted(seen)[0]
+            more = f" and {len(seen) - 1} more of --configs" if len(seen) > 1 else ""
+            raise UserError(
+                f"--configs: the outputs cache {cache_path} holds records of {cid} on {len(seen[cid]):,} of this "
+                f"run's items{more} (a sweep or an earlier certify run evaluated them), so the configurations "
+                f"may have been chosen by looking; {SELECTION_VALUES}"
+            )
+        return "none"
+    if selection == "records" and not records_given and not seen:
+        raise UserError(
+            "--selection records: no records of these configurations were seen (none in --records or the outputs "
+            f"cache {cache_path}); name the records they were chosen from with --records"
+        )
+    return selection

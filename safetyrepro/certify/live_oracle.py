@@ -56,6 +56,7 @@ class LiveOracle(Oracle):
     _lattices: dict = field(default_factory=dict)  # benchmark -> the lattice its problem declares
     _kept: dict = field(default_factory=dict)  # (model, config_id, item_id) -> {seed: item score} kept
     earlier_weights: dict = field(default_factory=dict)  # label -> {weights_sha256: the records file made with it}
+    carried: pd.DataFrame | None = None  # the folder's own records (a rerun): those it does not use are kept
 
     def __post_init__(self):
         self.cells = {(c.model, c.config.config_id): c for c in self.sweep.cells}
@@ -324,7 +325,37 @@ class LiveOracle(Oracle):
         rows = list(self.rows.values())
         columns = ["model", "config_id", "benchmark", "package", "precision", *ItemRecord.__dataclass_fields__]
         frame = pd.DataFrame(rows, columns=columns)
-        return frame.sort_values(["model", "config_id", "item_id", "seed"], kind="stable").reset_index(drop=True)
+        key = ["model", "config_id", "item_id", "seed"]
+        if self.carried is not None and len(self.carried):
+            # a rerun of fewer models, configurations or items (--held-only included) never writes fewer records
+            # than its folder held: the ones it did not use go back as they were
+            old = self.carried.reindex(columns=columns)
+            mine = set(
+                zip(
+                    frame["model"].astype(str),
+                    frame["config_id"].astype(str),
+                    frame["item_id"].astype(str),
+                    frame["seed"].astype(int),
+                    strict=True,
+                )
+            )
+            keep = [
+                k not in mine
+                for k in zip(
+                    old["model"].astype(str),
+                    old["config_id"].astype(str),
+                    old["item_id"].astype(str),
+                    old["seed"].astype(int),
+                    strict=True,
+                )
+            ]
+            if any(keep):
+                frame = (
+                    old[keep].reset_index(drop=True)
+                    if frame.empty
+                    else pd.concat([frame, old[keep]], ignore_index=True)
+                )
+        return frame.sort_values(key, kind="stable").reset_index(drop=True)
 
     def cost_extra(self) -> dict:
         """cost.json's fields of a live run: what it spent and measured (cost.py), how its records were

@@ -89,9 +89,14 @@ def claims_table(result: CertifyResult, bases: list[Basis] | None = None) -> pd.
     return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
 
 
+# what a claim about the models holds fixed: the audit of issue 53 found "seeds as draws from the decoder"
+# false (five seeds sharing a shift made population claims false in 12 of 12 grids against the seed-averaged
+# target), so the seeds, the one draw of few-shot examples and the templates are named as fixed
+FIXED_WORDS = "these seeds, this one draw of few-shot examples and these templates"
 TARGET_WORDS = {
-    "population": "about the models: the benchmark's items as draws from the benchmark and seeds as draws from "
-    "the decoder, so another draw of items would confirm them",
+    "population": "about the models: they generalise over the benchmark's items (as draws from the benchmark, so "
+    f"another draw of items would confirm them) and hold fixed {FIXED_WORDS}, so they say nothing about other "
+    "seeds, few-shot examples or templates",
     "subset": "about this sample: the fixed subset's realised differences, which the full grid reports; two "
     "identical models differ there by chance, so they say nothing beyond these items",
 }

@@ -187,7 +187,7 @@ def _read_cells(claims, evaluated, records, parse_rates) -> dict[tuple[str, int,
         mine = [flagged[(k, c.config_id)] for k in (ka, kb) if (k, c.config_id) in flagged]
         cells = screen.iloc[mine].assign(model=[_label(str(m)) for m in screen["model"].iloc[mine]])
         at = rows.get((c.config_id, ka, kb))
-        row = None if at is None else content.iloc[[at]].assign(model_a=c.model_a, model_b=c.model_b)
+        row = None if at is None or content is None else content.iloc[[at]].assign(model_a=c.model_a, model_b=c.model_b)
         out[(c.config_id, c.items_used, c.model_a, c.model_b)] = _Cells(
             cells,
             row,

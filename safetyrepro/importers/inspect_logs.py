@@ -97,10 +97,22 @@ class InspectReader(Reader):
             raise bad_file(path, problem)
         samples = None
         if getattr(header.eval.config, "log_samples", True) is not False:
+            stopped = early_stopped(header)  # an early-stopped eval logs only the samples it ran
             try:
-                samples = list(read_eval_log_samples(str(path), all_samples_required=True))
+                samples = list(read_eval_log_samples(str(path), all_samples_required=not stopped))
             except Exception as e:  # a log cut short keeps its header but loses samples
                 raise bad_file(path, f"its samples cannot be read ({error_line(e, most=160)}): a partial log") from None
+            if stopped:
+                epochs = int(getattr(header.eval.config, "epochs", None) or 1)
+                wanted = {(str(i), e) for i in header.eval.dataset.sample_ids or () for e in range(1, epochs + 1)}
+                lost = wanted - {(str(s.id), int(s.epoch)) for s in samples} - stopped
+                if lost:
+                    sid, epoch = sorted(lost)[0]
+                    raise bad_file(
+                        path,
+                        f"lacks {len(lost)} sample(s) its early stopping did not stop (e.g. {sid}, epoch {epoch}): "
+                        "a partial log",
+                    )
         return data, (header, samples)
 
     def runs(
@@ -253,7 +265,8 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
             note = rows
         else:
             ids = tuple(r.item_id for r in rows)
-            if item_ids is not None and set(ids) != set(item_ids):
+            stopped = {sid for sid, _ in early_stopped(log)}
+            if item_ids is not None and set(ids) != set(item_ids) and not set(item_ids) - set(ids) <= stopped:
                 raise bad_file(source, f"holds samples for {len(ids)} of its {len(item_ids)} items: a partial log")
             item_ids, n_items = ids, len(ids)
             if metric_name.split("/")[-1] not in MEAN_METRICS:  # `accuracy` or `<scorer>/accuracy`
@@ -289,6 +302,13 @@ def run_from_log(log, samples: list | None, source: str, mapping: Mapping, rules
         items_note=note,
         created=recorded_time(ev.created) or 0.0,
     )
+
+
+def early_stopped(log) -> set[tuple[str, int]]:
+    """(sample id, epoch) of every sample the eval's early stopping stopped (Inspect's `early_stops`): an
+    early-stopped log holds the others only, and is whole as such."""
+    summary = getattr(getattr(log, "results", None), "early_stopping", None)
+    return {(str(s.id), int(s.epoch)) for s in getattr(summary, "early_stops", None) or ()}
 
 
 def output_settings(settings: dict, placement, rules) -> dict:

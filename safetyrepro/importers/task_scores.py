@@ -32,7 +32,7 @@ from safetyrepro.limits import Refused, decode_text, loads_json, read_capped, sh
 
 from . import inspect_logs, lm_eval_runs
 from .common import BadInputError, as_unit_score
-from .inspect_logs import task_name
+from .inspect_logs import early_stopped, task_name
 from .lm_eval_runs import RESULTS_FILE, SAMPLES_FILE
 from .mapping import model_label, parse_model_args
 from .reader import Reader, about
@@ -56,6 +56,9 @@ class ItemScores:
     # logged: the `doc` field and target (else the arguments), and the prompt text; `items`/`prompts` omit it
     contents: Mapping[str, str] = field(default_factory=dict)
     prompt_texts: Mapping[str, str] = field(default_factory=dict)
+    # an early-stopped Inspect eval: the (item, epoch) records its early stopping stopped, and its decision
+    stopped: frozenset[tuple[str, int]] = frozenset()
+    stop_sentence: str = ""
 
 
 @dataclass(frozen=True)
@@ -470,11 +473,18 @@ def inspect_task_scores(header, samples: list) -> list[ItemScores]:
                     )
                     continue
                 scores.setdefault(name, {})[(sid, int(s.epoch))] = v
+    stopped = frozenset(early_stopped(header))
+    summary = getattr(header.results, "early_stopping", None) if stopped else None
+    sentence = str(((summary.metadata or {}) if summary is not None else {}).get("sentence") or "")
     out = []
     for name in dict.fromkeys([*scores, *notes]):
         got = scores.get(name, {})
         note = notes.get(name) or _not_a_mean(got, reported.get(name), name)
-        out.append(ItemScores(task, name, got, items, prompts, None, reported.get(name), note))
+        out.append(
+            ItemScores(
+                task, name, got, items, prompts, None, reported.get(name), note, stopped=stopped, stop_sentence=sentence
+            )
+        )
     return out
 
 
@@ -595,8 +605,9 @@ def _match_items(
     """(the items of `task` to pair, their counts, a note): refused unless both runs hold the same (item,
     epoch) records of the same items with the same prompts, or `restrict` / `prompts_may_differ` says what to
     do with the rest."""
-    only_a = sorted(a.scores.keys() - b.scores.keys())
-    only_b = sorted(b.scores.keys() - a.scores.keys())
+    # records a run's early stopping stopped are not missing: that run ran the others only
+    only_a = sorted(a.scores.keys() - b.scores.keys() - b.stopped)
+    only_b = sorted(b.scores.keys() - a.scores.keys() - a.stopped)
     both = {i for i, _ in a.scores.keys() & b.scores.keys()}
     changed = sorted(i for i in both if _differs(i, a.items, b.items, a.contents, b.contents))
     prompts = sorted(
@@ -637,6 +648,15 @@ def _match_items(
         raise UserError(f"task {task}: the runs do not hold the same items: {'; '.join(problems)}; {way_out}")
     if problems:
         note = f"{task}: {'; '.join(problems)}: left out (--restrict); {len(keep)} items paired"
+    for who, run, other in (("A", a, b), ("B", b, a)):
+        cut = len(other.scores.keys() - run.scores.keys() & run.stopped)
+        if cut:
+            decision = f"; its early stopping's decision (anytime-valid, in the log): {run.stop_sentence}"
+            note = (note + "; " if note else f"{task}: ") + (
+                f"{who}'s eval was stopped early ({cut} of the other run's item-epoch records were never run by it): "
+                f"paired on the items it ran. The rule that stopped it looked at these items, so the fixed-n test "
+                f"here is not valid at that data-chosen stop{decision if run.stop_sentence else ''}"
+            )
     if prompts and prompts_may_differ:
         note = (note + "; " if note else f"{task}: ") + (
             f"{len(prompts)} of {len(both)} items were given different prompts and are paired by id "

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from safetyrepro.importers.task_scores import ItemScores, read_run, sample_key
 
-from .rule import KNOWN, UNDECIDED, Decisions, SequentialRule, StoppingRule
+from .rule import BIASED, COVERAGE, KNOWN, UNDECIDED, Decisions, SequentialRule, StoppingRule
 
 if TYPE_CHECKING:
     from inspect_ai import Task
@@ -181,6 +181,8 @@ class AnytimeStopping:
             "width": self.rule.width,
             "margin": self.rule.margin,
             "target": TARGET,
+            "what_a_stop_means": COVERAGE[self.rule.mode],
+            "estimate_note": BIASED,
             "confidence_sequence": "betting e-processes (analysis/confidence_sequence.py, IidBettingCS), "
             "closed testing for the paired claims",
             "scorer": self.scorer,
@@ -322,9 +324,9 @@ class AnytimeStopping:
             shown = p[key] if key else max(p["not_below_margin"], p["not_above_margin"])
             test = f"anytime p = {shown:.2g}, closed testing at alpha {self.rule.alpha:g}; "
         return (
-            f"{head} ({test}{TARGET.split(':')[0]}): {self._what()} is {n['estimate']:.3f}, between "
-            f"{n['lower']:.3f} and {n['upper']:.3f} (confidence sequence, {1 - self.rule.alpha:g}), after {n['n']} of "
-            f"{total} samples"
+            f"{head} ({test}{TARGET.split(':')[0]}): {self._what()} is between {n['lower']:.3f} and {n['upper']:.3f} "
+            f"(confidence sequence, {1 - self.rule.alpha:g}) after {n['n']} of {total} samples; the mean of those, "
+            f"{n['estimate']:.3f}, is biased by the stop the data chose (read the interval)"
         )
 
     def _undecided_sentence(self, d: Decisions) -> str:

@@ -6,8 +6,11 @@ which is what makes stopping early safe.
 
 Two rules:
 - `mean`: stop when the task's mean score is known to within `width`: the two-sided confidence sequence at
-  level alpha (alpha/2 a side) is at most `width` wide. Its interval covers the true mean at the stop with
-  probability at least 1 - alpha.
+  level alpha (alpha/2 a side) is at most `width` wide. What holds (COVERAGE): over all runs, each read at
+  its stop or, if it never stopped, at its end, the interval misses the true mean with probability at most
+  alpha (the sequence holds at every sample at once). Read only among the runs that stopped, the miss rate
+  can be larger, since stopping on a narrow interval favours runs whose early samples happen to vary little:
+  it is at most alpha / P(stop), so a stop that is rare for the task says less than one that is common.
 - `paired`: each sample's score minus a reference run's score on the same sample (another model); stop when
   the difference is certified: the four one-sided hypotheses of certify (difference <= 0, >= 0, >= margin,
   <= -margin) are tested with their anytime p-values and closed testing at alpha (closed_testing.closed_test_each,
@@ -36,6 +39,17 @@ MIN_GRID = 201  # candidates of the confidence sequence: at least every 1/200 of
 STEPS_PER_WIDTH = 8  # and at least this many per `width`, so bounds read on the grid lose little of it
 UNDECIDED = "undecided"
 KNOWN = "known"
+COVERAGE = {
+    "mean": "over all runs, each read at its stop or at its end, the interval misses the true mean with "
+    "probability at most alpha; among the runs that stop, at most alpha / P(stop): stopping on a narrow interval "
+    "favours runs whose early samples vary little, so a rare stop says less",
+    "paired": "a wrong claim (better, worse, within the margin) comes with probability at most alpha, at whatever "
+    "sample the run stops",
+}
+BIASED = (
+    "the mean of the samples before a stop the data chose is biased (a run stops when its estimate is far from the "
+    "rule's boundary): the interval is the claim, not the estimate"
+)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ same whichever executor ran it.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import time
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from safetyrepro.adapters.backends.factory import open_backend
 from safetyrepro.atomic import ensure_dir
-from safetyrepro.errors import error_line
+from safetyrepro.cache_root import CACHE_DIR_ENV, cache_root
+from safetyrepro.errors import UserError, error_line
 from safetyrepro.grid_schema import grid_row
 from safetyrepro.provenance import source_commit
 from safetyrepro.sweep.cached_backend import CachedBackend, outputs_cache_path
@@ -109,14 +111,47 @@ def call_cell(driver: _Driver, cell: Cell, item_ids) -> CellCall:
     calls = backend.model_calls
     t0, c0 = time.monotonic(), time.process_time()
     records = driver.run_cell(cell.config, cell.seeds, list(item_ids))
+    cache = getattr(backend, "cache", None)  # a stand-in driver in tests has none
+    if cache is not None:  # a later certify run asks which cells' records were seen (issue 53)
+        cache.note_items(cell.model, cell.config.config_id, item_ids)
     return CellCall(records, time.monotonic() - t0, time.process_time() - c0, backend.model_calls > calls)
+
+
+def disk_full(e: BaseException | None) -> OSError | None:
+    """The full-disk OSError (ENOSPC, EDQUOT) behind `e`: itself, or one it was raised from or while
+    handling (a loader that words it as its own error keeps it as the context)."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def disk_full_error(label: str, e: OSError) -> UserError:
+    """A model that could not load because a disk it writes to while loading (the cache's converted or
+    joined weights) is full, as one line naming the full folder and the fix: the cache folder
+    (SAFETYREPRO_CACHE_DIR moves it), or the folder of the file that could not be written where that is
+    elsewhere (a hub download). The run stops with it: every later model would fail alike."""
+    root = cache_root()
+    path = Path(str(e.filename)) if e.filename else None
+    in_cache = path is None or path == root or root in path.parents
+    where = f"the cache folder {root}" if in_cache else str(path.parent)  # type: ignore[union-attr]
+    fix = "free space there" + (f", or set {CACHE_DIR_ENV} to a folder on a disk with room" if in_cache else "")
+    return UserError(
+        f"model {label!r} cannot load: no space left on the disk of {where}"
+        + (f" (writing {path})" if path is not None and path != root else "")
+        + f"; {fix}, and rerun the same command (finished cells are kept)"
+    )
 
 
 class CellRunner:
     """One model, opened once, running its cells one by one: the local executor holds one at a time, and
     each Ray worker is one. A model that fails to load fails each of its cells with the same line
     (LOAD_FAILED and the error's line); a cell that fails is recorded with `errors.error_line`; a broken
-    outputs cache stops the run instead (every later cell would fail the same way)."""
+    outputs cache, or a disk filling while a model loads (disk_full_error), stops the run instead (every
+    later cell, or model, would fail the same way)."""
 
     def __init__(self, entry, setup: CellSetup, prefetch_seeds: tuple[int, ...] = ()):
         self.setup = setup
@@ -127,6 +162,9 @@ class CellRunner:
         except OutputsCacheError:
             raise
         except Exception as e:  # a model that cannot load fails its cells, not the run
+            full = disk_full(e)
+            if full is not None:  # ... unless a full disk stops it: every later model would fail alike
+                raise disk_full_error(entry.label, full) from None
             self.load_failure = error_line(e)
 
     def record(self) -> dict:

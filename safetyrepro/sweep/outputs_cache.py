@@ -59,6 +59,13 @@ class OutputsCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._conn() as c:
                 c.execute("CREATE TABLE IF NOT EXISTS outputs (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                # which (model, configuration, item) a sweep or certify run evaluated through this cache: the
+                # outputs' keys are hashes, so without it no later run could tell a cell's records were seen
+                # (certify's --selection, issue 53)
+                c.execute(
+                    "CREATE TABLE IF NOT EXISTS cells (model TEXT NOT NULL, config_id TEXT NOT NULL, "
+                    "item_id TEXT NOT NULL, PRIMARY KEY (model, config_id, item_id))"
+                )
         except (sqlite3.Error, OSError) as e:
             raise self._error(e) from None
 
@@ -152,4 +159,29 @@ class OutputsCache:
         except sqlite3.Error as e:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            raise self._error(e) from None
+
+    def note_items(self, model: str, config_id: str, item_ids) -> None:
+        """Record that `model` (its label) ran `config_id` on `item_ids` through this cache."""
+        rows = [(str(model), str(config_id), str(i)) for i in item_ids]
+        if not rows:
+            return
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN")
+            conn.executemany("INSERT OR IGNORE INTO cells (model, config_id, item_id) VALUES (?, ?, ?)", rows)
+            conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise self._error(e) from None
+
+    def items_noted(self, model: str, config_id: str) -> set[str]:
+        """The items `model` ran `config_id` on through this cache (note_items), by any sweep or certify run."""
+        try:
+            rows = self._conn().execute(
+                "SELECT item_id FROM cells WHERE model = ? AND config_id = ?", (str(model), str(config_id))
+            )
+            return {str(r[0]) for r in rows}
+        except sqlite3.Error as e:
             raise self._error(e) from None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from safetyrepro.errors import UserError
+from safetyrepro.errors import UserError, did_you_mean, one_of
 from safetyrepro.grid_schema import cell_stem
 from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
-from safetyrepro.tasks.envelope import Config, Rules, benchmark_of
+from safetyrepro.tasks.envelope import AXES, Config, Rules, benchmark_of
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def select_configs(
         allowed = rules.axes[axis]
         for v in values:
             if v not in allowed:
-                raise UserError(f"unknown {axis} {v!r}; allowed: {', '.join(map(str, allowed))}")
+                raise one_of(axis, v, allowed)
     out = []
     for b in benchmarks:
         rules.check_benchmark(b)
@@ -76,10 +76,11 @@ def select_configs(
             for i in ids:
                 if benchmark_of(i) == b and i not in known:
                     example = cfgs[0].config_id if cfgs else None
+                    near = did_you_mean(i, sorted(known)) if _misspelt(i, rules) else ""
                     raise UserError(
                         f"configuration {i!r} is not among the {tier} configurations of {b}"
                         + (" with the other filters" if filters else "")
-                        + (f" (ids read like {example!r}, as in grid.csv's config_id)" if example else "")
+                        + (near or (f" (ids read like {example!r}, as in grid.csv's config_id)" if example else ""))
                     )
             cfgs = [c for c in cfgs if c.config_id in ids]
         if not cfgs:
@@ -89,6 +90,16 @@ def select_configs(
             raise UserError(f"the rules admit no {tier} configuration of {b} with {asked}")
         out += cfgs
     return out
+
+
+def _misspelt(config_id: str, rules: Rules) -> bool:
+    """Whether an id holds a value no axis of the rules has (a typo, for which the nearest id is the
+    help), rather than a combination the tier or the envelope leaves out (for which the id format is)."""
+    try:
+        cfg = Config.from_id(config_id)
+    except UserError:
+        return True
+    return any(cfg.axis(a) not in rules.axes[a] for a in AXES)
 
 
 def plan_cells(models: list, configs: list[Config], rules: Rules) -> list[Cell]:

@@ -66,19 +66,29 @@ class Store:
 
     # -- locking and identity -----------------------------------------------------------------
     def lock(self) -> None:
+        # what was there before, so that a refusal under the lock takes back what this run made (abandon)
+        self._made_from: Path | None = _first_missing(self.root)
+        self._before = set() if self._made_from is not None or not self.root.is_dir() else set(os.listdir(self.root))
         ensure_dir(self.root)
-        # never through a symlink: a planted one would have us truncate the file it points to
-        fd = open_nofollow(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o666, root=self.root)
-        f = os.fdopen(fd, "r+")
-        self._lock_file: IO[str] | None = f
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            raise UserError(
-                f"another sweep ({holder}) is writing to {self.root}; wait for it to finish or choose another --out"
-            ) from None
+        while True:
+            # never through a symlink: a planted one would have us truncate the file it points to
+            fd = open_nofollow(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o666, root=self.root)
+            f = os.fdopen(fd, "r+")
+            self._lock_file: IO[str] | None = f
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                f.close()
+                self._lock_file = None
+                raise UserError(
+                    f"another sweep ({holder}) is writing to {self.root}; wait for it to finish or choose another --out"
+                ) from None
+            if _same_file(f, self.root / ".lock"):
+                break
+            # a refused run removed the lock file (abandon) after this process opened it: lock the new one
+            f.close()
         f.seek(0)
         f.truncate()
         f.write(f"pid {os.getpid()}")
@@ -124,6 +134,35 @@ class Store:
             fcntl.flock(f, fcntl.LOCK_UN)
             f.close()
             self._lock_file = None
+
+    def abandon(self) -> None:
+        """After a refusal under the lock (Ray unreachable, the cache disk full, an interrupt before any
+        cell): take back what this run made where it kept no work, so that the refused command leaves no
+        lock file, no sweep.json of settings nothing was computed under, no empty folder, and no --out it
+        created; then unlock. Cell files, and whatever the folder held before, are kept."""
+        if getattr(self, "_lock_file", None) is None:
+            return
+        made = set(os.listdir(self.root)) - self._before
+        if not self.has_cells():
+            for name in sorted(made - {".lock"}):
+                p = self.root / name
+                if p.is_symlink():
+                    continue
+                if name == "sweep.json" and p.is_file():
+                    p.unlink()
+                elif p.is_dir():
+                    _remove_empty_folders(p)
+        if ".lock" in made:  # removed while held: a process that opened it before locks the new one (lock)
+            (self.root / ".lock").unlink(missing_ok=True)
+        self.unlock()
+        if self._made_from is not None:  # the folders this run created, from --out up, where empty
+            for folder in (self.root, *self.root.parents):
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+                if folder == self._made_from:
+                    break
 
     def check_identity(self, identity: dict[str, Any], allow_rules_change: bool) -> dict[str, Any] | None:
         """Compare with a sweep already in the directory (before anything is written); returns the
@@ -284,6 +323,35 @@ class Store:
             "grid_parquet": self.root / "grid.parquet",
             "items": self.root / "items.parquet",
         }
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The topmost folder of `path` (itself included) that does not exist yet, or None when it exists."""
+    missing = None
+    for p in (path, *path.parents):
+        if p.exists() or p.is_symlink():
+            break
+        missing = p
+    return missing
+
+
+def _same_file(f: IO[str], path: Path) -> bool:
+    """Whether the open file `f` is still the file at `path` (not unlinked or replaced since it was opened)."""
+    try:
+        here, there = os.fstat(f.fileno()), os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _remove_empty_folders(folder: Path) -> None:
+    """Remove `folder` and the folders in it where they hold no file (a link is kept, and so what holds it)."""
+    for sub, _dirs, files in os.walk(folder, topdown=False, followlinks=False):
+        if not files:
+            try:
+                os.rmdir(sub)
+            except OSError:
+                pass
 
 
 def _parquet(frame) -> bytes:

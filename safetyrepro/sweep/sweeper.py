@@ -17,6 +17,7 @@ from safetyrepro.sweep.options import SweepOptions
 from safetyrepro.sweep.outputs_cache import OutputsCache
 from safetyrepro.sweep.plan import Cell, SweepSpec, plan_cells
 from safetyrepro.sweep.progress import SweepProgress
+from safetyrepro.sweep.ray_executor import check_ray_address
 from safetyrepro.sweep.runner import SweepResult, run_local, write_run_json
 from safetyrepro.sweep.store import Store
 from safetyrepro.tasks.envelope import Rules
@@ -38,15 +39,16 @@ class Sweep:
         """The sweep the options ask for (checked when they were made), its models checked as far as they
         can be without loading one, and its folder read: nothing is written on bad input."""
         chosen = o.selection
-        scorings = {c.scoring for c in chosen.configs}
-        explicit = "scoring" in chosen.filters
-        models = tuple(check_runnable(m, o.package, scorings, explicit_scoring=explicit) for m in o.models)
-        check_loadable(models, o.device)
-        if o.executor == "ray":
+        if o.executor == "ray":  # before the models' checks, which may join weights or ask a server
             try:
                 import ray  # noqa: F401
             except ImportError:
                 raise UserError("--executor ray needs Ray: pip install 'safetyrepro[ray]'") from None
+            check_ray_address(o.address)  # seconds at most, where ray.init would retry for minutes
+        scorings = {c.scoring for c in chosen.configs}
+        explicit = "scoring" in chosen.filters
+        models = tuple(check_runnable(m, o.package, scorings, explicit_scoring=explicit) for m in o.models)
+        check_loadable(models, o.device)
         spec = o.spec()
         store = Store(Path(o.out))
         store.check_identity(spec.identity(), o.allow_rules_change)  # early, read-only; again under the lock
@@ -98,6 +100,9 @@ class Sweep:
             result.outputs = self.store.write_outputs(self.store.records(), [c.key for c in self.cells])
             write_run_json(self.store, self.spec, self.rules, self.models_run, self.items_for, result)
             return result
+        except BaseException:  # a refusal or a stop: no lock file or half-made --out is left, cells are kept
+            self.store.abandon()
+            raise
         finally:
             self.store.unlock()
 

@@ -138,6 +138,36 @@ def test_a_rerun_replays_from_the_cache_with_the_same_certificate(live):
     assert "certify: resuming: " in live.again[2]
 
 
+@pytest.mark.slow
+def test_a_rerun_of_another_command_is_refused_and_a_narrower_rerun_keeps_every_record(live, tmp_path):
+    """Issue 54: a finished run's folder rerun with a flag that makes its records unusable (another precision)
+    is refused in one line before any model loads, its files untouched; a rerun of the same command on fewer
+    configurations, evaluating nothing (--held-only), writes back every record the folder held."""
+    import shutil
+
+    out = tmp_path / "cert"
+    shutil.copytree(live.root / "cert", out)
+    files = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    held = pd.read_parquet(out / "items.parquet")
+    other = [a if a != "fp32" else "bf16" for a in COMMON]
+    rc, stdout, stderr, _ = _run(["certify", *other, "--out", str(out)])
+    assert rc == 2 and stderr.count("\n") == 1 and "loading" not in stderr
+    assert f"{out} holds another certify command's run (precision was fp32" in stderr
+    assert f"this run would replace its {len(held):,} records; give a new --out, or move {out} away" in stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == files
+    narrower = [*COMMON[: COMMON.index("--configs") + 1], CONFIGS[0], *COMMON[COMMON.index("--limit") :]]
+    rc, stdout, stderr, _ = _run(["certify", *narrower, "--held-only", "--out", str(out)])
+    assert rc == 0, stderr[-2000:]
+    after = pd.read_parquet(out / "items.parquet")
+    key = ["model", "config_id", "item_id", "seed"]
+    assert len(after) == len(held) and set(after["config_id"]) == set(CONFIGS)
+    pd.testing.assert_frame_equal(
+        after.sort_values(key).reset_index(drop=True)[held.columns],
+        held.sort_values(key).reset_index(drop=True),
+        check_dtype=False,
+    )
+
+
 # -- the live oracle's batching and budget, with a stand-in driver ------------------------------------
 
 

@@ -161,3 +161,55 @@ def test_rule_parameters_that_are_not_finite_are_refused_in_one_line():
     ):
         with pytest.raises(ValueError, match="must be a finite number"):
             stop_when_known(**kwargs)
+
+
+def test_a_stopped_log_gives_a_paired_verdict_that_says_the_stop_was_chosen_by_the_data(reference, tmp_path, capsys):
+    """Issue 53: `verdict` on an early-stopped log (its unrun samples are Inspect's early stops, not a partial log)
+    pairs the samples it ran and says that a fixed-n test at a data-chosen stop is not valid there, with the
+    log's own anytime-valid decision beside it."""
+    from safetyrepro.cli import main
+
+    log = _eval(
+        with_anytime_stopping(arithmetic(n=N), stop_when_certified(reference.location), seed=3), 0.9, 2, tmp_path
+    )
+    ran = len(log.samples)
+    assert ran < N
+    rc = main(["verdict", log.location, reference.location, "--labels", "strong", "weak"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert f"these {ran} items find" in out
+    assert (
+        f"arithmetic: A's eval was stopped early ({N - ran} of the other run's item-epoch records were never run by "
+        "it): paired on the items it ran. The rule that stopped it looked at these items, so the fixed-n test here "
+        "is not valid at that data-chosen stop; its early stopping's decision (anytime-valid, in the log): the "
+        "evaluated model is better than the reference" in out
+    )
+
+
+def test_a_stopped_log_of_a_safetyrepro_task_imports_as_the_samples_it_ran(tmp_path):
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.model import ModelOutput, ModelUsage, get_model
+
+    from safetyrepro.cli import main
+    from safetyrepro.tasks.inspect_task_registry import TASKS
+
+    def comply(*args) -> ModelOutput:
+        out = ModelOutput.from_content("mockllm", "Answer: comply")
+        out.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)  # no token count (tiktoken: a download)
+        return out
+
+    model = get_model("mockllm/model", custom_outputs=comply)
+    (log,) = inspect_eval(
+        with_anytime_stopping(TASKS["xstest"](template="T1"), stop_when_known(width=0.6)),
+        model=model,
+        log_dir=str(tmp_path / "logs"),
+        display="none",
+    )
+    stops = log.results.early_stopping.early_stops
+    assert log.status == "success" and stops
+    assert main(["import", "inspect", log.location, "--out", str(tmp_path / "grid")]) == 0
+    import pandas as pd
+
+    grid = pd.read_csv(tmp_path / "grid" / "grid.csv")
+    assert grid["n_items"].tolist() == [len(log.samples)]
+    assert len(log.samples) + len(stops) == len(log.eval.dataset.sample_ids)

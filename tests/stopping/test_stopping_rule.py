@@ -71,6 +71,31 @@ def test_mean_rule_intervals_at_the_stop_cover_the_true_mean_within_alpha():
     assert np.median(when) < steps  # it did stop before the end
 
 
+def test_what_a_stop_of_the_mean_rule_means_holds_over_all_runs_and_given_a_rare_stop():
+    """COVERAGE (rule.py), where stopping is rare (the audit's case: a width few runs reach within 700 samples):
+    read at the stop, or at the end where the run never stopped, the intervals miss within alpha; among the runs
+    that stopped, within alpha / P(stop)."""
+    from safetyrepro.stopping.rule import COVERAGE
+
+    rng = np.random.default_rng(5)
+    streams, steps, mean, width = 2000, 700, 0.9, 0.07
+    values = (rng.random((streams, steps)) < mean).astype(float)
+    rule = StoppingRule("mean", ALPHA, width=width)
+    claim, _, lower, upper = _first_claims(rule, values)
+    stopped = claim == "known"
+    end = SequentialRule(rule, streams)
+    for t in range(steps):
+        end.update(np.arange(streams), values[:, t])
+    last = end.decide()
+    lo, hi = np.where(stopped, lower, last.lower), np.where(stopped, upper, last.upper)
+    missed = (lo > mean) | (hi < mean)
+    assert 0.1 < stopped.mean() < 0.5  # a stop that is neither sure nor rare to the point of nothing
+    assert _upper(int(missed.sum()), streams) <= ALPHA * 1.5 and missed.mean() <= ALPHA
+    p_stop = stopped.mean()
+    assert missed[stopped].mean() <= ALPHA / p_stop
+    assert "at most alpha / P(stop)" in COVERAGE["mean"]
+
+
 def test_a_large_difference_stops_early():
     rng = np.random.default_rng(14)
     values = rng.choice([-1.0, 0.0, 1.0], size=(200, 240), p=[0.05, 0.35, 0.6])  # true difference 0.55
