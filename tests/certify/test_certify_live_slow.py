@@ -152,7 +152,7 @@ def test_a_rerun_of_another_command_is_refused_and_a_narrower_rerun_keeps_every_
     other = [a if a != "fp32" else "bf16" for a in COMMON]
     rc, stdout, stderr, _ = _run(["certify", *other, "--out", str(out)])
     assert rc == 2 and stderr.count("\n") == 1 and "loading" not in stderr
-    assert f"{out} holds another certify command's run (precision was fp32" in stderr
+    assert f"{out} holds another certify command's run (precision was 'fp32'" in stderr
     assert f"this run would replace its {len(held):,} records; give a new --out, or move {out} away" in stderr
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == files
     narrower = [*COMMON[: COMMON.index("--configs") + 1], CONFIGS[0], *COMMON[COMMON.index("--limit") :]]
