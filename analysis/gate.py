@@ -103,6 +103,8 @@ def beyond_margin(differences, margin: float, alpha: float = 0.05) -> tuple[floa
 def raw_p_values(expect: str, better_differences, margin: float | None, alpha: float) -> tuple[float, float]:
     """(p against the expectation's null, p against its opposite's null) for one comparison, unadjusted, from
     its paired differences read in the better direction. Not for BETTER, which reads the output's test."""
+    if margin is None:
+        raise ValueError(f"{expect} needs a margin")  # the CLI and the API refuse it earlier, in words
     if expect == NOT_WORSE:
         return tost(better_differences, margin, alpha).p_lower, beyond_margin(better_differences, margin, alpha)[1]
     if expect == EQUIVALENT:

@@ -1,7 +1,9 @@
 """Two models' paired verdict (`safetyrepro verdict A B`): per shared configuration the paired
-difference A - B over the items both answered, a 95 % interval for it, the exact paired sign-flip test
-(the analysis's own, significance.sign_flip_p_value), Holm across the benchmark's configurations (the
-analysis's family: one benchmark x pair), the difference those items could detect, and one sentence.
+difference A - B over the items both answered, the exact paired sign-flip test (the analysis's own,
+significance.sign_flip_p_value), Holm across the benchmark's configurations (the analysis's family: one
+benchmark x pair), an interval for the difference that inverts that test at the row's Holm level (so it
+excludes 0 only on a confirmed row: sign_flip.paired_interval, holm_levels), the difference those items could
+detect, and one sentence.
 
 Who is ahead and who wins read the benchmark's declared direction, as `analyze` does: for a benchmark
 where higher is better the p-values are the ones `safetyrepro analyze` writes to item_tests.csv
@@ -9,6 +11,10 @@ where higher is better the p-values are the ones `safetyrepro analyze` writes to
 same function (significance.pair_better_test), and `diff_better` is the difference in that reading.
 What the items could detect is read from each configuration's own item differences (seed means
 included), under the test that was run (power.detectable_from_differences).
+
+The interval is for A - B in scores. For CrowS-Pairs (closer to 0.5 is better) the test beside it is the
+label-swap test of the better reading, a different question: its interval inverts the exact sign-flip test of
+A - B at the row's Holm level, and may exclude 0 on a row whose better reading is not confirmed.
 
 Every row says what its lead rests on (readings.py, issue 52): `rests_on` is readable, format-driven (either
 model's cell has unread or empty replies, or the items both models' replies were read on do not support the
@@ -24,7 +30,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from . import readings
 from .degenerate import degenerate_cells
@@ -32,6 +37,7 @@ from .direction import direction
 from .grid_io import Grid
 from .power import detectable_from_differences
 from .rank_flip import model_pairs
+from .sign_flip import Interval, holm_levels, paired_interval
 from .significance import ItemRecords, exact_mean, holm, pair_better_test, sign_flip_p_value
 from .slices import PARSE_CLEAN_MIN
 
@@ -46,6 +52,8 @@ COLUMNS = (
     "diff",
     "ci_low",
     "ci_high",
+    "ci_level",
+    "ci_method",
     "diff_better",
     "p_value",
     "p_holm",
@@ -75,16 +83,31 @@ class PairedVerdict:
     missing: dict[str, list[str]] = field(default_factory=dict)  # benchmark -> configurations not in the family
 
 
-def t_interval(d: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """A t interval for the mean paired difference (the items are the sample)."""
-    n = len(d)
-    if n < 2:
-        return float("nan"), float("nan")
-    mean, se = exact_mean(d), float(np.std(d, ddof=1) / np.sqrt(n))
-    if se == 0:
-        return mean, mean
-    h = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
-    return mean - h, mean + h
+def row_intervals(
+    differences: Sequence[np.ndarray], p_values: np.ndarray, alpha: float, monotone: bool
+) -> tuple[np.ndarray, list[Interval]]:
+    """Holm's decisions over one family's rows and each row's interval at its Holm level (sign_flip.holm_levels):
+    where the benchmark is read higher-is-better the decision is the one the interval must agree with; otherwise
+    (CrowS-Pairs) the test was of the better reading, so the interval of A - B answers to its own exact test."""
+    reject, levels = holm_levels(p_values, alpha)
+    out = [
+        paired_interval(d, level, bool(r) if monotone else None)
+        for d, level, r in zip(differences, levels, reject, strict=True)
+    ]
+    return reject, out
+
+
+def interval_note(alpha: float) -> str:
+    """What ci_low and ci_high are, for the printers (text, Markdown, --json)."""
+    return (
+        f"ci_low, ci_high: a {100 * (1 - alpha):.3g} % interval for A - B in scores that inverts its test, "
+        "Holm-adjusted as the test is: each configuration's at its Holm level (ci_level; alpha/(K - r + 1) for "
+        "the r-th smallest p-value confirmed, alpha/(K - s + 1) for every row from the first not confirmed, s), "
+        "so it excludes 0 only where the row is confirmed; ci_method: exact Clopper-Pearson on the discordant "
+        "items for 0/1 scores, the exact sign-flip test inverted for seed means and partial credit (its normal "
+        "approximation above 100 items, Hoeffding's interval where every difference is equal); each interval "
+        "holds for its own row, not all at once"
+    )
 
 
 def lead_rests_on(
@@ -190,17 +213,29 @@ def paired_verdict(
                 else pair_better_test(x[:, ca], x[:, cb], better, cid, a, b)
             )
             on = reading_columns(parse, benchmark, cid, a, b, read[0], bases, content_rows(index, cid, a, b))
-            rows.append([benchmark, cid, a, b, len(d), int(np.count_nonzero(d)), raw, *t_interval(d), *read, *on])
+            rows.append([benchmark, cid, a, b, len(d), int(np.count_nonzero(d)), raw, *read, *on])
     for benchmark, named in (declared or {}).items():
         if benchmark not in grid.benchmarks and named:
             missing[benchmark] = list(named)
-    table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("p_holm", "winner", "family_size")])
+    later = ("ci_low", "ci_high", "ci_level", "ci_method", "p_holm", "winner", "family_size")
+    table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in later])
     parts, detectable, sentences, sizes = [], {}, {}, {}
     for benchmark, g in table.groupby("benchmark", sort=False):
-        reject, adjusted = holm(g["p_value"].to_numpy(), alpha)
+        p = g["p_value"].to_numpy(dtype=float)
+        _, held = holm(p, alpha)
+        diffs = [items.by_config[c][:, ca] - items.by_config[c][:, cb] for c in g["config_id"]]
+        reject, intervals = row_intervals(diffs, p, alpha, direction(str(benchmark)).monotone)
         ahead = g["diff_better"]
         winner = np.where(reject & (ahead > 0), a, np.where(reject & (ahead < 0), b, "n.s."))
-        g = g.assign(p_holm=adjusted, winner=winner, family_size=len(g))
+        g = g.assign(
+            ci_low=[i.low for i in intervals],
+            ci_high=[i.high for i in intervals],
+            ci_level=[i.confidence for i in intervals],
+            ci_method=[i.method for i in intervals],
+            p_holm=held,
+            winner=winner,
+            family_size=len(g),
+        )
         parts.append(g)
         sizes[benchmark] = len(g)
         found = None
@@ -245,11 +280,17 @@ def _power_clause(found: list[float | None] | None, wins: int, k: int, better) -
     low, high = 100 * min(sizes), 100 * max(sizes)
     span = f"{low:.0f} points" if f"{low:.0f}" == f"{high:.0f}" else f"{low:.0f}-{high:.0f} points, by configuration"
     if len(sizes) == len(found):
-        return f"a configuration's difference is found at 80 % power from {span} (its items' own differences)"
+        return f"a configuration's difference is found at 80 % power from {span} ({DESIGN_WORDS})"
     return (
         f"{len(sizes)} of {k} configurations can find a difference at 80 % power (from {span}), the others at no "
-        f"size (their items' own differences)"
+        f"size ({DESIGN_WORDS})"
     )
+
+
+DESIGN_WORDS = (
+    "the test run on its items: fractional scores at their own differences, 0/1 scores at their discordance or, "
+    "where none differ, the discordance plan assumes"
+)
 
 
 def verdict_sentence(

@@ -237,7 +237,7 @@ def plan_from_grid(args: argparse.Namespace) -> list[dict]:
     it can detect, the items needed for --effect, and the wall time those would take."""
     from safetyrepro.errors import UserError
 
-    from .power import check_settings, detectable_difference, items_needed, pilot_discordance
+    from .power import check_settings, detectable_from_differences, items_needed, pilot_differences, pilot_discordance
 
     given = [flag for flag, v in (("--discordance", args.discordance), ("--configs", args.configs)) if v is not None]
     if given:
@@ -253,10 +253,22 @@ def plan_from_grid(args: argparse.Namespace) -> list[dict]:
         raise UserError(f"items {source} hold no configuration that two of the grid's models both answered")
     cells = set(zip(grid["model"].astype(str), grid["config_id"].astype(str), strict=True))
     timing = seconds_per_item(grid_path.parent, cells)
-    return [_pair_plan(r, args, timing, detectable_difference, items_needed) for r in pilot.itertuples()]
+    typical = pilot_differences(items)
+    return [
+        _pair_plan(
+            r, args, timing, typical[(r.benchmark, r.model_a, r.model_b)], detectable_from_differences, items_needed
+        )
+        for r in pilot.itertuples()
+    ]
 
 
-def _pair_plan(r, args, timing, detectable_difference, items_needed) -> dict:
+def _pair_plan(r, args, timing, differences, detectable_from_differences, items_needed) -> dict:
+    """One pair's plan. The detectable difference is the test run on the pilot's median configuration (the exact
+    sign-flip test on its seed means' lattice, or McNemar at the design discordance: issue 53); the items needed
+    read the 0/1 model at the observed discordance (an upper end for seed means), or at plan's assumed
+    discordance where the pilot's models never differ."""
+    from .power import ASSUMED_DISCORDANCE
+
     d, k, n = float(r.discordance), int(r.n_configs), int(r.n_items)
     out = {
         "benchmark": r.benchmark,
@@ -274,12 +286,19 @@ def _pair_plan(r, args, timing, detectable_difference, items_needed) -> dict:
         "wall_s": None,
     }
     notes = []
+    dd = detectable_from_differences(differences, k, args.alpha, args.power)
+    out["detectable_difference"] = dd.effect
+    out["detectable_basis"] = dd.basis
+    notes += [dd.reason] if dd.reason else []
     if d == 0:
-        notes.append("the two models never differ in the pilot: no difference is detectable")
+        notes.append(
+            f"the two models never differ in the pilot: detectable and items needed read at the discordance plan "
+            f"assumes, {ASSUMED_DISCORDANCE:g}"
+        )
+        need = items_needed(ASSUMED_DISCORDANCE, min(args.effect, ASSUMED_DISCORDANCE), k, args.alpha, args.power)
+        out["items_needed"] = need.n_items
+        notes += [need.reason] if need.reason else []
     else:
-        dd = detectable_difference(n, d, k, args.alpha, args.power)
-        out["detectable_difference"] = dd.effect
-        notes += [dd.reason] if dd.reason else []
         if args.effect > d:
             notes.append(f"effect {args.effect:g} exceeds the discordance {d:.3f}: not possible for this pair")
         else:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -91,6 +92,7 @@ class DetectableDifference:
     effect: float | None  # the smallest E (within EFFECT_TOL, never below) whose power reaches the target
     achieved: float | None  # the power at that effect
     reason: str = ""  # why effect is None
+    basis: str = ""  # the design the power is read at, in words (detectable_from_differences)
 
 
 # -- validation ------------------------------------------------------------------------------------
@@ -340,32 +342,75 @@ def _known_bracket(at, d: float, target: float, guess: float | None) -> tuple[fl
 
 
 # -- from the observed item differences ------------------------------------------------------------
+ASSUMED_DISCORDANCE = 0.3  # plan's assumed discordance (docs/analysis.md's worked example, plan's own hint)
+
+
 def detectable_from_differences(
     differences, n_configs: int, alpha: float = 0.05, power: float = 0.8
 ) -> DetectableDifference:
-    """The smallest true paired difference E that one configuration's own items find at (directional)
-    power `power` under the test `safetyrepro verdict` and the analysis run on them: the exact sign-flip
-    test (significance.sign_flip_p_value) at Holm's first step alpha/K.
+    """The smallest true paired difference E that one configuration's items find at (directional) power
+    `power` under the test `safetyrepro verdict` and the analysis run on them, at Holm's first step alpha/K;
+    `basis` says which design it is read at.
 
-    The model is the test's own: the sign-flip test is conditional on the magnitudes |d_i|, so they are
-    kept as observed (seed means included: a 5-seed item difference of 0.4 weighs 0.4, not 1), and each
-    item with d_i != 0 goes to A independently with probability p; E = (2p - 1) mean|d_i| (the mean over
-    all n items), so E <= mean|d_i| = the discordance reported. For 0/1 scores this is power()'s model
-    given M = the observed number of discordant items. Computed exactly: the law of the weight U of the
-    items won by A is a convolution of binomials on the differences' lattice (the same law the p-value
-    is read from, at p = 1/2)."""
+    0/1 scores (issue 53: from the design, not the observed disagreement): power()'s model, M ~ Bin(n, D), at a
+    design discordance D: the observed share of differing items when any differs, else ASSUMED_DISCORDANCE
+    (plan's); a difference E larger than D needs at least E discordance, so E is read at max(D, E). Two runs
+    that never differ on 50 items thus still detect a large difference, as the test would (p = 2^-49 at
+    E = 1), instead of "none, however large".
+
+    Other bounded scores (seed and epoch means): the exact sign-flip test is conditional on the magnitudes
+    |d_i|, so they are kept as observed (a 5-seed item difference of 0.4 weighs 0.4, not 1) and each item with
+    d_i != 0 goes to A independently with probability p; E = (2p - 1) mean|d_i|, so E <= mean|d_i| = the
+    discordance reported. Computed exactly: the law of the weight U of the items won by A is a convolution of
+    binomials on the differences' lattice (the same law the p-value is read from, at p = 1/2)."""
+    curve = power_curve(differences, n_configs, alpha)
+    target = _target(power)
+    if isinstance(curve, DetectableDifference):
+        return DetectableDifference(**{**curve.__dict__, "power": target})
+    found = _detectable(curve.at, curve.n, curve.upper, curve.k, curve.alpha, target, curve.guess(target))
+    return DetectableDifference(
+        found.n_items, curve.discordance, found.n_configs, found.alpha, target, found.effect, found.achieved,
+        found.reason, curve.basis,
+    )  # fmt: skip
+
+
+def power_from_differences(differences, effect: float, n_configs: int, alpha: float = 0.05) -> float:
+    """The (directional) power at true difference `effect` in detectable_from_differences' design (0 where
+    the design allows no difference that large: above the magnitudes' mean for bounded scores)."""
+    curve = power_curve(differences, n_configs, alpha)
+    if isinstance(curve, DetectableDifference) or not 0 < effect <= curve.upper:
+        return 0.0
+    return curve.at(effect)
+
+
+@dataclass(frozen=True)
+class _PowerCurve:
+    at: Callable[[float], float]  # the power at a true difference
+    n: int
+    discordance: float  # the design's (0/1) or the observed mean |d| (bounded)
+    upper: float  # the largest difference the design allows
+    k: int
+    alpha: float
+    basis: str
+    guess: Callable[[float], float | None]  # where to start looking for a target power
+
+
+def power_curve(differences, n_configs: int, alpha: float) -> _PowerCurve | DetectableDifference:
+    """The power of one configuration's test as a function of the true difference (detectable_from_differences'
+    design); a DetectableDifference with the reason where none can be read."""
     dif = np.asarray(differences, dtype=float)
     n = _whole("items", len(dif), "the items of the configuration")
     k = _whole("configs", n_configs, "the number of configurations Holm adjusts over")
     a = _unit("alpha", alpha, "the familywise error level", False)
-    target = _target(power)
+    if np.all(np.isin(dif, (-1.0, 0.0, 1.0))):
+        return _binary_curve(dif, n, k, a)
     mags = np.abs(dif[dif != 0])
     d = float(mags.sum() / n)
-    w = sign_flip._integer_weights(mags) if len(mags) else np.zeros(0, dtype=np.int64)
+    w = sign_flip._integer_weights(mags)
     w = w[w > 0]
     total = int(w.sum())
-    if total == 0:
-        return DetectableDifference(n, d, k, a, target, None, None, "the two models' item scores never differ")
+    if total == 0:  # magnitudes below the lattice's resolution
+        return DetectableDifference(n, d, k, a, 0.0, None, None, "the two models' item scores never differ")
     null = sign_flip._subset_sum_law(w)
     s = np.abs(2 * np.arange(total + 1) - total)  # |sum of signed d| on the lattice, for U = u
     tail = np.cumsum(np.bincount(s, weights=null, minlength=total + 1)[::-1])[::-1]  # P(S >= s)
@@ -378,7 +423,35 @@ def detectable_from_differences(
             return float(toward[total])
         return float(sign_flip._subset_sum_law(w, (1 + e / d) / 2)[toward].sum())
 
-    return _detectable(at, n, d, k, a, target, _normal_guess(w, toward, d, target))
+    basis = (
+        f"the exact sign-flip test on these items' own differences (mean |A - B| {d:.3f}, "
+        f"{len(mags)} of {n} items differ)"
+    )
+    return _PowerCurve(at, n, d, d, k, a, basis, lambda target: _normal_guess(w, toward, d, target))
+
+
+def _binary_curve(dif: np.ndarray, n: int, k: int, a: float) -> _PowerCurve:
+    """power()'s unconditional model at the design discordance (the observed share, or plan's assumed one where
+    no item differs), raised to E for a difference E above it."""
+    m_seen = int(np.count_nonzero(dif))
+    design = m_seen / n if m_seen else ASSUMED_DISCORDANCE
+    basis = (
+        f"the exact McNemar test at the observed discordance {design:.3f} ({m_seen} of {n} items differ; items "
+        f"as draws, M ~ Bin(n, D))"
+        if m_seen
+        else f"the exact McNemar test at the discordance plan assumes, {ASSUMED_DISCORDANCE:g} (no item differs "
+        f"in these runs; items as draws, M ~ Bin(n, D))"
+    )
+    m = np.arange(n + 1)
+    c = _critical(m, a / k)
+    ns = np.array([n])
+
+    def at(e: float) -> float:
+        dd = max(design, e)  # a difference E needs at least E discordance
+        w = _weights(ns, 0, n, dd)[0]
+        return float(w @ _reject(m, c, (1 + e / dd) / 2)[0])
+
+    return _PowerCurve(at, n, design, 1.0, k, a, basis, lambda target: None)
 
 
 def _normal_guess(w: np.ndarray, toward: np.ndarray, d: float, target: float) -> float | None:
@@ -465,6 +538,31 @@ def pilot_discordance(items: pd.DataFrame) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=columns)
     return pd.concat(parts, ignore_index=True)[columns].sort_values(columns[:3], ignore_index=True)
+
+
+def pilot_differences(items: pd.DataFrame) -> dict[tuple[str, str, str], np.ndarray]:
+    """Per (benchmark, model_a, model_b) as in pilot_discordance, the seed-averaged item differences A - B of
+    the benchmark's median configuration by mean |A - B| (the lower middle one; ties by id): what `plan GRID`
+    reads its detectable difference from, under the test that is run on them (detectable_from_differences)."""
+    frame = pd.DataFrame(
+        {
+            "config_id": items["config_id"].astype(str),
+            "item_id": items["item_id"].astype(str),
+            "model": items["model"].astype(str),
+            "score": pd.to_numeric(items["item_score"], errors="coerce").astype(float),
+        }
+    )
+    wide = frame.groupby(["config_id", "item_id", "model"])["score"].mean().unstack("model")
+    out: dict[tuple[str, str, str], np.ndarray] = {}
+    for a, b in combinations(sorted(wide.columns), 2):
+        both = wide[[a, b]].dropna()
+        diff = both[a] - both[b]
+        spread = diff.abs().groupby(level="config_id").mean()
+        for benchmark, configs in spread.groupby(spread.index.str.split("/").str[0]):
+            ranked = sorted(configs.index, key=lambda c: (configs[c], c))
+            median = ranked[(len(ranked) - 1) // 2]
+            out[(str(benchmark), a, b)] = diff.xs(median, level="config_id").to_numpy(dtype=float)
+    return out
 
 
 def _pair_discordance(wide: pd.DataFrame, a: str, b: str) -> pd.DataFrame:

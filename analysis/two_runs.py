@@ -1,7 +1,9 @@
 """Two runs of any task, paired item by item (`safetyrepro verdict A B` on tasks SafetyRepro does not define):
-per task x metric the paired difference A - B with its interval (a 95 % t interval, clipped to [-1, 1]), the
-exact paired test, Holm across every comparison made, the difference the items could detect, and, with a margin,
-the equivalence test.
+per task x metric the paired difference A - B, the exact paired test, Holm across every comparison made, an
+interval for the difference that inverts that test at the row's Holm level (sign_flip.paired_interval,
+holm_levels: exact Clopper-Pearson on the discordant items for 0/1 scores, the inverted sign-flip test
+otherwise; it excludes 0 only on a confirmed row and never has zero width where the test says nothing), the
+difference the items could detect, and, with a margin, the equivalence test.
 
 The unit is the item: a task's scores are each item's mean over the epochs both runs scored, so items, not
 epochs, are the draws (epochs of one item are not independent). The tests are the analysis's own:
@@ -24,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .paired import t_interval
 from .power import detectable_from_differences
+from .sign_flip import holm_levels, paired_interval
 from .significance import exact_mean, holm, sign_flip_p_value
 from .tost import is_binary, tost
 
@@ -43,12 +45,15 @@ COLUMNS = (
     "diff",
     "ci_low",
     "ci_high",
+    "ci_level",
+    "ci_method",
     "n_differing",
     "test",
     "p_value",
     "p_holm",
     "winner",
     "detectable",
+    "detectable_basis",
     "margin",
     "p_tost_lower",
     "p_tost_upper",
@@ -93,7 +98,7 @@ def compare(
     k = len(pairs)
     for p in pairs:
         d = np.asarray(p.a, dtype=float) - np.asarray(p.b, dtype=float)
-        found = detectable_from_differences(d, k, alpha, TARGET_POWER).effect if len(d) else None
+        found = detectable_from_differences(d, k, alpha, TARGET_POWER) if len(d) else None
         row = {
             "task": p.task,
             "metric": p.metric,
@@ -103,12 +108,11 @@ def compare(
             "mean_a": exact_mean(np.asarray(p.a, dtype=float)),
             "mean_b": exact_mean(np.asarray(p.b, dtype=float)),
             "diff": exact_mean(d),
-            # the t interval, kept inside the differences' range [-1, 1]
-            **dict(zip(("ci_low", "ci_high"), np.clip(t_interval(d), -1.0, 1.0), strict=True)),
             "n_differing": int(np.count_nonzero(d)),
             "test": MCNEMAR if is_binary(d) else SIGN_FLIP,
             "p_value": sign_flip_p_value(d),
-            "detectable": found,
+            "detectable": None if found is None else found.effect,
+            "detectable_basis": "" if found is None else found.basis,  # the design it is read at (issue 53)
             "margin": margin,
         }
         if margin is not None:
@@ -117,7 +121,17 @@ def compare(
         rows.append(row)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     if k:
-        reject, adjusted = holm(table["p_value"].to_numpy(dtype=float), alpha)
+        p_values = table["p_value"].to_numpy(dtype=float)
+        _, adjusted = holm(p_values, alpha)
+        reject, levels = holm_levels(p_values, alpha)
+        intervals = [
+            paired_interval(np.asarray(q.a, dtype=float) - np.asarray(q.b, dtype=float), level, bool(r))
+            for q, level, r in zip(pairs, levels, reject, strict=True)
+        ]
+        table["ci_low"] = [i.low for i in intervals]
+        table["ci_high"] = [i.high for i in intervals]
+        table["ci_level"] = [i.confidence for i in intervals]
+        table["ci_method"] = [i.method for i in intervals]
         table["p_holm"] = adjusted
         table["winner"] = [
             _winner(r, row, label_a, label_b, p) for r, (_, row), p in zip(reject, table.iterrows(), pairs)

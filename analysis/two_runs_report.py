@@ -11,6 +11,7 @@ import pandas as pd
 
 from safetyrepro.markdown import markdown_table, md_escape
 
+from .sign_flip import Interval, interval_name
 from .two_runs import TwoRunVerdict
 
 SHOWN = {
@@ -21,8 +22,9 @@ SHOWN = {
     "mean_a": "A",
     "mean_b": "B",
     "diff": "A - B",
-    "ci_low": "95% low",
-    "ci_high": "95% high",
+    "ci_low": "low",
+    "ci_high": "high",
+    "ci_level": "level",
     "p_value": "p",
     "p_holm": "p (Holm)",
     "winner": "confirmed",
@@ -42,6 +44,21 @@ def _p(x) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return f"{x:.2g}" if x < 0.001 else f"{x:.3f}"
+
+
+def _level(x) -> str:
+    """A row's interval level as the table prints it: '95 %', '98.3 %' (its Holm level)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{100 * x:.3g} %"
+
+
+def named_interval(r, v: TwoRunVerdict) -> str:
+    """'exact 95 % interval: 0.148 to 0.427', the interval named by its method and its (Holm) level."""
+    if r["ci_method"] is None or (isinstance(r["ci_level"], float) and math.isnan(r["ci_level"])):
+        return "no interval"
+    shown = Interval(r["ci_low"], r["ci_high"], 1 - r["ci_level"], r["ci_method"])
+    return f"{interval_name(shown, v.alpha, v.family_size)}: {_num(r['ci_low'])} to {_num(r['ci_high'])}"
 
 
 def headline(v: TwoRunVerdict) -> str:
@@ -82,7 +99,7 @@ def sentences(v: TwoRunVerdict) -> list[str]:
         name = f"{r['task']} ({r['metric']}, {r['direction']})"
         scores = f"{v.label_a} {_num(r['mean_a'])}, {v.label_b} {_num(r['mean_b'])}"
         diff = (
-            f"A - B = {r['diff']:+.3f} (95 % interval {_num(r['ci_low'])} to {_num(r['ci_high'])}), "
+            f"A - B = {r['diff']:+.3f} ({named_interval(r, v)}), "
             f"{r['test']} p = {_p(r['p_value'])}, Holm p = {_p(r['p_holm'])}"
         )
         if r["winner"]:
@@ -101,6 +118,7 @@ def sentences(v: TwoRunVerdict) -> list[str]:
             could = (
                 f"these {r['n_items']} items find a true difference of {r['detectable']:.3f} with 80 % power at "
                 f"alpha/{k}"
+                + (f", by {r['detectable_basis']}" if r.get("detectable_basis") else "")
             )
         line = f"{head} ({scores}; {diff}); {could}"
         if v.margin is not None:
@@ -121,6 +139,8 @@ def _cells(v: TwoRunVerdict) -> tuple[list[str], list[list[str]]]:
                 row.append(_p(x))
             elif c in ("mean_a", "mean_b", "diff", "ci_low", "ci_high", "detectable"):
                 row.append(_num(x))
+            elif c == "ci_level":
+                row.append(_level(x))
             elif c == "equivalent":
                 row.append("yes" if x else "no")
             else:

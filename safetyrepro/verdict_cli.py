@@ -9,8 +9,9 @@ Runs of SafetyRepro's own tasks (or of tasks a --mapping places on its benchmark
 `safetyrepro import` reads them, paired item by item on every configuration both have, and tested as
 `analyze` tests them (analysis/paired.py). Runs of any other task (or with --by-task) are read task by task
 (importers/task_scores.py), paired by item id and epoch, and tested per task x metric (analysis/two_runs.py):
-the difference and its interval, the exact paired test, Holm over the comparisons, what the items could
-detect and, with --margin, equivalence (TOST).
+the difference, the exact paired test, Holm over the comparisons, an interval that inverts that test at the
+row's Holm level (analysis/sign_flip.paired_interval: it excludes 0 only on a confirmed row), what the items
+could detect and, with --margin, equivalence (TOST).
 
 Compared by configuration, every row says what its lead rests on (`rests_on`: readable, format-driven or
 uninformative, analysis/readings.py) with the cells' parse rates and, on free-form rows, the content reading
@@ -35,8 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "verdict",
         help="two models' paired verdict: per configuration the difference, exact test, Holm, power",
         description="Is A better than B on these runs? Per shared configuration: the paired difference A - B over "
-        "the items both answered, a 95 % interval, the exact paired sign-flip test, Holm across the "
-        "configurations, what the items could detect, what each configuration's lead rests on (readable, "
+        "the items both answered, the exact paired sign-flip test, Holm across the configurations, an exact "
+        "interval that inverts that test at the row's Holm level (it excludes 0 only on a confirmed row), what "
+        "the items could detect, what each configuration's lead rests on (readable, "
         "format-driven: unread or empty replies, uninformative: one label; with the parse rates and, on free-form "
         "configurations, the items both models' replies were read on), and one sentence.",
     )
@@ -207,6 +209,8 @@ def _end(args, r, body: str) -> None:
 
 
 def _print_by_configuration(args, r) -> None:
+    from safetyrepro.analysis.paired import interval_note
+
     v = r.detail
     if args.json:
         body = json.dumps(
@@ -220,6 +224,7 @@ def _print_by_configuration(args, r) -> None:
                     "missing_configurations": v.missing,
                     "detectable_difference": v.detectable,
                     "rests_on_note": READINGS_NOTE,
+                    "interval_note": interval_note(r.alpha),
                     "configurations": [_count(row, "n_both") for row in v.table.to_dict(orient="records")],
                 }
                 | ({"gate": _gate_json(r)} if r.expect else {})
@@ -259,8 +264,11 @@ def _rests_on_lines(table) -> list[str]:
 
 def _text(v) -> str:
     """The sentences, the table (rests_on's why below it, a line a row, as the table would be too wide)."""
-    shown = v.table.drop(columns=["model_a", "model_b", "benchmark", "rests_on_why"])
+    from safetyrepro.analysis.paired import interval_note
+
+    shown = v.table.drop(columns=["model_a", "model_b", "benchmark", "rests_on_why", "ci_method"])
     lines = [*v.sentences.values(), "", shown.to_string(index=False, float_format=lambda x: f"{x:.4g}", na_rep="-")]
+    lines += ["", interval_note(v.alpha) + "."]
     why = _rests_on_lines(v.table)
     if why:
         lines += ["", "What the leads that are not readable rest on:", *why, "", READINGS_NOTE + "."]
@@ -278,7 +286,10 @@ def _markdown(v) -> str:
             return "-" if math.isnan(x) else f"{x:.4g}"
         return str(x)
 
-    columns = [c for c in v.table.columns if c not in ("model_a", "model_b", "benchmark", "rests_on_why")]
+    from safetyrepro.analysis.paired import interval_note
+
+    hidden = ("model_a", "model_b", "benchmark", "rests_on_why", "ci_method")
+    columns = [c for c in v.table.columns if c not in hidden]
     rows = []
     for r in v.table.to_dict(orient="records"):
         on = r["rests_on"] if not r["rests_on_why"] else f"{r['rests_on']}: {r['rests_on_why']}"
@@ -290,6 +301,7 @@ def _markdown(v) -> str:
         markdown_table(columns, rows),
         "",
         f"- {md_escape(READINGS_NOTE)}.",
+        f"- {md_escape(interval_note(v.alpha))}.",
     ]
     return "\n".join(out) + "\n"
 

@@ -158,7 +158,8 @@ def test_verdict_on_one_configuration_gives_its_verdict(tmp_path, capsys):
 
 
 def test_verdict_json_is_strict_with_null_for_undefined_numbers(tmp_path, capsys):
-    # one item per configuration: the t interval is undefined (NaN inside), and must print as null
+    # one item per configuration: no content reading (NaN inside), which must print as null; the interval is
+    # defined from one item (issue 53: Clopper-Pearson at Holm's level alpha/2, 1 of 1 discordant item won by A)
     one = {c: np.ones((1, 5)) for c in MODERATE[:2]}
     none = {c: np.zeros((1, 5)) for c in MODERATE[:2]}
     grid = _write(tmp_path / "g", {"smollm2": one, "gemma3-270m": none})
@@ -170,7 +171,9 @@ def test_verdict_json_is_strict_with_null_for_undefined_numbers(tmp_path, capsys
         raise ValueError(f"{name} is not strict JSON")
 
     v = json.loads(text, parse_constant=refuse)
-    assert v["configurations"][0]["ci_low"] is None and v["configurations"][0]["diff"] == 1.0
+    row = v["configurations"][0]
+    assert row["content_p"] is None and row["diff"] == 1.0
+    assert row["ci_low"] == pytest.approx(-0.9875) and row["ci_high"] == 1.0 and row["ci_level"] == 0.975
 
 
 def test_verdict_names_the_configurations_missing_from_its_holm_family(tmp_path, capsys):

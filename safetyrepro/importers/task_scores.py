@@ -682,7 +682,7 @@ def _by_content(changed: list[str], a: ItemScores, b: ItemScores) -> str:
     if not read:
         return ""
     out = f" ({len(read)} compared by the logged `doc` field or arguments: the runs record no doc_hash)"
-    where_b = {}
+    where_b: dict[str, str] = {}
     for item, content in b.contents.items():
         where_b.setdefault(content, item)
     moved = [(i, where_b[a.contents[i]]) for i in read if a.contents.get(i) in where_b]

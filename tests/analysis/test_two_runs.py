@@ -11,12 +11,11 @@ import pytest
 from scipy.stats import beta
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
-from tost_by_hand import GAMMA as GAMMA_BY_HAND
 from tost_by_hand import tost_by_hand
 
 from safetyrepro.analysis.confidence_sequence import IidBettingCS
 from safetyrepro.analysis.power import detectable_from_differences
-from safetyrepro.analysis.tost import BETTING, EXACT, GAMMA, tost
+from safetyrepro.analysis.tost import BETTING, EXACT, T_TOST, tost
 from safetyrepro.analysis.two_runs import MCNEMAR, SIGN_FLIP, PairedScores, compare
 from safetyrepro.analysis.two_runs_report import headline, markdown_report, text_report
 
@@ -69,11 +68,11 @@ def test_the_sign_flip_test_on_epoch_means_is_the_permutation_enumerated_by_hand
 
 
 @pytest.mark.parametrize(("n", "p_a", "p_b", "margin", "seed"), [(200, 0.6, 0.58, 0.1, 4), (60, 0.5, 0.3, 0.1, 5)])
-def test_tost_on_0_1_scores_is_two_one_sided_binomial_tests_by_hand(n, p_a, p_b, margin, seed):
+def test_tost_on_0_1_scores_is_the_exact_unconditional_score_test_by_hand(n, p_a, p_b, margin, seed):
     a, b = _binary(n, p_a, p_b, seed)
     t = tost(a - b, margin)
-    assert t.test == EXACT and GAMMA_BY_HAND == GAMMA
-    assert t.p_value == pytest.approx(tost_by_hand(a - b, margin), rel=1e-10)
+    assert t.test == EXACT
+    assert t.p_value == pytest.approx(tost_by_hand(a - b, margin), rel=1e-9)
     v = compare([PairedScores("t", "acc,none", a, b, True)], "A", "B", margin=margin)
     assert v.table.iloc[0]["p_tost"] == pytest.approx(t.p_value, rel=1e-12)
     assert bool(v.table.iloc[0]["equivalent"]) == (t.p_value <= 0.05)
@@ -86,7 +85,9 @@ def test_tost_is_equivalent_for_close_models_and_not_for_distant_ones():
     b[400:410] = 1
     assert tost(a - b, 0.05).p_value < 0.01  # 30 discordant of 800: well within 5 points
     assert tost(a - b, 0.005).p_value > 0.5  # 0.0125 observed: not within half a point
-    assert tost(np.zeros(100), 0.1).p_value == GAMMA  # never differing on 100 items: D_u = 0.067 < 0.1
+    # never differing on 100 items: within 10 points at p = 0.00047 (the ties count)
+    assert tost(np.zeros(100), 0.1).p_value == pytest.approx(tost_by_hand(np.zeros(100), 0.1), rel=1e-9)
+    assert tost(np.zeros(100), 0.1).p_value < 0.001
 
 
 def test_tost_holds_its_level_at_the_margin():
@@ -96,7 +97,12 @@ def test_tost_holds_its_level_at_the_margin():
     p10, p01 = 0.05, 0.15  # E = -0.1, D = 0.2
     u = rng.random((runs, n))
     d = np.where(u < p10, 1.0, np.where(u < p10 + p01, -1.0, 0.0))
-    rejected = sum(tost(row, margin).p_lower <= alpha for row in d)
+    outcomes, counts = np.unique(np.c_[(d > 0).sum(1), (d < 0).sum(1)], axis=0, return_counts=True)
+    rejected = sum(  # one exact p-value per distinct (wins, losses): the runs repeat them
+        int(c)
+        for (w, ell), c in zip(outcomes, counts)
+        if tost(np.r_[np.ones(w), -np.ones(ell), np.zeros(n - w - ell)], margin).p_lower <= alpha
+    )
     # Clopper-Pearson lower bound of the rejection rate stays below alpha
     assert beta.ppf(0.025, rejected, runs - rejected + 1) < alpha
 
@@ -104,7 +110,7 @@ def test_tost_holds_its_level_at_the_margin():
 def test_tost_on_bounded_scores_reads_the_betting_e_process_at_the_margin():
     rng = np.random.default_rng(8)
     d = rng.choice([-0.5, 0.0, 0.5, 1.0, -1.0], size=150, p=[0.2, 0.5, 0.2, 0.05, 0.05])
-    t = tost(d, 0.2, alpha=0.05)
+    t = tost(d, 0.2, alpha=0.05, anytime=True)  # an early stop: the anytime test (fixed n: the t TOST, below)
     assert t.test == BETTING
     cs = IidBettingCS(1, 0.05, -1.0, 1.0, extra=(0.2, -0.2))
     for x in d:
@@ -123,3 +129,28 @@ def test_the_reports_lead_with_the_verdict_and_paste_as_markdown():
     md = markdown_report(v)
     assert md.startswith("**Verdict: qwen is better on 1 of 1") and "| task | metric |" in md
     assert "| arc\\_easy | acc,none |" in md or "| arc_easy | acc,none |" in md
+
+
+def test_tost_on_bounded_scores_of_a_fixed_n_run_is_hall_corrected_t_and_statsmodels_when_symmetric():
+    from scipy.stats import t as student_t
+    from statsmodels.stats.weightstats import ttost_paired
+
+    rng = np.random.default_rng(8)
+    d = rng.choice([-0.5, 0.0, 0.5, 1.0, -1.0], size=150, p=[0.2, 0.5, 0.2, 0.05, 0.05])
+    t = tost(d, 0.2)
+    assert t.test == T_TOST
+    # Hall's transform by hand
+    n, sd = len(d), d.std(ddof=1)
+    g = np.mean((d - d.mean()) ** 3) / sd**3
+    for side, x in ((t.p_lower, d), (t.p_upper, -d)):
+        s = (x.mean() + 0.2) / sd
+        by_hand = student_t.sf(np.sqrt(n) * (s + g * s**2 / 3 + g**2 * s**3 / 27 + g / (6 * n)), n - 1)
+        assert side == pytest.approx(by_hand, rel=1e-9)
+        g = -g  # the upper side reads -d, whose skewness is -g
+    assert t.p_value < 1e-4 and tost(d, 0.2, anytime=True).p_value > 10 * t.p_value  # anytime costs power
+    symmetric = np.r_[d, -d]  # no skewness: Schuirmann's paired t TOST, as statsmodels computes it
+    p, lower, upper = ttost_paired(symmetric, np.zeros_like(symmetric), -0.2, 0.2)
+    got = tost(symmetric, 0.2)
+    assert (got.p_lower, got.p_upper, got.p_value) == pytest.approx((lower[1], upper[1], p), rel=1e-6)
+    few = np.r_[d[d != 0][:29], np.zeros(100)]  # 29 differing items: too few for the t approximation
+    assert tost(few, 0.2).test == BETTING

@@ -134,9 +134,9 @@ def test_equivalent_passes_fails_and_is_inconclusive(tmp_path, capsys):
         "gate: fail — qwen2.5-coder-0.5b and smollm2 differ by more than 0.1, confirmed on 2 of 2 comparisons "
         f"({BOTH}; Holm over 2 comparisons at alpha 0.05)"
     )
-    same = _variant(tmp_path, [])  # the same answers: no discordant item, so D_u = 0.108 < 0.2, p = 0.001
+    same = _variant(tmp_path, [])  # the same answers: 60 tied items, the exact unconditional TOST's p (issue 53)
     v = safetyrepro.verdict(SMOL, same, labels=("original", "copy"), metric="acc", expect="equivalent", margin=0.2)
-    assert (v.gate, v.exit_code, v.rows["gate_p_pass"].tolist()) == ("pass", 0, [pytest.approx(0.001)])
+    assert (v.gate, v.exit_code, v.rows["gate_p_pass"].tolist()) == ("pass", 0, [pytest.approx(7.9985e-05, rel=1e-4)])
     assert v.gate_line == (
         "gate: pass — original is within +-0.2 of copy, confirmed on the one comparison (Holm over 1 comparison at "
         "alpha 0.05)"
@@ -239,7 +239,7 @@ def test_a_grid_with_one_confirmed_loss_fails_and_open_ones_are_inconclusive(tmp
         "than 0.2 nor the opposite (bbq/T1/greedy/0shot/logprob, bbq/T3/greedy/0shot/logprob) (Holm over 4 "
         "configurations at alpha 0.05)"
     )
-    assert "  bbq/T1/greedy/0shot/free_form: pass (p = 0.033; opposite p = 1.000)" in out
+    assert "  bbq/T1/greedy/0shot/free_form: pass (p = 0.005; opposite p = 1.000)" in out  # 0.033 before issue 53
     err = _refused(capsys, case.A, case.B, "--grid", grid, "--margin", "0.2")
     assert "; by configuration --margin goes with --expect not-worse or equivalent" in err
 

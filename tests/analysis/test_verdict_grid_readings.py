@@ -64,8 +64,11 @@ def test_text_rows_say_free_form_leads_are_format_driven_and_logprob_readable(tm
         "bbq: no configuration's difference is confirmed (model-a ahead on 2, model-b on 2, tied on 0 of 4); "
         "model-a's 2 leads are all format-driven (model-b's parse rate 0.50): they are about answer format, not "
         f"which model is safer; {CONTENT}; exact paired test, Holm over 4 configurations at alpha 0.05, 40 items: "
-        "2 of 4 configurations can find a difference at 80 % power (from 33 points), the others at no size (their "
-        "items' own differences)."
+        # issue 53: 0/1 configurations read the design discordance (was "2 of 4 ... from 33 points, the others at
+        # no size")
+        "a configuration's difference is found at 80 % power from 25-35 points, by configuration (the test run on "
+        "its items: fractional scores at their own differences, 0/1 scores at their discordance or, where none "
+        "differ, the discordance plan assumes)."
     )
 
 

@@ -218,7 +218,8 @@ def test_model_names_that_still_print_the_same_after_escaping_are_refused(tmp_pa
 
 # -- 5. the detectable difference of long fractional item lists ----------------------------------------------
 SMALL = {  # today's results (before the change), to the last digit: (effect, achieved) at K = 1 and K = 3
-    "binary": [(0.22562527656555176, 0.8000002538369954), (0.27247076034545903, 0.8000020183884615)],
+    # 0/1: issue 53 reads the design discordance, unconditionally (was 0.2256 and 0.2725, given the observed M)
+    "binary": [(0.23738956451416016, 0.8000001905706299), (0.26993751525878906, 0.8000006392470014)],
     "tenths": [(0.15820106506347656, 0.8000029864180946), (0.17990318298339844, 0.800000455634615)],
     "fraction": [(0.15169102709922788, 0.8000011001632559), (0.17184107527236941, 0.8000030624262253)],
 }

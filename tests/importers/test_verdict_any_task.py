@@ -85,7 +85,7 @@ def test_tost_of_two_close_runs_is_the_two_one_sided_binomial_tests_by_hand(tmp_
     a = np.array([smol[i]["acc"] for i in range(60)])
     b = np.array([1.0 - smol[i]["acc"] if i in right + wrong else smol[i]["acc"] for i in range(60)])
     assert row["n_differing"] == 9 and row["diff"] == pytest.approx(3 / 60)
-    assert 0.01 < row["p_tost"] < 0.99  # neither side saturated: a real comparison with the hand computation
+    assert 0.001 < row["p_tost"] < 0.99  # neither side saturated: a real comparison with the hand computation
     assert row["p_tost"] == pytest.approx(tost_by_hand(a - b, 0.2), rel=1e-10)
     assert row["equivalent"] == (row["p_tost_holm"] <= 0.05)
 
