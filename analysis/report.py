@@ -528,7 +528,8 @@ def _detectable_blocks(a: Analysis) -> list[Block]:
             shown,
             "per pair on slice `full`: n_items per configuration, n_configs the Holm family, "
             "discordance as above, detectable_difference the smallest paired difference found at 80 % "
-            "power under the test run on the items (blank: none is, at this size), power_at_reference the power at a 10-point difference. "
+            "power under the test run on the items (blank: none is, at this size), power_at_reference the power at a "
+            "10-point difference. "
             "Every slice is in detectable.csv; docs/analysis.md gives the model.",
         )
     )

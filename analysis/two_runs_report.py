@@ -117,8 +117,7 @@ def sentences(v: TwoRunVerdict) -> list[str]:
         else:
             could = (
                 f"these {r['n_items']} items find a true difference of {r['detectable']:.3f} with 80 % power at "
-                f"alpha/{k}"
-                + (f", by {r['detectable_basis']}" if r.get("detectable_basis") else "")
+                f"alpha/{k}" + (f", by {r['detectable_basis']}" if r.get("detectable_basis") else "")
             )
         line = f"{head} ({scores}; {diff}); {could}"
         if v.margin is not None:
