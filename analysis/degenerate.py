@@ -117,6 +117,24 @@ def _words(r, flags) -> str:
     return "; ".join(reasons)
 
 
+def _screened(r, flags) -> dict:
+    """A flagged cell's SCREEN_COLUMNS: what the screen read and why it flagged the cell."""
+    return {
+        "model": r.model,
+        "benchmark": r.benchmark,
+        "config_id": r.config_id,
+        "parse_rate": float(r.parse_rate),
+        "n_empty": r.n_empty,
+        "n_outputs": r.n_outputs,
+        "n_parsed": r.n_predictions,
+        "top_share": r.top_share,
+        "agreement": r.agreement,
+        "majority_share": r.majority_share,
+        "reasons": ";".join(c for c in REASON_CODES if flags[c]),
+        "reason": _words(r, flags),
+    }
+
+
 def degenerate_cells(
     grid: Grid, empty_outputs: pd.DataFrame | None = None, option_bias: pd.DataFrame | None = None
 ) -> pd.DataFrame:
@@ -146,19 +164,8 @@ def degenerate_cells(
         better = direction(r.benchmark).better_value(m.loc[r.config_id])
         rows.append(
             {
-                "model": r.model,
-                "benchmark": r.benchmark,
-                "config_id": r.config_id,
+                **_screened(r, f),
                 "score": float(r.score),
-                "parse_rate": float(r.parse_rate),
-                "n_empty": r.n_empty,
-                "n_outputs": r.n_outputs,
-                "n_parsed": r.n_predictions,
-                "top_share": r.top_share,
-                "agreement": r.agreement,
-                "majority_share": r.majority_share,
-                "reasons": ";".join(c for c in REASON_CODES if f[c]),
-                "reason": _words(r, f),
                 "lowest_of_model": bool(r.score <= lowest[r.benchmark][r.model]),
                 "last_in_config": bool(better[r.model] < better.drop(r.model).min()),
             }
@@ -250,21 +257,5 @@ def screen_records(frame: pd.DataFrame, parse_rates: Mapping[tuple[str, str], fl
     )
     cells = cells.merge(bias, on=key, how="left") if bias is not None else cells.assign(**_ANSWER_COLUMNS)
     flags = _flags(cells)
-    rows = [
-        {
-            "model": r.model,
-            "benchmark": r.benchmark,
-            "config_id": r.config_id,
-            "parse_rate": float(r.parse_rate),
-            "n_empty": r.n_empty,
-            "n_outputs": r.n_outputs,
-            "n_parsed": r.n_predictions,
-            "top_share": r.top_share,
-            "agreement": r.agreement,
-            "majority_share": r.majority_share,
-            "reasons": ";".join(c for c in REASON_CODES if flags.loc[r.Index, c]),
-            "reason": _words(r, flags.loc[r.Index]),
-        }
-        for r in cells[flags.any(axis=1)].itertuples()
-    ]
+    rows = [_screened(r, flags.loc[r.Index]) for r in cells[flags.any(axis=1)].itertuples()]
     return pd.DataFrame(rows, columns=list(SCREEN_COLUMNS))
