@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -225,6 +226,12 @@ def label_problem(label: str, what: str = "model label") -> str | None:
         return f"{what} {shorten(label)} holds a lone surrogate (not a Unicode character)"
     if _CONTROL.search(label):
         return f"{what} {shorten(label)} holds a control character (a newline, tab, ...)"
+    hidden = next((c for c in label if unicodedata.category(c) == "Cf"), None)
+    if hidden is not None:  # a zero-width space or a right-to-left override: two labels would print alike
+        return (
+            f"{what} {label.encode('unicode_escape').decode('ascii')!r} holds an invisible format character "
+            f"(U+{ord(hidden):04X}), so it would not print as what it is"
+        )
     return None
 
 

@@ -310,3 +310,9 @@ def test_a_verdict_on_4000_partial_credit_items_takes_seconds(tmp_path, capsys):
     assert row["n_items"] == 4000 and row["test"] == "exact sign-flip permutation (bounded scores)"
     assert row["detectable"] == pytest.approx(0.018005500604412555, abs=1e-12) and row["equivalent"]
     assert took < 60, took  # ~6 s on two shared cores: the p-value alone took 95 s, the detectable 10+ minutes
+
+
+def test_labels_given_with_invisible_characters_are_refused(capsys):
+    err = _refused(capsys, STRONG, WEAK, "--labels", "strong\u200b", "strong")
+    assert "holds an invisible format character (U+200B), so it would not print as what it is" in err
+    assert "\u200b" not in err  # the message itself prints the character escaped
