@@ -406,12 +406,12 @@ def power_curve(differences, n_configs: int, alpha: float) -> _PowerCurve | Dete
         return _binary_curve(dif, n, k, a)
     mags = np.abs(dif[dif != 0])
     d = float(mags.sum() / n)
-    w = sign_flip._integer_weights(mags)
+    w = sign_flip.integer_weights(mags)
     w = w[w > 0]
     total = int(w.sum())
     if total == 0:  # magnitudes below the lattice's resolution
         return DetectableDifference(n, d, k, a, 0.0, None, None, "the two models' item scores never differ")
-    null = sign_flip._subset_sum_law(w)
+    null = sign_flip.subset_sum_law(w)
     s = np.abs(2 * np.arange(total + 1) - total)  # |sum of signed d| on the lattice, for U = u
     tail = np.cumsum(np.bincount(s, weights=null, minlength=total + 1)[::-1])[::-1]  # P(S >= s)
     toward = (tail[s] <= (a / k) * (1 + REL_TOL)) & (2 * np.arange(total + 1) > total)
@@ -421,7 +421,7 @@ def power_curve(differences, n_configs: int, alpha: float) -> _PowerCurve | Dete
             return float(null[toward].sum())
         if e == d:  # every differing item goes to A: U = total surely
             return float(toward[total])
-        return float(sign_flip._subset_sum_law(w, (1 + e / d) / 2)[toward].sum())
+        return float(sign_flip.subset_sum_law(w, (1 + e / d) / 2)[toward].sum())
 
     basis = (
         f"the exact sign-flip test on these items' own differences (mean |A - B| {d:.3f}, "

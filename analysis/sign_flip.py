@@ -25,7 +25,7 @@ def exact_mean(values: np.ndarray) -> float:
     return float(ints.sum() / (len(ints) * lattice)) if len(ints) else float("nan")
 
 
-def _integer_weights(magnitudes: np.ndarray) -> np.ndarray:
+def integer_weights(magnitudes: np.ndarray) -> np.ndarray:
     """|d_i| as whole numbers on the smallest lattice 1/L that holds them all (exact.lattice_of, within 1e-6
     of a step: differences of snapped item scores carry float noise only); otherwise rounded to multiples
     of 1/FALLBACK_LATTICE."""
@@ -41,13 +41,13 @@ def _fair_binomial(n: int) -> np.ndarray:
     return law
 
 
-def _subset_sum_law(weights: np.ndarray, p: float = 0.5) -> np.ndarray:
+def subset_sum_law(weights: np.ndarray, p: float = 0.5) -> np.ndarray:
     """Law of U = sum of w_i over a random subset (each item in with probability p, 1/2 under the
     test's null; power.detectable_from_differences reads other p): index u -> P(U = u)."""
     law = np.ones(1)
     values, counts = np.unique(weights, return_counts=True)
     if len(values) > 1 and int(weights.sum()) * len(values) > BALANCED_ABOVE:
-        return _balanced_law(values, counts, p)
+        return balanced_law(values, counts, p)
     for v, c in zip(values, counts, strict=True):
         counts_law = _fair_binomial(int(c)) if p == 0.5 else binom.pmf(np.arange(int(c) + 1), int(c), p)
         if len(values) == 1 and v == 1:
@@ -69,8 +69,8 @@ def _convolve(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.convolve(x, y)
 
 
-def _balanced_law(values: np.ndarray, counts: np.ndarray, p: float) -> np.ndarray:
-    """The same law as `_subset_sum_law`'s loop, for many distinct weights (fractional scores on the 1/1000
+def balanced_law(values: np.ndarray, counts: np.ndarray, p: float) -> np.ndarray:
+    """The same law as `subset_sum_law`'s loop, for many distinct weights (fractional scores on the 1/1000
     lattice: hundreds): the shortest two laws are convolved first, so each value of the total is carried
     through ~log2(distinct) convolutions, not through one per distinct weight (4,000 items: ~1 s, not ~100)."""
 
@@ -96,13 +96,13 @@ def sign_flip_p_value(differences) -> float:
     d = d[d != 0]
     if len(d) == 0:
         return 1.0
-    w = _integer_weights(np.abs(d))
+    w = integer_weights(np.abs(d))
     keep = w > 0
     w, positive = w[keep], d[keep] > 0
     total = int(w.sum())
     if total == 0:
         return 1.0
-    law = _subset_sum_law(w)  # sum(d) = 2U - total, with U the weight of the positive items
+    law = subset_sum_law(w)  # sum(d) = 2U - total, with U the weight of the positive items
     observed = abs(2 * int(w[positive].sum()) - total)
     extreme = np.abs(2 * np.arange(total + 1) - total) >= observed
     return float(min(1.0, law[extreme].sum()))

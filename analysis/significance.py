@@ -39,12 +39,7 @@ from .exact import as_integers, snap_items
 from .grid_io import Grid, plain, read_table
 from .rank_flip import model_pairs
 from .readings import content_table
-from .sign_flip import (  # noqa: F401  (the test's names, read from here by paired, two_runs and power)
-    _integer_weights,
-    _subset_sum_law,
-    exact_mean,
-    sign_flip_p_value,
-)
+from .sign_flip import exact_mean, sign_flip_p_value  # noqa: F401  (read from here by paired and two_runs)
 from .slices import slice_config_ids
 
 ITEM_COLUMNS = ("model", "config_id", "item_id", "seed", "item_score")

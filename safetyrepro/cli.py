@@ -12,6 +12,7 @@ import os
 import re
 import sys
 
+from safetyrepro.compat.argparse_parsers import option_strings, subcommand_parsers
 from safetyrepro.errors import UserError, did_you_mean, nearest
 
 # subcommand -> module with register(subparsers); a module that is not there yet is skipped.
@@ -52,10 +53,10 @@ class _Parser(argparse.ArgumentParser):
 def _flag_hint(flag: str, chain: list[argparse.ArgumentParser]) -> str:
     """The nearest flag of the subcommand that was run (`chain[-1]`); else a flag of the commands above it,
     which must come before the subcommand (`safetyrepro --data-dir DIR sweep ...`)."""
-    outer = [f for p in chain[:-1] for f in p._option_string_actions]
+    outer = [f for p in chain[:-1] for f in option_strings(p)]
     if flag in outer:
         return f" ({flag} goes before the subcommand: {chain[-1].prog.replace(' ', f' {flag} ... ', 1)} ...)"
-    near = _nearest_flag(flag, chain[-1]._option_string_actions)
+    near = _nearest_flag(flag, option_strings(chain[-1]))
     if near or not outer:
         return f" (did you mean {near!r}?)" if near else ""
     near = _nearest_flag(flag, outer)
@@ -91,11 +92,10 @@ def with_suggestion(message: str) -> str:
 
 def _chosen_parsers(parser: argparse.ArgumentParser, known: argparse.Namespace) -> list[argparse.ArgumentParser]:
     """`parser` and the subcommands' parsers that `known` chose inside it (`safetyrepro`, `import`, `eee`)."""
-    for action in parser._actions:  # argparse has no public way to its subparsers
-        if isinstance(action, argparse._SubParsersAction):
-            chosen = action.choices.get(getattr(known, action.dest, None) or "")
-            if chosen is not None:
-                return [parser, *_chosen_parsers(chosen, known)]
+    for dest, choices in subcommand_parsers(parser):
+        chosen = choices.get(getattr(known, dest, None) or "")
+        if chosen is not None:
+            return [parser, *_chosen_parsers(chosen, known)]
     return [parser]
 
 

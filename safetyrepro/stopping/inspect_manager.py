@@ -82,9 +82,9 @@ class AnytimeStopping:
         self.reference_run = read_run(reference) if reference is not None else None
         self.shuffle_seed: int | None = None  # set by with_anytime_stopping
         self.runs: list[AnytimeStopping] = []  # one copy per eval running now (start_task)
-        self._reset()
+        self.reset_state()
 
-    def _reset(self) -> None:
+    def reset_state(self) -> None:
         """A fresh eval's state: a rule object reused for a later eval starts from nothing."""
         self.scorer = self.named_scorer
         self.sequence = SequentialRule(self.rule)
@@ -109,9 +109,9 @@ class AnytimeStopping:
         """A fresh state for this eval (a copy of the rule, keyed by the eval's context): two evals sharing one
         manager, at once or one after the other, never see each other's scores."""
         run = copy.copy(self)
-        run._reset()
+        run.reset_state()
         run.runs = []
-        name = await run._start(task, samples, epochs)
+        name = await run.begin(task, samples, epochs)
         self.runs.append(run)
         _EVAL.set(run)
         return name
@@ -127,7 +127,7 @@ class AnytimeStopping:
             "each eval its own stop_when_known(...) / stop_when_certified(...)"
         )
 
-    async def _start(self, task: EvalSpec, samples: list[Sample], epochs: int) -> str:
+    async def begin(self, task: EvalSpec, samples: list[Sample], epochs: int) -> str:
         scorers = [s.name for s in task.scorers or []]
         if self.scorer is not None and scorers and self.scorer not in scorers:
             raise ValueError(
@@ -152,9 +152,9 @@ class AnytimeStopping:
         return EarlyStop(id=id, epoch=epoch, reason=f"anytime-valid stop: {run.sentence}")
 
     async def complete_sample(self, id: str | int, epoch: int, scores: dict[str, SampleScore]) -> None:
-        await self._run()._complete_sample(id, epoch, scores)
+        await self._run().take_sample(id, epoch, scores)
 
-    async def _complete_sample(self, id: str | int, epoch: int, scores: dict[str, SampleScore]) -> None:
+    async def take_sample(self, id: str | int, epoch: int, scores: dict[str, SampleScore]) -> None:
         from inspect_ai.scorer import value_to_float
 
         if self.scorer is None:
@@ -169,9 +169,9 @@ class AnytimeStopping:
         run = self._run()
         if run is not self:
             self.runs.remove(run)
-        return run._summary()
+        return run.summary_now()
 
-    def _summary(self) -> dict[str, Any]:
+    def summary_now(self) -> dict[str, Any]:
         self._skip_unscored()
         now = self.sequence.decide()
         return {

@@ -246,13 +246,13 @@ def test_the_balanced_law_is_the_law_one_item_weight_after_another_gives(monkeyp
     import safetyrepro.analysis.sign_flip as sign_flip
 
     rng = np.random.default_rng(7)
-    w = sign_flip._integer_weights(np.abs(rng.random(300) - rng.random(300)))
+    w = sign_flip.integer_weights(np.abs(rng.random(300) - rng.random(300)))
     w = w[w > 0]
     values, counts = np.unique(w, return_counts=True)
     for p in (0.5, 0.62):
         monkeypatch.setattr(sign_flip, "BALANCED_ABOVE", 10**18)
-        one_by_one = sign_flip._subset_sum_law(w, p)
-        balanced = sign_flip._balanced_law(values, counts, p)
+        one_by_one = sign_flip.subset_sum_law(w, p)
+        balanced = sign_flip.balanced_law(values, counts, p)
         assert len(balanced) == len(one_by_one) == int(w.sum()) + 1
         assert np.abs(balanced - one_by_one).max() < 1e-15 and balanced.sum() == pytest.approx(1.0, abs=1e-12)
 
@@ -261,8 +261,8 @@ def test_detectable_of_4000_partial_credit_items_takes_seconds_and_few_laws(monk
     import safetyrepro.analysis.sign_flip as sign_flip
     from safetyrepro.analysis.power import detectable_from_differences
 
-    laws, law = [], sign_flip._subset_sum_law
-    monkeypatch.setattr(sign_flip, "_subset_sum_law", lambda w, p=0.5: laws.append(p) or law(w, p))
+    laws, law = [], sign_flip.subset_sum_law
+    monkeypatch.setattr(sign_flip, "subset_sum_law", lambda w, p=0.5: laws.append(p) or law(w, p))
     rng = np.random.default_rng(0)
     d = rng.random(4000) - rng.random(4000)  # partial credit: no small lattice, the 1/1000 fallback
     start = time.perf_counter()
