@@ -24,7 +24,7 @@ from .direction import direction
 from .exact import EXACT_RULE
 from .grid_io import read_table
 from .pipeline import Analysis
-from .readings import FORMAT, READABLE, READINGS_NOTE, UNINFORMATIVE, RestsOn, content_sentence, rests_on
+from .readings import FORMAT, READABLE, READINGS_NOTE, UNINFORMATIVE, RestsOn, content_sentence
 from .significance import CORRECTIONS, PAIR_NULL, TEST_NAME
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
 
@@ -252,21 +252,6 @@ class PairVerdict:
     confirmed: dict[str, tuple[Win, ...]] | None  # per model, its wins that survive Holm; None without item tests
 
 
-def rests_lookup(a: Analysis) -> Callable[[str, str, str], RestsOn]:
-    """`a.rests_on`, with the content readings split by configuration once: the verdict asks it for every
-    configuration of every pair, and a lookup in the whole table per call is what made it slow."""
-    content = a.content_readings
-    by_config = (
-        {} if content is None or content.empty else {str(cid): g for cid, g in content.groupby("config_id", sort=False)}
-    )
-    bases = a.cell_bases
-
-    def lookup(config_id: str, lead: str, trail: str) -> RestsOn:
-        return rests_on(config_id, lead, trail, bases, by_config.get(config_id))
-
-    return lookup
-
-
 def _holm_wins(a: Analysis) -> dict[tuple[str, str, str], dict[str, list[str]]] | None:
     """(benchmark, model_a, model_b) -> per model, the configurations of slice full whose win survives Holm in
     the better direction (item_tests.csv's winner_holm_better: the same wins significant_flips.csv counts)."""
@@ -308,7 +293,7 @@ def _pair_verdict(rests: Callable[[str, str, str], RestsOn], r, better: pd.DataF
 def pair_verdicts(a: Analysis) -> list[PairVerdict]:
     """Per benchmark, the pairs that reverse most first (up to MAX_VERDICT_PAIRS): the verdict's order."""
     detail = a.rho_flip_detail[a.rho_flip_detail["slice"] == "full"]
-    holm, rests = _holm_wins(a), rests_lookup(a)
+    holm, rests = _holm_wins(a), a.rests_on
     out = []
     for b in a.grid.benchmarks:
         rows = detail[detail["benchmark"] == b].sort_values(
@@ -330,15 +315,6 @@ def basis_tally(wins: Sequence[Win], noun: str) -> str:
 
 def _short(config_id: str) -> str:
     return config_id.split("/", 1)[1]
-
-
-def _content_rows(a: Analysis) -> dict[tuple[str, str, str], object] | None:
-    """(config_id, model_a, model_b) -> its content_readings row; None without item records that say which
-    replies were read."""
-    c = a.content_readings
-    if c is None:
-        return None
-    return {(str(r.config_id), str(r.model_a), str(r.model_b)): r for r in c.itertuples()}
 
 
 def _content_cell(pv: PairVerdict, rows: dict | None) -> str:
@@ -374,7 +350,7 @@ def verdict_table(a: Analysis, verdicts: Sequence[PairVerdict] | None = None) ->
     """The compact verdict: one row per benchmark x pair in the verdict's order, who leads, how often it
     reverses, what survives the item tests, and what the leads and the confirmed wins rest on."""
     verdicts = pair_verdicts(a) if verdicts is None else verdicts
-    content = _content_rows(a)
+    content = None if a.content_readings is None else a.content_by_key  # None: no records say what was read
     rows = []
     for pv in verdicts:
         rests = [basis_tally(pv.leads, "leads") or "no strict lead"]

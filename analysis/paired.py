@@ -117,11 +117,12 @@ def lead_rests_on(
     b: str,
     ahead: float,
     bases: Mapping[tuple[str, str], readings.CellBasis],
-    content: pd.DataFrame | None,
+    content: readings.ContentIndex | None,
 ) -> readings.RestsOn:
     """What A's lead over B on one configuration rests on, `ahead` being A - B in the benchmark's better
-    reading (> 0: A leads, < 0: B leads, 0: a tie). The content reading is higher-is-better, so it is asked
-    only where the benchmark is; a tie has no lead for it to support, so only the cells are read."""
+    reading (> 0: A leads, < 0: B leads, 0: a tie). The content reading (readings.content_index) is
+    higher-is-better, so it is asked only where the benchmark is; a tie has no lead for it to support, so only
+    the cells are read."""
     lead, trail = (b, a) if ahead < 0 else (a, b)
     known = content if direction(benchmark).monotone and ahead != 0 else None
     return readings.rests_on(config_id, lead, trail, bases, known)
@@ -135,15 +136,13 @@ def reading_columns(
     b: str,
     ahead: float,
     bases: Mapping[tuple[str, str], readings.CellBasis],
-    content: pd.DataFrame | None,
+    content: readings.ContentIndex,
 ) -> list:
     """READING_COLUMNS' values for one configuration, content oriented to the caller's A and B (the content
     table holds each pair once, names in sorted order); NaN where the configuration has no content reading.
-    `parse`: parse_rates(grid); `content`: the content table, or its rows for this configuration and pair
-    (content_rows), which is what keeps a grid of many pairs quick."""
+    `parse`: parse_rates(grid); `content`: readings.content_index of the content table."""
     on = lead_rests_on(benchmark, config_id, a, b, ahead, bases, content)
-    hit = content_rows(content, config_id, a, b)
-    row = None if hit is None else hit.iloc[0]
+    row = readings.content_row(content, config_id, a, b)
     if row is None or int(row.n_both) == 0:
         known = [0 if row is not None else np.nan, np.nan, np.nan, np.nan]
     else:
@@ -158,25 +157,6 @@ def parse_rates(grid: Grid) -> dict[tuple[str, str], float]:
     cells = grid.cells
     rates = pd.to_numeric(cells["parse_rate"], errors="coerce").astype(float)
     return dict(zip(zip(cells["model"].astype(str), cells["config_id"].astype(str), strict=True), rates, strict=True))
-
-
-def content_index(content: pd.DataFrame | None) -> dict[tuple[str, str, str], pd.DataFrame]:
-    """(config_id, model_a, model_b) -> that configuration and pair's content rows (one), names sorted."""
-    if content is None or content.empty:
-        return {}
-    keys = ["config_id", "model_a", "model_b"]
-    return {(str(k[0]), str(k[1]), str(k[2])): g for k, g in content.groupby(keys, sort=False)}
-
-
-def content_rows(content, config_id: str, a: str, b: str) -> pd.DataFrame | None:
-    """The content table's rows for one configuration and pair (None: none), from the table or its index."""
-    if isinstance(content, dict):
-        return content.get((config_id, *sorted((a, b))))
-    if content is None or content.empty:
-        return None
-    x, y = sorted((a, b))
-    hit = content[(content["config_id"] == config_id) & (content["model_a"] == x) & (content["model_b"] == y)]
-    return None if hit.empty else hit
 
 
 def paired_verdict(
@@ -196,7 +176,7 @@ def paired_verdict(
     if bases is None:
         bases = readings.cell_bases(degenerate_cells(grid, items.empty_outputs, items.option_bias))
     ca, cb = items.column(a), items.column(b)
-    parse, index = parse_rates(grid), content_index(items.content)
+    parse, index = parse_rates(grid), readings.content_index(items.content)
     rows, missing = [], {}
     for benchmark in grid.benchmarks:
         better = direction(benchmark)
@@ -212,7 +192,7 @@ def paired_verdict(
                 if better.monotone
                 else pair_better_test(x[:, ca], x[:, cb], better, cid, a, b)
             )
-            on = reading_columns(parse, benchmark, cid, a, b, read[0], bases, content_rows(index, cid, a, b))
+            on = reading_columns(parse, benchmark, cid, a, b, read[0], bases, index)
             rows.append([benchmark, cid, a, b, len(d), int(np.count_nonzero(d)), raw, *read, *on])
     for benchmark, named in (declared or {}).items():
         if benchmark not in grid.benchmarks and named:
@@ -428,7 +408,7 @@ def leads_table(
     """Per benchmark x model pair x configuration of the grid: the strict scores, who leads in the benchmark's
     better reading ('' for a tie) and what that lead rests on (READING_COLUMNS), for a table where rows name a
     pair and a configuration (the EEE export's verdict tables). Pairs: rank_flip.model_pairs by default."""
-    rows, parse, index = [], parse_rates(grid), content_index(content)
+    rows, parse, index = [], parse_rates(grid), readings.content_index(content)
     for benchmark in grid.benchmarks:
         m = grid.matrix(benchmark)
         better = direction(benchmark).better_value(m)
@@ -437,7 +417,7 @@ def leads_table(
                 x, y = float(better.at[cid, a]), float(better.at[cid, b])
                 ahead = (x > y) - (x < y)  # the strict comparison rank_flip counts, in the better reading
                 lead = a if ahead > 0 else b if ahead < 0 else ""
-                on = reading_columns(parse, benchmark, cid, a, b, ahead, bases, content_rows(index, cid, a, b))
+                on = reading_columns(parse, benchmark, cid, a, b, ahead, bases, index)
                 rows.append([benchmark, cid, a, b, float(m.at[cid, a]), float(m.at[cid, b]), lead, *on])
     return pd.DataFrame(rows, columns=list(LEAD_COLUMNS))
 

@@ -81,9 +81,13 @@ class Analysis:
     def cell_bases(self) -> dict[tuple[str, str], readings.CellBasis]:
         return readings.cell_bases(self.degenerate_cells)
 
+    @cached_property
+    def content_by_key(self) -> dict[tuple[str, str, str], object]:
+        return readings.content_index(self.content_readings)
+
     def rests_on(self, config_id: str, lead: str, trail: str) -> readings.RestsOn:
         """What a lead of `lead` over `trail` on `config_id` rests on (readable, format-driven, uninformative)."""
-        return readings.rests_on(config_id, lead, trail, self.cell_bases, self.content_readings)
+        return readings.rests_on(config_id, lead, trail, self.cell_bases, self.content_by_key)
 
 
 def tie_rate_table(grid: Grid) -> pd.DataFrame | None:

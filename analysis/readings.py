@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -202,12 +203,21 @@ def content_sentence(row, lead: str | None = None) -> str:
     return f"on the {n} items both read {first} is ahead {sf:.3f} vs {ss:.3f} (exact p = {p:.3g})"
 
 
-def _content_row(content: pd.DataFrame | None, config_id: str, x: str, y: str):
+ContentIndex = Mapping[tuple[str, str, str], Any]  # (config_id, model_a, model_b) -> its content_table row
+
+
+def content_index(content: pd.DataFrame | None) -> dict[tuple[str, str, str], Any]:
+    """The content table keyed by (config_id, model_a, model_b), names sorted: built once, so that a claim's
+    reading is a look-up, not a scan of the table (a verdict asks for every configuration of every pair)."""
     if content is None or content.empty:
-        return None
-    a, b = sorted((x, y))
-    hit = content[(content["config_id"] == config_id) & (content["model_a"] == a) & (content["model_b"] == b)]
-    return None if hit.empty else hit.iloc[0]
+        return {}
+    return {(str(r.config_id), str(r.model_a), str(r.model_b)): r for r in content.itertuples()}
+
+
+def content_row(index: ContentIndex | None, config_id: str, x: str, y: str):
+    """One configuration and pair's content reading (either order of the two names), or None."""
+    first, second = sorted((x, y))
+    return None if index is None else index.get((config_id, first, second))
 
 
 def rests_on(
@@ -215,12 +225,13 @@ def rests_on(
     lead: str,
     trail: str,
     bases: Mapping[tuple[str, str], CellBasis],
-    content: pd.DataFrame | None = None,
+    content: ContentIndex | None = None,
 ) -> RestsOn:
     """What a lead of `lead` over `trail` on `config_id` rests on: the cells' bases (cell_bases), and whether the
-    content reading (content_table) supports it. A tie or a lead of neither can pass lead/trail in either order."""
+    content reading (content_index of content_table) supports it. A tie or a lead of neither can pass lead/trail
+    in either order."""
     cells = {m: bases.get((m, config_id)) for m in (lead, trail)}
-    row = _content_row(content, config_id, lead, trail)
+    row = content_row(content, config_id, lead, trail)
     alternative = "" if row is None else content_sentence(row)
     parts = []
     for m, c in cells.items():

@@ -29,7 +29,6 @@ from .card import (
     headline,
     pair_verdicts,
     read_run_metadata,
-    rests_lookup,
     verdict_table,
 )
 from .chance import ceiling, chance_rho_flip
@@ -728,7 +727,7 @@ def rests_clause(a: Analysis) -> Clause:
         else {(str(r.model), str(r.config_id)): _cell_words(r) for r in cells.itertuples()}
     )
 
-    lookup = rests_lookup(a)
+    lookup = a.rests_on
 
     def clause(config_id: str, lead: str, trail: str) -> str:
         rests = lookup(config_id, lead, trail)
@@ -863,7 +862,7 @@ def _certificate_rows(a: Analysis) -> pd.DataFrame:
     cert = _full(a.certificate)[
         ["benchmark", "model_a", "model_b", "extreme", "config_id", "score_a", "score_b", "diff"]
     ]
-    lookup = rests_lookup(a)
+    lookup = a.rests_on
     rests = [
         lookup(str(r.config_id), *((r.model_b, r.model_a) if r.diff < 0 else (r.model_a, r.model_b))).cell()
         for r in cert.itertuples()

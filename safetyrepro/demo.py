@@ -167,6 +167,7 @@ def cell_reading(claim, where: str, used: list[str] | None, items: pd.DataFrame)
     from safetyrepro.analysis.readings import (
         UNINFORMATIVE,
         cell_bases,
+        content_index,
         content_sentence,
         content_table,
         read_flags,
@@ -191,7 +192,7 @@ def cell_reading(claim, where: str, used: list[str] | None, items: pd.DataFrame)
         if (m, claim.config_id) in bases and bases[(m, claim.config_id)].basis == UNINFORMATIVE
     )
     content = content_table(mine, [tuple(sorted((lead, trail)))]) if read is not None else None
-    rests = rests_on(claim.config_id, lead, trail, bases, content)
+    rests = rests_on(claim.config_id, lead, trail, bases, content_index(content))
     words = ""
     row = None if content is None or content.empty else content.iloc[0]
     if row is not None:

@@ -212,7 +212,9 @@ def _judge(claim: ClaimRow, cells: _Cells | None, reading: str) -> Basis:
     words = [f"parse rates {said} {where}"]
     if claim.claim in WINS:
         lead = pair[WINS[claim.claim]]
-        r = readings.rests_on(claim.config_id, lead, pair[1 - WINS[claim.claim]], bases, content)
+        r = readings.rests_on(
+            claim.config_id, lead, pair[1 - WINS[claim.claim]], bases, readings.content_index(content)
+        )
     else:  # no lead to check against the content reading: the cells only, the content reading as context
         r = readings.rests_on(claim.config_id, pair[0], pair[1], bases, None)
         row = None if content is None or content.empty else content.iloc[0]

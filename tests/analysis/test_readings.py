@@ -97,7 +97,7 @@ def test_a_lead_on_readable_cells_that_the_items_both_read_contradict_is_format_
                 }
             )
     content = readings.content_table(pd.DataFrame(rows))
-    said = readings.rests_on("xstest/T1/greedy/0shot/free_form", "a", "b", {}, content)
+    said = readings.rests_on("xstest/T1/greedy/0shot/free_form", "a", "b", {}, readings.content_index(content))
     assert said.basis == readings.FORMAT
     assert said.why == "on the 19 items both read they tie (0.474 each), not a"
 
