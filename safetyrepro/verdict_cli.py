@@ -213,24 +213,20 @@ def _print_by_configuration(args, r) -> None:
 
     v = r.detail
     if args.json:
-        body = json.dumps(
-            _strict(
-                {
-                    "model_a": r.model_a,
-                    "model_b": r.model_b,
-                    "alpha": r.alpha,
-                    "sentences": v.sentences,
-                    "family_size": v.family_size,
-                    "missing_configurations": v.missing,
-                    "detectable_difference": v.detectable,
-                    "rests_on_note": READINGS_NOTE,
-                    "interval_note": interval_note(r.alpha),
-                    "configurations": [_count(row, "n_both") for row in v.table.to_dict(orient="records")],
-                }
-                | ({"gate": _gate_json(r)} if r.expect else {})
-            ),
-            indent=2,
-            allow_nan=False,
+        body = _json_body(
+            r,
+            {
+                "model_a": r.model_a,
+                "model_b": r.model_b,
+                "alpha": r.alpha,
+                "sentences": v.sentences,
+                "family_size": v.family_size,
+                "missing_configurations": v.missing,
+                "detectable_difference": v.detectable,
+                "rests_on_note": readings_note(),
+                "interval_note": interval_note(r.alpha),
+                "configurations": [_count(row, "n_both") for row in v.table.to_dict(orient="records")],
+            },
         )
     elif args.markdown:
         body = _markdown(v)
@@ -239,12 +235,18 @@ def _print_by_configuration(args, r) -> None:
     _end(args, r, body)
 
 
-READINGS_NOTE = (
-    "rests_on: what each row's lead stands on: readable, format-driven (a cell with unread or empty replies, or a "
-    "lead the items both models' replies were read on do not support: about answer format, not which model is "
-    "safer), uninformative (a cell that answers one label); n_both, content_a, content_b, content_p: the content "
-    "reading, each model's score on the items both models' replies were read on and the exact paired p-value there"
-)
+def readings_note() -> str:
+    """analysis/readings' words for what a claim rests on, and the content reading's columns this table adds
+    (imported here: the analysis loads pandas, which the CLI's start-up does not need)."""
+    from safetyrepro.analysis.readings import READINGS_NOTE
+
+    return (
+        f"{READINGS_NOTE}; n_both, content_a, content_b, content_p: the content reading, each model's score on the "
+        "items both models' replies were read on and the exact paired p-value there"
+    )
+
+
+HIDDEN = ("model_a", "model_b", "benchmark", "rests_on_why", "ci_method")  # said elsewhere, or too wide for a row
 
 
 def _count(row: dict, key: str) -> dict:
@@ -266,12 +268,12 @@ def _text(v) -> str:
     """The sentences, the table (rests_on's why below it, a line a row, as the table would be too wide)."""
     from safetyrepro.analysis.paired import interval_note
 
-    shown = v.table.drop(columns=["model_a", "model_b", "benchmark", "rests_on_why", "ci_method"])
+    shown = v.table.drop(columns=list(HIDDEN))
     lines = [*v.sentences.values(), "", shown.to_string(index=False, float_format=lambda x: f"{x:.4g}", na_rep="-")]
     lines += ["", interval_note(v.alpha) + "."]
     why = _rests_on_lines(v.table)
     if why:
-        lines += ["", "What the leads that are not readable rest on:", *why, "", READINGS_NOTE + "."]
+        lines += ["", "What the leads that are not readable rest on:", *why, "", readings_note() + "."]
     return "\n".join(lines)
 
 
@@ -288,8 +290,7 @@ def _markdown(v) -> str:
 
     from safetyrepro.analysis.paired import interval_note
 
-    hidden = ("model_a", "model_b", "benchmark", "rests_on_why", "ci_method")
-    columns = [c for c in v.table.columns if c not in hidden]
+    columns = [c for c in v.table.columns if c not in HIDDEN]
     rows = []
     for r in v.table.to_dict(orient="records"):
         on = r["rests_on"] if not r["rests_on_why"] else f"{r['rests_on']}: {r['rests_on_why']}"
@@ -300,7 +301,7 @@ def _markdown(v) -> str:
         "",
         markdown_table(columns, rows),
         "",
-        f"- {md_escape(READINGS_NOTE)}.",
+        f"- {md_escape(readings_note())}.",
         f"- {md_escape(interval_note(v.alpha))}.",
     ]
     return "\n".join(out) + "\n"
@@ -311,33 +312,34 @@ def _print_by_task(args, r) -> None:
 
     v = r.detail
     if args.json:
-        body = json.dumps(
-            _strict(
-                {
-                    "model_a": r.model_a,
-                    "model_b": r.model_b,
-                    "run_a": args.a,
-                    "run_b": args.b,
-                    "alpha": r.alpha,
-                    "margin": r.margin,
-                    "claims": "about the models (population: items as draws from each task, epochs averaged per item)",
-                    "family_size": v.family_size,
-                    "verdict": r.sentence,
-                    "sentences": list(r.sentences),
-                    "comparisons": v.table.to_dict(orient="records"),
-                    "pairing": list(r.pairing.counts),
-                    "notes": list(r.notes),
-                }
-                | ({"gate": _gate_json(r)} if r.expect else {})
-            ),
-            indent=2,
-            allow_nan=False,
+        body = _json_body(
+            r,
+            {
+                "model_a": r.model_a,
+                "model_b": r.model_b,
+                "run_a": args.a,
+                "run_b": args.b,
+                "alpha": r.alpha,
+                "margin": r.margin,
+                "claims": "about the models (population: items as draws from each task, epochs averaged per item)",
+                "family_size": v.family_size,
+                "verdict": r.sentence,
+                "sentences": list(r.sentences),
+                "comparisons": v.table.to_dict(orient="records"),
+                "pairing": list(r.pairing.counts),
+                "notes": list(r.notes),
+            },
         )
     elif args.markdown:
         body = markdown_report(v, r.notes)
     else:
         body = text_report(v, r.notes)
     _end(args, r, body)
+
+
+def _json_body(r, fields: dict) -> str:
+    """The --json object: `fields`, and the gate's outcome where --expect asked for one; strict JSON values."""
+    return json.dumps(_strict(fields | ({"gate": _gate_json(r)} if r.expect else {})), indent=2, allow_nan=False)
 
 
 def _strict(value):

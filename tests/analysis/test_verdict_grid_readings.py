@@ -92,7 +92,14 @@ def test_json_carries_the_same_fields_oriented_to_the_callers_a_and_b(tmp_path, 
             assert r["n_both"] is None and r["content_a"] is None and r["content_p"] is None  # strict JSON: null
         assert "model-a's 2 leads are all format-driven" in v["sentences"]["bbq"]
         assert CONTENT in v["sentences"]["bbq"]
-        assert v["rests_on_note"].startswith("rests_on: what each row's lead stands on: readable, format-driven")
+        assert v["rests_on_note"] == (
+            "rests_on says what a claim stands on: readable (both models' replies read, and where known the items "
+            "both read agree with the lead), format-driven (a cell with unread or empty replies, or a lead the items "
+            "both models' replies were read on do not support: it is about answer format, not content), "
+            "uninformative (a cell that answers one label or no better than the gold labels' frequencies); n_both, "
+            "content_a, content_b, content_p: the content reading, each model's score on the items both models' "
+            "replies were read on and the exact paired p-value there"
+        )
 
 
 def test_markdown_rows_carry_the_basis_and_why(tmp_path, capsys):
