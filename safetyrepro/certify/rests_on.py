@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -90,7 +91,7 @@ class _Cells:
     """What the records say about one claim's two cells on the items it used."""
 
     screen: pd.DataFrame  # screen_records' rows of the degenerate ones (model labels as they are)
-    content: pd.DataFrame | None  # content_table's row of the pair (free-form, with read flags)
+    content: Any  # content_table's row of the pair, its models' labels as they are (free-form, read flags); or None
     rates: dict[str, float]  # each model's parse rate (NaN: unknown)
     n: int  # items
     flags: bool  # the records tell a read reply (else the rates are the grid's)
@@ -176,9 +177,7 @@ def _read_cells(claims, evaluated, records, parse_rates) -> dict[tuple[str, int,
     content = None
     if read is not None and stacked["config_id"].str.endswith("/free_form").any():
         content = readings.content_table(stacked, pairs)
-    rows = (
-        {} if content is None else {(r.config_id, r.model_a, r.model_b): i for i, r in enumerate(content.itertuples())}
-    )
+    rows = readings.content_index(content)
     out = {}
     for c in claims:
         if c.items_used == 0:
@@ -186,8 +185,8 @@ def _read_cells(claims, evaluated, records, parse_rates) -> dict[tuple[str, int,
         ka, kb = _key(c.model_a, c.items_used), _key(c.model_b, c.items_used)
         mine = [flagged[(k, c.config_id)] for k in (ka, kb) if (k, c.config_id) in flagged]
         cells = screen.iloc[mine].assign(model=[_label(str(m)) for m in screen["model"].iloc[mine]])
-        at = rows.get((c.config_id, ka, kb))
-        row = None if at is None or content is None else content.iloc[[at]].assign(model_a=c.model_a, model_b=c.model_b)
+        row = readings.content_row(rows, c.config_id, ka, kb)
+        row = None if row is None else row._replace(model_a=c.model_a, model_b=c.model_b)
         out[(c.config_id, c.items_used, c.model_a, c.model_b)] = _Cells(
             cells,
             row,
@@ -212,16 +211,15 @@ def _judge(claim: ClaimRow, cells: _Cells | None, reading: str) -> Basis:
     words = [f"parse rates {said} {where}"]
     if claim.claim in WINS:
         lead = pair[WINS[claim.claim]]
-        r = readings.rests_on(
-            claim.config_id, lead, pair[1 - WINS[claim.claim]], bases, readings.content_index(content)
-        )
+        first, second = sorted(pair)
+        index = None if content is None else {(claim.config_id, first, second): content}
+        r = readings.rests_on(claim.config_id, lead, pair[1 - WINS[claim.claim]], bases, index)
     else:  # no lead to check against the content reading: the cells only, the content reading as context
         r = readings.rests_on(claim.config_id, pair[0], pair[1], bases, None)
-        row = None if content is None or content.empty else content.iloc[0]
-        r = readings.RestsOn(r.basis, r.why, "" if row is None else readings.content_sentence(row))
+        r = readings.RestsOn(r.basis, r.why, "" if content is None else readings.content_sentence(content))
     words += [r.why or r.content] if claim.claim in WINS else [r.why, r.content]  # a win's why holds its content
-    if content_only and content is not None and not content.empty:
-        both = int(content.iloc[0].n_both)
+    if content_only and content is not None:
+        both = int(content.n_both)
         words.append(
             f"content reading: the estimate is the difference on the {both} items both read scaled by their "
             f"share ({both / max(cells.n, 1):.2f})"
