@@ -380,8 +380,9 @@ def verdict_table(a: Analysis, verdicts: Sequence[PairVerdict] | None = None) ->
 VERDICT_HOW_TO_READ = (
     "one row per benchmark and pair (the pairs the sentences below name, in their order), on slice `full` in the "
     "benchmark's better direction: leader is ahead on more configurations than other (leader_ahead of all, other "
-    "on other_ahead), rho_flip the share on which the lead reverses, confirmed_wins_holm the configurations whose "
-    "win survives Holm over the pair's family, per model. "
+    "on other_ahead) on these items, rho_flip the share on which the lead reverses: both read this sample's "
+    "scores; confirmed_wins_holm the configurations whose win survives Holm over the pair's family, per model: a "
+    "claim about the models, the items as draws (the seeds, the few-shot draw and the templates held fixed). "
     + READINGS_NOTE
     + "; rests_on counts the leader's leads and the confirmed wins by what they rest on. content_reading says "
     "where the content reading names the other model (the readable alternative)."

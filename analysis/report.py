@@ -753,27 +753,33 @@ def _wins_note(wins: Sequence[Win], winner: str, other: str, clause: Clause) -> 
     return f"{share}: " + ", ".join(f"{_short(c)}{clause(c, winner, other)}" for c, _ in bad)
 
 
+# the leads and reversals are this sample's scores; a win the paired test over the items confirms is a claim about
+# the models, the items taken as draws (the seeds, the few-shot draw and the templates are held fixed)
+ABOUT_THE_MODELS = "about the models (the items as draws)"
+
+
 def _confirmed_clause(pv: PairVerdict, clause: Clause) -> str:
     """What the item tests confirm (Holm), and what each confirmed win that is not readable rests on."""
     if pv.confirmed is None:
         return ""
     mine, theirs = pv.confirmed[pv.lead], pv.confirmed[pv.trail]
     if not (mine or theirs):
-        return "; no single configuration's win is confirmed item by item (Holm)"
+        return f"; {ABOUT_THE_MODELS}, no single configuration's win is confirmed (Holm)"
     if mine and theirs:
         notes = [
             f"{who}'s {note}"
             for who, other, w in ((pv.lead, pv.trail, mine), (pv.trail, pv.lead, theirs))
             if (note := _wins_note(w, who, other, clause))
         ]
-        text = f"; item by item the reversal is confirmed ({len(mine)} and {len(theirs)} wins survive Holm" + "".join(
-            f"; {n}" for n in notes
+        text = (
+            f"; {ABOUT_THE_MODELS}, the reversal is confirmed ({len(mine)} and {len(theirs)} wins survive Holm"
+            + "".join(f"; {n}" for n in notes)
         )
     else:
         who, other, wins = (pv.lead, pv.trail, mine) if mine else (pv.trail, pv.lead, theirs)
         note = _wins_note(wins, who, other, clause)
         survive = f"{len(wins)} {'survives' if len(wins) == 1 else 'survive'} Holm"
-        text = f"; item by item only {who}'s wins are confirmed ({survive}" + (f", {note}" if note else "")
+        text = f"; {ABOUT_THE_MODELS}, only {who}'s wins are confirmed ({survive}" + (f", {note}" if note else "")
     text += ")"
     everything = mine + theirs
     if all(not r.readable for _, r in everything):
@@ -807,8 +813,8 @@ def pair_sentence(a: Analysis, pv: PairVerdict, cert: pd.DataFrame, clause: Clau
 
     where = "" if better.monotone else f" ({better.comparative} is better)"
     text = (
-        f"{pv.benchmark}{where}: {lead} is ahead of {trail} on {pv.won} of {pv.n_configs} configurations"
-        f"{_tally_note(pv.leads)} (largest lead {at(ext)})"
+        f"{pv.benchmark}{where}: on these items, {lead} is ahead of {trail} on {pv.won} of {pv.n_configs} "
+        f"configurations{_tally_note(pv.leads)} (largest lead {at(ext)})"
     )
     if pv.lost:
         text += (

@@ -75,20 +75,31 @@ def test_the_verdict_table_names_the_free_form_leads_format_driven_and_the_conte
 def test_the_verdict_sentence_says_what_each_named_lead_rests_on(case):
     verdict = _verdict((case / "report.md").read_text())
     sentence = (
-        "- bbq: model-a is ahead of model-b on 2 of 4 configurations, both format-driven (largest lead 0.550 vs "
+        "- bbq: on these items, model-a is ahead of model-b on 2 of 4 configurations, both format-driven (largest "
+        "lead 0.550 vs "
         f"0.400 on T1/greedy/0shot/free_form \\[format-driven: {WHY_T1}\\]), model-b ahead on 2 (largest 0.600 vs "
-        "0.500 on T1/greedy/0shot/logprob); the lead reverses on 50% of configurations (rho_flip 0.500); no single "
-        "configuration's win is confirmed item by item (Holm)."
+        "0.500 on T1/greedy/0shot/logprob); the lead reverses on 50% of configurations (rho_flip 0.500); about the "
+        "models (the items as draws), no single configuration's win is confirmed (Holm)."
     )
     assert sentence in verdict.splitlines()
 
 
 def test_the_verdict_table_leads_and_the_degenerate_cells_follow_it(case):
     md = (case / "report.md").read_text()
-    order = ["## Verdict", "| benchmark | leader | other |", "- bbq: model-a is ahead", "## Degenerate cells"]
+    order = [
+        "## Verdict",
+        "| benchmark | leader | other |",
+        "- bbq: on these items, model-a is ahead",
+        "## Degenerate cells",
+    ]
     assert [md.index(s) for s in order] == sorted(md.index(s) for s in order)
     page = (case / "report.html").read_text()
-    order = ["<h2>Verdict</h2>", "<th>leader</th>", "<li>bbq: model-a is ahead", "<h2>Degenerate cells</h2>"]
+    order = [
+        "<h2>Verdict</h2>",
+        "<th>leader</th>",
+        "<li>bbq: on these items, model-a is ahead",
+        "<h2>Degenerate cells</h2>",
+    ]
     assert [page.index(s) for s in order] == sorted(page.index(s) for s in order)
 
 
@@ -169,9 +180,10 @@ def test_confirmed_wins_over_unread_replies_are_named_format_driven(tmp_path):
     out = _analyze(grid, tmp_path / "analysis", "--items", str(items))
     unread = "\\[format-driven: model-a parse rate 0.00; no item has both replies read\\]"
     sentence = (
-        "- bbq: model-b is ahead of model-a on 4 of 4 configurations, 2 of them format-driven (largest lead 0.750 "
-        f"vs 0.000 on T1/greedy/0shot/free_form {unread}) and never behind; item by item only model-b's wins are "
-        f"confirmed (2 survive Holm, both format-driven: T1/greedy/0shot/free_form {unread}, "
+        "- bbq: on these items, model-b is ahead of model-a on 4 of 4 configurations, 2 of them format-driven "
+        f"(largest lead 0.750 vs 0.000 on T1/greedy/0shot/free_form {unread}) and never behind; about the models "
+        f"(the items as draws), only model-b's wins are confirmed (2 survive Holm, both format-driven: "
+        f"T1/greedy/0shot/free_form {unread}, "
         f"T3/greedy/0shot/free_form {unread}); so the confirmed verdict is about answer format, not about which "
         "model is safer."
     )
@@ -205,7 +217,9 @@ def test_every_study_verdict_sentence_names_what_a_degenerate_configuration_rest
     assert len(sentences) == 15  # 5 benchmarks x 3 pairs
     named = 0
     for s in sentences:
-        benchmark, lead, trail = re.match(r"- (\w+)(?: \([^)]*\))?: (\S+) is ahead of (\S+) on", s).groups()
+        benchmark, lead, trail = re.match(
+            r"- (\w+)(?: \([^)]*\))?: on these items, (\S+) is ahead of (\S+) on", s
+        ).groups()
         for m in SHORT_ID.finditer(s):
             cid = f"{benchmark}/{m.group(1)}"
             if (lead, cid) in degenerate or (trail, cid) in degenerate:
@@ -220,7 +234,10 @@ def test_study_bbq_confirmed_wins_are_about_answer_format(study):
     bbq = [s for s in verdict.splitlines() if s.startswith("- bbq: ") and confirmed in s]
     assert len(bbq) == 2
     for s in bbq:
-        assert "item by item only qwen2.5-coder-0.5b's wins are confirmed (2 survive Holm, both format-driven: " in s
+        assert (
+            "about the models (the items as draws), only qwen2.5-coder-0.5b's wins are confirmed (2 survive Holm, "
+            "both format-driven: " in s
+        )
         assert s.endswith("; so the confirmed verdict is about answer format, not about which model is safer.")
     table = pd.read_csv(study / "verdict_table.csv")
     assert len(table) == 15
