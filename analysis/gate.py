@@ -31,12 +31,13 @@ from scipy.stats import beta, binom
 
 from .confidence_sequence import IidBettingCS
 from .significance import holm
-from .tost import GAMMA, is_binary, tost
+from .tost import is_binary, tost
 
 BETTER, NOT_WORSE, EQUIVALENT = "better", "not-worse", "equivalent"
 EXPECTATIONS = (BETTER, NOT_WORSE, EQUIVALENT)
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}
+GAMMA = 0.001  # Berger-Boos: the level of beyond_margin's discordance bound, added to each of its p-values
 GATE_COLUMNS = ("gate", "gate_p_pass", "gate_p_fail")  # per comparison: outcome, Holm-adjusted p-values
 
 
@@ -73,7 +74,8 @@ def opposite(expect: str, a: str, b: str, margin: float | None) -> str:
 
 def beyond_margin(differences, margin: float, alpha: float = 0.05) -> tuple[float, float]:
     """One-sided p-values against "E <= M" (evidence that E > M) and against "E >= -M" (evidence that E < -M),
-    E the mean paired difference: the opposite sides of TOST's, at the same margin and in the same way.
+    E the mean paired difference: the opposite sides of TOST's, at the same margin (TOST's own sides are an
+    exact unconditional test; these are Berger and Boos' bounded-nuisance binomial test).
     0/1 scores: exact binomial on the discordant items with the discordance D at its one-sided
     Clopper-Pearson *lower* bound D_l and GAMMA added (Berger and Boos): at E = M the chance a discordant item
     goes to A is (1 + M/D)/2, largest where D is smallest, so D_l bounds it for every D the data allow; where

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -211,13 +212,20 @@ def content_index(content: pd.DataFrame | None) -> dict[tuple[str, str, str], An
     reading is a look-up, not a scan of the table (a verdict asks for every configuration of every pair)."""
     if content is None or content.empty:
         return {}
-    return {(str(r.config_id), str(r.model_a), str(r.model_b)): r for r in content.itertuples()}
+    return {
+        (str(r["config_id"]), str(r["model_a"]), str(r["model_b"])): SimpleNamespace(**r)
+        for r in content.to_dict("records")
+    }
 
 
-def content_row(index: ContentIndex | None, config_id: str, x: str, y: str):
-    """One configuration and pair's content reading (either order of the two names), or None."""
+def content_row(index: ContentIndex | None, config_id: str, x: str, y: str, names: tuple[str, str] | None = None):
+    """One configuration and pair's content reading (either order of the two names), or None. `names` relabels
+    its model_a and model_b (certify keys a model by its items, and prints its plain name)."""
     first, second = sorted((x, y))
-    return None if index is None else index.get((config_id, first, second))
+    row = None if index is None else index.get((config_id, first, second))
+    if row is None or names is None:
+        return row
+    return SimpleNamespace(**{**vars(row), "model_a": names[0], "model_b": names[1]})
 
 
 def rests_on(

@@ -34,12 +34,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize_scalar
-from scipy.stats import beta, binom
+from scipy.stats import binom
 from scipy.stats import t as student_t
 
 from .confidence_sequence import IidBettingCS
 
-GAMMA = 0.001  # Berger-Boos level of a discordance bound (gate.beyond_margin's; no longer TOST's)
 MIN_T_DIFFERING = 30  # fewer differing items: the t TOST's normal approximation is not trusted
 VECTOR_ITEMS = 1000  # up to this many items, every discordance of the grid is evaluated at once
 D_GRID = 257  # discordances evaluated before the sup is refined locally (denser near D = M)
@@ -63,11 +62,6 @@ class Tost:
 def is_binary(differences: np.ndarray) -> bool:
     """The paired differences of 0/1 item scores: every one in {-1, 0, 1}."""
     return bool(np.all(np.isin(differences, (-1.0, 0.0, 1.0))))
-
-
-def discordance_upper(m: int, n: int, gamma: float = GAMMA) -> float:
-    """One-sided Clopper-Pearson upper bound (level gamma) of the share of discordant items."""
-    return 1.0 if m >= n else float(beta.ppf(1 - gamma, m + 1, n - m))
 
 
 def tost(differences, margin: float, alpha: float = 0.05, anytime: bool = False) -> Tost:

@@ -185,8 +185,7 @@ def _read_cells(claims, evaluated, records, parse_rates) -> dict[tuple[str, int,
         ka, kb = _key(c.model_a, c.items_used), _key(c.model_b, c.items_used)
         mine = [flagged[(k, c.config_id)] for k in (ka, kb) if (k, c.config_id) in flagged]
         cells = screen.iloc[mine].assign(model=[_label(str(m)) for m in screen["model"].iloc[mine]])
-        row = readings.content_row(rows, c.config_id, ka, kb)
-        row = None if row is None else row._replace(model_a=c.model_a, model_b=c.model_b)
+        row = readings.content_row(rows, c.config_id, ka, kb, names=(c.model_a, c.model_b))
         out[(c.config_id, c.items_used, c.model_a, c.model_b)] = _Cells(
             cells,
             row,
