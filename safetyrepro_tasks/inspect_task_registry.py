@@ -1,7 +1,7 @@
 """The Inspect tasks `safetyrepro/<benchmark>`, one per registered benchmark: each is the visible
 `@task` in its folder's `tasks.py` (as in inspect_evals, a reader and a linter find it there),
 checked here against the benchmark's own definition so that its `Literal` parameters can never drift
-from the templates, scorings, shots and tie rules the rest of the project uses.
+from the templates, scorings, shots, tie rules and few-shot draws the rest of the project uses.
 
 The inspect_ai entry point (`safetyrepro.inspect_plugin`) imports this module; importing it registers
 every task.
@@ -18,6 +18,7 @@ from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, TIE_RULES
 from safetyrepro.tasks.benchmarks import registry
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.envelope import default_rules
+from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW, FEWSHOT_DRAWS
 
 TASK_MODULE = "tasks"  # the file in each benchmark folder that holds its @task
 
@@ -30,6 +31,7 @@ def expected_parameters(benchmark: str) -> dict[str, tuple[tuple, object]]:
         "scoring": (tuple(bench.scorings), bench.default_scoring),
         "shots": (tuple(default_rules().axes["shots"]), 0),
         "tie_rule": (tuple(TIE_RULES), DEFAULT_TIE_RULE),
+        "fewshot_draw": (tuple(FEWSHOT_DRAWS), DEFAULT_FEWSHOT_DRAW),
     }
 
 

@@ -3,7 +3,8 @@
     inspect eval safetyrepro/xstest --model safetyrepro/smollm2 -T template=T2 -T scoring=free_form --temperature 0
 
 Task parameters: `template` (T1-T4), `scoring` (free_form | logprob), `shots` (0/3/5), `tie_rule`
-(expected | first: how logprob scoring credits an item whose top candidates tie). Decoding comes from
+(expected | first: how logprob scoring credits an item whose top candidates tie), `fewshot_draw` (fixed |
+per_item: one draw of demonstrations for every item, or each item's own; safetyrepro.tasks.subsets). Decoding comes from
 Inspect's own generate options (`--temperature`, `--top-p`, `--seed`, `--max-tokens`). Free-form replies are
 parsed by the benchmark's parser; logprob scoring asks the model for the log-likelihood of each candidate
 (the `safetyrepro/` model provider can; Inspect's `hf/` cannot) and takes the argmax.
@@ -38,7 +39,7 @@ from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, check_tie_rule
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS, get_benchmark
 from safetyrepro.tasks.envelope import default_rules
 from safetyrepro.tasks.rendering import continuation
-from safetyrepro.tasks.subsets import item_set
+from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW, check_fewshot_draw, item_set
 
 _ROLE = {"system": ChatMessageSystem, "user": ChatMessageUser, "assistant": ChatMessageAssistant}
 
@@ -47,13 +48,12 @@ def chat_messages(messages: list[dict[str, str]]) -> list[ChatMessage]:
     return [_ROLE[m["role"]](content=m["content"]) for m in messages]
 
 
-def samples(benchmark: str, template: str, shots: int) -> list[Sample]:
+def samples(benchmark: str, template: str, shots: int, fewshot_draw: str = DEFAULT_FEWSHOT_DRAW) -> list[Sample]:
     """The fixed subset as Inspect samples: the same messages lm-eval builds, item metadata attached."""
     bench, s = get_benchmark(benchmark), item_set(benchmark)
-    demos = s.demos_for(shots)
     out = []
     for item in s.items:
-        prompt = bench.prompt(item, template, demos)
+        prompt = bench.prompt(item, template, s.demos_for(shots, item.id, fewshot_draw))
         out.append(
             Sample(
                 id=item.id,
@@ -73,12 +73,13 @@ def samples(benchmark: str, template: str, shots: int) -> list[Sample]:
     return out
 
 
-def _check(benchmark: str, template: str, scoring: str, shots: int, tie_rule: str) -> None:
+def _check(benchmark: str, template: str, scoring: str, shots: int, tie_rule: str, fewshot_draw: str) -> None:
     rules = default_rules()
     bench = get_benchmark(benchmark)
     bench.template(template)
     bench.check_scoring(scoring)
     check_tie_rule(tie_rule)
+    check_fewshot_draw(fewshot_draw)
     if shots not in rules.axes["shots"]:
         raise UserError(f"unknown shots {shots!r}; allowed: {', '.join(map(str, rules.axes['shots']))}")
 
@@ -209,17 +210,23 @@ def _check_model_for_logprob() -> None:
 
 
 def benchmark_task(
-    benchmark: str, template: str, scoring: str, shots: int, check_active: bool = True, tie_rule: str = DEFAULT_TIE_RULE
+    benchmark: str,
+    template: str,
+    scoring: str,
+    shots: int,
+    check_active: bool = True,
+    tie_rule: str = DEFAULT_TIE_RULE,
+    fewshot_draw: str = DEFAULT_FEWSHOT_DRAW,
 ) -> Task:
     """The task for one configuration. `check_active=False` skips the check of Inspect's active model and
     options, for callers (the sweeper) that build the task outside `inspect eval` and set both themselves."""
     # Inspect prints a PrerequisiteError as one message; anything else (a bad name, a missing mirror
     # file, a checksum mismatch) would reach the user as a traceback
     try:
-        _check(benchmark, template, scoring, shots, tie_rule)
+        _check(benchmark, template, scoring, shots, tie_rule, fewshot_draw)
         if scoring == "logprob" and check_active:
             _check_model_for_logprob()
-        dataset = MemoryDataset(samples(benchmark, template, shots), name=f"safetyrepro_{benchmark}")
+        dataset = MemoryDataset(samples(benchmark, template, shots, fewshot_draw), name=f"safetyrepro_{benchmark}")
     except UserError as e:
         raise PrerequisiteError(f"safetyrepro/{benchmark}: {e}") from None
     rules = default_rules()
@@ -242,6 +249,7 @@ def benchmark_task(
             "scoring": scoring,
             "shots": shots,
             "tie_rule": tie_rule,
+            "fewshot_draw": fewshot_draw,
             "subset_id": item_set(benchmark).subset_id,
             "rules_sha256": rules.sha256,
         },

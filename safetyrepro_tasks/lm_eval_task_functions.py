@@ -29,13 +29,26 @@ from safetyrepro.tasks.benchmark import (
 )
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import default_rules
-from safetyrepro.tasks.subsets import ItemSet, item_set
+from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW, ItemSet, check_fewshot_draw, item_set
 
 
-def _doc(item: Item, benchmark: str, template: str, tie_rule: str = DEFAULT_TIE_RULE) -> dict[str, str]:
+def _doc(
+    item: Item,
+    benchmark: str,
+    template: str,
+    tie_rule: str = DEFAULT_TIE_RULE,
+    fewshot_draw: str = DEFAULT_FEWSHOT_DRAW,
+) -> dict[str, str]:
     # `system` is read by lm-eval as the task description (the system message under a chat template).
     system = get_benchmark(benchmark).system_text(template) or ""
-    return {"id": item.id, "benchmark": benchmark, "template": template, "system": system, "tie_rule": tie_rule}
+    return {
+        "id": item.id,
+        "benchmark": benchmark,
+        "template": template,
+        "system": system,
+        "tie_rule": tie_rule,
+        "fewshot_draw": fewshot_draw,
+    }
 
 
 def _resolve(doc: dict) -> tuple[Benchmark, Item, str]:
@@ -43,26 +56,31 @@ def _resolve(doc: dict) -> tuple[Benchmark, Item, str]:
     return get_benchmark(doc["benchmark"]), s.by_id(doc["id"]), doc["template"]
 
 
-def dataset(benchmark: str, template: str, tie_rule: str = DEFAULT_TIE_RULE, **_: Any):
-    """`custom_dataset`: the fixed subset as the test split, the demonstrations as the few-shot split.
-    lm-eval passes `--metadata` here: `--metadata '{"tie_rule": "first"}'` selects the tie rule of
-    logprob scoring (benchmark.TIE_RULES), which every document then carries to process_results."""
+def dataset(
+    benchmark: str, template: str, tie_rule: str = DEFAULT_TIE_RULE, fewshot_draw: str = DEFAULT_FEWSHOT_DRAW, **_: Any
+):
+    """`custom_dataset`: the fixed subset as the test split. lm-eval passes `--metadata` here:
+    `--metadata '{"tie_rule": "first"}'` selects the tie rule of logprob scoring (benchmark.TIE_RULES), and
+    `{"fewshot_draw": "per_item"}` gives each item its own demonstrations (subsets.FewshotDraw); every document
+    carries both to process_results and to the few-shot sampler.
+
+    There is no few-shot split: the demonstrations come from the benchmark's pool of unscored items through
+    `FixedDemos`, never from these documents. The tasks name the test split as their few-shot split only so
+    that lm-eval hands the sampler the document it is building a prompt for (it does so for no other split),
+    which a per-item draw seeds on."""
     import datasets
 
     s = item_set(benchmark)
     get_benchmark(benchmark).template(template)
     check_tie_rule(tie_rule)
-    demo_ids = dict.fromkeys(it.id for k in sorted(s.demos) for it in s.demos[k])
-    return datasets.DatasetDict(
-        {
-            "test": datasets.Dataset.from_list([_doc(it, benchmark, template, tie_rule) for it in s.items]),
-            "fewshot": datasets.Dataset.from_list([_doc(s.by_id(i), benchmark, template) for i in demo_ids]),
-        }
-    )
+    check_fewshot_draw(fewshot_draw)
+    docs = [_doc(it, benchmark, template, tie_rule, fewshot_draw) for it in s.items]
+    return datasets.DatasetDict({"test": datasets.Dataset.from_list(docs)})
 
 
 class FixedDemos(ContextSampler):
-    """Few-shot sampler: the benchmark's fixed demonstrations for the requested count, in order."""
+    """Few-shot sampler: the benchmark's demonstrations for the requested count, in order (subsets.ItemSet.
+    demos_for): the fixed ones, or with `fewshot_draw: per_item` the document's own."""
 
     def sample(self, n: int, eval_doc=None, df=None, **kwargs):
         allowed = default_rules().axes["shots"]
@@ -74,9 +92,9 @@ class FixedDemos(ContextSampler):
             )
         if n == 0:
             return []
-        ref = (df or self.df)[0]
-        s = item_set(ref["benchmark"])
-        return [_doc(it, ref["benchmark"], ref["template"]) for it in s.demos_for(n)]
+        ref = eval_doc if eval_doc is not None else (df or self.df)[0]
+        s, draw = item_set(ref["benchmark"]), ref.get("fewshot_draw") or DEFAULT_FEWSHOT_DRAW
+        return [_doc(it, ref["benchmark"], ref["template"]) for it in s.demos_for(n, ref["id"], draw)]
 
 
 def doc_to_text(doc: dict) -> str:

@@ -35,6 +35,15 @@ FUNCTIONS = "safetyrepro.tasks.lm_eval_task_functions"
 HEADER = "# Rendered by safetyrepro.tasks.lm_eval_tasks from the benchmark definitions; do not edit.\n"
 
 
+NOTES = {
+    "_safetyrepro_common.yaml": (
+        "# The demonstrations come from the benchmark's pool of unscored items (FixedDemos), never from\n"
+        "# the test split: it is named as the few-shot split only so that lm-eval hands the sampler the\n"
+        '# document being prompted, which --metadata \'{"fewshot_draw": "per_item"}\' seeds its draw on.\n'
+    )
+}
+
+
 class _Function(str):
     pass
 
@@ -54,7 +63,7 @@ BASES = {
     "_safetyrepro_common.yaml": {
         "custom_dataset": fn("dataset"),
         "test_split": "test",
-        "fewshot_split": "fewshot",
+        "fewshot_split": "test",  # lm-eval hands the sampler the test document then; FixedDemos draws from the pool
         "fewshot_config": {"sampler": fn("FixedDemos"), "doc_to_target": fn("demo_answer")},
         "description": "system",
         "doc_to_text": fn("doc_to_text"),
@@ -112,7 +121,7 @@ def task_config(benchmark: str, template: str, scoring: str) -> dict:
 
 
 def render() -> dict[str, str]:
-    files = {name: HEADER + yaml.safe_dump(cfg, sort_keys=False) for name, cfg in BASES.items()}
+    files = {name: HEADER + NOTES.get(name, "") + yaml.safe_dump(cfg, sort_keys=False) for name, cfg in BASES.items()}
     rules = default_rules()
     for benchmark in BENCHMARKS:
         for template in rules.axes["template"]:

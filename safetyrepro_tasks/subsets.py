@@ -5,6 +5,12 @@ allocation over the benchmark's strata) in a fixed seeded order, so `--limit N` 
 items in every package. Demonstrations for each few-shot level are drawn with their own fixed seed
 from the items left over, after removing any item that shares a group (a BBQ template fill, say) with
 a scored item, so a demonstration never gives away a scored answer.
+
+The few-shot draw (`FewshotDraw`): `fixed` (the default, the paper's) gives every item of a few-shot level
+the same demonstrations, one draw that every claim then holds fixed; `per_item` draws each item's own from
+the same pool with a seed of its id, so the draw is part of what a claim about the items generalises over.
+Either way both models of a comparison see the same demonstrations on an item, so the comparison stays
+paired, and every package (lm-eval, Inspect, the sweep) draws them here.
 """
 
 from __future__ import annotations
@@ -15,13 +21,23 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
+from typing import Literal, get_args
 
-from safetyrepro.errors import UserError
+from safetyrepro.errors import UserError, one_of
 from safetyrepro.tasks.benchmark import Benchmark, Item
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import default_rules
 
 SHOT_LEVELS = (0, 3, 5)
+FewshotDraw = Literal["fixed", "per_item"]
+FEWSHOT_DRAWS: tuple[str, ...] = get_args(FewshotDraw)
+DEFAULT_FEWSHOT_DRAW: FewshotDraw = "fixed"  # the one place the default is written
+
+
+def check_fewshot_draw(draw: str) -> str:
+    if draw not in FEWSHOT_DRAWS:
+        raise one_of("few-shot draw", draw, FEWSHOT_DRAWS)
+    return draw
 
 
 @dataclass(frozen=True)
@@ -34,12 +50,17 @@ class ItemSet:
     demos: dict[int, tuple[Item, ...]] = field(repr=False)
     strata: dict[str, int] = field(repr=False)
 
-    def demos_for(self, shots: int) -> tuple[Item, ...]:
-        """The demonstrations for a few-shot level (the envelope's levels are precomputed; any other
+    def demos_for(self, shots: int, item_id: str | None = None, draw: str = DEFAULT_FEWSHOT_DRAW) -> tuple[Item, ...]:
+        """The demonstrations for a few-shot level: with draw `per_item`, item `item_id`'s own (a draw
+        seeded by its id); else the level's fixed ones (the envelope's levels are precomputed; any other
         count is drawn by the same rule, so lm-eval's --num_fewshot works for every value)."""
+        if not 0 <= shots <= len(self.pool):
+            raise UserError(f"cannot draw {shots} demonstrations from a pool of {len(self.pool)}")
+        if check_fewshot_draw(draw) == "per_item":
+            if item_id is None:
+                raise ValueError("a per-item few-shot draw needs the item's id")
+            return draw_demos(self.pool, self.benchmark, self.seed, shots, item_id)
         if shots not in self.demos:
-            if not 0 <= shots <= len(self.pool):
-                raise UserError(f"cannot draw {shots} demonstrations from a pool of {len(self.pool)}")
             return draw_demos(self.pool, self.benchmark, self.seed, shots)
         return self.demos[shots]
 
@@ -85,8 +106,14 @@ def stratified_draw(items: Sequence[Item], target: int, seed: str) -> list[Item]
     return chosen
 
 
-def draw_demos(pool: Sequence[Item], benchmark: str, seed: int, shots: int) -> tuple[Item, ...]:
-    return tuple(random.Random(f"{seed}/{benchmark}/shots{shots}").sample(list(pool), shots)) if shots else ()
+def draw_demos(
+    pool: Sequence[Item], benchmark: str, seed: int, shots: int, item_id: str | None = None
+) -> tuple[Item, ...]:
+    """`shots` demonstrations from the pool: the level's one draw, or with `item_id` that item's own."""
+    if not shots:
+        return ()
+    key = f"{seed}/{benchmark}/shots{shots}" + ("" if item_id is None else f"/item/{item_id}")
+    return tuple(random.Random(key).sample(pool, shots))
 
 
 def subset_id(benchmark: str, items: Sequence[Item], tag: str) -> str:

@@ -146,6 +146,7 @@ class CertifyOptions:
     familywise: str = "closed"  # population: "closed" (the closed test) or "bonferroni" (for comparison)
     control: str = "none"  # "auto" (cheap twins help costly configurations: control.py) or "none"
     reading: str = "strict"  # "strict" (an unread reply counts as wrong) or "content" (evidence.READINGS)
+    fewshot_draw: str = "fixed"  # how the records' demonstrations were drawn (subsets.FewshotDraw): words only
 
 
 @dataclass

@@ -183,6 +183,8 @@ def options_from(args: argparse.Namespace):
             "--order subset is the fixed subset's order of a live run; a replay's records carry no "
             "order: use --order seeded (the default) and --seed"
         )
+    from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW
+
     from .live import LIVE_ROUND_SECONDS
 
     return CertifyOptions(
@@ -200,6 +202,7 @@ def options_from(args: argparse.Namespace):
         familywise=args.familywise,
         control=args.control,
         reading=args.reading,
+        fewshot_draw=getattr(args, "fewshot_draw", None) or DEFAULT_FEWSHOT_DRAW,
     )
 
 
@@ -247,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
         result, paths = _replay(args, options, say)
     import pandas as pd
 
-    from .outputs import TARGET_WORDS
+    from .outputs import target_words
 
     # the verdicts as certificate.csv says them, with what each rests on (read from the records the run used)
     for r in pd.read_csv(args.out / "certificate.csv", keep_default_na=False, dtype=LABELS).itertuples():
@@ -256,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
             f"{r.benchmark:<12} {r.model_a} vs {r.model_b}: {r.verdict} ({r.n_evaluations:,} of {r.n_full:,} paired "
             f"evaluations{rests})"
         )
-    print(f"target {options.target}: the verdicts are {TARGET_WORDS[options.target]}")  # what is fixed, what drawn
+    print(f"target {options.target}: the verdicts are {target_words(options.target, options.fewshot_draw)}")
     print(
         f"wrote {len(paths)} files to {args.out} ({result.paired_evaluations:,} of {result.full_paired_evaluations:,} "
         f"paired evaluations, {100 * result.paired_evaluations / max(result.full_paired_evaluations, 1):.0f} %; "

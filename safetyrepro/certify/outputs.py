@@ -100,6 +100,17 @@ TARGET_WORDS = {
     "subset": "about this sample: the fixed subset's realised differences, which the full grid reports; two "
     "identical models differ there by chance, so they say nothing beyond these items",
 }
+# --fewshot-draw per_item: each item's demonstrations are drawn with it, so they are part of what is drawn
+PER_ITEM_WORDS = (
+    "about the models: they generalise over the benchmark's items, each drawn with its own few-shot examples "
+    "(as draws from the benchmark and its demonstration pool, so another draw of both would confirm them), and "
+    "hold fixed these seeds and these templates, so they say nothing about other seeds or templates"
+)
+
+
+def target_words(target: str, fewshot_draw: str = "fixed") -> str:
+    """What the claims of a target are about, given how the records' demonstrations were drawn."""
+    return PER_ITEM_WORDS if target == "population" and fewshot_draw == "per_item" else TARGET_WORDS[target]
 
 
 def target_sentence(result: CertifyResult) -> str:
@@ -113,7 +124,8 @@ def target_sentence(result: CertifyResult) -> str:
         f"{result.alpha_each:.2g}"
     )
     return (
-        f"Target: {o.target}. The claims are {TARGET_WORDS[o.target]}. They hold together with probability at least "
+        f"Target: {o.target}. The claims are {target_words(o.target, o.fewshot_draw)}. They hold together with "
+        "probability at least "
         f"{1 - o.alpha:.2f} ({control}), whatever the order of evaluation and wherever the run stopped."
         + (f" {CONTENT_WORDS}" if o.reading == "content" else "")
     )

@@ -33,6 +33,7 @@ def made_by(spec) -> dict:
         "limit": spec.limit,
         "tie_rule": spec.tie_rule,
         "rules_sha256": spec.rules_sha256,
+        "fewshot_draw": spec.fewshot_draw,
     }
 
 

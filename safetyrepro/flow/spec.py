@@ -136,7 +136,7 @@ def build_spec(p: FlowPlan, log_dir: str, mapping_name: str):
             skipped.append(cell.key)
             continue
         entry = p.entry(cell.model)
-        args = inspect_task_args(cfg, p.spec.tie_rule)
+        args = inspect_task_args(cfg, p.spec.tie_rule, p.spec.fewshot_draw)
         own_config, version = _task_own(cfg.benchmark, tuple(args.items()))
         items = p.items_for(cfg.benchmark)
         ids = cell_item_ids(items, p.spec.limit)

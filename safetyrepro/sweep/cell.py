@@ -78,7 +78,9 @@ def open_model(entry, setup: CellSetup, prefetch_seeds: tuple[int, ...] = ()) ->
     backend.prefetch_seeds = tuple(prefetch_seeds)
     if setup.log_dir is not None:  # the packages write their logs in it (in the run's own folder)
         ensure_dir(setup.log_dir, root=Path(setup.log_dir).parent)
-    driver = make_driver(spec.package, backend, setup.rules, setup.items_for, setup.log_dir, spec.tie_rule)
+    driver = make_driver(
+        spec.package, backend, setup.rules, setup.items_for, setup.log_dir, spec.tie_rule, spec.fewshot_draw
+    )
     return OpenModel(driver, backend_record(backend))
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from safetyrepro.sweep.options import PACKAGES, SWEEP, Profile, SweepOptions, flag
 from safetyrepro.tasks.benchmark import TIE_RULES
+from safetyrepro.tasks.subsets import FEWSHOT_DRAWS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,6 +71,14 @@ FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
             choices=TIE_RULES,
             help="logprob items whose top candidates tie: expected credit 1/k (default) or lm-eval's "
             "first-candidate-wins",
+        ),
+    ),
+    (
+        "fewshot_draw",
+        dict(
+            choices=FEWSHOT_DRAWS,
+            help="few-shot demonstrations: fixed (one draw for every item, the default; claims hold it fixed) or "
+            "per_item (each item's own, seeded by its id, so claims about the items generalise over the draw)",
         ),
     ),
     ("device", dict(help="cpu, cuda, cuda:1 ... (default: cuda if available, else cpu)")),

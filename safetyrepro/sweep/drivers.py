@@ -25,7 +25,7 @@ from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import Config, Rules
 from safetyrepro.tasks.lm_eval_tasks import task_name
-from safetyrepro.tasks.subsets import ItemSet, item_set
+from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW, ItemSet, item_set
 
 if TYPE_CHECKING:
     from safetyrepro.adapters.backends.backend import Backend
@@ -43,9 +43,11 @@ def decode_settings(rules: Rules, cfg: Config) -> Decode:
     return Decode(d.temperature, d.top_p, d.do_sample)
 
 
-def inspect_task_args(cfg: Config, tie_rule: str = DEFAULT_TIE_RULE) -> dict:
-    """The arguments of the `safetyrepro/<benchmark>` Inspect task for one configuration (`-T k=v`)."""
-    return {"template": cfg.template, "scoring": cfg.scoring, "shots": cfg.shots, "tie_rule": tie_rule}
+def inspect_task_args(cfg: Config, tie_rule: str = DEFAULT_TIE_RULE, fewshot_draw: str = DEFAULT_FEWSHOT_DRAW) -> dict:
+    """The arguments of the `safetyrepro/<benchmark>` Inspect task for one configuration (`-T k=v`); the
+    few-shot draw only where it is not the default, so a default run's task arguments stay as they were."""
+    args = {"template": cfg.template, "scoring": cfg.scoring, "shots": cfg.shots, "tie_rule": tie_rule}
+    return args if fewshot_draw == DEFAULT_FEWSHOT_DRAW else {**args, "fewshot_draw": fewshot_draw}
 
 
 def inspect_generate_args(rules: Rules, cfg: Config, seed: int) -> dict:
@@ -74,7 +76,15 @@ class _Driver:
 class LmEvalDriver(_Driver):
     package = "lm-eval"
 
-    def __init__(self, backend, rules: Rules, items_for, log_dir: str | None = None, tie_rule: str = DEFAULT_TIE_RULE):
+    def __init__(
+        self,
+        backend,
+        rules: Rules,
+        items_for,
+        log_dir: str | None = None,
+        tie_rule: str = DEFAULT_TIE_RULE,
+        fewshot_draw: str = DEFAULT_FEWSHOT_DRAW,
+    ):
         from lm_eval.tasks import TaskManager
 
         from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM
@@ -85,9 +95,8 @@ class LmEvalDriver(_Driver):
         self.lm.progress_bars = False
         ask_environment_once()  # lm-eval describes the machine on every evaluate call
         # a sweep runs SafetyRepro's tasks only: indexing lm-eval's ~14,000 task YAMLs too took ~10 s a process
-        self.task_manager = TaskManager(
-            include_path=str(task_dir()), include_defaults=False, metadata={"tie_rule": tie_rule}
-        )  # the tie rule: to the task's documents
+        metadata = {"tie_rule": tie_rule, "fewshot_draw": fewshot_draw}  # to the task's documents
+        self.task_manager = TaskManager(include_path=str(task_dir()), include_defaults=False, metadata=metadata)
         for name in ("lm_eval", "lm-eval", "lm_eval.evaluator", "lm_eval.api.task"):
             logging.getLogger(name).setLevel(logging.ERROR)
 
@@ -177,13 +186,21 @@ class LmEvalDriver(_Driver):
 class InspectDriver(_Driver):
     package = "inspect"
 
-    def __init__(self, backend, rules: Rules, items_for, log_dir: str, tie_rule: str = DEFAULT_TIE_RULE):
+    def __init__(
+        self,
+        backend,
+        rules: Rules,
+        items_for,
+        log_dir: str,
+        tie_rule: str = DEFAULT_TIE_RULE,
+        fewshot_draw: str = DEFAULT_FEWSHOT_DRAW,
+    ):
         from inspect_ai.model import get_model
 
         from safetyrepro.adapters.plugins.plugin_inspect import attach_backend
 
         self.backend, self.rules, self.items_for, self.log_dir = backend, rules, items_for, log_dir
-        self.tie_rule = tie_rule
+        self.tie_rule, self.fewshot_draw = tie_rule, fewshot_draw
         self.model = get_model(f"safetyrepro/{backend.identity.label}", backend=attach_backend(backend), memoize=False)
 
     def run_cell(self, cfg: Config, seeds: Sequence[int], ids: Sequence[str]) -> list[ItemRecord]:
@@ -192,11 +209,11 @@ class InspectDriver(_Driver):
         from safetyrepro.tasks.inspect_tasks import benchmark_task
 
         bench, items = get_benchmark(cfg.benchmark), self.items_for(cfg.benchmark)
-        demos = items.demos_for(cfg.shots)
         model = self.model
         records: list[ItemRecord] = []
         for seed in seeds:
-            task = benchmark_task(cfg.benchmark, **inspect_task_args(cfg, self.tie_rule), check_active=False)
+            args = inspect_task_args(cfg, self.tie_rule, self.fewshot_draw)
+            task = benchmark_task(cfg.benchmark, **args, check_active=False)
             log = inspect_eval(
                 task,
                 model=model,
@@ -215,6 +232,7 @@ class InspectDriver(_Driver):
                 item = items.by_id(str(s.id))
                 score = next(iter((s.scores or {}).values()))
                 meta = score.metadata or {}
+                demos = items.demos_for(cfg.shots, item.id, self.fewshot_draw)
                 prompt = self.backend.render(bench.prompt(item, cfg.template, demos).messages())
                 logliks = meta.get("logliks")
                 records.append(
@@ -234,13 +252,21 @@ class InspectDriver(_Driver):
         return records
 
 
-def make_driver(package: str, backend, rules: Rules, items_for, log_dir: str | None, tie_rule: str = DEFAULT_TIE_RULE):
+def make_driver(
+    package: str,
+    backend,
+    rules: Rules,
+    items_for,
+    log_dir: str | None,
+    tie_rule: str = DEFAULT_TIE_RULE,
+    fewshot_draw: str = DEFAULT_FEWSHOT_DRAW,
+):
     """`log_dir`: where Inspect writes its logs (it needs one); lm-eval writes none when it is None."""
     if package == "lm-eval":
-        return LmEvalDriver(backend, rules, items_for, log_dir, tie_rule)
+        return LmEvalDriver(backend, rules, items_for, log_dir, tie_rule, fewshot_draw)
     if log_dir is None:
         raise ValueError("Inspect's driver needs a log folder")
-    return InspectDriver(backend, rules, items_for, log_dir, tie_rule)
+    return InspectDriver(backend, rules, items_for, log_dir, tie_rule, fewshot_draw)
 
 
 def backend_record(backend) -> dict:

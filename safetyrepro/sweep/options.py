@@ -21,6 +21,7 @@ from safetyrepro.errors import UserError
 from safetyrepro.sweep.plan import SweepSpec, select_configs
 from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, check_tie_rule
 from safetyrepro.tasks.envelope import Config, Rules, benchmark_of, benchmarks_of, load_rules
+from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW, check_fewshot_draw
 
 if TYPE_CHECKING:
     from safetyrepro.adapters.catalogue.model_specs import ModelEntry
@@ -45,6 +46,7 @@ FLAGS = (
     "package",
     "precision",
     "tie_rule",
+    "fewshot_draw",
     "device",
     "batch_size",
     "subsample",
@@ -146,6 +148,7 @@ class SweepOptions:
     allow_rules_change: bool = False
     progress: bool = True
     tie_rule: str = DEFAULT_TIE_RULE
+    fewshot_draw: str = DEFAULT_FEWSHOT_DRAW
     selection: Selection = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -193,6 +196,7 @@ class SweepOptions:
             self.subset_seed,
             s.tie_rule,
             tuple(m.spec for m in self.models),
+            self.fewshot_draw,
         )
 
 
@@ -222,6 +226,7 @@ def _select(o: SweepOptions) -> Selection:
         raise UserError(f"--package {o.package!r}: a live run goes through {' or '.join(PACKAGES)}")
     precision = check_precision(o.precision)
     tie_rule = check_tie_rule(o.tie_rule)
+    check_fewshot_draw(o.fewshot_draw)
     for axis, values in o.filters.items():
         twice = sorted({str(v) for v in values if list(values).count(v) > 1})
         if twice:

@@ -9,6 +9,10 @@ from safetyrepro.grid_schema import cell_stem
 from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import AXES, Config, Rules, benchmark_of
+from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW
+
+# identity keys added after runs were recorded without them: absent means this default (store.identity_changes)
+IDENTITY_DEFAULTS = {"fewshot_draw": DEFAULT_FEWSHOT_DRAW}
 
 
 @dataclass(frozen=True)
@@ -27,12 +31,16 @@ class SweepSpec:
     subset_seed: int | None = None
     tie_rule: str = DEFAULT_TIE_RULE
     model_specs: tuple[str, ...] = ()  # what each label runs (the backend's spec)
+    fewshot_draw: str = DEFAULT_FEWSHOT_DRAW  # subsets.FewshotDraw
 
     def identity(self) -> dict:
         d = asdict(self)
         d["models"] = list(self.models)
         d["benchmarks"] = list(self.benchmarks)
         d["model_specs"] = list(self.model_specs)
+        for k, default in IDENTITY_DEFAULTS.items():  # unwritten at its default: earlier runs' records match
+            if d[k] == default:
+                del d[k]
         return d
 
 

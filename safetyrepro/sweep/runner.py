@@ -123,6 +123,7 @@ def write_run_json(
         "rules_path": rules.path,
         "spec": spec.identity(),
         "tie_rule": spec.tie_rule,
+        "fewshot_draw": spec.fewshot_draw,
         "score_precision": "log-likelihoods from a float32 LM head (engine); other backends as their package computes",
         "models": [{"label": m, **models_by_label.get(m, {})} for m in spec.models],
         "models_by_label": models_by_label,

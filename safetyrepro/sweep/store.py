@@ -37,13 +37,18 @@ DONE_STATUSES = ("ok", "not_applicable")  # a cell with either is finished; "fai
 MAX_SLUG = 80
 # of a sweep's identity (SweepSpec.identity), what decides an item record's numbers beside each model's
 # spec: records made alike serve another run whatever its other models, filters and limit (certify --records)
-RECORD_KEYS = ("package", "precision", "tie_rule", "rules_sha256")
+RECORD_KEYS = ("package", "precision", "tie_rule", "rules_sha256", "fewshot_draw")
 
 
 def identity_changes(stored: Mapping[str, Any], now: Mapping[str, Any], keys: Iterable[str] | None = None) -> list[str]:
-    """The keys of a sweep's identity (all of `now`'s, or `keys`) whose value the recorded one (a sweep.json,
-    a certify run's cost.json) holds otherwise: the one comparison that decides what may be resumed."""
-    return [k for k in (now if keys is None else keys) if stored.get(k) != now[k]]
+    """The keys of a sweep's identity (all of `now`'s and the defaulted ones, or `keys`) whose value the
+    recorded one (a sweep.json, a certify run's cost.json) holds otherwise: the one comparison that decides
+    what may be resumed. A key of IDENTITY_DEFAULTS absent from either side reads as its default."""
+    from safetyrepro.sweep.plan import IDENTITY_DEFAULTS
+
+    asked = list(now if keys is None else keys)
+    asked += [k for k in IDENTITY_DEFAULTS if keys is None and k not in asked]
+    return [k for k in asked if stored.get(k, IDENTITY_DEFAULTS.get(k)) != now.get(k, IDENTITY_DEFAULTS.get(k))]
 
 
 def slug(label: str) -> str:

@@ -172,6 +172,7 @@ def _task_with(**overrides):
         scoring: Literal["free_form", "logprob"] = "free_form",
         shots: Literal[0, 3, 5] = 0,
         tie_rule: Literal["expected", "first"] = "expected",
+        fewshot_draw: Literal["fixed", "per_item"] = "fixed",
     ):
         return None
 

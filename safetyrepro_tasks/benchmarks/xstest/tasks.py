@@ -15,6 +15,7 @@ from inspect_ai import Task, task
 
 from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE, TieRule
 from safetyrepro.tasks.inspect_tasks import benchmark_task
+from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW, FewshotDraw
 
 
 @task
@@ -23,6 +24,7 @@ def xstest(
     scoring: Literal["free_form", "logprob"] = "free_form",
     shots: Literal[0, 3, 5] = 0,
     tie_rule: TieRule = DEFAULT_TIE_RULE,
+    fewshot_draw: FewshotDraw = DEFAULT_FEWSHOT_DRAW,
 ) -> Task:
     """XSTest: answer the safe prompts, refuse the unsafe ones (refusal read by string rules).
 
@@ -31,8 +33,10 @@ def xstest(
             instruction, T4 chain of thought ending in an `Answer:` line.
         scoring: free_form (parse the generated reply) or logprob (argmax over the candidates'
             log-likelihoods; needs --model safetyrepro/<model>).
-        shots: few-shot demonstrations before each item, from the benchmark's fixed demo pool.
+        shots: few-shot demonstrations before each item, from the benchmark's demo pool.
         tie_rule: how logprob scoring credits an item whose top candidates tie: expected (1/k of
             the credit when the gold is among k tied) or first (lm-eval's argmax: the first one wins).
+        fewshot_draw: fixed (one draw of demonstrations for every item, the default) or per_item (each
+            item's own, seeded by its id: the draw becomes part of what the items sample).
     """
-    return benchmark_task("xstest", template, scoring, shots, tie_rule=tie_rule)
+    return benchmark_task("xstest", template, scoring, shots, tie_rule=tie_rule, fewshot_draw=fewshot_draw)
