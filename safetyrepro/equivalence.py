@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from safetyrepro.sweep.drivers import InspectDriver, LmEvalDriver, item_sets
 from safetyrepro.sweep.records import ItemRecord
 from safetyrepro.tasks.envelope import Config, Rules, default_rules
+from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW
 
 
 @dataclass(frozen=True)
@@ -76,13 +77,19 @@ def diff_records(lm: Sequence[ItemRecord], ins: Sequence[ItemRecord]) -> list[It
 class PackagePair:
     """lm-eval and Inspect drivers over one loaded engine, with the output cache bypassed."""
 
-    def __init__(self, engine, rules: Rules | None = None, log_dir: str = "/tmp/safetyrepro-equivalence"):
+    def __init__(
+        self,
+        engine,
+        rules: Rules | None = None,
+        log_dir: str = "/tmp/safetyrepro-equivalence",
+        fewshot_draw: str = DEFAULT_FEWSHOT_DRAW,
+    ):
         self.rules = rules or default_rules()
         self.outer = engine
         self.raw = getattr(engine, "inner", engine)  # both packages must really call the model
         self.items_for = item_sets(None, None)
-        self.lm_eval = LmEvalDriver(self.raw, self.rules, self.items_for)
-        self.inspect = InspectDriver(self.raw, self.rules, self.items_for, log_dir)
+        self.lm_eval = LmEvalDriver(self.raw, self.rules, self.items_for, fewshot_draw=fewshot_draw)
+        self.inspect = InspectDriver(self.raw, self.rules, self.items_for, log_dir, fewshot_draw=fewshot_draw)
 
     def compare(self, cfg: Config, n_items: int, seeds: Sequence[int] | None = None) -> EquivalenceReport:
         """Run `cfg` on the first `n_items` of the fixed subset through both packages and compare."""

@@ -43,3 +43,18 @@ def test_lm_eval_and_inspect_agree(pair, cfg: Config):
 @pytest.mark.parametrize("config_id", ["bbq/T2/greedy/0shot/free_form", "xstest/T3/greedy/5shot/logprob"])
 def test_other_shot_counts_agree_too(pair, config_id):
     assert pair.compare(Config.from_id(config_id), n_items=3).equivalent
+
+
+def test_each_items_own_examples_reach_the_model_alike_through_both_packages(pair, data_dir):
+    """--fewshot-draw per_item: lm-eval (the sampler handed the document) and Inspect (each sample's messages)
+    send the model the same prompts, item by item, and these are not the fixed draw's."""
+    from safetyrepro.equivalence import PackagePair
+
+    per_item = PackagePair(pair.outer, fewshot_draw="per_item")
+    cfg = Config.from_id("bbq/T2/greedy/3shot/logprob")
+    report = per_item.compare(cfg, n_items=3)
+    assert report.prompts_equal and report.predictions_equal and report.equivalent, report.describe()
+    ids = [it.id for it in per_item.items_for("bbq").items[:3]]
+    fixed = {r.item_id: r.prompt_sha256 for r in pair.lm_eval.run_cell(cfg, (0,), ids)}
+    drawn = {r.item_id: r.prompt_sha256 for r in per_item.lm_eval.run_cell(cfg, (0,), ids)}
+    assert all(fixed[i] != drawn[i] for i in ids)
