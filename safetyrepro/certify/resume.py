@@ -14,7 +14,7 @@ from safetyrepro.analysis.grid_io import read_table
 from safetyrepro.analysis.significance import ITEM_COLUMNS
 from safetyrepro.errors import UserError
 from safetyrepro.limits import MAX_CONFIG_BYTES, read_capped, shorten
-from safetyrepro.sweep.store import RECORD_KEYS, identity_changes
+from safetyrepro.sweep.store import RECORD_KEYS, identity_changes, recorded
 
 from .outputs import whole_set
 
@@ -99,7 +99,7 @@ def same_command(previous: dict, spec) -> bool:
 
 def same_why(previous: dict, spec) -> str:
     now = {k: getattr(spec, k) for k in RECORD_KEYS}
-    why = [f"{k} was {shorten(previous.get(k))}" for k in identity_changes(previous, now)]
+    why = [f"{k} was {shorten(recorded(previous, k))}" for k in identity_changes(previous, now)]
     earlier = _specs(previous)
     if not earlier:
         why.append("its models and specs are not recorded")

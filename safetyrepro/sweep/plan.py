@@ -6,13 +6,11 @@ from dataclasses import asdict, dataclass, field, replace
 
 from safetyrepro.errors import UserError, did_you_mean, one_of
 from safetyrepro.grid_schema import cell_stem
+from safetyrepro.sweep.store import IDENTITY_DEFAULTS
 from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE
 from safetyrepro.tasks.benchmarks.registry import get_benchmark
 from safetyrepro.tasks.envelope import AXES, Config, Rules, benchmark_of
 from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW
-
-# identity keys added after runs were recorded without them: absent means this default (store.identity_changes)
-IDENTITY_DEFAULTS = {"fewshot_draw": DEFAULT_FEWSHOT_DRAW}
 
 
 @dataclass(frozen=True)

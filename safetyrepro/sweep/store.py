@@ -32,23 +32,30 @@ from safetyrepro.atomic import (
 )
 from safetyrepro.errors import UserError
 from safetyrepro.grid_schema import SET_RECORD, WRITTEN_COLUMNS, set_record_text, written_order
+from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW
 
 DONE_STATUSES = ("ok", "not_applicable")  # a cell with either is finished; "failed" is retried
 MAX_SLUG = 80
 # of a sweep's identity (SweepSpec.identity), what decides an item record's numbers beside each model's
 # spec: records made alike serve another run whatever its other models, filters and limit (certify --records)
 RECORD_KEYS = ("package", "precision", "tie_rule", "rules_sha256", "fewshot_draw")
+# identity keys added after runs were recorded without them: absent means this default (SweepSpec.identity
+# leaves them out at it, so a default run's sweep.json reads as before)
+IDENTITY_DEFAULTS = {"fewshot_draw": DEFAULT_FEWSHOT_DRAW}
+
+
+def recorded(identity: Mapping[str, Any], key: str) -> Any:
+    """A key's value in a recorded identity, its default where the record leaves it out."""
+    return identity.get(key, IDENTITY_DEFAULTS.get(key))
 
 
 def identity_changes(stored: Mapping[str, Any], now: Mapping[str, Any], keys: Iterable[str] | None = None) -> list[str]:
     """The keys of a sweep's identity (all of `now`'s and the defaulted ones, or `keys`) whose value the
     recorded one (a sweep.json, a certify run's cost.json) holds otherwise: the one comparison that decides
     what may be resumed. A key of IDENTITY_DEFAULTS absent from either side reads as its default."""
-    from safetyrepro.sweep.plan import IDENTITY_DEFAULTS
-
     asked = list(now if keys is None else keys)
     asked += [k for k in IDENTITY_DEFAULTS if keys is None and k not in asked]
-    return [k for k in asked if stored.get(k, IDENTITY_DEFAULTS.get(k)) != now.get(k, IDENTITY_DEFAULTS.get(k))]
+    return [k for k in asked if recorded(stored, k) != recorded(now, k)]
 
 
 def slug(label: str) -> str:
@@ -202,8 +209,8 @@ class Store:
         if diffs:
             k = diffs[0]
             raise UserError(
-                f"{self.root} holds a sweep with other settings ({k}: {stored.get(k)!r}, "
-                f"now {identity[k]!r}); rerun with the same settings to resume, or choose another --out"
+                f"{self.root} holds a sweep with other settings ({k}: {recorded(stored, k)!r}, "
+                f"now {recorded(identity, k)!r}); rerun with the same settings to resume, or choose another --out"
             )
         return stored
 

@@ -94,6 +94,21 @@ def test_a_sweep_records_the_draw_and_never_resumes_across_draws():
     assert identity_changes(fixed, fixed) == [] and identity_changes({**fixed, "fewshot_draw": "fixed"}, fixed) == []
 
 
+def test_a_sweep_folder_of_one_draw_is_not_resumed_with_the_other(tmp_path):
+    from safetyrepro.sweep.store import Store
+
+    per_item = _spec(fewshot_draw="per_item").identity()
+    (tmp_path / "cells" / "a").mkdir(parents=True)
+    (tmp_path / "cells" / "a" / "cell.json").write_text("{}")
+    (tmp_path / "sweep.json").write_text(json.dumps(per_item))
+    with pytest.raises(UserError, match=r"other settings \(fewshot_draw: 'per_item', now 'fixed'\)"):
+        Store(tmp_path).check_identity(_spec().identity(), False)
+    (tmp_path / "sweep.json").write_text(json.dumps(_spec().identity()))  # an earlier sweep: no key, fixed
+    with pytest.raises(UserError, match=r"other settings \(fewshot_draw: 'fixed', now 'per_item'\)"):
+        Store(tmp_path).check_identity(per_item, False)
+    assert Store(tmp_path).check_identity(_spec().identity(), False) == _spec().identity()
+
+
 def _certify_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
