@@ -41,14 +41,10 @@ def _doc(
 ) -> dict[str, str]:
     # `system` is read by lm-eval as the task description (the system message under a chat template).
     system = get_benchmark(benchmark).system_text(template) or ""
-    return {
-        "id": item.id,
-        "benchmark": benchmark,
-        "template": template,
-        "system": system,
-        "tie_rule": tie_rule,
-        "fewshot_draw": fewshot_draw,
-    }
+    doc = {"id": item.id, "benchmark": benchmark, "template": template, "system": system, "tie_rule": tie_rule}
+    # only where it is not the default: a default run's documents, so their doc_hash, stay as they were, and
+    # `verdict` pairs its samples with an earlier run's
+    return doc if fewshot_draw == DEFAULT_FEWSHOT_DRAW else {**doc, "fewshot_draw": fewshot_draw}
 
 
 def _resolve(doc: dict) -> tuple[Benchmark, Item, str]:

@@ -71,6 +71,15 @@ def test_inspect_and_lm_eval_build_each_items_prompt_with_its_own_examples(data_
     assert len(seen) == 4  # four items, four draws of examples
 
 
+def test_a_default_runs_documents_are_as_before_so_verdict_pairs_them_with_earlier_runs(data_dir):
+    from safetyrepro.tasks.lm_eval_task_functions import dataset
+
+    (default,) = dataset("xstest", "T1")["test"].select([0])
+    assert sorted(default) == ["benchmark", "id", "system", "template", "tie_rule"]  # lm-eval's doc_hash input
+    (drawn,) = dataset("xstest", "T1", fewshot_draw="per_item")["test"].select([0])
+    assert drawn == {**default, "fewshot_draw": "per_item"}
+
+
 def test_the_inspect_task_takes_the_draw_and_refuses_a_wrong_one(data_dir):
     task = benchmark_task("xstest", "T1", "free_form", 3, check_active=False, fewshot_draw="per_item")
     assert task.metadata["fewshot_draw"] == "per_item"
