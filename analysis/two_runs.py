@@ -14,7 +14,10 @@ epochs, are the draws (epochs of one item are not independent). The tests are th
   items' own differences (power.detectable_from_differences);
 - with a margin M, TOST (tost.py), its p-values Holm-adjusted over the same K.
 The claims are about the models (population: items as draws from the task, epochs from the decoder), as
-`analyze`'s item tests are. Which model is better reads the metric's direction where the run records one
+`analyze`'s item tests are. Where items come in clusters (`--cluster FIELD`: a passage, a template, a
+conversation), the clusters are the draws instead: the test, the interval and the detectable difference are
+clustered.py's, on the clusters' totals; n_clusters says how many.
+Which model is better reads the metric's direction where the run records one
 (lm-eval's higher_is_better) or the user gave one; otherwise the table says which is higher, not better.
 """
 
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .clustered import cluster_interval, cluster_means, cluster_p_value
 from .power import detectable_from_differences
 from .sign_flip import holm_levels, paired_interval
 from .significance import exact_mean, holm, sign_flip_p_value
@@ -34,12 +38,14 @@ from .tost import is_binary, tost
 TARGET_POWER = 0.8
 MCNEMAR = "exact McNemar (0/1 scores)"
 SIGN_FLIP = "exact sign-flip permutation (bounded scores)"
+CLUSTERED = "exact sign-flip permutation of cluster totals"
 COLUMNS = (
     "task",
     "metric",
     "direction",
     "n_items",
     "n_epochs",
+    "n_clusters",
     "mean_a",
     "mean_b",
     "diff",
@@ -74,6 +80,8 @@ class PairedScores:
     b: np.ndarray
     higher_is_better: bool | None  # None: the direction is not known
     n_epochs: int = 1
+    clusters: tuple[str, ...] | None = None  # each item's cluster (--cluster): the clusters are the draws
+    cluster_field: str = ""  # what the clusters are (the field they were read from)
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,7 @@ class TwoRunVerdict:
     margin: float | None
     table: pd.DataFrame  # one row per task x metric (COLUMNS)
     family_size: int  # K: the comparisons Holm covers
+    cluster: str = ""  # the field that named the items' clusters (--cluster), "" for items as the draws
 
 
 def direction_name(higher_is_better: bool | None) -> str:
@@ -98,21 +107,26 @@ def compare(
     k = len(pairs)
     for p in pairs:
         d = np.asarray(p.a, dtype=float) - np.asarray(p.b, dtype=float)
-        found = detectable_from_differences(d, k, alpha, TARGET_POWER) if len(d) else None
+        if p.clusters is not None and margin is not None:
+            raise ValueError("the equivalence test is not clustered: no margin with clusters")
+        unit = d if p.clusters is None else cluster_means(d, p.clusters)  # the draws the test reads
+        found = detectable_from_differences(unit, k, alpha, TARGET_POWER) if len(d) else None
         row = {
             "task": p.task,
             "metric": p.metric,
             "direction": direction_name(p.higher_is_better),
             "n_items": len(d),
             "n_epochs": p.n_epochs,
+            "n_clusters": None if p.clusters is None else len(set(p.clusters)),
             "mean_a": exact_mean(np.asarray(p.a, dtype=float)),
             "mean_b": exact_mean(np.asarray(p.b, dtype=float)),
             "diff": exact_mean(d),
             "n_differing": int(np.count_nonzero(d)),
-            "test": MCNEMAR if is_binary(d) else SIGN_FLIP,
-            "p_value": sign_flip_p_value(d),
+            "test": _test_name(p, d),
+            "p_value": sign_flip_p_value(d) if p.clusters is None else cluster_p_value(d, p.clusters),
             "detectable": None if found is None else found.effect,
-            "detectable_basis": "" if found is None else found.basis,  # the design it is read at (issue 53)
+            # the design it is read at (issue 53)
+            "detectable_basis": "" if found is None else _basis(found.basis, p),
             "margin": margin,
         }
         if margin is not None:
@@ -124,10 +138,7 @@ def compare(
         p_values = table["p_value"].to_numpy(dtype=float)
         _, adjusted = holm(p_values, alpha)
         reject, levels = holm_levels(p_values, alpha)
-        intervals = [
-            paired_interval(np.asarray(q.a, dtype=float) - np.asarray(q.b, dtype=float), level, bool(r))
-            for q, level, r in zip(pairs, levels, reject, strict=True)
-        ]
+        intervals = [_interval(q, level, bool(r)) for q, level, r in zip(pairs, levels, reject, strict=True)]
         table["ci_low"] = [i.low for i in intervals]
         table["ci_high"] = [i.high for i in intervals]
         table["ci_level"] = [i.confidence for i in intervals]
@@ -140,7 +151,25 @@ def compare(
             same, adjusted = holm(table["p_tost"].to_numpy(dtype=float), alpha)
             table["p_tost_holm"] = adjusted
             table["equivalent"] = same
-    return TwoRunVerdict(label_a, label_b, alpha, margin, table, k)
+    cluster = next((p.cluster_field or "the given field" for p in pairs if p.clusters is not None), "")
+    return TwoRunVerdict(label_a, label_b, alpha, margin, table, k, cluster)
+
+
+def _test_name(p: PairedScores, d: np.ndarray) -> str:
+    if p.clusters is None:
+        return MCNEMAR if is_binary(d) else SIGN_FLIP
+    return f"{CLUSTERED} ({len(set(p.clusters))} clusters of {p.cluster_field or 'the given field'})"
+
+
+def _basis(basis: str, p: PairedScores) -> str:
+    return basis if p.clusters is None else f"{basis}, on the {len(set(p.clusters))} clusters' mean differences"
+
+
+def _interval(p: PairedScores, level: float, rejected: bool):
+    d = np.asarray(p.a, dtype=float) - np.asarray(p.b, dtype=float)
+    if p.clusters is None:
+        return paired_interval(d, level, rejected)
+    return cluster_interval(d, p.clusters, level, rejected)
 
 
 def _winner(reject: bool, row, a: str, b: str, p: PairedScores) -> str:

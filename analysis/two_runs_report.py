@@ -85,9 +85,10 @@ def headline(v: TwoRunVerdict) -> str:
     if v.margin is not None:
         same = int(t["equivalent"].fillna(False).astype(bool).sum())
         text += f"; within +-{v.margin:g} (equivalent) on {same}"
+    draws = f"clusters of {v.cluster} as draws from each task, items within one may move together"
     return (
         text + f" (exact paired tests, Holm over {v.family_size} at alpha {v.alpha:g}; claims about the models: "
-        f"items as draws from each task)."
+        f"{draws if v.cluster else 'items as draws from each task'})."
     )
 
 

@@ -72,12 +72,15 @@ def verdict(
     restrict: bool = False,
     prompts_may_differ: bool = False,
     higher_is_better: bool | None = None,
+    cluster: str | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> VerdictResult:
     """Is A better than B on these runs (or, with `grid`, these two models of a grid)? With `expect`
     ("better", "not-worse" or "equivalent"; the last two need `margin`) the gate's outcome too; see
     analysis/gate.py for how each comparison and the whole are decided. `warn` receives each warning as it
-    is found (they are also in the result); a refusal raises UserError."""
+    is found (they are also in the result); `cluster` (runs compared by task) names the field of each item's lm-eval
+    `doc` or Inspect metadata that says its cluster, the clusters then being the draws (analysis/clustered.py);
+    a refusal raises UserError."""
     from safetyrepro.analysis.gate import EQUIVALENT, EXPECTATIONS, NOT_WORSE
 
     a, b = str(a), str(b)
@@ -90,6 +93,13 @@ def verdict(
         raise UserError(f"--expect {expect}: choose one of {', '.join(EXPECTATIONS)}")
     if expect in (NOT_WORSE, EQUIVALENT) and margin is None:
         raise UserError(f"--expect {expect} needs --margin M (in the score's units: 0.02 is two points)")
+    if cluster is not None and margin is not None:
+        raise UserError(
+            f"--cluster {cluster} with --margin: the equivalence test (TOST) is not clustered; compare without "
+            "--margin (the clustered interval says how far apart they may be) or without --cluster"
+        )
+    if cluster is not None and not cluster.strip():
+        raise UserError("--cluster: give the field that names each item's cluster")
     if not grid and Path(a).resolve() == Path(b).resolve():
         raise UserError(f"A and B are the same run ({a}); verdict compares two different runs")
     found: list[str] = []
@@ -101,8 +111,9 @@ def verdict(
 
     if not grid and not mapping and (by_task or not _safetyrepro_tasks_only(a, b)):
         return _by_task(
-            a, b, grid, labels, metric, tasks, restrict, prompts_may_differ, higher_is_better, alpha, margin, expect
-        )
+            a, b, grid, labels, metric, tasks, restrict, prompts_may_differ, higher_is_better, alpha, margin, expect,
+            cluster,
+        )  # fmt: skip
     per_task = [
         f
         for f, given in (
@@ -111,6 +122,7 @@ def verdict(
             ("--restrict", restrict),
             ("--prompts-may-differ", prompts_may_differ),
             ("--higher-is-better/--lower-is-better", higher_is_better is not None),
+            ("--cluster", cluster is not None),
         )
         if given
     ]
@@ -227,7 +239,9 @@ def _gate_by_configuration(rows, records, v, a, b, alpha, margin, expect):
     return rows, g.decide(expect, margin, alpha, a, b, names, outcomes, family, left_out, bases)
 
 
-def _by_task(a, b, grid, labels, metric, tasks, restrict, prompts_may_differ, higher_is_better, alpha, margin, expect):
+def _by_task(
+    a, b, grid, labels, metric, tasks, restrict, prompts_may_differ, higher_is_better, alpha, margin, expect, cluster
+):
     """Two runs of any task: per task x metric, paired by item id and epoch (analysis/two_runs.py)."""
     from safetyrepro.analysis.two_runs import compare
     from safetyrepro.analysis.two_runs_report import headline, sentences
@@ -251,6 +265,7 @@ def _by_task(a, b, grid, labels, metric, tasks, restrict, prompts_may_differ, hi
         restrict=restrict,
         prompts_may_differ=prompts_may_differ,
         higher_is_better=higher_is_better,
+        cluster=cluster,
     )
     if not pairing.pairs:
         raise UserError(

@@ -107,6 +107,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="where the runs' items differ, pair only the items both hold unchanged (the counts are printed)",
     )
     anyrun.add_argument(
+        "--cluster",
+        metavar="FIELD",
+        help="items come in clusters named by this field of each item's lm-eval `doc` or Inspect sample metadata "
+        "(a passage, a template, a conversation): the clusters, not the items, are the draws of the test, the "
+        "interval and what the items could detect",
+    )
+    anyrun.add_argument(
         "--prompts-may-differ",
         action="store_true",
         help="pair items by id even where the runs gave them different prompts (another chat template, ...)",
@@ -149,6 +156,7 @@ def _run(args: argparse.Namespace) -> int:
         restrict=args.restrict,
         prompts_may_differ=args.prompts_may_differ,
         higher_is_better=args.higher_is_better,
+        cluster=args.cluster,
         warn=print_warning,
     )
     if result.by == "task":

@@ -59,6 +59,9 @@ class ItemScores:
     # an early-stopped Inspect eval: the (item, epoch) records its early stopping stopped, and its decision
     stopped: frozenset[tuple[str, int]] = frozenset()
     stop_sentence: str = ""
+    # item id -> what the run logged about the item (lm-eval: its `doc`; Inspect: the sample's metadata), where
+    # --cluster FIELD reads each item's cluster
+    fields: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -311,9 +314,11 @@ def _lm_eval_task(data: dict, task: str, lines: list[dict]) -> list[ItemScores]:
     out = []
     for filt, records in by_filter.items():
         names = dict.fromkeys(n for s in records for n in (s.get("metrics") or []) if isinstance(n, str))
-        items, prompts, contents, prompt_texts = {}, {}, {}, {}
+        items, prompts, contents, prompt_texts, fields = {}, {}, {}, {}, {}
         for s in records:
             doc = str(s["doc_id"])
+            if isinstance(s.get("doc"), dict):
+                fields[doc] = s["doc"]
             if isinstance(s.get("doc_hash"), str):
                 items[doc] = f"{s.get('doc_hash')}:{s.get('target_hash')}"
             if isinstance(s.get("prompt_hash"), str):
@@ -341,7 +346,11 @@ def _lm_eval_task(data: dict, task: str, lines: list[dict]) -> list[ItemScores]:
             if not note:
                 note = _not_a_mean(scores, reported, key)
             higher = directions.get(name) if isinstance(directions.get(name), bool) else None
-            out.append(ItemScores(task, key, scores, items, prompts, higher, reported, note, contents, prompt_texts))
+            out.append(
+                ItemScores(
+                    task, key, scores, items, prompts, higher, reported, note, contents, prompt_texts, fields=fields
+                )
+            )
     return out
 
 
@@ -455,9 +464,11 @@ def inspect_task_scores(header, samples: list) -> list[ItemScores]:
     notes: dict[str, str] = {}
     items: dict[str, str] = {}
     prompts: dict[str, str] = {}
+    fields: dict[str, Mapping[str, Any]] = {}
     for s in samples:
         sid = str(s.id)
         items[sid] = sample_key(s.input, s.target)
+        fields.setdefault(sid, dict(s.metadata or {}))
         prompts.setdefault(sid, text_hash(prompt_messages(s.messages or [])))
         for scorer, score in (s.scores or {}).items():
             values = score.value if isinstance(score.value, dict) else {None: score.value}
@@ -482,7 +493,17 @@ def inspect_task_scores(header, samples: list) -> list[ItemScores]:
         note = notes.get(name) or _not_a_mean(got, reported.get(name), name)
         out.append(
             ItemScores(
-                task, name, got, items, prompts, None, reported.get(name), note, stopped=stopped, stop_sentence=sentence
+                task,
+                name,
+                got,
+                items,
+                prompts,
+                None,
+                reported.get(name),
+                note,
+                stopped=stopped,
+                stop_sentence=sentence,
+                fields=fields,
             )
         )
     return out
@@ -538,11 +559,13 @@ def pair_runs(
     restrict: bool = False,
     prompts_may_differ: bool = False,
     higher_is_better: bool | None = None,
+    cluster: str | None = None,
 ) -> Pairing:
     """Every task x metric both runs hold, items matched by (item id, epoch). Runs whose item sets, items or
     prompts differ are refused (one line, with the counts and the way out) unless `restrict` (only the items
     both hold unchanged, with the prompt, are paired; the counts are noted) or, for prompts alone,
-    `prompts_may_differ` (paired by id anyway, noted)."""
+    `prompts_may_differ` (paired by id anyway, noted). `cluster`: the field of each item's `doc` (lm-eval) or
+    sample metadata (Inspect) that names its cluster; the comparison then reads the clusters as the draws."""
     mine_a = {(t.task, t.metric): t for t in a.tasks}
     mine_b = {(t.task, t.metric): t for t in b.tasks}
     notes, pairs, counts = [], [], []
@@ -586,6 +609,7 @@ def pair_runs(
             continue
         ids = sorted(by_item)
         direction = _direction(task, metric, {sa.higher_is_better, sb.higher_is_better}, higher_is_better)
+        clusters = None if cluster is None else tuple(_cluster_of(task, i, cluster, sa, sb) for i in ids)
         pairs.append(
             PairedScores(
                 task,
@@ -594,9 +618,31 @@ def pair_runs(
                 np.array([np.mean([y for _, y in by_item[i]]) for i in ids]),
                 direction,
                 max(len(v) for v in by_item.values()),
+                clusters,
+                cluster or "",
             )
         )
     return Pairing(tuple(pairs), tuple(notes), tuple(counts))
+
+
+def _cluster_of(task: str, item: str, name: str, a: ItemScores, b: ItemScores) -> str:
+    """Item `item`'s cluster: its `name` field where the runs logged it (both alike where both did)."""
+    found = [f[name] for f in (a.fields.get(item), b.fields.get(item)) if f is not None and name in f]
+    if not found:
+        logged = a.fields.get(item) or b.fields.get(item)
+        where = (
+            f"its logged fields are {', '.join(sorted(map(str, logged))[:8])}"
+            if logged
+            else "the runs log no fields for it (lm-eval: the `doc` of --log_samples; Inspect: sample metadata)"
+        )
+        raise UserError(f"--cluster {name}: task {task}'s item {shorten(item)} has no field {name!r}; {where}")
+    if len(found) == 2 and found[0] != found[1]:
+        raise UserError(
+            f"--cluster {name}: task {task}'s item {shorten(item)} is in cluster {shorten(found[0])} in A's run and "
+            f"{shorten(found[1])} in B's"
+        )
+    value = found[0]
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
 
 
 def _match_items(
