@@ -22,6 +22,7 @@ SPEC = SimpleNamespace(
     tie_rule="expected",
     rules_sha256="r1",
     limit=None,
+    fewshot_draw="fixed",
 )
 MADE = {
     "models": ["a", "b", "c"],
@@ -65,6 +66,7 @@ def test_a_sweep_made_the_same_way_is_taken_whatever_its_limit_and_other_models(
         ({"rules_sha256": "r2"}, "rules_sha256 was 'r2'"),
         ({"model_specs": ["smollm2", "/models/other", "q"]}, "the spec of 'b' was '/models/other'"),
         ({"models": ["x", "y", "z"]}, "it shares no model with this run"),
+        ({"fewshot_draw": "per_item"}, "fewshot_draw was 'per_item'"),  # a record without the key: the fixed draw
     ],
 )
 def test_records_made_another_way_are_refused_naming_the_difference(tmp_path, change, said):
