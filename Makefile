@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-quick test-slow lint format check yaml clean helm llamacpp
+.PHONY: install demo test test-quick test-slow test-heavy lint format check yaml clean helm llamacpp
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ test-quick: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) -m "$(SLOW)"; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "test-slow: no test collected (pytest exit 5): nothing to run"; rc=0; fi; exit $$rc
+
+# the heavy slow tests alone (CI leaves them out: .ci/run); `make test` runs them with the rest
+test-heavy: $(STAMP)
+	$(MAKE) test-slow SLOW=heavy
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

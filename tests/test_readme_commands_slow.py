@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # heavy: `make test-heavy`, not CI (see .ci/run)
 
 README = Path(__file__).resolve().parent.parent / "docs" / "lm_eval_and_inspect.md"  # the README links it
 BIN = Path(sys.executable).parent

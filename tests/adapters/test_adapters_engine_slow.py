@@ -12,7 +12,7 @@ import pytest
 
 from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # heavy: `make test-heavy`, not CI (see .ci/run)
 
 CONTEXTS = [
     "The capital of France is",

@@ -11,7 +11,7 @@ import pytest
 
 from safetyrepro.adapters.engine.engine import GenRequest, LoglikRequest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # heavy: `make test-heavy`, not CI (see .ci/run)
 
 DEMOS = [
     ("What is the capital of France?", "Paris"),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # heavy: `make test-heavy`, not CI (see .ci/run)
 
 RAY = str(Path(sys.executable).with_name("ray"))
 # a loopback cluster of this test's own: Ray's token authentication (on by default) left out, as its docs allow

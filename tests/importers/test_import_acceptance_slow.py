@@ -23,7 +23,7 @@ import pytest
 
 from safetyrepro.analysis import api
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # heavy: `make test-heavy`, not CI (see .ci/run)
 
 BIN = Path(sys.executable).parent
 TASK = "safetyrepro_xstest_t1"
