@@ -24,9 +24,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pandas as pd
 from scipy.stats import norm
 
-from .sign_flip import BISECTION_STEP, Interval, sign_flip_p_value
+from .sign_flip import BISECTION_STEP, Interval, bisect_boundary, sign_flip_p_value
 
 EXACT_INTERVAL_CLUSTERS = 100  # above: each bisection step reads the normal approximation of the sign-flip law
 CLUSTER_INTERVAL = "the clustered sign-flip test inverted (exact up to 100 clusters, normal beyond)"
@@ -35,17 +36,11 @@ CLUSTER_INTERVAL = "the clustered sign-flip test inverted (exact up to 100 clust
 def cluster_totals(differences, clusters: Sequence) -> tuple[np.ndarray, np.ndarray]:
     """(each cluster's total paired difference, its number of items), clusters in first-seen order."""
     d = np.asarray(differences, dtype=float)
-    labels = np.asarray([str(c) for c in clusters], dtype=object)
+    labels = [str(c) for c in clusters]
     if len(labels) != len(d):
         raise ValueError(f"{len(labels)} cluster labels for {len(d)} differences")
-    _, first, index = np.unique(labels, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    position = rank[index]
-    totals = np.bincount(position, weights=d, minlength=len(order))
-    sizes = np.bincount(position, minlength=len(order)).astype(float)
-    return totals, sizes
+    by = pd.Series(d).groupby(labels, sort=False)
+    return by.sum().to_numpy(dtype=float), by.size().to_numpy(dtype=float)
 
 
 def cluster_p_value(differences, clusters: Sequence) -> float:
@@ -68,14 +63,7 @@ def _end(totals, sizes, alpha: float, start: float, limit: float) -> float:
     """The first shift from `start` towards `limit` that the test rejects (`limit` where none is)."""
     if _p_shifted(totals, sizes, limit) > alpha:
         return limit
-    accepted, rejected = start, limit
-    while abs(rejected - accepted) > BISECTION_STEP:
-        mid = (accepted + rejected) / 2
-        if _p_shifted(totals, sizes, mid) <= alpha:
-            rejected = mid
-        else:
-            accepted = mid
-    return rejected
+    return bisect_boundary(lambda delta: _p_shifted(totals, sizes, delta) <= alpha, start, limit)
 
 
 def cluster_interval(differences, clusters: Sequence, alpha: float, rejected: bool | None = None) -> Interval:

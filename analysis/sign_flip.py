@@ -189,16 +189,20 @@ def _rejects(d: np.ndarray, delta: float, alpha: float) -> bool:
     return sign_flip_p_value(d - delta) <= alpha
 
 
-def _bisect(d: np.ndarray, accepted: float, rejected: float, alpha: float) -> float:
-    """The boundary between an accepted shift and a rejected one, to BISECTION_STEP: the rejected end (the
-    interval is not shortened by the step)."""
+def bisect_boundary(rejects, accepted: float, rejected: float) -> float:
+    """The boundary between an accepted shift and a rejected one (`rejects(shift)`), to BISECTION_STEP: the
+    rejected end (an interval is not shortened by the step). Every inverted test here bisects through it."""
     while abs(rejected - accepted) > BISECTION_STEP:
         mid = (accepted + rejected) / 2
-        if _rejects(d, mid, alpha):
+        if rejects(mid):
             rejected = mid
         else:
             accepted = mid
     return rejected
+
+
+def _bisect(d: np.ndarray, accepted: float, rejected: float, alpha: float) -> float:
+    return bisect_boundary(lambda delta: _rejects(d, delta, alpha), accepted, rejected)
 
 
 def _upper_bound(d: np.ndarray, alpha: float, zero_rejected: bool) -> float:
