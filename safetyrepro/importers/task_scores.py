@@ -468,7 +468,7 @@ def inspect_task_scores(header, samples: list) -> list[ItemScores]:
     for s in samples:
         sid = str(s.id)
         items[sid] = sample_key(s.input, s.target)
-        fields.setdefault(sid, dict(s.metadata or {}))
+        fields.setdefault(sid, s.metadata or {})  # a reference: read only where --cluster asks
         prompts.setdefault(sid, text_hash(prompt_messages(s.messages or [])))
         for scorer, score in (s.scores or {}).items():
             values = score.value if isinstance(score.value, dict) else {None: score.value}
