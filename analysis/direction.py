@@ -85,6 +85,15 @@ def score_meaning(benchmark: str) -> str:
         return ""
 
 
+def declared_direction(benchmark: str) -> Direction:
+    """The direction the benchmark's definition declares; a name the registry does not know is refused
+    (`UserError`), for readers that must not guess (certify's sequences)."""
+    declared = get_benchmark(benchmark).better
+    if declared not in DIRECTIONS:
+        raise UserError(f"{benchmark}: its definition says better is {declared!r}, not one of {', '.join(DIRECTIONS)}")
+    return DIRECTIONS[declared]
+
+
 def direction(benchmark: str) -> Direction:
     try:
         declared = get_benchmark(benchmark).better

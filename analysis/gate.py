@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import beta, binom
 
-from .confidence_sequence import IidBettingCS
+from safetyrepro.sequential.confidence_sequence import IidBettingCS
+
 from .significance import holm
 from .tost import is_binary, tost
 

@@ -37,7 +37,7 @@ from scipy.optimize import minimize_scalar
 from scipy.stats import binom
 from scipy.stats import t as student_t
 
-from .confidence_sequence import IidBettingCS
+from safetyrepro.sequential.confidence_sequence import IidBettingCS
 
 MIN_T_DIFFERING = 30  # fewer differing items: the t TOST's normal approximation is not trusted
 VECTOR_ITEMS = 1000  # up to this many items, every discordance of the grid is evaluated at once

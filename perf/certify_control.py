@@ -21,7 +21,7 @@
    perf/certify_allocation.py item_cost): the verdicts, the costly (free-form) model evaluations, the cheap ones
    and the model time, each summed over the grids, how many grids reached the same verdict both ways, and the
    claims made (pair x configuration claims decided, summed).
-2. The ceiling (analysis/control_variate.py growth_ceiling): the growth rate of the best e-process against
+2. The ceiling (sequential/control_variate.py growth_ceiling): the growth rate of the best e-process against
    "theta <= 0" for one item's paired difference, without and with the cheap configuration's score on the same
    item, its whole law known (the KL-inf rate; no e-process on these observations grows faster, so none decides
    sooner on average): their ratio is the most any control variate can save, for 0/1 answers at accuracies
@@ -52,9 +52,9 @@ sys.path.insert(0, str(ROOT / "perf"))
 
 from certify_grids import CostedOracle, correlated_problem, twin_correlation  # noqa: E402
 
-from safetyrepro.analysis.control_variate import growth_ceiling, partners_per_step, slope  # noqa: E402
-from safetyrepro.certify.algorithm import CertifyOptions, certify  # noqa: E402
+from safetyrepro.certify.algorithm import CertifyOptions, certify, closeness  # noqa: E402
 from safetyrepro.certify.control import pairings  # noqa: E402
+from safetyrepro.sequential.control_variate import growth_ceiling, partners_per_step, slope  # noqa: E402
 
 SCENARIOS = {
     "far ahead (0.75 vs 0.40)": lambda cfg, m: 0.75 if m == "a" else 0.40,
@@ -230,7 +230,7 @@ def _wor_stops(d, c, alpha: float, mode: str) -> np.ndarray:
     """Items to a claim (lower bound above 0) of each WorBettingCS stream: plain steps, the controlled steps'
     stake with no control (gamma 0: aGRAPA, truncation 0.9), or the control (gamma the least-squares slope from
     earlier items, from the 10th)."""
-    from safetyrepro.analysis.confidence_sequence import WorBettingCS
+    from safetyrepro.sequential.confidence_sequence import WorBettingCS
 
     streams, n = d.shape
     cs = WorBettingCS(streams, n, alpha)
@@ -259,7 +259,7 @@ def _wor_stops(d, c, alpha: float, mode: str) -> np.ndarray:
 def _iid_stops(d, c, partners, alpha: float, mode: str, pool: int) -> np.ndarray:
     """Items to a claim of each ControlledBettingCS stream on a large pool: plain steps, partner steps with gamma
     forced to 0 (their aGRAPA stake, no control), or the control as certify runs it (wants_partners)."""
-    from safetyrepro.analysis.control_variate import ControlledBettingCS
+    from safetyrepro.sequential.control_variate import ControlledBettingCS
 
     streams, n = d.shape
     cs = ControlledBettingCS(streams, alpha, pool=pool)
@@ -372,7 +372,7 @@ def records_correlation(frame: pd.DataFrame) -> pd.DataFrame:
     out = []
     for benchmark in sorted({c.split("/")[0] for c in config_ids}):
         mine = [c for c in config_ids if c.startswith(benchmark + "/")]
-        for cid, twin in pairings(benchmark, mine).items():
+        for cid, twin in pairings(closeness(benchmark), mine).items():
             for i, a in enumerate(models):
                 for b in models[i + 1 :]:
                     try:

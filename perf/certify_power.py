@@ -2,7 +2,7 @@
 
 Both read the same anytime p-values (population target); only the familywise step differs: Bonferroni at
 alpha / (2 x family) per one-sided hypothesis (what the union bound over two-sided sequences spends) or the
-closed test of analysis/closed_testing.py. Three sources:
+closed test of sequential/closed_testing.py. Three sources:
 - synthetic 300-item grids (TruthfulQA's 48 configurations, two models), uniform rounds cut at a fixed
   budget so both procedures see the same items;
 - the 24-item study's records (docs/study), replayed to the end (every item read by both);

@@ -239,7 +239,8 @@ def test_below_the_command_line_nothing_reads_argparse_or_imports_a_cli_module()
 # never one above, not even inside a function; circles within a layer are caught above.
 GROUND = ("errors", "atomic", "limits", "cache_root", "markdown", "provenance", "console", "grid_schema", "hashing")
 LAYERS = (
-    ("ground", lambda m: m == "safetyrepro" or m.split(".")[1] in GROUND),
+    # the anytime-valid engine (safetyrepro/sequential/) is on the ground floor: numpy and the ground modules only
+    ("ground", lambda m: m == "safetyrepro" or m.split(".")[1] in (*GROUND, "sequential")),
     ("compat", lambda m: m.startswith("safetyrepro.compat")),
     ("benchmarks", lambda m: m.startswith("safetyrepro.tasks")),
     (

@@ -13,7 +13,7 @@ random order per benchmark (a configuration chosen by looking at earlier records
 Familywise error. `subset`: each two-sided sequence at alpha / (the number of pair x configuration
 claims of the family), the union bound. `population`: four one-sided anytime p-values per claim (theta <= 0,
 theta >= 0, theta >= delta, theta <= -delta) and a closed test over the whole family
-(analysis/closed_testing.py): never less powerful than the union bound, and valid at every stopping time.
+(sequential/closed_testing.py): never less powerful than the union bound, and valid at every stopping time.
 The family is every configuration of the problem plus `family_configs`, configurations a selection looked
 at but this run does not evaluate (their p-values stay 1). All claims of a run hold together with
 probability at least 1 - alpha, whatever the order of evaluation, the allocation, and wherever it stopped.
@@ -84,23 +84,24 @@ import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
-from safetyrepro.analysis.closed_testing import closed_test
-from safetyrepro.analysis.confidence_sequence import IidBettingCS
+from safetyrepro.analysis.direction import declared_direction
 from safetyrepro.analysis.rank_flip import model_pairs
-
-from .control import CONTROLS, Control, SubsetControl, pairings
-from .evidence import (
+from safetyrepro.sequential.closed_testing import closed_test
+from safetyrepro.sequential.confidence_sequence import IidBettingCS
+from safetyrepro.sequential.evidence import (
     READINGS,
     TARGETS,
     PairedEvidence,
     both_read,
     claims_from_rejections,
-    closeness,
     population_candidates,
 )
+
+from .control import CONTROLS, Control, SubsetControl, pairings
 from .oracle import Oracle, Scores, as_oracle
 
 CLAIMS = ("a_better", "b_better", "within_delta", "undecided")
@@ -113,6 +114,15 @@ PLAN_PRIOR_SD = 0.3  # a configuration's difference before its items are in (two
 PAIR_RANGE = 4.0  # a round serves the pairs whose expected cost to a verdict is within this factor of the least
 CLOSENESS_VARIANCE = 1.0  # CrowS-Pairs: two shares' sequences at half alpha each, about (0.5 + 0.5)^2
 PLAN_VARIANCE = 0.3  # an item difference's variance before two items are in (0/1 answers, half discordant)
+
+
+def closeness(benchmark: str) -> float | None:
+    """The score a better model sits closer to (CrowS-Pairs: 0.5), None where higher is better, as the
+    benchmark's definition declares it."""
+    d = declared_direction(benchmark)
+    if d.target is None and d.sign < 0:
+        raise ValueError(f"{benchmark}: lower-is-better scores are not supported by certify")
+    return d.target
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,19 @@ class BenchmarkProblem:
     family_configs: tuple[str, ...] = ()
     # per configuration, items a selection looked at: never used as its evidence (its sequence skips them)
     excluded: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # the score a better model sits closer to (CrowS-Pairs: 0.5), None where higher is better; left out, the
+    # benchmark's definition says (a name the registry does not know is refused, never read as higher is better)
+    ideal: float | None | Literal["declared"] = "declared"
+
+    def __post_init__(self):
+        if self.ideal == "declared":
+            object.__setattr__(self, "ideal", closeness(self.benchmark))
+
+    @property
+    def closer_to(self) -> float | None:
+        """`ideal`, resolved: the sequences' direction."""
+        assert self.ideal != "declared"
+        return self.ideal
 
 
 @dataclass(frozen=True)
@@ -277,7 +300,7 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
         pairs = model_pairs(p.models)
         orders, evidence = {}, {}
         bank = None
-        if options.target == "population" and closeness(p.benchmark) is None:
+        if options.target == "population" and p.closer_to is None:
             # one bank for every configuration's pairs: a draw across configurations is one update
             bank = IidBettingCS(
                 len(pairs) * len(p.config_ids), alpha_each / 2, -1.0, 1.0, extra=population_candidates(options.delta)
@@ -286,7 +309,7 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
             skip = p.excluded.get(cid, frozenset())
             orders[cid] = np.array([i for i in order if i not in skip], dtype=object) if skip else order
             evidence[cid] = PairedEvidence(
-                p.benchmark,
+                p.closer_to,
                 len(pairs),
                 len(orders[cid]),
                 options.target,
@@ -303,7 +326,7 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
         ]
         bench = _Bench(p, orders, evidence, streams, pairs, {pair: "undecided" for pair in pairs})
         bench.content = options.reading == "content"
-        twins = pairings(p.benchmark, p.config_ids, p.excluded) if options.control == "auto" else {}
+        twins = pairings(p.closer_to, p.config_ids, p.excluded) if options.control == "auto" else {}
         if twins and not options.held_only:  # issue 45
             bench.control = (
                 Control(p.benchmark, twins, order, pairs, alpha_each / 2, options.delta)
@@ -455,7 +478,7 @@ def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
                 continue
             running, spread = b.evidence[s.config_id].running()
             mean, variance = float(running[s.slot]), float(spread[s.slot]) if t >= 2 else PLAN_VARIANCE
-            if closeness(b.problem.benchmark) is not None:  # theta bounded from two shares' sequences: wider
+            if b.problem.closer_to is not None:  # theta bounded from two shares' sequences: wider
                 variance = max(variance, CLOSENESS_VARIANCE)
             per_item, _ = _stream_cost(b, s, 1, cost_of, None)
             if b.control is not None and b.control.controls(s.config_id):  # priced after the control (issue 45)

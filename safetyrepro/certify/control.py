@@ -1,6 +1,6 @@
 """Which cheap configuration helps which costly one, and the paths that feed their control-variate e-processes
 (`--control auto`): Control for the population target (partner items; the statistics and why they are built so:
-analysis/control_variate.py), SubsetControl for the subset target (the twin's whole subset; its class docstring).
+sequential/control_variate.py), SubsetControl for the subset target (the twin's whole subset; its class docstring).
 
 Pairing. A free-form configuration (costly: it generates text) is paired with the log-probability configuration
 of the same benchmark, template and shots (its cheap twin, scored on the same prompt by log-likelihoods, about a
@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from safetyrepro.analysis.confidence_sequence import WorBettingCS
-from safetyrepro.analysis.control_variate import (
+from safetyrepro.errors import UserError
+from safetyrepro.sequential.confidence_sequence import WorBettingCS
+from safetyrepro.sequential.control_variate import (
     CHANCE_R2,
     MAX_GAMMA,
     MIN_R2,
@@ -41,10 +42,8 @@ from safetyrepro.analysis.control_variate import (
     r_squared,
     slope,
 )
-from safetyrepro.errors import UserError
+from safetyrepro.sequential.evidence import PairedEvidence, Reading, population_candidates
 from safetyrepro.tasks.envelope import Config
-
-from .evidence import PairedEvidence, Reading, closeness, population_candidates
 
 CONTROLS = ("auto", "none")
 GIVE_UP = 30  # steps after which a path whose r^2 is under MIN_R2 is plain for good (no more cheap scores asked)
@@ -64,10 +63,11 @@ def cheap_twin(config_id: str, config_ids: Sequence[str]) -> str | None:
 
 
 def pairings(
-    benchmark: str, config_ids: Sequence[str], excluded: Mapping[str, frozenset[str]] | None = None
+    ideal: float | None, config_ids: Sequence[str], excluded: Mapping[str, frozenset[str]] | None = None
 ) -> dict[str, str]:
-    """costly configuration -> its cheap twin, for the configurations the control can help."""
-    if closeness(benchmark) is not None:
+    """costly configuration -> its cheap twin, for the configurations the control can help (none where better
+    means closer to an `ideal` score: its two shares' sequences have no paired difference to control)."""
+    if ideal is not None:
         return {}
     excluded = excluded or {}
     out = {}
@@ -237,7 +237,7 @@ class Control(_Paths):
 
     # what the claims and the planner read
     def p_values(self, config_id: str, evidence: PairedEvidence) -> np.ndarray:
-        """(pairs, 4) anytime p-values of NOT_A, NOT_B, HI, LO (analysis/closed_testing.py): the control's rows
+        """(pairs, 4) anytime p-values of NOT_A, NOT_B, HI, LO (sequential/closed_testing.py): the control's rows
         for a costly configuration, the configuration's own evidence otherwise."""
         if not self.controls(config_id):
             return evidence.p_values()
@@ -282,7 +282,7 @@ class SubsetControl(_Paths):
     The subset target is the fixed subset's own difference, and once the cheap twin has scored every item of the
     subset (it is cheap), its mean over the items a path has not drawn yet is known exactly, so no partners are
     needed: the path bets on D - gamma (C - c_rest), whose mean given the past is the costly configuration's own
-    remaining mean under uniform draws without replacement (analysis/confidence_sequence.py WorBettingCS.update,
+    remaining mean under uniform draws without replacement (sequential/confidence_sequence.py WorBettingCS.update,
     `gamma` and `deviation`). gamma is the least-squares slope of D on C over the path's earlier steps. Whether a
     step takes the control is fixed by the path's own past: from step WARM_UP on, while the running r^2 of D and C
     is at least MIN_R2 and beyond chance (CHANCE_R2 / steps); a path whose r^2 stays under MIN_R2 after GIVE_UP

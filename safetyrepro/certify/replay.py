@@ -18,9 +18,9 @@ from safetyrepro.analysis.item_validation import checked_records
 from safetyrepro.analysis.readings import read_flags
 from safetyrepro.analysis.significance import ITEM_COLUMNS
 from safetyrepro.errors import UserError
+from safetyrepro.sequential.evidence import both_read
 
 from .algorithm import BenchmarkProblem
-from .evidence import both_read
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 early-stopping manager (inspect_manager.py). `from safetyrepro.stopping import stop_when_known,
 stop_when_certified` (docs/compare_any_runs.md)."""
 
+from safetyrepro.sequential.stopping import Decisions, SequentialRule, StoppingRule
+
 from .inspect_manager import AnytimeStopping, stop_when_certified, stop_when_known, with_anytime_stopping
-from .rule import Decisions, SequentialRule, StoppingRule
 
 __all__ = [
     "AnytimeStopping",

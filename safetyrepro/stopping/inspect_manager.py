@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from safetyrepro.importers.task_scores import ItemScores, read_run, sample_key
-
-from .rule import BIASED, COVERAGE, KNOWN, UNDECIDED, Decisions, SequentialRule, StoppingRule
+from safetyrepro.sequential.stopping import BIASED, COVERAGE, KNOWN, UNDECIDED, Decisions, SequentialRule, StoppingRule
 
 if TYPE_CHECKING:
     from inspect_ai import Task
@@ -183,7 +182,7 @@ class AnytimeStopping:
             "target": TARGET,
             "what_a_stop_means": COVERAGE[self.rule.mode],
             "estimate_note": BIASED,
-            "confidence_sequence": "betting e-processes (analysis/confidence_sequence.py, IidBettingCS), "
+            "confidence_sequence": "betting e-processes (sequential/confidence_sequence.py, IidBettingCS), "
             "closed testing for the paired claims",
             "scorer": self.scorer,
             "model": self.model,

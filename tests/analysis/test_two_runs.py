@@ -13,11 +13,11 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from tost_by_hand import tost_by_hand
 
-from safetyrepro.analysis.confidence_sequence import IidBettingCS
 from safetyrepro.analysis.power import detectable_from_differences
 from safetyrepro.analysis.tost import BETTING, EXACT, T_TOST, tost
 from safetyrepro.analysis.two_runs import MCNEMAR, SIGN_FLIP, PairedScores, compare
 from safetyrepro.analysis.two_runs_report import headline, markdown_report, text_report
+from safetyrepro.sequential.confidence_sequence import IidBettingCS
 
 
 def _binary(n: int, p_a: float, p_b: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -276,7 +276,7 @@ def twin_correlation(problem, oracle) -> dict[str, float]:
     a, b = problem.models[:2]
     ids = list(problem.item_ids)
     out = {}
-    for cid, twin in pairings(problem.benchmark, problem.config_ids).items():
+    for cid, twin in pairings(problem.closer_to, problem.config_ids).items():
         d = oracle(problem.benchmark, cid, a, ids) - oracle(problem.benchmark, cid, b, ids)
         c = oracle(problem.benchmark, twin, a, ids) - oracle(problem.benchmark, twin, b, ids)
         out[cid] = float(np.corrcoef(d, c)[0, 1])

@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 from certify_grids import synthetic_problem, synthetic_run
 
-from safetyrepro.analysis.confidence_sequence import TRUNCATION, WorBettingCS
 from safetyrepro.analysis.grid_io import common_configurations, validate_cells
 from safetyrepro.certify.algorithm import (
     BenchmarkProblem,
@@ -25,6 +24,7 @@ from safetyrepro.certify.algorithm import (
 )
 from safetyrepro.certify.replay import contradicted, load_replay
 from safetyrepro.cli import main
+from safetyrepro.sequential.confidence_sequence import TRUNCATION, WorBettingCS
 from safetyrepro.tasks.envelope import default_rules
 
 RULES = default_rules()
@@ -325,3 +325,19 @@ def test_labels_in_the_reports_sentences_are_escaped(tmp_path, capsys):
     raw = re.compile(r"(?<!\\)<script>|(?<!\\)\]\(javascript:")  # unescaped: no backslash before it
     assert sentences and not any(raw.search(s) for s in sentences)
     assert "\\<script>alert(1)\\</script>" in sentences[0] and "\\[click\\](javascript:alert(1))" in sentences[0]
+
+
+def test_the_direction_is_an_input_and_an_unknown_benchmark_is_refused_not_read_as_higher_is_better():
+    """Issue 55: certify's problems carry their direction. Left out, the benchmark's definition gives it (CrowS-Pairs:
+    closer to 0.5); a name the registry does not know is refused rather than read as higher-is-better; said
+    outright, it is used as given, for a task of the user's own."""
+    from safetyrepro.errors import UserError
+
+    assert BenchmarkProblem("crows_pairs", ("c",), ("a", "b"), ("i",)).closer_to == 0.5
+    assert BenchmarkProblem("bbq", ("c",), ("a", "b"), ("i",)).closer_to is None
+    with pytest.raises(UserError, match="no_such_task"):
+        BenchmarkProblem("no_such_task", ("c",), ("a", "b"), ("i",))
+    mine = BenchmarkProblem("no_such_task", ("c1",), ("a", "b"), tuple(f"i{k}" for k in range(40)), 1, ideal=None)
+    run = certify([mine], lambda b, c, m, ids: np.full(len(ids), float(m == "a")), CertifyOptions(order="subset"))
+    (pair,) = run.pairs
+    assert (pair.benchmark, pair.verdict) == ("no_such_task", "stable_a")

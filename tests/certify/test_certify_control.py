@@ -33,10 +33,10 @@ def test_every_free_form_configuration_is_paired_with_its_log_probability_twin()
     ids = ["bbq/T2/moderate/3shot/free_form", "bbq/T2/greedy/3shot/logprob", "bbq/T1/greedy/0shot/free_form"]
     assert cheap_twin(ids[0], ids) == "bbq/T2/greedy/3shot/logprob"
     assert cheap_twin(ids[2], ids) is None and cheap_twin(ids[1], ids) is None  # no twin in the run; not costly
-    assert pairings("bbq", ids) == {ids[0]: ids[1]}
-    assert pairings("bbq", ids, {ids[1]: frozenset({"x"})}) == {}  # a selection skips items of one of them
-    assert pairings("crows_pairs", ["crows_pairs/T1/greedy/0shot/logprob"]) == {}
-    assert pairings("bbq", ["c1", "c2"]) == {}  # ids a caller made up are never paired
+    assert pairings(None, ids) == {ids[0]: ids[1]}
+    assert pairings(None, ids, {ids[1]: frozenset({"x"})}) == {}  # a selection skips items of one of them
+    assert pairings(0.5, ["crows_pairs/T1/greedy/0shot/logprob"]) == {}
+    assert pairings(None, ["c1", "c2"]) == {}  # ids a caller made up are never paired
 
 
 def test_the_synthetic_grids_correlate_as_the_scenarios_say():

@@ -12,8 +12,8 @@ import pytest
 from certify_grids import correlated_problem
 from test_certify_population import RULES, contradicted, half_null, identical, law_mean, upper_share
 
-from safetyrepro.analysis import control_variate
 from safetyrepro.certify.algorithm import CertifyOptions, certify
+from safetyrepro.sequential import control_variate
 
 OPTIONS = CertifyOptions(alpha=0.05, delta=0.05, seed=0, target="population", control="auto")
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from test_control_variate import upper_share
 
-from safetyrepro.analysis import control_variate
 from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, certify
+from safetyrepro.sequential import control_variate
 
 FREE, TWIN = "truthfulqa/T1/greedy/0shot/free_form", "truthfulqa/T1/greedy/0shot/logprob"
 N_ITEMS = 2000

@@ -14,8 +14,8 @@ import pytest
 from certify_grids import synthetic_problem
 from scipy.stats import beta
 
-from safetyrepro.analysis.closed_testing import closed_test
 from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, certify
+from safetyrepro.sequential.closed_testing import closed_test
 from safetyrepro.tasks.envelope import default_rules
 
 RULES = default_rules()

@@ -1,4 +1,4 @@
-"""The control-variate e-processes (analysis/control_variate.py, issue 45): plain steps are the plain e-process,
+"""The control-variate e-processes (sequential/control_variate.py, issue 45): plain steps are the plain e-process,
 partner steps keep the null's mean exactly, Ville's bound holds on null streams that use partners, the
 control helps where D and C correlate, and the ceiling any control variate can reach."""
 
@@ -11,8 +11,8 @@ import pytest
 from scipy.optimize import minimize_scalar
 from scipy.stats import beta
 
-from safetyrepro.analysis import control_variate as cv
-from safetyrepro.analysis.confidence_sequence import IidBettingCS
+from safetyrepro.sequential import control_variate as cv
+from safetyrepro.sequential.confidence_sequence import IidBettingCS
 
 
 def upper_share(k: int, n: int, level: float = 0.95) -> float:

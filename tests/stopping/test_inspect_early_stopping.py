@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from arithmetic_task import answer_rule, arithmetic
 
-from safetyrepro.analysis.confidence_sequence import IidBettingCS
+from safetyrepro.sequential.confidence_sequence import IidBettingCS
 from safetyrepro.stopping import stop_when_certified, stop_when_known, with_anytime_stopping
 
 N = 240

@@ -1,4 +1,4 @@
-"""The anytime-valid stopping rules (safetyrepro/stopping/rule.py) on synthetic streams, with the very code an
+"""The anytime-valid stopping rules (sequential/stopping.py) on synthetic streams, with the very code an
 Inspect eval runs: under the null, the share of streams that ever stop on a wrong claim stays within alpha
 (Clopper-Pearson upper bound over many streams), and with a large true difference they stop early."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import beta
 
-from safetyrepro.analysis.closed_testing import closed_test, closed_test_each
+from safetyrepro.sequential.closed_testing import closed_test, closed_test_each
 from safetyrepro.stopping import SequentialRule, StoppingRule
 
 ALPHA = 0.05
@@ -75,7 +75,7 @@ def test_what_a_stop_of_the_mean_rule_means_holds_over_all_runs_and_given_a_rare
     """COVERAGE (rule.py), where stopping is rare (the audit's case: a width few runs reach within 700 samples):
     read at the stop, or at the end where the run never stopped, the intervals miss within alpha; among the runs
     that stopped, within alpha / P(stop)."""
-    from safetyrepro.stopping.rule import COVERAGE
+    from safetyrepro.sequential.stopping import COVERAGE
 
     rng = np.random.default_rng(5)
     streams, steps, mean, width = 2000, 700, 0.9, 0.07

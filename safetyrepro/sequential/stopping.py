@@ -1,5 +1,5 @@
 """Anytime-valid stopping rules for an evaluation that is still running, on the confidence sequences of
-`certify`'s population target (analysis/confidence_sequence.py, IidBettingCS: the betting e-processes of
+`certify`'s population target (sequential/confidence_sequence.py, IidBettingCS: the betting e-processes of
 Waudby-Smith & Ramdas for the mean of i.i.d. bounded values). Samples are draws from the task, so the claims
 are about the model(s), not about the items that happened to run; they hold at whatever sample the run stops,
 which is what makes stopping early safe.
@@ -15,7 +15,7 @@ Two rules:
   the difference is certified: the four one-sided hypotheses of certify (difference <= 0, >= 0, >= margin,
   <= -margin) are tested with their anytime p-values and closed testing at alpha (closed_testing.closed_test_each,
   each stream its own family),
-  and the claims read as certify reads them (certify/evidence.claims_from_rejections): `a_better` (the
+  and the claims read as certify reads them (sequential/evidence.claims_from_rejections): `a_better` (the
   evaluated model), `b_better` (the reference), or, with a margin, `within_delta`. A wrong claim is made with
   probability at most alpha, at any stop.
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from safetyrepro.analysis.closed_testing import HI, LO, NOT_A, NOT_B, closed_test_each
-from safetyrepro.analysis.confidence_sequence import IidBettingCS
-from safetyrepro.certify.evidence import claims_from_rejections
+from .closed_testing import HI, LO, NOT_A, NOT_B, closed_test_each
+from .confidence_sequence import IidBettingCS
+from .evidence import claims_from_rejections
 
 MODES = ("mean", "paired")
 MIN_GRID = 201  # candidates of the confidence sequence: at least every 1/200 of the range

@@ -93,7 +93,7 @@ def control_term(c_item: np.ndarray, c_partners: np.ndarray) -> np.ndarray:
 class ControlledBettingCS(GridEProcesses):
     """n_streams one-sided betting e-processes and confidence sequences for theta = E[D], D in [-1, 1],
     observed as y = D - gamma g (module docstring). Same candidates, stakes and reading as IidBettingCS
-    (analysis/confidence_sequence.py), in the caller's units; the truncation of each stake follows that
+    (sequential/confidence_sequence.py), in the caller's units; the truncation of each stake follows that
     step's range [-1 - |gamma| CLIP, 1 + |gamma| CLIP]."""
 
     def __init__(

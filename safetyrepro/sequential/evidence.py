@@ -23,9 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from safetyrepro.analysis.closed_testing import HI, LO, NOT_A, NOT_B
-from safetyrepro.analysis.confidence_sequence import IidBettingCS, WorBettingCS
-from safetyrepro.analysis.direction import direction
+from .closed_testing import HI, LO, NOT_A, NOT_B
+from .confidence_sequence import IidBettingCS, WorBettingCS
 
 TARGETS = ("population", "subset")
 # strict: an unread reply counts as wrong (the grid's score). content: on a free-form configuration the oracle
@@ -59,20 +58,12 @@ def population_candidates(delta: float) -> tuple[float, ...]:
     return (0.0, delta, -delta)
 
 
-def closeness(benchmark: str) -> float | None:
-    """The target score when better means closer to it (CrowS-Pairs: 0.5), else None."""
-    d = direction(benchmark)
-    if d.target is None and d.sign < 0:
-        raise ValueError(f"{benchmark}: lower-is-better scores are not supported by certify")
-    return d.target
-
-
 class PairedEvidence:
     """The pairs of one configuration. `population`: items available in its draw order."""
 
     def __init__(
         self,
-        benchmark: str,
+        ideal: float | None,
         n_pairs: int,
         population: int,
         target: str,
@@ -81,14 +72,16 @@ class PairedEvidence:
         lattice: int | None,
         shared: tuple[IidBettingCS, int] | None = None,
     ):
-        """`shared`: (a bank, this configuration's first row in it) for the population target of a benchmark
-        where higher is better: every configuration's pairs are rows of one bank, so a round's draws go in
-        with one call per draw (`stage`, then the caller's `bank.update`), not one per configuration."""
+        """`ideal`: the score a better model sits closer to (CrowS-Pairs: 0.5), None where higher is better: the
+        caller says which way is better, nothing here looks a benchmark up. `shared`: (a bank, this
+        configuration's first row in it) for the population target of a benchmark where higher is better: every
+        configuration's pairs are rows of one bank, so a round's draws go in with one call per draw (`stage`,
+        then the caller's `bank.update`), not one per configuration."""
         if target not in TARGETS:
             raise ValueError(f"target {target!r}: one of {', '.join(TARGETS)}")
         self.target, self.delta, self.N = target, float(delta), int(population)
         self.alpha_side = float(alpha_side)
-        self.ideal = closeness(benchmark)
+        self.ideal = ideal
         self.n_pairs = n_pairs
         self.t = np.zeros(n_pairs, dtype=np.int64)
         self.sum_a = np.zeros(n_pairs)
