@@ -6,7 +6,7 @@
 Model time is a cost model's seconds, never a clock: on synthetic grids an item of one model costs what
 this project's CPU measured in proportion (a log-probability item 0.1, a greedy free-form one 1, a sampled
 one 5: five seeds; docs/measured.md, tests/certify/certify_grids.item_cost); on the published records each
-(model, configuration) costs the seconds per item its cell took in the 24-item study (docs/study/cells).
+(model, configuration) costs the seconds per item its cell took in the 24-item study (study/cells).
 Three parts:
 
 - `saves`: per scenario (one model far ahead everywhere; the lead reversing between templates; a small lead
@@ -19,9 +19,9 @@ Three parts:
   (certify_grids.FLIP_WORLDS) and worlds where it holds none (STEADY_WORLDS), with a 24-item pilot's
   records held (a sweep's --limit 24 before certify, `--order subset`) and without: mean model time until
   the run ended, flip hunting's share of today's, its worst world, and the verdicts.
-- `replays`: the published records. The 24-item study (docs/study) replayed as `certify --replay` runs it
+- `replays`: the published records. The 24-item study (study) replayed as `certify --replay` runs it
   (no costs, seeded order), under both targets; and worlds drawn from the certified study's records
-  (docs/study/certified: per configuration, 300 items resampled from the items it holds for all three
+  (study/certified: per configuration, 300 items resampled from the items it holds for all three
   models, the study's own 24 items first and held as the pilot), certified as the study's script runs
   (`--order subset`, measured costs, 600-second rounds) within 4 h of model time.
 """
@@ -147,16 +147,16 @@ def flips(grids: int) -> list[str]:
 
 
 def study_rates() -> dict[tuple[str, str], float]:
-    """(model, config_id) -> seconds per item its cell took in the 24-item study (docs/study/cells)."""
-    return cell_seconds_per_item(ROOT / "docs" / "study")
+    """(model, config_id) -> seconds per item its cell took in the 24-item study (study/cells)."""
+    return cell_seconds_per_item(ROOT / "study")
 
 
 def study_replay() -> list[str]:
-    """The 24-item study replayed as `certify --replay docs/study/items.parquet --grid docs/study/grid.csv` runs
+    """The 24-item study replayed as `certify --replay study/items.parquet --grid study/grid.csv` runs
     it (no costs, seeded order, seed 0), both targets, each allocation; model hours at the study's rates."""
     rules = default_rules()
-    grid = load_grid(ROOT / "docs/study/grid.csv", rules)
-    replay = load_replay(ROOT / "docs/study/items.parquet", grid)
+    grid = load_grid(ROOT / "study/grid.csv", rules)
+    replay = load_replay(ROOT / "study/items.parquet", grid)
     rates = study_rates()
     lines = [
         f"{'24-item study replay':<22} {'allocation':<15} {'paired evaluations':>18} {'model h':>8}  verdicts",
@@ -203,8 +203,8 @@ def certified_world(rng: np.random.Generator, frame: pd.DataFrame, first: dict[s
 
 
 def certified_replay(worlds: int, hours: float = 4.0) -> list[str]:
-    frame = pd.read_parquet(ROOT / "docs/study/certified/items.parquet")
-    study = pd.read_parquet(ROOT / "docs/study/items.parquet", columns=["benchmark", "item_id"])
+    frame = pd.read_parquet(ROOT / "study/certified/items.parquet")
+    study = pd.read_parquet(ROOT / "study/items.parquet", columns=["benchmark", "item_id"])
     first = {b: sorted(g["item_id"].unique()) for b, g in study.groupby("benchmark")}
     rates = study_rates()
     lines = [

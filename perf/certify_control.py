@@ -26,8 +26,8 @@
    item, its whole law known (the KL-inf rate; no e-process on these observations grows faster, so none decides
    sooner on average): their ratio is the most any control variate can save, for 0/1 answers at accuracies
    p_a, p_b, greedy decoding, r = 0.8.
-3. The published records: the 24-item study replayed both ways (docs/study), the certified study's records
-   re-read both ways (docs/study/certified, --held-only: no model runs), and the twin correlation measured on
+3. The published records: the 24-item study replayed both ways (study), the certified study's records
+   re-read both ways (study/certified, --held-only: no model runs), and the twin correlation measured on
    both record sets, where both configurations of a pair hold the same items.
 """
 
@@ -324,8 +324,8 @@ def published() -> list[str]:
     from safetyrepro.tasks.envelope import default_rules
 
     lines = []
-    grid = load_grid(ROOT / "docs/study/grid.csv", default_rules())
-    replay = load_replay(ROOT / "docs/study/items.parquet", grid)
+    grid = load_grid(ROOT / "study/grid.csv", default_rules())
+    replay = load_replay(ROOT / "study/items.parquet", grid)
     for target in ("population", "subset"):
         for control in ("none", "auto"):
             result = certify(list(replay.problems), replay.oracle, CertifyOptions(control=control, target=target))
@@ -338,7 +338,7 @@ def published() -> list[str]:
             )
     reread = [  # the certified study's records, re-read as perf/certify_power.py does (no model runs)
         *"certify --models smollm2 gemma3-270m qwen2.5-coder-0.5b --tier full --precision fp32 --order subset".split(),
-        *"--records docs/study docs/study/certified --held-only --quiet".split(),
+        *"--records study study/certified --held-only --quiet".split(),
     ]
     for control in ("none", "auto"):
         with tempfile.TemporaryDirectory() as tmp:
@@ -352,8 +352,8 @@ def published() -> list[str]:
             f"control ran on {len(cost['control_did'])} benchmarks (a re-read holds no partner items)"
         )
     for name, path in (
-        ("24-item study", "docs/study/items.parquet"),
-        ("certified study", "docs/study/certified/items.parquet"),
+        ("24-item study", "study/items.parquet"),
+        ("certified study", "study/certified/items.parquet"),
     ):
         r = records_correlation(pd.read_parquet(ROOT / path))
         summary = r.groupby("benchmark")["r"].agg(["count", "median"])

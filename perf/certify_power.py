@@ -5,8 +5,8 @@ alpha / (2 x family) per one-sided hypothesis (what the union bound over two-sid
 closed test of sequential/closed_testing.py. Three sources:
 - synthetic 300-item grids (TruthfulQA's 48 configurations, two models), uniform rounds cut at a fixed
   budget so both procedures see the same items;
-- the 24-item study's records (docs/study), replayed to the end (every item read by both);
-- the certified study's records (docs/study/certified), re-read with --held-only (no model runs).
+- the 24-item study's records (study), replayed to the end (every item read by both);
+- the certified study's records (study/certified), re-read with --held-only (no model runs).
 
     python perf/certify_power.py [--grids 20] [--skip-published]
 """
@@ -61,7 +61,7 @@ def published() -> list[str]:
     lines = []
     sr = [sys.executable, "-m", "safetyrepro.cli"]
     runs = {
-        "24-item study, replayed": ["certify", "--replay", "docs/study/items.parquet", "--grid", "docs/study/grid.csv"],
+        "24-item study, replayed": ["certify", "--replay", "study/items.parquet", "--grid", "study/grid.csv"],
         "certified study, re-read": [
             "certify",
             "--models",
@@ -75,8 +75,8 @@ def published() -> list[str]:
             "--order",
             "subset",
             "--records",
-            "docs/study",
-            "docs/study/certified",
+            "study",
+            "study/certified",
             "--held-only",
         ],
     }

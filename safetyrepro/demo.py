@@ -3,8 +3,8 @@ than SmolLM2-135M, or does the answer depend on how the evaluator prompts them? 
 (`safetyrepro certify`, docs/certify.md) on BBQ's 300-item subset, on the two configurations where the
 studies found the lead on each side: chain of thought (T4, greedy, zero-shot, free-form), where Qwen
 leads, and the role-framed template with three examples scored by log-probabilities (T2, greedy,
-3-shot), where SmolLM2 does. It starts from the records the studies published (docs/study: the first 24
-items of every configuration; docs/study/certified: what the certified study evaluated), evaluates live
+3-shot), where SmolLM2 does. It starts from the records the studies published (study: the first 24
+items of every configuration; study/certified: what the certified study evaluated), evaluates live
 only what they lack, in paired rounds, and stops as soon as the verdict is known; then it says the
 verdict in one sentence, what each configuration it names rests on (each model's parse rate on the items
 used, and who is ahead on the items both models' replies were read on: a win over unread replies is
@@ -38,12 +38,12 @@ DEMO_PRECISION = "fp32"  # the studies': their records are the demo's first draw
 DEMO_BUDGET = "12m"  # CPU time of model work (two cores: about 6-8 minutes of wall time); loading is outside it
 DEMO_BATCH = 16  # items per configuration per round: a generation call costs about the same for 2 items or 16
 DEMO_OUT = Path("runs/demo")
-STUDY_DIR = Path(__file__).resolve().parents[1] / "docs" / "study"  # this checkout's published studies
-STUDY = "docs/study/certified/README.md"
+STUDY_DIR = Path(__file__).resolve().parents[1] / "study"  # this checkout's published studies
+STUDY = "study/certified/README.md"
 DESCRIPTION = (
     f"Answer one question with a certificate: on BBQ, is {DEMO_MODELS[0]} less biased than {DEMO_MODELS[1]}, or "
     f"does the answer depend on the prompt? Certifies the pair live on {' and '.join(DEMO_CONFIGS)} over BBQ's "
-    "300-item subset, starting from the studies' published records (docs/study, docs/study/certified) and "
+    "300-item subset, starting from the studies' published records (study, study/certified) and "
     "evaluating paired items only where the verdict is still open (docs/certify.md), then says the verdict in one "
     "sentence, the parse rates of the cells it rests on (a win over unread replies is format-driven), and what it "
     f"cost against the full grid. At most {DEMO_BUDGET} of evaluation (docs/measured.md). "
@@ -83,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--study",
         type=Path,
         default=STUDY_DIR,
-        help="the published studies whose records are taken as evaluated (default: docs/study of this "
+        help="the published studies whose records are taken as evaluated (default: study of this "
         "checkout; a folder without them: everything is evaluated live)",
     )
     add_sweep_arguments(p, DEMO)

@@ -15,7 +15,7 @@ from pathlib import Path
 from safetyrepro.errors import UserError
 from safetyrepro.hashing import sha256_bytes, sha256_file
 
-# The contract columns (DESIGN.md): what `analyze` requires of any grid, in the order sweep and import write them.
+# The contract columns (docs/formats.md): what `analyze` requires of any grid, in the order sweep and import write them.
 GRID_COLUMNS = (
     "model",
     "benchmark",

@@ -78,9 +78,9 @@ def test_the_question_is_the_one_the_published_studies_raised():
         assert len(d) == n
         return round(float(d.mean()), 4), round(float((d != 0).mean()), 4)
 
-    assert diff("docs/study/items.parquet", t4, 24) == (round(7 / 24, 4), round(7 / 24, 4))
-    assert diff("docs/study/items.parquet", t2, 24) == (round(-7 / 24, 4), round(15 / 24, 4))
-    assert diff("docs/study/certified/items.parquet", t2, 300)[0] == round(-13 / 300, 4)
+    assert diff("study/items.parquet", t4, 24) == (round(7 / 24, 4), round(7 / 24, 4))
+    assert diff("study/items.parquet", t2, 24) == (round(-7 / 24, 4), round(15 / 24, 4))
+    assert diff("study/certified/items.parquet", t2, 300)[0] == round(-13 / 300, 4)
 
 
 def _flip_result():
@@ -168,14 +168,14 @@ def test_openmp_threads_sleep_when_idle_unless_the_user_chose(monkeypatch):
 
 
 def test_the_demos_quoted_t2_numbers_hold_on_the_published_records():
-    """docs/certify.md, *The demo*: SmolLM2's T2 3-shot lead is 4.3 points on all 300 items (80 discordant items
+    """docs/demo.md: SmolLM2's T2 3-shot lead is 4.3 points on all 300 items (80 discordant items
     against 93); the subset target certifies it (exactly -13/300), the population target over BBQ's 48
     configurations does not: with every item in, its bounds still hold 0."""
     from safetyrepro.tasks.subsets import item_set
 
     qwen, smol = DEMO_MODELS
     t2 = DEMO_CONFIGS[1]
-    items = pd.read_parquet(REPO / "docs/study/certified/items.parquet")
+    items = pd.read_parquet(REPO / "study/certified/items.parquet")
     means = items[items["config_id"] == t2].groupby(["model", "item_id"])["item_score"].mean()
     d = means.loc[qwen] - means.loc[smol]
     assert len(d) == 300 and int((d > 0).sum()) == 80 and int((d < 0).sum()) == 93

@@ -126,10 +126,8 @@ def test_claim_words(cs):
 
 
 def test_the_published_readme_says_what_the_published_files_say(cs, tmp_path):
-    d = ROOT / "docs" / "study" / "certified"
-    block = cs.status_block(
-        d, ROOT / "docs" / "study" / "grid.csv", ROOT / "docs" / "study" / "analysis" / "rho_flip.csv"
-    )
+    d = ROOT / "study" / "certified"
+    block = cs.status_block(d, ROOT / "study" / "grid.csv", ROOT / "study" / "analysis" / "rho_flip.csv")
     assert block in (d / "README.md").read_text()
 
 
@@ -147,7 +145,7 @@ def test_the_readmes_lead_matches_both_readings():
     said in the lead, each a win over a cell whose replies the parser could not read (parse rate <= 0.08 in the
     first study's degenerate_cells.csv); the subset reading's 11 include 10 of them, and the other one is BBQ's T2
     3-shot log-probability win on all 300 items."""
-    folder = ROOT / "docs" / "study" / "certified"
+    folder = ROOT / "study" / "certified"
     lead = (folder / "README.md").read_text().split("<!-- status -->")[0]
     cert, claims = pd.read_csv(folder / "certificate.csv"), pd.read_csv(folder / "claims.csv")
     sub = pd.read_csv(folder / "subset" / "claims.csv")
@@ -156,7 +154,7 @@ def test_the_readmes_lead_matches_both_readings():
     assert (cert["verdict"] == "undecided").sum() == len(cert) == 15 and "all 15 are `undecided`" in lead
     assert len(decided) >= 10 and len(claims) == 612 and f"{len(decided)} of the 612 configuration claims" in lead
     assert len(sub_decided) == 11 and "certify 11 claims" in lead
-    degenerate = pd.read_csv(ROOT / "docs" / "study" / "analysis" / "degenerate_cells.csv")
+    degenerate = pd.read_csv(ROOT / "study" / "analysis" / "degenerate_cells.csv")
     parse = dict(zip(zip(degenerate["model"], degenerate["config_id"]), degenerate["parse_rate"], strict=True))
     for r in decided.itertuples():
         loser = r.model_b if r.claim == "a_better" else r.model_a

@@ -1,7 +1,7 @@
-"""The published study reproduces: `safetyrepro analyze docs/study/grid.csv` in a fresh folder writes
-rho_flip.csv and orderings.csv byte for byte as published in docs/study/analysis/ (the items.parquet and
+"""The published study reproduces: `safetyrepro analyze study/grid.csv` in a fresh folder writes
+rho_flip.csv and orderings.csv byte for byte as published in study/analysis/ (the items.parquet and
 run.json beside the grid are read as analyze reads them for anyone). Until the study is published
-(docs/study/README.md says how far it is), there is nothing to reproduce and the test says so."""
+(study/README.md says how far it is), there is nothing to reproduce and the test says so."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-STUDY = Path(__file__).resolve().parent.parent / "docs" / "study"
+STUDY = Path(__file__).resolve().parent.parent / "study"
 
 
 def assert_reproduces(published: Path, out: Path) -> None:
@@ -40,7 +40,7 @@ def assert_reproduces(published: Path, out: Path) -> None:
 
 @pytest.mark.skipif(
     not (STUDY / "grid.csv").is_file(),
-    reason="the study is not published yet (docs/study/progress.md); "
+    reason="the study is not published yet (study/progress.md); "
     "tests/test_study_reproduce_slow.py checks the same on a study published from 4 items",
 )
 def test_the_published_analysis_reproduces_byte_for_byte(tmp_path, data_dir):

@@ -1,5 +1,5 @@
-"""Every number docs/study/README.md quotes about the published study is recomputed here from the
-published tables (docs/study/analysis/): a republication that moves a number fails until the prose
+"""Every number study/README.md quotes about the published study is recomputed here from the
+published tables (study/analysis/): a republication that moves a number fails until the prose
 follows it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from safetyrepro.analysis.power import items_needed, power
 
-STUDY = Path(__file__).resolve().parents[1] / "docs" / "study"
+STUDY = Path(__file__).resolve().parents[1] / "study"
 A = STUDY / "analysis"
 NAMES = {
     "truthfulqa": "TruthfulQA",

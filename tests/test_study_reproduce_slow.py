@@ -97,7 +97,7 @@ def test_reproduce_script_with_limit_writes_every_kind_of_file(tmp_path, data_di
         cols = ["config_id", "model", "score", "n_items"]
         a, b = (x[cols].sort_values(cols[:2]).reset_index(drop=True) for x in (a, b))
         assert a.equals(b), f
-    # --publish (into a folder of the test's) writes what docs/study/README.md lists, and a fresh analyze of the
+    # --publish (into a folder of the test's) writes what study/README.md lists, and a fresh analyze of the
     # published grid reproduces the published tables byte for byte
     for f in (
         "grid.csv",

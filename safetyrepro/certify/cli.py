@@ -107,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="none",
         help="auto lets each free-form configuration's log-probability twin (same template and shots) help "
         "certify it, a control variate: on partner items only the twin scores (population target), or on the "
-        "twin's whole subset (subset target) (docs/certify.md, 'Cheap twins'); none (default) certifies every "
+        "twin's whole subset (subset target) (docs/methods/certify.md, 'Cheap twins'); none (default) certifies every "
         "configuration on its own items",
     )
     p.add_argument(
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     say = None if args.quiet else (lambda line: print(f"certify: {line}", file=sys.stderr, flush=True))
     if args.control == "auto" and args.held_only:
         print(
-            "certify: --control auto does nothing with --held-only (docs/certify.md, 'Cheap twins'); every "
+            "certify: --control auto does nothing with --held-only (docs/methods/certify.md, 'Cheap twins'); every "
             "configuration is certified on its own items",
             file=sys.stderr,
         )

@@ -200,7 +200,7 @@ def _source(sweep: Sweep, problems: tuple[BenchmarkProblem, ...]) -> str:
 def chosen_validly(
     problems: tuple[BenchmarkProblem, ...], selection: str, looked_at: dict[str, set[str]], sweep_options: SweepOptions
 ) -> tuple[BenchmarkProblem, ...]:
-    """The problems as a selection of configurations leaves them valid (docs/certify.md, *Chosen by
+    """The problems as a selection of configurations leaves them valid (docs/methods/certify.md, *Chosen by
     looking*): `records` keeps the items the given records hold for each configuration out of its evidence;
     `family` puts every configuration of the chosen ones' benchmarks (tier and filters other than
     --configs) in the family alpha covers; `none` takes the configurations as fixed before any data."""
@@ -261,7 +261,7 @@ def selection_said(
     cache_path: Path,
     resumed: bool = False,
 ) -> str:
-    """The selection a run uses, or a one-line refusal (docs/certify.md, *Chosen by looking*). Hand-picked
+    """The selection a run uses, or a one-line refusal (docs/methods/certify.md, *Chosen by looking*). Hand-picked
     --configs whose records the run can see (--records, or the outputs cache a sweep or an earlier certify
     run filled: `seen`) must say how they were chosen: a live `certify --configs X` picked after a look at
     `sweep --limit 15` and run as `none` draws those first items again as evidence (false claims in 41 of

@@ -390,8 +390,8 @@ def _control_lines(result: CertifyResult) -> list[str]:
         lines += [
             "",
             f"Control variate ({benchmark}): {len(did['pairs'])} free-form configurations were certified with their "
-            f"log-probability twins' help ({did['costly_steps']:,} costly items used, {how}); docs/certify.md, "
-            "'Cheap twins'.",
+            f"log-probability twins' help ({did['costly_steps']:,} costly items used, {how}); "
+            "docs/methods/certify.md, 'Cheap twins'.",
         ]
     return lines
 

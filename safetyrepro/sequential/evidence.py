@@ -2,7 +2,7 @@
 read in the benchmark's declared direction. The rounds (algorithm.py) feed it paired item scores and ask
 for claims, bounds and the running numbers the allocation plans with.
 
-Targets (docs/certify.md, *What is certified*):
+Targets (docs/methods/certify.md, *What is certified*):
 - `population` (the default): the two models on the benchmark's items as draws from the benchmark, with
   the configuration's seeds, its one draw of few-shot examples and its template held fixed (not drawn: five
   seeds sharing a shift carry it into every item, issue 53). Items come in a uniformly random order of a

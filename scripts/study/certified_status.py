@@ -1,7 +1,7 @@
-"""The certified study's status, written into docs/study/certified/README.md from the files beside it,
+"""The certified study's status, written into study/certified/README.md from the files beside it,
 so that the README never says more (or less) than certificate.csv, claims.csv and cost.json do.
 
-    python scripts/study/certified_status.py [--dir docs/study/certified] [--first docs/study/grid.csv]
+    python scripts/study/certified_status.py [--dir study/certified] [--first study/grid.csv]
 
 It fills the block between `<!-- status -->` and `<!-- /status -->`: how many verdicts and claims are
 decided, the evaluations and model hours spent against the full grid's, and, for every decided
@@ -191,8 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     from safetyrepro.atomic import atomic_write
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dir", type=Path, default=Path("docs/study/certified"))
-    ap.add_argument("--first", type=Path, default=Path("docs/study"), help="the 24-item study's folder")
+    ap.add_argument("--dir", type=Path, default=Path("study/certified"))
+    ap.add_argument("--first", type=Path, default=Path("study"), help="the 24-item study's folder")
     a = ap.parse_args(argv)
     block = status_block(a.dir, a.first / "grid.csv", a.first / "analysis" / "rho_flip.csv")
     readme = a.dir / "README.md"

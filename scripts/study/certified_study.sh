@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# The certified study (docs/study/certified/README.md): the three embedded models on the 300-item subsets of
+# The certified study (study/certified/README.md): the three embedded models on the 300-item subsets of
 # all five benchmarks, the full envelope, certified pairwise verdicts on a wall-time budget per run.
 #
 #   scripts/study/certified_study.sh                    # one piece: --budget 50m of evaluation, into runs/certified
 #   scripts/study/certified_study.sh --budget 8h        # a longer piece (it saves itself every 10 minutes as it goes)
-#   scripts/study/certified_study.sh --save             # copy the run's outputs into docs/study/certified (to commit)
+#   scripts/study/certified_study.sh --save             # copy the run's outputs into study/certified (to commit)
 #
-# Each piece resumes where the last stopped: the committed docs/study/certified/{items.parquet,cost.json} are
+# Each piece resumes where the last stopped: the committed study/certified/{items.parquet,cost.json} are
 # put into the run folder first, and certify takes an earlier run's records of the same command as evaluated
 # (docs/certify.md, *Resuming*), so a new machine with an empty outputs cache goes on too. The 24-item
-# study's records (docs/study) are the first 24 draws of every configuration (--order subset). Run it from a
+# study's records (study) are the first 24 draws of every configuration (--order subset). Run it from a
 # clone of committed main in its own venv, at the lowest priority: nice -n 19 scripts/study/certified_study.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 SR=${SAFETYREPRO:-.venv/bin/safetyrepro}
-D=${CERTIFIED_SAVED:-docs/study/certified}
+D=${CERTIFIED_SAVED:-study/certified}
 FILES=(certificate.csv claims.csv cost.json report.md items.parquet)
 if [ "$SAVE" = 1 ]; then
   mkdir -p "$D"
@@ -39,4 +39,4 @@ if [ ! -f "$OUT/cost.json" ] && [ -f "$D/cost.json" ] && [ -f "$D/items.parquet"
   for f in "${FILES[@]}"; do [ -f "$D/$f" ] && cp "$D/$f" "$OUT/$f"; done
 fi
 exec "$SR" certify --models smollm2 gemma3-270m qwen2.5-coder-0.5b --tier full --precision fp32 \
-    --alpha 0.05 --delta 0.05 --order subset --records docs/study --budget "$BUDGET" --out "$OUT"
+    --alpha 0.05 --delta 0.05 --order subset --records study --budget "$BUDGET" --out "$OUT"

@@ -1,4 +1,4 @@
-"""The paper's results beside the study's, point by point, as one Markdown table (for docs/study/README.md).
+"""The paper's results beside the study's, point by point, as one Markdown table (for study/README.md).
 
     python scripts/study/paper_comparison.py runs/study/analysis --precision runs/study/precision \
         --subsamples runs/study/subsamples [--out FILE]

@@ -1,14 +1,14 @@
 """The study's progress, kept in the repository so that it survives the machine: finished cells
-saved compactly under docs/study/cells/, restored into a new run folder, and the time left
+saved compactly under study/cells/, restored into a new run folder, and the time left
 estimated from the measured cost of the cells done.
 
     scripts/study/reproduce.sh --status   # done, left, measured time left (progress.py status)
-    scripts/study/reproduce.sh --save     # finished cells -> docs/study/cells, progress.md (progress.py save)
+    scripts/study/reproduce.sh --save     # finished cells -> study/cells, progress.md (progress.py save)
     python scripts/study/progress.py save|restore|status --run OUT/grid -- SWEEP ARGS   # what those run
 
 reproduce.sh restores before it sweeps, and passes its own sweep arguments (one definition).
 
-Saved cells belong to the sweep recorded in docs/study/sweep.json (models, limit, rules...): a run
+Saved cells belong to the sweep recorded in study/sweep.json (models, limit, rules...): a run
 with other settings restores none of them.
 
 A saved cell is its sweep record, gzip-compressed (mtime 0, so an unchanged cell is an unchanged
@@ -236,7 +236,7 @@ def _param_ratios(models: list[str]) -> dict[str, float]:
 
 
 def _saved_for(dest: Path, sweep) -> dict[Path, dict]:
-    """The saved cells, if they belong to this sweep (docs/study/sweep.json says which); else none."""
+    """The saved cells, if they belong to this sweep (study/sweep.json says which); else none."""
     saved_for = dest / "sweep.json"
     if not saved_for.exists() or json.loads(saved_for.read_text()) != sweep.spec.identity():
         return {}
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("action", choices=("save", "restore", "status"))
     ap.add_argument("--run", type=Path, required=True, help="the main grid's run folder (reproduce.sh: OUT/grid)")
-    ap.add_argument("--dest", type=Path, default=HERE, help="where saved cells live (default: docs/study)")
+    ap.add_argument("--dest", type=Path, default=HERE, help="where saved cells live (default: study)")
     argv = sys.argv[1:] if argv is None else list(argv)
     cut = argv.index("--") if "--" in argv else len(argv)
     args = ap.parse_args(argv[:cut])

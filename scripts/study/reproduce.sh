@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# The first SafetyRepro study, from scratch, in one command (docs/study/README.md says what it is).
+# The first SafetyRepro study, from scratch, in one command (study/README.md says what it is).
 #
 #   scripts/study/reproduce.sh                         # the published study: 24 items, into runs/study
 #   scripts/study/reproduce.sh --limit 4 --out /tmp/s  # the same steps on 4 items (a quick check)
-#   scripts/study/reproduce.sh --publish               # then copy the outputs into docs/study/
+#   scripts/study/reproduce.sh --publish               # then copy the outputs into study/
 #   scripts/study/reproduce.sh --status                # cells done and left, measured time left (step 1)
-#   scripts/study/reproduce.sh --save                  # finished cells -> docs/study/cells, steps/<name>/cells (to commit)
+#   scripts/study/reproduce.sh --save                  # finished cells -> study/cells, steps/<name>/cells (to commit)
 #
 # Steps, each resumable (rerun the same command after any interruption; finished cells are kept, and the
-# cells saved by --save, step 1's under docs/study/cells and steps 3-4's under docs/study/steps/<name>/, are
+# cells saved by --save, step 1's under study/cells and steps 3-4's under study/steps/<name>/, are
 # restored first, so a new machine goes on where the last one stopped; scripts/study/progress.py says which are
 # reused):
 #   1. the full envelope (48 configurations per benchmark, 12 for CrowS-Pairs, sampled cells with the 5 seeds
@@ -55,7 +55,7 @@ step_args() {  # step_args NAME: the sweep arguments of that step, into ARGS
   esac
   ARGS+=("${EXTRA[@]+"${EXTRA[@]}"}")
 }
-SAVED=${STUDY_SAVED:-docs/study}  # where --save keeps finished cells (the repository; a test points it elsewhere)
+SAVED=${STUDY_SAVED:-study}  # where --save keeps finished cells (the repository; a test points it elsewhere)
 progress() { "$PY" scripts/study/progress.py "$@"; }
 if [ "$ACTION" = status ]; then
   exec "$PY" scripts/study/progress.py status --run "$OUT/grid" --dest "$SAVED" -- "${STEP1[@]}"
@@ -112,7 +112,7 @@ done
 echo "study: done in $(( $(date +%s) - start )) s wall: $OUT/analysis/report.md"
 
 if [ "$PUBLISH" = 1 ]; then
-  D=${STUDY_PUBLISH:-docs/study}  # the repository's docs/study; a test publishes elsewhere
+  D=${STUDY_PUBLISH:-study}  # the repository's study; a test publishes elsewhere
   mkdir -p "$D"
   cp "$OUT"/grid/{grid.csv,grid.parquet,run.json} "$D"/
   "$PY" - "$OUT/grid/items.parquet" "$D/items.parquet" <<'PY'

@@ -67,7 +67,7 @@ def test_card_reads_run_json_and_flags_a_rules_mismatch(rules, tmp_path):
 
 
 def test_card_names_embedded_models_from_the_grid_and_prints_the_machine_as_text(rules, tmp_path):
-    """A sweep that found a model's cells cached records only its label in run.json (docs/study: smollm2,
+    """A sweep that found a model's cells cached records only its label in run.json (study: smollm2,
     gemma3-270m); the grid's weights_sha256 column still names the weights, and an embedded model's
     sha256 says which backend ran it. The machine reads as text, not a Python dict."""
     import pandas as pd

@@ -1,7 +1,7 @@
 """docs/analysis.md quotes what commands print: every fenced block that starts with `$ safetyrepro ...` is
 run here (from the repository root, in-process, `| head -n N` applied) and its printed text must be the
 block's, line for line, so the page cannot drift from the program again (issue 43: the worked `plan
-docs/study/grid.csv` example had). The numbers its prose quotes from `plan` are recomputed too."""
+study/grid.csv` example had). The numbers its prose quotes from `plan` are recomputed too."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _examples() -> list[tuple[str, list[str]]]:
 def test_the_page_quotes_the_plan_examples():
     commands = [c for c, _ in _examples()]
     assert "safetyrepro plan --discordance 0.3 --effect 0.1 --configs 48 --items 300" in commands
-    assert "safetyrepro plan docs/study/grid.csv | head -n 5" in commands
+    assert "safetyrepro plan study/grid.csv | head -n 5" in commands
 
 
 @pytest.mark.parametrize(("command", "expected"), _examples(), ids=[c for c, _ in _examples()])

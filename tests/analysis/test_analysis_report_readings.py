@@ -15,7 +15,7 @@ from safetyrepro.cli import main
 from safetyrepro.grid_schema import grid_row
 from safetyrepro.tasks.envelope import Config, default_rules
 
-STUDY = Path(__file__).resolve().parents[2] / "docs" / "study"
+STUDY = Path(__file__).resolve().parents[2] / "study"
 CONTENT = "on the 20 items both read model-b is ahead 0.800 vs 0.500 (exact p = 0.0312)"
 WHY_T1 = f"model-b parse rate 0.50; {CONTENT}, not model-a"
 

@@ -136,7 +136,7 @@ def test_verdict_cluster_refuses_what_it_cannot_read_in_one_line(tmp_path, capsy
     assert "--cluster paragraph: task arc_easy_local's item '0' has no field 'paragraph'" in said
     assert "its logged fields are answerKey, choices, id, passage, question" in said
     assert "not clustered" in refused(qwen, smol, "--cluster", "passage", "--margin", "0.1")
-    grid = str(Path(__file__).parents[2] / "docs" / "study" / "grid.csv")
+    grid = str(Path(__file__).parents[2] / "study" / "grid.csv")
     assert "--cluster: for runs compared task by task" in refused(
         "smollm2", "gemma3-270m", "--grid", grid, "--cluster", "x"
     )

@@ -1,4 +1,4 @@
-"""docs/certify.md's replay blocks are what the program prints on the published records (both targets)."""
+"""docs/certify_examples.md's replay blocks are what the program prints on the published records (both targets)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from safetyrepro.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-DOC = REPO / "docs" / "certify.md"
+DOC = REPO / "docs" / "certify_examples.md"
 SECONDS = re.compile(r"\d+\.\d s evaluating")
 
 
@@ -26,7 +26,7 @@ def test_the_replay_blocks_match_the_program(tmp_path, capsys, monkeypatch, targ
     monkeypatch.chdir(REPO)
     out = "/tmp/cx/study_cert" if target == "population" else "/tmp/cx/study_subset"
     extra = [] if target == "population" else ["--target", "subset"]
-    command = f"safetyrepro certify --replay docs/study/items.parquet --grid docs/study/grid.csv {' '.join(extra)}"
+    command = f"safetyrepro certify --replay study/items.parquet --grid study/grid.csv {' '.join(extra)}"
     documented = _block(f"{' '.join(command.split())} --out {out}")
     args = command.split()[1:] + ["--out", str(tmp_path / "o"), "--quiet"]
     assert main(args) == 0

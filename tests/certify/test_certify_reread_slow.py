@@ -17,7 +17,7 @@ from safetyrepro.cli import main
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-CERTIFIED = REPO / "docs" / "study" / "certified"
+CERTIFIED = REPO / "study" / "certified"
 FILES = ("certificate.csv", "claims.csv", "cost.json", "report.md", "items.parquet")
 
 
@@ -29,10 +29,10 @@ def test_a_held_only_reread_of_the_certified_study_keeps_everything_and_says_wha
     for name in FILES:
         shutil.copy(CERTIFIED / name, out / name)
     before = json.loads((out / "cost.json").read_text())
-    monkeypatch.chdir(REPO)  # --records docs/study, as the study's script passes it
+    monkeypatch.chdir(REPO)  # --records study, as the study's script passes it
     args = "--models smollm2 gemma3-270m qwen2.5-coder-0.5b --tier full --precision fp32 --alpha 0.05 --delta 0.05"
     rc = main(
-        ["certify", *args.split(), "--order", "subset", "--records", "docs/study", "--held-only"]
+        ["certify", *args.split(), "--order", "subset", "--records", "study", "--held-only"]
         + ["--out", str(out), "--quiet"]
     )
     assert rc == 0
