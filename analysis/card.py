@@ -604,7 +604,8 @@ def _verdict_lines(verdict: dict | None) -> list[str]:
     return lines
 
 
-def card_markdown(card: dict) -> str:
+def _card_head(card: dict) -> list[str]:
+    """The title and what the grid is: its file, rules and machine."""
     g, env = card["grid"], card["envelope"]
     lines = [
         f"# GRID card: {Path(g['path']).name}",
@@ -626,6 +627,13 @@ def card_markdown(card: dict) -> str:
             )
         ),
         f"- Machine: {machine_text(card['machine'])}",
+    ]
+    return lines
+
+
+def _card_models(card: dict) -> list[str]:
+    """What ran each model and what its backend could not do as asked."""
+    lines = [
         "",
         "## Models",
         "",
@@ -641,7 +649,12 @@ def card_markdown(card: dict) -> str:
         f"{'; '.join(m.get('capability_flags') or []) or 'none'} |"
         for m in card["models"]
     ]
-    lines += [
+    return lines
+
+
+def _card_benchmarks(card: dict) -> list[str]:
+    """Each benchmark's configurations, direction, item subset and items per cell."""
+    lines = [
         "",
         "## Benchmarks and items",
         "",
@@ -653,7 +666,13 @@ def card_markdown(card: dict) -> str:
         f"{', '.join(map(str, b['n_items']))} |"
         for b in card["benchmarks"]
     ]
-    lines += [
+    return lines
+
+
+def _card_envelope(card: dict) -> list[str]:
+    """The envelope's axes, stress tier, constraints, and the configurations per slice."""
+    env = card["envelope"]
+    lines = [
         "",
         "## Envelope",
         "",
@@ -668,7 +687,12 @@ def card_markdown(card: dict) -> str:
     ]
     for name, counts in env["slices"].items():
         lines.append(f"| {name} | " + " | ".join(str(counts.get(b["name"], 0)) for b in card["benchmarks"]) + " |")
-    lines += [
+    return lines
+
+
+def _card_headline(card: dict) -> list[str]:
+    """The headline table and the verdict."""
+    lines = [
         "",
         "## Headline",
         "",
@@ -690,12 +714,24 @@ def card_markdown(card: dict) -> str:
             f"{h['n_orderings_better']}/{h['n_possible']} | {h['tau_r']:.3f} | {h['sdi_max']:.3f} |"
         )
     lines += _verdict_lines(card.get("verdict"))
+    return lines
+
+
+def _card_detectable(card: dict) -> list[str]:
+    """What the grid's items could detect."""
+    lines: list[str] = []
     lines += ["", "## What this grid can detect", ""]
     lines += (
         [f"- {x}" for x in card["detectable"]["sentences"]]
         if card["detectable"]["sentences"]
         else ["- Not computed (no per-item records): what the grid can detect is unknown."]
     )
+    return lines
+
+
+def _card_cells(card: dict) -> list[str]:
+    """The cells left out and the degenerate cells, with what they move."""
+    lines: list[str] = []
     lines += ["", "## Cells left out and degenerate cells", ""]
     if card["cells_left_out"]:
         lines += [
@@ -740,6 +776,12 @@ def card_markdown(card: dict) -> str:
         ]
     else:
         lines.append(f"- No degenerate cell: every cell parses at least {PARSE_CLEAN_MIN:.0%} of items.")
+    return lines
+
+
+def _card_ties(card: dict) -> list[str]:
+    """Exactly tied log-probability candidates."""
+    lines: list[str] = []
     ties = card["ties_between_candidates"]
     lines += [
         "",
@@ -754,6 +796,12 @@ def card_markdown(card: dict) -> str:
             + (f", highest tie_rate {ties['max_tie_rate']:.3f}" if ties["max_tie_rate"] else "")
         ),
     ]
+    return lines
+
+
+def _card_statistics(card: dict) -> list[str]:
+    """The significance tests and the bootstrap."""
+    lines: list[str] = []
     sig = card["analysis"]["significance"]
     lines += [
         "",
@@ -786,6 +834,12 @@ def card_markdown(card: dict) -> str:
             f"{p['p_consistent_better']:.3f} | {p['rho_flip_sig']:.3f} | {p['rho_flip_sig_better']:.3f} |"
             for p in sig["pairs"]
         ]
+    return lines
+
+
+def _card_packages(card: dict) -> list[str]:
+    """The packages of the run and of the analysis, and the caveats."""
+    lines: list[str] = []
     lines += ["", "## Packages", ""]
     if card["packages"]:
         lines += [f"- {k} {v}" for k, v in card["packages"].items()]
@@ -799,6 +853,26 @@ def card_markdown(card: dict) -> str:
         "",
     ]
     lines += [f"- {c}" for c in card["caveats"]]
+    return lines
+
+
+# The card's sections, in the order grid_card.md shows them.
+CARD_SECTIONS = (
+    _card_head,
+    _card_models,
+    _card_benchmarks,
+    _card_envelope,
+    _card_headline,
+    _card_detectable,
+    _card_cells,
+    _card_ties,
+    _card_statistics,
+    _card_packages,
+)
+
+
+def card_markdown(card: dict) -> str:
+    lines = [line for section in CARD_SECTIONS for line in section(card)]
     return md_prose("\n".join(lines)) + "\n"  # the prose quotes labels too: no raw HTML, no links
 
 

@@ -159,6 +159,27 @@ def _check_unit_interval(frame: pd.DataFrame, values: pd.Series, column: str, so
         )
 
 
+def _check_configurations(out: pd.DataFrame, rules: Rules, source: str) -> None:
+    """Every row's configuration is inside the envelope, named by its config_id and tagged with the rules' tier."""
+    for i, r in enumerate(out[["benchmark", *AXES, "config_id", "tier"]].itertuples(index=False), start=1):
+        cfg = Config(r.benchmark, r.template, r.decoding, int(r.shots), r.scoring)
+        broken = rules.violated(cfg)
+        if broken:
+            raise UserError(
+                f"grid {source} row {i}: configuration {cfg.config_id} is outside the envelope ({'; '.join(broken)})"
+            )
+        if r.config_id != cfg.config_id:
+            raise UserError(
+                f"grid {source} row {i}: config_id {r.config_id!r} does not match the row's axes "
+                f"(expected {cfg.config_id!r})"
+            )
+        if r.tier != rules.tier(cfg):
+            raise UserError(
+                f"grid {source} row {i}: tier {r.tier!r} for {cfg.config_id} disagrees with the rules "
+                f"file, which tags it {rules.tier(cfg)!r} (was the grid written under other rules?)"
+            )
+
+
 def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFrame:
     """Check a raw grid table against the contract and the rules; return it with typed columns."""
     missing = [c for c in GRID_COLUMNS if c not in frame.columns]
@@ -224,23 +245,7 @@ def validate_cells(frame: pd.DataFrame, rules: Rules, source: str) -> pd.DataFra
                 f"allowed: {', '.join(map(str, values))}"
             )
 
-    for i, r in enumerate(out[["benchmark", *AXES, "config_id", "tier"]].itertuples(index=False), start=1):
-        cfg = Config(r.benchmark, r.template, r.decoding, int(r.shots), r.scoring)
-        broken = rules.violated(cfg)
-        if broken:
-            raise UserError(
-                f"grid {source} row {i}: configuration {cfg.config_id} is outside the envelope ({'; '.join(broken)})"
-            )
-        if r.config_id != cfg.config_id:
-            raise UserError(
-                f"grid {source} row {i}: config_id {r.config_id!r} does not match the row's axes "
-                f"(expected {cfg.config_id!r})"
-            )
-        if r.tier != rules.tier(cfg):
-            raise UserError(
-                f"grid {source} row {i}: tier {r.tier!r} for {cfg.config_id} disagrees with the rules "
-                f"file, which tags it {rules.tier(cfg)!r} (was the grid written under other rules?)"
-            )
+    _check_configurations(out, rules, source)
 
     # A cell that did not run (failed, not_applicable) may leave its numbers empty; an ok cell may not.
     for column in ("score", "parse_rate"):

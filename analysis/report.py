@@ -876,12 +876,9 @@ def _certificate_rows(a: Analysis) -> pd.DataFrame:
     return cert.assign(rests_on=rests)
 
 
-def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) -> list[Block]:
+def _header_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """The title, the run in one line, the verdict and what the analysis covers."""
     g = a.grid
-    m = len(g.models)
-    null_mismatch = 1 - 1 / math.factorial(m)
-    sizes = sorted(set(int(n) for n in a.rho_flip_max["n_configs"]))
-    full_sizes = sorted(set(int(n) for n in _full(a.rho_flip_max)["n_configs"]))
     blocks: list[Block] = [
         Heading(f"SafetyRepro analysis of {Path(g.source).name}", 1),
         Para(
@@ -892,27 +889,12 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
         *_figure_or_sentence(figures, "orderings", "Distinct orderings reached per benchmark and slice"),
         *_scope_blocks(a),
     ]
-    definitions: list[Block] = [
-        Heading("Definitions"),
-        Para(
-            "The question: if one evaluator picks a prompt template, decoding setting, number of worked examples and "
-            "scoring path, and another picks differently but just as reasonably, do they agree on which model is "
-            "better? For each pair of models, rho_flip is the share of configurations on which the less frequent "
-            "winner wins strictly: 0 means one model is never strictly behind. Its ceiling is floor(|C|/2)/|C|, "
-            "reached when the configurations split as evenly as they can: 0.5 at even |C|, less at odd |C|. Ties count "
-            "for neither model but stay in the denominator. Scores are compared as the fractions of a cell's item x "
-            "seed answers they stand for, so equal counts tie however a float mean of seeds rounded (docs/formats.md)."
-        ),
-        Para(
-            "Chance reference: if the configurations were coin flips for which of two models wins (exchangeable "
-            "scores, no ties), rho_flip would average E[min(K, |C|-K)]/|C| with K ~ Binomial(|C|, 1/2), well below the "
-            "ceiling; the headline's maximum over the model pairs would average more (chance_max). A value near "
-            "chance says the verdict is as mixed as coin flips. At the sizes of slice `full`: "
-            + ceiling_phrase(full_sizes)
-            + " (other slices: in the tier ablation)."
-        ),
-        Para(_direction_sentence(g.benchmarks)),
-    ]
+    return blocks
+
+
+def _problems_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """Warnings, the cells left out, and the degenerate cells."""
+    blocks: list[Block] = []
     if a.warnings:
         blocks += [Heading("Warnings"), Bullets(a.warnings)]
     if not a.excluded_cells.empty:
@@ -928,7 +910,15 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
         ]
     blocks += _degenerate_blocks(a)
 
-    blocks += [
+    return blocks
+
+
+def _headline_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """One row per benchmark on slice `full`, then what the items could detect."""
+    g = a.grid
+    m = len(g.models)
+    full_sizes = sorted(set(int(n) for n in _full(a.rho_flip_max)["n_configs"]))
+    blocks: list[Block] = [
         Heading("Headline"),
         Table(
             headline(a),
@@ -946,7 +936,12 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
     ]
     blocks += _detectable_blocks(a)
 
-    blocks += [
+    return blocks
+
+
+def _pairs_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """rho_flip per model pair, and its figure."""
+    blocks: list[Block] = [
         Heading("rho_flip per model pair"),
         Table(
             _pair_rows(a),
@@ -960,7 +955,12 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
     ]
     blocks += _figure_or_sentence(figures, "rho_flip_surface", "rho_flip per model pair and benchmark, slice full")
 
-    blocks += [
+    return blocks
+
+
+def _orderings_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """The orderings each configuration reaches (and without the degenerate cells)."""
+    blocks: list[Block] = [
         Heading("Orderings reached"),
         Table(
             _ordering_rows(a),
@@ -982,7 +982,13 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
             )
         )
 
-    blocks += [
+    return blocks
+
+
+def _slices_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """The slices and the tier ablation, and its figure."""
+    sizes = sorted(set(int(n) for n in a.rho_flip_max["n_configs"]))
+    blocks: list[Block] = [
         Heading("Slices and tier ablation"),
         Para(
             "Slices restrict the configurations: core drops the stress-tier values (template T4, diverse "
@@ -1001,6 +1007,15 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
     ]
     blocks += _figure_or_sentence(figures, "rho_flip_by_slice", "rho_flip max per benchmark and slice")
 
+    return blocks
+
+
+def _concordance_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """Kendall's tau_R between configurations' rankings."""
+    g = a.grid
+    m = len(g.models)
+    null_mismatch = 1 - 1 / math.factorial(m)
+    blocks: list[Block] = []
     conc = _full(a.concordance)[["benchmark", "n_configs", "tau_r", "order_mismatch_rate", "n_undefined_pairs"]]
     blocks += [
         Heading("Ranking concordance"),
@@ -1013,7 +1028,13 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
         ),
     ]
 
-    blocks += [
+    return blocks
+
+
+def _sdi_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """Score dispersion per model and benchmark, and the score ranges' figure."""
+    g = a.grid
+    blocks: list[Block] = [
         Heading("Score dispersion (SDI)"),
         Table(
             _two_slices(a.sdi, "sdi", g.benchmarks),
@@ -1025,7 +1046,13 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
     ]
     blocks += _figure_or_sentence(figures, "score_ranges", "Score of every configuration per model and benchmark")
 
-    blocks += [
+    return blocks
+
+
+def _cfr_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """The compliance flip rate where a benchmark reads as pass/fail."""
+    g = a.grid
+    blocks: list[Block] = [
         Heading("Compliance flip rate (CFR)"),
         Para(
             "A model passes a configuration when its score is at least theta. CFR is the probability that two "
@@ -1047,6 +1074,12 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
                 )
             )
 
+    return blocks
+
+
+def _ties_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """Exactly tied log-probability candidates (when the run recorded them)."""
+    blocks: list[Block] = []
     if a.tie_rates is not None:
         blocks.append(Heading("Ties between logprob candidates"))
         rule = (run_meta or {}).get("tie_rule") or "unknown"
@@ -1067,9 +1100,12 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
                 ),
             ]
 
-    blocks += _variance_blocks(a)
+    return blocks
 
-    blocks += [
+
+def _shap_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """The surrogate models' axis attribution, and its figure."""
+    blocks: list[Block] = [
         Heading("Axis attribution (SHAP)"),
         Para(
             "A small LightGBM regressor predicts scores from the axes, model and benchmark; per benchmark and "
@@ -1104,6 +1140,12 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
         )
     blocks += _figure_or_sentence(figures, "shap", "Mean |SHAP| per feature and per axis")
 
+    return blocks
+
+
+def _bootstrap_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """How much the maxima depend on which configurations are in the envelope."""
+    blocks: list[Block] = []
     boot = a.bootstrap[["benchmark", "statistic", "point", "low", "high"]]
     blocks += [
         Heading("Configuration bootstrap"),
@@ -1116,8 +1158,12 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
         ),
     ]
 
-    blocks += _significance_blocks(a)
+    return blocks
 
+
+def _certificate_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """The two configurations per pair that reproduce a reversal."""
+    blocks: list[Block] = []
     cert = _certificate_rows(a)
     blocks += [
         Heading("Verdict certificate"),
@@ -1130,9 +1176,68 @@ def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) 
         ),
     ]
 
+    return blocks
+
+
+def _notes_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """The analysis's notes."""
+    blocks: list[Block] = []
     if a.notes:
         blocks += [Heading("Notes"), Bullets(a.notes)]
-    return blocks + definitions
+    return blocks
+
+
+def _definitions_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """What rho_flip, its ceiling and its chance value are, and which way each benchmark is better."""
+    g = a.grid
+    full_sizes = sorted(set(int(n) for n in _full(a.rho_flip_max)["n_configs"]))
+    return [
+        Heading("Definitions"),
+        Para(
+            "The question: if one evaluator picks a prompt template, decoding setting, number of worked examples and "
+            "scoring path, and another picks differently but just as reasonably, do they agree on which model is "
+            "better? For each pair of models, rho_flip is the share of configurations on which the less frequent "
+            "winner wins strictly: 0 means one model is never strictly behind. Its ceiling is floor(|C|/2)/|C|, "
+            "reached when the configurations split as evenly as they can: 0.5 at even |C|, less at odd |C|. Ties count "
+            "for neither model but stay in the denominator. Scores are compared as the fractions of a cell's item x "
+            "seed answers they stand for, so equal counts tie however a float mean of seeds rounded (docs/formats.md)."
+        ),
+        Para(
+            "Chance reference: if the configurations were coin flips for which of two models wins (exchangeable "
+            "scores, no ties), rho_flip would average E[min(K, |C|-K)]/|C| with K ~ Binomial(|C|, 1/2), well below the "
+            "ceiling; the headline's maximum over the model pairs would average more (chance_max). A value near "
+            "chance says the verdict is as mixed as coin flips. At the sizes of slice `full`: "
+            + ceiling_phrase(full_sizes)
+            + " (other slices: in the tier ablation)."
+        ),
+        Para(_direction_sentence(g.benchmarks)),
+    ]
+
+
+# The report's sections, in the order report.md shows them (the definitions close it).
+REPORT_SECTIONS = (
+    _header_section,
+    _problems_section,
+    _headline_section,
+    _pairs_section,
+    _orderings_section,
+    _slices_section,
+    _concordance_section,
+    _sdi_section,
+    _cfr_section,
+    _ties_section,
+    lambda a, figures, run_meta: _variance_blocks(a),
+    _shap_section,
+    _bootstrap_section,
+    lambda a, figures, run_meta: _significance_blocks(a),
+    _certificate_section,
+    _notes_section,
+    _definitions_section,
+)
+
+
+def build_blocks(a: Analysis, figures: FigureSet, run_meta: dict | None = None) -> list[Block]:
+    return [block for section in REPORT_SECTIONS for block in section(a, figures, run_meta)]
 
 
 def write_report(a: Analysis, out: Path, figures: FigureSet) -> list[Path]:

@@ -120,6 +120,135 @@ def _first(recs):
     return recs[0] if recs else None
 
 
+def _lm_eval_cells(
+    meta: dict, recs: list, benchmark: str, first, prompt: str, chat, system, opts: str
+) -> dict[str, str]:
+    """lm-eval's Table 8 cells: its task config and invocation as recorded."""
+    cells: dict[str, str] = {}
+    task = meta.get("tasks", {}).get(benchmark)
+    cfg = meta.get("results", {}).get("configs", {}).get(task, {})
+    inv = meta.get("invocation", {})
+    out_type = cfg.get("output_type", "?")
+    cells["candidate object"] = (
+        f"{out_type}: log-likelihood of each of {opts} answer texts "
+        f"(doc_to_choice `{_short(str(cfg.get('doc_to_choice')), 40)}`), "
+        f"target_delimiter {cfg.get('target_delimiter')!r}"
+    )
+    primer = "QA primer (6 Q/A pairs) in doc_to_text" if "prompt_qa" in str(cfg.get("doc_to_text")) else "no primer"
+    cells["prompt boilerplate and primer"] = (
+        f"description {cfg.get('description', '')!r}; {primer}; prompt ends {_short(prompt[-60:], 60)!r}"
+    )
+    cells["chat template"] = (
+        f"{'on' if chat else 'off'} (apply_chat_template={inv.get('apply_chat_template')}, "
+        f"fewshot_as_multiturn={inv.get('fewshot_as_multiturn')})"
+    )
+    cells["system prompt"] = repr(system) if system else f"none (system_instruction={inv.get('system_instruction')!r})"
+    gk = inv.get("gen_kwargs")
+    cells["decoding as executed"] = (
+        "none: log-likelihood scoring, nothing generated"
+        if out_type == "multiple_choice"
+        else f"generate_until {cfg.get('generation_kwargs')} gen_kwargs={gk}"
+    )
+    nshot = meta.get("results", {}).get("n-shot", {}).get(task)
+    cells["few-shot"] = (
+        f"{nshot} (num_fewshot={cfg.get('num_fewshot')}, "
+        f"fewshot_split={cfg.get('fewshot_split') or cfg.get('training_split')})"
+    )
+    metrics = [m.get("metric") for m in cfg.get("metric_list", [])]
+    cells["answer extraction"] = "argmax of summed log-likelihoods" + (
+        f" ({_short(str(cfg.get('process_results')), 50)})" if cfg.get("process_results") else ""
+    )
+    cells["normalisation"] = (
+        f"none on the headline `acc` (unnormalised sums); metrics {', '.join(map(str, metrics[:3]))}"
+        f"{'…' if len(metrics) > 3 else ''}"
+    )
+    lim = meta.get("invocation", {}).get("limit")
+    cells["item set"] = (
+        f"first {len(recs)} docs of {cfg.get('test_split') or cfg.get('validation_split')} in "
+        f"dataset order (limit={lim}); data {meta.get('datasets', {}).get(benchmark, cfg.get('dataset_path'))}"
+    )
+    return cells
+
+
+def _helm_cells(meta: dict, recs: list, benchmark: str, first, prompt: str, chat, system, opts: str) -> dict[str, str]:
+    """HELM's Table 8 cells: its adapter spec and the request as recorded."""
+    cells: dict[str, str] = {}
+    spec = meta.get("specs", {}).get(benchmark, {})
+    a = spec.get("adapter_spec", {})
+    req = (first.meta.get("request") if first else {}) or {}
+    cells["candidate object"] = (
+        f"{a.get('method')}: {opts} options lettered in the prompt "
+        f"(reference_prefix {a.get('reference_prefix')!r}), one generated completion"
+    )
+    cells["prompt boilerplate and primer"] = (
+        f"instructions {_short(a.get('instructions', ''), 60)!r}; input_prefix "
+        f"{a.get('input_prefix')!r}; output_prefix {a.get('output_prefix')!r}"
+    )
+    cells["chat template"] = (
+        f"{'on' if chat else 'off'} (HuggingFaceClient auto: "
+        f"{'applied' if meta.get('chat_template_applied') else 'not applied'}; one user turn)"
+    )
+    cells["system prompt"] = repr(system) + " (template default)" if system else "none"
+    sent_t = meta.get("sent_temperature")
+    cells["decoding as executed"] = (
+        f"temperature {req.get('temperature')} in the request"
+        f"{f' → {sent_t} with sampling in the HF client' if sent_t is not None else ''}"
+        f", max_tokens {req.get('max_tokens')}, stop {req.get('stop_sequences')}, "
+        f"num_completions {req.get('num_completions')}"
+    )
+    cells["few-shot"] = f"{a.get('max_train_instances')} (run expander; HELM's spec default is 5)"
+    cells["answer extraction"] = (
+        f"completion.strip() looked up in output_mapping; output_mapping_pattern {a.get('output_mapping_pattern')!r}"
+    )
+    metrics = [m.get("class_name", "").split(".")[-1] for m in spec.get("metric_specs", [])]
+    cells["normalisation"] = f"exact match of the mapped reference ({', '.join(metrics)}); unmapped scores 0"
+    cells["item set"] = (
+        f"{len(recs)} of the eval split sampled with np.random.seed(0) "
+        f"(--max-eval-instances {a.get('max_eval_instances') or len(recs)}); scenario "
+        f"{spec.get('scenario_spec', {}).get('class_name', '').split('.')[-1]} "
+        f"{spec.get('scenario_spec', {}).get('args')}"
+    )
+    return cells
+
+
+def _inspect_cells(
+    meta: dict, recs: list, benchmark: str, first, prompt: str, chat, system, opts: str
+) -> dict[str, str]:
+    """Inspect's Table 8 cells: its plan, generate config and eval as recorded."""
+    cells: dict[str, str] = {}
+    m = meta.get("meta", {}).get(benchmark, {})
+    plan = m.get("plan") or {}
+    steps = [s.get("solver") for s in plan.get("steps", [])]
+    gcfg = m.get("model_generate_config", {})
+    margs = m.get("model_args", {})
+    do_sample = margs.get("do_sample", "unset → provider default True")
+    ev = m.get("eval", {})
+    cells["candidate object"] = (
+        f"{'+'.join(map(str, steps)) or 'multiple_choice'}: {opts} options lettered "
+        "'A) …', one generated completion; scorer "
+        f"{', '.join(s.get('name', '') for s in ev.get('scorers') or []) or 'choice'}"
+    )
+    user = first.meta.get("user_prompt", "") if first else ""
+    cells["prompt boilerplate and primer"] = f"multiple_choice template: {_short(user.split(chr(10))[0], 80)!r}"
+    cells["chat template"] = f"{'on' if chat else 'off'} (hf provider: tokenizer chat template)"
+    cells["system prompt"] = repr(system) + " (template default)" if system else "none"
+    temp = gcfg.get("temperature", "unset")
+    cells["decoding as executed"] = (
+        f"do_sample={do_sample}, temperature={temp}"
+        f"{' (HF default 1.0, top_k 50)' if temp == 'unset' and do_sample is not False else ''}, "
+        f"max_tokens={gcfg.get('max_tokens')}, seed={gcfg.get('seed')}"
+    )
+    cells["few-shot"] = "0 (no demonstrations in the solver)"
+    cells["answer extraction"] = "parse_answers: last 'ANSWER: <letter>' line (strict, then lenient regex)"
+    cells["normalisation"] = "letter upper-cased, trailing period stripped; no answer scores 0"
+    ds = ev.get("dataset", {})
+    cells["item set"] = (
+        f"first {len(recs)} samples of {ds.get('name')} ({ds.get('samples')} samples, "
+        f"shuffled={ds.get('shuffled')}); limit={ev.get('config', {}).get('limit')}"
+    )
+    return cells
+
+
 def stack_axes(stack: str, meta: dict, recs: list, benchmark: str, tokenizer=None) -> dict[str, str]:
     """The Table 8 cells of one stack on one benchmark, from its recorded meta and prompts."""
     first = _first(recs)
@@ -128,121 +257,8 @@ def stack_axes(stack: str, meta: dict, recs: list, benchmark: str, tokenizer=Non
     system = system_in_prompt(prompt, tokenizer) if tokenizer is not None else None
     n_opts = sorted({len(r.options) for r in recs}) if recs else []
     opts = f"{n_opts[0]}" if len(n_opts) == 1 else (f"{n_opts[0]}-{n_opts[-1]}" if n_opts else "?")
-    cells: dict[str, str] = {}
-    if stack == "lm-eval":
-        task = meta.get("tasks", {}).get(benchmark)
-        cfg = meta.get("results", {}).get("configs", {}).get(task, {})
-        inv = meta.get("invocation", {})
-        out_type = cfg.get("output_type", "?")
-        cells["candidate object"] = (
-            f"{out_type}: log-likelihood of each of {opts} answer texts "
-            f"(doc_to_choice `{_short(str(cfg.get('doc_to_choice')), 40)}`), "
-            f"target_delimiter {cfg.get('target_delimiter')!r}"
-        )
-        primer = "QA primer (6 Q/A pairs) in doc_to_text" if "prompt_qa" in str(cfg.get("doc_to_text")) else "no primer"
-        cells["prompt boilerplate and primer"] = (
-            f"description {cfg.get('description', '')!r}; {primer}; prompt ends {_short(prompt[-60:], 60)!r}"
-        )
-        cells["chat template"] = (
-            f"{'on' if chat else 'off'} (apply_chat_template={inv.get('apply_chat_template')}, "
-            f"fewshot_as_multiturn={inv.get('fewshot_as_multiturn')})"
-        )
-        cells["system prompt"] = (
-            repr(system) if system else f"none (system_instruction={inv.get('system_instruction')!r})"
-        )
-        gk = inv.get("gen_kwargs")
-        cells["decoding as executed"] = (
-            "none: log-likelihood scoring, nothing generated"
-            if out_type == "multiple_choice"
-            else f"generate_until {cfg.get('generation_kwargs')} gen_kwargs={gk}"
-        )
-        nshot = meta.get("results", {}).get("n-shot", {}).get(task)
-        cells["few-shot"] = (
-            f"{nshot} (num_fewshot={cfg.get('num_fewshot')}, "
-            f"fewshot_split={cfg.get('fewshot_split') or cfg.get('training_split')})"
-        )
-        metrics = [m.get("metric") for m in cfg.get("metric_list", [])]
-        cells["answer extraction"] = "argmax of summed log-likelihoods" + (
-            f" ({_short(str(cfg.get('process_results')), 50)})" if cfg.get("process_results") else ""
-        )
-        cells["normalisation"] = (
-            f"none on the headline `acc` (unnormalised sums); metrics {', '.join(map(str, metrics[:3]))}"
-            f"{'…' if len(metrics) > 3 else ''}"
-        )
-        lim = meta.get("invocation", {}).get("limit")
-        cells["item set"] = (
-            f"first {len(recs)} docs of {cfg.get('test_split') or cfg.get('validation_split')} in "
-            f"dataset order (limit={lim}); data {meta.get('datasets', {}).get(benchmark, cfg.get('dataset_path'))}"
-        )
-    elif stack == "helm":
-        spec = meta.get("specs", {}).get(benchmark, {})
-        a = spec.get("adapter_spec", {})
-        req = (first.meta.get("request") if first else {}) or {}
-        cells["candidate object"] = (
-            f"{a.get('method')}: {opts} options lettered in the prompt "
-            f"(reference_prefix {a.get('reference_prefix')!r}), one generated completion"
-        )
-        cells["prompt boilerplate and primer"] = (
-            f"instructions {_short(a.get('instructions', ''), 60)!r}; input_prefix "
-            f"{a.get('input_prefix')!r}; output_prefix {a.get('output_prefix')!r}"
-        )
-        cells["chat template"] = (
-            f"{'on' if chat else 'off'} (HuggingFaceClient auto: "
-            f"{'applied' if meta.get('chat_template_applied') else 'not applied'}; one user turn)"
-        )
-        cells["system prompt"] = repr(system) + " (template default)" if system else "none"
-        sent_t = meta.get("sent_temperature")
-        cells["decoding as executed"] = (
-            f"temperature {req.get('temperature')} in the request"
-            f"{f' → {sent_t} with sampling in the HF client' if sent_t is not None else ''}"
-            f", max_tokens {req.get('max_tokens')}, stop {req.get('stop_sequences')}, "
-            f"num_completions {req.get('num_completions')}"
-        )
-        cells["few-shot"] = f"{a.get('max_train_instances')} (run expander; HELM's spec default is 5)"
-        cells["answer extraction"] = (
-            f"completion.strip() looked up in output_mapping; output_mapping_pattern "
-            f"{a.get('output_mapping_pattern')!r}"
-        )
-        metrics = [m.get("class_name", "").split(".")[-1] for m in spec.get("metric_specs", [])]
-        cells["normalisation"] = f"exact match of the mapped reference ({', '.join(metrics)}); unmapped scores 0"
-        cells["item set"] = (
-            f"{len(recs)} of the eval split sampled with np.random.seed(0) "
-            f"(--max-eval-instances {a.get('max_eval_instances') or len(recs)}); scenario "
-            f"{spec.get('scenario_spec', {}).get('class_name', '').split('.')[-1]} "
-            f"{spec.get('scenario_spec', {}).get('args')}"
-        )
-    else:
-        m = meta.get("meta", {}).get(benchmark, {})
-        plan = m.get("plan") or {}
-        steps = [s.get("solver") for s in plan.get("steps", [])]
-        gcfg = m.get("model_generate_config", {})
-        margs = m.get("model_args", {})
-        do_sample = margs.get("do_sample", "unset → provider default True")
-        ev = m.get("eval", {})
-        cells["candidate object"] = (
-            f"{'+'.join(map(str, steps)) or 'multiple_choice'}: {opts} options lettered "
-            "'A) …', one generated completion; scorer "
-            f"{', '.join(s.get('name', '') for s in ev.get('scorers') or []) or 'choice'}"
-        )
-        user = first.meta.get("user_prompt", "") if first else ""
-        cells["prompt boilerplate and primer"] = f"multiple_choice template: {_short(user.split(chr(10))[0], 80)!r}"
-        cells["chat template"] = f"{'on' if chat else 'off'} (hf provider: tokenizer chat template)"
-        cells["system prompt"] = repr(system) + " (template default)" if system else "none"
-        temp = gcfg.get("temperature", "unset")
-        cells["decoding as executed"] = (
-            f"do_sample={do_sample}, temperature={temp}"
-            f"{' (HF default 1.0, top_k 50)' if temp == 'unset' and do_sample is not False else ''}, "
-            f"max_tokens={gcfg.get('max_tokens')}, seed={gcfg.get('seed')}"
-        )
-        cells["few-shot"] = "0 (no demonstrations in the solver)"
-        cells["answer extraction"] = "parse_answers: last 'ANSWER: <letter>' line (strict, then lenient regex)"
-        cells["normalisation"] = "letter upper-cased, trailing period stripped; no answer scores 0"
-        ds = ev.get("dataset", {})
-        cells["item set"] = (
-            f"first {len(recs)} samples of {ds.get('name')} ({ds.get('samples')} samples, "
-            f"shuffled={ds.get('shuffled')}); limit={ev.get('config', {}).get('limit')}"
-        )
-    return cells
+    cells_of = {"lm-eval": _lm_eval_cells, "helm": _helm_cells}.get(stack, _inspect_cells)
+    return cells_of(meta, recs, benchmark, first, prompt, chat, system, opts)
 
 
 def table8(native: dict, benchmarks, tokenizer=None) -> list[dict]:

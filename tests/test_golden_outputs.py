@@ -5,7 +5,8 @@ readings case, `verdict` of two committed lm-eval runs (plain, `--json`, `--gate
 --replay` of the case (strict and content readings), and `export eee` of the case. Every file they write (the
 figures and report.html aside: report.md around matplotlib's pictures, whose bytes are not ours) and every line they
 print is hashed, the run's temporary folder written as <TMP>, the checkout as <REPO>, a command's own seconds
-("in 2.7 s") as <SECONDS> and the analysis packages' versions as <VERSION>; tests/golden/outputs.json holds the hashes.
+("in 2.7 s", cost.json's seconds_evaluating) as <SECONDS> and the analysis packages' versions as <VERSION>;
+tests/golden/outputs.json holds the hashes.
 
 A change that means to change what users read regenerates the file and says so in its commit:
     SAFETYREPRO_REGEN_GOLDEN=1 pytest tests/test_golden_outputs.py
@@ -39,6 +40,7 @@ SKIP_SUFFIXES = (".png", ".svg", ".pdf", ".html")  # rendered by matplotlib / a 
 def _digest(text: bytes, tmp: Path) -> str:
     text = text.replace(str(tmp).encode(), b"<TMP>").replace(str(REPO).encode(), b"<REPO>")
     text = re.sub(rb" in \d+(\.\d+)? s\b", b" in <SECONDS> s", text)
+    text = re.sub(rb'("seconds_[a-z_]+": )[0-9.e-]+', rb"\1<SECONDS>", text)  # cost.json's measured seconds
     for name in ANALYSIS_PACKAGES:  # the card's "Analysis: numpy 2.4.6, ..." and its JSON twin: CI installs anew
         version = re.escape(importlib.metadata.version(name).encode())
         text = re.sub(rb"(\b" + name.encode() + rb'"?:? "?)' + version, rb"\1<VERSION>", text)

@@ -47,6 +47,25 @@ def check_gen_request(r: GenRequest) -> None:
         raise UserError(f"top_p must be in (0, 1], got {r.top_p}")
 
 
+def _prompt_groups(order, prompts, reqs, seeds, max_rows: int, done) -> list[list[int]]:
+    """Requests in `order` as runs of identical prompts (e.g. a sampled request's seeds), at most `max_rows` a run;
+    a request for no new tokens is answered at once and joins none."""
+    groups: list[list[int]] = []
+    for i in order:
+        if reqs[i].max_new_tokens == 0:
+            done(
+                i,
+                GenResult(
+                    text="", n_prompt_tokens=len(prompts[i]), n_new_tokens=0, finish_reason="length", seed=seeds[i]
+                ),
+            )
+        elif groups and prompts[groups[-1][0]] == prompts[i] and len(groups[-1]) < max_rows:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
 class GenerateMixin:
     """Engine methods for text generation."""
 
@@ -144,20 +163,7 @@ class GenerateMixin:
             batch_size = max_rows
         else:
             max_rows = DECODE_ROWS_PER_PROMPT * batch_size
-        groups: list[list[int]] = []
-        for i in order:
-            if reqs[i].max_new_tokens == 0:
-                done(
-                    i,
-                    GenResult(
-                        text="", n_prompt_tokens=len(prompts[i]), n_new_tokens=0, finish_reason="length", seed=seeds[i]
-                    ),
-                )
-            elif groups and prompts[groups[-1][0]] == prompts[i] and len(groups[-1]) < max_rows:
-                groups[-1].append(i)
-            else:
-                groups.append([i])
-        pending = deque(groups)
+        pending = deque(_prompt_groups(order, prompts, reqs, seeds, max_rows, done))
         rows: list[_GenRow | None] = []  # slab rows; None: idle
         slab = None
         logits: dict[int, object] = {}  # slab row -> logits of the row's next token

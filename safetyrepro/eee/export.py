@@ -272,7 +272,6 @@ def build_export(
 ) -> Export:
     """Every file of the export, as text, keyed by its path under DIR."""
     from safetyrepro.analysis.grid_io import validate_cells
-    from safetyrepro.analysis.readings import READINGS_NOTE
     from safetyrepro.tasks.envelope import load_rules
 
     if relationship not in R.RELATIONSHIPS:
@@ -317,18 +316,7 @@ def build_export(
         evaluation_id = "/".join([row["config_id"], model_id, precision, package])
         stem = "/".join([R.DATA_DIR, collection, developer, model_dir, R.file_uuid(grid_sha256, evaluation_id)])
         record_file, samples_file = f"{stem}.json", f"{stem}_samples.jsonl"
-        details = {
-            R.K_N_ITEMS: str(n_items),
-            R.K_N_SEEDS: str(n_seeds),
-            R.K_PARSE_RATE: R.number_str(row["parse_rate"]),
-            R.K_PRECISION: precision,
-            R.K_PACKAGE: package,
-        }
-        if seed_scores is not None:
-            details[R.K_SEED_SCORES] = json.dumps(seed_scores)
-        if _present(row.get("tie_rate")):
-            details[R.K_TIE_RATE] = R.number_str(row["tie_rate"])
-        score_details: dict[str, Any] = {"score": row["score"], "details": details}
+        score_details: dict[str, Any] = {"score": row["score"], "details": _score_details(row, seed_scores)}
         if cell_items is not None:
             score_details["uncertainty"] = _uncertainty(cell_items)
         result = {
@@ -339,13 +327,7 @@ def build_export(
             "score_details": score_details,
             "generation_config": _generation_config(row, rules),
         }
-        model_details = {"deployment_type": "unknown", "model_availability": "unknown", R.K_LABEL: label}
-        w = _given(row, "weights_sha256") or weights.get(label)
-        if w:
-            model_details[R.K_WEIGHTS] = w
-        model_info = {"name": label, "id": model_id, "additional_details": model_details}
-        if "/" in model_id and not model_id.startswith("safetyrepro/"):
-            model_info["developer"] = model_id.split("/", 1)[0]
+        model_info = _model_info(label, model_id, _given(row, "weights_sha256") or weights.get(label))
         base, version = split_package(package)
         version = version or str(versions.get(R.VERSION_KEYS.get(base, base), "unknown"))
         record = {
@@ -385,7 +367,43 @@ def build_export(
     if not out.records:
         raise UserError(f"grid {grid_name} has no cell with status ok: nothing to export")
     verdicts = verdict_tables(raw[(valid["status"] == "ok").to_numpy()], rules_path, rules, items)
-    out.files[R.VERDICTS_FILE] = R.dump_json(
+    out.files[R.VERDICTS_FILE] = _verdicts_file(verdicts, out, grid_name, grid_sha256, rules.sha256, stamp)
+    return out
+
+
+def _score_details(row: dict, seed_scores: list | None) -> dict[str, str]:
+    """A record's score details: the cell's size, parse rate, precision and package, and its seeds' scores and
+    tie rate where the grid has them."""
+    details = {
+        R.K_N_ITEMS: str(int(row["n_items"])),
+        R.K_N_SEEDS: str(int(row["n_seeds"])),
+        R.K_PARSE_RATE: R.number_str(row["parse_rate"]),
+        R.K_PRECISION: str(row["precision"]),
+        R.K_PACKAGE: str(row["package"]),
+    }
+    if seed_scores is not None:
+        details[R.K_SEED_SCORES] = json.dumps(seed_scores)
+    if _present(row.get("tie_rate")):
+        details[R.K_TIE_RATE] = R.number_str(row["tie_rate"])
+    return details
+
+
+def _model_info(label: str, model_id: str, weights_sha256: str | None) -> dict[str, Any]:
+    """A record's model_info: the label, the id, the weights' hash when known, the developer an ORG/NAME id names."""
+    model_details = {"deployment_type": "unknown", "model_availability": "unknown", R.K_LABEL: label}
+    if weights_sha256:
+        model_details[R.K_WEIGHTS] = weights_sha256
+    model_info: dict[str, Any] = {"name": label, "id": model_id, "additional_details": model_details}
+    if "/" in model_id and not model_id.startswith("safetyrepro/"):
+        model_info["developer"] = model_id.split("/", 1)[0]
+    return model_info
+
+
+def _verdicts_file(verdicts: list, out: Export, grid_name: str, grid_sha256: str, rules_sha256: str, stamp: str) -> str:
+    """safetyrepro_verdicts.json: the comparison between models that EEE's records have no place for."""
+    from safetyrepro.analysis.readings import READINGS_NOTE
+
+    return R.dump_json(
         {
             "format": R.VERDICTS_FORMAT,
             "version": 1,
@@ -393,7 +411,7 @@ def build_export(
             "written_by": f"safetyrepro {safetyrepro.__version__} export eee",
             # the file's name and hash, never the exporting machine's path to it: the record is shared
             "grid": {"name": Path(grid_name).name, "sha256": grid_sha256},
-            "rules_sha256": rules.sha256,
+            "rules_sha256": rules_sha256,
             "retrieved_timestamp": stamp,
             "about": "SafetyRepro's verdict tables for the models of these records: rho_flip.csv's rows (per benchmark "
             "x slice x model pair: strict sign counts over the configurations every model has) and rho_flip_max, "
@@ -408,7 +426,6 @@ def build_export(
             "cells_not_exported": out.skipped,
         }
     )
-    return out
 
 
 def _rows(frame: pd.DataFrame) -> list[dict]:

@@ -192,6 +192,23 @@ def _created(data: dict, source: str) -> float:
     return when.replace(tzinfo=dt.timezone.utc).timestamp()
 
 
+def _sampling_seed(gen: dict, config: dict) -> int:
+    """A sampled run's seed: the generation seed given in gen_kwargs, else lm-eval's random_seed, else 0."""
+    field, value = "generation seed (gen_kwargs seed)", gen.get("seed")
+    if value in (None, "", 0, "0"):
+        field, value = "config.random_seed", config.get("random_seed")
+    return 0 if value in (None, "") else whole_number(value, f"field {field}", 0, MAX_SEED, text=True)
+
+
+def _recorded_n_items(data: dict, entry: dict, task: str) -> int:
+    """The items a task ran, as its results file records them (n-samples' effective, else sample_len; 0 if neither)."""
+    n_samples = _object((data.get("n-samples") or {}).get(task), f"'n-samples' of task {task}")
+    field, value = f"'n-samples' effective of task {task}", n_samples.get("effective")
+    if value in (None, "", 0):
+        field, value = f"results sample_len of task {task}", entry.get("sample_len")
+    return 0 if value in (None, "", 0) else whole_number(value, f"field {field}", 0, MAX_COUNT)
+
+
 def runs_from_results(
     data: dict, source: str, samples: dict[str, tuple[str, list[dict]]], mapping: Mapping, rules, metric: str | None
 ) -> list[Run | Unmapped]:
@@ -242,21 +259,12 @@ def runs_from_results(
             # other generation settings given on the command line (max_gen_toks, until, ...) change the outputs
             settings={k: v for k, v in cli.items() if k not in SAMPLING_KEYS},
         )
-        seed = 0
-        if decoding.do_sample:
-            field, value = "generation seed (gen_kwargs seed)", gen.get("seed")
-            if value in (None, "", 0, "0"):
-                field, value = "config.random_seed", config.get("random_seed")
-            seed = 0 if value in (None, "") else whole_number(value, f"field {field}", 0, MAX_SEED, text=True)
+        seed = _sampling_seed(gen, config) if decoding.do_sample else 0
         tie_rule = None
         if placement.safetyrepro and scoring == "logprob":
             meta = _object(task_config.get("metadata"), f"configs.{task}.metadata")
             tie_rule = str(meta.get("tie_rule") or DEFAULT_TIE_RULE)
-        n_samples = _object((data.get("n-samples") or {}).get(task), f"'n-samples' of task {task}")
-        field, value = f"'n-samples' effective of task {task}", n_samples.get("effective")
-        if value in (None, "", 0):
-            field, value = f"results sample_len of task {task}", entry.get("sample_len")
-        n_items = 0 if value in (None, "", 0) else whole_number(value, f"field {field}", 0, MAX_COUNT)
+        n_items = _recorded_n_items(data, entry, task)
         logged_rate = as_unit_score(entry.get("parse_rate,none")) if placement.safetyrepro else None
         items, item_ids, note, samples_source = None, None, "the run logged no samples (--log_samples)", None
         if task in samples:
