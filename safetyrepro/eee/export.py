@@ -371,7 +371,7 @@ def build_export(
     return out
 
 
-def _score_details(row: dict, seed_scores: list | None) -> dict[str, str]:
+def _score_details(row: dict, seed_scores: dict[str, float] | None) -> dict[str, str]:
     """A record's score details: the cell's size, parse rate, precision and package, and its seeds' scores and
     tie rate where the grid has them."""
     details = {
