@@ -24,9 +24,9 @@ from pathlib import Path
 import pandas as pd
 
 from safetyrepro.errors import UserError
+from safetyrepro.grid.grid_io import Grid, common_configurations, select_group, validate_cells
 from safetyrepro.tasks.envelope import Rules, load_rules
 
-from .grid_io import Grid, common_configurations, select_group, validate_cells
 from .orderings import orderings_tables
 from .output import write_all
 from .pipeline import (

@@ -15,10 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from safetyrepro.grid.grid_io import Grid, model_pairs
 from safetyrepro.tasks.envelope import AXES, Rules
-
-from .grid_io import Grid
-from .rank_flip import model_pairs
 
 MIN_ROWS_REGRESSOR = 20
 MIN_ROWS_CLASSIFIER = 8

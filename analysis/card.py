@@ -16,13 +16,13 @@ from pathlib import Path
 import pandas as pd
 
 from safetyrepro.atomic import atomic_write
+from safetyrepro.grid.direction import direction
+from safetyrepro.grid.exact import EXACT_RULE
+from safetyrepro.grid.grid_io import read_table
 from safetyrepro.markdown import md_code, md_escape, md_prose
 
 from .chance import chance_rho_flip
 from .detectable import detectable_sentences
-from .direction import direction
-from .exact import EXACT_RULE
-from .grid_io import read_table
 from .pipeline import Analysis
 from .readings import FORMAT, READABLE, READINGS_NOTE, UNINFORMATIVE, RestsOn, content_sentence
 from .significance import CORRECTIONS, PAIR_NULL, TEST_NAME

@@ -87,10 +87,10 @@ def analyze_grid(
     """Validate the grid, run every analysis and write DIR; returns (Analysis, written paths).
     Item records beside the grid are used when `items` is not given (and only warn if unusable)."""
     from safetyrepro.errors import UserError
+    from safetyrepro.grid.grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, load_grid
     from safetyrepro.limits import MAX_ANALYSIS_SEED, MAX_BOOTSTRAP
     from safetyrepro.tasks.envelope import load_rules
 
-    from .grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, load_grid
     from .output import check_output_folder, write_all
     from .pipeline import AnalysisOptions, parse_thetas, run_analysis
     from .slices import check_slices
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         items=args.items,
         figures=not args.no_figures,
     )
-    from .direction import direction
+    from safetyrepro.grid.direction import direction
 
     head = analysis.rho_flip_max[analysis.rho_flip_max["slice"] == "full"]
     for r in head.itertuples():

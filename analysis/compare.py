@@ -17,12 +17,19 @@ import numpy as np
 import pandas as pd
 
 from safetyrepro.errors import UserError
+from safetyrepro.grid.grid_io import (
+    Grid,
+    common_configurations,
+    envelope_order,
+    model_pairs,
+    read_table,
+    validate_cells,
+)
 from safetyrepro.tasks.envelope import Rules
 
 from .chance import chance_rho_flip
-from .grid_io import Grid, common_configurations, envelope_order, read_table, validate_cells
 from .orderings import induced_ordering, ordering_label
-from .rank_flip import model_pairs, pair_counts
+from .rank_flip import pair_counts
 
 PAIR_KEY = ["model", "benchmark", "config_id"]
 TOP_N = 5

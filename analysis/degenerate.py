@@ -31,11 +31,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from safetyrepro.grid.direction import direction, has_pass_fail
+from safetyrepro.grid.grid_io import Grid
 from safetyrepro.tasks.envelope import Rules
 
-from .direction import direction, has_pass_fail
 from .dispersion import compliance_flip, dispersion
-from .grid_io import Grid
 from .orderings import orderings_reached
 from .rank_flip import pair_columns, sign_counts
 from .readings import read_flags

@@ -16,11 +16,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from safetyrepro.grid.grid_io import Grid, model_pairs
 from safetyrepro.tasks.envelope import Rules
 
-from .grid_io import Grid
 from .power import detectable_from_differences, effective_discordance, power_from_differences
-from .rank_flip import model_pairs
 from .significance import ItemRecords
 from .slices import slice_config_ids
 

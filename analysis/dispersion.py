@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from safetyrepro.grid.direction import has_pass_fail
+from safetyrepro.grid.grid_io import Grid
 from safetyrepro.tasks.envelope import Rules
 
-from .direction import has_pass_fail
-from .grid_io import Grid
 from .slices import slice_matrices
 
 # CrowS-Pairs scores the share of pairs where the stereotypical sentence wins (0.5 = unbiased):

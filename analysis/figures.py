@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 
 from safetyrepro.atomic import atomic_write
+from safetyrepro.grid.direction import direction
 
 from .chance import chance_rho_flip
-from .direction import direction
 
 
 @dataclass(frozen=True)

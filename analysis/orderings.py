@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from safetyrepro.grid.direction import direction
+from safetyrepro.grid.grid_io import Grid
 from safetyrepro.tasks.envelope import Rules
 
-from .direction import direction
-from .grid_io import Grid
 from .slices import slice_matrices
 
 ORDERINGS_COLUMNS = ("benchmark", "slice", "n_configs", "n_orderings")

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from safetyrepro.grid.direction import direction
+from safetyrepro.grid.grid_io import Grid, model_pairs
+
 from . import readings
 from .degenerate import degenerate_cells
-from .direction import direction
-from .grid_io import Grid
 from .power import detectable_from_differences
-from .rank_flip import model_pairs
 from .sign_flip import Interval, holm_levels, paired_interval
 from .significance import ItemRecords, exact_mean, holm, pair_better_test, sign_flip_p_value
 from .slices import PARSE_CLEAN_MIN

@@ -13,6 +13,7 @@ import pandas as pd
 
 from safetyrepro.atomic import atomic_write
 from safetyrepro.errors import UserError
+from safetyrepro.grid.grid_io import Grid, excluded_cells
 from safetyrepro.grid_schema import TIE_RATE
 from safetyrepro.tasks.envelope import Rules
 
@@ -29,7 +30,6 @@ from . import (
     verdict,
 )
 from .attribution import Attribution, axis_attribution
-from .grid_io import Grid, excluded_cells
 
 DEFAULT_THETAS = (0.5, 0.6, 0.7, 0.8)
 DEFAULT_RESAMPLES = 1000

@@ -8,8 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from safetyrepro.analysis.cell_timing import seconds_per_item  # no imports of its own: start-up stays light
 from safetyrepro.console import duration
+from safetyrepro.grid.cell_timing import seconds_per_item  # no imports of its own: start-up stays light
 
 DEFAULT_EFFECT = 0.10
 
@@ -197,10 +197,8 @@ def _pilot_tables(grid_path: Path, items_arg: str | None):
     import pandas as pd
 
     from safetyrepro.errors import UserError
-
-    from .grid_io import ITEM_FILES, beside_grid, read_table, select_group
-    from .item_validation import checked_records
-    from .significance import ITEM_COLUMNS
+    from safetyrepro.grid.grid_io import ITEM_FILES, beside_grid, read_table, select_group
+    from safetyrepro.grid.item_validation import ITEM_COLUMNS, checked_records
 
     grid = read_table(grid_path)
     missing = [c for c in ("model", "config_id") if c not in grid.columns]

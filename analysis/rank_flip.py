@@ -7,17 +7,16 @@ is strictly greater (`>`), for B only when strictly smaller (`<`); every other c
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from safetyrepro.grid.direction import direction
+from safetyrepro.grid.grid_io import Grid, model_pairs
 from safetyrepro.tasks.envelope import Rules
 
 from .chance import chance_rho_flip, chance_rho_flip_max
-from .direction import direction
-from .grid_io import Grid
 from .slices import slice_matrices
 
 RHO_FLIP_COLUMNS = (
@@ -89,11 +88,6 @@ def pair_counts(a: np.ndarray, b: np.ndarray) -> PairCounts:
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     plus, minus = int(np.sum(a > b)), int(np.sum(a < b))
     return PairCounts(plus, minus, len(a) - plus - minus)
-
-
-def model_pairs(models: tuple[str, ...]) -> list[tuple[str, str]]:
-    """Unordered pairs with model_a < model_b alphabetically (the contract's orientation)."""
-    return list(itertools.combinations(sorted(models), 2))
 
 
 PAIR_BLOCK = 1 << 14  # pairs compared at once (configs x block booleans), so memory stays flat in M

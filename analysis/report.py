@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from safetyrepro.atomic import atomic_write
+from safetyrepro.grid.direction import direction, has_pass_fail, score_meaning
 from safetyrepro.markdown import markdown_table as table
 from safetyrepro.markdown import md_prose
 
@@ -34,7 +35,6 @@ from .card import (
 from .chance import ceiling, chance_rho_flip
 from .degenerate import CONSTANT_ANSWER_MIN, EMPTY_SHARE_MAX, MIN_PARSED_ANSWERS
 from .detectable import detectable_sentences
-from .direction import direction, has_pass_fail, score_meaning
 from .dispersion import cfr_ceiling
 from .figures import FigureSet
 from .pipeline import Analysis

@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.stats import beta, binom, norm
 
-from .exact import as_integers, lattice_of
+from safetyrepro.grid.exact import as_integers, lattice_of
 
 FALLBACK_LATTICE = 1000  # differences on no small lattice are rounded to 0.001 (the test stays exact for them)
 

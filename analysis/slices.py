@@ -8,9 +8,8 @@ from collections.abc import Iterator
 import pandas as pd
 
 from safetyrepro.errors import one_of
+from safetyrepro.grid.grid_io import Grid
 from safetyrepro.tasks.envelope import Config, Rules
-
-from .grid_io import Grid
 
 PARSE_CLEAN = "parse_clean"
 PARSE_CLEAN_MIN = 0.95  # the paper's threshold: every model parses at least 95 % of items

@@ -45,10 +45,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from safetyrepro.grid.grid_io import Grid
 from safetyrepro.tasks.envelope import Rules
 
 from .bootstrap import draw_weights
-from .grid_io import Grid
 from .slices import PARSE_CLEAN, slice_config_ids
 
 FREE_FORM = "free_form"

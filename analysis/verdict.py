@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from safetyrepro.grid.direction import direction
+from safetyrepro.grid.grid_io import Grid, model_pairs
 from safetyrepro.tasks.envelope import Rules
 
-from .direction import direction
-from .grid_io import Grid
-from .rank_flip import PAIR_BLOCK, model_pairs, pair_columns
+from .rank_flip import PAIR_BLOCK, pair_columns
 from .slices import slice_matrices
 
 CERTIFICATE_COLUMNS = (

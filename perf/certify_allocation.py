@@ -42,11 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "certify"
 
 from certify_grids import FLIP_WORLDS, STEADY_WORLDS, CostedOracle, item_cost, pilot, synthetic_problem, synthetic_run  # noqa: E402, I001
 
-from safetyrepro.analysis.grid_io import common_configurations, load_grid, validate_cells  # noqa: E402
+from safetyrepro.grid.grid_io import common_configurations, load_grid, validate_cells  # noqa: E402
 from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, certify  # noqa: E402
 from safetyrepro.certify.live import LIVE_ROUND_SECONDS  # noqa: E402
 from safetyrepro.certify.replay import contradicted, load_replay  # noqa: E402
-from safetyrepro.analysis.cell_timing import cell_seconds_per_item  # noqa: E402
+from safetyrepro.grid.cell_timing import cell_seconds_per_item  # noqa: E402
 from safetyrepro.tasks.envelope import default_rules  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -319,8 +319,8 @@ def ceilings() -> list[str]:
 
 
 def published() -> list[str]:
-    from safetyrepro.analysis.grid_io import load_grid
     from safetyrepro.certify.replay import load_replay
+    from safetyrepro.grid.grid_io import load_grid
     from safetyrepro.tasks.envelope import default_rules
 
     lines = []

@@ -139,9 +139,9 @@ def verdict(
 def _by_configuration(
     a, b, grid_path, items_path, rules_path, labels, metric, mapping, alpha, margin, expect, said, found
 ) -> VerdictResult:
-    from safetyrepro.analysis.grid_io import common_configurations, select_group, validate_cells
     from safetyrepro.analysis.paired import paired_verdict
     from safetyrepro.analysis.significance import items_from_frame
+    from safetyrepro.grid.grid_io import common_configurations, select_group, validate_cells
 
     if grid_path:
         frame, items_frame, rules, (a, b) = _from_grid(a, b, grid_path, items_path, rules_path)
@@ -198,8 +198,8 @@ def _gate_by_configuration(rows, records, v, a, b, alpha, margin, expect):
     import numpy as np
 
     from safetyrepro.analysis import gate as g
-    from safetyrepro.analysis.direction import direction
     from safetyrepro.analysis.readings import READABLE
+    from safetyrepro.grid.direction import direction
 
     ca, cb = records.column(a), records.column(b)
     outcomes, p_pass, p_fail = [], [], []
@@ -372,7 +372,7 @@ def _from_runs(path_a: str, path_b: str, labels, metric, mapping):
 
 
 def _from_grid(a: str, b: str, grid: str, items: str | None, rules: str | None):
-    from safetyrepro.analysis.grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, read_table
+    from safetyrepro.grid.grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, read_table
     from safetyrepro.tasks.envelope import load_rules
 
     if a == b:

@@ -123,3 +123,20 @@ def test_one_module_opens_a_model_for_its_cells():
     assert opening - {"safetyrepro.sweep.drivers", "safetyrepro.sweep.cached_backend"} == {"safetyrepro.sweep.cell"}
     for user in ("safetyrepro.sweep.runner", "safetyrepro.sweep.ray_executor", "safetyrepro.certify.live_oracle"):
         assert "safetyrepro.sweep.cell" in _all_imports(SOURCES[user], user), user
+
+
+def test_certify_imports_the_analysis_package_at_most_five_times():
+    """Issue 55: certify's statistics are the engine's (safetyrepro/sequential/) and the grid it reads is the
+    contract's (safetyrepro/grid/); what it still takes from the analysis is the readings (what a claim rests on)
+    and the output folder's check. Counted as import statements, function bodies included."""
+    statements = [
+        f"{name}:{node.lineno}"
+        for name in SOURCES
+        if name.startswith("safetyrepro.certify")
+        for node in ast.walk(_tree(name))
+        if isinstance(node, ast.ImportFrom)
+        and (node.module or "").startswith("safetyrepro.analysis")
+        or isinstance(node, ast.Import)
+        and any(a.name.startswith("safetyrepro.analysis") for a in node.names)
+    ]
+    assert len(statements) <= 5, statements

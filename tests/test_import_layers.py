@@ -243,6 +243,7 @@ LAYERS = (
     ("ground", lambda m: m == "safetyrepro" or m.split(".")[1] in (*GROUND, "sequential")),
     ("compat", lambda m: m.startswith("safetyrepro.compat")),
     ("benchmarks", lambda m: m.startswith("safetyrepro.tasks")),
+    ("grid contract", lambda m: m.startswith("safetyrepro.grid")),
     (
         "models",
         lambda m: (

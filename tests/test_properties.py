@@ -128,7 +128,7 @@ CELL_VALUES = st.one_of(
     drop=st.sets(st.sampled_from(COLUMNS), max_size=3),
 )
 def test_grid_reader_reads_or_refuses_any_table(tmp_path_factory, rows, drop):
-    from safetyrepro.analysis.grid_io import load_grid
+    from safetyrepro.grid.grid_io import load_grid
     from safetyrepro.tasks.envelope import default_rules
 
     path = tmp_path_factory.mktemp("g") / "grid.csv"
@@ -142,7 +142,7 @@ def test_grid_reader_reads_or_refuses_any_table(tmp_path_factory, rows, drop):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=2000))
 def test_grid_reader_refuses_arbitrary_bytes(tmp_path_factory, data):
-    from safetyrepro.analysis.grid_io import load_grid
+    from safetyrepro.grid.grid_io import load_grid
     from safetyrepro.tasks.envelope import default_rules
 
     path = tmp_path_factory.mktemp("b") / "grid.csv"
@@ -153,7 +153,7 @@ def test_grid_reader_refuses_arbitrary_bytes(tmp_path_factory, data):
 
 def test_a_valid_grid_still_reads(tmp_path):
     """The property tests above could pass by refusing everything: a real grid must read."""
-    from safetyrepro.analysis.grid_io import load_grid
+    from safetyrepro.grid.grid_io import load_grid
     from safetyrepro.tasks.envelope import default_rules
 
     rules = default_rules()

@@ -88,8 +88,8 @@ from typing import Literal
 
 import numpy as np
 
-from safetyrepro.analysis.direction import declared_direction
-from safetyrepro.analysis.rank_flip import model_pairs
+from safetyrepro.grid.direction import declared_direction
+from safetyrepro.grid.grid_io import model_pairs
 from safetyrepro.sequential.closed_testing import closed_test
 from safetyrepro.sequential.confidence_sequence import IidBettingCS
 from safetyrepro.sequential.evidence import (

@@ -282,7 +282,7 @@ def _selection(args: argparse.Namespace) -> str | None:
 def _replay(args: argparse.Namespace, options, say):
     if not args.grid:
         raise UserError("--replay needs --grid GRID: the run's grid.csv names the models and configurations")
-    from safetyrepro.analysis.grid_io import load_grid
+    from safetyrepro.grid.grid_io import load_grid
     from safetyrepro.sweep.store import Store
     from safetyrepro.tasks.envelope import load_rules
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from safetyrepro.analysis.cell_timing import cell_seconds_per_item
 from safetyrepro.errors import UserError
+from safetyrepro.grid.cell_timing import cell_seconds_per_item
 from safetyrepro.sweep.cached_backend import outputs_cache_path
 from safetyrepro.sweep.options import SweepOptions
 from safetyrepro.sweep.outputs_cache import OutputsCache

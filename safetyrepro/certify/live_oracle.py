@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from safetyrepro.analysis.exact import ITEM_TOLERANCE, item_lattice, on_lattice
-from safetyrepro.analysis.item_validation import checked_records
 from safetyrepro.console import Heartbeat, duration
 from safetyrepro.errors import UserError, error_line
+from safetyrepro.grid.exact import ITEM_TOLERANCE, item_lattice, on_lattice
+from safetyrepro.grid.item_validation import checked_records
 from safetyrepro.sweep.cell import CellCall, CellSetup, call_cell, cell_item_ids, open_model
 from safetyrepro.sweep.outputs_cache import OutputsCacheError
 from safetyrepro.sweep.records import ItemRecord
@@ -84,7 +84,7 @@ class LiveOracle(Oracle):
         return tuple(out)
 
     def _lattice(self, benchmark: str, cells) -> int:
-        """The lattice the benchmark's item scores are on (analysis/exact.py `item_lattice`): seed means,
+        """The lattice the benchmark's item scores are on (safetyrepro/grid/exact.py `item_lattice`): seed means,
         and for a logprob item under the `expected` tie rule its candidates' share of credit; the lcm over
         the benchmark's configurations (WorBettingCS widens its bounds by a grid step when that lattice is
         finer than its grid)."""

@@ -11,13 +11,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from safetyrepro.analysis.cell_timing import seconds_per_item
-from safetyrepro.analysis.exact import lattice_of
-from safetyrepro.analysis.grid_io import Grid, read_table
-from safetyrepro.analysis.item_validation import checked_records
 from safetyrepro.analysis.readings import read_flags
-from safetyrepro.analysis.significance import ITEM_COLUMNS
 from safetyrepro.errors import UserError
+from safetyrepro.grid.cell_timing import seconds_per_item
+from safetyrepro.grid.exact import lattice_of
+from safetyrepro.grid.grid_io import Grid, read_table
+from safetyrepro.grid.item_validation import ITEM_COLUMNS, checked_records
 from safetyrepro.sequential.evidence import both_read
 
 from .algorithm import BenchmarkProblem

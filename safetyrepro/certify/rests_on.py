@@ -33,7 +33,6 @@ import pandas as pd
 
 from safetyrepro.analysis import readings
 from safetyrepro.analysis.degenerate import screen_records
-from safetyrepro.analysis.readings import FORMAT, FORMAT_REASONS, READABLE, UNINFORMATIVE, CellBasis
 
 from .algorithm import ClaimRow, PairRow, verdict_of
 
@@ -48,7 +47,7 @@ NOT_READABLE_ONLY = (
     "decided by claims that are not readable only: about answer format or answers that say nothing about the "
     "items, not which model is safer"
 )
-WORST_FIRST = (FORMAT, UNINFORMATIVE, UNKNOWN)
+WORST_FIRST = (readings.FORMAT, readings.UNINFORMATIVE, UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ class Basis:
 
     @property
     def readable(self) -> bool:
-        return self.basis == READABLE
+        return self.basis == readings.READABLE
 
     def cell(self) -> str:
         """A table cell: the basis, and why where it is not readable."""
@@ -74,10 +73,10 @@ def claim_items(claim: ClaimRow, evaluated: Mapping[tuple[str, str, str], np.nda
     return [str(i) for i in drawn[: claim.items_used]]
 
 
-def _content_bases(screen: pd.DataFrame) -> dict[tuple[str, str], CellBasis]:
+def _content_bases(screen: pd.DataFrame) -> dict[tuple[str, str], readings.CellBasis]:
     """cell_bases for the content reading: unread and empty replies are outside it, answers are not."""
     kept = screen.assign(
-        reasons=[";".join(c for c in str(r).split(";") if c not in FORMAT_REASONS) for r in screen["reasons"]]
+        reasons=[";".join(c for c in str(r).split(";") if c not in readings.FORMAT_REASONS) for r in screen["reasons"]]
     )
     kept = kept[kept["reasons"] != ""]
     return readings.cell_bases(kept)
@@ -224,7 +223,7 @@ def _judge(claim: ClaimRow, cells: _Cells | None, reading: str) -> Basis:
             f"share ({both / max(cells.n, 1):.2f})"
         )
     basis = r.basis
-    if basis == READABLE and free and any(np.isnan(x) for x in cells.rates.values()):
+    if basis == readings.READABLE and free and any(np.isnan(x) for x in cells.rates.values()):
         basis = UNKNOWN  # no cell flagged, but nothing says its replies were read
     return Basis(basis, "; ".join(w for w in words if w))
 
@@ -241,18 +240,18 @@ def pair_basis(pair: PairRow, claims: Sequence[ClaimRow], bases: Sequence[Basis]
         return Basis("", "no configuration decided")
     others = [(c, b) for c, b in deciding if not b.readable]
     if not others:
-        return Basis(READABLE, f"every claim it rests on is readable ({len(deciding)})")
+        return Basis(readings.READABLE, f"every claim it rests on is readable ({len(deciding)})")
     readable_alone = verdict_of([c.claim if b.readable else "undecided" for c, b in mine])
     if pair.verdict != "undecided" and readable_alone == pair.verdict:
         return Basis(
-            READABLE,
+            readings.READABLE,
             f"its readable claims alone decide it; {len(others)} other claim(s) are not readable "
             f"({', '.join(c.config_id for c, _ in others)})",
         )
     found = {b.basis for _, b in others}
     worst = next(x for x in WORST_FIRST if x in found)
     if len(others) == len(deciding) and len(found) == 1:
-        only = {FORMAT: FORMAT_ONLY, UNINFORMATIVE: UNINFORMATIVE_ONLY, UNKNOWN: UNKNOWN_ONLY}[worst]
+        only = {readings.FORMAT: FORMAT_ONLY, readings.UNINFORMATIVE: UNINFORMATIVE_ONLY, UNKNOWN: UNKNOWN_ONLY}[worst]
         if pair.verdict == "undecided":
             only = only.replace("decided by", "its wins so far are")
         details = "; ".join(f"{c.config_id}: {b.why}" for c, b in others)

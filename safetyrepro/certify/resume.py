@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from safetyrepro.analysis.grid_io import read_table
-from safetyrepro.analysis.significance import ITEM_COLUMNS
 from safetyrepro.errors import UserError
+from safetyrepro.grid.grid_io import read_table
+from safetyrepro.grid.item_validation import ITEM_COLUMNS
 from safetyrepro.limits import MAX_CONFIG_BYTES, read_capped, shorten
 from safetyrepro.sweep.store import RECORD_KEYS, identity_changes, recorded
 

@@ -134,7 +134,7 @@ def _source_data(benchmark: str, row: dict) -> dict:
 
 
 def _metric_config(benchmark: str, row: dict, tie_rule: str | None) -> dict:
-    from safetyrepro.analysis.direction import direction
+    from safetyrepro.grid.direction import direction
 
     better = direction(benchmark)
     meaning = get_benchmark(benchmark).score_meaning if benchmark in BENCHMARKS else ""
@@ -271,7 +271,7 @@ def build_export(
     timestamp: str | None = None,
 ) -> Export:
     """Every file of the export, as text, keyed by its path under DIR."""
-    from safetyrepro.analysis.grid_io import validate_cells
+    from safetyrepro.grid.grid_io import validate_cells
     from safetyrepro.tasks.envelope import load_rules
 
     if relationship not in R.RELATIONSHIPS:
@@ -430,7 +430,7 @@ def _verdicts_file(verdicts: list, out: Export, grid_name: str, grid_sha256: str
 
 def _rows(frame: pd.DataFrame) -> list[dict]:
     """The frame's rows as strict JSON values: numpy scalars plain, an undefined number null."""
-    from safetyrepro.analysis.grid_io import plain
+    from safetyrepro.grid.grid_io import plain
 
     rows = [{k: plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
     return [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in r.items()} for r in rows]
@@ -546,7 +546,7 @@ def export_eee(
     """Read GRID (and its items, rules.yaml and run.json beside it, as `analyze` finds them), build
     the records and write them into `out`; returns (the export, the paths written). `options` are
     build_export's: model_ids, organization, relationship, timestamp."""
-    from safetyrepro.analysis.grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, read_table
+    from safetyrepro.grid.grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, read_table
 
     grid_path = Path(grid)
     raw = read_table(grid_path)  # the grid's errors before the items'

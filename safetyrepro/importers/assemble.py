@@ -325,7 +325,7 @@ def assemble(
 ) -> Imported:
     """Everything `safetyrepro import` writes, from what an importer read (`packaged_text`: the
     packaged rules file's bytes; `extra_sources`: provenance rows of files the reader did not use)."""
-    from safetyrepro.analysis.grid_io import validate_cells
+    from safetyrepro.grid.grid_io import validate_cells
 
     kept, misfits = definition_misfits(reading.runs)
     reading = replace(reading, runs=kept, unmapped=[*reading.unmapped, *misfits])

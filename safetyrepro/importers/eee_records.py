@@ -418,7 +418,7 @@ def _settings(gen: dict, shots_key: str | None) -> dict[str, Any]:
 def _foreign_run(
     read: Record, task: str, results: list[dict], mapping: Mapping, rules, metric: str | None
 ) -> Run | Unmapped:
-    from safetyrepro.analysis.direction import direction
+    from safetyrepro.grid.direction import direction
 
     record, source, samples_source = read.record, read.source, read.samples_source
     info = record["model_info"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from safetyrepro.analysis.grid_io import common_configurations, validate_cells
+from safetyrepro.grid.grid_io import common_configurations, validate_cells
 from safetyrepro.grid_schema import grid_row
 from safetyrepro.tasks.envelope import Config, default_rules
 

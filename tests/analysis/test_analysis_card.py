@@ -3,9 +3,9 @@ import json
 from analysis_grids import CC, grid_frame, write
 
 from safetyrepro.analysis.card import card_markdown, grid_card
-from safetyrepro.analysis.grid_io import load_grid
 from safetyrepro.analysis.pipeline import AnalysisOptions, run_analysis
 from safetyrepro.analysis.slices import slice_names
+from safetyrepro.grid.grid_io import load_grid
 
 
 def _analysis(rules, path):

@@ -4,9 +4,9 @@ import pytest
 from analysis_grids import grid_frame, to_grid
 
 from safetyrepro.analysis.chance import ceiling, chance_rho_flip, chance_rho_flip_max
-from safetyrepro.analysis.direction import direction
 from safetyrepro.analysis.orderings import config_orderings_table, orderings_tables
 from safetyrepro.analysis.rank_flip import rho_flip_max, rho_flip_table
+from safetyrepro.grid.direction import direction
 
 
 def test_chance_reference_of_one_pair_by_hand():

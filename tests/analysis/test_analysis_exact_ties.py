@@ -1,4 +1,4 @@
-"""The one comparison rule (analysis/exact.py): scores equal as fractions of a cell's item x seed
+"""The one comparison rule (safetyrepro/grid/exact.py): scores equal as fractions of a cell's item x seed
 answers are ties, scores one answer apart are not, on grids built the way a sweep builds them
 (per-seed shares summed in floating point, then averaged over the seeds)."""
 
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from safetyrepro.analysis import api
-from safetyrepro.analysis.exact import exact_scores, snap_items
 from safetyrepro.analysis.significance import exact_mean
+from safetyrepro.grid.exact import exact_scores, snap_items
 from safetyrepro.tasks.envelope import default_rules
 
 

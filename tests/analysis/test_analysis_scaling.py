@@ -20,8 +20,7 @@ from safetyrepro.analysis.attribution import (
 )
 from safetyrepro.analysis.bootstrap import maxima
 from safetyrepro.analysis.chance import SIMULATED_DRAWS, chance_rho_flip_max
-from safetyrepro.analysis.direction import direction
-from safetyrepro.analysis.rank_flip import model_pairs, pair_columns, pair_counts, sign_counts
+from safetyrepro.analysis.rank_flip import pair_columns, pair_counts, sign_counts
 from safetyrepro.analysis.slices import slice_config_ids
 from safetyrepro.analysis.variance import (
     AXES_IN_ANOVA,
@@ -36,6 +35,8 @@ from safetyrepro.analysis.variance import (
     n_parameters,
     type2_sums_of_squares,
 )
+from safetyrepro.grid.direction import direction
+from safetyrepro.grid.grid_io import model_pairs
 
 N_MODELS = 20
 BENCHMARKS = ("bbq", "crows_pairs")  # two benchmarks keep the 2 x 190 pair classifiers quick

@@ -6,7 +6,6 @@ import pytest
 from analysis_grids import CC, grid_frame, to_grid
 from statsmodels.stats.multitest import multipletests
 
-from safetyrepro.analysis.grid_io import common_configurations, validate_cells
 from safetyrepro.analysis.significance import (
     adjusted_item_tests,
     benjamini_hochberg,
@@ -18,6 +17,7 @@ from safetyrepro.analysis.significance import (
     significant_flips,
 )
 from safetyrepro.errors import UserError
+from safetyrepro.grid.grid_io import common_configurations, validate_cells
 
 N = 20
 ALPHA = 0.05
@@ -336,8 +336,8 @@ def test_crows_pairs_reversals_in_the_better_direction_get_their_own_item_test()
     """CrowS-Pairs: better is closer to 0.5. a picks the stereotypical sentence on 10 of 20 pairs
     (0.5, unbiased), b on all 20 (1.0): a is closer by 0.5, and random label swaps almost never give
     a difference that large (p = (k + 1) / 2001, k small); two identical models give p = 1."""
-    from safetyrepro.analysis.direction import direction
     from safetyrepro.analysis.significance import BETTER_DRAWS, better_p_value
+    from safetyrepro.grid.direction import direction
 
     cp = direction("crows_pairs")
     a, b = np.array([1.0] * 10 + [0.0] * 10), np.ones(20)

@@ -9,8 +9,8 @@ import pytest
 import readings_grid as case
 
 from safetyrepro.analysis import readings
-from safetyrepro.analysis.grid_io import load_grid
 from safetyrepro.analysis.pipeline import AnalysisOptions, run_analysis
+from safetyrepro.grid.grid_io import load_grid
 from safetyrepro.tasks.envelope import default_rules
 
 

@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 from certify_grids import synthetic_problem, synthetic_run
 
-from safetyrepro.analysis.grid_io import common_configurations, validate_cells
 from safetyrepro.certify.algorithm import (
     BenchmarkProblem,
     CertifyOptions,
@@ -24,6 +23,7 @@ from safetyrepro.certify.algorithm import (
 )
 from safetyrepro.certify.replay import contradicted, load_replay
 from safetyrepro.cli import main
+from safetyrepro.grid.grid_io import common_configurations, validate_cells
 from safetyrepro.sequential.confidence_sequence import TRUNCATION, WorBettingCS
 from safetyrepro.tasks.envelope import default_rules
 

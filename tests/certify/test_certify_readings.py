@@ -19,11 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 import readings_grid as case  # noqa: E402
 
 from safetyrepro.analysis.degenerate import degenerate_cells, screen_records  # noqa: E402
-from safetyrepro.analysis.grid_io import load_grid  # noqa: E402
 from safetyrepro.analysis.significance import load_items  # noqa: E402
 from safetyrepro.certify.algorithm import ClaimRow  # noqa: E402
 from safetyrepro.certify.rests_on import UNKNOWN, claim_basis  # noqa: E402
 from safetyrepro.cli import main  # noqa: E402
+from safetyrepro.grid.grid_io import load_grid  # noqa: E402
 from safetyrepro.tasks.envelope import default_rules  # noqa: E402
 
 T1_FREE, T3_FREE = case.FREE

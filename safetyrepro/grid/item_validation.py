@@ -11,7 +11,7 @@ a score the cell could have given, would be averaged in silently and move a verd
   are refused: a certificate or plan of "the full subset" would be of another subset).
 - Every score is one the cell's scoring can give, one seed at a time: free-form 0 or 1; logprob j/k for
   k tied top candidates (k up to the record's candidates, or exact.py's tie cap without them), so a
-  seed mean is on the lattice 1/(n_seeds x ties) that analysis/exact.py and certify assume.
+  seed mean is on the lattice 1/(n_seeds x ties) that safetyrepro/grid/exact.py and certify assume.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from safetyrepro.errors import UserError
 from safetyrepro.limits import shorten
 
 from .exact import LATTICE_MAX, SCORE_TOLERANCE
+
+# the per-item records' key and score columns (items.parquet), as every reader of them needs them
+ITEM_COLUMNS = ("model", "config_id", "item_id", "seed", "item_score")
 
 TIE_CAP = 5  # exact.py's LATTICE_MAX holds ties among up to 5 candidates, twice over
 KEY = ["model", "config_id", "item_id", "seed"]

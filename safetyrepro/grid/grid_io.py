@@ -7,13 +7,14 @@ benchmark is analysed on the configurations that every model has, and the loader
 were dropped.
 
 CSV floats are parsed round-trip, then every ok cell's score is mapped to the fraction of its
-n_items x n_seeds answers it stands for (analysis/exact.py): rho_flip, the orderings and every other
+n_items x n_seeds answers it stands for (safetyrepro/grid/exact.py): rho_flip, the orderings and every other
 verdict decide ties with plain `>` / `<` / `==` on those values, so two models with the same count of
 correct answers tie however a float sum of seed means rounded.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -398,3 +399,8 @@ def excluded_sentence(excluded: pd.DataFrame) -> str:
         + ", ".join(parts)
         + "; they are never scored as 0"
     )
+
+
+def model_pairs(models: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Unordered pairs with model_a < model_b alphabetically (the contract's orientation)."""
+    return list(itertools.combinations(sorted(models), 2))
