@@ -19,7 +19,7 @@ Three parts:
   (certify_grids.FLIP_WORLDS) and worlds where it holds none (STEADY_WORLDS), with a 24-item pilot's
   records held (a sweep's --limit 24 before certify, `--order subset`) and without: mean model time until
   the run ended, flip hunting's share of today's, its worst world, and the verdicts.
-- `replays`: the published records. The 24-item study (study) replayed as `certify --replay` runs it
+- `replays`: the published records. The 24-item study (study) replayed as `certify replay` runs it
   (no costs, seeded order), under both targets; and worlds drawn from the certified study's records
   (study/certified: per configuration, 300 items resampled from the items it holds for all three
   models, the study's own 24 items first and held as the pilot), certified as the study's script runs
@@ -152,7 +152,7 @@ def study_rates() -> dict[tuple[str, str], float]:
 
 
 def study_replay() -> list[str]:
-    """The 24-item study replayed as `certify --replay study/items.parquet --grid study/grid.csv` runs
+    """The 24-item study replayed as `certify replay study/items.parquet --grid study/grid.csv` runs
     it (no costs, seeded order, seed 0), both targets, each allocation; model hours at the study's rates."""
     rules = default_rules()
     grid = load_grid(ROOT / "study/grid.csv", rules)

@@ -164,9 +164,25 @@ def os_error_message(e: OSError, command: str | None = None) -> str:
     return f"{what}{f': {path}' if path else ''}" + (f"; {hint}" if hint else "")
 
 
+# subcommand -> the module whose legacy_argv(rest) rewrites a former spelling of it (rest: what follows the name)
+LEGACY = {"certify": "safetyrepro.certify.cli"}
+GLOBAL_VALUED = ("--data-dir",)  # the flags before a subcommand that take a value
+
+
+def with_current_spelling(argv: list[str]) -> list[str]:
+    """`argv` with a subcommand's former spelling rewritten to its current one (`certify --replay ...`)."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in GLOBAL_VALUED else 1
+    if i >= len(argv) or argv[i] not in LEGACY:
+        return argv
+    rewrite = importlib.import_module(LEGACY[argv[i]]).legacy_argv
+    return [*argv[: i + 1], *rewrite(argv[i + 1 :])]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(with_current_spelling(list(sys.argv[1:] if argv is None else argv)))
     if args.data_dir:
         os.environ["SAFETYREPRO_DATA_DIR"] = args.data_dir
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")

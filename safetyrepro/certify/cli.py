@@ -1,6 +1,8 @@
-"""`safetyrepro certify`: certified pairwise verdicts on a budget. `--models ...` evaluates models live
-(the sweep's model specs, benchmarks and envelope filters; certify/live.py); `--replay ITEMS --grid GRID`
-runs the algorithm on a finished run's per-item records (no model). docs/certify.md."""
+"""`safetyrepro certify`: certified pairwise verdicts on a budget. `certify live --models ...` evaluates models
+live (the sweep's model specs, benchmarks and envelope filters; certify/live.py); `certify replay ITEMS --grid GRID`
+runs the algorithm on a finished run's per-item records (no model). Each mode takes only its own flags; the
+former spellings (`certify --models ...`, `certify --replay ITEMS ...`) are rewritten to these (legacy_argv).
+docs/certify.md."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 from safetyrepro.errors import UserError
 from safetyrepro.sweep.cli import add_sweep_arguments
-from safetyrepro.sweep.options import Profile, SweepOptions, flag
+from safetyrepro.sweep.options import Profile, SweepOptions
 
 # certificate.csv's text columns as written (a label like "007" stays one)
 LABELS = {c: str for c in ("target", "benchmark", "model_a", "model_b", "verdict", "rests_on", "rests_on_why")}
@@ -21,18 +23,12 @@ BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 # the sweep's flags as a live run takes them; a replay reads its models and configurations from --grid
 LIVE = Profile(
     "certify",
-    defaults={"precision": None, "package": None},  # replay: no group unless asked; live: the sweep's defaults
     help={
-        "precision": "live: fp32, bf16 (default) or nf4; replay: the grid's precision group, when it holds several",
-        "package": "live: lm-eval (default) or inspect; replay: the grid's package group, when it holds several",
         "no_progress": "(sweep's flag; certify prints progress lines unless --quiet)",
         "executor": "local (default: the models run here) or ray (each model on a Ray worker; --address: a cluster)",
     },
-    any_package=True,
     require_out=False,
 )
-REPLAY_TAKES = ("precision", "package", "rules")  # of the sweep's flags: the grid's group, and its rules file
-LIVE_FLAGS = ("records", "held_only", "selection")  # certify's own flags that only a live run takes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,12 +36,78 @@ def register(sub: argparse._SubParsersAction) -> None:
         "certify",
         help="certified pairwise verdicts on a budget (evaluate only where a verdict is still open)",
         description="Evaluate items in rounds, paired, only where a pairwise verdict is still open, and certify "
-        "per configuration and per pair what the full fixed subset would show, with familywise error control "
-        "that holds wherever the run stops. --models ... evaluates models live (the sweep's flags choose the "
-        "models, benchmarks and configurations); --replay ITEMS --grid GRID replays a finished run's records.",
+        "per configuration and per pair what the items show, with familywise error control that holds wherever "
+        "the run stops. `certify live` evaluates models (the sweep's flags choose the models, benchmarks and "
+        "configurations); `certify replay ITEMS --grid GRID` replays a finished run's records. The former "
+        "spellings `certify --models ...` and `certify --replay ITEMS --grid GRID` still work.",
     )
-    p.add_argument("--replay", metavar="ITEMS", help="a finished run's per-item records (items.parquet) as the oracle")
-    p.add_argument("--grid", metavar="GRID", help="with --replay: the run's grid.csv (models, configurations)")
+    modes = p.add_subparsers(dest="certify_mode", metavar="MODE", parser_class=type(p))
+    modes.required = True
+    live = modes.add_parser(
+        "live",
+        help="evaluate models live (the sweep's models, benchmarks and envelope filters)",
+        description="Certify pairwise verdicts by evaluating the models live, in rounds, only where a verdict "
+        "is still open; resumable (rerun the same command), and earlier records count as evaluated.",
+    )
+    replay = modes.add_parser(
+        "replay",
+        help="replay a finished run's per-item records (no model)",
+        description="Certify pairwise verdicts from a finished run's per-item records (items.parquet) and its "
+        "grid.csv: the records are the oracle, no model runs.",
+    )
+    replay.add_argument("replay", metavar="ITEMS", help="a finished run's per-item records (items.parquet)")
+    replay.add_argument("--grid", metavar="GRID", required=True, help="the run's grid.csv (models, configurations)")
+    for q in (live, replay):
+        _add_common(q)
+    replay.add_argument(
+        "--reading",
+        choices=("strict", "content"),
+        default="strict",
+        help="what a free-form claim compares: strict (default: an unread reply counts as wrong, the grid's score) "
+        "or content (who is better on the items both models' replies were read: each item either reply is unread "
+        "on counts 0, so the estimate is that difference scaled by the share both read)",
+    )
+    replay.add_argument("--precision", help="the grid's precision group, when it holds several")
+    replay.add_argument("--package", help="the grid's package group, when it holds several")
+    replay.add_argument("--rules", help="the rules file the grid was written under (default: the packaged envelope)")
+    live.add_argument(
+        "--selection",
+        choices=("none", "records", "family"),
+        help="how --configs were chosen: none (fixed before any data was seen), records (by looking at "
+        "--records or at what a sweep or certify run left in the outputs cache: those items are not used as "
+        "evidence for those configurations), family (from the whole envelope the other flags select: alpha "
+        "covers all of it, only --configs are evaluated); required with --configs whenever their records are "
+        "in --records or the outputs cache",
+    )
+    live.add_argument(
+        "--order",
+        choices=("subset", "seeded"),
+        help="draw order: subset (default: the fixed subset's own seeded order, so a sweep's --limit N records "
+        "are the first N draws) or seeded (the default with --control auto, whose partner items need a random "
+        "order: permuted with --seed)",
+    )
+    live.add_argument(
+        "--records",
+        nargs="+",
+        metavar="PATH",
+        default=[],
+        help="earlier records to take as evaluated (a sweep's or certify run's folder, or its items.parquet, made "
+        "with the same models, package, precision, tie rule and rules)",
+    )
+    live.add_argument(
+        "--held-only",
+        action="store_true",
+        help="read only what the folder's own and --records' records hold, evaluate nothing (re-read a run, "
+        "for example under another --target)",
+    )
+    add_sweep_arguments(live.add_argument_group("what to evaluate (the sweep's flags)"), LIVE)
+    live.set_defaults(func=run, reading="strict", replay=None, grid=None)
+    replay.set_defaults(func=run, models=None, models_file=None, held_only=False, order=None, records=[])
+    replay.set_defaults(selection=None, configs=None)
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    """The flags both modes take: the claims' error and target, the budget, the output folder."""
     p.add_argument("--alpha", type=float, default=0.05, help="familywise error of all claims of the run (default 0.05)")
     p.add_argument(
         "--delta",
@@ -62,59 +124,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "seeds, the one draw of few-shot examples and the templates) or subset (the fixed subset's realised "
         "difference, which the full grid and rho_flip report)",
     )
-    p.add_argument(
-        "--reading",
-        choices=("strict", "content"),
-        default="strict",
-        help="what a free-form claim compares: strict (default: an unread reply counts as wrong, the grid's score) "
-        "or content (who is better on the items both models' replies were read: each item either reply is unread "
-        "on counts 0, so the estimate is that difference scaled by the share both read; replay only)",
-    )
-    p.add_argument(
-        "--selection",
-        choices=("none", "records", "family"),
-        help="how --configs were chosen: none (fixed before any data was seen), records (by looking at "
-        "--records or at what a sweep or certify run left in the outputs cache: those items are not used as "
-        "evidence for those configurations), family (from the whole envelope the other flags select: alpha "
-        "covers all of it, only --configs are evaluated); required with --configs whenever their records are "
-        "in --records or the outputs cache",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the item order with --order seeded (default 0)")
-    p.add_argument(
-        "--order",
-        choices=("subset", "seeded"),
-        help="draw order: subset (live default: the fixed subset's own seeded order, so a sweep's "
-        "--limit N records are the first N draws) or seeded (replay default, and live with --control auto, "
-        "whose partner items need a random order: permuted with --seed)",
-    )
-    p.add_argument(
-        "--records",
-        nargs="+",
-        metavar="PATH",
-        default=[],
-        help="live: earlier records to take as evaluated (a sweep's or certify run's folder, or its "
-        "items.parquet, made with the same models, package, precision, tie rule and rules)",
-    )
-    p.add_argument(
-        "--familywise",
-        choices=("closed", "bonferroni"),
-        default="closed",
-        help="population target: the closed test (default) or the union bound's Bonferroni level, for comparison",
-    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the seeded item order (default 0)")
     p.add_argument(
         "--control",
         choices=("auto", "none"),
         default="none",
         help="auto lets each free-form configuration's log-probability twin (same template and shots) help "
         "certify it, a control variate: on partner items only the twin scores (population target), or on the "
-        "twin's whole subset (subset target) (docs/methods/certify.md, 'Cheap twins'); none (default) certifies every "
-        "configuration on its own items",
-    )
-    p.add_argument(
-        "--held-only",
-        action="store_true",
-        help="live: read only what the folder's own and --records' records hold, evaluate nothing (re-read a run, "
-        "for example under another --target)",
+        "twin's whole subset (subset target) (docs/methods/certify.md, 'Cheap twins'); none (default) certifies "
+        "every configuration on its own items",
     )
     p.add_argument(
         "--budget",
@@ -124,18 +142,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--batch", type=int, default=0, help="items per configuration per round (default: N/30, from 4 to 50)"
     )
+    # for comparison only (perf/certify_allocation.py, perf/certify_power.py; docs/methods/certify.md): off --help
     p.add_argument(
         "--allocation",
         default="flip_hunt",
         choices=("flip_hunt", "reversal_first", "uniform"),  # algorithm.ALLOCATIONS (the CLI stays light)
-        help="where rounds spend: flip_hunt (default: per pair the likeliest cheapest win a flip still lacks, "
-        "pairs cheapest verdict first), or for comparison reversal_first (every open configuration, cheapest "
-        "answer first) and uniform",
+        help=argparse.SUPPRESS,
     )
-    add_sweep_arguments(p.add_argument_group("live certification (the sweep's flags)"), LIVE)
+    p.add_argument("--familywise", choices=("closed", "bonferroni"), default="closed", help=argparse.SUPPRESS)
     p.add_argument("--out", required=True, type=Path, help="output folder")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+
+
+LEGACY_MODES = ("live", "replay", "-h", "--help")
+
+
+def legacy_argv(rest: list[str]) -> list[str]:
+    """The former spellings, kept: `certify --replay ITEMS ...` is `certify replay ITEMS ...`, and `certify
+    --models ...` (any other flags first) is `certify live ...`."""
+    if not rest or rest[0] in LEGACY_MODES:
+        return rest
+    for i, a in enumerate(rest):
+        if a == "--replay" and i + 1 < len(rest):
+            return ["replay", rest[i + 1], *rest[:i], *rest[i + 2 :]]
+        if a.startswith("--replay="):
+            return ["replay", a.split("=", 1)[1], *rest[:i], *rest[i + 1 :]]
+    return ["live", *rest]
 
 
 def parse_budget(text: str | None) -> tuple[int | None, float | None]:
@@ -168,7 +200,7 @@ def options_from(args: argparse.Namespace):
     if not 0 <= args.seed < 2**63:
         raise UserError(f"--seed {args.seed}: must be a whole number from 0 to 2**63 - 1")
     evaluations, seconds = parse_budget(args.budget)
-    live = bool(args.models or args.models_file)
+    live = args.certify_mode == "live"
     # the control's partner items come from the back of the order: only a random order makes them like the
     # front (a twin drifting along the subset's order gave false claims in 3 of 3 grids, issue 53)
     partners = args.control == "auto" and not args.held_only  # a re-read takes no partner items
@@ -177,11 +209,6 @@ def options_from(args: argparse.Namespace):
         raise UserError(
             "--control auto takes its partner items from the back of the draw order, which needs a random order: "
             "leave out --order subset (--order seeded, the default with --control auto)"
-        )
-    if order == "subset" and not live:
-        raise UserError(
-            "--order subset is the fixed subset's order of a live run; a replay's records carry no "
-            "order: use --order seeded (the default) and --seed"
         )
     from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW
 
@@ -208,14 +235,7 @@ def options_from(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     options = options_from(args)
-    live = bool(args.models or args.models_file)
-    if args.replay and live:
-        raise UserError("give --replay ITEMS --grid GRID (a finished run) or --models ... (live), not both")
-    if not args.replay and not live:
-        raise UserError(
-            "certify needs --models ... (live evaluation) or --replay ITEMS --grid GRID (a finished "
-            "run's records); docs/certify.md"
-        )
+    live = args.certify_mode == "live"
     say = None if args.quiet else (lambda line: print(f"certify: {line}", file=sys.stderr, flush=True))
     if args.control == "auto" and args.held_only:
         print(
@@ -226,13 +246,8 @@ def run(args: argparse.Namespace) -> int:
     if args.reading == "content" and args.control == "auto":
         raise UserError("--reading content certifies every configuration on its own items: leave out --control auto")
     if live:
-        if args.reading == "content":
-            raise UserError(
-                "--reading content reads a finished run's records (--replay ITEMS --grid GRID); a live run certifies "
-                "the strict reading"
-            )
-        if args.grid:
-            raise UserError("--grid goes with --replay; a live run plans its configurations from the sweep's flags")
+        if not (args.models or args.models_file):
+            raise UserError("certify live needs --models ... (or --models-file); a finished run: certify replay")
         from .live import run_live
 
         sweep_options = SweepOptions.from_args(args, LIVE)
@@ -240,13 +255,6 @@ def run(args: argparse.Namespace) -> int:
             sweep_options, Path(args.out), options, say, records=args.records, selection=_selection(args)
         )  # a selection not said is decided there, once it knows what the outputs cache holds
     else:
-        given = [d for d in LIVE_FLAGS if getattr(args, d) not in (None, False, [])]
-        given += [d for d in LIVE.given(args) if d not in REPLAY_TAKES]
-        if given:
-            raise UserError(
-                f"{flag(given[0])} is a live flag (with --models); a replay takes its models and configurations "
-                "from --grid"
-            )
         result, paths = _replay(args, options, say)
     import pandas as pd
 
@@ -280,8 +288,6 @@ def _selection(args: argparse.Namespace) -> str | None:
 
 
 def _replay(args: argparse.Namespace, options, say):
-    if not args.grid:
-        raise UserError("--replay needs --grid GRID: the run's grid.csv names the models and configurations")
     from safetyrepro.grid.grid_io import load_grid
     from safetyrepro.sweep.store import Store
     from safetyrepro.tasks.envelope import load_rules

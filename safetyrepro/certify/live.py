@@ -1,4 +1,4 @@
-"""Live certification (`safetyrepro certify --models ...`): plan the run, resume it, certify, save it.
+"""Live certification (`safetyrepro certify live --models ...`): plan the run, resume it, certify, save it.
 
 The sweep plans it: the same model specs, benchmarks, envelope filters, item subset (--limit N: the
 first N items) and precision, validated before any model loads (SweepOptions, `Sweep.create`). The
@@ -36,7 +36,7 @@ LIVE_ROUND_SECONDS = 600.0  # a live round's estimated cost: re-planned from wha
 
 
 def plan_live(sweep_options: SweepOptions, out: Path) -> Sweep:
-    """The validated live run of `certify --models ...` (a planned Sweep), or a UserError before any model
+    """The validated live run of `certify live --models ...` (a planned Sweep), or a UserError before any model
     loads. `sweep_options`: the sweep's own (SweepOptions.from_args as certify's profile takes them)."""
     check_out(out)  # a sweep's, another command's or a user's files are never replaced
     sweep = Sweep.create(sweep_options)

@@ -1,4 +1,4 @@
-"""The oracle of a live run (`safetyrepro certify --models ...`): it runs the models.
+"""The oracle of a live run (`safetyrepro certify live --models ...`): it runs the models.
 
 For (benchmark, configuration, model, item ids) it runs that cell through the model the sweep opens
 (`sweep/cell.py` `open_model`: the package's driver on the cached backend; `run_cell(config, seeds,

@@ -1,4 +1,4 @@
-"""A finished run's per-item records as certification's oracle (`certify --replay ITEMS --grid GRID`):
+"""A finished run's per-item records as certification's oracle (`certify replay ITEMS --grid GRID`):
 the same algorithm, no model, so anyone can measure on their own data what certification would have
 cost and whether it agrees with the full grid."""
 

@@ -1,5 +1,5 @@
 """Measured seconds of a sweep's cells, read from its cell files (cells/<model-slug>/<stem>.json[.gz]):
-what `plan GRID` and `certify --replay` scale their wall-time estimates by."""
+what `plan GRID` and `certify replay` scale their wall-time estimates by."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Per-item records checked against the grid cells they are read for, before any of them is used: what
-`certify --replay`, live certify's resume and `plan GRID` read. A record that is not the grid's, or not
+`certify replay`, live certify's resume and `plan GRID` read. A record that is not the grid's, or not
 a score the cell could have given, would be averaged in silently and move a verdict.
 
 - Only the grid's own (precision, package) group and cells: records of another group are left out.

@@ -38,5 +38,5 @@ if [ ! -f "$OUT/cost.json" ] && [ -f "$D/cost.json" ] && [ -f "$D/items.parquet"
   mkdir -p "$OUT"
   for f in "${FILES[@]}"; do [ -f "$D/$f" ] && cp "$D/$f" "$OUT/$f"; done
 fi
-exec "$SR" certify --models smollm2 gemma3-270m qwen2.5-coder-0.5b --tier full --precision fp32 \
+exec "$SR" certify live --models smollm2 gemma3-270m qwen2.5-coder-0.5b --tier full --precision fp32 \
     --alpha 0.05 --delta 0.05 --order subset --records study --budget "$BUDGET" --out "$OUT"

@@ -1,4 +1,4 @@
-"""`safetyrepro certify --replay`: what it certifies, what it costs, and that its error control holds.
+"""`safetyrepro certify replay`: what it certifies, what it costs, and that its error control holds.
 
 The acceptance cases of docs/certify.md on 300-item synthetic grids built as a sweep builds them (two
 models, TruthfulQA's 48 configurations, 5-seed means on sampled configurations)."""

@@ -121,37 +121,18 @@ def test_a_checkpoint_sees_the_run_so_far_and_an_interrupt_keeps_what_was_learnt
     assert sum(c.items_used for c in result.claims) == result.paired_evaluations
 
 
-def test_order_subset_is_for_live_runs(tmp_path, capsys):
-    rc = main(
-        [
-            "certify",
-            "--replay",
-            str(tmp_path / "i.parquet"),
-            "--grid",
-            str(tmp_path / "g.csv"),
-            "--order",
-            "subset",
-            "--out",
-            str(tmp_path / "o"),
-        ]
-    )
-    err = capsys.readouterr().err
-    assert rc == 2 and "--order subset" in err and len(err.strip().splitlines()) == 1
-    rc = main(
-        [
-            "certify",
-            "--replay",
-            str(tmp_path / "i.parquet"),
-            "--grid",
-            str(tmp_path / "g.csv"),
-            "--records",
-            str(tmp_path),
-            "--out",
-            str(tmp_path / "o"),
-        ]
-    )
-    err = capsys.readouterr().err
-    assert rc == 2 and "--records is a live flag" in err
+def test_a_replay_takes_only_its_own_flags(tmp_path, capsys):
+    """`certify replay` has no draw order to choose (a replay's records carry none: it is seeded) and no earlier
+    records to read; given, either is refused in one line, exit 2, the former spelling `--replay` included."""
+    for spelling in (["replay", str(tmp_path / "i.parquet")], ["--replay", str(tmp_path / "i.parquet")]):
+        for live_only in (["--order", "subset"], ["--records", str(tmp_path)]):
+            with pytest.raises(SystemExit) as stop:
+                main(
+                    ["certify", *spelling, "--grid", str(tmp_path / "g.csv"), *live_only, "--out", str(tmp_path / "o")]
+                )
+            err = capsys.readouterr().err
+            assert stop.value.code == 2 and f"unrecognized arguments: {live_only[0]}" in err
+            assert len(err.strip().splitlines()) == 1
 
 
 def test_the_time_to_close_the_open_claims_is_each_missing_item_at_its_cells_rate():

@@ -26,7 +26,7 @@ def test_the_replay_blocks_match_the_program(tmp_path, capsys, monkeypatch, targ
     monkeypatch.chdir(REPO)
     out = "/tmp/cx/study_cert" if target == "population" else "/tmp/cx/study_subset"
     extra = [] if target == "population" else ["--target", "subset"]
-    command = f"safetyrepro certify --replay study/items.parquet --grid study/grid.csv {' '.join(extra)}"
+    command = f"safetyrepro certify replay study/items.parquet --grid study/grid.csv {' '.join(extra)}"
     documented = _block(f"{' '.join(command.split())} --out {out}")
     args = command.split()[1:] + ["--out", str(tmp_path / "o"), "--quiet"]
     assert main(args) == 0

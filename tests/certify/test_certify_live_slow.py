@@ -1,4 +1,4 @@
-"""`safetyrepro certify --models ...`: live certification on real models (SmolLM2 vs Gemma 3 270M).
+"""`safetyrepro certify live --models ...`: live certification on real models (SmolLM2 vs Gemma 3 270M).
 
 The slow tests run one live certification, then a sweep of the same configurations and --limit in the
 same outputs cache, then the same certification again: certify's items are the sweep's (prompts, raw

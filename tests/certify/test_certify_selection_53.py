@@ -19,7 +19,7 @@ from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, cert
 from safetyrepro.certify.cli import options_from
 from safetyrepro.certify.live import seen_in_cache, selection_said
 from safetyrepro.certify.outputs import FIXED_WORDS, TARGET_WORDS
-from safetyrepro.cli import main
+from safetyrepro.cli import build_parser, main, with_current_spelling
 from safetyrepro.errors import UserError
 from safetyrepro.sweep.outputs_cache import OutputsCache
 
@@ -154,11 +154,8 @@ def test_a_pick_whose_records_are_nowhere_in_sight_needs_no_selection(tmp_path, 
 
 
 def _args(*argv: str) -> argparse.Namespace:
-    from safetyrepro.certify.cli import register
-
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
-    return parser.parse_args(["certify", *argv])
+    """`certify ARGV` as the command line parses it (the former spelling `certify --models ...` included)."""
+    return build_parser().parse_args(with_current_spelling(["certify", *argv]))
 
 
 def test_the_control_variate_needs_a_random_order():

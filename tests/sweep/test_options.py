@@ -7,7 +7,7 @@ import pytest
 
 from safetyrepro.adapters.catalogue.model_specs import parse_model_spec
 from safetyrepro.certify.cli import LIVE
-from safetyrepro.cli import build_parser
+from safetyrepro.cli import build_parser, with_current_spelling
 from safetyrepro.errors import UserError
 from safetyrepro.flow.cli import FLOW
 from safetyrepro.sweep import cli as sweep_cli
@@ -16,7 +16,7 @@ from safetyrepro.tasks.benchmark import DEFAULT_TIE_RULE
 
 
 def _options(command: str, *argv: str, profile=SWEEP) -> SweepOptions:
-    args = build_parser().parse_args([command, *argv])
+    args = build_parser().parse_args(with_current_spelling([command, *argv]))
     return SweepOptions.from_args(args, profile)
 
 
@@ -27,12 +27,13 @@ def test_every_flag_the_parser_declares_is_one_from_args_reads():
 def test_defaults_come_from_the_options_fields_whichever_command_parses_them(tmp_path):
     out = ["--out", str(tmp_path / "o")]
     swept = _options("sweep", "--models", "smollm2", *out)
-    # certify's parser leaves --precision and --package unset (a replay reads no group unless asked)
     certified = _options("certify", "--models", "smollm2", "gemma3-270m", *out, profile=LIVE)
     for o in (swept, certified):
         assert (o.tier, o.package, o.precision, o.workers, o.executor) == ("full", "lm-eval", "bf16", 2, "local")
         assert o.tie_rule == DEFAULT_TIE_RULE and o.progress
-    assert build_parser().parse_args(["certify", *out]).precision is None
+    # a replay reads no precision or package group unless asked
+    replayed = build_parser().parse_args(["certify", "replay", "i.parquet", "--grid", "g.csv", *out])
+    assert (replayed.precision, replayed.package) == (None, None)
 
 
 def test_flow_takes_the_inspect_package_and_refuses_the_runners_flags(tmp_path):

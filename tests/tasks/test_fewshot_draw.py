@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from safetyrepro.certify.cli import options_from, register
+from safetyrepro.certify.cli import options_from
 from safetyrepro.certify.outputs import PER_ITEM_WORDS, TARGET_WORDS, target_words
+from safetyrepro.cli import build_parser, with_current_spelling
 from safetyrepro.errors import UserError
 from safetyrepro.lm_eval_plugin import task_dir
 from safetyrepro.sweep.plan import SweepSpec
@@ -119,9 +120,7 @@ def test_a_sweep_folder_of_one_draw_is_not_resumed_with_the_other(tmp_path):
 
 
 def _certify_args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
-    return parser.parse_args(["certify", *argv])
+    return build_parser().parse_args(with_current_spelling(["certify", *argv]))
 
 
 def test_certify_says_what_its_claims_generalise_over_with_each_draw():
