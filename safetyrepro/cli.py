@@ -14,6 +14,7 @@ import sys
 
 from safetyrepro.compat.argparse_parsers import option_strings, subcommand_parsers
 from safetyrepro.errors import UserError, did_you_mean, nearest
+from safetyrepro.run_spec_cli import expand_config
 
 # subcommand -> module with register(subparsers); a module that is not there yet is skipped.
 SUBCOMMANDS = {
@@ -182,7 +183,11 @@ def with_current_spelling(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(with_current_spelling(list(sys.argv[1:] if argv is None else argv)))
+    try:  # a spec file is read before parsing (its keys become flags): its refusals are a user's error too
+        argv = expand_config(with_current_spelling(list(sys.argv[1:] if argv is None else argv)), parser)
+    except UserError as e:
+        return _error(str(e))
+    args = parser.parse_args(argv)
     if args.data_dir:
         os.environ["SAFETYREPRO_DATA_DIR"] = args.data_dir
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")

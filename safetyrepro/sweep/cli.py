@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from safetyrepro.run_spec_cli import add_config_argument
 from safetyrepro.sweep.options import PACKAGES, SWEEP, Profile, SweepOptions, flag
 from safetyrepro.tasks.benchmark import TIE_RULES
 from safetyrepro.tasks.subsets import FEWSHOT_DRAWS
@@ -115,6 +116,7 @@ def add_sweep_arguments(p, profile: Profile = SWEEP) -> None:
         p.add_argument(flag(dest), **kwargs)
     if profile.require_out:
         p.add_argument("--out", required=True, type=Path, help="output directory (grid.csv, items.parquet, run.json)")
+    add_config_argument(p)  # read before parsing (safetyrepro.cli.main): args.config is then None
 
 
 def run(args: argparse.Namespace) -> int:
