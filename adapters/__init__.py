@@ -1,4 +1,6 @@
-"""SafetyRepro's models, one folder per role:
+"""SafetyRepro's models, one folder per role. "Adapters" here means what adapts a model to a harness (the model
+backends, our decode engine and the plugins that carry it into lm-eval and Inspect), not HELM's adapters, which
+adapt a scenario's instances into prompts (SafetyRepro's prompts come from each benchmark's definition):
 
 - `engine/`: our own inference engine (`engine.load_engine(model, precision, device)`: batched greedy and
   seeded generation and continuation log-likelihoods whose numbers do not depend on batching; its KV

@@ -27,7 +27,7 @@ from . import (
     readings,
     significance,
     variance,
-    verdict,
+    verdict_certificate,
 )
 from .attribution import Attribution, axis_attribution
 
@@ -127,7 +127,7 @@ def run_analysis(
     notes.extend(attribution.notes)
     full = {b: grid.matrix(b) for b in grid.benchmarks}
     boot = bootstrap.bootstrap_table(full, options.n_resamples, options.seed)
-    certificate = verdict.verdict_certificate(grid, rules, slices)
+    certificate = verdict_certificate.verdict_certificate(grid, rules, slices)
 
     warnings = list(grid.warnings)
     item_tests = flips = items = None

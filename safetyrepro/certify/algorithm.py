@@ -263,7 +263,7 @@ def claim_of(lower: float, upper: float, exact: bool, estimate: float, delta: fl
     return "undecided"
 
 
-def verdict_of(claims: Sequence[str]) -> str:
+def pair_decision(claims: Sequence[str]) -> str:
     wins_a, wins_b = "a_better" in claims, "b_better" in claims
     if wins_a and wins_b:
         return "flip"
@@ -884,7 +884,7 @@ def _read_claims(benches: list[_Bench], options: CertifyOptions, alpha_each: flo
                     st.claim = claims[st.slot]
     for b in benches:
         for pair in b.pairs:
-            b.verdict[pair] = verdict_of([s.claim for s in b.streams if s.pair == pair])
+            b.verdict[pair] = pair_decision([s.claim for s in b.streams if s.pair == pair])
 
 
 def _rounded(x: float) -> float:

@@ -34,7 +34,7 @@ import pandas as pd
 from safetyrepro.analysis import readings
 from safetyrepro.analysis.degenerate import screen_records
 
-from .algorithm import ClaimRow, PairRow, verdict_of
+from .algorithm import ClaimRow, PairRow, pair_decision
 
 UNKNOWN = "unknown"
 WINS = {"a_better": 0, "b_better": 1}  # which model of the pair a win names
@@ -241,7 +241,7 @@ def pair_basis(pair: PairRow, claims: Sequence[ClaimRow], bases: Sequence[Basis]
     others = [(c, b) for c, b in deciding if not b.readable]
     if not others:
         return Basis(readings.READABLE, f"every claim it rests on is readable ({len(deciding)})")
-    readable_alone = verdict_of([c.claim if b.readable else "undecided" for c, b in mine])
+    readable_alone = pair_decision([c.claim if b.readable else "undecided" for c, b in mine])
     if pair.verdict != "undecided" and readable_alone == pair.verdict:
         return Basis(
             readings.READABLE,

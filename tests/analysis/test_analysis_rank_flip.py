@@ -7,7 +7,7 @@ from safetyrepro.analysis.rank_flip import (
     rho_flip_max,
     rho_flip_table,
 )
-from safetyrepro.analysis.verdict import verdict_certificate
+from safetyrepro.analysis.verdict_certificate import verdict_certificate
 
 
 def test_two_two_split_at_four_configs_saturates_at_half():

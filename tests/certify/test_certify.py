@@ -19,7 +19,7 @@ from safetyrepro.certify.algorithm import (
     CertifyOptions,
     certify,
     claim_of,
-    verdict_of,
+    pair_decision,
 )
 from safetyrepro.certify.replay import contradicted, load_replay
 from safetyrepro.cli import main
@@ -119,10 +119,10 @@ def test_claims_and_verdicts_by_hand():
     assert claim_of(-0.06, 0.02, False, 0.0, 0.05) == "undecided"
     assert claim_of(0.0, 0.0, True, 0.0, 0.05) == "within_delta"  # every item drawn, a tie
     assert claim_of(0.0, 0.0, True, -1 / 300, 0.05) == "b_better"
-    assert verdict_of(["a_better", "undecided", "b_better"]) == "flip"
-    assert verdict_of(["a_better", "within_delta"]) == "stable_a"
-    assert verdict_of(["a_better", "undecided"]) == "undecided"
-    assert verdict_of(["within_delta", "within_delta"]) == "equivalent"
+    assert pair_decision(["a_better", "undecided", "b_better"]) == "flip"
+    assert pair_decision(["a_better", "within_delta"]) == "stable_a"
+    assert pair_decision(["a_better", "undecided"]) == "undecided"
+    assert pair_decision(["within_delta", "within_delta"]) == "equivalent"
 
 
 def _reference_bounds(y: np.ndarray, population: int, alpha: float, grid: np.ndarray) -> tuple[float, float]:
