@@ -27,6 +27,7 @@ from .pipeline import Analysis
 from .readings import FORMAT, READABLE, READINGS_NOTE, UNINFORMATIVE, RestsOn, content_sentence
 from .significance import CORRECTIONS, PAIR_NULL, TEST_NAME
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
+from .tables import TABLES
 
 ANALYSIS_PACKAGES = ("safetyrepro", "numpy", "pandas", "scipy", "statsmodels", "lightgbm", "shap", "matplotlib")
 
@@ -411,6 +412,31 @@ def _significance_pairs(a: Analysis) -> list[dict]:
     return rows[keep].to_dict(orient="records")
 
 
+def _registered_tables(a: Analysis) -> list[dict]:
+    """The card's record of the tables registered through analysis/tables.py: file, rows, and its line."""
+    out = []
+    for name, table in a.registered.items():
+        spec = TABLES.get(name)
+        if spec is not None:
+            rows = None if table is None else len(table)
+            out.append(
+                {"name": name, "file": spec.file if table is not None else None, "rows": rows, "says": spec.card}
+            )
+    return out
+
+
+def _card_registered(card: dict) -> list[str]:
+    """The registered tables, where the analysis has any."""
+    if not card.get("registered_tables"):
+        return []
+    lines = ["", "## Registered tables", ""]
+    for t in card["registered_tables"]:
+        rows = f"{t['rows']} row{'s' if t['rows'] != 1 else ''}"
+        where = f"`{t['file']}`, {rows}" if t["file"] else "nothing to show for this grid"
+        lines.append(f"- {t['says']} ({t['name']}: {where})")
+    return lines
+
+
 def grid_card(a: Analysis, grid_path: Path) -> dict:
     meta, run_note = read_run_metadata(grid_path)
     meta_models = {str(m.get("label")): m for m in (meta or {}).get("models", []) if isinstance(m, dict)}
@@ -498,6 +524,7 @@ def grid_card(a: Analysis, grid_path: Path) -> dict:
             else a.detectable[a.detectable["slice"] == "full"].to_dict(orient="records"),
         },
         "caveats": _caveats(a, run_note, meta),
+        **({"registered_tables": _registered_tables(a)} if a.registered else {}),
     }
 
 
@@ -867,6 +894,7 @@ CARD_SECTIONS = (
     _card_cells,
     _card_ties,
     _card_statistics,
+    _card_registered,
     _card_packages,
 )
 

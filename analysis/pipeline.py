@@ -5,7 +5,7 @@ without touching the disk."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from . import (
     rank_flip,
     readings,
     significance,
+    tables,
     variance,
     verdict_certificate,
 )
@@ -76,6 +77,7 @@ class Analysis:
     notes: tuple[str, ...] = field(default=())  # why a part was skipped
     # per free-form configuration and pair: form (parse rates) and content (items both read) readings, readings.py
     content_readings: pd.DataFrame | None = None
+    registered: dict[str, pd.DataFrame | None] = field(default_factory=dict)  # tables.py's tables, by name
 
     @cached_property
     def cell_bases(self) -> dict[tuple[str, str], readings.CellBasis]:
@@ -162,7 +164,7 @@ def run_analysis(
     )
     effects = degenerate.degenerate_effects(grid, rules, cells, options.thetas)
 
-    return Analysis(
+    a = Analysis(
         grid,
         rules,
         options,
@@ -190,6 +192,7 @@ def run_analysis(
         tuple(notes),
         None if items is None else items.content,
     )
+    return replace(a, registered=tables.computed(a)) if tables.TABLES else a
 
 
 # file name -> what it holds; the two contract tables keep exactly the contract columns of docs/formats.md
@@ -219,6 +222,7 @@ def table_files(a: Analysis) -> dict[str, pd.DataFrame | None]:
         "tie_rates.csv": a.tie_rates,
         "detectable.csv": a.detectable,
         "content_readings.csv": a.content_readings,
+        **{tables.TABLES[name].file: table for name, table in a.registered.items() if name in tables.TABLES},
     }
 
 

@@ -41,6 +41,7 @@ from .pipeline import Analysis
 from .readings import FORMAT, UNINFORMATIVE
 from .significance import TEST_NAME
 from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
+from .tables import TABLES
 from .variance import FREE_FORM, RHO_MODEL_SHARE_MIN
 
 
@@ -1214,6 +1215,16 @@ def _definitions_section(a: Analysis, figures: FigureSet, run_meta: dict | None)
     ]
 
 
+def _registered_section(a: Analysis, figures: FigureSet, run_meta: dict | None) -> list[Block]:
+    """The tables registered through analysis/tables.py, in the order they were registered."""
+    blocks: list[Block] = []
+    for name, frame in a.registered.items():
+        spec = TABLES.get(name)
+        if spec is not None and frame is not None:
+            blocks += [Heading(spec.title), Table(frame, spec.caption)]
+    return blocks
+
+
 # The report's sections, in the order report.md shows them (the definitions close it).
 REPORT_SECTIONS = (
     _header_section,
@@ -1231,6 +1242,7 @@ REPORT_SECTIONS = (
     _bootstrap_section,
     lambda a, figures, run_meta: _significance_blocks(a),
     _certificate_section,
+    _registered_section,
     _notes_section,
     _definitions_section,
 )
