@@ -247,7 +247,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--reading content certifies every configuration on its own items: leave out --control auto")
     if live:
         if not (args.models or args.models_file):
-            raise UserError("certify live needs --models ... (or --models-file); a finished run: certify replay")
+            raise UserError(
+                "certify live needs --models ... (or --models-file); to replay a finished run's records: "
+                "certify replay ITEMS --grid GRID (formerly certify --replay ITEMS)"
+            )
         from .live import run_live
 
         sweep_options = SweepOptions.from_args(args, LIVE)
