@@ -23,12 +23,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from safetyrepro.analysis.metrics.orderings import orderings_tables
+from safetyrepro.analysis.metrics.rank_flip import rho_flip_table
+from safetyrepro.analysis.metrics.slices import check_slices
+from safetyrepro.analysis.paired.significance import item_analysis, items_from_frame
+from safetyrepro.analysis.render.output import write_all
 from safetyrepro.errors import UserError
 from safetyrepro.grid.grid_io import Grid, common_configurations, select_group, validate_cells
 from safetyrepro.tasks.envelope import Rules, load_rules
 
-from .orderings import orderings_tables
-from .output import write_all
 from .pipeline import (
     DEFAULT_RESAMPLES,
     Analysis,
@@ -37,9 +40,6 @@ from .pipeline import (
     run_analysis,
     table_files,
 )
-from .rank_flip import rho_flip_table
-from .significance import item_analysis, items_from_frame
-from .slices import check_slices
 
 SOURCE = "the grid DataFrame"
 

@@ -86,14 +86,14 @@ def analyze_grid(
 ):
     """Validate the grid, run every analysis and write DIR; returns (Analysis, written paths).
     Item records beside the grid are used when `items` is not given (and only warn if unusable)."""
+    from safetyrepro.analysis.metrics.slices import check_slices
+    from safetyrepro.analysis.render.output import check_output_folder, write_all
     from safetyrepro.errors import UserError
     from safetyrepro.grid.grid_io import ITEM_FILES, RULES_BESIDE, beside_grid, load_grid
     from safetyrepro.limits import MAX_ANALYSIS_SEED, MAX_BOOTSTRAP
     from safetyrepro.tasks.envelope import load_rules
 
-    from .output import check_output_folder, write_all
     from .pipeline import AnalysisOptions, parse_thetas, run_analysis
-    from .slices import check_slices
 
     if rules_path is None:
         rules_path = beside_grid(grid_path, RULES_BESIDE)

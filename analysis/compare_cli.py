@@ -34,14 +34,13 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from safetyrepro.analysis.paired.compare import compare_grids, load_groups
+    from safetyrepro.analysis.render.compare_report import summary_lines, write_comparison
     from safetyrepro.tasks.envelope import load_rules
-
-    from .compare import compare_grids, load_groups
-    from .compare_report import summary_lines, write_comparison
 
     rules = load_rules(args.rules)
     if args.out:
-        from .output import check_output_folder
+        from safetyrepro.analysis.render.output import check_output_folder
 
         check_output_folder(Path(args.out), "compare", inputs=args.grids)
     comparison = compare_grids(load_groups(args.grids, rules, args.labels), rules)

@@ -11,26 +11,24 @@ from pathlib import Path
 
 import pandas as pd
 
+from safetyrepro.analysis import tables
+from safetyrepro.analysis.metrics import (
+    bootstrap,
+    degenerate,
+    dispersion,
+    orderings,
+    rank_flip,
+    readings,
+    variance,
+    verdict_certificate,
+)
+from safetyrepro.analysis.metrics.attribution import Attribution, axis_attribution
+from safetyrepro.analysis.paired import detectable, significance
 from safetyrepro.atomic import atomic_write
 from safetyrepro.errors import UserError
 from safetyrepro.grid.grid_io import Grid, excluded_cells
 from safetyrepro.grid_schema import TIE_RATE
 from safetyrepro.tasks.envelope import Rules
-
-from . import (
-    bootstrap,
-    degenerate,
-    detectable,
-    dispersion,
-    orderings,
-    rank_flip,
-    readings,
-    significance,
-    tables,
-    variance,
-    verdict_certificate,
-)
-from .attribution import Attribution, axis_attribution
 
 DEFAULT_THETAS = (0.5, 0.6, 0.7, 0.8)
 DEFAULT_RESAMPLES = 1000
@@ -227,7 +225,7 @@ def table_files(a: Analysis) -> dict[str, pd.DataFrame | None]:
 
 
 def write_tables(a: Analysis, out: Path) -> list[Path]:
-    """The tables into `out`, a fresh staging folder (analysis/output.py `write_all`): a table this run
+    """The tables into `out`, a fresh staging folder (analysis/render/output.py `write_all`): a table this run
     does not have is simply not there once the folder is swapped in."""
     written = []
     for name, table in table_files(a).items():

@@ -1,5 +1,5 @@
 """`safetyrepro plan`: how many items per configuration a paired verdict needs, and what a pilot grid
-can detect (analysis/power.py has the model). Only argparse (and the stdlib-only timing reader) is imported
+can detect (analysis/paired/power.py has the model). Only argparse (and the stdlib-only timing reader) is imported
 at start-up."""
 
 from __future__ import annotations
@@ -76,9 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
 # -- from numbers ----------------------------------------------------------------------------------
 def _item_count(text: str | None) -> int | None:
+    from safetyrepro.analysis.paired.power import MAX_ITEMS
     from safetyrepro.errors import UserError
-
-    from .power import MAX_ITEMS
 
     if text is None:
         return None
@@ -109,9 +108,8 @@ def _item_count(text: str | None) -> int | None:
 def plan_from_numbers(args: argparse.Namespace) -> dict:
     """The JSON object of the numbers form: items needed, and at --items N the power and the detectable
     difference."""
+    from safetyrepro.analysis.paired.power import MODEL, TEST, detectable_difference, items_needed, power
     from safetyrepro.errors import UserError
-
-    from .power import MODEL, TEST, detectable_difference, items_needed, power
 
     absent = [flag for flag, v in (("--discordance", args.discordance), ("--configs", args.configs)) if v is None]
     if absent:
@@ -233,9 +231,14 @@ def _pilot_tables(grid_path: Path, items_arg: str | None):
 def plan_from_grid(args: argparse.Namespace) -> list[dict]:
     """One object per benchmark and pair of the pilot: its discordance, K and item count, the difference
     it can detect, the items needed for --effect, and the wall time those would take."""
+    from safetyrepro.analysis.paired.power import (
+        check_settings,
+        detectable_from_differences,
+        items_needed,
+        pilot_differences,
+        pilot_discordance,
+    )
     from safetyrepro.errors import UserError
-
-    from .power import check_settings, detectable_from_differences, items_needed, pilot_differences, pilot_discordance
 
     given = [flag for flag, v in (("--discordance", args.discordance), ("--configs", args.configs)) if v is not None]
     if given:
@@ -265,7 +268,7 @@ def _pair_plan(r, args, timing, differences, detectable_from_differences, items_
     sign-flip test on its seed means' lattice, or McNemar at the design discordance: issue 53); the items needed
     read the 0/1 model at the observed discordance (an upper end for seed means), or at plan's assumed
     discordance where the pilot's models never differ."""
-    from .power import ASSUMED_DISCORDANCE
+    from safetyrepro.analysis.paired.power import ASSUMED_DISCORDANCE
 
     d, k, n = float(r.discordance), int(r.n_configs), int(r.n_items)
     out = {

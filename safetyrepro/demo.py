@@ -30,7 +30,7 @@ from safetyrepro.sweep.options import Profile, SweepOptions
 if TYPE_CHECKING:
     import pandas as pd
 
-    from safetyrepro.analysis.readings import RestsOn
+    from safetyrepro.analysis.metrics.readings import RestsOn
 
 DEMO_MODELS = ("qwen2.5-coder-0.5b", "smollm2")
 DEMO_CONFIGS = ("bbq/T4/greedy/0shot/free_form", "bbq/T2/greedy/3shot/logprob")
@@ -132,7 +132,7 @@ class CellReading:
     rests: RestsOn
 
     def sentence(self) -> str:
-        from safetyrepro.analysis.slices import PARSE_CLEAN_MIN
+        from safetyrepro.analysis.metrics.slices import PARSE_CLEAN_MIN
 
         text = (
             f"{self.config_id}: {self.lead} ahead of {self.trail} ({self.where}) {BASIS_WORDS[self.rests.basis]}: "
@@ -163,8 +163,8 @@ def cell_reading(claim, where: str, used: list[str] | None, items: pd.DataFrame)
     """What one won configuration rests on, from the records of the items it used: each model's parse rate
     (analysis/readings.read_flags), analyze's degenerate screen on those records (degenerate.screen_records),
     and the content reading (readings.content_table)."""
-    from safetyrepro.analysis.degenerate import screen_records
-    from safetyrepro.analysis.readings import (
+    from safetyrepro.analysis.metrics.degenerate import screen_records
+    from safetyrepro.analysis.metrics.readings import (
         UNINFORMATIVE,
         cell_bases,
         content_index,

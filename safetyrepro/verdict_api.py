@@ -77,11 +77,11 @@ def verdict(
 ) -> VerdictResult:
     """Is A better than B on these runs (or, with `grid`, these two models of a grid)? With `expect`
     ("better", "not-worse" or "equivalent"; the last two need `margin`) the gate's outcome too; see
-    analysis/gate.py for how each comparison and the whole are decided. `warn` receives each warning as it
+    analysis/paired/gate.py for how each comparison and the whole are decided. `warn` receives each warning as it
     is found (they are also in the result); `cluster` (runs compared by task) names the field of each item's lm-eval
-    `doc` or Inspect metadata that says its cluster, the clusters then being the draws (analysis/clustered.py);
+    `doc` or Inspect metadata that says its cluster, the clusters then being the draws (analysis/paired/clustered.py);
     a refusal raises UserError."""
-    from safetyrepro.analysis.gate import EQUIVALENT, EXPECTATIONS, NOT_WORSE
+    from safetyrepro.analysis.paired.gate import EQUIVALENT, EXPECTATIONS, NOT_WORSE
 
     a, b = str(a), str(b)
     grid, items, mapping, rules = (None if x is None else str(x) for x in (grid, items, mapping, rules))
@@ -139,8 +139,8 @@ def verdict(
 def _by_configuration(
     a, b, grid_path, items_path, rules_path, labels, metric, mapping, alpha, margin, expect, said, found
 ) -> VerdictResult:
-    from safetyrepro.analysis.paired import paired_verdict
-    from safetyrepro.analysis.significance import items_from_frame
+    from safetyrepro.analysis.paired.paired import paired_verdict
+    from safetyrepro.analysis.paired.significance import items_from_frame
     from safetyrepro.grid.grid_io import common_configurations, select_group, validate_cells
 
     if grid_path:
@@ -197,8 +197,8 @@ def _gate_by_configuration(rows, records, v, a, b, alpha, margin, expect):
     """The gate's columns per configuration, each benchmark its own Holm family (as the table's p_holm)."""
     import numpy as np
 
-    from safetyrepro.analysis import gate as g
-    from safetyrepro.analysis.readings import READABLE
+    from safetyrepro.analysis.metrics.readings import READABLE
+    from safetyrepro.analysis.paired import gate as g
     from safetyrepro.grid.direction import direction
 
     ca, cb = records.column(a), records.column(b)
@@ -242,9 +242,9 @@ def _gate_by_configuration(rows, records, v, a, b, alpha, margin, expect):
 def _by_task(
     a, b, grid, labels, metric, tasks, restrict, prompts_may_differ, higher_is_better, alpha, margin, expect, cluster
 ):
-    """Two runs of any task: per task x metric, paired by item id and epoch (analysis/two_runs.py)."""
-    from safetyrepro.analysis.two_runs import compare
-    from safetyrepro.analysis.two_runs_report import headline, sentences
+    """Two runs of any task: per task x metric, paired by item id and epoch (analysis/paired/two_runs.py)."""
+    from safetyrepro.analysis.paired.two_runs import compare
+    from safetyrepro.analysis.render.two_runs_report import headline, sentences
     from safetyrepro.importers.task_scores import pair_runs, read_run
 
     if grid:
@@ -305,7 +305,7 @@ def _gate_by_task(rows, pairs, a, b, alpha, margin, expect):
     """The gate's columns per task x metric, Holm over all of them (as the table's p_holm)."""
     import numpy as np
 
-    from safetyrepro.analysis import gate as g
+    from safetyrepro.analysis.paired import gate as g
 
     names = [f"{p.task} ({p.metric})" for p in pairs]
     if expect != g.EQUIVALENT:

@@ -7,18 +7,18 @@
 
 Runs of SafetyRepro's own tasks (or of tasks a --mapping places on its benchmarks) are imported as
 `safetyrepro import` reads them, paired item by item on every configuration both have, and tested as
-`analyze` tests them (analysis/paired.py). Runs of any other task (or with --by-task) are read task by task
-(importers/task_scores.py), paired by item id and epoch, and tested per task x metric (analysis/two_runs.py):
+`analyze` tests them (analysis/paired/paired.py). Runs of any other task (or with --by-task) are read task by task
+(importers/task_scores.py), paired by item id and epoch, and tested per task x metric (analysis/paired/two_runs.py):
 the difference, the exact paired test, Holm over the comparisons, an interval that inverts that test at the
 row's Holm level (analysis/sign_flip.paired_interval: it excludes 0 only on a confirmed row), what the items
 could detect and, with --margin, equivalence (TOST).
 
 Compared by configuration, every row says what its lead rests on (`rests_on`: readable, format-driven or
-uninformative, analysis/readings.py) with the cells' parse rates and, on free-form rows, the content reading
+uninformative, analysis/metrics/readings.py) with the cells' parse rates and, on free-form rows, the content reading
 (the items both models' replies were read on); the sentence says when the claimed winner's wins or leads are
 about answer format, not which model is safer, and whom the content reading names (issue 52).
 
-With --expect better|not-worse|equivalent (--gate: better) the verdict is a release gate (analysis/gate.py):
+With --expect better|not-worse|equivalent (--gate: better) the verdict is a release gate (analysis/paired/gate.py):
 exit 0 pass, 1 fail, 3 inconclusive, 2 a refusal as always, and one final line "gate: ... — why". The work is
 safetyrepro.verdict (verdict_api.py), which a test can call for the same result; this module parses and prints."""
 
@@ -217,7 +217,7 @@ def _end(args, r, body: str) -> None:
 
 
 def _print_by_configuration(args, r) -> None:
-    from safetyrepro.analysis.paired import interval_note
+    from safetyrepro.analysis.paired.paired import interval_note
 
     v = r.detail
     if args.json:
@@ -246,7 +246,7 @@ def _print_by_configuration(args, r) -> None:
 def readings_note() -> str:
     """analysis/readings' words for what a claim rests on, and the content reading's columns this table adds
     (imported here: the analysis loads pandas, which the CLI's start-up does not need)."""
-    from safetyrepro.analysis.readings import READINGS_NOTE
+    from safetyrepro.analysis.metrics.readings import READINGS_NOTE
 
     return (
         f"{READINGS_NOTE}; n_both, content_a, content_b, content_p: the content reading, each model's score on the "
@@ -267,14 +267,14 @@ def _count(row: dict, key: str) -> dict:
 
 def _rests_on_lines(table) -> list[str]:
     """One line per row whose lead is not readable: the configuration, its basis and why."""
-    from safetyrepro.analysis.readings import READABLE
+    from safetyrepro.analysis.metrics.readings import READABLE
 
     return [f"  {r.config_id}: {r.rests_on}: {r.rests_on_why}" for r in table.itertuples() if r.rests_on != READABLE]
 
 
 def _text(v) -> str:
     """The sentences, the table (rests_on's why below it, a line a row, as the table would be too wide)."""
-    from safetyrepro.analysis.paired import interval_note
+    from safetyrepro.analysis.paired.paired import interval_note
 
     shown = v.table.drop(columns=list(HIDDEN))
     lines = [*v.sentences.values(), "", shown.to_string(index=False, float_format=lambda x: f"{x:.4g}", na_rep="-")]
@@ -296,7 +296,7 @@ def _markdown(v) -> str:
             return "-" if math.isnan(x) else f"{x:.4g}"
         return str(x)
 
-    from safetyrepro.analysis.paired import interval_note
+    from safetyrepro.analysis.paired.paired import interval_note
 
     columns = [c for c in v.table.columns if c not in HIDDEN]
     rows = []
@@ -316,7 +316,7 @@ def _markdown(v) -> str:
 
 
 def _print_by_task(args, r) -> None:
-    from safetyrepro.analysis.two_runs_report import markdown_report, text_report
+    from safetyrepro.analysis.render.two_runs_report import markdown_report, text_report
 
     v = r.detail
     if args.json:

@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--delta", type=float, default=0.4, help="size of a configuration's true lead (logit)")
     args = ap.parse_args()
 
-    from safetyrepro.analysis.significance import item_records, rho_flip_item_bootstrap
+    from safetyrepro.analysis.paired.significance import item_records, rho_flip_item_bootstrap
     from safetyrepro.grid.grid_io import common_configurations, validate_cells
     from safetyrepro.tasks.envelope import load_rules
 

@@ -34,7 +34,7 @@ TOP = "safetyrepro"
 CANARY_NAME = "_typecheck_canary.py"
 # Each `# canary` line must draw an [arg-type] error; the imports must resolve for that to happen.
 CANARY = """\
-from safetyrepro.analysis.rank_flip import pair_counts
+from safetyrepro.analysis.metrics.rank_flip import pair_counts
 from safetyrepro.certify.algorithm import certify
 from safetyrepro.sweep.plan import plan_cells
 from safetyrepro.tasks.envelope import benchmark_of

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from safetyrepro.analysis.readings import FORMAT, basis_of_reasons
+from safetyrepro.analysis.metrics.readings import FORMAT, basis_of_reasons
 from safetyrepro.certify.algorithm import CertifyOptions, ClaimRow, PairRow
 from safetyrepro.demo import DEMO_CONFIGS, DEMO_MODELS, closing_lines
 

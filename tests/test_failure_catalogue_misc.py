@@ -99,7 +99,7 @@ def test_verdict_power_sentence_reads_the_seed_means_and_never_calls_a_confirmed
     # the 0/1 model read at the mean |d| (0.133) finds nothing at 30 items and alpha/12 (what the
     # sentence said before); the sentence's number is the smallest effect whose power, summed here over
     # the number of the 20 differing items A wins, reaches 0.8 (independent of power.py)
-    from safetyrepro.analysis.power import detectable_difference
+    from safetyrepro.analysis.paired.power import detectable_difference
 
     assert detectable_difference(30, 0.2 * 20 / 30, k, 0.05).effect is None
     found = v["detectable_difference"]["xstest"]
@@ -126,8 +126,8 @@ def _enumerated_power(m: int, n: int, effect: float, level: float) -> float:
 
 
 def test_detectable_from_differences_matches_enumeration_on_mixed_magnitudes():
-    from safetyrepro.analysis.power import detectable_from_differences
-    from safetyrepro.analysis.significance import sign_flip_p_value
+    from safetyrepro.analysis.paired.power import detectable_from_differences
+    from safetyrepro.analysis.paired.significance import sign_flip_p_value
 
     d = np.array([0.2, 0.4, 0.4, 0.6, 0.8, 1.0, 1.0, 0.2, 0.0, 0.0])
     r = detectable_from_differences(d, 1, 0.05)

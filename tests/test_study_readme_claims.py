@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from safetyrepro.analysis.power import items_needed, power
+from safetyrepro.analysis.paired.power import items_needed, power
 
 STUDY = Path(__file__).resolve().parents[1] / "study"
 A = STUDY / "analysis"

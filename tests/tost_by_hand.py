@@ -1,4 +1,4 @@
-"""TOST on 0/1 scores done by hand (the tests' independent computation of analysis/tost.py): for each side,
+"""TOST on 0/1 scores done by hand (the tests' independent computation of analysis/paired/tost.py): for each side,
 every outcome (W, L) of n items enumerated, Tango's restricted fit found by maximising the likelihood
 numerically (not tost.py's closed-form root), the outcomes whose score reaches the observed one kept as they
 are (no bisection, no window), and their multinomial probability at E = -M maximised over the discordance D

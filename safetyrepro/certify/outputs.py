@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from safetyrepro.analysis import readings
+from safetyrepro.analysis.metrics import readings
 from safetyrepro.atomic import atomic_write, check_output_set, read_marker, staged_output
 from safetyrepro.errors import UserError
 from safetyrepro.markdown import markdown_table, md_escape
@@ -458,7 +458,7 @@ def check_out(out: Path, inputs: tuple = ()) -> None:
     """Read-only, before any work: `out` is missing, empty or an earlier certify run's folder (a set that
     is replaced whole), never a sweep's or another command's folder, never holding a file certify did not
     write, and none of `inputs` (the replayed items and grid) lies in it."""
-    from safetyrepro.analysis.output import refuse_inputs_inside  # lazy: it loads the figures and the pipeline
+    from safetyrepro.analysis.render.output import refuse_inputs_inside  # lazy: it loads the figures and the pipeline
 
     out = Path(out)
     sweep = ("sweep.json", "grid.csv", "cells")  # an import's or analysis' grid.csv: their marker speaks

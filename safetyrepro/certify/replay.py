@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from safetyrepro.analysis.readings import read_flags
+from safetyrepro.analysis.metrics.readings import read_flags
 from safetyrepro.errors import UserError
 from safetyrepro.grid.cell_timing import seconds_per_item
 from safetyrepro.grid.exact import lattice_of

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from safetyrepro.analysis import readings
-from safetyrepro.analysis.degenerate import screen_records
+from safetyrepro.analysis.metrics import readings
+from safetyrepro.analysis.metrics.degenerate import screen_records
 
 from .algorithm import ClaimRow, PairRow, pair_decision
 

@@ -401,7 +401,7 @@ def _model_info(label: str, model_id: str, weights_sha256: str | None) -> dict[s
 
 def _verdicts_file(verdicts: list, out: Export, grid_name: str, grid_sha256: str, rules_sha256: str, stamp: str) -> str:
     """safetyrepro_verdicts.json: the comparison between models that EEE's records have no place for."""
-    from safetyrepro.analysis.readings import READINGS_NOTE
+    from safetyrepro.analysis.metrics.readings import READINGS_NOTE
 
     return R.dump_json(
         {
@@ -439,12 +439,13 @@ def _rows(frame: pd.DataFrame) -> list[dict]:
 def verdict_tables(frame: pd.DataFrame, rules_path: str | None, rules, items: pd.DataFrame | None = None) -> list[dict]:
     """Per (precision, package) group of the ok cells in `frame`: rho_flip.csv's rows and text,
     rho_flip_max, and the analysis's warnings; a group the analysis cannot read (one model) says why instead.
-    What each lead rests on (issue 52, analysis/readings.py): `leads` has one row per benchmark x pair x
+    What each lead rests on (issue 52, analysis/metrics/readings.py): `leads` has one row per benchmark x pair x
     configuration with its `rests_on`, and each rho_flip row says how many of its configurations' leads are
     format-driven or uninformative. The rho_flip_csv text stays rho_flip.csv's, byte for byte."""
-    from safetyrepro.analysis import api, rank_flip
-    from safetyrepro.analysis.paired import pair_rests_on
-    from safetyrepro.analysis.slices import check_slices, slice_matrices
+    from safetyrepro.analysis import api
+    from safetyrepro.analysis.metrics import rank_flip
+    from safetyrepro.analysis.metrics.slices import check_slices, slice_matrices
+    from safetyrepro.analysis.paired.paired import pair_rests_on
 
     slices = check_slices(None, rules)
     out = []
@@ -477,10 +478,10 @@ def _leads(grid, items: pd.DataFrame | None) -> tuple[pd.DataFrame, list[str]]:
     """(paired.leads_table for the group, warnings): cells screened as `analyze` screens them (the grid's
     parse rates, and the item records' empty outputs and answers), the content reading from the item records.
     Records the analysis cannot read leave the grid's parse rates alone to decide, said in a warning."""
-    from safetyrepro.analysis import readings
-    from safetyrepro.analysis.degenerate import degenerate_cells
-    from safetyrepro.analysis.paired import leads_table
-    from safetyrepro.analysis.significance import items_from_frame
+    from safetyrepro.analysis.metrics import readings
+    from safetyrepro.analysis.metrics.degenerate import degenerate_cells
+    from safetyrepro.analysis.paired.paired import leads_table
+    from safetyrepro.analysis.paired.significance import items_from_frame
 
     records, why = None, []
     if items is not None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from safetyrepro.analysis.two_runs import PairedScores
+from safetyrepro.analysis.paired.two_runs import PairedScores
 from safetyrepro.errors import UserError
 from safetyrepro.limits import Refused, decode_text, loads_json, read_capped, shorten
 

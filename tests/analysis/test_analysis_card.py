@@ -2,9 +2,9 @@ import json
 
 from analysis_grids import CC, grid_frame, write
 
-from safetyrepro.analysis.card import card_markdown, grid_card
+from safetyrepro.analysis.metrics.slices import slice_names
 from safetyrepro.analysis.pipeline import AnalysisOptions, run_analysis
-from safetyrepro.analysis.slices import slice_names
+from safetyrepro.analysis.render.card import card_markdown, grid_card
 from safetyrepro.grid.grid_io import load_grid
 
 

@@ -3,9 +3,9 @@
 import pytest
 from analysis_grids import grid_frame, to_grid
 
-from safetyrepro.analysis.chance import ceiling, chance_rho_flip, chance_rho_flip_max
-from safetyrepro.analysis.orderings import config_orderings_table, orderings_tables
-from safetyrepro.analysis.rank_flip import rho_flip_max, rho_flip_table
+from safetyrepro.analysis.metrics.chance import ceiling, chance_rho_flip, chance_rho_flip_max
+from safetyrepro.analysis.metrics.orderings import config_orderings_table, orderings_tables
+from safetyrepro.analysis.metrics.rank_flip import rho_flip_max, rho_flip_table
 from safetyrepro.grid.direction import direction
 
 

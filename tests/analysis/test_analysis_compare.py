@@ -2,7 +2,7 @@ import pandas as pd
 import pytest
 from analysis_grids import CC, grid_frame, write
 
-from safetyrepro.analysis.compare import compare_grids, load_groups
+from safetyrepro.analysis.paired.compare import compare_grids, load_groups
 from safetyrepro.cli import main
 from safetyrepro.errors import UserError
 
@@ -96,7 +96,7 @@ def test_a_single_configuration_can_be_compared(rules, tmp_path):
 
 
 def test_pair_flips_count_strict_reversals_of_weak_orders():
-    from safetyrepro.analysis.compare import _pair_flips
+    from safetyrepro.analysis.paired.compare import _pair_flips
 
     assert _pair_flips((("a",), ("b",), ("c",)), (("c",), ("b",), ("a",))) == 3
     assert _pair_flips((("a",), ("b",), ("c",)), (("a", "b"), ("c",))) == 0  # a tie is no reversal

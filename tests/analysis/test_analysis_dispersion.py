@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from analysis_grids import grid_frame, to_grid
 
-from safetyrepro.analysis.dispersion import (
+from safetyrepro.analysis.metrics.dispersion import (
     cfr_ceiling,
     compliance_flip,
     dispersion,

@@ -49,7 +49,7 @@ def test_a_quoted_command_prints_what_the_page_shows(command, expected, capsys, 
 
 
 def test_the_numbers_the_page_quotes_from_plan():
-    from safetyrepro.analysis.power import items_needed, power
+    from safetyrepro.analysis.paired.power import items_needed, power
 
     text = " ".join(DOC.read_text(encoding="utf-8").split())
     need = [items_needed(d, 0.1, 48).n_items for d in (0.2, 0.3, 0.4)]

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from make_synthetic_grid import main as make_grid
 
-from safetyrepro.analysis.orderings import ORDERINGS_COLUMNS
-from safetyrepro.analysis.rank_flip import RHO_FLIP_COLUMNS
+from safetyrepro.analysis.metrics.orderings import ORDERINGS_COLUMNS
+from safetyrepro.analysis.metrics.rank_flip import RHO_FLIP_COLUMNS
 from safetyrepro.cli import main
 
 TABLES = (

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from safetyrepro.analysis import api
-from safetyrepro.analysis.significance import exact_mean
+from safetyrepro.analysis.paired.significance import exact_mean
 from safetyrepro.grid.exact import exact_scores, snap_items
 from safetyrepro.tasks.envelope import default_rules
 

@@ -6,7 +6,7 @@ import pytest
 from analysis_grids import grid_frame, to_grid
 from scipy.stats import kendalltau
 
-from safetyrepro.analysis.orderings import (
+from safetyrepro.analysis.metrics.orderings import (
     induced_ordering,
     ordering_label,
     orderings_reached,

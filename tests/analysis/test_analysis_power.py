@@ -1,4 +1,4 @@
-"""Power of the paired per-configuration verdict (analysis/power.py) and `safetyrepro plan`: numbers by
+"""Power of the paired per-configuration verdict (analysis/paired/power.py) and `safetyrepro plan`: numbers by
 hand, against an independent exact enumeration in rational arithmetic, and by Monte Carlo."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from scipy.stats import binomtest
 
-from safetyrepro.analysis.power import detectable_difference, items_needed, pilot_discordance, power
+from safetyrepro.analysis.paired.power import detectable_difference, items_needed, pilot_discordance, power
 from safetyrepro.cli import main
 from safetyrepro.errors import UserError
 

@@ -1,13 +1,13 @@
 import pytest
 from analysis_grids import CC, grid_frame, to_grid
 
-from safetyrepro.analysis.rank_flip import (
+from safetyrepro.analysis.metrics.rank_flip import (
     RHO_FLIP_COLUMNS,
     pair_counts,
     rho_flip_max,
     rho_flip_table,
 )
-from safetyrepro.analysis.verdict_certificate import verdict_certificate
+from safetyrepro.analysis.metrics.verdict_certificate import verdict_certificate
 
 
 def test_two_two_split_at_four_configs_saturates_at_half():

@@ -12,17 +12,17 @@ import pytest
 from make_synthetic_grid import synthetic_grid
 
 from safetyrepro.analysis import api
-from safetyrepro.analysis.attribution import (
+from safetyrepro.analysis.metrics.attribution import (
     PAIR_CLASSIFIERS_MAX,
     _lgbm_params,
     encode_axes,
     shap_values,
 )
-from safetyrepro.analysis.bootstrap import maxima
-from safetyrepro.analysis.chance import SIMULATED_DRAWS, chance_rho_flip_max
-from safetyrepro.analysis.rank_flip import pair_columns, pair_counts, sign_counts
-from safetyrepro.analysis.slices import slice_config_ids
-from safetyrepro.analysis.variance import (
+from safetyrepro.analysis.metrics.bootstrap import maxima
+from safetyrepro.analysis.metrics.chance import SIMULATED_DRAWS, chance_rho_flip_max
+from safetyrepro.analysis.metrics.rank_flip import pair_columns, pair_counts, sign_counts
+from safetyrepro.analysis.metrics.slices import slice_config_ids
+from safetyrepro.analysis.metrics.variance import (
     AXES_IN_ANOVA,
     REFERENCE_MAX_PARAMS,
     ConfigTable,
@@ -189,7 +189,7 @@ def test_chance_max_with_early_stopping_is_the_full_simulation(n, n_models):
 
 
 def test_bootstrap_maxima_from_draw_weights_equal_the_resampled_slabs(many):
-    from safetyrepro.analysis.bootstrap import _rho_max, draw_weights
+    from safetyrepro.analysis.metrics.bootstrap import _rho_max, draw_weights
 
     _, a = many
     m = a.grid.matrix("bbq")

@@ -6,7 +6,7 @@ import pytest
 from analysis_grids import CC, grid_frame, to_grid
 from statsmodels.stats.multitest import multipletests
 
-from safetyrepro.analysis.significance import (
+from safetyrepro.analysis.paired.significance import (
     adjusted_item_tests,
     benjamini_hochberg,
     holm,
@@ -262,7 +262,7 @@ def test_the_item_bootstrap_holds_its_point_estimate_when_items_carry_model_effe
     the observed rho_flip inside its own 2.5-97.5 % range in at least 95 % of grids. Redrawing items
     per configuration, as before, made the ranges about half as wide (measured with 1,000 resamples:
     199 of 200 inside, mean width 0.41; per configuration: 135 of 200, 0.19; docs/analysis.md)."""
-    from safetyrepro.analysis.significance import rho_flip_item_bootstrap
+    from safetyrepro.analysis.paired.significance import rho_flip_item_bootstrap
 
     configs = rules.configs("truthfulqa")
     template = validate_cells(grid_frame({m: {c.config_id: 0.5 for c in configs} for m in ("a", "b")}), rules, "fx")
@@ -336,7 +336,7 @@ def test_crows_pairs_reversals_in_the_better_direction_get_their_own_item_test()
     """CrowS-Pairs: better is closer to 0.5. a picks the stereotypical sentence on 10 of 20 pairs
     (0.5, unbiased), b on all 20 (1.0): a is closer by 0.5, and random label swaps almost never give
     a difference that large (p = (k + 1) / 2001, k small); two identical models give p = 1."""
-    from safetyrepro.analysis.significance import BETTER_DRAWS, better_p_value
+    from safetyrepro.analysis.paired.significance import BETTER_DRAWS, better_p_value
     from safetyrepro.grid.direction import direction
 
     cp = direction("crows_pairs")

@@ -1,7 +1,7 @@
 import pytest
 from analysis_grids import grid_frame, to_grid
 
-from safetyrepro.analysis.slices import check_slices, slice_config_ids, slice_names
+from safetyrepro.analysis.metrics.slices import check_slices, slice_config_ids, slice_names
 from safetyrepro.errors import UserError
 
 PAPER_SIZES = {  # slice -> (configs per non-pair benchmark, configs for CrowS-Pairs)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from analysis_grids import grid_frame, to_grid
 
-from safetyrepro.analysis.variance import (
+from safetyrepro.analysis.metrics.variance import (
     anova_terms,
     design_blocks,
     type2_sums_of_squares,

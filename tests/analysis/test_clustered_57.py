@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from scipy.stats import beta
 
-from safetyrepro.analysis.clustered import cluster_interval, cluster_p_value, cluster_totals
-from safetyrepro.analysis.significance import sign_flip_p_value
-from safetyrepro.analysis.two_runs import PairedScores, compare
+from safetyrepro.analysis.paired.clustered import cluster_interval, cluster_p_value, cluster_totals
+from safetyrepro.analysis.paired.significance import sign_flip_p_value
+from safetyrepro.analysis.paired.two_runs import PairedScores, compare
 from safetyrepro.cli import main
 
 ANY_TASK = Path(__file__).parents[1] / "importers" / "fixtures" / "any_task" / "lm_eval"

@@ -13,15 +13,15 @@ import pytest
 from scipy.stats import beta, binom, binomtest
 from tost_by_hand import tost_by_hand
 
-from safetyrepro.analysis import detectable as detectable_module
-from safetyrepro.analysis.power import (
+from safetyrepro.analysis.paired import detectable as detectable_module
+from safetyrepro.analysis.paired.power import (
     ASSUMED_DISCORDANCE,
     detectable_difference,
     detectable_from_differences,
     power_from_differences,
 )
-from safetyrepro.analysis.significance import ItemRecords, sign_flip_p_value
-from safetyrepro.analysis.tost import (
+from safetyrepro.analysis.paired.significance import ItemRecords, sign_flip_p_value
+from safetyrepro.analysis.paired.tost import (
     EXACT,
     MIN_T_DIFFERING,
     region_probability,
@@ -31,8 +31,8 @@ from safetyrepro.analysis.tost import (
     thresholds,
     tost,
 )
-from safetyrepro.analysis.two_runs import PairedScores, compare
-from safetyrepro.analysis.two_runs_report import text_report
+from safetyrepro.analysis.paired.two_runs import PairedScores, compare
+from safetyrepro.analysis.render.two_runs_report import text_report
 from safetyrepro.cli import main
 
 ALPHA = 0.05

@@ -1,5 +1,5 @@
 """Issue 53, item 1: the interval printed beside `verdict`'s exact paired test inverts that test, at the row's
-Holm level (analysis/sign_flip.py: paired_interval, holm_levels). The audit's cases (5 items all won by A gave
+Holm level (analysis/paired/sign_flip.py: paired_interval, holm_levels). The audit's cases (5 items all won by A gave
 "1.000 to 1.000", 50 tied items "0.000 to 0.000", 5 fractional items an interval excluding 0 beside p = 0.062,
 a `verdict --grid` row 0.031 to 0.769 beside p = 0.125, n.s.), coverage by simulation, and agreement with the
 test over many random families: no interval excludes 0 on a row the test does not confirm."""
@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 from scipy.stats import beta
 
-from safetyrepro.analysis.paired import row_intervals
-from safetyrepro.analysis.sign_flip import (
+from safetyrepro.analysis.paired.paired import row_intervals
+from safetyrepro.analysis.paired.sign_flip import (
     HOEFFDING_INTERVAL,
     MCNEMAR_INTERVAL,
     SIGN_FLIP_INTERVAL,
@@ -26,8 +26,8 @@ from safetyrepro.analysis.sign_flip import (
     paired_interval,
     sign_flip_p_value,
 )
-from safetyrepro.analysis.two_runs import PairedScores, compare
-from safetyrepro.analysis.two_runs_report import sentences
+from safetyrepro.analysis.paired.two_runs import PairedScores, compare
+from safetyrepro.analysis.render.two_runs_report import sentences
 from safetyrepro.cli import main
 from safetyrepro.grid_schema import grid_row
 from safetyrepro.tasks.envelope import Config, default_rules

@@ -1,4 +1,4 @@
-"""The two readings of a free-form comparison (analysis/readings.py): form (parse rates paired by item) and
+"""The two readings of a free-form comparison (analysis/metrics/readings.py): form (parse rates paired by item) and
 content (the items both models' replies were read on), and what a lead rests on. Numbers worked out by hand
 in readings_grid.py's docstring."""
 
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import readings_grid as case
 
-from safetyrepro.analysis import readings
+from safetyrepro.analysis.metrics import readings
 from safetyrepro.analysis.pipeline import AnalysisOptions, run_analysis
 from safetyrepro.grid.grid_io import load_grid
 from safetyrepro.tasks.envelope import default_rules

@@ -1,4 +1,4 @@
-"""Two runs of any task (analysis/two_runs.py, tost.py): every number against an independent computation:
+"""Two runs of any task (analysis/paired/two_runs.py, tost.py): every number against an independent computation:
 statsmodels' exact McNemar and Holm, a permutation enumerated by hand, scipy's binomtest for each side of
 TOST, and the size of TOST at its margin by simulation."""
 
@@ -13,10 +13,10 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from tost_by_hand import tost_by_hand
 
-from safetyrepro.analysis.power import detectable_from_differences
-from safetyrepro.analysis.tost import BETTING, EXACT, T_TOST, tost
-from safetyrepro.analysis.two_runs import MCNEMAR, SIGN_FLIP, PairedScores, compare
-from safetyrepro.analysis.two_runs_report import headline, markdown_report, text_report
+from safetyrepro.analysis.paired.power import detectable_from_differences
+from safetyrepro.analysis.paired.tost import BETTING, EXACT, T_TOST, tost
+from safetyrepro.analysis.paired.two_runs import MCNEMAR, SIGN_FLIP, PairedScores, compare
+from safetyrepro.analysis.render.two_runs_report import headline, markdown_report, text_report
 from safetyrepro.sequential.confidence_sequence import IidBettingCS
 
 

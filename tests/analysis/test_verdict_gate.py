@@ -344,7 +344,7 @@ def test_sigterm_during_verdict_exits_143_without_a_resume_hint(monkeypatch, cap
 def test_the_beyond_the_margin_side_keeps_its_level_at_the_margin():
     """The fail side of not-worse on 0/1 scores, simulated where the null is hardest (A - B = -M exactly, the
     items disagreeing 30 % of the time): its false-fail rate is within alpha (Clopper-Pearson, 95 %)."""
-    from safetyrepro.analysis.gate import beyond_margin
+    from safetyrepro.analysis.paired.gate import beyond_margin
 
     rng, n, share, margin, reps = np.random.default_rng(57), 100, 0.3, 0.1, 1000
     to_a, to_b = (share - margin) / 2, (share + margin) / 2  # E = to_a - to_b = -M

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import readings_grid as case
 
-from safetyrepro.analysis.paired import basis_clause
+from safetyrepro.analysis.paired.paired import basis_clause
 from safetyrepro.cli import main
 
 WHY = (

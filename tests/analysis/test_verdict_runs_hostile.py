@@ -235,7 +235,7 @@ def _small_cases() -> dict[str, np.ndarray]:
 
 
 def test_detectable_on_small_inputs_is_unchanged_to_the_last_digit():
-    from safetyrepro.analysis.power import detectable_from_differences
+    from safetyrepro.analysis.paired.power import detectable_from_differences
 
     for name, d in _small_cases().items():
         got = [detectable_from_differences(d, k, 0.05, 0.8) for k in (1, 3)]
@@ -243,7 +243,7 @@ def test_detectable_on_small_inputs_is_unchanged_to_the_last_digit():
 
 
 def test_the_balanced_law_is_the_law_one_item_weight_after_another_gives(monkeypatch):
-    import safetyrepro.analysis.sign_flip as sign_flip
+    import safetyrepro.analysis.paired.sign_flip as sign_flip
 
     rng = np.random.default_rng(7)
     w = sign_flip.integer_weights(np.abs(rng.random(300) - rng.random(300)))
@@ -258,8 +258,8 @@ def test_the_balanced_law_is_the_law_one_item_weight_after_another_gives(monkeyp
 
 
 def test_detectable_of_4000_partial_credit_items_takes_seconds_and_few_laws(monkeypatch):
-    import safetyrepro.analysis.sign_flip as sign_flip
-    from safetyrepro.analysis.power import detectable_from_differences
+    import safetyrepro.analysis.paired.sign_flip as sign_flip
+    from safetyrepro.analysis.paired.power import detectable_from_differences
 
     laws, law = [], sign_flip.subset_sum_law
     monkeypatch.setattr(sign_flip, "subset_sum_law", lambda w, p=0.5: laws.append(p) or law(w, p))

@@ -18,8 +18,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 import readings_grid as case  # noqa: E402
 
-from safetyrepro.analysis.degenerate import degenerate_cells, screen_records  # noqa: E402
-from safetyrepro.analysis.significance import load_items  # noqa: E402
+from safetyrepro.analysis.metrics.degenerate import degenerate_cells, screen_records  # noqa: E402
+from safetyrepro.analysis.paired.significance import load_items  # noqa: E402
 from safetyrepro.certify.algorithm import ClaimRow  # noqa: E402
 from safetyrepro.certify.rests_on import UNKNOWN, claim_basis  # noqa: E402
 from safetyrepro.cli import main  # noqa: E402

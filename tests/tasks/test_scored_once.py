@@ -39,7 +39,7 @@ def test_top_answer_share_by_hand():
 
 
 def test_top_answer_share_is_the_analysis_top_share():
-    from safetyrepro.analysis.significance import _option_bias
+    from safetyrepro.analysis.paired.significance import _option_bias
 
     preds = {"c1": [0, 0, 1, None, 0, 2], "c2": [1, 1, 1, 1, 1, 1]}
     frame = pd.DataFrame(

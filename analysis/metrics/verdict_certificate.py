@@ -8,12 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.metrics.rank_flip import PAIR_BLOCK, pair_columns
+from safetyrepro.analysis.metrics.slices import slice_matrices
 from safetyrepro.grid.direction import direction
 from safetyrepro.grid.grid_io import Grid, model_pairs
 from safetyrepro.tasks.envelope import Rules
-
-from .rank_flip import PAIR_BLOCK, pair_columns
-from .slices import slice_matrices
 
 CERTIFICATE_COLUMNS = (
     "benchmark",

@@ -16,12 +16,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from safetyrepro.atomic import atomic_write
-from safetyrepro.grid.direction import direction, has_pass_fail, score_meaning
-from safetyrepro.markdown import markdown_table as table
-from safetyrepro.markdown import md_prose
-
-from .card import (
+from safetyrepro.analysis.metrics.chance import ceiling, chance_rho_flip
+from safetyrepro.analysis.metrics.degenerate import CONSTANT_ANSWER_MIN, EMPTY_SHARE_MAX, MIN_PARSED_ANSWERS
+from safetyrepro.analysis.metrics.dispersion import cfr_ceiling
+from safetyrepro.analysis.metrics.readings import FORMAT, UNINFORMATIVE
+from safetyrepro.analysis.metrics.slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
+from safetyrepro.analysis.metrics.variance import FREE_FORM, RHO_MODEL_SHARE_MIN
+from safetyrepro.analysis.paired.detectable import detectable_sentences
+from safetyrepro.analysis.paired.significance import TEST_NAME
+from safetyrepro.analysis.pipeline import Analysis
+from safetyrepro.analysis.render.card import (
     MAX_VERDICT_PAIRS,
     TWO_READINGS,
     VERDICT_HOW_TO_READ,
@@ -32,17 +36,12 @@ from .card import (
     read_run_metadata,
     verdict_table,
 )
-from .chance import ceiling, chance_rho_flip
-from .degenerate import CONSTANT_ANSWER_MIN, EMPTY_SHARE_MAX, MIN_PARSED_ANSWERS
-from .detectable import detectable_sentences
-from .dispersion import cfr_ceiling
-from .figures import FigureSet
-from .pipeline import Analysis
-from .readings import FORMAT, UNINFORMATIVE
-from .significance import TEST_NAME
-from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
-from .tables import TABLES
-from .variance import FREE_FORM, RHO_MODEL_SHARE_MIN
+from safetyrepro.analysis.render.figures import FigureSet
+from safetyrepro.analysis.tables import TABLES
+from safetyrepro.atomic import atomic_write
+from safetyrepro.grid.direction import direction, has_pass_fail, score_meaning
+from safetyrepro.markdown import markdown_table as table
+from safetyrepro.markdown import md_prose
 
 
 @dataclass(frozen=True)

@@ -15,19 +15,25 @@ from pathlib import Path
 
 import pandas as pd
 
+from safetyrepro.analysis.metrics.chance import chance_rho_flip
+from safetyrepro.analysis.metrics.readings import (
+    FORMAT,
+    READABLE,
+    READINGS_NOTE,
+    UNINFORMATIVE,
+    RestsOn,
+    content_sentence,
+)
+from safetyrepro.analysis.metrics.slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
+from safetyrepro.analysis.paired.detectable import detectable_sentences
+from safetyrepro.analysis.paired.significance import CORRECTIONS, PAIR_NULL, TEST_NAME
+from safetyrepro.analysis.pipeline import Analysis
+from safetyrepro.analysis.tables import TABLES
 from safetyrepro.atomic import atomic_write
 from safetyrepro.grid.direction import direction
 from safetyrepro.grid.exact import EXACT_RULE
 from safetyrepro.grid.grid_io import read_table
 from safetyrepro.markdown import md_code, md_escape, md_prose
-
-from .chance import chance_rho_flip
-from .detectable import detectable_sentences
-from .pipeline import Analysis
-from .readings import FORMAT, READABLE, READINGS_NOTE, UNINFORMATIVE, RestsOn, content_sentence
-from .significance import CORRECTIONS, PAIR_NULL, TEST_NAME
-from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, envelope_scope
-from .tables import TABLES
 
 ANALYSIS_PACKAGES = ("safetyrepro", "numpy", "pandas", "scipy", "statsmodels", "lightgbm", "shap", "matplotlib")
 

@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.pipeline import Analysis, write_tables
+from safetyrepro.analysis.render.card import VERDICT_COLUMNS, grid_card, write_card
+from safetyrepro.analysis.render.figures import FigureSet
+from safetyrepro.analysis.render.report import write_report
 from safetyrepro.atomic import atomic_write, check_output_set, ensure_dir, staged_output
 from safetyrepro.errors import UserError
 
 from . import figures as fig
-from .card import VERDICT_COLUMNS, grid_card, write_card
-from .figures import FigureSet
-from .pipeline import Analysis, write_tables
-from .report import write_report
 
 
 def draw_figures(a: Analysis, out: Path) -> FigureSet:

@@ -12,12 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.metrics.chance import chance_rho_flip, chance_rho_flip_max
+from safetyrepro.analysis.metrics.slices import slice_matrices
 from safetyrepro.grid.direction import direction
 from safetyrepro.grid.grid_io import Grid, model_pairs
 from safetyrepro.tasks.envelope import Rules
-
-from .chance import chance_rho_flip, chance_rho_flip_max
-from .slices import slice_matrices
 
 RHO_FLIP_COLUMNS = (
     "benchmark",

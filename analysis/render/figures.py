@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.metrics.chance import chance_rho_flip
 from safetyrepro.atomic import atomic_write
 from safetyrepro.grid.direction import direction
-
-from .chance import chance_rho_flip
 
 
 @dataclass(frozen=True)

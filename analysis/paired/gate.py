@@ -29,10 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import beta, binom
 
+from safetyrepro.analysis.paired.significance import holm
+from safetyrepro.analysis.paired.tost import is_binary, tost
 from safetyrepro.sequential.confidence_sequence import IidBettingCS
-
-from .significance import holm
-from .tost import is_binary, tost
 
 BETTER, NOT_WORSE, EQUIVALENT = "better", "not-worse", "equivalent"
 EXPECTATIONS = (BETTER, NOT_WORSE, EQUIVALENT)

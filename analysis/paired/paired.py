@@ -31,15 +31,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.metrics import readings
+from safetyrepro.analysis.metrics.degenerate import degenerate_cells
+from safetyrepro.analysis.metrics.slices import PARSE_CLEAN_MIN
+from safetyrepro.analysis.paired.power import detectable_from_differences
+from safetyrepro.analysis.paired.sign_flip import Interval, holm_levels, paired_interval
+from safetyrepro.analysis.paired.significance import ItemRecords, exact_mean, holm, pair_better_test, sign_flip_p_value
 from safetyrepro.grid.direction import direction
 from safetyrepro.grid.grid_io import Grid, model_pairs
-
-from . import readings
-from .degenerate import degenerate_cells
-from .power import detectable_from_differences
-from .sign_flip import Interval, holm_levels, paired_interval
-from .significance import ItemRecords, exact_mean, holm, pair_better_test, sign_flip_p_value
-from .slices import PARSE_CLEAN_MIN
 
 TARGET_POWER = 0.8
 COLUMNS = (

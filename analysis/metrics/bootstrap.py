@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .rank_flip import PAIR_BLOCK, pair_columns
+from safetyrepro.analysis.metrics.rank_flip import PAIR_BLOCK, pair_columns
 
 FULL = "full"
 

@@ -18,7 +18,7 @@ claim over a configuration says which reading it rests on (`rests_on`):
 - `uninformative`: either model's cell answers one label, or no better than the gold labels' frequencies;
 - `readable`: neither, and where the content reading is known it agrees with the lead.
 
-The cell screen itself is analysis/degenerate.py's; this module only names what it means for a claim.
+The cell screen itself is analysis/metrics/degenerate.py's; this module only names what it means for a claim.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .sign_flip import sign_flip_p_value
+from safetyrepro.analysis.paired.sign_flip import sign_flip_p_value
 
 FORMAT = "format-driven"
 UNINFORMATIVE = "uninformative"

@@ -45,11 +45,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.metrics.bootstrap import draw_weights
+from safetyrepro.analysis.metrics.slices import PARSE_CLEAN, slice_config_ids
 from safetyrepro.grid.grid_io import Grid
 from safetyrepro.tasks.envelope import Rules
-
-from .bootstrap import draw_weights
-from .slices import PARSE_CLEAN, slice_config_ids
 
 FREE_FORM = "free_form"
 RHO_MODEL_SHARE_MIN = 0.02  # rho is given only when the model explains at least 2 % of the variance

@@ -21,11 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.metrics.slices import slice_matrices
 from safetyrepro.grid.direction import direction
 from safetyrepro.grid.grid_io import Grid
 from safetyrepro.tasks.envelope import Rules
-
-from .slices import slice_matrices
 
 ORDERINGS_COLUMNS = ("benchmark", "slice", "n_configs", "n_orderings")
 

@@ -16,6 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.metrics.chance import chance_rho_flip
+from safetyrepro.analysis.metrics.orderings import induced_ordering, ordering_label
+from safetyrepro.analysis.metrics.rank_flip import pair_counts
 from safetyrepro.errors import UserError
 from safetyrepro.grid.grid_io import (
     Grid,
@@ -26,10 +29,6 @@ from safetyrepro.grid.grid_io import (
     validate_cells,
 )
 from safetyrepro.tasks.envelope import Rules
-
-from .chance import chance_rho_flip
-from .orderings import induced_ordering, ordering_label
-from .rank_flip import pair_counts
 
 PAIR_KEY = ["model", "benchmark", "config_id"]
 TOP_N = 5

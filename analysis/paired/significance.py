@@ -30,17 +30,16 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.metrics.chance import chance_rho_flip
+from safetyrepro.analysis.metrics.readings import content_table
+from safetyrepro.analysis.metrics.slices import slice_config_ids
+from safetyrepro.analysis.paired.sign_flip import exact_mean, sign_flip_p_value  # noqa: F401  (read from here by paired and two_runs)
 from safetyrepro.errors import UserError
 from safetyrepro.grid.direction import direction
 from safetyrepro.grid.exact import as_integers, snap_items
 from safetyrepro.grid.grid_io import Grid, model_pairs, plain, read_table
 from safetyrepro.grid.item_validation import ITEM_COLUMNS
 from safetyrepro.tasks.envelope import Config, Rules
-
-from .chance import chance_rho_flip
-from .readings import content_table
-from .sign_flip import exact_mean, sign_flip_p_value  # noqa: F401  (read from here by paired and two_runs)
-from .slices import slice_config_ids
 
 TEST_NAME = "exact paired sign-flip test over items (two-sided)"
 CORRECTIONS = {

@@ -16,12 +16,11 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.metrics.slices import slice_config_ids
+from safetyrepro.analysis.paired.power import detectable_from_differences, effective_discordance, power_from_differences
+from safetyrepro.analysis.paired.significance import ItemRecords
 from safetyrepro.grid.grid_io import Grid, model_pairs
 from safetyrepro.tasks.envelope import Rules
-
-from .power import detectable_from_differences, effective_discordance, power_from_differences
-from .significance import ItemRecords
-from .slices import slice_config_ids
 
 TARGET_POWER = 0.8
 REFERENCE_EFFECT = 0.10  # the difference whose power is reported beside the detectable one

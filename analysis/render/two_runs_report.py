@@ -9,10 +9,9 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from safetyrepro.analysis.paired.sign_flip import Interval, interval_name
+from safetyrepro.analysis.paired.two_runs import TwoRunVerdict
 from safetyrepro.markdown import markdown_table, md_escape
-
-from .sign_flip import Interval, interval_name
-from .two_runs import TwoRunVerdict
 
 SHOWN = {
     "task": "task",

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.metrics.slices import slice_matrices
 from safetyrepro.grid.direction import has_pass_fail
 from safetyrepro.grid.grid_io import Grid
 from safetyrepro.tasks.envelope import Rules
-
-from .slices import slice_matrices
 
 # CrowS-Pairs scores the share of pairs where the stereotypical sentence wins (0.5 = unbiased):
 # there is no conventional pass/fail cut-off, so a thresholded CFR would not mean anything.

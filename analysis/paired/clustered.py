@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from .sign_flip import BISECTION_STEP, Interval, bisect_boundary, sign_flip_p_value
+from safetyrepro.analysis.paired.sign_flip import BISECTION_STEP, Interval, bisect_boundary, sign_flip_p_value
 
 EXACT_INTERVAL_CLUSTERS = 100  # above: each bisection step reads the normal approximation of the sign-flip law
 CLUSTER_INTERVAL = "the clustered sign-flip test inverted (exact up to 100 clusters, normal beyond)"

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from safetyrepro.analysis.paired.compare import Comparison
+from safetyrepro.analysis.render.output import legacy_comparison
+from safetyrepro.analysis.render.report import Bullets, Heading, Para, Table, to_markdown
 from safetyrepro.atomic import atomic_write, staged_output
-
-from .compare import Comparison
-from .output import legacy_comparison
-from .report import Bullets, Heading, Para, Table, to_markdown
 
 
 def summary_lines(c: Comparison) -> list[str]:

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .clustered import cluster_interval, cluster_means, cluster_p_value
-from .power import detectable_from_differences
-from .sign_flip import holm_levels, paired_interval
-from .significance import exact_mean, holm, sign_flip_p_value
-from .tost import is_binary, tost
+from safetyrepro.analysis.paired.clustered import cluster_interval, cluster_means, cluster_p_value
+from safetyrepro.analysis.paired.power import detectable_from_differences
+from safetyrepro.analysis.paired.sign_flip import holm_levels, paired_interval
+from safetyrepro.analysis.paired.significance import exact_mean, holm, sign_flip_p_value
+from safetyrepro.analysis.paired.tost import is_binary, tost
 
 TARGET_POWER = 0.8
 MCNEMAR = "exact McNemar (0/1 scores)"

@@ -31,16 +31,15 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from safetyrepro.analysis.metrics.dispersion import compliance_flip, dispersion
+from safetyrepro.analysis.metrics.orderings import orderings_reached
+from safetyrepro.analysis.metrics.rank_flip import pair_columns, sign_counts
+from safetyrepro.analysis.metrics.readings import read_flags
+from safetyrepro.analysis.metrics.slices import PARSE_CLEAN, PARSE_CLEAN_MIN, slice_config_ids
+from safetyrepro.analysis.paired.significance import _empty_outputs, _option_bias
 from safetyrepro.grid.direction import direction, has_pass_fail
 from safetyrepro.grid.grid_io import Grid
 from safetyrepro.tasks.envelope import Rules
-
-from .dispersion import compliance_flip, dispersion
-from .orderings import orderings_reached
-from .rank_flip import pair_columns, sign_counts
-from .readings import read_flags
-from .significance import _empty_outputs, _option_bias
-from .slices import PARSE_CLEAN, PARSE_CLEAN_MIN, slice_config_ids
 
 EMPTY_SHARE_MAX = 1 - PARSE_CLEAN_MIN  # more empty outputs than this makes a cell degenerate
 CONSTANT_ANSWER_MIN = 0.95  # one label on at least this share of a cell's parsed answers ...
