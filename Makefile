@@ -6,14 +6,14 @@ PYTHON ?= python3
 VENV   ?= .venv
 # CPU build of torch (a wheel on disk here); on a GPU machine: make TORCH="torch==2.13.0 --index-url ..."
 TORCH  ?= torch==2.13.0
-EXTRAS ?= dev,models,nf4,ray,flow
+EXTRAS ?= harness,dev,models,nf4,ray,flow
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-quick test-slow test-heavy lint format check yaml clean helm llamacpp
+.PHONY: install demo test test-quick test-slow test-heavy lint format check yaml clean helm llamacpp core
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,17 @@ check: lint test-quick
 yaml: $(STAMP)
 	$(BIN)/python -m safetyrepro.tasks.lm_eval_tasks
 
+# The core install alone (no extras: no torch, transformers, lm-eval or Inspect) in its own venv, for the test that
+# compares existing runs with it (tests/test_core_install.py; issue 57): docs/install.md, *Manual install*.
+CORE_VENV ?= .venv-core
+$(CORE_VENV)/.installed: pyproject.toml setup.py
+	rm -rf $(CORE_VENV)
+	$(PYTHON) -m venv $(CORE_VENV)
+	$(CORE_VENV)/bin/python -m pip install -q -e .
+	touch $@
+
+core: $(CORE_VENV)/.installed
+
 # HELM for `safetyrepro crosspkg` and the HELM plugin, in its own venv (crfm-helm cannot share one
 # resolve with inspect-ai, and a plain `pip install crfm-helm` replaces the CPU torch): see docs/crosspkg.md.
 HELM_VENV ?= .venv-helm
@@ -102,7 +113,7 @@ $(VENV)/.llamacpp: $(STAMP)
 llamacpp: $(VENV)/.llamacpp
 
 clean:
-	rm -rf $(VENV) $(HELM_VENV) build *.egg-info .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(HELM_VENV) $(CORE_VENV) build *.egg-info .pytest_cache .mypy_cache
 
 # Every Eval Ever in its own venv (every-eval-ever 0.3.0 needs Python >= 3.12 and pulls duckdb and
 # huggingface-hub 1.x): its validator for `safetyrepro export eee --validate` and tests/eee, and its

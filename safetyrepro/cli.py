@@ -126,7 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # optional dependencies: the import name -> what installs it
+HARNESS = "pip install 'safetyrepro[harness]' (make install sets up everything)"
 OPTIONAL = {
+    **dict.fromkeys(("torch", "transformers", "accelerate", "gguf", "sentencepiece", "datasets"), HARNESS),
+    **dict.fromkeys(("lm_eval", "inspect_ai", "anyio"), HARNESS),  # anyio: Inspect's, read by the backends
     "ray": "pip install 'safetyrepro[ray]'",
     "bitsandbytes": "pip install 'safetyrepro[nf4]'",
     "llama_cpp": "pip install 'safetyrepro[llamacpp]' (make llamacpp)",
@@ -221,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             raise
         top = (getattr(e, "name", None) or "").split(".")[0] if isinstance(e, ModuleNotFoundError) else ""
+        if top in OPTIONAL and OPTIONAL[top] == HARNESS:
+            return _error(
+                f"this runs models or harnesses, which the core install leaves out ({top} is missing): {HARNESS}"
+            )
         if top in OPTIONAL:
             return _error(f"this needs the optional dependency {top}: {OPTIONAL[top]}")
         _error(f"internal error: {type(e).__name__}: {e} (rerun with -v for the traceback, and please report it)")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from safetyrepro.limits import load_yaml
 from safetyrepro.sweep.cli import add_sweep_arguments
 from safetyrepro.sweep.options import Profile, SweepOptions
 
@@ -32,12 +33,15 @@ if TYPE_CHECKING:
 
     from safetyrepro.analysis.metrics.readings import RestsOn
 
-DEMO_MODELS = ("qwen2.5-coder-0.5b", "smollm2")
-DEMO_CONFIGS = ("bbq/T4/greedy/0shot/free_form", "bbq/T2/greedy/3shot/logprob")
-DEMO_PRECISION = "fp32"  # the studies': their records are the demo's first draws
-DEMO_BUDGET = "12m"  # CPU time of model work (two cores: about 6-8 minutes of wall time); loading is outside it
-DEMO_BATCH = 16  # items per configuration per round: a generation call costs about the same for 2 items or 16
-DEMO_OUT = Path("runs/demo")
+# the demo's question is a packaged run spec (demo.yaml, read as --config reads one)
+DEMO_SPEC = Path(__file__).resolve().with_name("demo.yaml")
+_SPEC = load_yaml(DEMO_SPEC.read_bytes(), str(DEMO_SPEC))
+DEMO_MODELS: tuple[str, ...] = tuple(_SPEC["models"])
+DEMO_CONFIGS: tuple[str, ...] = tuple(_SPEC["configs"])
+DEMO_PRECISION: str = _SPEC["precision"]
+DEMO_BUDGET: str = _SPEC["budget"]
+DEMO_BATCH: int = int(_SPEC["batch"])
+DEMO_OUT = Path(_SPEC["out"])
 STUDY_DIR = Path(__file__).resolve().parents[1] / "study"  # this checkout's published studies
 STUDY = "study/certified/README.md"
 DESCRIPTION = (

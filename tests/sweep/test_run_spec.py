@@ -62,3 +62,12 @@ def test_a_spec_that_is_not_one_is_refused_in_one_line(tmp_path, capsys, spec, s
     err = capsys.readouterr().err
     assert says in err and str(path) in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_the_demo_is_a_packaged_spec_that_certify_live_reads_as_the_same_question(tmp_path):
+    from safetyrepro.demo import DEMO_BATCH, DEMO_BUDGET, DEMO_CONFIGS, DEMO_MODELS, DEMO_PRECISION, DEMO_SPEC
+
+    args = _parse("certify", "live", "--config", str(DEMO_SPEC), "--out", str(tmp_path / "c"))
+    assert (tuple(args.models), tuple(args.configs), args.precision) == (DEMO_MODELS, DEMO_CONFIGS, DEMO_PRECISION)
+    assert (args.budget, args.batch, str(args.out)) == (DEMO_BUDGET, DEMO_BATCH, str(tmp_path / "c"))  # --out wins
+    assert DEMO_MODELS == ("qwen2.5-coder-0.5b", "smollm2") and DEMO_BUDGET == "12m"
