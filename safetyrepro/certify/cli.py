@@ -67,6 +67,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "or content (who is better on the items both models' replies were read: each item either reply is unread "
         "on counts 0, so the estimate is that difference scaled by the share both read)",
     )
+    replay.add_argument(
+        "--cluster",
+        metavar="FIELD",
+        help="the items file's column naming each item's cluster (a passage, a template): the clusters, not the "
+        "items, are the draws of the population target (a cluster's score is its items' mean)",
+    )
     replay.add_argument("--precision", help="the grid's precision group, when it holds several")
     replay.add_argument("--package", help="the grid's package group, when it holds several")
     replay.add_argument("--rules", help="the rules file the grid was written under (default: the packaged envelope)")
@@ -101,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "for example under another --target)",
     )
     add_sweep_arguments(live.add_argument_group("what to evaluate (the sweep's flags)"), LIVE)
-    live.set_defaults(func=run, reading="strict", replay=None, grid=None)
+    live.set_defaults(func=run, reading="strict", replay=None, grid=None, cluster=None)
     replay.set_defaults(func=run, models=None, models_file=None, held_only=False, order=None, records=[])
     replay.set_defaults(selection=None, configs=None)
 
@@ -248,6 +254,15 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.reading == "content" and args.control == "auto":
         raise UserError("--reading content certifies every configuration on its own items: leave out --control auto")
+    if args.cluster is not None:
+        given = {"--target subset": args.target == "subset", "--control auto": args.control == "auto"}
+        given["--reading content"] = args.reading == "content"
+        clash = next((name for name, on in given.items() if on), None)
+        if clash:
+            raise UserError(
+                f"--cluster draws clusters for the population target, read strictly, on each configuration's own "
+                f"items: leave out {clash}"
+            )
     if live:
         if not (args.models or args.models_file):
             raise UserError(
@@ -311,11 +326,14 @@ def _replay(args: argparse.Namespace, options, say):
     lock = Store(Path(args.out))
     lock.lock()  # one run at a time writes the folder, as a live run does
     try:
-        result = certify(replay.problems, replay.oracle, options, progress=say)
+        problems, oracle, as_items = replay.problems, replay.oracle, lambda evaluated: evaluated
+        if args.cluster is not None:
+            problems, oracle, as_items = _clustered(replay, args.cluster, args.replay)
+        result = certify(problems, oracle, options, progress=say)
         paths = write_outputs(
             result,
             args.out,
-            used_records(replay, result.evaluated),
+            used_records(replay, as_items(result.evaluated)),
             f"replay of {args.replay}",
             benchmark_seconds(Path(args.grid), grid),
             parse_rates={
@@ -326,3 +344,18 @@ def _replay(args: argparse.Namespace, options, say):
     finally:
         lock.unlock()
     return result, paths
+
+
+def _clustered(replay, field: str, items_path):
+    """The replay's problems and oracle with the clusters of `field` as the draws, and the map of what was
+    evaluated back to items; says how many clusters each benchmark has."""
+    from .clusters import ClusterOracle, cluster_members, clustered_problem, items_of
+    from .replay import replay_clusters
+
+    cluster_of = replay_clusters(replay, field, items_path)
+    members = {p.benchmark: cluster_members(p.item_ids, cluster_of[p.benchmark]) for p in replay.problems}
+    for p in replay.problems:
+        n = len(members[p.benchmark])
+        print(f"{p.benchmark}: the draws are {n} clusters of {field} ({len(p.item_ids)} items)")
+    problems = tuple(clustered_problem(p, members[p.benchmark]) for p in replay.problems)
+    return problems, ClusterOracle(replay.oracle, members), lambda evaluated: items_of(evaluated, members)

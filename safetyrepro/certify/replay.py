@@ -97,6 +97,29 @@ def load_replay(items_path: str | Path, grid: Grid, reading: str = "strict") -> 
     return Replay(tuple(problems), {k: v.to_dict() for k, v in scores.items()}, frame, full, tuple(warnings))
 
 
+def replay_clusters(replay: Replay, field: str, items_path) -> dict[str, dict[str, str]]:
+    """benchmark -> item id -> its cluster, from the records' column `field` (`--cluster FIELD`): every item of
+    the problems needs one, the same in every record of it."""
+    frame = replay.records
+    if field not in frame.columns:
+        raise UserError(f"--cluster {field}: items file {items_path} has no column {field!r}")
+    out: dict[str, dict[str, str]] = {}
+    for problem in replay.problems:
+        rows = frame[frame["config_id"].isin(problem.config_ids) & frame["item_id"].isin(problem.item_ids)]
+        if rows[field].isna().any():
+            item = rows.loc[rows[field].isna(), "item_id"].iloc[0]
+            raise UserError(f"--cluster {field}: item {item} of {problem.benchmark} has none")
+        labels = rows.groupby("item_id")[field].agg(lambda v: sorted({str(x) for x in v}))
+        split = labels[labels.map(len) > 1]
+        if len(split):
+            raise UserError(
+                f"--cluster {field}: item {split.index[0]} of {problem.benchmark} is in clusters "
+                f"{', '.join(split.iloc[0][:3])} in different records: a cluster is one per item"
+            )
+        out[problem.benchmark] = {str(i): v[0] for i, v in labels.items()}
+    return out
+
+
 def _read_means(frame: pd.DataFrame, items_path) -> pd.Series:
     """Per (config, model, item), the mean item score over the seeds whose reply was read; NaN where none was
     (log-probability records are always read)."""
