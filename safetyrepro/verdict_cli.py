@@ -27,7 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
+from safetyrepro.analysis import compare_cli
 from safetyrepro.errors import UserError
 
 
@@ -45,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "a",
         metavar="A",
-        help="model A's run (lm-eval output folder, Inspect log or log folder), or its label in --grid",
+        help="model A's run (lm-eval output folder, Inspect log or log folder), or its label in --grid; or a grid "
+        "file (two grids: the same cells measured twice, as `compare` pairs them)",
     )
     p.add_argument("b", metavar="B", help="model B's run, or its label in --grid")
     p.add_argument("--grid", help="A and B are model labels of this grid (items from --items or beside it)")
@@ -76,6 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     gate.add_argument("--gate", action="store_true", help="shorthand for --expect better")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--out", help="with two grids: write their comparison's tables and report here (as `compare`)")
     p.add_argument("--markdown", action="store_true", help="print a Markdown block to paste instead of the table")
     anyrun = p.add_argument_group("runs of any task (lm-eval with --log_samples, Inspect logs)")
     anyrun.add_argument(
@@ -132,9 +136,29 @@ def run(args: argparse.Namespace) -> int:
         return 130  # cli.main answers 143 for SIGTERM, as docs/failures.md gives it
 
 
+GRID_SUFFIXES = (".csv", ".parquet")
+
+
+def _two_grids(args: argparse.Namespace) -> bool:
+    """A and B are grid files (no --grid): the comparison `compare` makes, folded into verdict (issue 55)."""
+    return args.grid is None and all(Path(x).suffix in GRID_SUFFIXES and Path(x).is_file() for x in (args.a, args.b))
+
+
 def _run(args: argparse.Namespace) -> int:
     from safetyrepro.verdict_api import print_warning, verdict
 
+    if _two_grids(args):
+        runs_only = [
+            f
+            for f, on in (("--margin", args.margin is not None), ("--expect", args.expect), ("--gate", args.gate))
+            if on
+        ]
+        if runs_only:
+            raise UserError(f"two grids are compared cell by cell (as `compare` does): {runs_only[0]} is for runs")
+        grids = argparse.Namespace(grids=[args.a, args.b], out=args.out, labels=args.labels, rules=args.rules)
+        return compare_cli.run(grids)
+    if args.out is not None:
+        raise UserError("--out is for two grids (their comparison tables); a verdict on runs writes nothing")
     if args.json and args.markdown:
         raise UserError("--json and --markdown: choose one output")
     if args.gate and args.expect not in (None, "better"):
