@@ -58,6 +58,18 @@ def register(subparsers) -> None:
     )
     p.add_argument("--alpha", type=float, default=0.05, help="familywise error level (default 0.05)")
     p.add_argument("--power", type=float, default=0.8, help="target power (default 0.8)")
+    p.add_argument(
+        "--certify",
+        action="store_true",
+        help="without GRID: also the items certify's population sequences need to claim the lead (and, with "
+        "--margin, to claim two models within it), simulated on the very sequences certify runs",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        metavar="M",
+        help="with --certify: the items to claim 'within +-M' when the true difference is --effect (e.g. 0)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=run)
 
@@ -70,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2) if args.json else "\n".join(grid_lines(rows, args)))
     else:
         numbers = plan_from_numbers(args)
-        print(json.dumps(numbers, indent=2) if args.json else "\n".join(number_lines(numbers)))
+        if args.certify:
+            numbers["certify"] = plan_certify(args)
+        lines = number_lines(numbers) + (certify_lines(numbers) if args.certify else [])
+        print(json.dumps(numbers, indent=2) if args.json else "\n".join(lines))
     return 0
 
 
@@ -185,6 +200,78 @@ def number_lines(r: dict) -> list[str]:
             f"At {r['items']:,} items per configuration: power {_prob(r['power_at_items'])} for a "
             f"{_points(r['effect'])}-point difference ({_prob(r['power_at_items_two_sided'])} counting a claim "
             f"in either direction); {found}."
+        )
+    return lines
+
+
+# -- certify's sequences ---------------------------------------------------------------------------
+CERTIFY_RUNS = 400  # simulated runs: the median and 80th percentile to a few items
+CERTIFY_MAX_ITEMS = 3000  # a run not decided by then counts as never (BBQ's subset is 300, its pool 58,492)
+
+
+def plan_certify(args: argparse.Namespace) -> dict:
+    """Items to a decision of certify's population sequences (sequential/planning.py), one pair over
+    --configs configurations: the lead of --effect, a flip (two configurations with opposite leads), and with
+    --margin the claim "within +-M"."""
+    import numpy as np
+
+    from safetyrepro.errors import UserError
+    from safetyrepro.sequential.planning import ItemsToDecide, items_to_decide
+
+    if args.margin is not None and not 0 < args.margin < 1:
+        raise UserError(f"--margin {args.margin}: must be in (0, 1)")
+    if args.effect <= 0 and args.margin is None:
+        raise UserError("plan --certify: a lead to claim needs --effect > 0 (or give --margin for 'within')")
+    k, common = args.configs, {"family": args.configs, "alpha": args.alpha, "max_items": CERTIFY_MAX_ITEMS}
+    out: dict[str, object] = {"runs": CERTIFY_RUNS, "max_items": CERTIFY_MAX_ITEMS, "family": k}
+    if args.effect > 0:
+        lead = items_to_decide(args.discordance, args.effect, runs=2 * CERTIFY_RUNS, **common)
+        one, other = lead.items[:CERTIFY_RUNS], lead.items[CERTIFY_RUNS:]
+        flip = ItemsToDecide(np.maximum(one, other), CERTIFY_MAX_ITEMS)  # both wins: the later of two runs
+        out["lead"] = _summary(lead, args.items)
+        out["flip"] = _summary(flip, args.items)
+    if args.margin is not None:
+        within = items_to_decide(args.discordance, args.effect, margin=args.margin, runs=CERTIFY_RUNS, **common)
+        out["within"] = _summary(within, args.items) | {"margin": args.margin}
+    return out
+
+
+def _summary(found, items: str | None) -> dict:
+    n = _item_count(items)
+    q = {"median": found.quantile(0.5), "p80": found.quantile(0.8)}
+    out: dict[str, object] = {k: (None if v == float("inf") else int(v)) for k, v in q.items()}
+    if n is not None:
+        out["share_within_items"] = found.share_within(n)
+    return out
+
+
+def _when(r: dict) -> str:
+    if r["median"] is None:
+        return f"not within {CERTIFY_MAX_ITEMS:,} items in half the runs"
+    p80 = f"{r['p80']:,}" if r["p80"] is not None else f"over {CERTIFY_MAX_ITEMS:,}"
+    share = r.get("share_within_items")
+    within = f"; {_percent(round(share, 3))} of runs within --items" if share is not None else ""
+    return f"a median of {r['median']:,} items (80 % of runs by {p80}{within})"
+
+
+def certify_lines(r: dict) -> list[str]:
+    c = r["certify"]
+    lines = [
+        f"certify (population target, one pair over {c['family']} configuration{'s' if c['family'] != 1 else ''}, "
+        f"alpha {r['alpha']:g}; its own sequences on {c['runs']} simulated runs, items drawn one at a time):"
+    ]
+    if "lead" in c:
+        fixed = f"{r['items_needed']:,}" if r["items_needed"] is not None else "not reachable"
+        lines.append(
+            f"- a {_points(r['effect'])}-point lead is claimed after {_when(c['lead'])}; the fixed-n test above "
+            f"needs {fixed} items for {_percent(r['power'])} power, but must fix n first and cannot stop early"
+        )
+        each_way = f"two configurations with leads of {_points(r['effect'])} points each way"
+        lines.append(f"- a flip ({each_way}): {_when(c['flip'])}")
+    if "within" in c:
+        lines.append(
+            f"- 'within +-{_points(c['within']['margin'])} points' when the true difference is "
+            f"{_points(r['effect'])}: {_when(c['within'])}"
         )
     return lines
 

@@ -1,0 +1,82 @@
+"""How many items certify's sequences need before they decide (issue 56: `plan --certify`).
+
+The population target's claims come from betting e-processes on the paired item differences (IidBettingCS), read
+by a closed test whose first step is alpha / (2 family): a lead is claimed once the e-process against "theta <= 0"
+reaches 2 family / alpha, and "within +-margin" once both the one against "theta >= margin" and the one against
+"theta <= -margin" have. Here the very sequences run on simulated paired 0/1 answers (discordance D: the share of
+items the two models answer differently; effect E: the difference in accuracy, so an item favours A with
+probability (D + E) / 2 and B with (D - E) / 2), many runs at once, and the items at which each run decides are
+read off. A run that has not decided by `max_items` counts as never deciding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .confidence_sequence import IidBettingCS
+
+NEVER = np.inf
+
+
+@dataclass(frozen=True)
+class ItemsToDecide:
+    """Per simulated run, the items at which it decided (inf: not within max_items)."""
+
+    items: np.ndarray
+    max_items: int
+
+    def quantile(self, q: float) -> float:
+        """The items by which a share q of the runs decided (inf if fewer did within max_items)."""
+        return float(np.quantile(self.items, q, method="higher"))
+
+    def share_within(self, n: int) -> float:
+        return float(np.mean(self.items <= n))
+
+
+def _first_crossing(log_e: np.ndarray, threshold: float, found: np.ndarray, t: int) -> None:
+    newly = (found == NEVER) & (log_e >= threshold)
+    found[newly] = t
+
+
+def items_to_decide(
+    discordance: float,
+    effect: float,
+    *,
+    family: int,
+    alpha: float = 0.05,
+    margin: float | None = None,
+    runs: int = 400,
+    max_items: int = 2000,
+    seed: int = 0,
+) -> ItemsToDecide:
+    """Items to a decision of certify's population sequences, over `runs` simulated runs: to the claim of a lead
+    of `effect` (margin None), or to the claim "within +-margin" (both sides)."""
+    if not 0 < discordance <= 1 or not abs(effect) <= discordance:
+        raise ValueError(f"discordance {discordance} in (0, 1] and |effect| {effect} at most it")
+    if margin is not None and not 0 < margin < 1:
+        raise ValueError(f"margin {margin} must be in (0, 1)")
+    alpha_side = alpha / family / 2  # certify's bank: alpha_each / 2
+    threshold = float(np.log(2 * family / alpha))  # the closed test's first step, alpha / (2 family)
+    extra = (0.0,) if margin is None else (0.0, margin, -margin)
+    cs = IidBettingCS(runs, alpha_side, -1.0, 1.0, extra=extra)
+    rng = np.random.default_rng(seed)
+    p_a, p_b = (discordance + effect) / 2, (discordance - effect) / 2
+    streams = np.arange(runs)
+    first = np.full(runs, NEVER)
+    second = np.full(runs, NEVER)
+    for t in range(1, max_items + 1):
+        u = rng.random(runs)
+        d = np.where(u < p_a, 1.0, np.where(u < p_a + p_b, -1.0, 0.0))
+        cs.update(streams, d)
+        if margin is None:
+            _first_crossing(cs.log_e_above(0.0) if effect >= 0 else cs.log_e_below(0.0), threshold, first, t)
+            if (first < NEVER).all():
+                break
+        else:
+            _first_crossing(cs.log_e_below(margin), threshold, first, t)
+            _first_crossing(cs.log_e_above(-margin), threshold, second, t)
+            if (first < NEVER).all() and (second < NEVER).all():
+                break
+    return ItemsToDecide(first if margin is None else np.maximum(first, second), max_items)
