@@ -210,6 +210,17 @@ class GridEProcesses:
         """Per stream, log of the e-process against "mean >= x"."""
         return self.max_minus[:, self.index_of(x)]
 
+    def log_e_table(self, nulls: tuple[tuple[str, float], ...]) -> np.ndarray:
+        """(streams, len(nulls)): log_e_above(x) or log_e_below(x) for each ("above" | "below", x), kept until the
+        next draw: configurations that share one sequence read it once a round, not once each."""
+        key = (int(self.t.sum()), nulls)
+        memo = self.__dict__.setdefault("_log_e_memo", {})
+        if key not in memo:
+            memo.clear()
+            side = {"above": self.log_e_above, "below": self.log_e_below}
+            memo[key] = np.stack([side[s](x) for s, x in nulls], axis=1)
+        return memo[key]
+
     def bounds(self, alpha_side: float) -> tuple[np.ndarray, np.ndarray]:
         """Per stream, each side at level alpha_side, in the caller's units: the largest candidate the
         plus gambler has rejected (every smaller one is rejected too) and the smallest the minus one has."""

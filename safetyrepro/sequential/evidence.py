@@ -149,9 +149,10 @@ class PairedEvidence:
         self.diff_sq[pairs] += (a - b) ** 2
         return staged
 
-    def _remembered(self, what: str, compute):
-        """compute() unless no draw went into this configuration (or its bank) since it was last computed."""
-        drawn = (int(self.t.sum()), int(self.iid.t.sum()) if self.iid is not None else 0)
+    def _remembered(self, what: str, compute, own: bool = False):
+        """compute() unless no draw went into this configuration (or, unless `own`, its bank) since it was last
+        computed (`own`: what reads only this configuration's own sums)."""
+        drawn = (int(self.t.sum()), int(self.iid.t.sum()) if self.iid is not None and not own else 0)
         held = self._memo.get(what)
         if held is None or held[0] != drawn:
             held = self._memo[what] = (drawn, compute())
@@ -160,7 +161,7 @@ class PairedEvidence:
     # the planner's numbers, on theta's scale
     def running(self) -> tuple[np.ndarray, np.ndarray]:
         """(theta on the items so far, a spread of the paired differences) per pair."""
-        return self._remembered("running", self._running)
+        return self._remembered("running", self._running, own=True)
 
     def _running(self) -> tuple[np.ndarray, np.ndarray]:
         t = np.maximum(self.t, 1)
@@ -209,10 +210,8 @@ class PairedEvidence:
 
     def _p_values(self) -> np.ndarray:
         if self.ideal is None:
-            cs, d = self.bank, self.delta
-            log_e = np.stack([cs.log_e_above(0.0), cs.log_e_below(0.0), cs.log_e_below(d), cs.log_e_above(-d)], axis=1)[
-                self.rows
-            ]
+            d = self.delta  # NOT_A, NOT_B, HI, LO; the bank reads them once a round for all its configurations
+            log_e = self.bank.log_e_table((("above", 0.0), ("below", 0.0), ("below", d), ("above", -d)))[self.rows]
         else:
             log_e = self._share_log_e()
         return np.minimum(1.0, np.exp(-log_e))
