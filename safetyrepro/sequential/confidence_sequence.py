@@ -186,6 +186,7 @@ class GridEProcesses:
     grid: np.ndarray
     max_plus: np.ndarray
     max_minus: np.ndarray
+    t: np.ndarray  # draws per stream
     _grid_range: tuple[float, float]
 
     def _to_grid(self, x: float) -> float:
