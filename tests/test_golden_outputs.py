@@ -4,9 +4,9 @@ The golden runs: `analyze` of the synthetic full-size grid (30 items a cell, run
 readings case, `verdict` of two committed lm-eval runs (plain, `--json`, `--gate`) and of the case's grid, `certify
 --replay` of the case (strict and content readings), and `export eee` of the case. Every file they write (the
 figures and report.html aside: report.md around matplotlib's pictures, whose bytes are not ours) and every line they
-print is hashed, the run's temporary folder written as <TMP>, the checkout as <REPO>, a command's own seconds
-("in 2.7 s", cost.json's seconds_evaluating) as <SECONDS> and the analysis packages' versions as <VERSION>;
-tests/golden/outputs.json holds the hashes.
+print is hashed (a Parquet file's table, not its bytes), the run's temporary folder written as <TMP>, the checkout
+as <REPO>, a command's own seconds ("in 2.7 s", cost.json's seconds_evaluating) as <SECONDS> and the analysis
+packages' versions as <VERSION>; tests/golden/outputs.json holds the hashes.
 
 A change that means to change what users read regenerates the file and says so in its commit:
     SAFETYREPRO_REGEN_GOLDEN=1 pytest tests/test_golden_outputs.py
@@ -21,6 +21,8 @@ import os
 import re
 import sys
 from pathlib import Path
+
+import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -54,9 +56,16 @@ def _run(capsys, tmp: Path, argv: list[str]) -> dict[str, str]:
     return {"exit": str(code), "stdout": _digest(printed.out.encode(), tmp)}
 
 
+def _content(path: Path) -> bytes:
+    """A file's bytes; a Parquet file's table as CSV: its bytes carry the writer's version and compression."""
+    if path.suffix != ".parquet":
+        return path.read_bytes()
+    return pd.read_parquet(path).to_csv(index=False).encode()
+
+
 def _files(folder: Path, tmp: Path) -> dict[str, str]:
     return {
-        p.relative_to(folder).as_posix(): _digest(p.read_bytes(), tmp)
+        p.relative_to(folder).as_posix(): _digest(_content(p), tmp)
         for p in sorted(folder.rglob("*"))
         if p.is_file() and p.suffix not in SKIP_SUFFIXES
     }
