@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -14,6 +13,7 @@ from safetyrepro.analysis.metrics import readings
 from safetyrepro.atomic import atomic_write, check_output_set, read_marker, staged_output
 from safetyrepro.errors import UserError
 from safetyrepro.markdown import markdown_table, md_escape
+from safetyrepro.sweep.store import parquet_bytes
 from safetyrepro.tasks.templates import TEMPLATE_KINDS
 
 from .algorithm import CertifyResult, ClaimRow, PairRow
@@ -422,9 +422,7 @@ def write_outputs(
             atomic_write(stage / name, text, root=stage)
             paths.append(out / name)
         if records is not None:
-            buffer = io.BytesIO()
-            records.to_parquet(buffer, index=False)
-            atomic_write(stage / "items.parquet", buffer.getvalue(), root=stage)
+            atomic_write(stage / "items.parquet", parquet_bytes(records), root=stage)
             paths.append(out / "items.parquet")
     return paths
 
