@@ -14,7 +14,7 @@ import sys
 
 from safetyrepro.compat.argparse_parsers import option_strings, subcommand_parsers
 from safetyrepro.errors import UserError, did_you_mean, nearest
-from safetyrepro.run_spec_cli import expand_config
+from safetyrepro.run_spec_cli import expand_config, past_options
 
 # subcommand -> module with register(subparsers); a module that is not there yet is skipped.
 SUBCOMMANDS = {
@@ -170,14 +170,11 @@ def os_error_message(e: OSError, command: str | None = None) -> str:
 
 # subcommand -> the module whose legacy_argv(rest) rewrites a former spelling of it (rest: what follows the name)
 LEGACY = {"certify": "safetyrepro.certify.cli"}
-GLOBAL_VALUED = ("--data-dir",)  # the flags before a subcommand that take a value
 
 
 def with_current_spelling(argv: list[str]) -> list[str]:
     """`argv` with a subcommand's former spelling rewritten to its current one (`certify --replay ...`)."""
-    i = 0
-    while i < len(argv) and argv[i].startswith("-"):
-        i += 2 if argv[i] in GLOBAL_VALUED else 1
+    i = past_options(argv, 0)
     if i >= len(argv) or argv[i] not in LEGACY:
         return argv
     rewrite = importlib.import_module(LEGACY[argv[i]]).legacy_argv

@@ -51,13 +51,22 @@ def expand_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]
     return [*argv[:at], *tokens, *rest]
 
 
+GLOBAL_VALUED = ("--data-dir",)  # the flags before a subcommand that take a value
+
+
+def past_options(argv: list[str], i: int) -> int:
+    """The index of the first word at or after `i` that is not an option (a global one takes its value along)."""
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in GLOBAL_VALUED else 1
+    return i
+
+
 def _command_chain(argv: list[str], parser) -> tuple[list[tuple[str, argparse.ArgumentParser]], int]:
     """The subcommands `argv` names ((name, parser) from the top) and the index just after the last one."""
     chain: list[tuple[str, argparse.ArgumentParser]] = []
     here, i, after = parser, 0, 0
     while groups := subcommand_parsers(here):
-        while i < len(argv) and argv[i].startswith("-"):
-            i += 2 if argv[i] == "--data-dir" else 1
+        i = past_options(argv, i)
         if i >= len(argv) or argv[i] not in groups[0][1]:
             break
         here = groups[0][1][argv[i]]
