@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from safetyrepro.anytask.cli import add_task_arguments, print_envelope
 from safetyrepro.tasks.envelope import load_rules
 
 
@@ -23,10 +24,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rules", help="rules file (default: the packaged envelope.yaml)")
     p.add_argument("--list", action="store_true", help="print every configuration id, not only the counts")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_task_arguments(p, sweep=False)
+    p.add_argument("--out", dest="out_file", metavar="FILE.yaml", help="with --task: write the envelope there too")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.task:
+        return print_envelope(args)
     rules = load_rules(args.rules)
     benches = [rules.check_benchmark(b) for b in args.benchmark] if args.benchmark else list(rules.benchmarks)
     per = {b: rules.configs(b, args.tier) for b in benches}

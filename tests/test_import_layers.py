@@ -251,7 +251,7 @@ LAYERS = (
         ),
     ),
     ("statistics", lambda m: m.startswith("safetyrepro.analysis")),
-    ("runs", lambda m: m.split(".")[1] in ("sweep", "importers")),
+    ("runs", lambda m: m.split(".")[1] in ("sweep", "importers", "anytask")),
     (
         "studies and formats",
         lambda m: m.split(".")[1] in ("certify", "eee", "flow", "crosspkg", "equivalence", "stopping", "verdict_api"),

@@ -68,13 +68,17 @@ class OpenModel:
         return self.driver.backend  # type: ignore[return-value]  # open_model puts the cache in front
 
 
+def cached_backend(entry, precision: str, device: str | None, batch_size: int | None) -> CachedBackend:
+    """A model entry's backend, loaded, behind the outputs cache every sweep shares (a rerun asks it nothing
+    it answered before): for the five benchmarks' cells, and for `sweep --task`'s runs."""
+    return CachedBackend(open_backend(entry, precision, device, batch_size), OutputsCache(outputs_cache_path()))
+
+
 def open_model(entry, setup: CellSetup, prefetch_seeds: tuple[int, ...] = ()) -> OpenModel:
     """Load a model's backend once, put the outputs cache in front of it (a sampled request prefetches
     `prefetch_seeds`, its sibling seeds) and open the package's driver over it."""
     spec = setup.spec
-    backend = CachedBackend(
-        open_backend(entry, spec.precision, setup.device, setup.batch_size), OutputsCache(outputs_cache_path())
-    )
+    backend = cached_backend(entry, spec.precision, setup.device, setup.batch_size)
     backend.prefetch_seeds = tuple(prefetch_seeds)
     if setup.log_dir is not None:  # the packages write their logs in it (in the run's own folder)
         ensure_dir(setup.log_dir, root=Path(setup.log_dir).parent)

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from safetyrepro.anytask.cli import add_task_arguments, sweep_task
+from safetyrepro.errors import UserError
 from safetyrepro.run_spec_cli import add_config_argument
 from safetyrepro.sweep.options import PACKAGES, SWEEP, Profile, SweepOptions, flag
 from safetyrepro.tasks.benchmark import TIE_RULES
@@ -22,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Finished cells are kept: rerun the same command to resume after a crash.",
     )
     add_sweep_arguments(p)
+    add_task_arguments(p, sweep=True)
     p.set_defaults(func=run)
 
 
@@ -120,6 +123,12 @@ def add_sweep_arguments(p, profile: Profile = SWEEP) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "task", None):
+        return sweep_task(args)
+    if getattr(args, "envelope", None):
+        raise UserError(
+            "--envelope goes with --task (a task SafetyRepro does not define); the five benchmarks' is --rules"
+        )
     from safetyrepro.sweep.sweeper import Sweep
 
     sweep = Sweep.create(SweepOptions.from_args(args, SWEEP))

@@ -1,0 +1,90 @@
+"""`safetyrepro envelope --task` and `safetyrepro sweep --task`: the flags they add and what they run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from safetyrepro.errors import UserError
+
+from .envelope import TaskRef
+
+TASK_HELP = (
+    "a task SafetyRepro does not define: lm-eval:<task name or task YAML> (docs/any_task.md); its default "
+    "envelope is what `safetyrepro envelope --task` prints"
+)
+
+
+def add_task_arguments(p, sweep: bool) -> None:
+    p.add_argument("--task", metavar="PKG:TASK", help=TASK_HELP)
+    p.add_argument(
+        "--include_path", "--include-path", metavar="DIR", help="lm-eval: a folder of task YAMLs to search too"
+    )
+    if sweep:
+        p.add_argument(
+            "--envelope",
+            type=Path,
+            metavar="FILE.yaml",
+            help="with --task: the envelope written by `envelope --task --out`",
+        )
+
+
+def print_envelope(args: argparse.Namespace) -> int:
+    """The task's default envelope (or --rules FILE's), its configurations, before anything runs."""
+    from safetyrepro.atomic import atomic_write
+
+    from .sweep import task_envelope
+
+    ref = TaskRef.parse(args.task)
+    task, env = task_envelope(ref, Path(args.rules) if args.rules else None, args.include_path)
+    facts = task.facts()
+    configs = env.configs()
+    runs = sum(len(env.seeds(c)) for c in configs)
+    print(
+        f"task {ref} ({facts.name}): {facts.output_type}, {facts.items} items, "
+        f"few-shot examples: {'yes' if facts.fewshot_source else 'none'}"
+    )
+    print(
+        f"{len(configs)} configurations ({sum(env.tier(c) == 'stress' for c in configs)} stress), {runs} runs a model"
+    )
+    if args.list:
+        for c in configs:
+            print(f"  {c.run_id}  {env.tier(c)}")
+    print("--- envelope.yaml (edit it and pass it to `sweep --task ... --envelope FILE`) ---")
+    print(env.text(), end="")
+    if args.out_file:
+        atomic_write(Path(args.out_file), env.text())
+        print(f"written: {args.out_file}")
+    return 0
+
+
+SWEEP_ONLY = ("benchmarks", "tier", "templates", "decodings", "shots", "scoring", "configs", "models_file", "rules")
+
+
+def sweep_task(args: argparse.Namespace) -> int:
+    from safetyrepro.sweep.options import SWEEP
+
+    from .sweep import TaskSweepOptions, run_task_sweep
+
+    given = [d for d in SWEEP_ONLY if getattr(args, d, None) not in (None, SWEEP.default(d))]
+    if given:
+        raise UserError(
+            f"--{given[0].replace('_', '-')} selects among the five benchmarks' configurations; with --task the "
+            "envelope file says them (--envelope FILE: `safetyrepro envelope --task ... --out FILE` writes one)"
+        )
+    if not args.models:
+        raise UserError("sweep --task needs --models")
+    return run_task_sweep(
+        TaskSweepOptions(
+            TaskRef.parse(args.task),
+            list(args.models),
+            Path(args.out),
+            args.envelope,
+            args.include_path,
+            args.limit,
+            args.precision or "bf16",
+            args.device,
+            args.batch_size,
+            not args.no_progress,
+        )
+    )

@@ -1,0 +1,142 @@
+"""An lm-eval task of the user's choosing, through lm-eval's public API only (TaskManager, get_task_dict,
+simple_evaluate, EvaluationTracker): its facts for a default envelope, and one run of one configuration and seed
+written as `lm_eval --output_path DIR --log_samples` writes it, which `safetyrepro import lm-eval` then reads."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from safetyrepro.compat.lm_eval import no_request_building_bar
+from safetyrepro.errors import UserError
+
+from .envelope import TaskConfig, TaskEnvelope, TaskFacts, TaskRef
+
+TASK_LINE = re.compile(r"^task:\s*['\"]?([^'\"\s#]+)", re.MULTILINE)
+
+
+def _task_name(path: Path) -> str | None:
+    """The `task:` of a task YAML (lm-eval's `!function` tags are not plain YAML: then its line)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        raise UserError(f"--task lm-eval:{path}: cannot read it: {e.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+        return str(raw["task"]) if isinstance(raw, dict) and raw.get("task") else None
+    except yaml.YAMLError:
+        found = TASK_LINE.search(text)
+        return found.group(1) if found else None
+
+
+@dataclass
+class LmEvalTask:
+    """The task's name as lm-eval knows it and the TaskManager that finds it (loaded once)."""
+
+    name: str
+    manager: Any
+    _facts: TaskFacts | None = None
+
+    @classmethod
+    def open(cls, ref: TaskRef, include_path: str | None = None) -> LmEvalTask:
+        from lm_eval.tasks import TaskManager
+
+        for name in ("lm_eval", "lm-eval", "lm_eval.evaluator", "lm_eval.api.task", "lm_eval.tasks"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        paths = [include_path] if include_path else []
+        name, defaults = ref.name, True
+        if ref.name.endswith((".yaml", ".yml")):  # a task file: its folder is searched, lm-eval's 14,000 are not
+            path = Path(ref.name)
+            found = _task_name(path)
+            if found is None:
+                raise UserError(f"--task {ref}: {path} has no `task:` key (an lm-eval task YAML names its task)")
+            name, defaults = found, False
+            paths.insert(0, str(path.resolve().parent))
+        manager = TaskManager(include_path=paths or None, include_defaults=defaults)
+        if name not in manager.all_tasks:
+            raise UserError(
+                f"--task {ref}: lm-eval knows no task {name!r}"
+                + (" in the folders given (--include_path)" if not defaults else " (lm_eval --tasks list names them)")
+            )
+        return cls(name, manager)
+
+    def task_object(self):
+        import datasets
+
+        datasets.disable_progress_bars()  # a split's bar per load; the sweep has its own
+        try:
+            if hasattr(self.manager, "load"):  # lm-eval 0.4.10+: flat dicts of tasks and groups
+                tasks = self.manager.load([self.name])["tasks"]
+            else:
+                from lm_eval.tasks import get_task_dict
+
+                tasks = get_task_dict([self.name], self.manager)
+        except Exception as e:  # noqa: BLE001  (the dataset's loader: a hub download offline, a missing file)
+            raise UserError(f"lm-eval cannot load task {self.name!r}: {type(e).__name__}: {e}") from None
+        task = tasks.get(self.name)
+        if task is None or isinstance(task, dict):
+            raise UserError(f"lm-eval task {self.name!r} is a group: name one of its tasks")
+        return task
+
+    def facts(self) -> TaskFacts:
+        if self._facts is None:
+            self._facts = self._read_facts()
+        return self._facts
+
+    def _read_facts(self) -> TaskFacts:
+        task = self.task_object()
+        try:
+            fewshot = task.fewshot_docs()
+        except Exception:  # noqa: BLE001  (no split to draw from: lm-eval raises rather than returns none)
+            fewshot = None
+        return TaskFacts(
+            self.name, str(task.config.output_type), fewshot is not None and len(fewshot) > 0, len(task.eval_docs)
+        )
+
+
+def run_config(
+    task: LmEvalTask,
+    lm,
+    envelope: TaskEnvelope,
+    cfg: TaskConfig,
+    seed: int,
+    limit: int | None,
+    out: Path,
+) -> None:
+    """One configuration at one seed through `simple_evaluate`, its results and samples written into `out` as
+    lm-eval's own CLI writes them. The few-shot draw is lm-eval's default seed for every configuration (held
+    fixed); `seed` is the sampled decoding's."""
+    from lm_eval.evaluator import simple_evaluate
+    from lm_eval.loggers import EvaluationTracker
+
+    dec = envelope.decodings[cfg.decoding]
+    gen_kwargs: dict[str, Any] | None = None  # likelihood scoring samples nothing
+    if task.facts().generates and dec.get("do_sample"):
+        gen_kwargs = {"temperature": dec["temperature"], "top_p": dec["top_p"], "do_sample": True, "seed": seed}
+    elif task.facts().generates:
+        gen_kwargs = {"temperature": 0.0, "do_sample": False}
+    tracker = EvaluationTracker(output_path=str(out))
+    with no_request_building_bar():
+        res = simple_evaluate(
+            model=lm,
+            tasks=[task.name],
+            num_fewshot=cfg.shots,
+            limit=limit,
+            log_samples=True,
+            apply_chat_template=cfg.chat_template,
+            fewshot_as_multiturn=cfg.chat_template and cfg.shots > 0,
+            system_instruction=envelope.systems[cfg.system],
+            gen_kwargs=gen_kwargs,
+            task_manager=task.manager,
+            bootstrap_iters=0,
+            evaluation_tracker=tracker,
+        )
+    if res is None:
+        raise UserError(f"lm-eval returned no results for task {task.name!r}")
+    tracker.save_results_aggregated(results=res, samples=res["samples"])
+    tracker.save_results_samples(task_name=task.name, samples=res["samples"][task.name])

@@ -1,0 +1,202 @@
+"""`safetyrepro sweep --task lm-eval:<task>`: a task SafetyRepro does not define, through its harness across the
+task's envelope for the listed models, then read into the sweep's grid by the importer (docs/any_task.md).
+
+The folder: `task_sweep.json` (what was asked: the task, the envelope's text and hash, the limit and the models),
+`envelope.yaml`, `mapping.yaml` (the task's place in the grid), `runs/lm-eval/<model>/<run>/seed<k>/` (lm-eval's
+own results and samples files, one folder per configuration and seed, renamed into place whole), then what
+`safetyrepro import` writes (grid.csv, grid.parquet, items.parquet, rules.yaml, run.json, provenance.csv, ...).
+A run folder that exists is done: a rerun, or a run after kill -9, starts where it stopped, and the grid is
+rebuilt from every finished run."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from safetyrepro.adapters.catalogue.model_specs import parse_model_spec
+from safetyrepro.atomic import atomic_write, check_no_links, ensure_dir, replace_within
+from safetyrepro.compat.lm_eval import ask_environment_once
+from safetyrepro.errors import UserError
+from safetyrepro.importers import import_lm_eval
+from safetyrepro.sweep.cell import cached_backend
+from safetyrepro.sweep.progress import SweepProgress
+from safetyrepro.sweep.store import slug
+
+from .envelope import TaskEnvelope, TaskRef, default_envelope, parse_envelope
+from .lm_eval_task import LmEvalTask, run_config
+
+RECORD = "task_sweep.json"
+IMPORT_FILES = ("grid.csv", "grid.parquet", "items.parquet", "rules.yaml", "run.json")
+IMPORT_TABLES = ("provenance.csv", "unmapped.csv", "duplicates.csv", "disagreements.csv", "bad_inputs.csv")
+TEMPLATE = "task"  # the grid's base template of the task's own prompt (the importer adds +nochat, +sys=...)
+
+
+@dataclass
+class TaskSweepOptions:
+    task: TaskRef
+    models: list[str]
+    out: Path
+    envelope: Path | None = None
+    include_path: str | None = None
+    limit: int | None = None
+    precision: str = "bf16"
+    device: str | None = None
+    batch_size: int | None = None
+    progress: bool = True
+
+
+def task_envelope(task: TaskRef, envelope_file: Path | None, include_path: str | None):
+    """The opened task and its envelope: the rules file's, or the task's defaults."""
+    if task.package != "lm-eval":
+        raise UserError(
+            f"--task {task}: sweeping an Inspect task is not built yet; run `inspect eval` over the envelope "
+            "`safetyrepro envelope --task` prints, then `safetyrepro import inspect` (docs/any_task.md)"
+        )
+    opened = LmEvalTask.open(task, include_path)
+    if envelope_file is None:
+        return opened, default_envelope(task, opened.facts())
+    try:
+        text = Path(envelope_file).read_text()
+    except OSError as e:
+        raise UserError(f"--envelope {envelope_file}: {e.strerror}") from None
+    env = parse_envelope(text, f"--envelope {envelope_file}")
+    if env.task != task:
+        raise UserError(f"--envelope {envelope_file} is the envelope of {env.task}, not of --task {task}")
+    return opened, env
+
+
+def _identity(o: TaskSweepOptions, env: TaskEnvelope) -> dict:
+    return {"task": str(o.task), "envelope_sha256": env.sha256, "limit": o.limit, "precision": o.precision}
+
+
+def _earlier(out: Path) -> dict | None:
+    """Before the task is opened: a new or empty folder (None), or an earlier `sweep --task`'s record."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder; choose another --out")
+    if not out.is_dir() or not any(out.iterdir()):
+        return None
+    check_no_links(out, *(out / name for name in (RECORD, "runs", *IMPORT_FILES)))
+    try:
+        return json.loads((out / RECORD).read_text())
+    except (OSError, ValueError):
+        raise UserError(
+            f"--out {out} holds files that no `safetyrepro sweep --task` wrote; choose another --out"
+        ) from None
+
+
+def _check_same(out: Path, earlier: dict | None, identity: dict) -> None:
+    """An earlier sweep in `out` is resumed only when it asked the same task, envelope, limit and precision."""
+    if earlier is not None and {k: earlier.get(k) for k in identity} != identity:
+        diff = next(k for k in identity if earlier.get(k) != identity[k])
+        raise UserError(
+            f"--out {out} holds a sweep of other settings ({diff}: {earlier.get(diff)!r}, now {identity[diff]!r}); "
+            "choose another --out"
+        )
+
+
+def _mapping_text(task_name: str) -> str:
+    return (
+        "# the task's place in the grid: its own name as the benchmark, `task` as the template\n"
+        f"tasks:\n  - match: {json.dumps(re.escape(task_name))}\n    benchmark: {json.dumps(task_name)}\n"
+        f"    template: {TEMPLATE}\n"
+    )
+
+
+def run_task_sweep(o: TaskSweepOptions) -> int:
+    entries = [parse_model_spec(m) for m in o.models]  # refused before anything is loaded
+    if len({e.label for e in entries}) < len(entries):
+        raise UserError("--models names a model twice")
+    if o.limit is not None and o.limit < 1:
+        raise UserError("--limit must be 1 or more")
+    earlier = _earlier(o.out)
+    task, env = task_envelope(o.task, o.envelope, o.include_path)
+    identity = _identity(o, env)
+    _check_same(o.out, earlier, identity)
+    out = ensure_dir(o.out)
+    record = {**identity, "task_name": task.name, "models": [e.label for e in entries], "envelope": env.to_dict()}
+    atomic_write(out / RECORD, json.dumps(record, indent=2) + "\n", root=out)
+    atomic_write(out / "envelope.yaml", env.text(), root=out)
+    atomic_write(out / "mapping.yaml", _mapping_text(task.name), root=out)
+    runs = out / "runs" / "lm-eval"
+    todo = [
+        (entry, cfg, seed)
+        for entry in entries
+        for cfg in env.configs()
+        for seed in env.seeds(cfg)
+        if not (runs / slug(entry.label) / cfg.run_id / f"seed{seed}").is_dir()
+    ]
+    total = len(entries) * sum(len(env.seeds(c)) for c in env.configs())
+    progress = SweepProgress(enabled=o.progress)
+    progress.start(total, total - len(todo))
+    skipped: list[str] = []
+    try:
+        for entry in dict.fromkeys(e for e, _, _ in todo):
+            skipped += _run_model(o, task, env, entry, [(c, s) for e, c, s in todo if e == entry], runs, progress)
+    finally:
+        progress.stop()
+    for part in sorted(runs.rglob(".*.part")) if runs.is_dir() else []:  # killed runs of models not asked again
+        shutil.rmtree(part, ignore_errors=True)
+    return _import_grid(out, task.name, skipped)
+
+
+def _run_model(o, task, env, entry, pending, runs: Path, progress: SweepProgress) -> list[str]:
+    """One model's pending runs, the model loaded once behind the outputs cache (a rerun asks it nothing new)."""
+    from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM  # lazy: lm-eval and torch
+
+    backend = cached_backend(entry, o.precision, o.device, o.batch_size)
+    lm = SafetyReproLM.from_backend(backend)
+    lm.progress_bars = False
+    ask_environment_once()
+    skipped = []
+    for cfg, seed in pending:
+        name = f"{entry.label} {cfg.run_id} seed {seed}"
+        if cfg.chat_template and not backend.capabilities.chat_template:
+            skipped.append(f"{entry.label} {cfg.run_id}: the model has no chat template")
+            progress.advance(0)
+            continue
+        progress.describe(name)
+        final = runs / slug(entry.label) / cfg.run_id / f"seed{seed}"
+        ensure_dir(final.parent, root=o.out)
+        part = final.with_name(f".{final.name}.part")
+        shutil.rmtree(part, ignore_errors=True)  # a run killed before its rename: begun again
+        run_config(task, lm, env, cfg, seed, o.limit, part)
+        replace_within(part, final, root=o.out)
+        progress.advance(o.limit or 0)
+    return skipped
+
+
+def _import_grid(out: Path, task_name: str, skipped: list[str]) -> int:
+    """The finished runs read by `safetyrepro import lm-eval`, its files written beside them."""
+    imported = import_lm_eval([str(out / "runs" / "lm-eval")], mapping=str(out / "mapping.yaml"))
+    files = {
+        "rules.yaml": imported.rules_text,
+        "run.json": json.dumps(imported.run_record, indent=2, default=str) + "\n",
+        **{
+            name: table.to_csv(index=False)
+            for name, table in zip(
+                IMPORT_TABLES,
+                (imported.provenance, imported.unmapped, imported.duplicates, imported.disagreements, imported.bad),
+                strict=True,
+            )
+        },
+    }
+    for name, data in files.items():
+        atomic_write(out / name, data, root=out)
+    if len(imported.items):
+        atomic_write(out / "items.parquet", lambda f: imported.items.to_parquet(f, index=False, compression="zstd"))
+    atomic_write(out / "grid.parquet", lambda f: imported.grid.to_parquet(f, index=False, compression="zstd"))
+    atomic_write(out / "grid.csv", imported.grid.to_csv(index=False), root=out)
+    grid = imported.grid
+    print(
+        f"sweep --task: {len(grid)} cells ({grid['model'].nunique()} models x {grid['config_id'].nunique()} "
+        f"configurations) of {task_name} in {out / 'grid.csv'}; next: safetyrepro analyze {out / 'grid.csv'} "
+        f"--out {out / 'analysis'}"
+    )
+    for line in skipped:
+        print(f"  not run: {line}")
+    for w in imported.warnings:
+        print(f"  {w}")
+    return 0
