@@ -29,6 +29,22 @@ def add_task_arguments(p, sweep: bool) -> None:
         )
 
 
+class _NeedsSweepFirst(argparse.Action):
+    """`--task` on a command that evaluates only the five benchmarks' items: what to run instead, one line."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(
+            f"{option_string} {values}: {parser.prog} runs only the five benchmarks' tasks; a task SafetyRepro does "
+            "not define is swept first (`safetyrepro sweep --task ... --out DIR`), then `safetyrepro certify replay "
+            "DIR/items.parquet --grid DIR/grid.csv` certifies its verdicts (docs/any_task.md)"
+        )
+
+
+def add_task_refusal(p) -> None:
+    """certify live and flow: `--task` is understood, and answered with the commands that do it."""
+    p.add_argument("--task", action=_NeedsSweepFirst, help=argparse.SUPPRESS)
+
+
 def print_envelope(args: argparse.Namespace) -> int:
     """The task's default envelope (or --rules FILE's), its configurations, before anything runs."""
     from safetyrepro.atomic import atomic_write

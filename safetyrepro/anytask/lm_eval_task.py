@@ -83,6 +83,11 @@ class LmEvalTask:
             raise UserError(f"lm-eval task {self.name!r} is a group: name one of its tasks")
         return task
 
+    def mapping_entries(self) -> list[dict[str, str]]:
+        """The grid's place of its runs: the task's own name as the benchmark, `task` as the template (the importer
+        adds +nochat, +sys=<hash> for what a run did)."""
+        return [{"match": self.name, "benchmark": self.name, "template": "task"}]
+
     def facts(self) -> TaskFacts:
         if self._facts is None:
             self._facts = self._read_facts()

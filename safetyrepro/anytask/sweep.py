@@ -2,9 +2,9 @@
 task's envelope for the listed models, then read into the sweep's grid by the importer (docs/any_task.md).
 
 The folder: `task_sweep.json` (what was asked: the task, the envelope's text and hash, the limit and the models),
-`envelope.yaml`, `mapping.yaml` (the task's place in the grid), `runs/lm-eval/<model>/<run>/seed<k>/` (lm-eval's
-own results and samples files, one folder per configuration and seed, renamed into place whole), then what
-`safetyrepro import` writes (grid.csv, grid.parquet, items.parquet, rules.yaml, run.json, provenance.csv, ...).
+`envelope.yaml`, `mapping.yaml` (the task's place in the grid), `runs/<package>/<model>/<run>/seed<k>/` (lm-eval's
+own results and samples files, or Inspect's log; a folder per configuration and seed, renamed into place whole), then
+what `safetyrepro import` writes (grid.csv, grid.parquet, items.parquet, rules.yaml, run.json, provenance.csv, ...).
 A run folder that exists is done: a rerun, or a run after kill -9, starts where it stopped, and the grid is
 rebuilt from every finished run."""
 
@@ -13,25 +13,32 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from safetyrepro.adapters.catalogue.model_specs import parse_model_spec
 from safetyrepro.atomic import atomic_write, check_no_links, ensure_dir, replace_within
 from safetyrepro.compat.lm_eval import ask_environment_once
 from safetyrepro.errors import UserError
-from safetyrepro.importers import import_lm_eval
+from safetyrepro.importers import import_inspect, import_lm_eval
 from safetyrepro.sweep.cell import cached_backend
 from safetyrepro.sweep.progress import SweepProgress
 from safetyrepro.sweep.store import slug
 
-from .envelope import TaskEnvelope, TaskRef, default_envelope, parse_envelope
-from .lm_eval_task import LmEvalTask, run_config
+from .envelope import TaskConfig, TaskEnvelope, TaskRef, default_envelope, parse_envelope
+from .inspect_task import InspectTask
+from .inspect_task import model_name as inspect_model_name
+from .inspect_task import run_config as run_inspect
+from .lm_eval_task import LmEvalTask
+from .lm_eval_task import run_config as run_lm_eval
 
 RECORD = "task_sweep.json"
+NOT_RUN = "not_run.json"  # "<model> <run>" -> why the model cannot run it
 IMPORT_FILES = ("grid.csv", "grid.parquet", "items.parquet", "rules.yaml", "run.json")
 IMPORT_TABLES = ("provenance.csv", "unmapped.csv", "duplicates.csv", "disagreements.csv", "bad_inputs.csv")
-TEMPLATE = "task"  # the grid's base template of the task's own prompt (the importer adds +nochat, +sys=...)
 
 
 @dataclass
@@ -48,14 +55,18 @@ class TaskSweepOptions:
     progress: bool = True
 
 
+def open_task(task: TaskRef, include_path: str | None):
+    """The task as its package loads it (refused here when it cannot be)."""
+    if task.package == "inspect":
+        if include_path:
+            raise UserError("--include_path is lm-eval's; an Inspect task is a registered name or file.py[@task]")
+        return InspectTask.open(task)
+    return LmEvalTask.open(task, include_path)
+
+
 def task_envelope(task: TaskRef, envelope_file: Path | None, include_path: str | None):
     """The opened task and its envelope: the rules file's, or the task's defaults."""
-    if task.package != "lm-eval":
-        raise UserError(
-            f"--task {task}: sweeping an Inspect task is not built yet; run `inspect eval` over the envelope "
-            "`safetyrepro envelope --task` prints, then `safetyrepro import inspect` (docs/any_task.md)"
-        )
-    opened = LmEvalTask.open(task, include_path)
+    opened = open_task(task, include_path)
     if envelope_file is None:
         return opened, default_envelope(task, opened.facts())
     try:
@@ -78,7 +89,7 @@ def _earlier(out: Path) -> dict | None:
         raise UserError(f"--out {out} is a file, not a folder; choose another --out")
     if not out.is_dir() or not any(out.iterdir()):
         return None
-    check_no_links(out, *(out / name for name in (RECORD, "runs", *IMPORT_FILES)))
+    check_no_links(out, *(out / name for name in (RECORD, NOT_RUN, "runs", *IMPORT_FILES)))
     try:
         return json.loads((out / RECORD).read_text())
     except (OSError, ValueError):
@@ -97,11 +108,11 @@ def _check_same(out: Path, earlier: dict | None, identity: dict) -> None:
         )
 
 
-def _mapping_text(task_name: str) -> str:
-    return (
-        "# the task's place in the grid: its own name as the benchmark, `task` as the template\n"
-        f"tasks:\n  - match: {json.dumps(re.escape(task_name))}\n    benchmark: {json.dumps(task_name)}\n"
-        f"    template: {TEMPLATE}\n"
+def mapping_text(task: LmEvalTask | InspectTask) -> str:
+    """The importer's mapping file: where the task's runs land in the grid (its `mapping_entries`)."""
+    tasks = [{**e, "match": re.escape(e["match"])} for e in task.mapping_entries()]
+    return "# the task's place in the grid (safetyrepro sweep --task)\n" + yaml.safe_dump(
+        {"tasks": tasks}, sort_keys=False
     )
 
 
@@ -119,58 +130,94 @@ def run_task_sweep(o: TaskSweepOptions) -> int:
     record = {**identity, "task_name": task.name, "models": [e.label for e in entries], "envelope": env.to_dict()}
     atomic_write(out / RECORD, json.dumps(record, indent=2) + "\n", root=out)
     atomic_write(out / "envelope.yaml", env.text(), root=out)
-    atomic_write(out / "mapping.yaml", _mapping_text(task.name), root=out)
-    runs = out / "runs" / "lm-eval"
+    atomic_write(out / "mapping.yaml", mapping_text(task), root=out)
+    runs = out / "runs" / o.task.package
+    not_run = _not_run(out)  # runs a model cannot do (no chat template), recorded so a rerun need not load it
     todo = [
         (entry, cfg, seed)
         for entry in entries
         for cfg in env.configs()
         for seed in env.seeds(cfg)
         if not (runs / slug(entry.label) / cfg.run_id / f"seed{seed}").is_dir()
+        and f"{entry.label} {cfg.run_id}" not in not_run
     ]
     total = len(entries) * sum(len(env.seeds(c)) for c in env.configs())
     progress = SweepProgress(enabled=o.progress)
     progress.start(total, total - len(todo))
-    skipped: list[str] = []
     try:
         for entry in dict.fromkeys(e for e, _, _ in todo):
-            skipped += _run_model(o, task, env, entry, [(c, s) for e, c, s in todo if e == entry], runs, progress)
+            pending = [(c, s) for e, c, s in todo if e == entry]
+            not_run |= _run_model(o, task, env, entry, pending, runs, progress)
+            atomic_write(out / NOT_RUN, json.dumps(not_run, indent=1, sort_keys=True) + "\n", root=out)
     finally:
         progress.stop()
     for part in sorted(runs.rglob(".*.part")) if runs.is_dir() else []:  # killed runs of models not asked again
         shutil.rmtree(part, ignore_errors=True)
-    return _import_grid(out, task.name, skipped)
+    asked = {f"{e.label} {c.run_id}" for e in entries for c in env.configs()}
+    return _import_grid(out, o.task.package, task.name, [f"{k}: {v}" for k, v in sorted(not_run.items()) if k in asked])
 
 
-def _run_model(o, task, env, entry, pending, runs: Path, progress: SweepProgress) -> list[str]:
-    """One model's pending runs, the model loaded once behind the outputs cache (a rerun asks it nothing new)."""
+def _not_run(out: Path) -> dict[str, str]:
+    try:
+        return dict(json.loads((out / NOT_RUN).read_text()))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, TypeError):
+        raise UserError(f"--out {out}: {NOT_RUN} is not what `sweep --task` writes; remove it to run again") from None
+
+
+def _run_model(o, task, env, entry, pending, runs: Path, progress: SweepProgress) -> dict[str, str]:
+    """One model's pending runs. lm-eval: the model loaded once behind the outputs cache (a rerun asks it nothing
+    new); Inspect: its provider (SafetyRepro's engine is loaded once a process)."""
+    run = _opened(o, task, entry)
+    skipped: dict[str, str] = {}
+    for cfg, seed in pending:
+        if cfg.chat_template and run.chatless:
+            skipped[f"{entry.label} {cfg.run_id}"] = "the model has no chat template"
+            progress.advance(0)
+            continue
+        progress.describe(f"{entry.label} {cfg.run_id} seed {seed}")
+        final = runs / slug(entry.label) / cfg.run_id / f"seed{seed}"
+        ensure_dir(final.parent, root=o.out)
+        part = final.with_name(f".{final.name}.part")
+        shutil.rmtree(part, ignore_errors=True)  # a run killed before its rename: begun again
+        run(env, cfg, seed, part)
+        replace_within(part, final, root=o.out)
+        progress.advance(o.limit or 0)
+    return skipped
+
+
+@dataclass
+class _Runner:
+    """One model opened for a package's runs: `runner(env, cfg, seed, folder)` writes one run."""
+
+    call: Callable[[TaskEnvelope, TaskConfig, int, Path], None]
+    chatless: bool = False
+
+    def __call__(self, env: TaskEnvelope, cfg: TaskConfig, seed: int, folder: Path) -> None:
+        self.call(env, cfg, seed, folder)
+
+
+def _opened(o: TaskSweepOptions, task, entry) -> _Runner:
+    if isinstance(task, InspectTask):
+        model = inspect_model_name(entry)
+        return _Runner(lambda env, cfg, seed, folder: run_inspect(task, model, env, cfg, seed, o.limit, folder))
     from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM  # lazy: lm-eval and torch
 
     backend = cached_backend(entry, o.precision, o.device, o.batch_size)
     lm = SafetyReproLM.from_backend(backend)
     lm.progress_bars = False
     ask_environment_once()
-    skipped = []
-    for cfg, seed in pending:
-        name = f"{entry.label} {cfg.run_id} seed {seed}"
-        if cfg.chat_template and not backend.capabilities.chat_template:
-            skipped.append(f"{entry.label} {cfg.run_id}: the model has no chat template")
-            progress.advance(0)
-            continue
-        progress.describe(name)
-        final = runs / slug(entry.label) / cfg.run_id / f"seed{seed}"
-        ensure_dir(final.parent, root=o.out)
-        part = final.with_name(f".{final.name}.part")
-        shutil.rmtree(part, ignore_errors=True)  # a run killed before its rename: begun again
-        run_config(task, lm, env, cfg, seed, o.limit, part)
-        replace_within(part, final, root=o.out)
-        progress.advance(o.limit or 0)
-    return skipped
+    return _Runner(
+        lambda env, cfg, seed, folder: run_lm_eval(task, lm, env, cfg, seed, o.limit, folder),
+        chatless=not backend.capabilities.chat_template,
+    )
 
 
-def _import_grid(out: Path, task_name: str, skipped: list[str]) -> int:
-    """The finished runs read by `safetyrepro import lm-eval`, its files written beside them."""
-    imported = import_lm_eval([str(out / "runs" / "lm-eval")], mapping=str(out / "mapping.yaml"))
+def _import_grid(out: Path, package: str, task_name: str, skipped: list[str]) -> int:
+    """The finished runs read by `safetyrepro import lm-eval|inspect`, its files written beside them."""
+    read = import_inspect if package == "inspect" else import_lm_eval
+    imported = read([str(out / "runs" / package)], mapping=str(out / "mapping.yaml"))
     files = {
         "rules.yaml": imported.rules_text,
         "run.json": json.dumps(imported.run_record, indent=2, default=str) + "\n",

@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+from safetyrepro.anytask.cli import add_task_refusal
 from safetyrepro.errors import UserError
 from safetyrepro.sweep.cli import add_sweep_arguments
 from safetyrepro.sweep.options import Profile, SweepOptions
@@ -75,7 +76,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     replay.add_argument("--precision", help="the grid's precision group, when it holds several")
     replay.add_argument("--package", help="the grid's package group, when it holds several")
-    replay.add_argument("--rules", help="the rules file the grid was written under (default: the packaged envelope)")
+    replay.add_argument(
+        "--rules",
+        help="the rules file the grid was written under (default: rules.yaml beside the grid, as an import writes "
+        "it, else the packaged envelope)",
+    )
     live.add_argument(
         "--selection",
         choices=("none", "records", "family"),
@@ -107,6 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "for example under another --target)",
     )
     add_sweep_arguments(live.add_argument_group("what to evaluate (the sweep's flags)"), LIVE)
+    add_task_refusal(live)
     live.set_defaults(func=run, reading="strict", replay=None, grid=None, cluster=None)
     replay.set_defaults(func=run, models=None, models_file=None, held_only=False, order=None, records=[])
     replay.set_defaults(selection=None, configs=None)
@@ -309,7 +315,7 @@ def _selection(args: argparse.Namespace) -> str | None:
 
 
 def _replay(args: argparse.Namespace, options, say):
-    from safetyrepro.grid.grid_io import load_grid
+    from safetyrepro.grid.grid_io import RULES_BESIDE, beside_grid, load_grid
     from safetyrepro.sweep.store import Store
     from safetyrepro.tasks.envelope import load_rules
 
@@ -318,7 +324,7 @@ def _replay(args: argparse.Namespace, options, say):
     from .replay import benchmark_seconds, load_replay, used_records
 
     check_out(args.out, inputs=(Path(args.replay), Path(args.grid)))  # before anything is read or written
-    rules = load_rules(args.rules)
+    rules = load_rules(args.rules or beside_grid(Path(args.grid), RULES_BESIDE))  # an import's widened envelope
     grid = load_grid(args.grid, rules, precision=args.precision, package=args.package)
     replay = load_replay(args.replay, grid, args.reading)
     for w in (*grid.warnings, *replay.warnings):

@@ -18,6 +18,7 @@ from safetyrepro.grid.exact import lattice_of
 from safetyrepro.grid.grid_io import Grid, read_table
 from safetyrepro.grid.item_validation import ITEM_COLUMNS, checked_records
 from safetyrepro.sequential.evidence import both_read
+from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
 
 from .algorithm import BenchmarkProblem
 
@@ -83,7 +84,9 @@ def load_replay(items_path: str | Path, grid: Grid, reading: str = "strict") -> 
                 [scores[(benchmark, c, m)].loc[list(item_ids)].to_numpy() for c in configs for m in grid.models]
             )
         )
-        problems.append(BenchmarkProblem(benchmark, tuple(configs), tuple(grid.models), item_ids, lattice))
+        # a benchmark SafetyRepro does not define (the grid's rules list it as external) is higher-is-better
+        ideal = "declared" if benchmark in BENCHMARKS else None
+        problems.append(BenchmarkProblem(benchmark, tuple(configs), tuple(grid.models), item_ids, lattice, ideal=ideal))
         for cid in configs:
             for i, a in enumerate(grid.models):
                 for b in grid.models[i + 1 :]:

@@ -59,3 +59,13 @@ def provider_names() -> set[str]:
 
     apis = registry_find(lambda info: info.type == "modelapi")
     return {registry_unqualified_name(registry_info(api)) for api in apis}
+
+
+def load_tasks(spec: str, task_args: dict[str, Any] | None = None) -> list:
+    """The Task objects `inspect eval SPEC -T ...` would run (a registered name, `file.py`, `file.py@task`), built
+    afresh (task_with changes a task in place), for `sweep --task inspect:...`."""
+    from inspect_ai._eval.loader import (
+        load_tasks as load,  # lazy: Inspect's private modules load with the feature that needs them
+    )
+
+    return load([spec], dict(task_args or {}))

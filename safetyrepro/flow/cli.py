@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from safetyrepro.anytask.cli import add_task_refusal
 from safetyrepro.errors import UserError
 from safetyrepro.sweep.cli import add_sweep_arguments
 from safetyrepro.sweep.options import Profile, SweepOptions
@@ -32,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "turns its logs into the sweep's grid.",
     )
     add_sweep_arguments(p, FLOW)
+    add_task_refusal(p)
     p.add_argument(
         "--out",
         required=True,

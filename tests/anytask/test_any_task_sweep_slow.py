@@ -1,7 +1,8 @@
-"""`safetyrepro sweep --task` on a task that ships with lm-eval (its arc_easy YAML on a local file, 6 items) for two
-embedded models across 8 configurations (0 or 1 shot x chat template off/on x no system instruction or a helpful
-one), then `safetyrepro analyze` (issue 58): rho_flip and the orderings are recomputed here from the items; a rerun
-asks no model anything, and a sweep killed with SIGKILL resumes to the same grid."""
+"""`safetyrepro sweep --task` on a task that ships with lm-eval (its arc_easy YAML on a local file, 4 items) for two
+embedded models across 18 configurations (0, 1 or 3 shots x chat template off/on x three system instructions), and
+on an Inspect task defined outside SafetyRepro (tests/arithmetic_task.py), then `safetyrepro analyze` (issue 58):
+rho_flip and the orderings are recomputed here from the items; a rerun asks no model anything, and a sweep killed
+with SIGKILL resumes to the same grid."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -30,9 +32,9 @@ def swept(tmp_path_factory):
     task = arc_easy_local(root / "work")
     env = root / "envelope.yaml"
     assert main(["envelope", "--task", f"lm-eval:{task}", "--out", str(env)]) == 0
-    env.write_text(env.read_text().replace("shots: [0, 1, 3]", "shots: [0, 1]"))
+    env.write_text(env.read_text().replace("system: [none, helpful]", "system: [none, helpful, careful]"))
     out = root / "sweep"
-    argv = ["sweep", "--task", f"lm-eval:{task}", "--envelope", str(env), "--models", *MODELS, "--limit", "6"]
+    argv = ["sweep", "--task", f"lm-eval:{task}", "--envelope", str(env), "--models", *MODELS, "--limit", "4"]
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     return root, argv, out
 
@@ -42,46 +44,99 @@ def _cells(folder) -> pd.DataFrame:
     return g.set_index(["model", "config_id"]).sort_index()[["score", "n_items", "parse_rate", "shots", "template"]]
 
 
-def test_the_grid_and_analyze_give_rho_flip_and_orderings_as_the_items_do(swept, capsys):
-    _, _, out = swept
+def _analysis_as_the_items_say(out, models, task: str, n_configs: int, capsys) -> pd.DataFrame:
+    """`analyze` on the grid: rho_flip and the number of strict orderings, recomputed here from items.parquet (each
+    cell's score is the mean of its items' scores)."""
     grid = pd.read_csv(out / "grid.csv")
-    assert len(grid) == 16 and set(grid["model"]) == set(MODELS) and set(grid["benchmark"]) == {TASK}
-    assert set(grid["n_items"]) == {6} and set(grid["scoring"]) == {"logprob"} and set(grid["shots"]) == {0, 1}
-    # the template says what the run did: chat template off (+nochat), a system instruction (+sys=<its hash>)
-    assert {t.split("+")[0] for t in grid["template"]} == {"task"} and grid["template"].nunique() == 4
+    assert set(grid["model"]) == set(models) and set(grid["benchmark"]) == {task}
     items = pd.read_parquet(out / "items.parquet")
-    by_hand = items.groupby(["model", "config_id"])["item_score"].mean().unstack("model")
-    assert len(by_hand) == 8
+    by_hand = items.groupby(["model", "config_id"])["item_score"].mean().unstack("model").dropna()  # both models'
+    assert len(by_hand) == n_configs
     scores = grid.pivot(index="config_id", columns="model", values="score").loc[by_hand.index]
     assert scores.to_numpy() == pytest.approx(by_hand[list(scores.columns)].to_numpy(), abs=1e-12)
 
     assert main(["analyze", str(out / "grid.csv"), "--out", str(out / "analysis")]) == 0
     capsys.readouterr()
-    a, b = sorted(MODELS)
+    a, b = sorted(models)
     diff = by_hand[a] - by_hand[b]
     n_plus, n_minus = int((diff > 0).sum()), int((diff < 0).sum())
     rho = pd.read_csv(out / "analysis" / "rho_flip.csv")
-    row = rho[(rho["benchmark"] == TASK) & (rho["slice"] == "full")].iloc[0]
+    row = rho[(rho["benchmark"] == task) & (rho["slice"] == "full")].iloc[0]
     assert (row["model_a"], row["model_b"]) == (a, b)
-    assert (row["n_plus"], row["n_minus"], row["n_configs"]) == (n_plus, n_minus, 8)
-    assert row["rho_flip"] == pytest.approx(min(n_plus, n_minus) / 8, abs=1e-12)
-    strict = {tuple(sorted(MODELS, key=lambda m: -r[m])) for _, r in by_hand.iterrows() if r[a] != r[b]}
+    assert (row["n_plus"], row["n_minus"], row["n_configs"]) == (n_plus, n_minus, n_configs)
+    assert row["rho_flip"] == pytest.approx(min(n_plus, n_minus) / n_configs, abs=1e-12)
+    strict = {tuple(sorted(models, key=lambda m: -r[m])) for _, r in by_hand.iterrows() if r[a] != r[b]}
     orderings = pd.read_csv(out / "analysis" / "orderings.csv")
-    got = orderings[(orderings["benchmark"] == TASK) & (orderings["slice"] == "full")].iloc[0]
-    assert got["n_orderings"] == len(strict) and got["n_configs"] == 8
+    got = orderings[(orderings["benchmark"] == task) & (orderings["slice"] == "full")].iloc[0]
+    assert got["n_orderings"] == len(strict) and got["n_configs"] == n_configs
+    return grid
+
+
+def test_the_grid_and_analyze_give_rho_flip_and_orderings_as_the_items_do(swept, capsys):
+    """18 configurations (0, 1 or 3 shots x chat template off/on x three system texts): Gemma 3 270M has no chat
+    template, so it runs the 9 without and the analysis compares the two models on those."""
+    _, _, out = swept
+    grid = _analysis_as_the_items_say(out, MODELS, TASK, 9, capsys)
+    assert len(grid) == 18 + 9 and (grid["model"] == "gemma3-270m").sum() == 9
+    assert set(grid["n_items"]) == {4} and set(grid["scoring"]) == {"logprob"} and set(grid["shots"]) == {0, 1, 3}
+    # the template says what the run did: chat template off (+nochat), a system instruction (+sys=<its hash>)
+    assert {t.split("+")[0] for t in grid["template"]} == {"task"} and grid["template"].nunique() == 6
+
+
+INSPECT_ENVELOPE = """version: 1
+task: inspect:{task}
+axes:
+  shots: [0]
+  system: [none, helpful]
+  decoding: [short, longer]
+  solver: [own, cot]
+decodings:
+  short: {{temperature: 0.0, top_p: 1.0, do_sample: false, max_tokens: 4}}
+  longer: {{temperature: 0.0, top_p: 1.0, do_sample: false, max_tokens: 12}}
+"""
+
+
+def test_an_inspect_task_defined_outside_safetyrepro_is_swept_the_same_way(tmp_path, capsys):
+    """tests/arithmetic_task.py (generate() and Inspect's match() scorer) on the engine's provider: a system message
+    or none x the task's solver alone or after chain of thought x two token budgets, 2 items."""
+    task = f"{Path(__file__).parents[1] / 'arithmetic_task.py'}@arithmetic"
+    env = tmp_path / "envelope.yaml"
+    env.write_text(INSPECT_ENVELOPE.format(task=task))
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--task", f"inspect:{task}", "--envelope", str(env), "--models", *MODELS, "--limit", "2"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 0
+    grid = _analysis_as_the_items_say(out, MODELS, "arithmetic", 8, capsys)
+    assert set(grid["package"]) == {"inspect"} and set(grid["scoring"]) == {"free_form"}
+    assert {t.split("+")[0] for t in grid["template"]} == {"own", "cot"}  # the solver, kept apart
+    assert set(grid["decoding"]) == {"greedy+max_tokens=4", "greedy+max_tokens=12"} and set(grid["n_items"]) == {2}
+
+
+def test_verdict_certify_replay_and_the_eee_export_read_the_grid(swept, capsys):
+    _, _, out = swept
+    a, b = MODELS
+    assert main(["verdict", a, b, "--grid", str(out / "grid.csv")]) == 0
+    assert capsys.readouterr().out.startswith(f"{TASK}: ")
+    certified = out.parent / "certify"
+    argv = ["certify", "replay", str(out / "items.parquet"), "--grid", str(out / "grid.csv"), "--out", str(certified)]
+    assert main(argv) == 0  # the rules beside the grid (the importer's) list the task: higher is better
+    assert f"{TASK} gemma3-270m vs smollm2: " in capsys.readouterr().out
+    assert (certified / "claims.csv").is_file() and (certified / "cost.json").is_file()
+    assert main(["export", "eee", str(out / "grid.csv"), "--out", str(out.parent / "eee")]) == 0
+    assert "exported 27 cells as EEE records (27 with instance-level samples)" in capsys.readouterr().out
 
 
 def test_a_rerun_asks_no_model_anything(swept, monkeypatch, capsys):
     _, argv, out = swept
     before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("results_*.json")}
-    assert len(before) == 16
+    assert len(before) == 27
 
     def no_model(*_a, **_k):
         raise AssertionError("a finished sweep loaded a model")
 
     monkeypatch.setattr("safetyrepro.adapters.backends.factory.open_backend", no_model)
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
-    assert "16 cells (2 models x 8 configurations)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "27 cells (2 models x 18 configurations)" in printed and printed.count("the model has no chat template") == 9
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("results_*.json")} == before
 
 
@@ -101,7 +156,7 @@ def test_a_sweep_killed_mid_way_resumes_to_the_same_grid(swept):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     done = len(list((again / "runs").rglob("seed0")))
-    assert 3 <= done < 16 and not (again / "grid.csv").exists()
+    assert 3 <= done < 27 and not (again / "grid.csv").exists()
     assert main([*argv, "--out", str(again), "--no-progress"]) == 0
     assert _cells(again).equals(_cells(out))
     assert not list(again.rglob(".*.part"))

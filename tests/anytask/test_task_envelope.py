@@ -92,7 +92,7 @@ def test_sweep_task_refuses_what_does_not_apply_before_writing(tmp_path, capsys)
     assert "lm-eval knows no task 'nope'" in _refused(
         capsys, "sweep", "--task", "lm-eval:nope", "--include_path", task.parent, "--models", "smollm2", "--out", out
     )
-    assert "sweeping an Inspect task is not built yet" in _refused(
+    assert "--task inspect:x.py: Inspect finds no task there" in _refused(
         capsys, "sweep", "--task", "inspect:x.py", "--models", "smollm2", "--out", out
     )
     other = tmp_path / "other.yaml"

@@ -1,0 +1,99 @@
+"""An Inspect task of the user's choosing (a registered name, `file.py` or `file.py@task`): its facts for a default
+envelope, and one run of one configuration and seed through `inspect_ai.eval`, its log written into a folder that
+`safetyrepro import inspect` then reads. The system instruction is Inspect's own `system_message` generate option
+(the log records it); chain of thought is Inspect's `chain_of_thought()` before the task's solver, the task then
+named `<task>__cot` so that the grid keeps it apart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from safetyrepro.compat.inspect_ai import load_tasks
+from safetyrepro.errors import UserError
+
+from .envelope import TaskConfig, TaskEnvelope, TaskFacts, TaskRef
+
+COT_SUFFIX = "__cot"
+
+
+@dataclass
+class InspectTask:
+    """The task's name as Inspect records it, and how to build it."""
+
+    spec: str
+    name: str
+    n_items: int | None = None
+
+    @classmethod
+    def open(cls, ref: TaskRef) -> InspectTask:
+        task = _one_task(ref.name, {})
+        try:
+            n = len(task.dataset)
+        except TypeError:  # a streamed dataset: no length before it runs
+            n = None
+        return cls(ref.name, str(task.name), n)
+
+    def facts(self) -> TaskFacts:
+        return TaskFacts(self.name, "generate_until", False, self.n_items)
+
+    def mapping_entries(self) -> list[dict[str, str]]:
+        """The grid's place of both names the runs record: the task's solver (`own`) and after chain of thought."""
+        return [
+            {"match": self.name, "benchmark": self.name, "template": "own"},
+            {"match": self.name + COT_SUFFIX, "benchmark": self.name, "template": "cot"},
+        ]
+
+
+def _one_task(spec: str, task_args: dict[str, Any]):
+    try:
+        tasks = load_tasks(spec, task_args)
+    except Exception as e:  # noqa: BLE001  (Inspect's loader: a missing file, a task that fails to build)
+        raise UserError(f"Inspect cannot load task {spec!r}: {type(e).__name__}: {e}") from None
+    if not tasks:
+        raise UserError(
+            f"--task inspect:{spec}: Inspect finds no task there (a registered name, file.py or file.py@task)"
+        )
+    if len(tasks) != 1:
+        raise UserError(f"--task inspect:{spec} names {len(tasks)} tasks; name one (file.py@task)")
+    return tasks[0]
+
+
+def model_name(entry) -> str:
+    """Inspect's name of a model entry: SafetyRepro's engine is the provider `safetyrepro/<model>`."""
+    from safetyrepro.adapters.catalogue.model_specs import ENGINE, INSPECT
+
+    if entry.kind == ENGINE:
+        return f"safetyrepro/{entry.target}"
+    if entry.kind == INSPECT:
+        return entry.target
+    raise UserError(f"model {entry.label}: an Inspect task runs on the engine or an Inspect provider (inspect:...)")
+
+
+def run_config(
+    task: InspectTask, model: str, envelope: TaskEnvelope, cfg: TaskConfig, seed: int, limit: int | None, out: Path
+) -> None:
+    """One configuration at one seed: the task built with its `-T` arguments, chain of thought before its solver
+    where the configuration says so, evaluated with the decoding's and the system instruction's generate options."""
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai import task_with
+    from inspect_ai.solver import chain_of_thought
+
+    built = _one_task(task.spec, dict(cfg.args))
+    if cfg.solver == "cot":
+        built = task_with(built, solver=[chain_of_thought(), built.solver], name=task.name + COT_SUFFIX)
+    dec = envelope.decodings[cfg.decoding]
+    options: dict[str, Any] = {"temperature": float(dec["temperature"])}
+    if dec.get("do_sample"):
+        options.update(top_p=float(dec["top_p"]), seed=seed)
+    if dec.get("max_tokens"):
+        options["max_tokens"] = int(dec["max_tokens"])
+    if (text := envelope.systems[cfg.system]) is not None:
+        options["system_message"] = text
+    logs = inspect_eval(built, model=model, limit=limit, log_dir=str(out), display="none", **options)
+    if not logs or logs[0].status != "success":
+        error = getattr(logs[0], "error", None) if logs else None
+        raise UserError(
+            f"Inspect's run of {task.name} ({cfg.run_id}) ended {logs[0].status if logs else 'empty'}: {error}"
+        )
