@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -85,7 +86,7 @@ def load_replay(items_path: str | Path, grid: Grid, reading: str = "strict") -> 
             )
         )
         # a benchmark SafetyRepro does not define (the grid's rules list it as external) is higher-is-better
-        ideal = "declared" if benchmark in BENCHMARKS else None
+        ideal: Literal["declared"] | None = "declared" if benchmark in BENCHMARKS else None
         problems.append(BenchmarkProblem(benchmark, tuple(configs), tuple(grid.models), item_ids, lattice, ideal=ideal))
         for cid in configs:
             for i, a in enumerate(grid.models):
