@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inspect_ai import eval as inspect_eval
+from inspect_ai import task_with
+from inspect_ai.solver import chain_of_thought
+
+from safetyrepro.adapters.catalogue.model_specs import ENGINE, INSPECT
 from safetyrepro.compat.inspect_ai import load_tasks
 from safetyrepro.errors import UserError
 
@@ -62,8 +67,6 @@ def _one_task(spec: str, task_args: dict[str, Any]):
 
 def model_name(entry) -> str:
     """Inspect's name of a model entry: SafetyRepro's engine is the provider `safetyrepro/<model>`."""
-    from safetyrepro.adapters.catalogue.model_specs import ENGINE, INSPECT
-
     if entry.kind == ENGINE:
         return f"safetyrepro/{entry.target}"
     if entry.kind == INSPECT:
@@ -76,10 +79,6 @@ def run_config(
 ) -> None:
     """One configuration at one seed: the task built with its `-T` arguments, chain of thought before its solver
     where the configuration says so, evaluated with the decoding's and the system instruction's generate options."""
-    from inspect_ai import eval as inspect_eval
-    from inspect_ai import task_with
-    from inspect_ai.solver import chain_of_thought
-
     built = _one_task(task.spec, dict(cfg.args))
     if cfg.solver == "cot":
         built = task_with(built, solver=[chain_of_thought(), built.solver], name=task.name + COT_SUFFIX)
