@@ -10,8 +10,8 @@ from safetyrepro.errors import UserError
 from .envelope import TaskRef
 
 TASK_HELP = (
-    "a task SafetyRepro does not define: lm-eval:<task name or task YAML> (docs/any_task.md); its default "
-    "envelope is what `safetyrepro envelope --task` prints"
+    "a task SafetyRepro does not define: lm-eval:<task name or task YAML> or inspect:<task> (docs/any_task.md); "
+    "its default envelope is what `safetyrepro envelope --task` prints"
 )
 
 
@@ -26,6 +26,12 @@ def add_task_arguments(p, sweep: bool) -> None:
             type=Path,
             metavar="FILE.yaml",
             help="with --task: the envelope written by `envelope --task --out`",
+        )
+        p.add_argument(
+            "--metric",
+            metavar="M",
+            help="with --task: the metric that scores a task reporting several (lm-eval's `acc,none`, Inspect's "
+            "`match/accuracy`; default: the one the importer picks, or it asks)",
         )
 
 
@@ -102,5 +108,6 @@ def sweep_task(args: argparse.Namespace) -> int:
             args.device,
             args.batch_size,
             not args.no_progress,
+            args.metric,
         )
     )

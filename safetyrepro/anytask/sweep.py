@@ -53,6 +53,7 @@ class TaskSweepOptions:
     device: str | None = None
     batch_size: int | None = None
     progress: bool = True
+    metric: str | None = None  # the importer's --metric: which of the task's metrics is the cell's score
 
 
 def open_task(task: TaskRef, include_path: str | None):
@@ -127,7 +128,8 @@ def run_task_sweep(o: TaskSweepOptions) -> int:
     identity = _identity(o, env)
     _check_same(o.out, earlier, identity)
     out = ensure_dir(o.out)
-    record = {**identity, "task_name": task.name, "models": [e.label for e in entries], "envelope": env.to_dict()}
+    models = list(dict.fromkeys([*(earlier or {}).get("models", []), *(e.label for e in entries)]))  # all run here
+    record = {**identity, "task_name": task.name, "models": models, "envelope": env.to_dict()}
     atomic_write(out / RECORD, json.dumps(record, indent=2) + "\n", root=out)
     atomic_write(out / "envelope.yaml", env.text(), root=out)
     atomic_write(out / "mapping.yaml", mapping_text(task), root=out)
@@ -154,7 +156,8 @@ def run_task_sweep(o: TaskSweepOptions) -> int:
     for part in sorted(runs.rglob(".*.part")) if runs.is_dir() else []:  # killed runs of models not asked again
         shutil.rmtree(part, ignore_errors=True)
     asked = {f"{e.label} {c.run_id}" for e in entries for c in env.configs()}
-    return _import_grid(out, o.task.package, task.name, [f"{k}: {v}" for k, v in sorted(not_run.items()) if k in asked])
+    not_asked = [f"{k}: {v}" for k, v in sorted(not_run.items()) if k in asked]
+    return _import_grid(out, o.task.package, task.name, not_asked, o.metric)
 
 
 def _not_run(out: Path) -> dict[str, str]:
@@ -214,10 +217,10 @@ def _opened(o: TaskSweepOptions, task, entry) -> _Runner:
     )
 
 
-def _import_grid(out: Path, package: str, task_name: str, skipped: list[str]) -> int:
+def _import_grid(out: Path, package: str, task_name: str, skipped: list[str], metric: str | None = None) -> int:
     """The finished runs read by `safetyrepro import lm-eval|inspect`, its files written beside them."""
     read = import_inspect if package == "inspect" else import_lm_eval
-    imported = read([str(out / "runs" / package)], mapping=str(out / "mapping.yaml"))
+    imported = read([str(out / "runs" / package)], metric=metric, mapping=str(out / "mapping.yaml"))
     files = {
         "rules.yaml": imported.rules_text,
         "run.json": json.dumps(imported.run_record, indent=2, default=str) + "\n",

@@ -1,5 +1,5 @@
 """`safetyrepro sweep --task` on a task that ships with lm-eval (its arc_easy YAML on a local file, 4 items) for two
-embedded models across 18 configurations (0, 1 or 3 shots x chat template off/on x three system instructions), and
+embedded models across 16 configurations (0 or 1 shot x chat template off/on x four system instructions), and
 on an Inspect task defined outside SafetyRepro (tests/arithmetic_task.py), then `safetyrepro analyze` (issue 58):
 rho_flip and the orderings are recomputed here from the items; a rerun asks no model anything, and a sweep killed
 with SIGKILL resumes to the same grid."""
@@ -32,7 +32,8 @@ def swept(tmp_path_factory):
     task = arc_easy_local(root / "work")
     env = root / "envelope.yaml"
     assert main(["envelope", "--task", f"lm-eval:{task}", "--out", str(env)]) == 0
-    env.write_text(env.read_text().replace("system: [none, helpful]", "system: [none, helpful, careful]"))
+    text = env.read_text().replace("shots: [0, 1, 3]", "shots: [0, 1]")
+    env.write_text(text.replace("system: [none, helpful]", "system: [none, helpful, careful, concise]"))
     out = root / "sweep"
     argv = ["sweep", "--task", f"lm-eval:{task}", "--envelope", str(env), "--models", *MODELS, "--limit", "4"]
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
@@ -73,14 +74,14 @@ def _analysis_as_the_items_say(out, models, task: str, n_configs: int, capsys) -
 
 
 def test_the_grid_and_analyze_give_rho_flip_and_orderings_as_the_items_do(swept, capsys):
-    """18 configurations (0, 1 or 3 shots x chat template off/on x three system texts): Gemma 3 270M has no chat
-    template, so it runs the 9 without and the analysis compares the two models on those."""
+    """16 configurations (0 or 1 shot x chat template off/on x four system texts): Gemma 3 270M has no chat
+    template, so it runs the 8 without and the analysis compares the two models on those."""
     _, _, out = swept
-    grid = _analysis_as_the_items_say(out, MODELS, TASK, 9, capsys)
-    assert len(grid) == 18 + 9 and (grid["model"] == "gemma3-270m").sum() == 9
-    assert set(grid["n_items"]) == {4} and set(grid["scoring"]) == {"logprob"} and set(grid["shots"]) == {0, 1, 3}
+    grid = _analysis_as_the_items_say(out, MODELS, TASK, 8, capsys)
+    assert len(grid) == 16 + 8 and (grid["model"] == "gemma3-270m").sum() == 8
+    assert set(grid["n_items"]) == {4} and set(grid["scoring"]) == {"logprob"} and set(grid["shots"]) == {0, 1}
     # the template says what the run did: chat template off (+nochat), a system instruction (+sys=<its hash>)
-    assert {t.split("+")[0] for t in grid["template"]} == {"task"} and grid["template"].nunique() == 6
+    assert {t.split("+")[0] for t in grid["template"]} == {"task"} and grid["template"].nunique() == 8
 
 
 INSPECT_ENVELOPE = """version: 1
@@ -91,8 +92,8 @@ axes:
   decoding: [short, longer]
   solver: [own, cot]
 decodings:
-  short: {{temperature: 0.0, top_p: 1.0, do_sample: false, max_tokens: 4}}
-  longer: {{temperature: 0.0, top_p: 1.0, do_sample: false, max_tokens: 12}}
+  short: {{temperature: 0.0, top_p: 1.0, do_sample: false, max_tokens: 3}}
+  longer: {{temperature: 0.0, top_p: 1.0, do_sample: false, max_tokens: 8}}
 """
 
 
@@ -108,7 +109,7 @@ def test_an_inspect_task_defined_outside_safetyrepro_is_swept_the_same_way(tmp_p
     grid = _analysis_as_the_items_say(out, MODELS, "arithmetic", 8, capsys)
     assert set(grid["package"]) == {"inspect"} and set(grid["scoring"]) == {"free_form"}
     assert {t.split("+")[0] for t in grid["template"]} == {"own", "cot"}  # the solver, kept apart
-    assert set(grid["decoding"]) == {"greedy+max_tokens=4", "greedy+max_tokens=12"} and set(grid["n_items"]) == {2}
+    assert set(grid["decoding"]) == {"greedy+max_tokens=3", "greedy+max_tokens=8"} and set(grid["n_items"]) == {2}
 
 
 def test_verdict_certify_replay_and_the_eee_export_read_the_grid(swept, capsys):
@@ -122,13 +123,13 @@ def test_verdict_certify_replay_and_the_eee_export_read_the_grid(swept, capsys):
     assert f"{TASK} gemma3-270m vs smollm2: " in capsys.readouterr().out
     assert (certified / "claims.csv").is_file() and (certified / "cost.json").is_file()
     assert main(["export", "eee", str(out / "grid.csv"), "--out", str(out.parent / "eee")]) == 0
-    assert "exported 27 cells as EEE records (27 with instance-level samples)" in capsys.readouterr().out
+    assert "exported 24 cells as EEE records (24 with instance-level samples)" in capsys.readouterr().out
 
 
 def test_a_rerun_asks_no_model_anything(swept, monkeypatch, capsys):
     _, argv, out = swept
     before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("results_*.json")}
-    assert len(before) == 27
+    assert len(before) == 24
 
     def no_model(*_a, **_k):
         raise AssertionError("a finished sweep loaded a model")
@@ -136,7 +137,7 @@ def test_a_rerun_asks_no_model_anything(swept, monkeypatch, capsys):
     monkeypatch.setattr("safetyrepro.adapters.backends.factory.open_backend", no_model)
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "27 cells (2 models x 18 configurations)" in printed and printed.count("the model has no chat template") == 9
+    assert "24 cells (2 models x 16 configurations)" in printed and printed.count("the model has no chat template") == 8
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("results_*.json")} == before
 
 
@@ -156,7 +157,7 @@ def test_a_sweep_killed_mid_way_resumes_to_the_same_grid(swept):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     done = len(list((again / "runs").rglob("seed0")))
-    assert 3 <= done < 27 and not (again / "grid.csv").exists()
+    assert 3 <= done < 24 and not (again / "grid.csv").exists()
     assert main([*argv, "--out", str(again), "--no-progress"]) == 0
     assert _cells(again).equals(_cells(out))
     assert not list(again.rglob(".*.part"))
