@@ -24,6 +24,7 @@ from safetyrepro.atomic import atomic_write, check_no_links, ensure_dir, replace
 from safetyrepro.compat.lm_eval import ask_environment_once
 from safetyrepro.errors import UserError
 from safetyrepro.importers import import_inspect, import_lm_eval
+from safetyrepro.importers.write import OUTPUTS, output_files
 from safetyrepro.sweep.cell import cached_backend
 from safetyrepro.sweep.progress import SweepProgress
 from safetyrepro.sweep.store import slug
@@ -37,8 +38,6 @@ from .lm_eval_task import run_config as run_lm_eval
 
 RECORD = "task_sweep.json"
 NOT_RUN = "not_run.json"  # "<model> <run>" -> why the model cannot run it
-IMPORT_FILES = ("grid.csv", "grid.parquet", "items.parquet", "rules.yaml", "run.json")
-IMPORT_TABLES = ("provenance.csv", "unmapped.csv", "duplicates.csv", "disagreements.csv", "bad_inputs.csv")
 
 
 @dataclass
@@ -90,7 +89,7 @@ def _earlier(out: Path) -> dict | None:
         raise UserError(f"--out {out} is a file, not a folder; choose another --out")
     if not out.is_dir() or not any(out.iterdir()):
         return None
-    check_no_links(out, *(out / name for name in (RECORD, NOT_RUN, "runs", *IMPORT_FILES)))
+    check_no_links(out, *(out / name for name in (RECORD, NOT_RUN, "runs", *OUTPUTS)))
     try:
         return json.loads((out / RECORD).read_text())
     except (OSError, ValueError):
@@ -184,7 +183,7 @@ def _run_model(o, task, env, entry, pending, runs: Path, progress: SweepProgress
         ensure_dir(final.parent, root=o.out)
         part = final.with_name(f".{final.name}.part")
         shutil.rmtree(part, ignore_errors=True)  # a run killed before its rename: begun again
-        run(env, cfg, seed, part)
+        run.call(env, cfg, seed, part)
         replace_within(part, final, root=o.out)
         progress.advance(o.limit or 0)
     return skipped
@@ -192,13 +191,10 @@ def _run_model(o, task, env, entry, pending, runs: Path, progress: SweepProgress
 
 @dataclass
 class _Runner:
-    """One model opened for a package's runs: `runner(env, cfg, seed, folder)` writes one run."""
+    """One model opened for a package's runs: `call(env, cfg, seed, folder)` writes one run."""
 
     call: Callable[[TaskEnvelope, TaskConfig, int, Path], None]
     chatless: bool = False
-
-    def __call__(self, env: TaskEnvelope, cfg: TaskConfig, seed: int, folder: Path) -> None:
-        self.call(env, cfg, seed, folder)
 
 
 def _opened(o: TaskSweepOptions, task, entry) -> _Runner:
@@ -221,24 +217,8 @@ def _import_grid(out: Path, package: str, task_name: str, skipped: list[str], me
     """The finished runs read by `safetyrepro import lm-eval|inspect`, its files written beside them."""
     read = import_inspect if package == "inspect" else import_lm_eval
     imported = read([str(out / "runs" / package)], metric=metric, mapping=str(out / "mapping.yaml"))
-    files = {
-        "rules.yaml": imported.rules_text,
-        "run.json": json.dumps(imported.run_record, indent=2, default=str) + "\n",
-        **{
-            name: table.to_csv(index=False)
-            for name, table in zip(
-                IMPORT_TABLES,
-                (imported.provenance, imported.unmapped, imported.duplicates, imported.disagreements, imported.bad),
-                strict=True,
-            )
-        },
-    }
-    for name, data in files.items():
+    for name, data in output_files(imported).items():  # what `safetyrepro import` writes, beside the runs
         atomic_write(out / name, data, root=out)
-    if len(imported.items):
-        atomic_write(out / "items.parquet", lambda f: imported.items.to_parquet(f, index=False, compression="zstd"))
-    atomic_write(out / "grid.parquet", lambda f: imported.grid.to_parquet(f, index=False, compression="zstd"))
-    atomic_write(out / "grid.csv", imported.grid.to_csv(index=False), root=out)
     grid = imported.grid
     print(
         f"sweep --task: {len(grid)} cells ({grid['model'].nunique()} models x {grid['config_id'].nunique()} "

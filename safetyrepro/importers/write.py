@@ -78,25 +78,29 @@ def check_out(out: Path) -> None:
     check_output_set(out, "import", legacy=legacy_import, carry=_legacy_analysis)
 
 
+def output_files(imported: Imported) -> dict[str, Any]:
+    """What an import writes, by file name, in writing order (grid.csv last), as atomic_write takes it: for
+    `write_outputs` and for `sweep --task`, which writes them beside the runs it read."""
+    files: dict[str, Any] = {
+        "rules.yaml": imported.rules_text,
+        "run.json": json.dumps(imported.run_record, indent=2, sort_keys=False, default=str) + "\n",
+    }
+    tables = (imported.provenance, imported.unmapped, imported.duplicates, imported.disagreements, imported.bad)
+    files.update({name: table.to_csv(index=False) for name, table in zip(TABLES, tables, strict=True)})
+    items, grid = imported.items, imported.grid
+    if len(items):  # none logged: no items.parquet (analyze stops on an empty one)
+        files["items.parquet"] = lambda f: items.to_parquet(f, index=False, compression="zstd")
+    files["grid.parquet"] = lambda f: grid.to_parquet(f, index=False, compression="zstd")
+    files["grid.csv"] = grid.to_csv(index=False)
+    return files
+
+
 def write_outputs(out: Path, imported: Imported) -> list[Path]:
     """Every output file, built in a staging folder beside `out` that then takes its place in one step
     (safetyrepro/atomic.py `staged_output`): `out` holds the earlier import or this one, never a mix."""
     written = []
     with staged_output(out, "import", legacy=legacy_import, carry=_legacy_analysis) as stage:
-
-        def put(name: str, data) -> None:
+        for name, data in output_files(imported).items():
             atomic_write(stage / name, data, root=stage)
             written.append(out / name)
-
-        put("rules.yaml", imported.rules_text)
-        put("run.json", json.dumps(imported.run_record, indent=2, sort_keys=False, default=str) + "\n")
-        tables = (imported.provenance, imported.unmapped, imported.duplicates, imported.disagreements, imported.bad)
-        for name, table in zip(TABLES, tables, strict=True):
-            put(name, table.to_csv(index=False))
-        items = imported.items
-        if len(items):  # none logged: no items.parquet (analyze stops on an empty one)
-            put("items.parquet", lambda f: items.to_parquet(f, index=False, compression="zstd"))
-        grid = imported.grid
-        put("grid.parquet", lambda f: grid.to_parquet(f, index=False, compression="zstd"))
-        put("grid.csv", grid.to_csv(index=False))
     return written
