@@ -4,7 +4,6 @@ written as `lm_eval --output_path DIR --log_samples` writes it, which `safetyrep
 
 from __future__ import annotations
 
-import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from safetyrepro.compat.lm_eval import no_request_building_bar
+from safetyrepro.compat.lm_eval import no_request_building_bar, quiet_logs
 from safetyrepro.errors import UserError
 
 from .envelope import TaskConfig, TaskEnvelope, TaskFacts, TaskRef
@@ -46,8 +45,7 @@ class LmEvalTask:
     def open(cls, ref: TaskRef, include_path: str | None = None) -> LmEvalTask:
         from lm_eval.tasks import TaskManager
 
-        for name in ("lm_eval", "lm-eval", "lm_eval.evaluator", "lm_eval.api.task", "lm_eval.tasks"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+        quiet_logs()
         paths = [include_path] if include_path else []
         name, defaults = ref.name, True
         if ref.name.endswith((".yaml", ".yml")):  # a task file: its folder is searched, lm-eval's 14,000 are not
@@ -104,6 +102,19 @@ class LmEvalTask:
         )
 
 
+def generation_kwargs(decoding: dict[str, Any], seed: int, generates: bool) -> dict[str, Any] | None:
+    """lm-eval's gen_kwargs for an envelope's decoding: none for likelihood scoring (it samples nothing); greedy, or
+    sampled at the decoding's temperature and top-p with `seed`; its token budget (`max_tokens`) as max_gen_toks."""
+    if not generates:
+        return None
+    kwargs: dict[str, Any] = {"temperature": 0.0, "do_sample": False}
+    if decoding.get("do_sample"):
+        kwargs = {"temperature": decoding["temperature"], "top_p": decoding["top_p"], "do_sample": True, "seed": seed}
+    if decoding.get("max_tokens"):
+        kwargs["max_gen_toks"] = int(decoding["max_tokens"])
+    return kwargs
+
+
 def run_config(
     task: LmEvalTask,
     lm,
@@ -119,12 +130,7 @@ def run_config(
     from lm_eval.evaluator import simple_evaluate
     from lm_eval.loggers import EvaluationTracker
 
-    dec = envelope.decodings[cfg.decoding]
-    gen_kwargs: dict[str, Any] | None = None  # likelihood scoring samples nothing
-    if task.facts().generates and dec.get("do_sample"):
-        gen_kwargs = {"temperature": dec["temperature"], "top_p": dec["top_p"], "do_sample": True, "seed": seed}
-    elif task.facts().generates:
-        gen_kwargs = {"temperature": 0.0, "do_sample": False}
+    gen_kwargs = generation_kwargs(envelope.decodings[cfg.decoding], seed, task.facts().generates)
     tracker = EvaluationTracker(output_path=str(out))
     with no_request_building_bar():
         res = simple_evaluate(

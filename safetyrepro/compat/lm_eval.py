@@ -11,6 +11,7 @@ import contextlib
 import copy
 import functools
 import inspect
+import logging
 import subprocess
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -73,6 +74,15 @@ def add_task_folder_to_task_manager(tasks_module, folder: Callable[[], Path]) ->
 
 
 # ----------------------------------------------------------------------------- the sweep's driver
+
+
+LOGGERS = ("lm_eval", "lm-eval", "lm_eval.evaluator", "lm_eval.api.task")
+
+
+def quiet_logs() -> None:
+    """lm-eval's own loggers at ERROR: a sweep prints its progress, not lm-eval's per-run notes."""
+    for name in LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def ask_environment_once() -> None:

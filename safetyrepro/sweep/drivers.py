@@ -9,14 +9,13 @@ driver never asks which.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from safetyrepro.atomic import ensure_dir
-from safetyrepro.compat.lm_eval import ask_environment_once, no_request_building_bar
+from safetyrepro.compat.lm_eval import ask_environment_once, no_request_building_bar, quiet_logs
 from safetyrepro.grid_schema import cell_stem
 from safetyrepro.lm_eval_plugin import task_dir
 from safetyrepro.sweep.records import ItemRecord, prompt_hash
@@ -97,8 +96,7 @@ class LmEvalDriver(_Driver):
         # a sweep runs SafetyRepro's tasks only: indexing lm-eval's ~14,000 task YAMLs too took ~10 s a process
         metadata = {"tie_rule": tie_rule, "fewshot_draw": fewshot_draw}  # to the task's documents
         self.task_manager = TaskManager(include_path=str(task_dir()), include_defaults=False, metadata=metadata)
-        for name in ("lm_eval", "lm-eval", "lm_eval.evaluator", "lm_eval.api.task"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+        quiet_logs()
 
     def _tracker(self, cfg: Config, seed: int):
         """lm-eval's EvaluationTracker writing into <out>/logs/lm-eval/<model>/<config>/seed<k>/."""

@@ -107,3 +107,18 @@ def test_sweep_task_refuses_what_does_not_apply_before_writing(tmp_path, capsys)
     assert "--envelope goes with --task" in _refused(
         capsys, "sweep", "--models", "smollm2", "--envelope", other, "--out", tmp_path / "o2"
     )
+
+
+def test_a_decoding_becomes_lm_evals_gen_kwargs_token_budget_included():
+    from safetyrepro.anytask.lm_eval_task import generation_kwargs
+
+    greedy, sampled = {"temperature": 0.0, "do_sample": False}, {"temperature": 0.7, "top_p": 0.9, "do_sample": True}
+    assert generation_kwargs(greedy, 0, generates=False) is None  # likelihood scoring samples nothing
+    assert generation_kwargs(greedy, 0, generates=True) == {"temperature": 0.0, "do_sample": False}
+    assert generation_kwargs({**sampled, "max_tokens": 16}, 2, generates=True) == {
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "do_sample": True,
+        "seed": 2,
+        "max_gen_toks": 16,
+    }
