@@ -123,6 +123,17 @@ class TaskEnvelope:
             raise UserError(f"envelope: solver {bad[0]!r}; known: {', '.join(SOLVERS)}")
         if any(k < 0 for k in self.shots) or not self.shots:
             raise UserError("envelope: shots must be one or more counts >= 0")
+        # an axis the package does not run would give runs that differ in name only
+        if self.task.package == "lm-eval" and (self.solver != ("own",) or self.args):
+            raise UserError(
+                "envelope: solver and args are an Inspect task's axes; an lm-eval task's are shots, chat_template, "
+                "system and decoding"
+            )
+        if self.task.package == "inspect" and (self.shots != (0,) or self.chat_template != (False,)):
+            raise UserError(
+                "envelope: shots and chat_template are an lm-eval task's axes; an Inspect task's are system, solver, "
+                "decoding and args (a few-shot count the task takes is one of its -T arguments)"
+            )
 
     def configs(self) -> list[TaskConfig]:
         """Every configuration, in axis order: chat's few-shot as multi-turn, and one run per seed where sampled."""

@@ -63,6 +63,11 @@ def test_a_rules_file_is_checked_key_by_key():
         )
     )
     assert env.systems["pirate"] == "Answer as a pirate would." and len(env.configs()) == 24
+    with pytest.raises(UserError, match="solver and args are an Inspect task's axes"):
+        parse_envelope(text.replace("axes:", "axes:\n  solver: [own, cot]"))
+    inspect = default_envelope(INSPECT, TaskFacts("t", "generate_until", False)).text()
+    with pytest.raises(UserError, match="shots and chat_template are an lm-eval task's axes"):
+        parse_envelope(inspect.replace("shots: [0]", "shots: [0, 3]"))
 
 
 def test_envelope_task_prints_the_defaults_before_anything_runs(tmp_path, capsys):
