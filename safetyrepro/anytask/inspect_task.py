@@ -65,17 +65,25 @@ def _one_task(spec: str, task_args: dict[str, Any]):
     return tasks[0]
 
 
-def model_name(entry) -> str:
-    """Inspect's name of a model entry: SafetyRepro's engine is the provider `safetyrepro/<model>`."""
+def inspect_model(entry, precision: str, device: str | None, batch_size: int | None) -> tuple[str, dict[str, Any]]:
+    """Inspect's name and model arguments of a model entry: SafetyRepro's engine is the provider
+    `safetyrepro/<model>`, given the sweep's --precision, --device and --batch-size as lm-eval's path is."""
     if entry.kind == ENGINE:
-        return f"safetyrepro/{entry.target}"
+        args = {"precision": precision, "device": device, "batch_size": batch_size}
+        return f"safetyrepro/{entry.target}", {k: v for k, v in args.items() if v is not None}
     if entry.kind == INSPECT:
-        return entry.target
+        return entry.target, entry.args_dict()
     raise UserError(f"model {entry.label}: an Inspect task runs on the engine or an Inspect provider (inspect:...)")
 
 
 def run_config(
-    task: InspectTask, model: str, envelope: TaskEnvelope, cfg: TaskConfig, seed: int, limit: int | None, out: Path
+    task: InspectTask,
+    model: tuple[str, dict[str, Any]],
+    envelope: TaskEnvelope,
+    cfg: TaskConfig,
+    seed: int,
+    limit: int | None,
+    out: Path,
 ) -> None:
     """One configuration at one seed: the task built with its `-T` arguments, chain of thought before its solver
     where the configuration says so, evaluated with the decoding's and the system instruction's generate options."""
@@ -90,7 +98,10 @@ def run_config(
         options["max_tokens"] = int(dec["max_tokens"])
     if (text := envelope.systems[cfg.system]) is not None:
         options["system_message"] = text
-    logs = inspect_eval(built, model=model, limit=limit, log_dir=str(out), display="none", **options)
+    name, model_args = model
+    logs = inspect_eval(
+        built, model=name, model_args=model_args, limit=limit, log_dir=str(out), display="none", **options
+    )
     if not logs or logs[0].status != "success":
         error = getattr(logs[0], "error", None) if logs else None
         raise UserError(

@@ -30,8 +30,7 @@ from safetyrepro.sweep.progress import SweepProgress
 from safetyrepro.sweep.store import slug
 
 from .envelope import TaskConfig, TaskEnvelope, TaskRef, default_envelope, parse_envelope
-from .inspect_task import InspectTask
-from .inspect_task import model_name as inspect_model_name
+from .inspect_task import InspectTask, inspect_model
 from .inspect_task import run_config as run_inspect
 from .lm_eval_task import LmEvalTask
 from .lm_eval_task import run_config as run_lm_eval
@@ -199,7 +198,7 @@ class _Runner:
 
 def _opened(o: TaskSweepOptions, task, entry) -> _Runner:
     if isinstance(task, InspectTask):
-        model = inspect_model_name(entry)
+        model = inspect_model(entry, o.precision, o.device, o.batch_size)
         return _Runner(lambda env, cfg, seed, folder: run_inspect(task, model, env, cfg, seed, o.limit, folder))
     from safetyrepro.adapters.plugins.plugin_lm_eval import SafetyReproLM  # lazy: lm-eval and torch
 
