@@ -81,6 +81,18 @@ def print_envelope(args: argparse.Namespace) -> int:
 
 
 SWEEP_ONLY = ("benchmarks", "tier", "templates", "decodings", "shots", "scoring", "configs", "models_file", "rules")
+# the five benchmarks' run settings that `sweep --task` does not have: refused rather than silently dropped
+NOT_FOR_TASK = (
+    "package",
+    "tie_rule",
+    "fewshot_draw",
+    "subsample",
+    "subset_seed",
+    "executor",
+    "address",
+    "workers",
+    "allow_rules_change",
+)
 
 
 def sweep_task(args: argparse.Namespace) -> int:
@@ -93,6 +105,11 @@ def sweep_task(args: argparse.Namespace) -> int:
         raise UserError(
             f"--{given[0].replace('_', '-')} selects among the five benchmarks' configurations; with --task the "
             "envelope file says them (--envelope FILE: `safetyrepro envelope --task ... --out FILE` writes one)"
+        )
+    if dropped := [d for d in NOT_FOR_TASK if getattr(args, d, None) not in (None, False, SWEEP.default(d))]:
+        raise UserError(
+            f"--{dropped[0].replace('_', '-')} is a setting of the five benchmarks' sweep; `sweep --task` runs the "
+            "task's package (lm-eval: or inspect:) here, on its own items (docs/any_task.md)"
         )
     if not args.models:
         raise UserError("sweep --task needs --models")

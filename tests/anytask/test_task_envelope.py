@@ -94,6 +94,8 @@ def test_sweep_task_refuses_what_does_not_apply_before_writing(tmp_path, capsys)
     out = tmp_path / "out"
     sweep = ["sweep", "--task", f"lm-eval:{task}", "--models", "smollm2", "--out", out]
     assert "--tier selects among the five benchmarks'" in _refused(capsys, *sweep, "--tier", "core")
+    assert "--executor is a setting of the five benchmarks' sweep" in _refused(capsys, *sweep, "--executor", "ray")
+    assert "--package is a setting of the five benchmarks' sweep" in _refused(capsys, *sweep, "--package", "inspect")
     assert "lm-eval knows no task 'nope'" in _refused(
         capsys, "sweep", "--task", "lm-eval:nope", "--include_path", task.parent, "--models", "smollm2", "--out", out
     )
