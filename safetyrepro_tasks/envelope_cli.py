@@ -6,6 +6,7 @@ import argparse
 import json
 
 from safetyrepro.anytask.cli import add_task_arguments, print_envelope
+from safetyrepro.errors import UserError
 from safetyrepro.tasks.envelope import load_rules
 
 
@@ -32,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.task:
         return print_envelope(args)
+    if args.envelope or args.include_path or args.out_file:
+        raise UserError("--envelope, --include_path and --out go with --task (a task SafetyRepro does not define)")
     rules = load_rules(args.rules)
     benches = [rules.check_benchmark(b) for b in args.benchmark] if args.benchmark else list(rules.benchmarks)
     per = {b: rules.configs(b, args.tier) for b in benches}

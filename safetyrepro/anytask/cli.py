@@ -20,13 +20,13 @@ def add_task_arguments(p, sweep: bool) -> None:
     p.add_argument(
         "--include_path", "--include-path", metavar="DIR", help="lm-eval: a folder of task YAMLs to search too"
     )
+    p.add_argument(
+        "--envelope",
+        type=Path,
+        metavar="FILE.yaml",
+        help="with --task: the envelope written by `envelope --task --out` (default: the task's own)",
+    )
     if sweep:
-        p.add_argument(
-            "--envelope",
-            type=Path,
-            metavar="FILE.yaml",
-            help="with --task: the envelope written by `envelope --task --out`",
-        )
         p.add_argument(
             "--metric",
             metavar="M",
@@ -57,8 +57,10 @@ def print_envelope(args: argparse.Namespace) -> int:
 
     from .sweep import task_envelope
 
+    if args.rules:
+        raise UserError("--rules is the five benchmarks' rules file; with --task give an envelope file as --envelope")
     ref = TaskRef.parse(args.task)
-    task, env = task_envelope(ref, Path(args.rules) if args.rules else None, args.include_path)
+    task, env = task_envelope(ref, args.envelope, args.include_path)
     facts = task.facts()
     configs = env.configs()
     runs = sum(len(env.seeds(c)) for c in configs)

@@ -80,6 +80,11 @@ def test_envelope_task_prints_the_defaults_before_anything_runs(tmp_path, capsys
     assert "  3shot_chat_sys-helpful_greedy  core" in printed
     env = parse_envelope(out.read_text())
     assert env.task == TaskRef("lm-eval", str(task)) and env.shots == (0, 1, 3)
+    out.write_text(out.read_text().replace("shots: [0, 1, 3]", "shots: [0]"))
+    assert main(["envelope", "--task", f"lm-eval:{task}", "--envelope", str(out)]) == 0
+    assert "4 configurations (0 stress), 4 runs a model" in capsys.readouterr().out
+    assert main(["envelope", "--task", f"lm-eval:{task}", "--rules", str(out)]) == 2
+    assert "with --task give an envelope file as --envelope" in capsys.readouterr().err
 
 
 def _refused(capsys, *argv) -> str:
