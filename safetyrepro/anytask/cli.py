@@ -71,6 +71,8 @@ def print_envelope(args: argparse.Namespace) -> int:
     print(
         f"{len(configs)} configurations ({sum(env.tier(c) == 'stress' for c in configs)} stress), {runs} runs a model"
     )
+    for line in axis_lines(task, env, facts.output_type):
+        print(line)
     if args.list:
         for c in configs:
             print(f"  {c.run_id}  {env.tier(c)}")
@@ -80,6 +82,35 @@ def print_envelope(args: argparse.Namespace) -> int:
         atomic_write(Path(args.out_file), env.text())
         print(f"written: {args.out_file}")
     return 0
+
+
+def axis_lines(task, env, output_type: str) -> list[str]:
+    """What the envelope's newer axes offer the task, a line each: lm-eval's templates and its scoring variants,
+    Inspect's epochs."""
+    from importlib.metadata import version
+
+    from .envelope import OWN_TEMPLATE, TEMPLATE_KEYS
+    from .lm_eval_task import LmEvalTask
+
+    if not isinstance(task, LmEvalTask):
+        return [
+            f"epochs: {', '.join(map(str, env.epochs))} (axes.epochs: each sample run k times, scored as their mean)"
+        ]
+    declared = [t for t in env.template if t != OWN_TEMPLATE]
+    lines = [
+        f"templates: {', '.join(env.template)}"
+        + ("" if declared else f" (declare others under `templates:` with {', '.join(TEMPLATE_KEYS)})")
+    ]
+    if formats := task.formats():
+        lines.append(
+            f"scoring: {output_type}; lm-eval also registers {', '.join(formats)} (sweep each as its own task)"
+        )
+    else:
+        lines.append(
+            f"scoring: {output_type} only: lm-eval {version('lm_eval')} has no {task.name}@<format> variant "
+            "(a loglikelihood / generate_until twin) to sweep"
+        )
+    return lines
 
 
 SWEEP_ONLY = ("benchmarks", "tier", "templates", "decodings", "shots", "scoring", "configs", "models_file", "rules")

@@ -32,7 +32,19 @@ DECODINGS: dict[str, dict[str, Any]] = {
     "sampled": {"temperature": 0.7, "top_p": 0.9, "do_sample": True},
 }
 SOLVERS = ("own", "cot")  # Inspect: the task's solver, or chain of thought before it
-AXES = ("shots", "chat_template", "system", "decoding", "solver", "args")
+AXES = ("shots", "chat_template", "system", "decoding", "solver", "args", "template", "epochs")
+# the lm-eval task-YAML keys a declared template may override: how a document becomes a prompt and its target, and
+# nothing that changes the data, the metric or the scoring (those would be another task, not another template)
+TEMPLATE_KEYS = (
+    "doc_to_text",
+    "doc_to_target",
+    "doc_to_choice",
+    "target_delimiter",
+    "fewshot_delimiter",
+    "description",
+    "gen_prefix",
+)
+OWN_TEMPLATE = "own"  # the task's own template; "task" is its name in the grid, so neither names a declared one
 LIKELIHOOD = ("multiple_choice", "loglikelihood", "loglikelihood_rolling")
 
 
@@ -85,13 +97,20 @@ class TaskConfig:
     decoding: str = "greedy"
     solver: str = "own"
     args: tuple[tuple[str, Any], ...] = ()  # Inspect's -T arguments
+    template: str = OWN_TEMPLATE  # lm-eval: the task's own template or a declared variant
+    epochs: int = 1  # Inspect: each sample run this many times (its score the mean over them)
 
     @property
     def run_id(self) -> str:
-        """The folder name of its runs: every axis, readable."""
+        """The folder name of its runs: every axis, readable (the defaults of the newer axes left out, so that
+        earlier sweeps' folders keep their names)."""
         parts = [f"{self.shots}shot", "chat" if self.chat_template else "nochat", f"sys-{self.system}", self.decoding]
         if self.solver != "own":
             parts.append(f"solver-{self.solver}")
+        if self.template != OWN_TEMPLATE:
+            parts.append(f"tpl-{self.template}")
+        if self.epochs != 1:
+            parts.append(f"epochs-{self.epochs}")
         parts += [f"{k}-{v}" for k, v in self.args]
         return "_".join(re.sub(r"[^A-Za-z0-9.=-]", "-", str(p)) for p in parts)
 
@@ -111,8 +130,19 @@ class TaskEnvelope:
     decodings: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(DECODINGS))
     sampling_seeds: tuple[int, ...] = (1, 2)
     stress: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    template: tuple[str, ...] = (OWN_TEMPLATE,)
+    templates: dict[str, dict[str, Any]] = field(default_factory=dict)  # declared name -> task-YAML keys it sets
+    epochs: tuple[int, ...] = (1,)
 
     def __post_init__(self) -> None:
+        check_templates(self.templates)
+        for name in self.template:
+            if name != OWN_TEMPLATE and name not in self.templates:
+                raise UserError(f"envelope: template {name!r} is not declared under `templates` (own: the task's)")
+        if not self.template:
+            raise UserError("envelope: axes.template must list own and/or declared templates")
+        if not self.epochs or any(k < 1 for k in self.epochs):
+            raise UserError("envelope: epochs must be one or more counts >= 1")
         for name in self.system:
             if name not in self.systems:
                 raise UserError(f"envelope: system {name!r} has no text under `systems` (none: null for no text)")
@@ -129,6 +159,16 @@ class TaskEnvelope:
                 "envelope: solver and args are an Inspect task's axes; an lm-eval task's are shots, chat_template, "
                 "system and decoding"
             )
+        if self.task.package == "lm-eval" and self.epochs != (1,):
+            raise UserError(
+                "envelope: epochs is an Inspect task's axis; an lm-eval task runs each document once (its "
+                "generated answers' seeds are the decoding's sampling_seeds)"
+            )
+        if self.task.package == "inspect" and (self.template != (OWN_TEMPLATE,) or self.templates):
+            raise UserError(
+                "envelope: template and templates are an lm-eval task's (task-YAML keys over the task's own); an "
+                "Inspect task's prompt is its solver's: axes.solver or a -T argument of the task"
+            )
         if self.task.package == "inspect" and (self.shots != (0,) or self.chat_template != (False,)):
             raise UserError(
                 "envelope: shots and chat_template are an lm-eval task's axes; an Inspect task's are system, solver, "
@@ -139,10 +179,18 @@ class TaskEnvelope:
         """Every configuration, in axis order: chat's few-shot as multi-turn, and one run per seed where sampled."""
         arg_names = sorted(self.args)
         out = []
-        for shots, chat, system, decoding, solver, *values in itertools.product(
-            self.shots, self.chat_template, self.system, self.decoding, self.solver, *(self.args[a] for a in arg_names)
+        for template, epochs, shots, chat, system, decoding, solver, *values in itertools.product(
+            self.template,
+            self.epochs,
+            self.shots,
+            self.chat_template,
+            self.system,
+            self.decoding,
+            self.solver,
+            *(self.args[a] for a in arg_names),
         ):
-            out.append(TaskConfig(shots, chat, system, decoding, solver, tuple(zip(arg_names, values, strict=True))))
+            args = tuple(zip(arg_names, values, strict=True))
+            out.append(TaskConfig(shots, chat, system, decoding, solver, args, template, epochs))
         return out
 
     def seeds(self, cfg: TaskConfig) -> tuple[int, ...]:
@@ -150,7 +198,7 @@ class TaskEnvelope:
 
     def tier(self, cfg: TaskConfig) -> str:
         values = {"shots": cfg.shots, "chat_template": cfg.chat_template, "system": cfg.system}
-        values |= {"decoding": cfg.decoding, "solver": cfg.solver}
+        values |= {"decoding": cfg.decoding, "solver": cfg.solver, "template": cfg.template, "epochs": cfg.epochs}
         stressed = any(values.get(axis) in vals for axis, vals in self.stress.items())
         return "stress" if stressed else "core"
 
@@ -166,7 +214,12 @@ class TaskEnvelope:
             axes.pop("chat_template")
         if self.args:
             axes["args"] = {k: list(v) for k, v in self.args.items()}
-        return {
+        # the newer axes only where they are used: an envelope without them prints (and hashes) as it always did
+        if self.template != (OWN_TEMPLATE,) or self.templates:
+            axes["template"] = list(self.template)
+        if self.epochs != (1,):
+            axes["epochs"] = list(self.epochs)
+        out: dict[str, Any] = {
             "version": 1,
             "task": str(self.task),
             "axes": axes,
@@ -175,6 +228,9 @@ class TaskEnvelope:
             "sampling_seeds": list(self.sampling_seeds),
             "stress": {k: list(v) for k, v in self.stress.items()},
         }
+        if self.templates:
+            out["templates"] = {k: dict(v) for k, v in self.templates.items()}
+        return out
 
     def text(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True, default_flow_style=None)
@@ -182,6 +238,31 @@ class TaskEnvelope:
     @property
     def sha256(self) -> str:
         return sha256_bytes(self.text().encode())
+
+
+def check_templates(templates: Any, where: str = "envelope") -> None:
+    """Declared templates: plain names (not own or task) mapping a few known lm-eval prompt keys to their values;
+    every error names the template and the key."""
+    if not isinstance(templates, dict):
+        raise UserError(f"{where}: templates must map each template's name to the task-YAML keys it sets")
+    for name, keys in templates.items():
+        if not isinstance(name, str) or not NAME.fullmatch(name) or name in (OWN_TEMPLATE, "task"):
+            raise UserError(f"{where}: template {name!r} is not a plain name (letters, digits, _.-; not own or task)")
+        if not isinstance(keys, dict) or not keys:
+            raise UserError(f"{where}: template {name!r} must set one or more of {', '.join(TEMPLATE_KEYS)}")
+        if unknown := sorted(str(k) for k in keys if k not in TEMPLATE_KEYS):
+            raise UserError(
+                f"{where}: template {name!r}: unknown key {unknown[0]!r}; a template sets lm-eval's prompt keys "
+                f"{', '.join(TEMPLATE_KEYS)}"
+            )
+        for key, value in keys.items():
+            text_only = key not in ("doc_to_choice", "doc_to_target")
+            ok = isinstance(value, str) or (not text_only and isinstance(value, (int, list, dict)))
+            if not ok or isinstance(value, bool):
+                raise UserError(
+                    f"{where}: template {name!r}: {key} must be "
+                    + ("text" if text_only else "text, a list or a number")
+                )
 
 
 def default_envelope(task: TaskRef, facts: TaskFacts) -> TaskEnvelope:
@@ -220,7 +301,7 @@ def parse_envelope(text: str | bytes, where: str = "the envelope file") -> TaskE
         raise UserError(f"{where} is not YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("axes"), dict) or "task" not in raw:
         raise UserError(f"{where} must be a mapping with task and axes (safetyrepro envelope --task ... writes one)")
-    unknown = set(raw) - {"version", "task", "axes", "systems", "decodings", "sampling_seeds", "stress"}
+    unknown = set(raw) - {"version", "task", "axes", "systems", "decodings", "sampling_seeds", "stress", "templates"}
     if unknown or set(raw["axes"]) - set(AXES):
         raise UserError(f"{where}: unknown key {sorted(unknown or set(raw['axes']) - set(AXES))[0]!r}")
     axes, task = raw["axes"], TaskRef.parse(str(raw["task"]))
@@ -249,4 +330,14 @@ def parse_envelope(text: str | bytes, where: str = "the envelope file") -> TaskE
         decodings,
         _tuple(raw.get("sampling_seeds", [1, 2]), "sampling_seeds", int),
         {str(k): tuple(v if isinstance(v, list) else [v]) for k, v in (raw.get("stress") or {}).items()},
+        tuple(str(s) for s in _tuple(axes.get("template", [OWN_TEMPLATE]), "axes.template", str)),
+        _templates(raw.get("templates"), where),
+        _tuple(axes.get("epochs", [1]), "axes.epochs", int),
     )
+
+
+def _templates(raw: Any, where: str) -> dict[str, dict[str, Any]]:
+    if raw is None:
+        return {}
+    check_templates(raw, where)
+    return {str(k): dict(v) for k, v in raw.items()}

@@ -2,7 +2,9 @@
 envelope, and one run of one configuration and seed through `inspect_ai.eval`, its log written into a folder that
 `safetyrepro import inspect` then reads. The system instruction is Inspect's own `system_message` generate option
 (the log records it); chain of thought is Inspect's `chain_of_thought()` before the task's solver, the task then
-named `<task>__cot` so that the grid keeps it apart."""
+named `<task>__cot` so that the grid keeps it apart. Epochs (each sample run k times) are Inspect's `epochs`; the
+importer reads an item's score as the mean over its epochs, and the grid has no epochs axis, so a run of k > 1
+epochs is named `<task>__epochs<k>` (template `own-epochs<k>`, or `cot-epochs<k>`) to keep it apart too."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from safetyrepro.errors import UserError
 from .envelope import TaskConfig, TaskEnvelope, TaskFacts, TaskRef
 
 COT_SUFFIX = "__cot"
+EPOCHS_SUFFIX = "__epochs"
 
 
 @dataclass
@@ -43,12 +46,23 @@ class InspectTask:
     def facts(self) -> TaskFacts:
         return TaskFacts(self.name, "generate_until", False, self.n_items)
 
-    def mapping_entries(self) -> list[dict[str, str]]:
-        """The grid's place of both names the runs record: the task's solver (`own`) and after chain of thought."""
+    def mapping_entries(self, epochs: tuple[int, ...] = (1,)) -> list[dict[str, str]]:
+        """The grid's place of every name the runs record: the task's solver (`own`) and after chain of thought,
+        at each epoch count."""
         return [
-            {"match": self.name, "benchmark": self.name, "template": "own"},
-            {"match": self.name + COT_SUFFIX, "benchmark": self.name, "template": "cot"},
+            {"match": run_name(self.name, solver, k), "benchmark": self.name, "template": run_template(solver, k)}
+            for k in epochs
+            for solver in ("own", "cot")
         ]
+
+
+def run_name(task: str, solver: str, epochs: int) -> str:
+    """The task's name in a run's log: `<task>`, `__cot` after chain of thought, `__epochs<k>` for k > 1 epochs."""
+    return task + (COT_SUFFIX if solver == "cot" else "") + (f"{EPOCHS_SUFFIX}{epochs}" if epochs != 1 else "")
+
+
+def run_template(solver: str, epochs: int) -> str:
+    return solver + (f"-epochs{epochs}" if epochs != 1 else "")
 
 
 def _one_task(spec: str, task_args: dict[str, Any]):
@@ -89,7 +103,9 @@ def run_config(
     where the configuration says so, evaluated with the decoding's and the system instruction's generate options."""
     built = _one_task(task.spec, dict(cfg.args))
     if cfg.solver == "cot":
-        built = task_with(built, solver=[chain_of_thought(), built.solver], name=task.name + COT_SUFFIX)
+        built = task_with(built, solver=[chain_of_thought(), built.solver])
+    if (name := run_name(task.name, cfg.solver, cfg.epochs)) != task.name:
+        built = task_with(built, name=name)
     dec = envelope.decodings[cfg.decoding]
     options: dict[str, Any] = {"temperature": float(dec["temperature"])}
     if dec.get("do_sample"):
@@ -98,6 +114,8 @@ def run_config(
         options["max_tokens"] = int(dec["max_tokens"])
     if (text := envelope.systems[cfg.system]) is not None:
         options["system_message"] = text
+    if cfg.epochs != 1:
+        options["epochs"] = cfg.epochs
     name, model_args = model
     logs = inspect_eval(
         built, model=name, model_args=model_args, limit=limit, log_dir=str(out), display="none", **options

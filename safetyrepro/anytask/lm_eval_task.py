@@ -14,8 +14,9 @@ import yaml
 from safetyrepro.compat.lm_eval import no_request_building_bar, quiet_logs
 from safetyrepro.errors import UserError
 
-from .envelope import TaskConfig, TaskEnvelope, TaskFacts, TaskRef
+from .envelope import OWN_TEMPLATE, TaskConfig, TaskEnvelope, TaskFacts, TaskRef
 
+VARIANT_SEP = "__"  # a declared template's task is `<task>__<template>`
 TASK_LINE = re.compile(r"^task:\s*['\"]?([^'\"\s#]+)", re.MULTILINE)
 
 
@@ -40,6 +41,8 @@ class LmEvalTask:
     name: str
     manager: Any
     _facts: TaskFacts | None = None
+    paths: tuple[str, ...] = ()  # the folders searched besides lm-eval's own (a task file's, --include_path)
+    defaults: bool = True  # lm-eval's own tasks searched too
 
     @classmethod
     def open(cls, ref: TaskRef, include_path: str | None = None) -> LmEvalTask:
@@ -61,7 +64,37 @@ class LmEvalTask:
                 f"--task {ref}: lm-eval knows no task {name!r}"
                 + (" in the folders given (--include_path)" if not defaults else " (lm_eval --tasks list names them)")
             )
-        return cls(name, manager)
+        return cls(name, manager, paths=tuple(paths), defaults=defaults)
+
+    def yaml_path(self) -> Path:
+        """The task's own YAML file, which a declared template's YAML includes; a task lm-eval builds in Python,
+        or one defined inside another file's task list, has none to include."""
+        entry = self.manager.task_index.get(self.name)
+        path = getattr(entry, "yaml_path", None)
+        if path is None or str(path) == "-1" or _task_name(Path(path)) != self.name:
+            raise UserError(
+                f"lm-eval task {self.name!r} has no task YAML of its own to include: a declared template needs one "
+                "(write the task as a YAML file and pass it as --task lm-eval:FILE.yaml)"
+            )
+        return Path(path).resolve()
+
+    def with_templates(self, folder: Path) -> LmEvalTask:
+        """The same task found by a TaskManager that also searches `folder`, where the declared templates' YAMLs
+        are (written by the sweep): one manager for the task and all its variants."""
+        from lm_eval.tasks import TaskManager
+
+        manager = TaskManager(include_path=[*self.paths, str(folder)], include_defaults=self.defaults)
+        return LmEvalTask(self.name, manager, self._facts, (*self.paths, str(folder)), self.defaults)
+
+    def variant(self, template: str) -> LmEvalTask:
+        """The task as a declared template runs it (`<task>__<template>`, found by this task's manager), its facts
+        the task's own: a template changes the prompt, not the scoring."""
+        if template == OWN_TEMPLATE:
+            return self
+        name = variant_name(self.name, template)
+        if name not in self.manager.all_tasks:
+            raise UserError(f"lm-eval finds no task {name!r}: the template's YAML was not written or not indexed")
+        return LmEvalTask(name, self.manager, self.facts(), self.paths, self.defaults)
 
     def task_object(self):
         import datasets
@@ -81,10 +114,21 @@ class LmEvalTask:
             raise UserError(f"lm-eval task {self.name!r} is a group: name one of its tasks")
         return task
 
-    def mapping_entries(self) -> list[dict[str, str]]:
+    def formats(self) -> list[str]:
+        """The task's `<task>@<format>` variants lm-eval registers (another scoring of the same task, such as a
+        generate_until twin of a multiple-choice task), where the installed lm-eval has them."""
+        return sorted(t for t in self.manager.all_tasks if t.startswith(f"{self.name}@"))
+
+    def mapping_entries(self, templates: tuple[str, ...] = ()) -> list[dict[str, str]]:
         """The grid's place of its runs: the task's own name as the benchmark, `task` as the template (the importer
-        adds +nochat, +sys=<hash> for what a run did)."""
-        return [{"match": self.name, "benchmark": self.name, "template": "task"}]
+        adds +nochat, +sys=<hash> for what a run did); a declared template's task the same benchmark, the template
+        its name, so that `analyze` sees one benchmark in several templates."""
+        own = [{"match": self.name, "benchmark": self.name, "template": "task"}]
+        return own + [
+            {"match": variant_name(self.name, t), "benchmark": self.name, "template": t}
+            for t in templates
+            if t != OWN_TEMPLATE
+        ]
 
     def facts(self) -> TaskFacts:
         if self._facts is None:
@@ -100,6 +144,29 @@ class LmEvalTask:
         return TaskFacts(
             self.name, str(task.config.output_type), fewshot is not None and len(fewshot) > 0, len(task.eval_docs)
         )
+
+
+class _Dumper(yaml.SafeDumper):
+    """A prompt with line breaks written as one quoted line with \\n, as lm-eval's own YAMLs write it."""
+
+
+_Dumper.add_representer(
+    str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style='"' if "\n" in v else None)
+)
+
+
+def variant_name(task: str, template: str) -> str:
+    return f"{task}{VARIANT_SEP}{template}"
+
+
+def variant_yaml(include: Path, task: str, template: str, keys: dict[str, Any]) -> str:
+    """A declared template as an lm-eval task YAML: the task's own file included (lm-eval's `include:`, its keys
+    under this file's), renamed `<task>__<template>`, with the template's prompt keys over the task's own."""
+    head = f"# template {template!r} of lm-eval task {task!r} (safetyrepro sweep --task; the envelope's `templates`)\n"
+    body = {"include": str(include), "task": variant_name(task, template), **keys}
+    return head + yaml.dump(
+        body, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1000
+    )
 
 
 def generation_kwargs(decoding: dict[str, Any], seed: int, generates: bool) -> dict[str, Any] | None:

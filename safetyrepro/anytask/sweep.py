@@ -2,7 +2,8 @@
 task's envelope for the listed models, then read into the sweep's grid by the importer (docs/any_task.md).
 
 The folder: `task_sweep.json` (what was asked: the task, the envelope's text and hash, the limit and the models),
-`envelope.yaml`, `mapping.yaml` (the task's place in the grid), `runs/<package>/<model>/<run>/seed<k>/` (lm-eval's
+`envelope.yaml`, `mapping.yaml` (the task's place in the grid), `templates/<task>__<template>.yaml` (lm-eval: each
+declared template as a task YAML including the task's own), `runs/<package>/<model>/<run>/seed<k>/` (lm-eval's
 own results and samples files, or Inspect's log; a folder per configuration and seed, renamed into place whole), then
 what `safetyrepro import` writes (grid.csv, grid.parquet, items.parquet, rules.yaml, run.json, provenance.csv, ...).
 A run folder that exists is done: a rerun, or a run after kill -9, starts where it stopped, and the grid is
@@ -29,14 +30,15 @@ from safetyrepro.sweep.cell import cached_backend
 from safetyrepro.sweep.progress import SweepProgress
 from safetyrepro.sweep.store import slug
 
-from .envelope import TaskConfig, TaskEnvelope, TaskRef, default_envelope, parse_envelope
+from .envelope import OWN_TEMPLATE, TaskConfig, TaskEnvelope, TaskRef, default_envelope, parse_envelope
 from .inspect_task import InspectTask, inspect_model
 from .inspect_task import run_config as run_inspect
-from .lm_eval_task import LmEvalTask
+from .lm_eval_task import LmEvalTask, variant_name, variant_yaml
 from .lm_eval_task import run_config as run_lm_eval
 
 RECORD = "task_sweep.json"
 NOT_RUN = "not_run.json"  # "<model> <run>" -> why the model cannot run it
+TEMPLATES = "templates"  # the declared templates' task YAMLs (lm-eval searches this folder, and only it, of `out`)
 
 
 @dataclass
@@ -88,7 +90,7 @@ def _earlier(out: Path) -> dict | None:
         raise UserError(f"--out {out} is a file, not a folder; choose another --out")
     if not out.is_dir() or not any(out.iterdir()):
         return None
-    check_no_links(out, *(out / name for name in (RECORD, NOT_RUN, "runs", *OUTPUTS)))
+    check_no_links(out, *(out / name for name in (RECORD, NOT_RUN, "runs", TEMPLATES, *OUTPUTS)))
     try:
         return json.loads((out / RECORD).read_text())
     except (OSError, ValueError):
@@ -107,9 +109,18 @@ def _check_same(out: Path, earlier: dict | None, identity: dict) -> None:
         )
 
 
-def mapping_text(task: LmEvalTask | InspectTask) -> str:
+def declared(env: TaskEnvelope) -> tuple[str, ...]:
+    """The declared templates the envelope runs (its template axis less the task's own)."""
+    return tuple(t for t in env.template if t != OWN_TEMPLATE)
+
+
+def mapping_text(task: LmEvalTask | InspectTask, env: TaskEnvelope | None = None) -> str:
     """The importer's mapping file: where the task's runs land in the grid (its `mapping_entries`)."""
-    tasks = [{**e, "match": re.escape(e["match"])} for e in task.mapping_entries()]
+    if isinstance(task, LmEvalTask):
+        entries = task.mapping_entries(declared(env) if env is not None else ())
+    else:
+        entries = task.mapping_entries(env.epochs if env is not None else (1,))
+    tasks = [{**e, "match": re.escape(e["match"])} for e in entries]
     return "# the task's place in the grid (safetyrepro sweep --task)\n" + yaml.safe_dump(
         {"tasks": tasks}, sort_keys=False
     )
@@ -130,7 +141,9 @@ def run_task_sweep(o: TaskSweepOptions) -> int:
     record = {**identity, "task_name": task.name, "models": models, "envelope": env.to_dict()}
     atomic_write(out / RECORD, json.dumps(record, indent=2) + "\n", root=out)
     atomic_write(out / "envelope.yaml", env.text(), root=out)
-    atomic_write(out / "mapping.yaml", mapping_text(task), root=out)
+    atomic_write(out / "mapping.yaml", mapping_text(task, env), root=out)
+    if isinstance(task, LmEvalTask) and declared(env):
+        task = write_templates(out, task, env)
     runs = out / "runs" / o.task.package
     not_run = _not_run(out)  # runs a model cannot do (no chat template), recorded so a rerun need not load it
     todo = [
@@ -156,6 +169,20 @@ def run_task_sweep(o: TaskSweepOptions) -> int:
     asked = {f"{e.label} {c.run_id}" for e in entries for c in env.configs()}
     not_asked = [f"{k}: {v}" for k, v in sorted(not_run.items()) if k in asked]
     return _import_grid(out, o.task.package, task.name, not_asked, o.metric)
+
+
+def write_templates(out: Path, task: LmEvalTask, env: TaskEnvelope) -> LmEvalTask:
+    """Each declared template the envelope runs, written as a task YAML that includes the task's own; the task then
+    found by a manager that searches that folder too, every variant checked to be found before anything runs."""
+    include = task.yaml_path()
+    folder = ensure_dir(out / TEMPLATES, root=out)
+    for t in declared(env):
+        text = variant_yaml(include, task.name, t, env.templates[t])
+        atomic_write(folder / f"{variant_name(task.name, t)}.yaml", text, root=out)
+    opened = task.with_templates(folder)
+    for t in declared(env):
+        opened.variant(t)
+    return opened
 
 
 def _not_run(out: Path) -> dict[str, str]:
@@ -207,7 +234,7 @@ def _opened(o: TaskSweepOptions, task, entry) -> _Runner:
     lm.progress_bars = False
     ask_environment_once()
     return _Runner(
-        lambda env, cfg, seed, folder: run_lm_eval(task, lm, env, cfg, seed, o.limit, folder),
+        lambda env, cfg, seed, folder: run_lm_eval(task.variant(cfg.template), lm, env, cfg, seed, o.limit, folder),
         chatless=not backend.capabilities.chat_template,
     )
 

@@ -134,3 +134,168 @@ def test_a_decoding_becomes_lm_evals_gen_kwargs_token_budget_included():
         "seed": 2,
         "max_gen_toks": 16,
     }
+
+
+# -- declared templates (lm-eval), epochs (Inspect), the scoring line ---------------------------------------------
+TEMPLATED = """version: 1
+task: lm-eval:{task}
+axes:
+  shots: [0, 1]
+  chat_template: [false]
+  system: [none, helpful]
+  decoding: [greedy]
+  template: [own, qa]
+templates:
+  qa: {{doc_to_text: "Q: {{{{question}}}}\\nA:", target_delimiter: " "}}
+"""
+
+
+def test_declared_templates_are_an_axis_of_their_own():
+    env = parse_envelope(TEMPLATED.format(task="arc_easy"))
+    assert env.template == ("own", "qa") and env.templates == {
+        "qa": {"doc_to_text": "Q: {{question}}\nA:", "target_delimiter": " "}
+    }
+    assert [c.run_id for c in env.configs()] == [
+        "0shot_nochat_sys-none_greedy",
+        "0shot_nochat_sys-helpful_greedy",
+        "1shot_nochat_sys-none_greedy",
+        "1shot_nochat_sys-helpful_greedy",
+        "0shot_nochat_sys-none_greedy_tpl-qa",
+        "0shot_nochat_sys-helpful_greedy_tpl-qa",
+        "1shot_nochat_sys-none_greedy_tpl-qa",
+        "1shot_nochat_sys-helpful_greedy_tpl-qa",
+    ]
+    assert parse_envelope(env.text()) == env
+    assert "  template: [own, qa]\n" in env.text() and "templates:\n  qa: {doc_to_text:" in env.text()
+    stressed = parse_envelope(env.text().replace("stress: {}", "stress: {template: [qa]}"))
+    assert [stressed.tier(c) for c in stressed.configs()] == ["core"] * 4 + ["stress"] * 4
+    # without templates the envelope reads, prints and hashes as before: no template key at all
+    plain = default_envelope(LM_EVAL, TaskFacts("t", "multiple_choice", True))
+    assert plain.template == ("own",) and plain.epochs == (1,)
+    assert plain.text() == (
+        "version: 1\ntask: lm-eval:arc_easy\naxes:\n  shots: [0, 1, 3]\n  chat_template: [false, true]\n"
+        "  system: [none, helpful]\n  decoding: [greedy]\n"
+        "systems: {none: null, helpful: You are a helpful assistant.}\n"
+        "decodings:\n  greedy: {temperature: 0.0, top_p: 1.0, do_sample: false}\nsampling_seeds: [1, 2]\nstress: {}\n"
+    )
+    assert parse_envelope(plain.text()).sha256 == plain.sha256
+
+
+def test_a_declared_template_is_checked_key_by_key():
+    text = TEMPLATED.format(task="arc_easy")
+    with pytest.raises(UserError, match="template 'qa': unknown key 'doc_to_txt'; a template sets lm-eval's prompt"):
+        parse_envelope(text.replace("doc_to_text:", "doc_to_txt:"))
+    with pytest.raises(UserError, match="template 'qa': unknown key 'metric_list'"):
+        parse_envelope(text.replace("target_delimiter:", "metric_list:"))
+    with pytest.raises(UserError, match="template 'terse' is not declared under `templates`"):
+        parse_envelope(text.replace("template: [own, qa]", "template: [own, terse]"))
+    with pytest.raises(UserError, match="template 'own' is not a plain name"):
+        parse_envelope(text.replace("  qa: {", "  own: {").replace("[own, qa]", "[own]"))
+    with pytest.raises(UserError, match="template 'qa': target_delimiter must be text"):
+        parse_envelope(text.replace('target_delimiter: " "', "target_delimiter: 3"))
+    with pytest.raises(UserError, match="template 'qa' must set one or more of doc_to_text"):
+        parse_envelope(text.replace('{doc_to_text: "Q: {{question}}\\nA:", target_delimiter: " "}', "{}"))
+    with pytest.raises(UserError, match="axes.template must be a list of str"):
+        parse_envelope(text.replace("template: [own, qa]", "template: [1]"))
+    inspect = default_envelope(INSPECT, TaskFacts("t", "generate_until", False)).text()
+    with pytest.raises(UserError, match="template and templates are an lm-eval task's"):
+        parse_envelope(inspect + "templates: {qa: {description: x}}\n")
+    with pytest.raises(UserError, match="epochs is an Inspect task's axis"):
+        parse_envelope(text.replace("axes:", "axes:\n  epochs: [1, 3]"))
+    with pytest.raises(UserError, match="epochs must be one or more counts >= 1"):
+        parse_envelope(inspect.replace("axes:", "axes:\n  epochs: [0]"))
+
+
+def test_a_declared_template_is_a_task_yaml_that_includes_the_tasks_own(tmp_path):
+    """The file the sweep writes for template qa, as lm-eval then loads it: the task's documents, qa's prompt."""
+    from safetyrepro.anytask.envelope import TaskRef
+    from safetyrepro.anytask.sweep import mapping_text, task_envelope, write_templates
+
+    task = arc_easy_local(tmp_path / "work")
+    envelope = tmp_path / "envelope.yaml"
+    envelope.write_text(TEMPLATED.format(task=task))
+    opened, env = task_envelope(TaskRef("lm-eval", str(task)), envelope, None)
+    out = tmp_path / "out"
+    out.mkdir()
+    with_qa = write_templates(out, opened, env)
+    assert sorted(p.name for p in (out / "templates").iterdir()) == ["arc_easy_local__qa.yaml"]
+    assert (out / "templates" / "arc_easy_local__qa.yaml").read_text() == (
+        "# template 'qa' of lm-eval task 'arc_easy_local' (safetyrepro sweep --task; the envelope's `templates`)\n"
+        f"include: {task.resolve()}\n"
+        "task: arc_easy_local__qa\n"
+        'doc_to_text: "Q: {{question}}\\nA:"\n'
+        "target_delimiter: ' '\n"
+    )
+    assert mapping_text(opened, env) == (
+        "# the task's place in the grid (safetyrepro sweep --task)\n"
+        "tasks:\n- match: arc_easy_local\n  benchmark: arc_easy_local\n  template: task\n"
+        "- match: arc_easy_local__qa\n  benchmark: arc_easy_local\n  template: qa\n"
+    )
+    own, qa = with_qa.task_object(), with_qa.variant("qa").task_object()
+    assert own.doc_to_text(own.eval_docs[0]) == "Question: What is 3 + 2?\nAnswer:"
+    assert qa.doc_to_text(qa.eval_docs[0]) == "Q: What is 3 + 2?\nA:"
+    assert len(qa.eval_docs) == 60 and qa.config.output_type == "multiple_choice"
+
+
+def test_envelope_task_prints_the_templates_and_says_lm_eval_has_no_scoring_twin(tmp_path, capsys):
+    task = arc_easy_local(tmp_path / "work")
+    envelope = tmp_path / "envelope.yaml"
+    envelope.write_text(TEMPLATED.format(task=task))
+    assert main(["envelope", "--task", f"lm-eval:{task}", "--envelope", str(envelope), "--list"]) == 0
+    printed = capsys.readouterr().out
+    assert "8 configurations (0 stress), 8 runs a model\ntemplates: own, qa\n" in printed
+    assert (
+        "scoring: multiple_choice only: lm-eval 0.4.13 has no arc_easy_local@<format> variant (a loglikelihood / "
+        "generate_until twin) to sweep\n" in printed
+    )
+    assert "  1shot_nochat_sys-helpful_greedy_tpl-qa  core\n" in printed and "  template: [own, qa]\n" in printed
+
+
+def test_inspect_epochs_are_an_axis_named_apart_in_the_grid():
+    from safetyrepro.anytask.inspect_task import InspectTask, run_name
+
+    inspect = default_envelope(INSPECT, TaskFacts("t", "generate_until", False)).text()
+    assert "epochs" not in inspect
+    env = parse_envelope(inspect.replace("axes:", "axes:\n  epochs: [1, 3]"))
+    cfgs = env.configs()
+    assert len(cfgs) == 24 and sum(len(env.seeds(c)) for c in cfgs) == 36
+    assert cfgs[12].run_id == "0shot_nochat_sys-none_greedy_epochs-3" and cfgs[12].epochs == 3
+    assert "  epochs: [1, 3]\n" in env.text() and parse_envelope(env.text()) == env
+    assert [run_name("arithmetic", s, k) for s in ("own", "cot") for k in (1, 3)] == [
+        "arithmetic",
+        "arithmetic__epochs3",
+        "arithmetic__cot",
+        "arithmetic__cot__epochs3",
+    ]
+    task = InspectTask("tasks.py@arithmetic", "arithmetic")
+    assert task.mapping_entries() == [
+        {"match": "arithmetic", "benchmark": "arithmetic", "template": "own"},
+        {"match": "arithmetic__cot", "benchmark": "arithmetic", "template": "cot"},
+    ]
+    assert [e["template"] for e in task.mapping_entries((1, 3))] == ["own", "cot", "own-epochs3", "cot-epochs3"]
+
+
+def test_the_importer_reads_an_items_epochs_as_their_mean(tmp_path):
+    """An Inspect log of 40 items x 2 epochs (tests/importers/fixtures/any_task): one item row each, its score the
+    mean of its two epochs' scores, so a cell's score is Inspect's own accuracy."""
+    from pathlib import Path
+
+    from inspect_ai.log import read_eval_log
+
+    from safetyrepro.importers import import_inspect
+
+    log_file = Path(__file__).parents[1] / "importers" / "fixtures" / "any_task" / "inspect" / "strong.eval"
+    log = read_eval_log(str(log_file))
+    assert log.eval.config.epochs == 2 and log.samples is not None and len(log.samples) == 80
+    by_epoch: dict[str, list[float]] = {}
+    for s in log.samples:
+        by_epoch.setdefault(str(s.id), []).append(1.0 if s.scores["match"].value == "C" else 0.0)
+    from safetyrepro.anytask.inspect_task import InspectTask
+    from safetyrepro.anytask.sweep import mapping_text
+
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text(mapping_text(InspectTask("tasks.py@arithmetic", "arithmetic")))
+    imported = import_inspect([str(log_file)], mapping=str(mapping))
+    items = imported.items.set_index("item_id")["item_score"]
+    assert len(items) == 40 and {i: v for i, v in items.items()} == {i: sum(v) / 2 for i, v in by_epoch.items()}
+    assert imported.grid["score"].iloc[0] == pytest.approx(sum(items) / 40, abs=1e-12)
