@@ -2,7 +2,8 @@
 embedded models across 16 configurations (0 or 1 shot x chat template off/on x four system instructions), and
 on an Inspect task defined outside SafetyRepro (tests/arithmetic_task.py), then `safetyrepro analyze` (issue 58):
 rho_flip and the orderings are recomputed here from the items; a rerun asks no model anything, and a sweep killed
-with SIGKILL resumes to the same grid."""
+with SIGKILL resumes to the same grid. A declared template is a second template of the same benchmark, and an
+Inspect task's epochs are cells of their own, each item's score the mean over its epochs."""
 
 from __future__ import annotations
 
@@ -163,3 +164,73 @@ def test_a_sweep_killed_mid_way_resumes_to_the_same_grid(swept):
     assert not list(again.rglob(".*.part"))
     for x, y in itertools.pairwise(sorted((again / "runs").rglob("results_*.json"))):
         assert x.parent != y.parent  # one results file a run: nothing ran twice into one folder
+
+
+TEMPLATED_ENVELOPE = """version: 1
+task: lm-eval:{task}
+axes:
+  shots: [0]
+  chat_template: [false]
+  system: [none]
+  decoding: [greedy]
+  template: [own, qa]
+templates:
+  qa: {{doc_to_text: "Q: {{{{question}}}}\\nA:"}}
+"""
+
+
+def test_a_declared_template_is_a_second_template_of_the_same_benchmark(tmp_path, capsys):
+    """The local arc_easy task in its own template and in a declared one (`qa`, its own doc_to_text) for SmolLM2,
+    2 items: one benchmark, two templates in the grid, each run's prompt the template's."""
+    task = arc_easy_local(tmp_path / "work")
+    env = tmp_path / "envelope.yaml"
+    env.write_text(TEMPLATED_ENVELOPE.format(task=task))
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--task", f"lm-eval:{task}", "--envelope", str(env), "--models", "smollm2", "--limit", "2"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 0
+    assert "2 cells (1 models x 2 configurations) of arc_easy_local" in capsys.readouterr().out
+    grid = pd.read_csv(out / "grid.csv")
+    assert set(grid["benchmark"]) == {TASK} and sorted(grid["template"]) == ["qa+nochat", "task+nochat"]
+    assert set(grid["n_items"]) == {2} and grid["config_id"].nunique() == 2 and grid["item_set"].nunique() == 1
+    (qa,) = (out / "runs" / "lm-eval").rglob("*_tpl-qa/seed0/*/samples_arc_easy_local__qa_*.jsonl")
+    first = pd.read_json(qa, lines=True).iloc[0]
+    assert first["arguments"]["gen_args_0"]["arg_0"].startswith("Q: What is")
+    assert (out / "templates" / "arc_easy_local__qa.yaml").is_file()
+
+
+EPOCHS_ENVELOPE = """version: 1
+task: inspect:{task}
+axes:
+  shots: [0]
+  system: [none]
+  decoding: [short]
+  solver: [own]
+  epochs: [1, 2]
+decodings:
+  short: {{temperature: 0.0, top_p: 1.0, do_sample: false, max_tokens: 3}}
+"""
+
+
+def test_inspect_epochs_are_kept_apart_and_read_as_the_mean_over_epochs(tmp_path, capsys):
+    """tests/arithmetic_task.py for SmolLM2 at one and two epochs, 2 items: two cells of one benchmark, the
+    two-epoch log holding 4 samples and its item scores their epochs' mean."""
+    from inspect_ai.log import read_eval_log
+
+    task = f"{Path(__file__).parents[1] / 'arithmetic_task.py'}@arithmetic"
+    env = tmp_path / "envelope.yaml"
+    env.write_text(EPOCHS_ENVELOPE.format(task=task))
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--task", f"inspect:{task}", "--envelope", str(env), "--models", "smollm2", "--limit", "2"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 0
+    assert "2 cells (1 models x 2 configurations) of arithmetic" in capsys.readouterr().out
+    grid = pd.read_csv(out / "grid.csv")
+    assert sorted(grid["template"]) == ["own+n=60", "own-epochs2+n=60"] and set(grid["n_items"]) == {2}
+    (log_file,) = (out / "runs" / "inspect").rglob("*_epochs-2/seed0/*.eval")
+    log = read_eval_log(str(log_file))
+    assert log.eval.task == "arithmetic__epochs2" and log.eval.config.epochs == 2 and len(log.samples or []) == 4
+    by_item: dict[str, list[float]] = {}
+    for s in log.samples or []:
+        by_item.setdefault(str(s.id), []).append(1.0 if s.scores["match"].value == "C" else 0.0)
+    items = pd.read_parquet(out / "items.parquet")
+    two = items[items["config_id"].str.contains("own-epochs2")].set_index("item_id")["item_score"]
+    assert two.to_dict() == {i: sum(v) / 2 for i, v in by_item.items()}
