@@ -136,14 +136,16 @@ def run_task_sweep(o: TaskSweepOptions) -> int:
     task, env = task_envelope(o.task, o.envelope, o.include_path)
     identity = _identity(o, env)
     _check_same(o.out, earlier, identity)
+    # a declared template includes the task's own YAML: a task without one is refused before anything is written
+    include = task.yaml_path() if isinstance(task, LmEvalTask) and declared(env) else None
     out = ensure_dir(o.out)
     models = list(dict.fromkeys([*(earlier or {}).get("models", []), *(e.label for e in entries)]))  # all run here
     record = {**identity, "task_name": task.name, "models": models, "envelope": env.to_dict()}
     atomic_write(out / RECORD, json.dumps(record, indent=2) + "\n", root=out)
     atomic_write(out / "envelope.yaml", env.text(), root=out)
     atomic_write(out / "mapping.yaml", mapping_text(task, env), root=out)
-    if isinstance(task, LmEvalTask) and declared(env):
-        task = write_templates(out, task, env)
+    if isinstance(task, LmEvalTask) and include is not None:
+        task = write_templates(out, task, env, include)
     runs = out / "runs" / o.task.package
     not_run = _not_run(out)  # runs a model cannot do (no chat template), recorded so a rerun need not load it
     todo = [
@@ -171,10 +173,10 @@ def run_task_sweep(o: TaskSweepOptions) -> int:
     return _import_grid(out, o.task.package, task.name, not_asked, o.metric)
 
 
-def write_templates(out: Path, task: LmEvalTask, env: TaskEnvelope) -> LmEvalTask:
+def write_templates(out: Path, task: LmEvalTask, env: TaskEnvelope, include: Path | None = None) -> LmEvalTask:
     """Each declared template the envelope runs, written as a task YAML that includes the task's own; the task then
     found by a manager that searches that folder too, every variant checked to be found before anything runs."""
-    include = task.yaml_path()
+    include = include or task.yaml_path()
     folder = ensure_dir(out / TEMPLATES, root=out)
     for t in declared(env):
         text = variant_yaml(include, task.name, t, env.templates[t])

@@ -299,3 +299,13 @@ def test_the_importer_reads_an_items_epochs_as_their_mean(tmp_path):
     items = imported.items.set_index("item_id")["item_score"]
     assert len(items) == 40 and {i: v for i, v in items.items()} == {i: sum(v) / 2 for i, v in by_epoch.items()}
     assert imported.grid["score"].iloc[0] == pytest.approx(sum(items) / 40, abs=1e-12)
+
+
+def test_sweep_task_refuses_an_unknown_template_key_before_writing(tmp_path, capsys):
+    task = arc_easy_local(tmp_path / "work")
+    envelope = tmp_path / "envelope.yaml"
+    envelope.write_text(TEMPLATED.format(task=task).replace("target_delimiter:", "num_fewshot:"))
+    out = tmp_path / "out"
+    sweep = ["sweep", "--task", f"lm-eval:{task}", "--envelope", envelope, "--models", "smollm2", "--out", out]
+    assert "template 'qa': unknown key 'num_fewshot'" in _refused(capsys, *sweep)
+    assert not out.exists()
