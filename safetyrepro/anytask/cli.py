@@ -105,6 +105,11 @@ def axis_lines(task, env, output_type: str) -> list[str]:
         lines.append(
             f"scoring: {output_type}; lm-eval also registers {', '.join(formats)} (sweep each as its own task)"
         )
+    elif output_type == "multiple_choice":  # the generated twin is derived as a template is
+        lines.append(
+            f"scoring: {output_type}; lm-eval {version('lm_eval')} has no {task.name}@<format> variant (a "
+            "loglikelihood / generate_until twin): axes.scoring [own, generate_until] derives the generated one"
+        )
     else:
         lines.append(
             f"scoring: {output_type} only: lm-eval {version('lm_eval')} has no {task.name}@<format> variant "

@@ -32,7 +32,10 @@ DECODINGS: dict[str, dict[str, Any]] = {
     "sampled": {"temperature": 0.7, "top_p": 0.9, "do_sample": True},
 }
 SOLVERS = ("own", "cot")  # Inspect: the task's solver, or chain of thought before it
-AXES = ("shots", "chat_template", "system", "decoding", "solver", "args", "template", "epochs")
+AXES = ("shots", "chat_template", "system", "decoding", "solver", "args", "template", "epochs", "scoring")
+# lm-eval: the task's own scoring, or a multiple-choice task's choices generated and matched (a generate_until twin,
+# derived as a template is: lm-eval 0.4.13 registers no task@format variants)
+SCORINGS = ("own", "generate_until")
 # the lm-eval task-YAML keys a declared template may override: how a document becomes a prompt and its target, and
 # nothing that changes the data, the metric or the scoring (those would be another task, not another template)
 TEMPLATE_KEYS = (
@@ -99,6 +102,7 @@ class TaskConfig:
     args: tuple[tuple[str, Any], ...] = ()  # Inspect's -T arguments
     template: str = OWN_TEMPLATE  # lm-eval: the task's own template or a declared variant
     epochs: int = 1  # Inspect: each sample run this many times (its score the mean over them)
+    scoring: str = "own"  # lm-eval: the task's own, or generate_until (a multiple-choice task's generated twin)
 
     @property
     def run_id(self) -> str:
@@ -111,6 +115,8 @@ class TaskConfig:
             parts.append(f"tpl-{self.template}")
         if self.epochs != 1:
             parts.append(f"epochs-{self.epochs}")
+        if self.scoring != "own":
+            parts.append(f"scoring-{self.scoring}")
         parts += [f"{k}-{v}" for k, v in self.args]
         return "_".join(re.sub(r"[^A-Za-z0-9.=-]", "-", str(p)) for p in parts)
 
@@ -133,6 +139,7 @@ class TaskEnvelope:
     template: tuple[str, ...] = (OWN_TEMPLATE,)
     templates: dict[str, dict[str, Any]] = field(default_factory=dict)  # declared name -> task-YAML keys it sets
     epochs: tuple[int, ...] = (1,)
+    scoring: tuple[str, ...] = ("own",)
 
     def __post_init__(self) -> None:
         check_templates(self.templates)
@@ -141,6 +148,10 @@ class TaskEnvelope:
                 raise UserError(f"envelope: template {name!r} is not declared under `templates` (own: the task's)")
         if not self.template:
             raise UserError("envelope: axes.template must list own and/or declared templates")
+        if unknown_scoring := [s for s in self.scoring if s not in SCORINGS]:
+            raise UserError(f"envelope: scoring {unknown_scoring[0]!r}; known: {', '.join(SCORINGS)}")
+        if self.task.package == "inspect" and self.scoring != ("own",):
+            raise UserError("envelope: scoring is an lm-eval task's axis; an Inspect task's scorer is its own")
         if not self.epochs or any(k < 1 for k in self.epochs):
             raise UserError("envelope: epochs must be one or more counts >= 1")
         for name in self.system:
@@ -179,7 +190,8 @@ class TaskEnvelope:
         """Every configuration, in axis order: chat's few-shot as multi-turn, and one run per seed where sampled."""
         arg_names = sorted(self.args)
         out = []
-        for template, epochs, shots, chat, system, decoding, solver, *values in itertools.product(
+        for scoring, template, epochs, shots, chat, system, decoding, solver, *values in itertools.product(
+            self.scoring,
             self.template,
             self.epochs,
             self.shots,
@@ -190,7 +202,7 @@ class TaskEnvelope:
             *(self.args[a] for a in arg_names),
         ):
             args = tuple(zip(arg_names, values, strict=True))
-            out.append(TaskConfig(shots, chat, system, decoding, solver, args, template, epochs))
+            out.append(TaskConfig(shots, chat, system, decoding, solver, args, template, epochs, scoring))
         return out
 
     def seeds(self, cfg: TaskConfig) -> tuple[int, ...]:
@@ -199,6 +211,7 @@ class TaskEnvelope:
     def tier(self, cfg: TaskConfig) -> str:
         values = {"shots": cfg.shots, "chat_template": cfg.chat_template, "system": cfg.system}
         values |= {"decoding": cfg.decoding, "solver": cfg.solver, "template": cfg.template, "epochs": cfg.epochs}
+        values["scoring"] = cfg.scoring
         stressed = any(values.get(axis) in vals for axis, vals in self.stress.items())
         return "stress" if stressed else "core"
 
@@ -219,6 +232,8 @@ class TaskEnvelope:
             axes["template"] = list(self.template)
         if self.epochs != (1,):
             axes["epochs"] = list(self.epochs)
+        if self.scoring != ("own",):
+            axes["scoring"] = list(self.scoring)
         out: dict[str, Any] = {
             "version": 1,
             "task": str(self.task),
@@ -246,8 +261,11 @@ def check_templates(templates: Any, where: str = "envelope") -> None:
     if not isinstance(templates, dict):
         raise UserError(f"{where}: templates must map each template's name to the task-YAML keys it sets")
     for name, keys in templates.items():
-        if not isinstance(name, str) or not NAME.fullmatch(name) or name in (OWN_TEMPLATE, "task"):
-            raise UserError(f"{where}: template {name!r} is not a plain name (letters, digits, _.-; not own or task)")
+        if not isinstance(name, str) or not NAME.fullmatch(name) or name in (OWN_TEMPLATE, "task", *SCORINGS):
+            raise UserError(
+                f"{where}: template {name!r} is not a plain name (letters, digits, _.-; "
+                "not own, task or generate_until)"
+            )
         if not isinstance(keys, dict) or not keys:
             raise UserError(f"{where}: template {name!r} must set one or more of {', '.join(TEMPLATE_KEYS)}")
         if unknown := sorted(str(k) for k in keys if k not in TEMPLATE_KEYS):
@@ -333,6 +351,7 @@ def parse_envelope(text: str | bytes, where: str = "the envelope file") -> TaskE
         tuple(str(s) for s in _tuple(axes.get("template", [OWN_TEMPLATE]), "axes.template", str)),
         _templates(raw.get("templates"), where),
         _tuple(axes.get("epochs", [1]), "axes.epochs", int),
+        tuple(str(s) for s in _tuple(axes.get("scoring", ["own"]), "axes.scoring", str)),
     )
 
 

@@ -4,6 +4,7 @@ written as `lm_eval --output_path DIR --log_samples` writes it, which `safetyrep
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,12 @@ from safetyrepro.errors import UserError
 from .envelope import OWN_TEMPLATE, TaskConfig, TaskEnvelope, TaskFacts, TaskRef
 
 VARIANT_SEP = "__"  # a declared template's task is `<task>__<template>`
+JINJA_ONE = re.compile(r"\{\{(?P<expr>(?:(?!\{\{|\}\}).)+)\}\}", re.DOTALL)  # one {{ expression }}, nothing else
+FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# a generated answer matches its choice's text (case, punctuation and spaces aside), reported as `acc` as the
+# likelihood scoring's is: the importer keeps runs of one benchmark that report different metrics apart
+GENERATED_METRIC = "safetyrepro.anytask.generated.acc"
+GENERATED_METRIC_KEY = "acc,none"  # lm-eval's key of that metric under its default filter
 TASK_LINE = re.compile(r"^task:\s*['\"]?([^'\"\s#]+)", re.MULTILINE)
 
 
@@ -86,15 +93,18 @@ class LmEvalTask:
         manager = TaskManager(include_path=[*self.paths, str(folder)], include_defaults=self.defaults)
         return LmEvalTask(self.name, manager, self._facts, (*self.paths, str(folder)), self.defaults)
 
-    def variant(self, template: str) -> LmEvalTask:
+    def variant(self, template: str, scoring: str = "own") -> LmEvalTask:
         """The task as a declared template runs it (`<task>__<template>`, found by this task's manager), its facts
-        the task's own: a template changes the prompt, not the scoring."""
-        if template == OWN_TEMPLATE:
+        the task's own (a template changes the prompt, not the scoring), or as its generated twin scores it."""
+        if template == OWN_TEMPLATE and scoring == "own":
             return self
-        name = variant_name(self.name, template)
+        name = variant_name(self.name, template, scoring)
         if name not in self.manager.all_tasks:
-            raise UserError(f"lm-eval finds no task {name!r}: the template's YAML was not written or not indexed")
-        return LmEvalTask(name, self.manager, self.facts(), self.paths, self.defaults)
+            raise UserError(f"lm-eval finds no task {name!r}: the variant's YAML was not written or not indexed")
+        facts = self.facts()
+        if scoring != "own":
+            facts = TaskFacts(name, scoring, facts.fewshot_source, facts.items)
+        return LmEvalTask(name, self.manager, facts, self.paths, self.defaults)
 
     def task_object(self):
         import datasets
@@ -119,16 +129,18 @@ class LmEvalTask:
         generate_until twin of a multiple-choice task), where the installed lm-eval has them."""
         return sorted(t for t in self.manager.all_tasks if t.startswith(f"{self.name}@"))
 
-    def mapping_entries(self, templates: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    def mapping_entries(self, templates: tuple[str, ...] = (), scorings: tuple[str, ...] = ()) -> list[dict[str, str]]:
         """The grid's place of its runs: the task's own name as the benchmark, `task` as the template (the importer
         adds +nochat, +sys=<hash> for what a run did); a declared template's task the same benchmark, the template
-        its name, so that `analyze` sees one benchmark in several templates."""
-        own = [{"match": self.name, "benchmark": self.name, "template": "task"}]
-        return own + [
-            {"match": variant_name(self.name, t), "benchmark": self.name, "template": t}
-            for t in templates
-            if t != OWN_TEMPLATE
-        ]
+        its name, so that `analyze` sees one benchmark in several templates; a generated twin the same benchmark and
+        template, scored by matching the choice's text (the grid's scoring column says free_form)."""
+        out = []
+        for scoring in ("own", *(s for s in scorings if s != "own")):
+            for t in (OWN_TEMPLATE, *(t for t in templates if t != OWN_TEMPLATE)):
+                entry = {"match": variant_name(self.name, t, scoring), "benchmark": self.name}
+                entry["template"] = "task" if t == OWN_TEMPLATE else t
+                out.append(entry | ({"metric": GENERATED_METRIC_KEY} if scoring != "own" else {}))
+        return out
 
     def facts(self) -> TaskFacts:
         if self._facts is None:
@@ -150,20 +162,60 @@ class _Dumper(yaml.SafeDumper):
     """A prompt with line breaks written as one quoted line with \\n, as lm-eval's own YAMLs write it."""
 
 
+class Function(str):
+    """A task-YAML value lm-eval imports (`!function module.name`)."""
+
+
+_Dumper.add_representer(Function, lambda d, v: d.represent_scalar("!function", str(v)))
+
+
 _Dumper.add_representer(
     str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style='"' if "\n" in v else None)
 )
 
 
-def variant_name(task: str, template: str) -> str:
-    return f"{task}{VARIANT_SEP}{template}"
+def variant_name(task: str, template: str, scoring: str = "own") -> str:
+    """`<task>`, `__<template>` for a declared template, `__generate_until` for the generated twin."""
+    parts = [task] + ([template] if template != OWN_TEMPLATE else []) + ([scoring] if scoring != "own" else [])
+    return VARIANT_SEP.join(parts)
 
 
-def variant_yaml(include: Path, task: str, template: str, keys: dict[str, Any]) -> str:
-    """A declared template as an lm-eval task YAML: the task's own file included (lm-eval's `include:`, its keys
-    under this file's), renamed `<task>__<template>`, with the template's prompt keys over the task's own."""
-    head = f"# template {template!r} of lm-eval task {task!r} (safetyrepro sweep --task; the envelope's `templates`)\n"
-    body = {"include": str(include), "task": variant_name(task, template), **keys}
+def _expression(value: Any, key: str) -> str:
+    """A task-YAML value as one Jinja expression: a list as itself, `{{ expr }}` as expr, a document's field as
+    its name, a number as itself."""
+    if isinstance(value, (list, int)) and not isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, str) and (m := JINJA_ONE.fullmatch(value.strip())) and "{%" not in value:
+        return f"({m['expr'].strip()})"
+    if isinstance(value, str) and FIELD.fullmatch(value.strip()):
+        return value.strip()
+    raise UserError(
+        f"scoring generate_until: the task's {key} {value!r} is not one Jinja expression, a field or a list, so its "
+        "answer's text cannot be derived (declare a template whose doc_to_choice and doc_to_target are)"
+    )
+
+
+def generated_keys(doc_to_choice: Any, doc_to_target: Any) -> dict[str, Any]:
+    """A multiple-choice task's generated twin (lm-eval's generate_until): the same prompt, the answer generated to
+    the end of its line and matched with the right choice's text, which the target becomes."""
+    choices, target = _expression(doc_to_choice, "doc_to_choice"), _expression(doc_to_target, "doc_to_target")
+    return {
+        "output_type": "generate_until",
+        "doc_to_target": f"{{% set c = {choices} %}}{{% set t = {target} %}}{{{{ c[t] if t is number else t }}}}",
+        "doc_to_choice": None,
+        "process_results": None,  # the task's own, if any, scores its choices: the metric below scores the twin
+        "generation_kwargs": {"until": ["\n"], "do_sample": False, "max_gen_toks": 32},
+        "metric_list": [{"metric": Function(GENERATED_METRIC), "aggregation": "mean", "higher_is_better": True}],
+    }
+
+
+def variant_yaml(include: Path, task: str, template: str, keys: dict[str, Any], scoring: str = "own") -> str:
+    """A declared template (or the generated twin) as an lm-eval task YAML: the task's own file included (lm-eval's
+    `include:`, its keys under this file's), renamed `<task>__<template>`, with the template's keys over the task's
+    own."""
+    what = f"template {template!r}" + (f", scored {scoring}," if scoring != "own" else "")
+    head = f"# {what} of lm-eval task {task!r} (safetyrepro sweep --task; the envelope's `templates`)\n"
+    body = {"include": str(include), "task": variant_name(task, template, scoring), **keys}
     return head + yaml.dump(
         body, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1000
     )

@@ -33,7 +33,7 @@ from safetyrepro.sweep.store import slug
 from .envelope import OWN_TEMPLATE, TaskConfig, TaskEnvelope, TaskRef, default_envelope, parse_envelope
 from .inspect_task import InspectTask, inspect_model
 from .inspect_task import run_config as run_inspect
-from .lm_eval_task import LmEvalTask, variant_name, variant_yaml
+from .lm_eval_task import LmEvalTask, generated_keys, variant_name, variant_yaml
 from .lm_eval_task import run_config as run_lm_eval
 
 RECORD = "task_sweep.json"
@@ -114,10 +114,41 @@ def declared(env: TaskEnvelope) -> tuple[str, ...]:
     return tuple(t for t in env.template if t != OWN_TEMPLATE)
 
 
+def variants(env: TaskEnvelope) -> list[tuple[str, str]]:
+    """(template, scoring) of every task variant the envelope runs besides the task itself."""
+    pairs = [(t, s) for s in env.scoring for t in env.template]
+    return [p for p in pairs if p != (OWN_TEMPLATE, "own")]
+
+
+def variant_texts(task: LmEvalTask, env: TaskEnvelope) -> dict[str, str]:
+    """Each variant's task YAML by file name: a declared template's keys over the task's own, and for the generated
+    twin its target and scoring derived from the (template's or task's) choices and target. Refused here, before
+    anything is written: a task without a YAML of its own, a generated twin of a task not scored by its choices."""
+    if not (pairs := variants(env)):
+        return {}
+    include = task.yaml_path()
+    own = None
+    if any(s != "own" for _, s in pairs):
+        if task.facts().output_type != "multiple_choice":
+            raise UserError(
+                f"envelope: scoring generate_until derives a multiple-choice task's generated twin; {task.name} is "
+                f"{task.facts().output_type} already"
+            )
+        own = task.task_object().config
+    texts = {}
+    for t, s in pairs:
+        keys = dict(env.templates.get(t, {}))
+        if s != "own":
+            choice, target = (keys.get(k, getattr(own, k, None)) for k in ("doc_to_choice", "doc_to_target"))
+            keys |= generated_keys(choice, target)
+        texts[f"{variant_name(task.name, t, s)}.yaml"] = variant_yaml(include, task.name, t, keys, s)
+    return texts
+
+
 def mapping_text(task: LmEvalTask | InspectTask, env: TaskEnvelope | None = None) -> str:
     """The importer's mapping file: where the task's runs land in the grid (its `mapping_entries`)."""
     if isinstance(task, LmEvalTask):
-        entries = task.mapping_entries(declared(env) if env is not None else ())
+        entries = task.mapping_entries(declared(env), env.scoring) if env is not None else task.mapping_entries()
     else:
         entries = task.mapping_entries(env.epochs if env is not None else (1,))
     tasks = [{**e, "match": re.escape(e["match"])} for e in entries]
@@ -136,16 +167,16 @@ def run_task_sweep(o: TaskSweepOptions) -> int:
     task, env = task_envelope(o.task, o.envelope, o.include_path)
     identity = _identity(o, env)
     _check_same(o.out, earlier, identity)
-    # a declared template includes the task's own YAML: a task without one is refused before anything is written
-    include = task.yaml_path() if isinstance(task, LmEvalTask) and declared(env) else None
+    # a variant includes the task's own YAML: a task without one is refused before anything is written
+    texts = variant_texts(task, env) if isinstance(task, LmEvalTask) else {}
     out = ensure_dir(o.out)
     models = list(dict.fromkeys([*(earlier or {}).get("models", []), *(e.label for e in entries)]))  # all run here
     record = {**identity, "task_name": task.name, "models": models, "envelope": env.to_dict()}
     atomic_write(out / RECORD, json.dumps(record, indent=2) + "\n", root=out)
     atomic_write(out / "envelope.yaml", env.text(), root=out)
     atomic_write(out / "mapping.yaml", mapping_text(task, env), root=out)
-    if isinstance(task, LmEvalTask) and include is not None:
-        task = write_templates(out, task, env, include)
+    if isinstance(task, LmEvalTask) and texts:
+        task = write_templates(out, task, env, texts)
     runs = out / "runs" / o.task.package
     not_run = _not_run(out)  # runs a model cannot do (no chat template), recorded so a rerun need not load it
     todo = [
@@ -173,17 +204,17 @@ def run_task_sweep(o: TaskSweepOptions) -> int:
     return _import_grid(out, o.task.package, task.name, not_asked, o.metric)
 
 
-def write_templates(out: Path, task: LmEvalTask, env: TaskEnvelope, include: Path | None = None) -> LmEvalTask:
-    """Each declared template the envelope runs, written as a task YAML that includes the task's own; the task then
-    found by a manager that searches that folder too, every variant checked to be found before anything runs."""
-    include = include or task.yaml_path()
+def write_templates(out: Path, task: LmEvalTask, env: TaskEnvelope, texts: dict[str, str] | None = None) -> LmEvalTask:
+    """Each variant the envelope runs (a declared template, the generated twin), written as a task YAML that
+    includes the task's own; the task then found by a manager that searches that folder too, every variant checked
+    to be found before anything runs."""
+    texts = variant_texts(task, env) if texts is None else texts
     folder = ensure_dir(out / TEMPLATES, root=out)
-    for t in declared(env):
-        text = variant_yaml(include, task.name, t, env.templates[t])
-        atomic_write(folder / f"{variant_name(task.name, t)}.yaml", text, root=out)
+    for name, text in texts.items():
+        atomic_write(folder / name, text, root=out)
     opened = task.with_templates(folder)
-    for t in declared(env):
-        opened.variant(t)
+    for t, s in variants(env):
+        opened.variant(t, s)
     return opened
 
 
@@ -236,7 +267,9 @@ def _opened(o: TaskSweepOptions, task, entry) -> _Runner:
     lm.progress_bars = False
     ask_environment_once()
     return _Runner(
-        lambda env, cfg, seed, folder: run_lm_eval(task.variant(cfg.template), lm, env, cfg, seed, o.limit, folder),
+        lambda env, cfg, seed, folder: run_lm_eval(
+            task.variant(cfg.template, cfg.scoring), lm, env, cfg, seed, o.limit, folder
+        ),
         chatless=not backend.capabilities.chat_template,
     )
 

@@ -2,12 +2,14 @@
 embedded models across 16 configurations (0 or 1 shot x chat template off/on x four system instructions), and
 on an Inspect task defined outside SafetyRepro (tests/arithmetic_task.py), then `safetyrepro analyze` (issue 58):
 rho_flip and the orderings are recomputed here from the items; a rerun asks no model anything, and a sweep killed
-with SIGKILL resumes to the same grid. A declared template is a second template of the same benchmark, and an
-Inspect task's epochs are cells of their own, each item's score the mean over its epochs."""
+with SIGKILL resumes to the same grid. A declared template is a second template of the same benchmark, a
+multiple-choice task's generated twin a second scoring of its cells, and an Inspect task's epochs are cells of their
+own, each item's score the mean over its epochs."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -234,3 +236,29 @@ def test_inspect_epochs_are_kept_apart_and_read_as_the_mean_over_epochs(tmp_path
     items = pd.read_parquet(out / "items.parquet")
     two = items[items["config_id"].str.contains("own-epochs2")].set_index("item_id")["item_score"]
     assert two.to_dict() == {i: sum(v) / 2 for i, v in by_item.items()}
+
+
+def test_a_multiple_choice_tasks_generated_twin_is_a_second_scoring_of_the_same_cells(tmp_path, capsys):
+    """`scoring: [own, generate_until]` on the local arc_easy task for SmolLM2, 1 shot, 2 items: one package, one
+    benchmark and template, scored by likelihood and by the generated answer, each cell the mean of its items."""
+    task = arc_easy_local(tmp_path / "work")
+    env = tmp_path / "envelope.yaml"
+    env.write_text(
+        TEMPLATED_ENVELOPE.format(task=task)
+        .replace("shots: [0]", "shots: [1]")
+        .replace("template: [own, qa]", "scoring: [own, generate_until]")
+        .split("templates:")[0]
+    )
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--task", f"lm-eval:{task}", "--envelope", str(env), "--models", "smollm2", "--limit", "2"]
+    assert main([*argv, "--out", str(out), "--no-progress"]) == 0
+    assert "2 cells (1 models x 2 configurations) of arc_easy_local" in capsys.readouterr().out
+    grid = pd.read_csv(out / "grid.csv").set_index("scoring")
+    assert sorted(grid.index) == ["free_form", "logprob"] and set(grid["package"]) == {"lm-eval"}
+    assert set(grid["template"]) == {"task+nochat"} and set(grid["metric"]) == {"acc,none"}
+    items = pd.read_parquet(out / "items.parquet")
+    by_config = items.groupby("config_id")["item_score"].mean()
+    assert grid.set_index("config_id")["score"].to_dict() == pytest.approx(by_config.to_dict(), abs=1e-12)
+    (samples,) = (out / "runs" / "lm-eval").rglob("*_scoring-generate-until/seed0/*/samples_*.jsonl")
+    first = json.loads(samples.read_text().splitlines()[0])
+    assert first["target"] == "5" and first["acc"] in (0.0, 1.0)  # the right choice's text, matched or not

@@ -237,7 +237,7 @@ def test_a_declared_template_is_a_task_yaml_that_includes_the_tasks_own(tmp_path
     assert len(qa.eval_docs) == 60 and qa.config.output_type == "multiple_choice"
 
 
-def test_envelope_task_prints_the_templates_and_says_lm_eval_has_no_scoring_twin(tmp_path, capsys):
+def test_envelope_task_prints_the_templates_and_says_lm_eval_has_no_scoring_twin_of_its_own(tmp_path, capsys):
     task = arc_easy_local(tmp_path / "work")
     envelope = tmp_path / "envelope.yaml"
     envelope.write_text(TEMPLATED.format(task=task))
@@ -245,8 +245,8 @@ def test_envelope_task_prints_the_templates_and_says_lm_eval_has_no_scoring_twin
     printed = capsys.readouterr().out
     assert "8 configurations (0 stress), 8 runs a model\ntemplates: own, qa\n" in printed
     assert (
-        "scoring: multiple_choice only: lm-eval 0.4.13 has no arc_easy_local@<format> variant (a loglikelihood / "
-        "generate_until twin) to sweep\n" in printed
+        "scoring: multiple_choice; lm-eval 0.4.13 has no arc_easy_local@<format> variant (a loglikelihood / "
+        "generate_until twin): axes.scoring [own, generate_until] derives the generated one\n" in printed
     )
     assert "  1shot_nochat_sys-helpful_greedy_tpl-qa  core\n" in printed and "  template: [own, qa]\n" in printed
 
@@ -309,3 +309,87 @@ def test_sweep_task_refuses_an_unknown_template_key_before_writing(tmp_path, cap
     sweep = ["sweep", "--task", f"lm-eval:{task}", "--envelope", envelope, "--models", "smollm2", "--out", out]
     assert "template 'qa': unknown key 'num_fewshot'" in _refused(capsys, *sweep)
     assert not out.exists()
+
+
+GENERATED = """# template 'own', scored generate_until, of lm-eval task 'arc_easy_local' (safetyrepro sweep --task; the envelope's `templates`)
+include: {task}
+task: arc_easy_local__generate_until
+output_type: generate_until
+doc_to_target: '{{% set c = (choices.text) %}}{{% set t = (choices.label.index(answerKey)) %}}{{{{ c[t] if t is number else t }}}}'
+doc_to_choice: null
+process_results: null
+generation_kwargs:
+  until:
+  - "\\n"
+  do_sample: false
+  max_gen_toks: 32
+metric_list:
+- metric: !function 'safetyrepro.anytask.generated.acc'
+  aggregation: mean
+  higher_is_better: true
+"""  # noqa: E501
+
+
+def test_the_scoring_axis_derives_a_multiple_choice_tasks_generated_twin(tmp_path):
+    """`scoring: [own, generate_until]`: the twin is a task YAML like a template's, its target the right choice's
+    text, scored as `acc` (so the importer keeps it in the task's package) and placed in the same benchmark and
+    template, its scoring column free_form."""
+    from safetyrepro.anytask.envelope import TaskRef
+    from safetyrepro.anytask.sweep import mapping_text, task_envelope, write_templates
+
+    task = arc_easy_local(tmp_path / "work")
+    envelope = tmp_path / "envelope.yaml"
+    envelope.write_text(TEMPLATED.format(task=task).replace("axes:", "axes:\n  scoring: [own, generate_until]"))
+    opened, env = task_envelope(TaskRef("lm-eval", str(task)), envelope, None)
+    assert len(env.configs()) == 16 and "  scoring: [own, generate_until]\n" in env.text()
+    assert env.configs()[-1].run_id == "1shot_nochat_sys-helpful_greedy_tpl-qa_scoring-generate-until"
+    out = tmp_path / "out"
+    out.mkdir()
+    twins = write_templates(out, opened, env)
+    assert sorted(p.name for p in (out / "templates").iterdir()) == [
+        "arc_easy_local__generate_until.yaml",
+        "arc_easy_local__qa.yaml",
+        "arc_easy_local__qa__generate_until.yaml",
+    ]
+    assert (out / "templates" / "arc_easy_local__generate_until.yaml").read_text() == GENERATED.format(
+        task=task.resolve()
+    )
+    assert mapping_text(opened, env).endswith(
+        "- match: arc_easy_local__generate_until\n  benchmark: arc_easy_local\n  template: task\n  metric: acc,none\n"
+        "- match: arc_easy_local__qa__generate_until\n  benchmark: arc_easy_local\n  template: qa\n"
+        "  metric: acc,none\n"
+    )
+    twin = twins.variant("qa", "generate_until")
+    assert twin.facts().output_type == "generate_until" and twin.facts().generates
+    loaded = twin.task_object()
+    doc = loaded.eval_docs[0]
+    assert (loaded.doc_to_text(doc), loaded.doc_to_target(doc)) == ("Q: What is 3 + 2?\nA:", "5")
+    assert loaded.config.output_type == "generate_until" and loaded.config.generation_kwargs["until"] == ["\n"]
+
+
+def test_the_generated_twin_is_refused_where_it_cannot_be_derived():
+    from safetyrepro.anytask.generated import acc
+    from safetyrepro.anytask.lm_eval_task import generated_keys
+
+    assert generated_keys(["no", "yes"], "label")["doc_to_target"].startswith(
+        '{% set c = ["no", "yes"] %}{% set t = label %}'
+    )
+    with pytest.raises(UserError, match="the task's doc_to_choice <function"):
+        generated_keys(lambda doc: doc["choices"], "label")
+    with pytest.raises(UserError, match="the task's doc_to_target '{{a}} or {{b}}' is not one Jinja expression"):
+        generated_keys("{{choices}}", "{{a}} or {{b}}")
+    text = TEMPLATED.format(task="arc_easy")
+    with pytest.raises(UserError, match="scoring 'likelihood'; known: own, generate_until"):
+        parse_envelope(text.replace("axes:", "axes:\n  scoring: [own, likelihood]"))
+    with pytest.raises(UserError, match="template 'generate_until' is not a plain name"):
+        parse_envelope(text.replace("  qa: {", "  generate_until: {").replace("[own, qa]", "[own]"))
+    inspect = default_envelope(INSPECT, TaskFacts("t", "generate_until", False)).text()
+    with pytest.raises(UserError, match="scoring is an lm-eval task's axis"):
+        parse_envelope(inspect.replace("axes:", "axes:\n  scoring: [own, generate_until]"))
+    # the choice's text, case, spaces and a closing mark aside; a sign is part of the answer
+    assert [acc([gold], [said]) for gold, said in [("5", " 5."), ("Paris", "paris"), ("-3", " 3"), ("5", "5, as")]] == [
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+    ]
