@@ -6,7 +6,9 @@ readings case, `verdict` of two committed lm-eval runs (plain, `--json`, `--gate
 figures and report.html aside: report.md around matplotlib's pictures, whose bytes are not ours) and every line they
 print is hashed (a Parquet file's table, not its bytes), the run's temporary folder written as <TMP>, the checkout
 as <REPO>, a command's own seconds ("in 2.7 s", cost.json's seconds_evaluating) as <SECONDS> and the analysis
-packages' versions as <VERSION>; tests/golden/outputs.json holds the hashes.
+packages' versions as <VERSION>; tests/golden/outputs.json holds the hashes. A decimal number is read to 9
+significant digits: its last digits move with the CPU's vector kernels (AVX-512's sums and AVX2's differ at
+1e-16; OPENBLAS_CORETYPE=Haswell NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL" gives an AVX2 machine's).
 
 A change that means to change what users read regenerates the file and says so in its commit:
     SAFETYREPRO_REGEN_GOLDEN=1 pytest tests/test_golden_outputs.py
@@ -36,12 +38,14 @@ GOLDEN = HERE / "golden" / "outputs.json"
 RUNS = HERE / "importers" / "fixtures" / "any_task" / "lm_eval"
 SMOL, QWEN = RUNS / "smollm2", RUNS / "qwen2.5-coder-0.5b"
 ANALYSIS_PACKAGES = ("numpy", "pandas", "scipy", "statsmodels", "lightgbm", "shap", "matplotlib")
+DECIMAL = re.compile(rb"(?<![\w.])-?\d+\.\d+(?:[eE][-+]?\d+)?(?![\w.])")
 SKIP_SUFFIXES = (".png", ".svg", ".pdf", ".html")  # rendered by matplotlib / a browser's page around our text
 
 
 def _digest(text: bytes, tmp: Path) -> str:
     text = text.replace(str(tmp).encode(), b"<TMP>").replace(str(REPO).encode(), b"<REPO>")
     text = re.sub(rb" in \d+(\.\d+)? s\b", b" in <SECONDS> s", text)
+    text = DECIMAL.sub(lambda m: b"%.9g" % float(m.group()), text)
     text = re.sub(rb'("seconds_[a-z_]+": )[0-9.e-]+', rb"\1<SECONDS>", text)  # cost.json's measured seconds
     for name in ANALYSIS_PACKAGES:  # the card's "Analysis: numpy 2.4.6, ..." and its JSON twin: CI installs anew
         version = re.escape(importlib.metadata.version(name).encode())

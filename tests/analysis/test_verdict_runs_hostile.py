@@ -234,12 +234,15 @@ def _small_cases() -> dict[str, np.ndarray]:
     }
 
 
-def test_detectable_on_small_inputs_is_unchanged_to_the_last_digit():
+def test_detectable_on_small_inputs_is_unchanged():
+    """The effect to the last digit (a bisection on a fixed grid); the power it achieves to 12 digits: a sum's last
+    digit moves with the CPU's vector kernels (AVX-512's and AVX2's differ at 1e-16)."""
     from safetyrepro.analysis.paired.power import detectable_from_differences
 
     for name, d in _small_cases().items():
         got = [detectable_from_differences(d, k, 0.05, 0.8) for k in (1, 3)]
-        assert [(g.effect, g.achieved) for g in got] == SMALL[name], name
+        assert [g.effect for g in got] == [e for e, _ in SMALL[name]], name
+        assert [g.achieved for g in got] == pytest.approx([a for _, a in SMALL[name]], rel=1e-12, abs=0), name
 
 
 def test_the_balanced_law_is_the_law_one_item_weight_after_another_gives(monkeypatch):
