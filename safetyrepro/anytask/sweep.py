@@ -3,9 +3,10 @@ task's envelope for the listed models, then read into the sweep's grid by the im
 
 The folder: `task_sweep.json` (what was asked: the task, the envelope's text and hash, the limit and the models),
 `envelope.yaml`, `mapping.yaml` (the task's place in the grid), `templates/<task>__<template>.yaml` (lm-eval: each
-declared template as a task YAML including the task's own), `runs/<package>/<model>/<run>/seed<k>/` (lm-eval's
-own results and samples files, or Inspect's log; a folder per configuration and seed, renamed into place whole), then
-what `safetyrepro import` writes (grid.csv, grid.parquet, items.parquet, rules.yaml, run.json, provenance.csv, ...).
+declared template, and a multiple-choice task's generated twin, as a task YAML including the task's own),
+`runs/<package>/<model>/<run>/seed<k>/` (lm-eval's own results and samples files, or Inspect's log; a folder per
+configuration and seed, renamed into place whole), then what `safetyrepro import` writes (grid.csv, grid.parquet,
+items.parquet, rules.yaml, run.json, provenance.csv, ...).
 A run folder that exists is done: a rerun, or a run after kill -9, starts where it stopped, and the grid is
 rebuilt from every finished run."""
 
@@ -38,7 +39,7 @@ from .lm_eval_task import run_config as run_lm_eval
 
 RECORD = "task_sweep.json"
 NOT_RUN = "not_run.json"  # "<model> <run>" -> why the model cannot run it
-TEMPLATES = "templates"  # the declared templates' task YAMLs (lm-eval searches this folder, and only it, of `out`)
+TEMPLATES = "templates"  # the variants' task YAMLs (lm-eval searches this folder, and only it, of `out`)
 
 
 @dataclass
