@@ -231,6 +231,11 @@ def test_a_declared_template_is_a_task_yaml_that_includes_the_tasks_own(tmp_path
         "tasks:\n- match: arc_easy_local\n  benchmark: arc_easy_local\n  template: task\n"
         "- match: arc_easy_local__qa\n  benchmark: arc_easy_local\n  template: qa\n"
     )
+    own_only = "# the task's place in the grid (safetyrepro sweep --task)\n" + (
+        "tasks:\n- match: arc_easy_local\n  benchmark: arc_easy_local\n  template: task\n"
+    )
+    plain = parse_envelope(TEMPLATED.format(task=task).split("  template: [own, qa]")[0] + "\n")
+    assert mapping_text(opened) == mapping_text(opened, plain) == own_only  # without templates: as before
     own, qa = with_qa.task_object(), with_qa.variant("qa").task_object()
     assert own.doc_to_text(own.eval_docs[0]) == "Question: What is 3 + 2?\nAnswer:"
     assert qa.doc_to_text(qa.eval_docs[0]) == "Q: What is 3 + 2?\nA:"
