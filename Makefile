@@ -9,15 +9,25 @@ TORCH  ?= torch==2.13.0
 EXTRAS ?= harness,dev,models,nf4,ray,flow
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# pip's install, by uv where `uv` is on PATH (about ten times faster, the same versions; CI puts it there): the script says how
-INSTALL = bash scripts/pip_install.sh
+# pip's install, by uv (about ten times faster, the same versions: the script says how). Without a `uv` on PATH, the
+# first install puts uv in a venv of its own, .venv-uv (6 s; where that fails, pip installs as before).
+UV_PIN ?= uv==0.13.9
+UV_DIR := .venv-uv
+UV_PATH = PATH="$(CURDIR)/$(UV_DIR)/path:$$PATH"
+INSTALL = $(UV_PATH) bash scripts/pip_install.sh
 
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: install demo test test-quick test-slow test-heavy lint format check yaml clean helm llamacpp core
 
-$(STAMP): pyproject.toml setup.py
+$(UV_DIR)/.tried:
+	@command -v uv >/dev/null || [ "$${SAFETYREPRO_INSTALLER:-auto}" = pip ] || { $(PYTHON) -m venv $(UV_DIR) && \
+	  $(UV_DIR)/bin/python -m pip install -q $(UV_PIN) && mkdir -p $(UV_DIR)/path && ln -sf ../bin/uv $(UV_DIR)/path/uv; } \
+	  || echo "uv could not be installed: pip installs instead"
+	@mkdir -p $(UV_DIR) && touch $@
+
+$(STAMP): pyproject.toml setup.py | $(UV_DIR)/.tried
 	$(PYTHON) -m venv $(VENV)
 	$(INSTALL) $(BIN)/python -q $(TORCH)
 	$(INSTALL) $(BIN)/python -q -e ".[$(EXTRAS)]"
@@ -77,7 +87,7 @@ yaml: $(STAMP)
 # The core install alone (no extras: no torch, transformers, lm-eval or Inspect) in its own venv, for the test that
 # compares existing runs with it (tests/test_core_install.py; issue 57): docs/install.md, *Manual install*.
 CORE_VENV ?= .venv-core
-$(CORE_VENV)/.installed: pyproject.toml setup.py
+$(CORE_VENV)/.installed: pyproject.toml setup.py | $(UV_DIR)/.tried
 	rm -rf $(CORE_VENV)
 	$(PYTHON) -m venv $(CORE_VENV)
 	$(INSTALL) $(CORE_VENV)/bin/python -q -e .
@@ -88,8 +98,8 @@ core: $(CORE_VENV)/.installed
 # HELM for `safetyrepro crosspkg` and the HELM plugin, in its own venv (crfm-helm cannot share one
 # resolve with inspect-ai, and a plain `pip install crfm-helm` replaces the CPU torch): see docs/crosspkg.md.
 HELM_VENV ?= .venv-helm
-$(HELM_VENV)/.installed: pyproject.toml setup.py scripts/helm/constraints.txt scripts/helm/install_helm_venv.sh scripts/pip_install.sh
-	PYTHON=$(PYTHON) bash scripts/helm/install_helm_venv.sh $(HELM_VENV) "$(TORCH)"
+$(HELM_VENV)/.installed: pyproject.toml setup.py scripts/helm/constraints.txt scripts/helm/install_helm_venv.sh scripts/pip_install.sh | $(UV_DIR)/.tried
+	PYTHON=$(PYTHON) $(UV_PATH) bash scripts/helm/install_helm_venv.sh $(HELM_VENV) "$(TORCH)"
 
 helm: $(HELM_VENV)/.installed
 
@@ -115,14 +125,14 @@ $(VENV)/.llamacpp: $(STAMP)
 llamacpp: $(VENV)/.llamacpp
 
 clean:
-	rm -rf $(VENV) $(HELM_VENV) $(CORE_VENV) build *.egg-info .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(HELM_VENV) $(CORE_VENV) $(UV_DIR) build *.egg-info .pytest_cache .mypy_cache
 
 # Every Eval Ever in its own venv (every-eval-ever 0.3.0 needs Python >= 3.12 and pulls duckdb and
 # huggingface-hub 1.x): its validator for `safetyrepro export eee --validate` and tests/eee, and its
 # converters (HELM's, with crfm-helm --no-deps). Python: $EEE_PYTHON, else pyenv's 3.12.1 (docs/eee.md).
 .PHONY: eee
 EEE_VENV ?= .venv-eee
-$(EEE_VENV)/.installed: scripts/eee/install_eee_venv.sh scripts/eee/requirements.txt scripts/eee/requirements-helm-nodeps.txt scripts/pip_install.sh
-	bash scripts/eee/install_eee_venv.sh $(EEE_VENV)
+$(EEE_VENV)/.installed: scripts/eee/install_eee_venv.sh scripts/eee/requirements.txt scripts/eee/requirements-helm-nodeps.txt scripts/pip_install.sh | $(UV_DIR)/.tried
+	$(UV_PATH) bash scripts/eee/install_eee_venv.sh $(EEE_VENV)
 
 eee: $(EEE_VENV)/.installed
