@@ -265,7 +265,9 @@ def runs_from_results(
             meta = _object(task_config.get("metadata"), f"configs.{task}.metadata")
             tie_rule = str(meta.get("tie_rule") or DEFAULT_TIE_RULE)
         n_items = _recorded_n_items(data, entry, task)
-        logged_rate = as_unit_score(entry.get("parse_rate,none")) if placement.safetyrepro else None
+        # the share of replies the task's parser read, where the task logs one (the five benchmarks' tasks do; any
+        # task may, as a metric named parse_rate): a generated answer's readable/format split reads it
+        logged_rate = as_unit_score(entry.get("parse_rate,none"))
         items, item_ids, note, samples_source = None, None, "the run logged no samples (--log_samples)", None
         if task in samples:
             samples_source, lines = samples[task]
@@ -408,8 +410,8 @@ def _item_row(s: dict, item_id: str, value: float, output_type: str, safetyrepro
     elif isinstance(resps, list) and resps:
         first = resps[0][0] if isinstance(resps[0], list) and resps[0] else resps[0]
         raw = first if isinstance(first, str) else None
+        parsed = None if s.get("parse_rate") is None else bool(s["parse_rate"])
         if safetyrepro:
-            parsed = None if s.get("parse_rate") is None else bool(s["parse_rate"])
             # the task scored the item once and logged its predicted label (runs before this field: None)
             prediction = answer_index(s.get("top_answer_share"), f"field top_answer_share of {sample}")
     return ItemRow(item_id, value, prediction, gold, raw, parsed, prompt_sha)

@@ -499,3 +499,33 @@ def test_a_safetyrepro_free_form_run_brings_the_prediction_its_task_logged(tmp_p
     code, bad = imp(tmp_path, tmp_path / "bad", out="bad-out")
     err = capsys.readouterr().err
     assert code != 0 and "top_answer_share" in err and len(err.strip().splitlines()) == 1 and not bad.exists()
+
+
+def test_any_generated_task_that_logs_a_parse_rate_gets_the_readable_format_split(tmp_path, capsys):
+    """A task SafetyRepro does not define that logs a parse_rate (per sample and as its mean) brings it: the cell's
+    parse rate and each item's read flag, which the degenerate screen and the content reading use; `verdict` then
+    says the lead rests on answer format. A task that logs none is read as before (every reply read)."""
+    from lm_eval_fixtures import sample_lines
+
+    read = {"m1": [1, 1, 0, 1, 0, 1], "m2": [1, 1, 1, 1, 1, 1]}
+    for i, model in enumerate(read):
+        scores = SIXTHS[4] if model == "m1" else SIXTHS[1]
+        lines = sample_lines(scores, ids=[f"q{j}" for j in range(6)], output_type="generate_until")
+        for line, flag in zip(lines, read[model], strict=True):
+            line["parse_rate"] = float(flag)
+        kwargs = dict(task="my_gen_quiz", output_type="generate_until", model=model, weights=None)
+        path = write_run(tmp_path / "runs", scores=scores, i=i, folder=model, lines=lines, **kwargs)
+        data = json.loads(path.read_text())
+        data["results"]["my_gen_quiz"]["parse_rate,none"] = sum(read[model]) / 6
+        path.write_text(json.dumps(data))
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text('tasks:\n  - match: "my_gen_quiz"\n    benchmark: quiz\n    template: own\n')
+    code, out = imp(tmp_path, tmp_path / "runs", args=("--mapping", str(mapping)))
+    assert code == 0
+    g = grid(out).set_index("model")
+    assert g.loc["m1", "parse_rate"] == 4 / 6 and g.loc["m2", "parse_rate"] == 1.0
+    items = pd.read_parquet(out / "items.parquet").sort_values(["model", "item_id"])
+    assert items.loc[items["model"] == "m1", "parsed"].tolist() == [True, True, False, True, False, True]
+    capsys.readouterr()
+    assert main(["verdict", "m1", "m2", "--grid", str(out / "grid.csv")]) == 0
+    assert "m1's one lead is format-driven (m1's parse rate 0.67)" in capsys.readouterr().out
