@@ -25,6 +25,7 @@ RUN_ELSEWHERE = {
     ("api.md", 0): "tests/importers/test_api_doc_example.py",
     ("api.md", 1): "tests/importers/test_api_doc_example.py",
     ("api.md", 3): "tests/certify/test_engine_doc_example.py",
+    ("any_task.md", 0): "tests/anytask/test_task_envelope.py",
     ("compare_any_runs.md", 1): "tests/stopping/test_docs_example.py",
     ("models.md", 0): "tests/adapters/test_docs_engine_example_slow.py",
 }

@@ -16,13 +16,15 @@ from safetyrepro.compat.lm_eval import no_request_building_bar, quiet_logs
 from safetyrepro.errors import UserError
 
 from .envelope import OWN_TEMPLATE, TaskConfig, TaskEnvelope, TaskFacts, TaskRef
+from .generated import module_text
 
 VARIANT_SEP = "__"  # a declared template's task is `<task>__<template>`
 JINJA_ONE = re.compile(r"\{\{(?P<expr>(?:(?!\{\{|\}\}).)+)\}\}", re.DOTALL)  # one {{ expression }}, nothing else
 FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # a generated answer matches its choice's text (case, punctuation and spaces aside), reported as `acc` as the
-# likelihood scoring's is: the importer keeps runs of one benchmark that report different metrics apart
-GENERATED_METRIC = "safetyrepro.anytask.generated.acc"
+# likelihood scoring's is (the importer keeps runs of one benchmark that report different metrics apart), and whether
+# it names a choice at all as `parse_rate` (the importer's read flag)
+GENERATED_METRICS = ("acc", "parse_rate")
 GENERATED_METRIC_KEY = "acc,none"  # lm-eval's key of that metric under its default filter
 TASK_LINE = re.compile(r"^task:\s*['\"]?([^'\"\s#]+)", re.MULTILINE)
 
@@ -195,18 +197,28 @@ def _expression(value: Any, key: str) -> str:
     )
 
 
-def generated_keys(doc_to_choice: Any, doc_to_target: Any) -> dict[str, Any]:
+def generated_keys(doc_to_choice: Any, doc_to_target: Any, module: str) -> dict[str, Any]:
     """A multiple-choice task's generated twin (lm-eval's generate_until): the same prompt, the answer generated to
-    the end of its line and matched with the right choice's text, which the target becomes."""
+    the end of its line, the target (shown in few-shot examples) the right choice's text, and `module`'s
+    process_results (`generated_module`) reporting acc and parse_rate."""
     choices, target = _expression(doc_to_choice, "doc_to_choice"), _expression(doc_to_target, "doc_to_target")
     return {
         "output_type": "generate_until",
         "doc_to_target": f"{{% set c = {choices} %}}{{% set t = {target} %}}{{{{ c[t] if t is number else t }}}}",
         "doc_to_choice": None,
-        "process_results": None,  # the task's own, if any, scores its choices: the metric below scores the twin
+        "process_results": Function(f"{module}.process_results"),
         "generation_kwargs": {"until": ["\n"], "do_sample": False, "max_gen_toks": 32},
-        "metric_list": [{"metric": Function(GENERATED_METRIC), "aggregation": "mean", "higher_is_better": True}],
+        "metric_list": [
+            {"metric": name, "aggregation": "mean", "higher_is_better": True} for name in GENERATED_METRICS
+        ],
     }
+
+
+def generated_module(task: str, doc_to_choice: Any, doc_to_target: Any) -> str:
+    """The Python module beside the twin's YAML that lm-eval imports as its process_results (the task's choice and
+    target expressions bound to safetyrepro.anytask.generated.Scorer)."""
+    choices, target = _expression(doc_to_choice, "doc_to_choice"), _expression(doc_to_target, "doc_to_target")
+    return module_text(task, choices, target)
 
 
 def variant_yaml(include: Path, task: str, template: str, keys: dict[str, Any], scoring: str = "own") -> str:

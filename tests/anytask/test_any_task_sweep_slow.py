@@ -288,7 +288,8 @@ def test_inspect_epochs_are_kept_apart_and_read_as_the_mean_over_epochs(tmp_path
 
 def test_a_multiple_choice_tasks_generated_twin_is_a_second_scoring_of_the_same_cells(tmp_path, capsys, fast_precision):
     """`scoring: [own, generate_until]` on the local arc_easy task for SmolLM2, 1 shot, 2 items: one package, one
-    benchmark and template, scored by likelihood and by the generated answer, each cell the mean of its items."""
+    benchmark and template, scored by likelihood and by the generated answer, each cell the mean of its items, the
+    generated one with its parse rate (replies that name a choice)."""
     task = arc_easy_local(tmp_path / "work")
     env = tmp_path / "envelope.yaml"
     env.write_text(
@@ -322,3 +323,8 @@ def test_a_multiple_choice_tasks_generated_twin_is_a_second_scoring_of_the_same_
     (samples,) = (out / "runs" / "lm-eval").rglob("*_scoring-generate-until/seed0/*/samples_*.jsonl")
     first = json.loads(samples.read_text().splitlines()[0])
     assert first["target"] == "5" and first["acc"] in (0.0, 1.0)  # the right choice's text, matched or not
+    # read when the reply is one of the choices' texts: the cell's parse rate and each item's flag say so
+    lines = [json.loads(x) for x in samples.read_text().splitlines()]
+    twin = items[items["config_id"].str.endswith("/free_form")].sort_values("item_id")
+    assert twin["parsed"].tolist() == [bool(x["parse_rate"]) for x in sorted(lines, key=lambda x: x["doc"]["id"])]
+    assert grid.loc["free_form", "parse_rate"] == pytest.approx(sum(x["parse_rate"] for x in lines) / len(lines))

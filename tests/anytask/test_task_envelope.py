@@ -4,6 +4,8 @@ before anything runs. The task is lm-eval's own arc_easy on a local file (tests/
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from local_task import arc_easy_local
 
@@ -322,14 +324,17 @@ task: arc_easy_local__generate_until
 output_type: generate_until
 doc_to_target: '{{% set c = (choices.text) %}}{{% set t = (choices.label.index(answerKey)) %}}{{{{ c[t] if t is number else t }}}}'
 doc_to_choice: null
-process_results: null
+process_results: !function 'arc_easy_local__generate_until_scores.process_results'
 generation_kwargs:
   until:
   - "\\n"
   do_sample: false
   max_gen_toks: 32
 metric_list:
-- metric: !function 'safetyrepro.anytask.generated.acc'
+- metric: acc
+  aggregation: mean
+  higher_is_better: true
+- metric: parse_rate
   aggregation: mean
   higher_is_better: true
 """  # noqa: E501
@@ -353,9 +358,17 @@ def test_the_scoring_axis_derives_a_multiple_choice_tasks_generated_twin(tmp_pat
     twins = write_templates(out, opened, env)
     assert sorted(p.name for p in (out / "templates").iterdir()) == [
         "arc_easy_local__generate_until.yaml",
+        "arc_easy_local__generate_until_scores.py",
         "arc_easy_local__qa.yaml",
         "arc_easy_local__qa__generate_until.yaml",
+        "arc_easy_local__qa__generate_until_scores.py",
     ]
+    module = (out / "templates" / "arc_easy_local__generate_until_scores.py").read_text()
+    assert module.endswith(
+        'process_results = Scorer(choices="(choices.text)", target="(choices.label.index(answerKey))")\n'
+    )
+    page = (Path(__file__).resolve().parents[2] / "docs" / "any_task.md").read_text()
+    assert f"```python\n{module}```" in page  # docs/any_task.md shows the module as written
     assert (out / "templates" / "arc_easy_local__generate_until.yaml").read_text() == GENERATED.format(
         task=task.resolve()
     )
@@ -370,19 +383,26 @@ def test_the_scoring_axis_derives_a_multiple_choice_tasks_generated_twin(tmp_pat
     doc = loaded.eval_docs[0]
     assert (loaded.doc_to_text(doc), loaded.doc_to_target(doc)) == ("Q: What is 3 + 2?\nA:", "5")
     assert loaded.config.output_type == "generate_until" and loaded.config.generation_kwargs["until"] == ["\n"]
+    # lm-eval scores a reply through the module beside the YAML: read when it is one of the choices' texts
+    said = {r: loaded.process_results(doc, [r]) for r in (" 5.", "7", "I think 5")}
+    assert said == {
+        " 5.": {"acc": 1.0, "parse_rate": 1.0},
+        "7": {"acc": 0.0, "parse_rate": 0.0},
+        "I think 5": {"acc": 0.0, "parse_rate": 0.0},
+    }
 
 
 def test_the_generated_twin_is_refused_where_it_cannot_be_derived():
-    from safetyrepro.anytask.generated import acc
+    from safetyrepro.anytask.generated import scores
     from safetyrepro.anytask.lm_eval_task import generated_keys
 
-    assert generated_keys(["no", "yes"], "label")["doc_to_target"].startswith(
+    assert generated_keys(["no", "yes"], "label", "m")["doc_to_target"].startswith(
         '{% set c = ["no", "yes"] %}{% set t = label %}'
     )
     with pytest.raises(UserError, match="the task's doc_to_choice <function"):
-        generated_keys(lambda doc: doc["choices"], "label")
+        generated_keys(lambda doc: doc["choices"], "label", "m")
     with pytest.raises(UserError, match="the task's doc_to_target '{{a}} or {{b}}' is not one Jinja expression"):
-        generated_keys("{{choices}}", "{{a}} or {{b}}")
+        generated_keys("{{choices}}", "{{a}} or {{b}}", "m")
     text = TEMPLATED.format(task="arc_easy")
     with pytest.raises(UserError, match="scoring 'likelihood'; known: own, generate_until"):
         parse_envelope(text.replace("axes:", "axes:\n  scoring: [own, likelihood]"))
@@ -392,9 +412,11 @@ def test_the_generated_twin_is_refused_where_it_cannot_be_derived():
     with pytest.raises(UserError, match="scoring is an lm-eval task's axis"):
         parse_envelope(inspect.replace("axes:", "axes:\n  scoring: [own, generate_until]"))
     # the choice's text, case, spaces and a closing mark aside; a sign is part of the answer
-    assert [acc([gold], [said]) for gold, said in [("5", " 5."), ("Paris", "paris"), ("-3", " 3"), ("5", "5, as")]] == [
-        1.0,
-        1.0,
-        0.0,
-        0.0,
+    choices = ["5", "Paris", "-3", "3"]
+    said = [(gold, reply) for gold, reply in [("5", " 5."), ("Paris", "paris"), ("-3", " 3"), ("5", "5, as")]]
+    assert [scores(reply, choices, gold) for gold, reply in said] == [
+        {"acc": 1.0, "parse_rate": 1.0},
+        {"acc": 1.0, "parse_rate": 1.0},
+        {"acc": 0.0, "parse_rate": 1.0},  # "3" is another choice: read, and wrong
+        {"acc": 0.0, "parse_rate": 0.0},
     ]
