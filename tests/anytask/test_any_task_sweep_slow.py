@@ -26,6 +26,25 @@ from safetyrepro.cli import main
 pytestmark = pytest.mark.slow
 
 MODELS = ("smollm2", "gemma3-270m")
+
+
+def sweep_argv(task: str, envelope: Path, models: tuple[str, ...], limit: int, precision: str) -> list[str]:
+    """`safetyrepro sweep --task ...` for these models and items (--out and --no-progress left to the caller)."""
+    return [
+        "sweep",
+        "--task",
+        task,
+        "--envelope",
+        str(envelope),
+        "--models",
+        *models,
+        "--limit",
+        str(limit),
+        "--precision",
+        precision,
+    ]
+
+
 TASK = "arc_easy_local"
 
 
@@ -38,19 +57,7 @@ def swept(tmp_path_factory, fast_precision):
     text = env.read_text().replace("shots: [0, 1, 3]", "shots: [0, 1]")
     env.write_text(text.replace("system: [none, helpful]", "system: [none, helpful, careful, concise]"))
     out = root / "sweep"
-    argv = [
-        "sweep",
-        "--task",
-        f"lm-eval:{task}",
-        "--envelope",
-        str(env),
-        "--models",
-        *MODELS,
-        "--limit",
-        "4",
-        "--precision",
-        fast_precision,
-    ]
+    argv = sweep_argv(f"lm-eval:{task}", env, MODELS, 4, fast_precision)
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     return root, argv, out
 
@@ -119,19 +126,7 @@ def test_an_inspect_task_defined_outside_safetyrepro_is_swept_the_same_way(tmp_p
     env = tmp_path / "envelope.yaml"
     env.write_text(INSPECT_ENVELOPE.format(task=task))
     out = tmp_path / "sweep"
-    argv = [
-        "sweep",
-        "--task",
-        f"inspect:{task}",
-        "--envelope",
-        str(env),
-        "--models",
-        *MODELS,
-        "--limit",
-        "2",
-        "--precision",
-        fast_precision,
-    ]
+    argv = sweep_argv(f"inspect:{task}", env, MODELS, 2, fast_precision)
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     grid = _analysis_as_the_items_say(out, MODELS, "arithmetic", 8, capsys)
     assert set(grid["package"]) == {"inspect"} and set(grid["scoring"]) == {"free_form"}
@@ -212,19 +207,7 @@ def test_a_declared_template_is_a_second_template_of_the_same_benchmark(tmp_path
     env = tmp_path / "envelope.yaml"
     env.write_text(TEMPLATED_ENVELOPE.format(task=task))
     out = tmp_path / "sweep"
-    argv = [
-        "sweep",
-        "--task",
-        f"lm-eval:{task}",
-        "--envelope",
-        str(env),
-        "--models",
-        "smollm2",
-        "--limit",
-        "2",
-        "--precision",
-        fast_precision,
-    ]
+    argv = sweep_argv(f"lm-eval:{task}", env, ("smollm2",), 2, fast_precision)
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     assert "2 cells (1 models x 2 configurations) of arc_easy_local" in capsys.readouterr().out
     grid = pd.read_csv(out / "grid.csv")
@@ -258,19 +241,7 @@ def test_inspect_epochs_are_kept_apart_and_read_as_the_mean_over_epochs(tmp_path
     env = tmp_path / "envelope.yaml"
     env.write_text(EPOCHS_ENVELOPE.format(task=task))
     out = tmp_path / "sweep"
-    argv = [
-        "sweep",
-        "--task",
-        f"inspect:{task}",
-        "--envelope",
-        str(env),
-        "--models",
-        "smollm2",
-        "--limit",
-        "2",
-        "--precision",
-        fast_precision,
-    ]
+    argv = sweep_argv(f"inspect:{task}", env, ("smollm2",), 2, fast_precision)
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     assert "2 cells (1 models x 2 configurations) of arithmetic" in capsys.readouterr().out
     grid = pd.read_csv(out / "grid.csv")
@@ -299,19 +270,7 @@ def test_a_multiple_choice_tasks_generated_twin_is_a_second_scoring_of_the_same_
         .split("templates:")[0]
     )
     out = tmp_path / "sweep"
-    argv = [
-        "sweep",
-        "--task",
-        f"lm-eval:{task}",
-        "--envelope",
-        str(env),
-        "--models",
-        "smollm2",
-        "--limit",
-        "2",
-        "--precision",
-        fast_precision,
-    ]
+    argv = sweep_argv(f"lm-eval:{task}", env, ("smollm2",), 2, fast_precision)
     assert main([*argv, "--out", str(out), "--no-progress"]) == 0
     assert "2 cells (1 models x 2 configurations) of arc_easy_local" in capsys.readouterr().out
     grid = pd.read_csv(out / "grid.csv").set_index("scoring")
