@@ -129,7 +129,8 @@ def _option_bias(frame: pd.DataFrame) -> pd.DataFrame | None:
     )
     read = pd.DataFrame({"agreement": agree.mean(), "majority_share": majority}).rename_axis(key).reset_index()
     items = frame.drop_duplicates(["model", "config_id", "item_id"]).groupby(key)["gold"]
-    gold_top = items.agg(lambda g: g.value_counts(normalize=True).iloc[0] if len(g) else np.nan).rename(
+    # a cell without gold labels (a generated answer checked against text) has no majority label
+    gold_top = items.agg(lambda g: g.value_counts(normalize=True).iloc[0] if g.notna().any() else np.nan).rename(
         "gold_top_share"
     )
     out = top.merge(n, on=key).merge(read, on=key).merge(gold_top.reset_index(), on=key)

@@ -55,6 +55,20 @@ def test_top_answer_share_is_the_analysis_top_share():
         assert bias[c] == pytest.approx(top_answer_share(ps))
 
 
+def test_a_cell_without_gold_labels_has_no_majority_share_and_the_others_keep_theirs():
+    """A generated answer checked against its text (sweep --task's generated twin) has no gold label index: its
+    cell's gold-label share is unknown, where it stopped the screen with an IndexError."""
+    from safetyrepro.analysis.paired.significance import _option_bias
+
+    rows = [{"config_id": "lp", "prediction": p, "gold": g} for p, g in [(0, 0), (1, 0), (0, 1), (0, 0)]]
+    rows += [{"config_id": "gen", "prediction": None, "gold": None} for _ in range(4)]
+    frame = pd.DataFrame([{"model": "m", "item_id": f"i{k % 4}", **r} for k, r in enumerate(rows)])
+    frame["prediction"] = frame["prediction"].astype("Int64")
+    bias = _option_bias(frame).set_index("config_id")
+    assert list(bias.index) == ["lp"] and bias.loc["lp", "gold_top_share"] == 0.75
+    assert bias.loc["lp", "top_share"] == 0.75 and bias.loc["lp", "agreement"] == 0.5
+
+
 class _Scripted:
     """An lm-eval LM that always prefers the first candidate (tied with the second on even documents)
     and always replies "A"."""
