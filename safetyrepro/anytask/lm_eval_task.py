@@ -197,12 +197,13 @@ def _expression(value: Any, key: str) -> str:
     )
 
 
-def generated_keys(doc_to_choice: Any, doc_to_target: Any, module: str) -> dict[str, Any]:
-    """A multiple-choice task's generated twin (lm-eval's generate_until): the same prompt, the answer generated to
-    the end of its line, the target (shown in few-shot examples) the right choice's text, and `module`'s
-    process_results (`generated_module`) reporting acc and parse_rate."""
+def generated_twin(task: str, doc_to_choice: Any, doc_to_target: Any, module: str) -> tuple[dict[str, Any], str]:
+    """A multiple-choice task's generated twin (lm-eval's generate_until): its task-YAML keys (the same prompt, the
+    answer generated to the end of its line, the target shown in few-shot examples the right choice's text, `module`'s
+    process_results reporting acc and parse_rate) and the text of that module, which binds the task's choice and
+    target expressions to safetyrepro.anytask.generated.Scorer."""
     choices, target = _expression(doc_to_choice, "doc_to_choice"), _expression(doc_to_target, "doc_to_target")
-    return {
+    keys = {
         "output_type": "generate_until",
         "doc_to_target": f"{{% set c = {choices} %}}{{% set t = {target} %}}{{{{ c[t] if t is number else t }}}}",
         "doc_to_choice": None,
@@ -212,13 +213,7 @@ def generated_keys(doc_to_choice: Any, doc_to_target: Any, module: str) -> dict[
             {"metric": name, "aggregation": "mean", "higher_is_better": True} for name in GENERATED_METRICS
         ],
     }
-
-
-def generated_module(task: str, doc_to_choice: Any, doc_to_target: Any) -> str:
-    """The Python module beside the twin's YAML that lm-eval imports as its process_results (the task's choice and
-    target expressions bound to safetyrepro.anytask.generated.Scorer)."""
-    choices, target = _expression(doc_to_choice, "doc_to_choice"), _expression(doc_to_target, "doc_to_target")
-    return module_text(task, choices, target)
+    return keys, module_text(task, choices, target)
 
 
 def variant_yaml(include: Path, task: str, template: str, keys: dict[str, Any], scoring: str = "own") -> str:

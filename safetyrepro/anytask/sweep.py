@@ -34,7 +34,7 @@ from safetyrepro.sweep.store import slug
 from .envelope import OWN_TEMPLATE, TaskConfig, TaskEnvelope, TaskRef, default_envelope, parse_envelope
 from .inspect_task import InspectTask, inspect_model
 from .inspect_task import run_config as run_inspect
-from .lm_eval_task import LmEvalTask, generated_keys, generated_module, variant_name, variant_yaml
+from .lm_eval_task import LmEvalTask, generated_twin, variant_name, variant_yaml
 from .lm_eval_task import run_config as run_lm_eval
 
 RECORD = "task_sweep.json"
@@ -141,8 +141,8 @@ def variant_texts(task: LmEvalTask, env: TaskEnvelope) -> dict[str, str]:
         keys, name = dict(env.templates.get(t, {})), variant_name(task.name, t, s)
         if s != "own":  # its scoring: a module of the same name beside it (lm-eval's `!function <module>.<name>`)
             choice, target = (keys.get(k, getattr(own, k, None)) for k in ("doc_to_choice", "doc_to_target"))
-            keys |= generated_keys(choice, target, f"{name}_scores")
-            texts[f"{name}_scores.py"] = generated_module(task.name, choice, target)
+            twin, texts[f"{name}_scores.py"] = generated_twin(task.name, choice, target, f"{name}_scores")
+            keys |= twin
         texts[f"{name}.yaml"] = variant_yaml(include, task.name, t, keys, s)
     return texts
 

@@ -394,15 +394,15 @@ def test_the_scoring_axis_derives_a_multiple_choice_tasks_generated_twin(tmp_pat
 
 def test_the_generated_twin_is_refused_where_it_cannot_be_derived():
     from safetyrepro.anytask.generated import scores
-    from safetyrepro.anytask.lm_eval_task import generated_keys
+    from safetyrepro.anytask.lm_eval_task import generated_twin
 
-    assert generated_keys(["no", "yes"], "label", "m")["doc_to_target"].startswith(
+    assert generated_twin("t", ["no", "yes"], "label", "m")[0]["doc_to_target"].startswith(
         '{% set c = ["no", "yes"] %}{% set t = label %}'
     )
     with pytest.raises(UserError, match="the task's doc_to_choice <function"):
-        generated_keys(lambda doc: doc["choices"], "label", "m")
+        generated_twin("t", lambda doc: doc["choices"], "label", "m")
     with pytest.raises(UserError, match="the task's doc_to_target '{{a}} or {{b}}' is not one Jinja expression"):
-        generated_keys("{{choices}}", "{{a}} or {{b}}", "m")
+        generated_twin("t", "{{choices}}", "{{a}} or {{b}}", "m")
     text = TEMPLATED.format(task="arc_easy")
     with pytest.raises(UserError, match="scoring 'likelihood'; known: own, generate_until"):
         parse_envelope(text.replace("axes:", "axes:\n  scoring: [own, likelihood]"))
