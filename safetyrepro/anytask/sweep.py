@@ -110,11 +110,6 @@ def _check_same(out: Path, earlier: dict | None, identity: dict) -> None:
         )
 
 
-def declared(env: TaskEnvelope) -> tuple[str, ...]:
-    """The declared templates the envelope runs (its template axis less the task's own)."""
-    return tuple(t for t in env.template if t != OWN_TEMPLATE)
-
-
 def variants(env: TaskEnvelope) -> list[tuple[str, str]]:
     """(template, scoring) of every task variant the envelope runs besides the task itself."""
     pairs = [(t, s) for s in env.scoring for t in env.template]
@@ -150,7 +145,7 @@ def variant_texts(task: LmEvalTask, env: TaskEnvelope) -> dict[str, str]:
 def mapping_text(task: LmEvalTask | InspectTask, env: TaskEnvelope | None = None) -> str:
     """The importer's mapping file: where the task's runs land in the grid (its `mapping_entries`)."""
     if isinstance(task, LmEvalTask):
-        entries = task.mapping_entries(declared(env), env.scoring) if env is not None else task.mapping_entries()
+        entries = task.mapping_entries(env.template, env.scoring) if env is not None else task.mapping_entries()
     else:
         entries = task.mapping_entries(env.epochs if env is not None else (1,))
     tasks = [{**e, "match": re.escape(e["match"])} for e in entries]
