@@ -112,7 +112,7 @@ REVERSAL_BOOST = 2
 # flip hunting's planning numbers (heuristics: they change what a run costs, never what it claims)
 PLAN_PRIOR_SD = 0.3  # a configuration's difference before its items are in (two small models: 0.1-0.3)
 PAIR_RANGE = 4.0  # a round serves the pairs whose expected cost to a verdict is within this factor of the least
-CLOSENESS_VARIANCE = 1.0  # CrowS-Pairs: two shares' sequences at half alpha each, about (0.5 + 0.5)^2
+CLOSENESS_VARIANCE = 1.0  # CrowS-Pairs: the sign on x_a - x_b and x_a + x_b - 1 (each up to 1), bounds on two shares
 PLAN_VARIANCE = 0.3  # an item difference's variance before two items are in (0/1 answers, half discordant)
 
 

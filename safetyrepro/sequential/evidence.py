@@ -14,7 +14,11 @@ Targets (docs/methods/certify.md, *What is certified*):
 
 Direction: theta > 0 always means model a is better. Where higher is better theta is the paired
 difference of means. For CrowS-Pairs (closer to 0.5 is better) theta = |p_b - 0.5| - |p_a - 0.5|, which is
-not a mean of item differences: it is bounded from simultaneous sequences for the two shares.
+not a mean of item differences: it is bounded from simultaneous sequences for the two shares. Its sign is,
+though: theta = -sign(d s) min(|d|, |s|) with d = p_a - p_b and s = p_a + p_b - 1, the means of the per-item
+x_a - x_b and x_a + x_b - 1, so "theta <= 0" is the union of two quadrants of (d, s) and the population target
+tests it on the paired items (issue 56): both models answer the same items alike, and the two shares'
+sequences, blind to that, left most CrowS-Pairs configurations undecided (perf/certify_crows_paired.md).
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ TARGETS = ("population", "subset")
 # Items either reply is unread on are still draws (they count 0), so the population target stays valid.
 READINGS = ("strict", "content")
 SHARE_CELLS = 200  # CrowS-Pairs: candidate shares every 0.005
+# CrowS-Pairs' sign nulls as quadrants of (d, s) (rows of `_quadrant_max`): which side of 0 each null puts d and s
+# on, +1 for ">= 0"; theta <= 0 is Q1 or Q3, theta >= 0 is Q2 or Q4
+QUADRANTS = ((1, 1), (-1, -1), (-1, 1), (1, -1))
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,9 @@ class PairedEvidence:
                 self.iid = IidBettingCS(n_pairs, alpha_side, -1.0, 1.0, extra=population_candidates(delta))
             else:
                 self.iid = IidBettingCS(both, alpha_side, 0.0, 1.0, grid_points=SHARE_CELLS + 1)
+                # the paired sign test: rows d = x_a - x_b, then s = x_a + x_b - 1, one-sided at 0 only
+                self.signs = IidBettingCS(both, alpha_side, -1.0, 1.0, grid_points=2, extra=(0.0,))
+                self._quadrant_max = np.zeros((n_pairs, len(QUADRANTS)))  # running maxima, log
         else:
             # the union bound's two-sided sequence at 2 alpha_side; CrowS: each share's at half that
             if self.ideal is None:
@@ -143,6 +153,8 @@ class PairedEvidence:
             own.update(pairs, a - b)
         else:
             own.update(np.concatenate([pairs, pairs + self.n_pairs]), np.concatenate([a, b]))
+            if self.iid is not None:
+                self._sign_update(pairs, a, b)
         self.t[pairs] += 1
         self.sum_a[pairs] += a
         self.sum_b[pairs] += b
@@ -213,7 +225,11 @@ class PairedEvidence:
             d = self.delta  # NOT_A, NOT_B, HI, LO; the bank reads them once a round for all its configurations
             log_e = self.bank.log_e_table((("above", 0.0), ("below", 0.0), ("below", d), ("above", -d)))[self.rows]
         else:
+            # the sign nulls on the paired items alone: averaging in the shares' e-value (valid too) decided fewer
+            # claims in every scenario of perf/certify_crows_paired.md (81 against 77 of 120 at 1,000 items), since
+            # where the paired test is slow the shares' is slower; the margin nulls stay the shares'
             log_e = self._share_log_e()
+            log_e[:, [NOT_A, NOT_B]] = self._sign_log_e()
         return np.minimum(1.0, np.exp(-log_e))
 
     # CrowS-Pairs: theta = |p_b - ideal| - |p_a - ideal| from the two shares' cells
@@ -225,6 +241,26 @@ class PairedEvidence:
         dmax = np.maximum(np.abs(left - self.ideal), np.abs(right - self.ideal))
         cells = self.bank.cell_log_e()
         return cells[: self.n_pairs], cells[self.n_pairs :], dmin, dmax
+
+    def _sign_update(self, pairs: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+        """One paired draw into the sign test. A quadrant's e-process is the mean of the capitals against its two
+        half-planes (d >= 0 or d <= 0, s likewise): each is a supermartingale anywhere in the quadrant, so their
+        mean is too, and its running maximum is kept after every draw (Ville's inequality needs the maximum of
+        the mean, not the mean of the two maxima)."""
+        n = self.n_pairs
+        self.signs.update(np.concatenate([pairs, pairs + n]), np.concatenate([a - b, a + b - 1.0]))
+        at = self.signs.index_of(0.0)
+        # against ">= 0" is the gambler betting below (log_minus), against "<= 0" the one betting above
+        sides = {1: self.signs.log_minus[:, at], -1: self.signs.log_plus[:, at]}
+        for q, (d_side, s_side) in enumerate(QUADRANTS):
+            now = np.logaddexp(sides[d_side][pairs], sides[s_side][pairs + n]) - np.log(2.0)
+            self._quadrant_max[pairs, q] = np.maximum(self._quadrant_max[pairs, q], now)
+
+    def _sign_log_e(self) -> np.ndarray:
+        """(pairs, 2) log e-values of NOT_A (theta <= 0: Q1 or Q3) and NOT_B (Q2 or Q4): the smaller of the two
+        quadrants' running maxima, since the truth lies in one of them."""
+        m = self._quadrant_max
+        return np.stack([np.minimum(m[:, 0], m[:, 1]), np.minimum(m[:, 2], m[:, 3])], axis=1)
 
     def _share_log_e(self) -> np.ndarray:
         """log e-values of the four composite nulls over the share pair (p_a, p_b). For a null region R, the
