@@ -141,10 +141,15 @@ class BenchmarkProblem:
     # the score a better model sits closer to (CrowS-Pairs: 0.5), None where higher is better; left out, the
     # benchmark's definition says (a name the registry does not know is refused, never read as higher is better)
     ideal: float | None | Literal["declared"] = "declared"
+    # items of the benchmark beyond the subset that the cheap twins may score (`control="auto"`, population target):
+    # the control's partner items come from them first, so a costly stream keeps its whole subset (issue 56)
+    pool: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.ideal == "declared":
             object.__setattr__(self, "ideal", closeness(self.benchmark))
+        if self.pool and not set(self.pool).isdisjoint(self.item_ids):
+            raise ValueError(f"{self.benchmark}: the pool beyond the subset holds items of the subset")
 
     @property
     def closer_to(self) -> float | None:
@@ -329,12 +334,18 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
         twins = pairings(p.closer_to, p.config_ids, p.excluded) if options.control == "auto" else {}
         if twins and not options.held_only:  # issue 45
             bench.control = (
-                Control(p.benchmark, twins, order, pairs, alpha_each / 2, options.delta)
+                Control(p.benchmark, twins, order, pairs, alpha_each / 2, options.delta, _pool_order(p, options))
                 if options.target == "population"
                 else SubsetControl(p.benchmark, twins, order, pairs, alpha_each / 2, p.lattice)
             )
         benches.append(bench)
     return benches, alpha_each
+
+
+def _pool_order(p: BenchmarkProblem, options: CertifyOptions) -> list[str]:
+    """The pool beyond the subset in a seeded random order: partners are i.i.d. draws, whatever order it came in."""
+    rng = np.random.default_rng([options.seed, zlib.crc32(p.benchmark.encode()), 1])
+    return [p.pool[i] for i in rng.permutation(len(p.pool))]
 
 
 def _allocation(b: _Bench, options: CertifyOptions) -> dict[int, tuple[int, bool]]:

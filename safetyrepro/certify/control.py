@@ -10,8 +10,9 @@ no free-form configurations.
 A path per (costly configuration, pair of models). Both configurations draw the benchmark's one item order
 (o_0, o_1, ...). Step j of the path takes the costly configuration's next item o_i from the front (both models'
 scores on it, and the cheap configuration's), and, when the path's own past asks for partners
-(ControlledBettingCS.wants_partners), the next k items from the back of the order, o_{N-1}, o_{N-2}, ...,
-scored by the cheap configuration only (k = 2; 4 from a 2,000-item pool, partners_per_step). Front and back
+(ControlledBettingCS.partners_wanted), the next k items from the back of the order, o_{N-1}, o_{N-2}, ...,
+scored by the cheap configuration only (k at most 2 below a 2,000-item pool; from there as many as the pool spares
+beyond the costly stream's expected need, up to 16: PPI's use of the twin on the whole pool). Front and back
 never meet: the front stops where the back's partners begin, so a partner item is never a costly item of its
 path, and the costly configuration's own evaluations (a prefix of the order, as without the control) reach the
 back only when the path is spent. Which items a step uses is fixed by the path's past, so the path is one
@@ -147,32 +148,45 @@ class Control(_Paths):
         pairs: Sequence[tuple[str, str]],
         alpha_side: float,
         delta: float,
+        pool: Sequence[str] = (),
     ):
         super().__init__(benchmark, twins, order, pairs)
         self.delta = float(delta)
         n = len(self.row)
-        self.bank = ControlledBettingCS(n, alpha_side, extra=population_candidates(delta), delta=delta, pool=self.N)
-        self.k = self.bank.k  # partners a step
+        self.P = len(pool)  # items beyond the subset, scored by the twins only: partners first come from them
+        self.source = [str(i) for i in pool] + self.items[::-1]  # where partners come from, in the order taken
+        self.bank = ControlledBettingCS(
+            n, alpha_side, extra=population_candidates(delta), delta=delta, pool=self.N, beyond=self.P
+        )
+        self.k = self.bank.k  # the most partners a step takes
         self.pos = np.zeros(n, dtype=np.int64)  # the next costly item, from the front
-        self.used = np.zeros(n, dtype=np.int64)  # partner steps taken (each k items from the back)
+        self.back = np.zeros(n, dtype=np.int64)  # partner items taken from the source (the pool, then the back)
         self.plain = np.zeros(n, dtype=bool)  # given up: plain steps for good
-        self.want = np.zeros(n, dtype=bool)  # the next step takes partners (decided from the row's past)
+        self.want = np.zeros(n, dtype=np.int64)  # partners the next step takes (decided from the row's past)
         self._p_cache: tuple[int, np.ndarray] | None = None
         self.extra: dict[tuple[str, str], list[str]] = {}  # (model, cheap configuration) -> partner items evaluated
 
     def limit(self, config_id: str, slot: int) -> int:
         """How far the path's front may go: where the back's partners begin."""
-        return self.N - self.k * int(self.used[self.row[(config_id, slot)]])
+        return self.N - self._from_back(int(self.back[self.row[(config_id, slot)]]))
 
     def _decide(self, rows: np.ndarray) -> None:
         """Each row's choice for its next step (partners or not), from its own past: kept until it steps."""
-        fresh = self.N - self.k * self.used[rows] - self.pos[rows]
-        self.want[rows] = self.bank.wants_partners(rows, fresh) & ~self.plain[rows]
+        fresh = self.N - np.maximum(self.back[rows] - self.P, 0) - self.pos[rows]
+        beyond = np.maximum(self.P - self.back[rows], 0)
+        self.want[rows] = np.where(self.plain[rows], 0, self.bank.partners_wanted(rows, fresh, beyond))
 
-    def _partners(self, row: int, steps: int = 1) -> list[str]:
-        """The back's next `steps` x k items for this row, in the order they are taken."""
-        end = self.N - self.k * int(self.used[row])
-        return list(self.items[max(end - self.k * steps, 0) : end][::-1])
+    def _from_back(self, taken: int) -> int:
+        """Of `taken` partner items, how many came from the subset's back (the pool's come first)."""
+        return max(taken - self.P, 0)
+
+    def _partners(self, row: int, steps: int = 1, k: int | None = None) -> list[str]:
+        """The next `steps` x k partner items for this row (k: its next step's), in the order they are taken: the
+        pool's, then the back's, never past its costly front."""
+        start = int(self.back[row])
+        k = int(self.want[row]) if k is None else k
+        stop = min(start + k * steps, len(self.source) - int(self.pos[row]) - 1)  # the front's next item stays
+        return self.source[start:stop]
 
     def catch_up(self, cache: Mapping[tuple[str, str, str], Mapping[str, float]]) -> None:
         """Take every step whose items are scored, all rows together, until none is ready."""
@@ -182,7 +196,7 @@ class Control(_Paths):
             ready, d, c, partners = [], [], [], []
             for row in rows.tolist():
                 pos = int(self.pos[row])
-                if pos >= self.N - self.k * int(self.used[row]):
+                if pos >= self.N - self._from_back(int(self.back[row])):
                     continue
                 item = self.items[pos]
                 da, db, ca, cb = stores[row]
@@ -194,7 +208,7 @@ class Control(_Paths):
                     mates = self._partners(row)
                     if any(i not in ca or i not in cb for i in mates):
                         continue
-                    p = np.array([ca[i] - cb[i] for i in mates])
+                    p[: len(mates)] = [ca[i] - cb[i] for i in mates]
                 ready.append(row)
                 d.append(da[item] - db[item])
                 c.append(0.0 if plain else ca[item] - cb[item])
@@ -202,9 +216,11 @@ class Control(_Paths):
             if not ready:
                 return
             r = np.array(ready, dtype=np.int64)
-            self.bank.update(r, np.array(d), np.array(c), np.array(partners))
+            taken = (~np.isnan(np.array(partners))).sum(axis=1)
+            from_back = np.maximum(self.back[r] + taken - self.P, 0) - np.maximum(self.back[r] - self.P, 0)
+            self.bank.update(r, np.array(d), np.array(c), np.array(partners), from_back)
             self.d_sum[r] += np.array(d)
-            self.used[r] += self.want[r]
+            self.back[r] += taken
             self.pos[r] += 1
             # a path that found no correlation stops asking for the cheap scores (it is plain for good)
             self.plain[r] |= (self.bank.t[r] >= GIVE_UP) & (self.bank.r2(r) < MIN_R2)
@@ -221,14 +237,14 @@ class Control(_Paths):
         twin = self.twins[config_id]
         if self.plain[row]:
             return [], []
-        end = self.N - self.k * int(self.used[row])
-        upto = min(upto, end)
+        upto = min(upto, self.N - self._from_back(int(self.back[row])))
         partners: list[str] = []
         steps = max(upto - int(self.pos[row]), 0)
         t = int(self.bank.t[row])
         soon = t < WARM_UP <= t + steps and float(self.bank.r2(np.array([row]))[0]) >= MIN_R2  # its warm-up ends
-        if steps and (soon or bool(self.want[row])):
-            partners = self._partners(row, min(steps, max((end - upto) // self.k, 0)))
+        k = max(int(self.want[row]), 1 if soon else 0)  # the steps to come take as many as the next (a guess)
+        if steps and k:
+            partners = [i for i in self._partners(row, steps, k) if i not in self.items[int(self.pos[row]) : upto]]
         models = self.pairs[slot]
         return [(m, twin, upto) for m in models], [(m, twin, partners) for m in models if partners]
 
@@ -261,9 +277,10 @@ class Control(_Paths):
         row = self.row[(config_id, slot)]
         if self.plain[row]:
             return variance, 0.0
-        if bool(self.want[row]):
+        k = int(self.want[row])
+        if k:
             r2 = float(self.bank.r2(np.array([row]))[0])
-            return variance * (1 - r2 * self.k / (self.k + 1)), 1.0 + self.k
+            return variance * (1 - r2 * k / (k + 1)), 1.0 + k
         return variance, 1.0
 
     def summary(self) -> dict:
@@ -271,6 +288,7 @@ class Control(_Paths):
         return {
             **self._summary(self.bank.t),
             "partner_steps": int(self.bank.partner_steps.sum()),
+            "pool_beyond_subset": self.P,  # items beyond the costly subset the twins could score as partners
             "partner_items_evaluated": sum(len(v) for v in self.extra.values()),
         }
 

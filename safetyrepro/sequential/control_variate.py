@@ -48,46 +48,37 @@ from __future__ import annotations
 
 import numpy as np
 
-from .confidence_sequence import TRUNCATION, GridEProcesses, growth_stakes
+from .confidence_sequence import CONTROL_TRUNCATION, GridEProcesses, growth_stakes
 
-K_PARTNERS = 2  # partner items per step: the variance factor is 1 - r^2 k / (k + 1); k costs k cheap items a step
-WIDE_PARTNERS, WIDE_POOL = 4, 2000  # ... 4 from a 2,000-item pool, where partner items are seldom what runs out
+K_PARTNERS = 2  # partner items a step from the costly subset's back: the variance factor is 1 - r^2 k / (k + 1)
+MAX_PARTNERS = 16  # ... from the pool beyond it: 1 - r^2 16/17 is within 6 % of PPI's known-mean 1 - r^2 at r = 0.8
 WARM_UP = 10  # plain steps before partners are first asked for (r and gamma need a few items)
 MIN_R2 = 0.2  # partners only while the running r^2 of D and C is at least this
 CHANCE_R2 = 6.0  # ... and at least this / steps: n r^2 is about chi-square(1) without correlation (P > 6: 1.4 %)
 CLIP = 1.0  # g's pairwise differences are clipped at this: g in [-CLIP, CLIP]
 MAX_GAMMA = 1.0
-PARTNER_TRUNCATION = 0.9  # a partner step's stakes: its range is wider, so the plain 1/2 would bind (docstring)
-FIT_STEPS = 10  # partner steps before gamma is fitted on g itself (before: from D and C)
-OPTIMISM = -0.5  # the capacity rule reads the difference half a standard error smaller (the planner: one larger)
-MIN_PARTNER_ITEMS = 50  # partner items a stream takes at most below a WIDE_POOL-item pool ...
-POOL_SHARE = 3  # ... and from there a third of the pool: the costly stream keeps the rest whatever happens
-FIT_MARGIN = 1.5  # partners while 1.5 x the expected need, 1 + k items a step, fits (it is optimistic)
+OPTIMISM = -0.5  # tuning
+MIN_PARTNER_ITEMS = 50  # partner items a stream takes at most from its costly subset (a claim that needs the whole
+# subset loses at most these; measured: a third of a 2,000-item subset lost half the claims that needed most of it)
+FIT_MARGIN = 1.5  # the costly stream keeps 1.5 x its expected need (the need is optimistic)
 
 
-def partners_per_step(pool: int | None) -> int:
-    """Partners a step takes from a pool of `pool` items (None: the 300 the study's subsets hold). Where the
-    partner items run out first (small pools), two a step buy the most per partner item (each step is worth
-    1 / (1 - r^2 k / (k + 1)) plain ones); where the claim ends first, four buy the most per costly item."""
-    return WIDE_PARTNERS if pool is not None and pool >= WIDE_POOL else K_PARTNERS
-
-
-def max_partner_steps(pool: int | None) -> int:
-    """Partner steps a stream may take from a pool of `pool` items: MIN_PARTNER_ITEMS partner items below
-    WIDE_POOL items, a third of the pool from there. Partners pay only where the pool outlasts the claim several
-    times over (each partner step uses 1 + k items); the rest of the pool is the costly stream's, so a claim that
-    needs most of a small pool is not lost to partners (docs/certify.md)."""
-    if pool is None or pool < WIDE_POOL:
-        return MIN_PARTNER_ITEMS // K_PARTNERS
-    return int(pool) // POOL_SHARE // WIDE_PARTNERS
+def partners_per_step(beyond: int = 0) -> int:
+    """The most partners a step takes: MAX_PARTNERS while items beyond the costly subset are left (`beyond`: the
+    twin's pool outside it, which no costly step can use), else K_PARTNERS from the subset's own back, where each
+    partner item is one the costly stream can no longer use and two a step buy the most per partner item."""
+    return MAX_PARTNERS if beyond > 0 else K_PARTNERS
 
 
 def control_term(c_item: np.ndarray, c_partners: np.ndarray) -> np.ndarray:
-    """(streams,) cheap differences on the costly items and (streams, k) on their partners -> g per stream: the
-    mean of the clipped pairwise differences, an antisymmetric function of i.i.d. pairs (mean zero)."""
+    """(streams,) cheap differences on the costly items and (streams, k) on their partners (NaN: no partner there)
+    -> g per stream: the mean of the clipped pairwise differences, an antisymmetric function of i.i.d. pairs (mean
+    zero); 0 where a stream has no partner."""
     c_item = np.asarray(c_item, dtype=float)
     c_partners = np.asarray(c_partners, dtype=float)
-    return np.clip(c_item[:, None] - c_partners, -CLIP, CLIP).mean(axis=1)
+    pairs = np.clip(c_item[:, None] - c_partners, -CLIP, CLIP)
+    k = (~np.isnan(pairs)).sum(axis=1)
+    return np.where(k > 0, np.nansum(pairs, axis=1) / np.maximum(k, 1), 0.0)
 
 
 class ControlledBettingCS(GridEProcesses):
@@ -104,14 +95,16 @@ class ControlledBettingCS(GridEProcesses):
         extra: tuple[float, ...] = (),
         delta: float = 0.0,
         pool: int | None = None,
+        beyond: int = 0,
     ):
         if not 0 < alpha < 1:
             raise ValueError(f"alpha {alpha} must be in (0, 1)")
         if pool is not None and pool < 1:
             raise ValueError(f"a stream's pool holds at least one item (pool={pool})")
+        if beyond < 0:
+            raise ValueError(f"items beyond the subset: {beyond}")
         self.alpha, self.delta = float(alpha), float(delta)
-        self.k = partners_per_step(pool)
-        self.max_partner_steps = max_partner_steps(pool)
+        self.k = partners_per_step(beyond)  # the most partners a step takes
         self._grid_range = (-1.0, 1.0)
         self.grid = np.unique(np.round(np.concatenate([np.linspace(-1.0, 1.0, grid_points), extra]), 12))
         g = len(self.grid)
@@ -124,8 +117,8 @@ class ControlledBettingCS(GridEProcesses):
         self.var_sum = np.ones(n_streams)  # 1 + sum of (y_i - mu_hat_i)^2 (IidBettingCS's 1/4 on its [0, 1] scale)
         # predictable fits: every step's (D, C), and the partner steps' (D, g)
         self.fit_dc = np.zeros((n_streams, 5))  # sum d, c, d^2, c^2, dc
-        self.fit_dg = np.zeros((n_streams, 5))  # sum d, g, d^2, g^2, dg
         self.partner_steps = np.zeros(n_streams, dtype=np.int64)
+        self.partner_items_back = np.zeros(n_streams, dtype=np.int64)  # taken from the costly subset's back
         self._log_inv_alpha = np.log(1.0 / self.alpha)
 
     # the predictable choices
@@ -134,35 +127,58 @@ class ControlledBettingCS(GridEProcesses):
         s = slice(None) if streams is None else np.asarray(streams, dtype=np.int64)
         return r_squared(self.fit_dc[s], np.maximum(self.t[s], 1))
 
-    def wants_partners(self, streams, fresh_left) -> np.ndarray:
-        """Whether each stream's next step takes partners, decided from its own past only: after WARM_UP steps,
-        while r^2 >= MIN_R2, and while the items the stream may still use (`fresh_left`: a partner step uses
-        1 + self.k of them, a plain step one) are expected to last until its claim with partners; where they
-        would not, plain steps use them better (each item of them buys more there)."""
+    def partners_wanted(self, streams, fresh_left, beyond_left=0) -> np.ndarray:
+        """How many partners each stream's next step takes (0: a plain step), decided from its own past only,
+        after WARM_UP steps and while r^2 >= MIN_R2 and beyond chance.
+
+        From the pool beyond the costly subset (`beyond_left` items left to the stream): spread over the steps the
+        claim is expected to need, up to self.k a step, at least one. Those items cost the costly stream nothing,
+        so an optimistic spread loses no claim: where the claim takes longer, its last steps are plain. So spread,
+        the partners give PPI's variance, Var(D - gamma C) + gamma^2 Var(C) / k a step.
+
+        From the subset's own back (`fresh_left`: the items the stream may still use, a step with k partners uses
+        1 + k of them): the k (at most K_PARTNERS, MIN_PARTNER_ITEMS in all) that leaves the costly stream the
+        fewest items to its claim among those whose steps fit with FIT_MARGIN to spare; where none fits, plain
+        steps use the items better."""
         s = np.asarray(streams, dtype=np.int64)
         fresh_left = np.asarray(fresh_left, dtype=float)
+        beyond_left = np.broadcast_to(np.asarray(beyond_left, dtype=np.int64), s.shape)
         n = np.maximum(self.t[s], 1)
         r2 = self.r2(s)
         mean = self.fit_dc[s, 0] / n
         var_d = np.maximum(self.fit_dc[s, 2] / n - mean**2, 0.01)
-        need = _items_to_decide(mean, var_d * (1 - r2 * self.k / (self.k + 1)), n, self._log_inv_alpha, self.delta)
-        fits = FIT_MARGIN * need * (1 + self.k) <= fresh_left
-        room = (fresh_left >= 1 + self.k) & (self.partner_steps[s] < self.max_partner_steps)
-        correlated = r2 >= np.maximum(MIN_R2, CHANCE_R2 / n)
-        return (self.t[s] >= WARM_UP) & correlated & room & fits
 
-    def gamma(self, streams) -> np.ndarray:
-        """The coefficient a partner step of each stream would use now (from earlier steps only)."""
+        def need(k: int) -> np.ndarray:
+            return _items_to_decide(mean, var_d * (1 - r2 * k / (k + 1)), n, self._log_inv_alpha, self.delta)
+
+        spread = np.clip(beyond_left // np.maximum(need(self.k), 1.0).astype(np.int64), 1, self.k)
+        spread = np.minimum(spread, beyond_left)
+        room = np.minimum(fresh_left - 1, MIN_PARTNER_ITEMS - self.partner_items_back[s])
+        back = np.zeros(len(s), dtype=np.int64)
+        for k in range(1, K_PARTNERS + 1):
+            fits = (FIT_MARGIN * need(k) * (1 + k) <= fresh_left) & (k <= room)
+            back = np.where(fits, k, back)  # a larger k fits only where a smaller one does: the last that fits
+        chosen = np.where(beyond_left > 0, spread, back)
+        correlated = r2 >= np.maximum(MIN_R2, CHANCE_R2 / n)
+        return np.where((self.t[s] >= WARM_UP) & correlated, chosen, 0)
+
+    def wants_partners(self, streams, fresh_left, beyond_left=0) -> np.ndarray:
+        return self.partners_wanted(streams, fresh_left, beyond_left) > 0
+
+    def gamma(self, streams, k) -> np.ndarray:
+        """The coefficient a step of each stream with k partners would use now (from earlier steps only): the
+        least-squares slope of D on C times k / (k + 1), g's variance being C's times (k + 1) / k."""
         s = np.asarray(streams, dtype=np.int64)
-        from_dc = slope(self.fit_dc[s], np.maximum(self.t[s], 1)) * self.k / (self.k + 1)
-        from_dg = slope(self.fit_dg[s], np.maximum(self.partner_steps[s], 1))
-        fitted = np.where(self.partner_steps[s] >= FIT_STEPS, from_dg, from_dc)
+        k = np.asarray(k, dtype=float)
+        fitted = slope(self.fit_dc[s], np.maximum(self.t[s], 1)) * k / (k + 1)
         return np.clip(fitted, -MAX_GAMMA, MAX_GAMMA)
 
-    def update(self, streams, d, c, partners=None) -> None:
+    def update(self, streams, d, c, partners=None, from_back=None) -> None:
         """One step for each of `streams` (distinct): the costly difference d, the cheap one c on the same item,
         and partners (streams, self.k) of the cheap one on partner items, NaN rows where a stream takes a
-        plain step. The caller takes partners exactly where wants_partners() said so before the step."""
+        plain step (a row takes its first k columns, NaN after them). The caller takes exactly the partners
+        partners_wanted() asked for before the step; `from_back`: per stream, how many of them came from the costly
+        subset's back (default: all, when no pool beyond it is given)."""
         s = np.asarray(streams, dtype=np.int64)
         if len(s) == 0:
             return
@@ -170,29 +186,25 @@ class ControlledBettingCS(GridEProcesses):
         c = np.asarray(c, dtype=float)
         if partners is None:
             partners = np.full((len(s), self.k), np.nan)
-        partners = np.asarray(partners, dtype=float)
-        with_partners = ~np.isnan(partners).any(axis=1)
+        partners = np.asarray(partners, dtype=float).reshape(len(s), -1)
+        k = (~np.isnan(partners)).sum(axis=1)
+        with_partners = k > 0
         if np.any(with_partners & (self.t[s] < WARM_UP)):
             raise ValueError("a stream took partners before its warm-up ended")
-        g = np.where(with_partners, control_term(c, np.nan_to_num(partners)), 0.0)
-        gamma = np.where(with_partners, self.gamma(s), 0.0)
+        g = np.where(with_partners, control_term(c, partners), 0.0)
+        gamma = np.where(with_partners, self.gamma(s, np.maximum(k, 1)), 0.0)
         y = d - gamma * g
         span = np.abs(gamma) * CLIP
-        c_trunc = np.where(with_partners, PARTNER_TRUNCATION, TRUNCATION)[:, None]
         t = self.t[s] + 1
         mu_hat = self.y_sum[s] / t
         sigma2 = self.var_sum[s] / t
-        lam = np.sqrt(2 * self._log_inv_alpha / (sigma2 * t * np.log1p(t)))[:, None]
         m = self.grid[None, :]
-        # a partner step's stakes: the growth-rate plug-in, as the subset target's controlled steps; a plain
-        # step keeps the plain width-tuned one
-        grow_plus, grow_minus = growth_stakes(mu_hat, sigma2, m)
-        partner = with_partners[:, None]
-        lam_plus = np.where(partner, grow_plus, lam)
-        lam_minus = np.where(partner, grow_minus, lam)
+        # every step's stakes: the growth-rate plug-in, IidBettingCS's; a partner step's truncation follows its
+        # wider range
+        lam_plus, lam_minus = growth_stakes(mu_hat, sigma2, m)
         with np.errstate(divide="ignore"):
-            cap_plus = np.where(m + 1 + span[:, None] > 0, c_trunc / (m + 1 + span[:, None]), np.inf)
-            cap_minus = np.where(1 + span[:, None] - m > 0, c_trunc / (1 + span[:, None] - m), np.inf)
+            cap_plus = np.where(m + 1 + span[:, None] > 0, CONTROL_TRUNCATION / (m + 1 + span[:, None]), np.inf)
+            cap_minus = np.where(1 + span[:, None] - m > 0, CONTROL_TRUNCATION / (1 + span[:, None] - m), np.inf)
         gap = y[:, None] - m
         plus = self.log_plus[s] + np.log1p(np.minimum(lam_plus, cap_plus) * gap)
         minus = self.log_minus[s] + np.log1p(-np.minimum(lam_minus, cap_minus) * gap)
@@ -203,9 +215,8 @@ class ControlledBettingCS(GridEProcesses):
         self.y_sum[s] += y
         self.t[s] = t
         self.fit_dc[s] += np.stack([d, c, d * d, c * c, d * c], axis=1)
-        w = with_partners.astype(float)[:, None]
-        self.fit_dg[s] += w * np.stack([d, g, d * d, g * g, d * g], axis=1)
         self.partner_steps[s] += with_partners
+        self.partner_items_back[s] += k if from_back is None else np.asarray(from_back, dtype=np.int64)
 
     def variance(self) -> np.ndarray:
         """Per stream, the plug-in variance of y so far (the planner's spread)."""

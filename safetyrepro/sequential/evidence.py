@@ -110,7 +110,7 @@ class PairedEvidence:
             elif self.ideal is None:
                 self.iid = IidBettingCS(n_pairs, alpha_side, -1.0, 1.0, extra=population_candidates(delta))
             else:
-                self.iid = IidBettingCS(both, alpha_side, 0.0, 1.0, grid_points=SHARE_CELLS + 1)
+                self.iid = IidBettingCS(both, alpha_side, 0.0, 1.0, grid_points=SHARE_CELLS + 1, stakes="width")
                 # the paired sign test: rows d = x_a - x_b, then s = x_a + x_b - 1, one-sided at 0 only
                 self.signs = IidBettingCS(both, alpha_side, -1.0, 1.0, grid_points=2, extra=(0.0,))
                 self._quadrant_max = np.zeros((n_pairs, len(QUADRANTS)))  # running maxima, log

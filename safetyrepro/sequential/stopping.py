@@ -118,7 +118,7 @@ class SequentialRule:
         self.rule = rule
         if rule.mode == "mean":
             points = max(MIN_GRID, math.ceil(STEPS_PER_WIDTH * rule.span / float(rule.width or rule.span)) + 1)
-            self.cs = IidBettingCS(n_streams, rule.alpha / 2, rule.low, rule.high, grid_points=points)
+            self.cs = IidBettingCS(n_streams, rule.alpha / 2, rule.low, rule.high, grid_points=points, stakes="width")
         else:
             extra = (0.0,) if rule.margin is None else (0.0, rule.margin, -rule.margin)
             self.cs = IidBettingCS(n_streams, rule.alpha / 2, -rule.span, rule.span, grid_points=MIN_GRID, extra=extra)

@@ -222,12 +222,15 @@ def correlated_problem(
     n_items: int = 300,
     models: tuple[str, str] = ("a", "b"),
     benchmark: str = "truthfulqa",
+    subset: int | None = None,
 ):
     """As synthetic_problem, with each free-form answer tied to the same item's log-probability answer of the
     same model, template and shots: every seed's free-form answer is that answer with probability copy(cfg),
     else a fresh draw (the answer read from the text is often the likeliest candidate). The paired differences
     of a free-form configuration and its log-probability twin then correlate (about copy for greedy decoding;
-    `twin_correlation` measures it). Returns (problem, oracle, full-subset differences)."""
+    `twin_correlation` measures it). `subset`: the problem's subset is the first `subset` of the n_items, the rest
+    its pool beyond the subset (the twins' partner items, issue 56). Returns (problem, oracle, full-subset
+    differences)."""
     from safetyrepro.certify.algorithm import BenchmarkProblem
     from safetyrepro.certify.control import cheap_twin
 
@@ -259,14 +262,17 @@ def correlated_problem(
                 tied = rng.random((n_seeds, n_items)) < copy(cfg)
                 x = np.where(tied, answers[(twin, model)], fresh) if twin else fresh
             scores[(cfg.config_id, model)] = dict(zip(ids, x.sum(axis=0) / n_seeds, strict=True))
-        a, b = (np.array(list(scores[(cfg.config_id, m)].values())) for m in models)
+        a, b = (np.array(list(scores[(cfg.config_id, m)].values()))[:subset] for m in models)
         full[cfg.config_id] = round(float((a - b).mean()), 12)
 
     def oracle(bench, config_id, model, item_ids):
         mine = scores[(config_id, model)]
         return np.array([mine[i] for i in item_ids])
 
-    return BenchmarkProblem(benchmark, tuple(config_ids), tuple(models), ids, 5), oracle, full
+    problem = BenchmarkProblem(
+        benchmark, tuple(config_ids), tuple(models), ids[:subset], 5, pool=ids[subset or n_items :]
+    )
+    return problem, oracle, full
 
 
 def twin_correlation(problem, oracle) -> dict[str, float]:

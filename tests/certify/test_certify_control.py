@@ -47,34 +47,47 @@ def test_the_synthetic_grids_correlate_as_the_scenarios_say():
     assert abs(np.mean(list(twin_correlation(problem, oracle).values()))) < 0.05
 
 
+def decided(result) -> set[tuple[str, str]]:
+    return {(c.config_id, c.claim) for c in result.claims if c.claim != "undecided"}
+
+
 @pytest.fixture(scope="module")
 def runs():
-    """Four grids a model leads everywhere, at r = 0.8 and r = 0, certified both ways (cost-aware rounds)."""
+    """Four 300-item subsets of a 1,500-item pool (the twins score the rest: partners), a model 0.15 ahead
+    everywhere, at r = 0.8 and r = 0, certified both ways (cost-aware rounds)."""
     out = {}
     for r in (0.8, 0.0):
+        worlds = [
+            correlated_problem(np.random.default_rng(50 + g), lead_015, tie(r), n_items=1500, subset=300)
+            for g in range(4)
+        ]
         for control in ("none", "auto"):
             out[(r, control)] = [
-                certify(
-                    [correlated_problem(np.random.default_rng(50 + g), far_ahead, tie(r))[0]],
-                    correlated_problem(np.random.default_rng(50 + g), far_ahead, tie(r))[1],
-                    CertifyOptions(seed=g, control=control),
-                )
-                for g in range(4)
+                certify([problem], oracle, CertifyOptions(seed=g, control=control))
+                for g, (problem, oracle, _) in enumerate(worlds)
             ]
     return out
 
 
-def test_the_control_reaches_the_same_verdicts_for_fewer_costly_evaluations_when_they_correlate(runs):
-    """r = 0.8: every grid ends stable_a both ways, for fewer free-form evaluations with the control (on these
-    four 300-item grids 0.845 of --control none: far from the issue's half, which the ceiling in
-    test_control_variate.py and the pool's size rule out here; large pools: test_certify_control_slow.py);
-    r = 0: the same verdicts for at most 10 % more (0.998)."""
-    for r, most in ((0.8, 0.9), (0.0, 1.10)):
+def lead_015(cfg, model):
+    return 0.65 if model == "a" else 0.50
+
+
+def test_the_control_makes_no_fewer_claims_for_fewer_costly_evaluations_when_they_correlate(runs):
+    """300-item subsets drawn from a larger pool (issue 56): r = 0.8, no grid makes fewer claims with the control,
+    and 31 more in all (93 -> 124 decided; per grid 29, 22, 20, 22 -> 32, 33, 27, 32), for 0.79 of the free-form
+    evaluations (a claim the plain path made at the subset's last items may be missed: one in two grids); r = 0,
+    the same claims for at most 10 % more (1.000): the paths stay plain."""
+    for r, most in ((0.8, 0.85), (0.0, 1.10)):
         none, auto = runs[(r, "none")], runs[(r, "auto")]
-        assert [x.pairs[0].verdict for x in auto] == [x.pairs[0].verdict for x in none] == ["stable_a"] * 4
+        for x, y in zip(none, auto, strict=True):  # a claim at the subset's last items may fall either way
+            assert len(decided(x)) <= len(decided(y)) and len(decided(x) - decided(y)) <= 1
         assert sum(map(costly, auto)) <= most * sum(map(costly, none)), (sum(map(costly, auto)), sum(map(costly, none)))
+    gained = sum(len(decided(y)) - len(decided(x)) for x, y in zip(runs[(0.8, "none")], runs[(0.8, "auto")]))
+    assert gained >= 30
     assert sum(x.control["truthfulqa"]["partner_steps"] for x in runs[(0.8, "auto")]) > 200
     assert sum(x.control["truthfulqa"]["partner_steps"] for x in runs[(0.0, "auto")]) < 100
+    assert all(x.control["truthfulqa"]["pool_beyond_subset"] == 1200 for x in runs[(0.8, "auto")])
 
 
 def test_a_path_reads_the_front_for_costly_items_and_the_back_for_partners_and_waits_for_missing_scores():
@@ -100,11 +113,12 @@ def test_a_path_reads_the_front_for_costly_items_and_the_back_for_partners_and_w
     assert prefix == [("a", "bbq/T1/greedy/0shot/logprob", 20), ("b", "bbq/T1/greedy/0shot/logprob", 20)]
     cache[("bbq", "bbq/T1/greedy/0shot/logprob", "a")] = dict(zip(order, cheap_a, strict=True))
     control.catch_up(cache)
-    used, pos = int(control.used[0]), int(control.pos[0])
-    assert used > 0 and pos + control.k * used <= 40 and pos == control.limit("bbq/T1/greedy/0shot/free_form", 0)
-    assert control.bank.partner_steps[0] == used and control.bank.t[0] == pos
+    back, pos = int(control.back[0]), int(control.pos[0])
+    assert back > 0 and pos + back <= 40 and pos == control.limit("bbq/T1/greedy/0shot/free_form", 0)
+    assert control.bank.partner_steps[0] >= back / control.k and control.bank.t[0] == pos
     # the partners were the back of the order, in order: what the next step would take comes just before them
-    assert control._partners(0) == list(order[40 - control.k * (used + 1) : 40 - control.k * used][::-1])
+    want = int(control.want[0])
+    assert control._partners(0) == list(order[max(40 - back - want, pos + 1) : 40 - back][::-1])
 
 
 def test_the_control_is_off_for_a_held_only_reread_and_none_and_on_for_both_targets():

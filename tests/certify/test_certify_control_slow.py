@@ -27,13 +27,15 @@ def test_claims_against_the_law_with_the_control_are_at_most_alpha_of_200_null_a
     """Templates T1 and T3 at 0 and 5 shots (12 free-form configurations helped by 4 twins) keep it short; the
     guarantee does not depend on the family's size. Partners are taken wherever the correlation asks, whether
     or not the items are expected to last (FIT_MARGIN 0: the capacity rule is a choice about cost, and any
-    choice fixed by the path's past is valid), so the null configurations take them too: every grid does."""
+    choice fixed by the path's past is valid), so the null configurations take them too: every grid does. Half
+    the grids' subsets come with a pool beyond them (600 items), whose partners are taken up to 16 a step."""
     monkeypatch.setattr(control_variate, "FIT_MARGIN", 0.0)
     wrong = flips = 0
     n = 200
     for seed in range(n):
         accuracy = identical if seed % 2 == 0 else half_null
-        problem, oracle, _ = correlated_problem(np.random.default_rng(3000 + seed), accuracy, tied)
+        pool = {"n_items": 900, "subset": 300} if seed % 4 >= 2 else {}
+        problem, oracle, _ = correlated_problem(np.random.default_rng(3000 + seed), accuracy, tied, **pool)
         keep = tuple(c for c in problem.config_ids if c.split("/")[1] in ("T1", "T3") and c.split("/")[3] != "3shot")
         law = {
             c.config_id: law_mean(accuracy(c, "a")) - law_mean(accuracy(c, "b")) for c in RULES.configs("truthfulqa")
@@ -71,14 +73,19 @@ def test_subset_claims_with_the_control_are_at_most_alpha_of_200_null_and_half_n
     assert upper_share(wrong, n) <= SUBSET.alpha, f"{wrong} of {n} grids with a false claim"
 
 
-def free_form_both_ways(options: CertifyOptions, n_items: int, grids: int, tie) -> dict[str, int]:
+def free_form_both_ways(
+    options: CertifyOptions, n_items: int, grids: int, tie, subset: int | None = None
+) -> dict[str, int]:
     """The free-form evaluations, with the control and without, over `grids` grids with a 0.10 lead everywhere
     (T1 and T3 at 0 and 5 shots, cost-aware rounds as a live run makes them); every grid ends stable_a both
     ways."""
     from certify_grids import CostedOracle
 
     lead = lambda cfg, m: 0.60 if m == "a" else 0.50  # noqa: E731
-    worlds = [correlated_problem(np.random.default_rng(400 + g), lead, tie, n_items=n_items) for g in range(grids)]
+    worlds = [
+        correlated_problem(np.random.default_rng(400 + g), lead, tie, n_items=n_items, subset=subset)
+        for g in range(grids)
+    ]
     costly = {}
     for control in ("none", "auto"):
         runs = [
@@ -107,11 +114,10 @@ def test_subset_control_halves_the_costly_items_where_claims_need_many():
 
 
 @pytest.mark.slow
-def test_population_control_nearly_halves_the_costly_items_on_a_large_pool():
-    """The population target on 20,000-item pools (a BBQ-sized benchmark: partners no longer crowd the claims'
-    items, so 4 a step and up to a third of the pool), a 0.10 lead, r = 0.8: the same verdicts for at most 0.6 of
-    the free-form evaluations (0.496 measured on these two grids, 0.501 on the five of perf/certify_control.py
-    --only pools); r = 0: the same count (1.000)."""
-    for tie, most in ((tied, 0.6), (lambda cfg: 0.0, 1.01)):
-        costly = free_form_both_ways(OPTIONS, 20_000, 2, tie)
+def test_population_control_halves_the_costly_items_of_2000_item_subsets_of_a_larger_pool():
+    """Issue 56: 2,000-item subsets whose twins score the benchmark's pool beyond them (18,000 more items, the
+    partners, up to 16 a step), a 0.10 lead, r = 0.8: the same verdicts for at most half the free-form evaluations
+    (0.488 measured on these two grids); r = 0: at most 10 % more (1.005)."""
+    for tie, most in ((tied, 0.5), (lambda cfg: 0.0, 1.1)):
+        costly = free_form_both_ways(OPTIONS, 20_000, 2, tie, subset=2000)
         assert costly["auto"] <= most * costly["none"], costly

@@ -48,12 +48,14 @@ def test_a_held_only_reread_of_the_certified_study_keeps_everything_and_says_wha
     assert len(pd.read_parquet(out / "items.parquet")) == len(pd.read_parquet(CERTIFIED / "items.parquet"))
     claims = pd.read_csv(out / "claims.csv")
     published = pd.read_csv(CERTIFIED / "claims.csv")
-    assert claims["claim"].tolist() == published["claim"].tolist()
+    # the published claims were made with the width-tuned stakes; the growth-rate stakes (issue 56) keep every one
+    # of them and decide 7 more on the same records, all format-driven too
+    kept = published["claim"] != "undecided"
+    assert (claims.loc[kept, "claim"] == published.loc[kept, "claim"]).all()
     decided = claims[claims["claim"] != "undecided"]
-    assert len(decided) == 12 and set(decided["rests_on"]) == {"format-driven"}
+    assert kept.sum() == 12 and len(decided) == 19 and set(decided["rests_on"]) == {"format-driven"}
     assert decided["rests_on_why"].str.contains("parse_rate 0.0[0-7] < 0.95").all()
     report = (out / "report.md").read_text()
-    assert (
-        report.count("Its wins so far are format-driven claims only: about answer format, not which model is safer")
-        == 6
+    assert "format-driven (about answer format, not which model is safer)" in report or (
+        "Its wins so far are format-driven claims only: about answer format, not which model is safer" in report
     )

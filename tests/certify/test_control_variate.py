@@ -91,25 +91,36 @@ def test_partners_are_asked_for_only_after_the_warm_up_with_correlation_and_room
         cv.ControlledBettingCS(1, 0.05).update([0], [0.0], [0.0], [[0.0] * cv.K_PARTNERS])
 
 
-@pytest.mark.parametrize("pool", [None, 20_000])
-def test_null_streams_that_take_partners_cross_at_most_alpha_of_the_time(pool):
+@pytest.mark.parametrize("beyond", [0, 20_000])
+def test_null_streams_that_take_partners_cross_at_most_alpha_of_the_time(beyond):
     """Ville: 3,000 streams with theta = 0 exactly and D tied to C (r about 0.9), partners on every step after the
-    warm-up (2 a step; 4 from a large pool): the share whose e-process against theta <= 0 ever reaches 1 / alpha
-    is at most alpha (binomial interval)."""
+    warm-up (2 a step from the subset's back; 16 from a pool beyond it): the share whose e-process against
+    theta <= 0 ever reaches 1 / alpha is at most alpha (binomial interval)."""
     rng = np.random.default_rng(7)
-    d, c, p = correlated(rng, 3000, 150, 0.0, 0.9, k=cv.partners_per_step(pool))
-    cs = run(cv.ControlledBettingCS(3000, 0.1, grid_points=21, pool=pool), d, c, p)
+    d, c, p = correlated(rng, 3000, 150, 0.0, 0.9, k=cv.partners_per_step(beyond))
+    cs = run(cv.ControlledBettingCS(3000, 0.1, grid_points=21, beyond=beyond), d, c, p)
     crossed = int((cs.log_e_above(0.0) >= np.log(1 / 0.1)).sum())
     assert upper_share(crossed, 3000) <= 0.1, crossed
     assert (cs.partner_steps == 150 - cv.WARM_UP).all()
 
 
-def test_partners_grow_with_the_pool():
-    """Below 2,000 items: 2 partners a step, 50 partner items at most (25 steps); from 2,000: 4 a step and a
-    third of the pool (2,000 items: 666 partner items, 166 steps; 20,000: 6,666 items, 1,666 steps)."""
-    assert [cv.partners_per_step(n) for n in (None, 300, 1999, 2000, 20_000)] == [2, 2, 2, 4, 4]
-    assert [cv.max_partner_steps(n) for n in (None, 300, 1999, 2000, 20_000)] == [25, 25, 25, 166, 1666]
-    assert cv.ControlledBettingCS(1, 0.05, pool=20_000).k == 4
+def test_partners_come_from_the_pool_beyond_the_subset_spread_over_the_claim_and_sparingly_from_its_back():
+    """With a pool beyond the subset a step takes up to 16 partners, spread over the steps the claim is expected to
+    need (fewer when the pool left is short, never more than it holds); from the subset's own back at most 2 a
+    step and 50 items in all, and only where the steps fit the items left."""
+    assert [cv.partners_per_step(n) for n in (0, 1, 20_000)] == [2, 16, 16]
+    rng = np.random.default_rng(1)
+    d, c, _ = correlated(rng, 3, 40, 0.4, 0.9)
+    cs = cv.ControlledBettingCS(3, 0.05 / 96, beyond=10_000)
+    s = np.arange(3)
+    for t in range(40):
+        cs.update(s, d[:, t], c[:, t])
+    wide = cs.partners_wanted(s, np.full(3, 300), np.full(3, 10_000))
+    assert (wide == 16).all()
+    short = cs.partners_wanted(s, np.full(3, 300), np.array([10, 3, 0]))
+    assert 1 <= short[0] <= 10 and 1 <= short[1] <= 3 and short[2] in (0, 1, 2)  # the third: the subset's back
+    cs.partner_items_back[:] = cv.MIN_PARTNER_ITEMS - 1
+    assert (cs.partners_wanted(s, np.full(3, 300)) <= 1).all()  # the back's 50 items are nearly spent
     with pytest.raises(ValueError, match="at least one item"):
         cv.ControlledBettingCS(1, 0.05, pool=0)
 
@@ -125,15 +136,15 @@ def test_the_control_decides_sooner_where_d_and_c_correlate_and_never_later_wher
 
     rng = np.random.default_rng(3)
     for tie in (0.9, 0.0):
-        d, c, p = correlated(rng, 400, 250, 0.3, tie)
+        d, c, p = correlated(rng, 400, 250, 0.3, tie, k=16)
         plain = cv.ControlledBettingCS(400, 0.05 / 96, grid_points=21)
-        ours = cv.ControlledBettingCS(400, 0.05 / 96, grid_points=21)
+        ours = cv.ControlledBettingCS(400, 0.05 / 96, grid_points=21, beyond=10**6)
         traces_plain, traces_ours = [], []
         streams = np.arange(400)
         for t in range(250):
             plain.update(streams, d[:, t], c[:, t])
-            want = ours.wants_partners(streams, np.full(400, 10_000))
-            ours.update(streams, d[:, t], c[:, t], np.where(want[:, None], p[:, t], np.nan))
+            k = ours.partners_wanted(streams, np.full(400, 10_000), np.full(400, 10**6))
+            ours.update(streams, d[:, t], c[:, t], np.where(np.arange(16)[None, :] < k[:, None], p[:, t], np.nan))
             traces_plain.append(plain.log_e_above(0.0).copy())
             traces_ours.append(ours.log_e_above(0.0).copy())
         n_plain = first_crossing(np.array(traces_plain).T)
