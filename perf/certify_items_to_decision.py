@@ -1,12 +1,17 @@
 """The price of anytime validity (issue 56): items certify's population sequences need to claim a lead of 0.35,
-0.25 and 0.15 (and two identical models within a 0.05 margin), beside the items the fixed-n exact sign test with
-Holm needs for 80 % power on the same scenario, and their ratio. Not timed: a table of item counts.
+0.25 and 0.15 (and two identical models within a 0.05 margin), before and after issue 56's growth-rate stakes,
+beside the fixed-n test with Holm at 80 % power and the growth-optimal bettor that knows the law. Not timed: a
+table of item counts.
 
-The scenario is the audit's: one pair of models over K = 48 configurations at alpha 0.05 (certify's closed test
-starts at alpha / (2K)), paired 0/1 answers that differ on a share D = 0.5 of items. certify's numbers come from
-its own sequences on simulated answers (safetyrepro/sequential/planning.py, checked against certify itself by
-tests/certify/test_plan_certify_56.py); the fixed-n numbers from analysis/paired/power.py. This is the "before"
-of issue 56's stakes: a changed stake is judged by this table, rerun.
+The scenarios are the audit's: one pair of models over K = 48 configurations at alpha 0.05 (certify's closed test
+starts at alpha / (2K)); per seed, paired 0/1 answers that differ on a share D = 0.5 of items. "0/1 answers": one
+seed (greedy decoding); the fixed-n test is the exact sign test (analysis/paired/power.py). "5-seed means": a
+sampled configuration's item score is the mean of five seeds, the differences vary less (sd 0.31 at these leads);
+the fixed-n test is the paired z-test, n = ((z_{1 - alpha/2K} + z_0.8) sd / lead)^2 (the audit's 14, 28, 82).
+certify's numbers come from its own sequences on simulated answers (safetyrepro/sequential/planning.py, checked
+against certify itself by tests/certify/test_plan_certify_56.py). "Kelly" is the median for a bettor that knows
+the law and bets the growth-optimal constant stake: no betting e-process claims sooner on average, so where its
+median is above 300 items, no stake decides the lead by 300 items in half the runs.
 
     python perf/certify_items_to_decision.py [--runs 400] [--configs 48] [--discordance 0.5]
 """
@@ -15,16 +20,49 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+from scipy.optimize import minimize_scalar
+from scipy.stats import norm
+
 from safetyrepro.analysis.paired.power import items_needed
 from safetyrepro.sequential.planning import items_to_decide
 
 LEADS = (0.35, 0.25, 0.15)
 MARGIN = 0.05
 MAX_ITEMS = 5000
+SCENARIOS = (("0/1 answers", 1), ("5-seed means", 5))
 
 
 def _n(x: float) -> str:
     return "never" if x == float("inf") else f"{int(x):,}"
+
+
+def _law(d: float, e: float, seeds: int) -> tuple[np.ndarray, np.ndarray]:
+    """The paired difference's values and chances: the mean of `seeds` independent draws of -1, 0, 1."""
+    values, probs = np.array([0.0]), np.array([1.0])
+    step = np.array([-1.0, 0.0, 1.0]), np.array([(d - e) / 2, 1 - d, (d + e) / 2])
+    for _ in range(seeds):
+        values = (values[:, None] + step[0][None, :]).ravel()
+        probs = (probs[:, None] * step[1][None, :]).ravel()
+    return values / seeds, probs
+
+
+def kelly_median(d: float, e: float, seeds: int, threshold: float, runs: int, seed: int = 0) -> float:
+    """Median items to a log capital of `threshold` for the bettor that knows the law (constant Kelly stake)."""
+    values, probs = _law(d, e, seeds)
+    lam = minimize_scalar(lambda x: -probs @ np.log1p(x * values), bounds=(0, 0.999), method="bounded").x
+    rng = np.random.default_rng(seed)
+    steps = np.log1p(lam * rng.choice(values, size=(runs, MAX_ITEMS), p=probs)).cumsum(axis=1)
+    hit = steps >= threshold
+    return float(np.median(np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, np.inf)))
+
+
+def fixed_n(d: float, e: float, seeds: int, k: int) -> int | None:
+    if seeds == 1:
+        return items_needed(d, e, k, 0.05, 0.8).n_items
+    values, probs = _law(d, e, seeds)
+    sd = float(np.sqrt(probs @ values**2 - (probs @ values) ** 2))
+    return int(np.ceil(((norm.ppf(1 - 0.05 / (2 * k)) + norm.ppf(0.8)) * sd / e) ** 2))
 
 
 def main() -> None:
@@ -34,23 +72,27 @@ def main() -> None:
     ap.add_argument("--discordance", type=float, default=0.5)
     a = ap.parse_args()
     k, d = a.configs, a.discordance
-    print(f"one pair over K = {k} configurations, alpha 0.05, discordance {d}, {a.runs} simulated runs")
-    head = f"{'claim':<28} {'certify median':>15} {'certify 80 %':>13} {'within 300':>11}"
-    print(f"{head} {'fixed-n 80 %':>13} {'ratio':>6}")
-    for e in LEADS:
-        found = items_to_decide(d, e, family=k, runs=a.runs, max_items=MAX_ITEMS)
-        fixed = items_needed(d, e, k, 0.05, 0.8).n_items
-        p80 = found.quantile(0.8)
-        ratio = f"{p80 / fixed:.2f}" if fixed and p80 != float("inf") else "-"
-        print(
-            f"{f'lead {e:.2f}':<28} {_n(found.quantile(0.5)):>15} {_n(p80):>13} "
-            f"{found.share_within(300):>11.2f} {fixed or '-':>13} {ratio:>6}"
-        )
-    within = items_to_decide(d, 0.0, family=k, margin=MARGIN, runs=a.runs, max_items=MAX_ITEMS)
-    print(
-        f"{f'within +-{MARGIN} (identical)':<28} {_n(within.quantile(0.5)):>15} {_n(within.quantile(0.8)):>13} "
-        f"{within.share_within(300):>11.2f} {'-':>13} {'-':>6}"
-    )
+    threshold = float(np.log(2 * k / 0.05))
+    print(f"one pair over K = {k} configurations, alpha 0.05, discordance {d} per seed, {a.runs} simulated runs")
+    print("certify: median / 80th percentile of items to the claim, share of runs within 300 items")
+    head = f"{'scenario':<13} {'claim':<18} {'before (width)':>20} {'after (growth)':>20}"
+    print(f"{head} {'fixed-n 80 %':>12} {'ratio':>11} {'Kelly':>6}")
+    for name, seeds in SCENARIOS:
+        for e in (*LEADS, 0.0):
+            margin = MARGIN if e == 0.0 else None
+            common = dict(family=k, margin=margin, runs=a.runs, max_items=MAX_ITEMS, seeds=seeds)
+            found = {st: items_to_decide(d, e, stakes=st, **common) for st in ("width", "growth")}
+            cells = [
+                f"{_n(f.quantile(0.5))} / {_n(f.quantile(0.8))} / {f.share_within(300):.2f}" for f in found.values()
+            ]
+            claim = f"lead {e:.2f}" if margin is None else f"within +-{MARGIN}"
+            fixed = fixed_n(d, e, seeds, k) if margin is None else None
+            ratios = "-"
+            if fixed:  # the 80th percentiles over the fixed-n items: what stopping at any item costs
+                before, after = (f.quantile(0.8) / fixed for f in found.values())
+                ratios = f"{before:.2f} {after:.2f}"
+            kelly = _n(kelly_median(d, e, seeds, threshold, a.runs)) if margin is None else "-"
+            print(f"{name:<13} {claim:<18} {cells[0]:>20} {cells[1]:>20} {fixed or '-':>12} {ratios:>11} {kelly:>6}")
 
 
 if __name__ == "__main__":

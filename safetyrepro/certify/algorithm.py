@@ -66,9 +66,10 @@ only matters when an evaluation budget cuts the round).
 
 Cheap twins (`control="auto"`; control.py): a free-form configuration's claims come from a control-variate
 sequence that its log-probability twin's scores help, on the same items and, for the population target, on
-partner items from the back of the order (the subset target's: on the twin's whole subset, whose mean is then
-known); its next item is priced after the control, with the twin's items it needs, and those are asked for in
-the same round, first.
+partner items: first from the benchmark's pool beyond the subset (`BenchmarkProblem.pool`, items only the twin
+scores), then sparingly from the back of the order (the subset target's: on the twin's whole subset, whose mean
+is then known); its next item is priced after the control, with the twin's items it needs, and those are asked
+for in the same round, first.
 
 Draw order: `seeded` permutes the problem's items with --seed; `subset` keeps the problem's own order,
 which for a live run is the fixed subset's seeded order (tasks/subsets.py): a sweep with --limit N

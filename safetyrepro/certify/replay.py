@@ -21,7 +21,8 @@ from safetyrepro.grid.item_validation import ITEM_COLUMNS, checked_records
 from safetyrepro.sequential.evidence import both_read
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
 
-from .algorithm import BenchmarkProblem
+from .algorithm import BenchmarkProblem, closeness
+from .control import pairings
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,15 @@ def load_replay(items_path: str | Path, grid: Grid, reading: str = "strict") -> 
         )
         # a benchmark SafetyRepro does not define (the grid's rules list it as external) is higher-is-better
         ideal: Literal["declared"] | None = "declared" if benchmark in BENCHMARKS else None
-        problems.append(BenchmarkProblem(benchmark, tuple(configs), tuple(grid.models), item_ids, lattice, ideal=ideal))
+        pool = _twin_pool(benchmark, configs, grid.models, sets, common, ideal)
+        if pool:
+            warnings.append(
+                f"{benchmark}: the cheap twins hold {len(pool)} items beyond those: with --control auto they are "
+                "the partner items (the population target)"
+            )
+        problems.append(
+            BenchmarkProblem(benchmark, tuple(configs), tuple(grid.models), item_ids, lattice, ideal=ideal, pool=pool)
+        )
         for cid in configs:
             for i, a in enumerate(grid.models):
                 for b in grid.models[i + 1 :]:
@@ -99,6 +108,17 @@ def load_replay(items_path: str | Path, grid: Grid, reading: str = "strict") -> 
                     )
                     full[(benchmark, cid, a, b)] = round(float(d.mean()), 12)
     return Replay(tuple(problems), {k: v.to_dict() for k, v in scores.items()}, frame, full, tuple(warnings))
+
+
+def _twin_pool(benchmark, configs, models, sets, common, ideal) -> tuple[str, ...]:
+    """The items every model has on every cheap twin of the benchmark's configurations beyond the `common` ones:
+    a twin swept on more of the benchmark than its costly configurations (issue 56: it is cheap) gives the
+    control its partners there, and the costly configurations keep their whole subset."""
+    twins = set(pairings(closeness(benchmark) if ideal == "declared" else ideal, configs).values())
+    if not twins:
+        return ()
+    held = frozenset.intersection(*(sets[(cid, m)] for cid in twins for m in models))
+    return tuple(sorted(held - common))
 
 
 def replay_clusters(replay: Replay, field: str, items_path) -> dict[str, dict[str, str]]:

@@ -50,9 +50,14 @@ def items_to_decide(
     runs: int = 400,
     max_items: int = 2000,
     seed: int = 0,
+    seeds: int = 1,
+    stakes: str = "growth",
 ) -> ItemsToDecide:
     """Items to a decision of certify's population sequences, over `runs` simulated runs: to the claim of a lead
-    of `effect` (margin None), or to the claim "within +-margin" (both sides)."""
+    of `effect` (margin None), or to the claim "within +-margin" (both sides). `seeds`: each model's item score is
+    the mean of that many 0/1 answers, a seed's answers as the item's (discordance and effect per seed, the seeds
+    independent given the item), so the differences vary less, as a sampled configuration's five-seed means do.
+    `stakes`: the sequences' (confidence_sequence.STAKES; "width" is the stake before issue 56)."""
     if not 0 < discordance <= 1 or not abs(effect) <= discordance:
         raise ValueError(f"discordance {discordance} in (0, 1] and |effect| {effect} at most it")
     if margin is not None and not 0 < margin < 1:
@@ -60,15 +65,15 @@ def items_to_decide(
     alpha_side = alpha / family / 2  # certify's bank: alpha_each / 2
     threshold = float(np.log(2 * family / alpha))  # the closed test's first step, alpha / (2 family)
     extra = (0.0,) if margin is None else (0.0, margin, -margin)
-    cs = IidBettingCS(runs, alpha_side, -1.0, 1.0, extra=extra)
+    cs = IidBettingCS(runs, alpha_side, -1.0, 1.0, extra=extra, stakes=stakes)
     rng = np.random.default_rng(seed)
     p_a, p_b = (discordance + effect) / 2, (discordance - effect) / 2
     streams = np.arange(runs)
     first = np.full(runs, NEVER)
     second = np.full(runs, NEVER)
     for t in range(1, max_items + 1):
-        u = rng.random(runs)
-        d = np.where(u < p_a, 1.0, np.where(u < p_a + p_b, -1.0, 0.0))
+        u = rng.random((runs, seeds))
+        d = np.where(u < p_a, 1.0, np.where(u < p_a + p_b, -1.0, 0.0)).mean(axis=1)
         cs.update(streams, d)
         if margin is None:
             _first_crossing(cs.log_e_above(0.0) if effect >= 0 else cs.log_e_below(0.0), threshold, first, t)

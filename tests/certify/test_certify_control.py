@@ -8,6 +8,7 @@ import dataclasses
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from certify_grids import correlated_problem, synthetic_problem, twin_correlation
 
@@ -171,3 +172,32 @@ def test_the_flag_reaches_cost_json(tmp_path, capsys):
     )
     with pytest.raises(SystemExit):
         main([*base, "--control", "sometimes", "--out", str(tmp_path / "bad")])
+
+
+def test_a_replay_whose_twins_hold_more_items_gives_the_control_its_partners_there(tmp_path, capsys):
+    """A twin swept on more of the benchmark than its free-form configurations (issue 56): replay certifies the
+    items every configuration holds and hands the twins' other items to the control as its pool, says so, and
+    cost.json counts them; the free-form configurations' items are never partners."""
+    from certify_grids import synthetic_run
+
+    grid, items = synthetic_run(np.random.default_rng(0), far_ahead, n_items=120)
+    grid = grid[grid["template"] == "T1"]
+    items = items[items["config_id"].isin(set(grid["config_id"]))]
+    costly_ids = items["config_id"].str.endswith("/free_form")
+    items = items[~costly_ids | (items["item_id"] < "truthfulqa/0080")]  # the free-form cells hold 80 items
+    kept = items.groupby(["model", "config_id"])["item_score"].agg(["mean", "size"])
+    for (model, cid), row in kept.iterrows():  # the grid as the sweep of those cells writes it
+        at = (grid["model"] == model) & (grid["config_id"] == cid)
+        grid.loc[at, "score"], grid.loc[at, "n_items"] = row["mean"], row["size"] // grid.loc[at, "n_seeds"]
+    grid.to_csv(tmp_path / "grid.csv", index=False)
+    items.to_parquet(tmp_path / "items.parquet")
+    argv = ["certify", "--replay", str(tmp_path / "items.parquet"), "--grid", str(tmp_path / "grid.csv")]
+    assert main([*argv, "--control", "auto", "--out", str(tmp_path / "auto")]) == 0
+    err = capsys.readouterr().err
+    assert "the 80 items every model has on every configuration" in err
+    assert "the cheap twins hold 40 items beyond those" in err
+    did = json.loads((tmp_path / "auto" / "cost.json").read_text())["control_did"]["truthfulqa"]
+    assert did["pool_beyond_subset"] == 40
+    used = pd.read_parquet(tmp_path / "auto" / "items.parquet")
+    free_form = used[used["config_id"].str.endswith("/free_form")]
+    assert free_form["item_id"].max() < "truthfulqa/0080"
