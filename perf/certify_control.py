@@ -9,8 +9,8 @@
 0. The subset target (`--target subset`, certify/control.py SubsetControl): 300- to 2,000-item grids of
    TruthfulQA's T1 and T3 at 0 and 5 shots (12 free-form configurations, 4 twins), leads from 0.35 down to
    0.10, r = 0.8 and r = 0, cost-aware rounds: the free-form evaluations and model time with the control as a
-   share of without (`share`). The population target on large pools (`--only pools`): the same configurations
-   on 2,000- to 20,000-item pools (4 partners a step, up to a third of the pool).
+   share of without (`share`). The population target with a pool beyond the subset (`--only pools`, issue 56):
+   the same configurations on 2,000-item subsets whose twins score 18,000 more items, and 300 of 1,500.
 
 1. Synthetic 300-item grids of TruthfulQA's 48 configurations, two models, built as a sweep builds them
    (tests/certify/certify_grids.py correlated_problem): every free-form answer is tied to the same item's
@@ -137,11 +137,11 @@ def _short(problem):
     return dataclasses.replace(problem, config_ids=keep)
 
 
-POOL_SCENARIOS = {  # the population target where the benchmark's pool holds many times what a claim needs
-    "0.15 lead (0.65 vs 0.50)": (20000, lambda cfg, m: 0.65 if m == "a" else 0.50),
-    "0.10 lead (0.60 vs 0.50)": (20000, lambda cfg, m: 0.60 if m == "a" else 0.50),
-    "0.10 lead, 5,000 items": (5000, lambda cfg, m: 0.60 if m == "a" else 0.50),
-    "0.10 lead, 2,000 items": (2000, lambda cfg, m: 0.60 if m == "a" else 0.50),
+POOL_SCENARIOS = {  # the population target: a 2,000-item subset whose twins score 18,000 more items (issue 56)
+    "0.25 lead (0.70 vs 0.45)": ((2000, 18000), lambda cfg, m: 0.70 if m == "a" else 0.45),
+    "0.15 lead (0.65 vs 0.50)": ((2000, 18000), lambda cfg, m: 0.65 if m == "a" else 0.50),
+    "0.10 lead (0.60 vs 0.50)": ((2000, 18000), lambda cfg, m: 0.60 if m == "a" else 0.50),
+    "0.15 lead, 300 of 1,500": ((300, 1200), lambda cfg, m: 0.65 if m == "a" else 0.50),
 }
 
 
@@ -161,10 +161,13 @@ def by_pool(grids: int, scenarios: dict, target: str) -> tuple[list[str], list[d
         f"{'costly':>8} {'share':>6} {'cheap':>8} {'model time':>10} {'share':>6}"
     ]
     rows = []
-    for name, (n_items, acc) in scenarios.items():
+    for name, (size, acc) in scenarios.items():
+        n_items, beyond = size if isinstance(size, tuple) else (size, 0)  # (subset, pool beyond it)
         for r in (0.8, 0.0):
             worlds = [
-                correlated_problem(np.random.default_rng(400 + g), acc, copy_for(r), n_items=n_items)
+                correlated_problem(
+                    np.random.default_rng(400 + g), acc, copy_for(r), n_items=n_items + beyond, subset=n_items
+                )
                 for g in range(grids)
             ]
             measured = np.mean([np.mean(list(twin_correlation(_short(p), o).values())) for p, o, _ in worlds])
@@ -262,19 +265,19 @@ def _iid_stops(d, c, partners, alpha: float, mode: str, pool: int) -> np.ndarray
     from safetyrepro.sequential.control_variate import ControlledBettingCS
 
     streams, n = d.shape
-    cs = ControlledBettingCS(streams, alpha, pool=pool)
+    cs = ControlledBettingCS(streams, alpha, pool=pool, beyond=pool)  # partners from a pool beyond the subset
     if mode == "stake":
-        cs.gamma = lambda s: np.zeros(len(np.atleast_1d(s)))  # type: ignore[method-assign]
+        cs.gamma = lambda s, k: np.zeros(len(np.atleast_1d(s)))  # type: ignore[method-assign]
     stop = np.full(streams, n)
     done = np.zeros(streams, dtype=bool)
     for t in range(n):
         live = np.flatnonzero(~done)
         if not len(live):
             break
-        want = np.zeros(len(live), dtype=bool)
+        k = np.zeros(len(live), dtype=np.int64)
         if mode != "plain":
-            want = cs.wants_partners(live, np.full(len(live), 10**6)) & (t >= 10)
-        p = np.where(want[:, None], partners[live, t], np.nan)
+            k = np.where(t >= 10, cs.partners_wanted(live, np.full(len(live), 10**6), np.full(len(live), 10**6)), 0)
+        p = np.where(np.arange(partners.shape[2])[None, :] < k[:, None], partners[live, t], np.nan)
         cs.update(live, d[live, t], c[live, t], p)
         won = live[cs.bounds(alpha)[0][live] > 0]
         stop[won], done[won] = t + 1, True

@@ -11,10 +11,11 @@ random variables by betting", JRSS-B 2024, Sect. 4-5), in its without-replacemen
 sequences for sampling without replacement", NeurIPS 2020): values y_i in [0, 1] are drawn in a uniformly
 random order from a population of N with mean m*. For a candidate mean m, the mean of the items not yet
 drawn is m_t = (N m - S_{t-1}) / (N - t + 1) (S the sum drawn so far); two gamblers bet for and against
-y_t > m_t with predictable stakes lambda_t (the predictable plug-in of the paper, truncated at
-c / m_t and c / (1 - m_t), c = 1/2), and the hedged capital K_t(m) = theta K+_t(m) + (1 - theta) K-_t(m)
-(theta = 1/2) is a nonnegative martingale when m = m*. By Ville's inequality P(exists t: K_t(m*) >= 1/alpha)
-<= alpha, so {m : K_s(m) < 1/alpha for all s <= t} covers m* at every t with probability >= 1 - alpha.
+y_t > m_t with predictable stakes lambda_t (the growth-rate plug-in of the paper, Sect. 5.1, truncated at
+c / m_t and c / (1 - m_t), c = 0.9; before issue 56 the width-tuned plug-in with c = 1/2), and the hedged
+capital K_t(m) = theta K+_t(m) + (1 - theta) K-_t(m) (theta = 1/2) is a nonnegative martingale when m = m*.
+By Ville's inequality P(exists t: K_t(m*) >= 1/alpha) <= alpha, so {m : K_s(m) < 1/alpha for all s <= t}
+covers m* at every t with probability >= 1 - alpha.
 
 The candidates are a grid. When every feasible population mean is a grid point (item values on a known
 lattice, `lattice`, fine enough that the grid has at most 4N + 1 points), the set of surviving grid
@@ -65,7 +66,10 @@ class WorBettingCS:
     """n_streams confidence sequences, each for the mean of a population of `population` values in
     [low, high] drawn without replacement; each at level `alpha` (the caller splits a familywise
     alpha). `lattice`: the values are multiples of 1/lattice in the caller's units (e.g. a seed mean of
-    5 seeds of a 0/1 difference: 5), so the grid can hold every feasible population mean."""
+    5 seeds of a 0/1 difference: 5), so the grid can hold every feasible population mean. `stakes`: as
+    IidBettingCS's, the growth-rate plug-in at every step by default (issue 56); "width" keeps the width-tuned
+    stake of the module docstring for plain steps. The bounds are the hull of the surviving candidates, so they
+    need no monotone capital either way."""
 
     def __init__(
         self,
@@ -75,11 +79,15 @@ class WorBettingCS:
         low: float = -1.0,
         high: float = 1.0,
         lattice: int | None = None,
+        stakes: str = "growth",
     ):
         if not 0 < alpha < 1:
             raise ValueError(f"alpha {alpha} must be in (0, 1)")
         if population < 1 or n_streams < 0 or not high > low:
             raise ValueError("a confidence sequence needs a population of at least one item and low < high")
+        if stakes not in STAKES:
+            raise ValueError(f"stakes {stakes!r}: one of {', '.join(STAKES)}")
+        self.stakes = stakes
         self.N, self.alpha, self.low, self.high = int(population), float(alpha), float(low), float(high)
         span = high - low
         coarse = min(MAX_GRID - 1, 4 * self.N)  # a step of 1/(2N) in the caller's units over [-1, 1]
@@ -131,15 +139,17 @@ class WorBettingCS:
         m_t = (self.N * self.grid[None, :] - self.total[s][:, None]) / remaining[:, None]
         feasible = (m_t >= -1e-12) & (m_t <= 1 + 1e-12)
         m_t = np.clip(m_t, 0.0, 1.0)
-        controlled = (w > 0)[:, None]
-        c = np.where(controlled, CONTROL_TRUNCATION, TRUNCATION)
         below = m_t + (np.abs(g) * w)[:, None]  # how far a gambler's gap can fall (the other's: rise)
         above = 1 - m_t + (np.abs(g) * w)[:, None]
-        # a controlled step's stakes: the growth-rate plug-in rather than the width-tuned one, within the wider
-        # range's truncation
-        grow_p, grow_m = growth_stakes(mu_hat, sigma2, m_t)
-        lam_p = np.where(controlled, grow_p, lam[:, None])
-        lam_m = np.where(controlled, grow_m, lam[:, None])
+        if self.stakes == "growth":  # every step, controlled or not (issue 56)
+            lam_p, lam_m = growth_stakes(mu_hat, sigma2, m_t)
+            c = np.full((len(s), 1), CONTROL_TRUNCATION)
+        else:  # the width-tuned stake, a controlled step's the growth-rate one within its wider range
+            controlled = (w > 0)[:, None]
+            grow_p, grow_m = growth_stakes(mu_hat, sigma2, m_t)
+            lam_p = np.where(controlled, grow_p, lam[:, None])
+            lam_m = np.where(controlled, grow_m, lam[:, None])
+            c = np.where(controlled, CONTROL_TRUNCATION, TRUNCATION)
         with np.errstate(divide="ignore", invalid="ignore"):
             lam_plus = np.minimum(lam_p, np.where(below > 0, c / below, np.inf))
             lam_minus = np.minimum(lam_m, np.where(above > 0, c / above, np.inf))

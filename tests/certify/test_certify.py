@@ -24,7 +24,7 @@ from safetyrepro.certify.algorithm import (
 from safetyrepro.certify.replay import contradicted, load_replay
 from safetyrepro.cli import main
 from safetyrepro.grid.grid_io import common_configurations, validate_cells
-from safetyrepro.sequential.confidence_sequence import TRUNCATION, WorBettingCS
+from safetyrepro.sequential.confidence_sequence import CONTROL_TRUNCATION, WorBettingCS
 from safetyrepro.tasks.envelope import default_rules
 
 RULES = default_rules()
@@ -127,21 +127,22 @@ def test_claims_and_verdicts_by_hand():
 
 def _reference_bounds(y: np.ndarray, population: int, alpha: float, grid: np.ndarray) -> tuple[float, float]:
     """The hedged betting CS without replacement, written out candidate by candidate from Waudby-Smith &
-    Ramdas (2020, 2024): predictable plug-in stakes, truncation c/m_t, theta = 1/2, running intersection."""
+    Ramdas (2020, 2024): growth-rate plug-in stakes (aGRAPA: the Kelly fraction from the plug-in mean and variance),
+    truncation c/m_t with c = 0.9, theta = 1/2, running intersection."""
     alive = np.ones(len(grid), dtype=bool)
     for j, m in enumerate(grid):
         k_plus = k_minus = 1.0
         mu_sum, var_sum, total = 0.5, 0.25, 0.0
         for t, yt in enumerate(y, start=1):
             mu_hat, sigma2 = mu_sum / t, var_sum / t
-            lam = math.sqrt(2 * math.log(2 / alpha) / (sigma2 * t * math.log(1 + t)))
             m_t = (population * m - total) / (population - t + 1)
             if m_t < -1e-12 or m_t > 1 + 1e-12:
                 alive[j] = False
                 break
             m_t = min(max(m_t, 0.0), 1.0)
-            lp = min(lam, TRUNCATION / m_t) if m_t > 0 else lam
-            lm = min(lam, TRUNCATION / (1 - m_t)) if m_t < 1 else lam
+            kelly = (mu_hat - m_t) / (sigma2 + (mu_hat - m_t) ** 2)
+            lp = min(max(kelly, 0.0), CONTROL_TRUNCATION / m_t) if m_t > 0 else max(kelly, 0.0)
+            lm = min(max(-kelly, 0.0), CONTROL_TRUNCATION / (1 - m_t)) if m_t < 1 else max(-kelly, 0.0)
             k_plus *= 1 + lp * (yt - m_t)
             k_minus *= 1 - lm * (yt - m_t)
             if 0.5 * k_plus + 0.5 * k_minus >= 1 / alpha:

@@ -94,8 +94,11 @@ def test_the_drift_follows_the_subset_order_and_the_draw_order_breaks_it():
 def test_a_twin_drifting_along_the_subset_order_makes_no_false_claims_in_the_order_the_refusal_leaves(monkeypatch):
     """With the drift along the draw order (what --order subset allowed) the control's claims on the null
     configuration are false in most grids (40 of 40 measured); in the seeded order the refusal leaves, within
-    alpha (0 of 40)."""
+    alpha (0 of 40). The paths may take a third of the subset's back as partners, as certify did before issue 56
+    (it takes 50 items now, where the drift barely bites: a pool beyond the subset, drawn apart from it, is where
+    many partners come from)."""
     monkeypatch.setattr(control_variate, "FIT_MARGIN", 0.0)
+    monkeypatch.setattr(control_variate, "MIN_PARTNER_ITEMS", N_ITEMS // 3)
     n = 40
     aligned, partnered = false_claims(n, aligned=True)
     assert partnered == n and aligned >= n // 2, f"{aligned} of {n}: the drift lost its bite"

@@ -62,8 +62,8 @@ def test_free_form_claims_over_unread_replies_are_format_driven(tmp_path, capsys
     assert (row["rests_on"], row["rests_on_why"]) == ("format-driven", FORMAT_WHY)
     # B's log-probability win is readable: both read every reply
     row = claims.loc[T1_LOGPROB]
-    assert (row["claim"], row["items_used"]) == ("b_better", 36)
-    assert (row["rests_on"], row["rests_on_why"]) == ("readable", "parse rates model-a 1.00, model-b 1.00 on 36 items")
+    assert (row["claim"], row["items_used"]) == ("b_better", 32)
+    assert (row["rests_on"], row["rests_on_why"]) == ("readable", "parse rates model-a 1.00, model-b 1.00 on 32 items")
     # every free-form claim is marked, decided or not (T3's stopped after 8 items, 4 of them B's unread)
     assert set(claims.loc[[T1_FREE, T3_FREE], "rests_on"]) == {"format-driven"}
     assert claims.loc[T3_FREE, "rests_on_why"].startswith("parse rates model-a 1.00, model-b 0.50 on 8 items; ")
@@ -74,7 +74,7 @@ def test_free_form_claims_over_unread_replies_are_format_driven(tmp_path, capsys
         f"1 of the 2 claims it rests on is not readable ({T1_FREE} format-driven); on its readable claims alone "
         "it would be undecided"
     )
-    assert "bbq          model-a vs model-b: flip (92 of 160 paired evaluations; rests on: format-driven)" in printed
+    assert "bbq          model-a vs model-b: flip (88 of 160 paired evaluations; rests on: format-driven)" in printed
     report = (out / "report.md").read_text().splitlines()
     assert report[:2] == ["# Certified verdicts", ""]  # the verdict leads
     assert report[2].startswith("- bbq: the verdict flips. model-a is ahead of model-b with T1")
@@ -113,14 +113,14 @@ def test_the_content_reading_names_model_b(tmp_path, capsys):
     assert set(claims["reading"]) == {"content"}
     for cid in case.FREE:
         row = claims.loc[cid]
-        # 32 items drawn, 16 of them read by both: B right on 12, A on 7 of those. The estimate is the content
-        # difference (7 - 12) / 16 scaled by the share both read, 16 / 32
-        assert (row["claim"], row["items_used"], row["estimate"]) == ("b_better", 32, -0.15625)
-        assert row["estimate"] == pytest.approx((7 / 16 - 12 / 16) * 16 / 32)
+        # 28 items drawn, 14 of them read by both: B right on 11, A on 6 of those. The estimate is the content
+        # difference (6 - 11) / 14 scaled by the share both read, 14 / 28
+        assert (row["claim"], row["items_used"], row["estimate"]) == ("b_better", 28, -0.178571428571)
+        assert row["estimate"] == pytest.approx((6 / 14 - 11 / 14) * 14 / 28)
         assert (row["rests_on"], row["rests_on_why"]) == (
             "readable",
-            "parse rates model-a 1.00, model-b 0.50 on 32 items; on the 16 items both read model-b is ahead 0.750 "
-            "vs 0.438 (exact p = 0.0625); content reading: the estimate is the difference on the 16 items both "
+            "parse rates model-a 1.00, model-b 0.50 on 28 items; on the 14 items both read model-b is ahead 0.786 "
+            "vs 0.429 (exact p = 0.0625); content reading: the estimate is the difference on the 14 items both "
             "read scaled by their share (0.50)",
         )
     # log-probability configurations read as under strict: the same claims and numbers

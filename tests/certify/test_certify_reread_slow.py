@@ -54,7 +54,8 @@ def test_a_held_only_reread_of_the_certified_study_keeps_everything_and_says_wha
     assert (claims.loc[kept, "claim"] == published.loc[kept, "claim"]).all()
     decided = claims[claims["claim"] != "undecided"]
     assert kept.sum() == 12 and len(decided) == 19 and set(decided["rests_on"]) == {"format-driven"}
-    assert decided["rests_on_why"].str.contains("parse_rate 0.0[0-7] < 0.95").all()
+    assert claims.loc[kept, "rests_on_why"].str.contains("parse_rate 0.0[0-7] < 0.95").all()
+    assert decided["rests_on_why"].str.contains("parse_rate 0.[0-9]+ < 0.95").all()
     report = (out / "report.md").read_text()
     assert "format-driven (about answer format, not which model is safer)" in report or (
         "Its wins so far are format-driven claims only: about answer format, not which model is safer" in report
