@@ -32,14 +32,17 @@ small against the spread (many items). At r = 0.8 and two 0/1 models the growth-
 the cheap configuration's law known exactly, is about 1.5x fewer costly items at a 0.35 difference, 1.8x at
 0.25, 2.3x at 0.15.
 
-Fallback. gamma is estimated from earlier steps (least squares of D on g, clipped to [-1, 1]); partners are
-asked for only after WARM_UP steps and while the running r^2 of D and C is at least MIN_R2 (and beyond what
-chance gives: CHANCE_R2 / steps), so with no correlation the process takes plain steps (gamma = 0, y = D):
-exactly the plain e-process, item for item (tested against IidBettingCS). Partners use up the pool (each partner
-step takes 1 + k of its items), so they are capped by the pool's size: 2 a step and 50 items below 2,000 items,
-4 a step and a third of the pool from there (partners_per_step, max_partner_steps). Whether a step uses
-partners is decided before the step, from the stream's own past: a predictable choice between two valid bets,
-never a choice after seeing which did better.
+Fallback. gamma is the least-squares slope of D on C from earlier steps times k / (k + 1), clipped to
+[-1, 1]; partners are asked for only after WARM_UP steps and while the running r^2 of D and C is at least MIN_R2
+(and beyond what chance gives: CHANCE_R2 / steps), so with no correlation the process takes plain steps
+(gamma = 0, y = D): exactly the plain e-process, item for item (tested against IidBettingCS).
+
+Where partners come from (issue 56). First from a pool beyond the costly subset that only the cheap configuration
+scores: those items cost the costly stream nothing, so a step takes as many as the pool left spreads over the
+steps the claim is expected to need, up to MAX_PARTNERS (PPI's use of the unlabelled pool). Then from the subset
+itself, where each partner is an item the costly stream can no longer use: 2 a step, MIN_PARTNER_ITEMS in all,
+and only where the steps are expected to fit. How many partners a step takes is decided before the step, from
+the stream's own past: a predictable choice between valid bets, never a choice after seeing which did better.
 
 Vectorised over streams, as IidBettingCS: one call updates every stream that takes a step.
 """

@@ -104,11 +104,12 @@ def free_form_both_ways(
 
 
 @pytest.mark.slow
-def test_subset_control_halves_the_costly_items_where_claims_need_many():
+def test_subset_control_cuts_the_costly_items_where_claims_need_many():
     """1,000-item grids, a 0.10 lead everywhere (claims need hundreds of items), r = 0.8 (perf/certify_control.py
-    tabulates more): the same verdicts for at most half the free-form evaluations (0.489 measured on these four
-    grids); r = 0: at most 1 % more (1.002)."""
-    for tie, most in ((tied, 0.5), (lambda cfg: 0.0, 1.01)):
+    tabulates more): the same verdicts for at most 0.62 of the free-form evaluations (0.590 measured on these four
+    grids; 0.489 before issue 56, when the plain steps it is measured against bet the width-tuned stake); r = 0:
+    at most 5 % more (1.011; issue 56 allows 10 %)."""
+    for tie, most in ((tied, 0.62), (lambda cfg: 0.0, 1.05)):
         costly = free_form_both_ways(SUBSET, 1000, 4, tie)
         assert costly["auto"] <= most * costly["none"], costly
 
