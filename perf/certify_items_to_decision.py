@@ -7,7 +7,8 @@ The scenarios are the audit's: one pair of models over K = 48 configurations at 
 starts at alpha / (2K)); per seed, paired 0/1 answers that differ on a share D = 0.5 of items. "0/1 answers": one
 seed (greedy decoding); the fixed-n test is the exact sign test (analysis/paired/power.py). "5-seed means": a
 sampled configuration's item score is the mean of five seeds, the differences vary less (sd 0.31 at these leads);
-the fixed-n test is the paired z-test, n = ((z_{1 - alpha/2K} + z_0.8) sd / lead)^2 (the audit's 14, 28, 82).
+the fixed-n test is the paired z-test, n = ((z_{1 - alpha/2K} + z_0.8) sd / lead)^2 with the lead's own sd (the
+audit's 14, 28 and 82 took a null difference's, sd 0.32).
 certify's numbers come from its own sequences on simulated answers (safetyrepro/sequential/planning.py, checked
 against certify itself by tests/certify/test_plan_certify_56.py). "Kelly" is the median for a bettor that knows
 the law and bets the growth-optimal constant stake: no betting e-process claims sooner on average, so where its
