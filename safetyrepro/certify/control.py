@@ -11,8 +11,9 @@ A path per (costly configuration, pair of models). Both configurations draw the 
 (o_0, o_1, ...). Step j of the path takes the costly configuration's next item o_i from the front (both models'
 scores on it, and the cheap configuration's), and, when the path's own past asks for partners
 (ControlledBettingCS.partners_wanted), the next k items from the back of the order, o_{N-1}, o_{N-2}, ...,
-scored by the cheap configuration only (k at most 2 below a 2,000-item pool; from there as many as the pool spares
-beyond the costly stream's expected need, up to 16: PPI's use of the twin on the whole pool). Front and back
+scored by the cheap configuration only: first the items of a pool beyond the subset (`BenchmarkProblem.pool`, in a
+seeded order: as many a step as the pool left spreads over the claim's expected steps, up to 16, PPI's use of the
+twin on an unlabelled pool), then at most 2 a step and 50 items in all from the back of the order. Front and back
 never meet: the front stops where the back's partners begin, so a partner item is never a costly item of its
 path, and the costly configuration's own evaluations (a prefix of the order, as without the control) reach the
 back only when the path is spent. Which items a step uses is fixed by the path's past, so the path is one

@@ -38,7 +38,7 @@ THETA = 0.5  # weight of the gambler betting on "above m"
 TRUNCATION = 0.5  # width-tuned stakes at most c / m_t and c / (1 - m_t): the capital never drops below (1 - c) a step
 # growth-rate stakes' c: where the differences vary little the Kelly stake is large and c = 1/2 would cap it (issue 56:
 # five-seed means of a 0.25 lead, 82 items to a claim at 1/2, 54 at 0.9; on 0/1 answers 0.9 costs about 2 %)
-CONTROL_TRUNCATION = 0.9
+GROWTH_TRUNCATION = 0.9
 STAKES = ("growth", "width")
 MAX_GRID = 20_001  # candidates per stream (bounds on memory: streams x grid floats)
 
@@ -117,7 +117,7 @@ class WorBettingCS:
         known for every item), so its mean given the earlier draws is exactly zero; |deviation| <=
         `deviation_span`, and `gamma` is its coefficient, fixed from earlier draws. Each gambler then bets on
         y - m_t - gamma deviation, still a martingale difference at the true mean, with the stakes truncated to
-        its wider range at CONTROL_TRUNCATION and set by the growth-rate plug-in. A stream without a control
+        its wider range at GROWTH_TRUNCATION and set by the growth-rate plug-in. A stream without a control
         (deviation_span 0) takes the plain step, bit for bit."""
         s = np.asarray(streams, dtype=np.int64)
         if len(s) == 0:
@@ -143,13 +143,13 @@ class WorBettingCS:
         above = 1 - m_t + (np.abs(g) * w)[:, None]
         if self.stakes == "growth":  # every step, controlled or not (issue 56)
             lam_p, lam_m = growth_stakes(mu_hat, sigma2, m_t)
-            c = np.full((len(s), 1), CONTROL_TRUNCATION)
+            c = np.full((len(s), 1), GROWTH_TRUNCATION)
         else:  # the width-tuned stake, a controlled step's the growth-rate one within its wider range
             controlled = (w > 0)[:, None]
             grow_p, grow_m = growth_stakes(mu_hat, sigma2, m_t)
             lam_p = np.where(controlled, grow_p, lam[:, None])
             lam_m = np.where(controlled, grow_m, lam[:, None])
-            c = np.where(controlled, CONTROL_TRUNCATION, TRUNCATION)
+            c = np.where(controlled, GROWTH_TRUNCATION, TRUNCATION)
         with np.errstate(divide="ignore", invalid="ignore"):
             lam_plus = np.minimum(lam_p, np.where(below > 0, c / below, np.inf))
             lam_minus = np.minimum(lam_m, np.where(above > 0, c / above, np.inf))
@@ -261,7 +261,7 @@ class IidBettingCS(GridEProcesses):
     the whole composite null "mean <= m", and K-(m) for "mean >= m".
 
     `stakes`: "growth" (the default, issue 56) sets each candidate's stake by the growth-rate plug-in (aGRAPA,
-    Waudby-Smith & Ramdas Sect. 5.1, `growth_stakes`), c = CONTROL_TRUNCATION: a claim is a test at a small
+    Waudby-Smith & Ramdas Sect. 5.1, `growth_stakes`), c = GROWTH_TRUNCATION: a claim is a test at a small
     alpha / (2 K), and the Kelly stake for the candidate tested grows fastest there (a 0.15 lead on 0/1 answers
     at discordance 0.5: a median 387 items to the claim where the width-tuned stake needs 479; perf/
     certify_items_to_decision.md). "width" keeps the predictable plug-in tuned for a narrow interval, the same
@@ -294,7 +294,7 @@ class IidBettingCS(GridEProcesses):
         points = np.concatenate([np.linspace(0.0, 1.0, grid_points), [self._y_scalar(x) for x in extra]])
         self.grid = np.unique(np.round(points, 12))
         g = len(self.grid)
-        c = CONTROL_TRUNCATION if stakes == "growth" else TRUNCATION
+        c = GROWTH_TRUNCATION if stakes == "growth" else TRUNCATION
         with np.errstate(divide="ignore"):  # the stakes' caps c / m and c / (1 - m), fixed per candidate
             self._cap_plus = np.where(self.grid > 0, c / self.grid, np.inf)
             self._cap_minus = np.where(self.grid < 1, c / (1 - self.grid), np.inf)

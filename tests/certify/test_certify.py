@@ -24,7 +24,7 @@ from safetyrepro.certify.algorithm import (
 from safetyrepro.certify.replay import contradicted, load_replay
 from safetyrepro.cli import main
 from safetyrepro.grid.grid_io import common_configurations, validate_cells
-from safetyrepro.sequential.confidence_sequence import CONTROL_TRUNCATION, WorBettingCS
+from safetyrepro.sequential.confidence_sequence import GROWTH_TRUNCATION, WorBettingCS
 from safetyrepro.tasks.envelope import default_rules
 
 RULES = default_rules()
@@ -141,8 +141,8 @@ def _reference_bounds(y: np.ndarray, population: int, alpha: float, grid: np.nda
                 break
             m_t = min(max(m_t, 0.0), 1.0)
             kelly = (mu_hat - m_t) / (sigma2 + (mu_hat - m_t) ** 2)
-            lp = min(max(kelly, 0.0), CONTROL_TRUNCATION / m_t) if m_t > 0 else max(kelly, 0.0)
-            lm = min(max(-kelly, 0.0), CONTROL_TRUNCATION / (1 - m_t)) if m_t < 1 else max(-kelly, 0.0)
+            lp = min(max(kelly, 0.0), GROWTH_TRUNCATION / m_t) if m_t > 0 else max(kelly, 0.0)
+            lm = min(max(-kelly, 0.0), GROWTH_TRUNCATION / (1 - m_t)) if m_t < 1 else max(-kelly, 0.0)
             k_plus *= 1 + lp * (yt - m_t)
             k_minus *= 1 - lm * (yt - m_t)
             if 0.5 * k_plus + 0.5 * k_minus >= 1 / alpha:
