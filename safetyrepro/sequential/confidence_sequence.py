@@ -134,7 +134,6 @@ class WorBettingCS:
         t = self.t[s] + 1  # this draw's index (1-based)
         mu_hat = self.mu_sum[s] / t  # plug-in mean before this draw
         sigma2 = self.var_sum[s] / t
-        lam = np.sqrt(2 * np.log(2 / self.alpha) / (sigma2 * t * np.log1p(t)))
         remaining = (self.N - t + 1).astype(float)
         m_t = (self.N * self.grid[None, :] - self.total[s][:, None]) / remaining[:, None]
         feasible = (m_t >= -1e-12) & (m_t <= 1 + 1e-12)
@@ -145,6 +144,7 @@ class WorBettingCS:
             lam_p, lam_m = growth_stakes(mu_hat, sigma2, m_t)
             c = np.full((len(s), 1), GROWTH_TRUNCATION)
         else:  # the width-tuned stake, a controlled step's the growth-rate one within its wider range
+            lam = np.sqrt(2 * np.log(2 / self.alpha) / (sigma2 * t * np.log1p(t)))
             controlled = (w > 0)[:, None]
             grow_p, grow_m = growth_stakes(mu_hat, sigma2, m_t)
             lam_p = np.where(controlled, grow_p, lam[:, None])
