@@ -261,11 +261,11 @@ def _wor_stops(d, c, alpha: float, mode: str) -> np.ndarray:
 
 def _iid_stops(d, c, partners, alpha: float, mode: str, pool: int) -> np.ndarray:
     """Items to a claim of each ControlledBettingCS stream on a large pool: plain steps, partner steps with gamma
-    forced to 0 (their aGRAPA stake, no control), or the control as certify runs it (wants_partners)."""
+    forced to 0 (their aGRAPA stake, no control), or the control as certify runs it (partners_wanted)."""
     from safetyrepro.sequential.control_variate import ControlledBettingCS
 
     streams, n = d.shape
-    cs = ControlledBettingCS(streams, alpha, pool=pool, beyond=pool)  # partners from a pool beyond the subset
+    cs = ControlledBettingCS(streams, alpha, beyond=pool)  # partners from a pool beyond the subset
     if mode == "stake":
         cs.gamma = lambda s, k: np.zeros(len(np.atleast_1d(s)))  # type: ignore[method-assign]
     stop = np.full(streams, n)

@@ -156,9 +156,7 @@ class Control(_Paths):
         n = len(self.row)
         self.P = len(pool)  # items beyond the subset, scored by the twins only: partners first come from them
         self.source = [str(i) for i in pool] + self.items[::-1]  # where partners come from, in the order taken
-        self.bank = ControlledBettingCS(
-            n, alpha_side, extra=population_candidates(delta), delta=delta, pool=self.N, beyond=self.P
-        )
+        self.bank = ControlledBettingCS(n, alpha_side, extra=population_candidates(delta), delta=delta, beyond=self.P)
         self.k = self.bank.k  # the most partners a step takes
         self.pos = np.zeros(n, dtype=np.int64)  # the next costly item, from the front
         self.back = np.zeros(n, dtype=np.int64)  # partner items taken from the source (the pool, then the back)

@@ -98,13 +98,10 @@ class ControlledBettingCS(GridEProcesses):
         grid_points: int = 201,
         extra: tuple[float, ...] = (),
         delta: float = 0.0,
-        pool: int | None = None,
         beyond: int = 0,
     ):
         if not 0 < alpha < 1:
             raise ValueError(f"alpha {alpha} must be in (0, 1)")
-        if pool is not None and pool < 1:
-            raise ValueError(f"a stream's pool holds at least one item (pool={pool})")
         if beyond < 0:
             raise ValueError(f"items beyond the subset: {beyond}")
         self.alpha, self.delta = float(alpha), float(delta)
@@ -165,9 +162,6 @@ class ControlledBettingCS(GridEProcesses):
         chosen = np.where(beyond_left > 0, spread, back)
         correlated = r2 >= np.maximum(MIN_R2, CHANCE_R2 / n)
         return np.where((self.t[s] >= WARM_UP) & correlated, chosen, 0)
-
-    def wants_partners(self, streams, fresh_left, beyond_left=0) -> np.ndarray:
-        return self.partners_wanted(streams, fresh_left, beyond_left) > 0
 
     def gamma(self, streams, k) -> np.ndarray:
         """The coefficient a step of each stream with k partners would use now (from earlier steps only): the

@@ -79,14 +79,14 @@ def test_partners_are_asked_for_only_after_the_warm_up_with_correlation_and_room
     cs = cv.ControlledBettingCS(2, 0.05)
     s = np.arange(2)
     for t in range(cv.WARM_UP):
-        assert not cs.wants_partners(s, np.full(2, 300)).any()
+        assert not (cs.partners_wanted(s, np.full(2, 300)) > 0).any()
         cs.update(s, d[:, t], c[:, t])
-    assert cs.wants_partners(s, np.full(2, 300)).all()  # r^2 about 0.8
-    assert not cs.wants_partners(s, np.full(2, cv.K_PARTNERS)).any()  # no room for a partner step
+    assert (cs.partners_wanted(s, np.full(2, 300)) > 0).all()  # r^2 about 0.8
+    assert not (cs.partners_wanted(s, np.full(2, cv.K_PARTNERS)) > 0).any()  # no room for a partner step
     flat = cv.ControlledBettingCS(1, 0.05)
     for t in range(30):  # C independent of D: r^2 stays small
         flat.update([0], [d[0, t]], [rng.choice([-1.0, 0.0, 1.0])])
-    assert flat.r2([0])[0] < cv.MIN_R2 and not flat.wants_partners([0], [300])[0]
+    assert flat.r2([0])[0] < cv.MIN_R2 and not flat.partners_wanted([0], [300])[0] > 0
     with pytest.raises(ValueError, match="warm-up"):
         cv.ControlledBettingCS(1, 0.05).update([0], [0.0], [0.0], [[0.0] * cv.K_PARTNERS])
 
@@ -121,8 +121,8 @@ def test_partners_come_from_the_pool_beyond_the_subset_spread_over_the_claim_and
     assert 1 <= short[0] <= 10 and 1 <= short[1] <= 3 and short[2] in (0, 1, 2)  # the third: the subset's back
     cs.partner_items_back[:] = cv.MIN_PARTNER_ITEMS - 1
     assert (cs.partners_wanted(s, np.full(3, 300)) <= 1).all()  # the back's 50 items are nearly spent
-    with pytest.raises(ValueError, match="at least one item"):
-        cv.ControlledBettingCS(1, 0.05, pool=0)
+    with pytest.raises(ValueError, match="items beyond the subset"):
+        cv.ControlledBettingCS(1, 0.05, beyond=-1)
 
 
 def test_the_control_decides_sooner_where_d_and_c_correlate_and_never_later_where_they_do_not():
