@@ -28,6 +28,16 @@ def scores(reply: Any, choices: list[Any], answer: Any) -> dict[str, float]:
     }
 
 
+# the right choice's text, from the task's choices c and target t (an index into them, or the text itself): the one
+# rule both the twin's shown target (its doc_to_target) and its score read
+ANSWER = "c[t] if t is number else t"
+
+
+def bound(choices: str, target: str, expression: str) -> str:
+    """A Jinja template that binds the task's choice and target expressions to c and t, then prints `expression`."""
+    return f"{{% set c = {choices} %}}{{% set t = {target} %}}{{{{ {expression} }}}}"
+
+
 @dataclass(frozen=True)
 class Scorer:
     """lm-eval's `process_results(doc, results)` for one twin: the task's choice and target expressions (Jinja, as
@@ -39,12 +49,8 @@ class Scorer:
     def __call__(self, doc: dict, results: list[Any]) -> dict[str, float]:
         from lm_eval.utils import apply_template  # lm-eval's own rendering of a task YAML's Jinja
 
-        found = json.loads(
-            apply_template(f"{{% set c = {self.choices} %}}{{% set t = {self.target} %}}{{{{ [c, t] | tojson }}}}", doc)
-        )
-        choices, target = list(found[0]), found[1]
-        answer = choices[target] if isinstance(target, int) and not isinstance(target, bool) else target
-        return scores(results[0] if results else "", choices, answer)
+        choices, answer = json.loads(apply_template(bound(self.choices, self.target, f"[c, ({ANSWER})] | tojson"), doc))
+        return scores(results[0] if results else "", list(choices), answer)
 
 
 def module_text(task: str, choices: str, target: str) -> str:

@@ -16,7 +16,7 @@ from safetyrepro.compat.lm_eval import no_request_building_bar, quiet_logs
 from safetyrepro.errors import UserError
 
 from .envelope import OWN_TEMPLATE, TaskConfig, TaskEnvelope, TaskFacts, TaskRef
-from .generated import module_text
+from .generated import ANSWER, bound, module_text
 
 VARIANT_SEP = "__"  # a declared template's task is `<task>__<template>`
 JINJA_ONE = re.compile(r"\{\{(?P<expr>(?:(?!\{\{|\}\}).)+)\}\}", re.DOTALL)  # one {{ expression }}, nothing else
@@ -205,7 +205,7 @@ def generated_twin(task: str, doc_to_choice: Any, doc_to_target: Any, module: st
     choices, target = _expression(doc_to_choice, "doc_to_choice"), _expression(doc_to_target, "doc_to_target")
     keys = {
         "output_type": "generate_until",
-        "doc_to_target": f"{{% set c = {choices} %}}{{% set t = {target} %}}{{{{ c[t] if t is number else t }}}}",
+        "doc_to_target": bound(choices, target, ANSWER),
         "doc_to_choice": None,
         "process_results": Function(f"{module}.process_results"),
         "generation_kwargs": {"until": ["\n"], "do_sample": False, "max_gen_toks": 32},
