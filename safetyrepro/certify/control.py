@@ -243,7 +243,8 @@ class Control(_Paths):
         soon = t < WARM_UP <= t + steps and float(self.bank.r2(np.array([row]))[0]) >= MIN_R2  # its warm-up ends
         k = max(int(self.want[row]), 1 if soon else 0)  # the steps to come take as many as the next (a guess)
         if steps and k:
-            partners = [i for i in self._partners(row, steps, k) if i not in self.items[int(self.pos[row]) : upto]]
+            front = set(self.items[int(self.pos[row]) : upto])  # the costly items these steps take
+            partners = [i for i in self._partners(row, steps, k) if i not in front]
         models = self.pairs[slot]
         return [(m, twin, upto) for m in models], [(m, twin, partners) for m in models if partners]
 
