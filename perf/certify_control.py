@@ -142,6 +142,8 @@ POOL_SCENARIOS = {  # the population target: a 2,000-item subset whose twins sco
     "0.15 lead (0.65 vs 0.50)": ((2000, 18000), lambda cfg, m: 0.65 if m == "a" else 0.50),
     "0.10 lead (0.60 vs 0.50)": ((2000, 18000), lambda cfg, m: 0.60 if m == "a" else 0.50),
     "0.15 lead, 300 of 1,500": ((300, 1200), lambda cfg, m: 0.65 if m == "a" else 0.50),
+    "0.15 lead, no pool": ((2000, 0), lambda cfg, m: 0.65 if m == "a" else 0.50),  # partners from the back only
+    "0.10 lead, no pool": ((2000, 0), lambda cfg, m: 0.60 if m == "a" else 0.50),
 }
 
 
@@ -155,10 +157,33 @@ def population_pools(grids: int) -> tuple[list[str], list[dict]]:
     return by_pool(grids, POOL_SCENARIOS, "population")
 
 
+def grid_ceiling(problem, oracle, plain) -> float:
+    """The most any control variate could save on this grid, as a share of the free-form evaluations: each
+    free-form configuration's growth_ceiling on its own (D, C) law over the grid's items (subset and pool; five-seed
+    means where it samples: their ceiling is far lower than greedy 0/1 answers'), weighted by the evaluations
+    the plain run (`plain`, --control none) spent on it. Growth rates set expected items to a claim only when
+    claims need many items, so read it as a bound where they do."""
+    items = list(problem.item_ids) + list(problem.pool)
+    a, b = problem.models
+    spent = {cid: len(v) for (_, cid, model), v in plain.evaluated.items() if model == a}
+    total = shares = 0.0
+    for cid, twin in pairings(None, problem.config_ids).items():
+        d = oracle(problem.benchmark, cid, a, items) - oracle(problem.benchmark, cid, b, items)
+        c = oracle(problem.benchmark, twin, a, items) - oracle(problem.benchmark, twin, b, items)
+        sign = 1.0 if d.mean() >= 0 else -1.0  # the ceiling against "theta <= 0" of the leading side
+        law = pd.DataFrame({"d": np.round(sign * d, 9), "c": np.round(sign * c, 9)}).value_counts()
+        dd, cc = (np.array([key[i] for key in law.index]) for i in (0, 1))
+        rate, best = growth_ceiling(dd, cc, law.to_numpy(float))
+        total += spent.get(cid, 0)
+        shares += spent.get(cid, 0) * (rate / best if best > 0 else 1.0)
+    return shares / total if total else 1.0
+
+
 def by_pool(grids: int, scenarios: dict, target: str) -> tuple[list[str], list[dict]]:
     lines = [
         f"{'scenario':<26} {'items':>5} {'r':>4} {'control':<7} {'verdicts':<26} {'same':>4} {'claims':>6} "
         f"{'costly':>8} {'share':>6} {'cheap':>8} {'model time':>10} {'share':>6}"
+        + (f" {'ceiling':>7}" if target == "population" else "")
     ]
     rows = []
     for name, (size, acc) in scenarios.items():
@@ -173,6 +198,7 @@ def by_pool(grids: int, scenarios: dict, target: str) -> tuple[list[str], list[d
             measured = np.mean([np.mean(list(twin_correlation(_short(p), o).values())) for p, o, _ in worlds])
             base: dict[str, float] = {}
             verdicts: dict[str, list[str]] = {}
+            ceiling: list[tuple[float, int]] = []  # per grid: its ceiling share, the plain run's costly evaluations
             for control in ("none", "auto"):
                 costly = cheap = claims = 0
                 spent, said = 0.0, []
@@ -181,6 +207,8 @@ def by_pool(grids: int, scenarios: dict, target: str) -> tuple[list[str], list[d
                     options = CertifyOptions(seed=g, round_seconds=60.0, control=control, target=target)
                     result = certify([_short(problem)], costed, options)
                     c, k = costly_and_cheap(result)
+                    if control == "none" and target == "population":
+                        ceiling.append((grid_ceiling(_short(problem), oracle, result), c))
                     costly, cheap, spent = costly + c, cheap + k, spent + costed.spent()
                     claims += sum(x.claim != "undecided" for x in result.claims)
                     said.append(result.pairs[0].verdict)
@@ -192,7 +220,7 @@ def by_pool(grids: int, scenarios: dict, target: str) -> tuple[list[str], list[d
                 lines.append(
                     f"{name:<26} {n_items:>5} {abs(measured):>4.2f} {control:<7} {counted:<26} {same:>4} {claims:>6} "
                     f"{costly:>8,} {costly / base['costly']:>6.3f} {cheap:>8,} {spent:>10,.0f} "
-                    f"{spent / base['time']:>6.3f}"
+                    f"{spent / base['time']:>6.3f}" + (f" {_weighted(ceiling):>7.3f}" if ceiling else "")
                 )
                 rows.append(
                     dict(scenario=name, items=n_items, r=r, control=control, costly=costly, cheap=cheap, time=spent)
@@ -200,17 +228,26 @@ def by_pool(grids: int, scenarios: dict, target: str) -> tuple[list[str], list[d
     return lines, rows
 
 
-def _joint(pa: float, pb: float, q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The law of (D, C) for one item: each model's log-probability answer ~ Bernoulli(p), its free-form answer
-    the same with probability q, else a fresh Bernoulli(p); the two models independent."""
+def _weighted(ceiling: list[tuple[float, int]]) -> float:
+    """The grids' ceiling shares, weighted by their plain runs' costly evaluations (as the table's share sums)."""
+    total = sum(n for _, n in ceiling)
+    return sum(share * n for share, n in ceiling) / total if total else 1.0
+
+
+def _joint(pa: float, pb: float, q: float, seeds: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The law of (D, C) for one item: each model's log-probability answer ~ Bernoulli(p), each of its `seeds`
+    free-form answers that answer with probability q, else a fresh Bernoulli(p), D the difference of the seed
+    means; the two models independent (greedy: one seed, q = 0.8; sampled: five seeds, q = 0.51, copy_for)."""
+    from math import comb
 
     def model(p):
-        out = {}
+        out: dict[tuple[float, int], float] = {}
         for lp in (0, 1):
-            for ff in (0, 1):
-                p_lp = p if lp else 1 - p
-                p_ff = q * (ff == lp) + (1 - q) * (p if ff else 1 - p)
-                out[(ff, lp)] = p_lp * p_ff
+            p_lp = p if lp else 1 - p
+            one = q * lp + (1 - q) * p  # a seed's free-form answer is right
+            for right in range(seeds + 1):
+                key = (right / seeds, lp)
+                out[key] = out.get(key, 0.0) + p_lp * comb(seeds, right) * one**right * (1 - one) ** (seeds - right)
         return out
 
     d, c, w = [], [], []
@@ -314,10 +351,17 @@ def stakes(streams: int = 40) -> list[str]:
 
 
 def ceilings() -> list[str]:
-    lines = [f"{'accuracies':<12} {'difference':>10} {'plain':>7} {'ceiling':>7} {'most saved':>10}  (r = 0.8, greedy)"]
+    lines = [
+        f"{'accuracies':<12} {'difference':>10} {'decoding':<20} {'plain':>7} {'ceiling':>7} {'most saved':>10} "
+        f"{'least share':>11}  (r = 0.8)"
+    ]
     for pa, pb in ((0.75, 0.40), (0.70, 0.45), (0.65, 0.50), (0.60, 0.50)):
-        plain, best = growth_ceiling(*_joint(pa, pb, 0.8))
-        lines.append(f"{pa:.2f} / {pb:.2f}  {pa - pb:>10.2f} {plain:>7.4f} {best:>7.4f} {best / plain:>9.2f}x")
+        for decoding, q, seeds in (("greedy", 0.8, 1), ("sampled, 5-seed mean", 0.51, 5)):
+            plain, best = growth_ceiling(*_joint(pa, pb, q, seeds))
+            lines.append(
+                f"{pa:.2f} / {pb:.2f}  {pa - pb:>10.2f} {decoding:<20} {plain:>7.4f} {best:>7.4f} "
+                f"{best / plain:>9.2f}x {plain / best:>11.2f}"
+            )
     return lines
 
 
