@@ -223,7 +223,16 @@ def by_pool(grids: int, scenarios: dict, target: str) -> tuple[list[str], list[d
                     f"{spent / base['time']:>6.3f}" + (f" {_weighted(ceiling):>7.3f}" if ceiling else "")
                 )
                 rows.append(
-                    dict(scenario=name, items=n_items, r=r, control=control, costly=costly, cheap=cheap, time=spent)
+                    dict(
+                        scenario=name,
+                        items=n_items,
+                        r=r,
+                        control=control,
+                        costly=costly,
+                        cheap=cheap,
+                        time=spent,
+                        ceiling=_weighted(ceiling) if ceiling else np.nan,
+                    )
                 )
     return lines, rows
 
@@ -498,11 +507,17 @@ def subset_figure(rows: list[dict], path: Path) -> None:
             share.append(float(frame[pick & (frame.control == "auto")][what].iloc[0]) / base)
         label = f"{'free-form evaluations' if what == 'costly' else 'model time'}, r = {r:g}"
         ax.bar(x + (j - 1) * 0.27, share, 0.27, color=colour, label=label)
+    ceiling = frame[(frame.r == 0.8) & (frame.control == "none")].set_index("scenario")["ceiling"]
+    if ceiling.notna().any():  # the population target's grids: the least share any e-process could reach
+        for i, name in enumerate(names):
+            ax.plot([i - 0.4, i - 0.13], [ceiling[name]] * 2, color="black", linestyle=":", linewidth=1.5)
+        ax.plot([], [], color="black", linestyle=":", label="ceiling, r = 0.8 (any e-process)")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.axhline(0.5, color="tab:red", linewidth=0.8, linestyle="--", label="half (the issue's target)")
-    ax.set_xticks(x, [f"{n.split(' (')[0]}\n{items[n]:,} items" for n in names], fontsize=8)
+    ax.set_xticks(x, [f"{n.split(' (')[0].replace(', ', chr(10))}\n{items[n]:,} items" for n in names], fontsize=8)
     ax.set_ylabel("share of --control none")
-    target = "--target subset" if path.name.endswith("subset.png") else "--target population, large pools,"
+    population = "--target population, pools beyond the subset or none,"
+    target = "--target subset" if path.name.endswith("subset.png") else population
     ax.set_title(f"{target} --control auto: the same verdicts, as a share of without the control", fontsize=9)
     ax.legend(fontsize=7, loc="lower left")
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=130, bbox_inches="tight"), root=path.parent)
