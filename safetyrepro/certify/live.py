@@ -141,7 +141,7 @@ class LiveRun:
             earlier.insert(0, (own, previous))
             self.oracle.costs.earlier_pieces = previous
             self.resumed = True
-        items = {str(i) for q in self.problems for i in q.item_ids}
+        items = {str(i) for q in self.problems for i in (*q.item_ids, *q.pool)}  # a rerun keeps its partner items
         for path, made in earlier:
             frame = read_records(path)
             if path != own:
@@ -207,12 +207,14 @@ def chosen_validly(
     if selection == "none":
         return problems
     if selection == "records":
-        return tuple(
-            dataclasses.replace(
-                p, excluded={cid: frozenset(looked_at[cid]) for cid in p.config_ids if looked_at.get(cid)}
-            )
-            for p in problems
-        )
+        out = []
+        for p in problems:
+            seen = set().union(*(looked_at.get(cid, ()) for cid in p.config_ids))
+            excluded = {cid: frozenset(looked_at[cid]) for cid in p.config_ids if looked_at.get(cid)}
+            # an item whose scores chose the configurations would bias the twin's partner scores too
+            pool = tuple(i for i in p.pool if i not in seen)
+            out.append(dataclasses.replace(p, excluded=excluded, pool=pool))
+        return tuple(out)
     if selection != "family":
         raise ValueError(f"selection {selection!r}")
     o = sweep_options
@@ -241,10 +243,10 @@ def seen_in_cache(
     problems: tuple[BenchmarkProblem, ...],
     own: set[tuple[str, str, str]],
 ) -> dict[str, set[str]]:
-    """config -> the items of this run's subset that the outputs cache says some sweep or certify run
-    evaluated on it (for any of this run's models), less the folder's own records `own`. Items outside the
-    subset are left out: looking at them biases no evidence."""
-    items = {str(i) for p in problems for i in p.item_ids}
+    """config -> the items of this run's subset and of its pool beyond it (the twins' partner items) that the
+    outputs cache says some sweep or certify run evaluated on it (for any of this run's models), less the folder's
+    own records `own`. Items outside both are left out: looking at them biases no evidence."""
+    items = {str(i) for p in problems for i in (*p.item_ids, *p.pool)}
     seen: dict[str, set[str]] = {}
     for model, cid in cells:
         found = {i for i in cache.items_noted(model, cid) & items if (model, cid, i) not in own}

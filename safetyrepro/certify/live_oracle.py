@@ -78,9 +78,13 @@ class LiveOracle(Oracle):
             configs = tuple(dict.fromkeys(c.config.config_id for c in cells))
             items = self.sweep.items_for(benchmark)
             ids = tuple(cell_item_ids(items, spec.limit))
+            # the rest of the fixed subset beyond --limit: drawn and ordered as the first N (a seeded stratified
+            # draw, shuffled), so its items are draws like theirs; with --control auto the cheap twins score
+            # them as partner items (issue 56), and nothing else reads them
+            pool = tuple(cell_item_ids(items, None)[len(ids) :])
             lattice = self._lattice(benchmark, cells)
             self._lattices[benchmark] = lattice
-            out.append(BenchmarkProblem(benchmark, configs, tuple(spec.models), ids, lattice))
+            out.append(BenchmarkProblem(benchmark, configs, tuple(spec.models), ids, lattice, pool=pool))
         return tuple(out)
 
     def _lattice(self, benchmark: str, cells) -> int:
