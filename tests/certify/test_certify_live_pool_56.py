@@ -12,6 +12,7 @@ import numpy as np
 
 from safetyrepro.certify.algorithm import CertifyOptions, certify
 from safetyrepro.certify.live import LiveOracle, chosen_validly
+from safetyrepro.certify.outputs import _control_lines
 from safetyrepro.sweep.plan import Cell
 
 FREE, TWIN = "truthfulqa/T1/greedy/0shot/free_form", "truthfulqa/T1/greedy/0shot/logprob"
@@ -85,6 +86,8 @@ def test_the_rest_of_the_subset_beyond_limit_is_the_twins_partner_pool():
     did = result.control["truthfulqa"]
     assert did["pool_beyond_subset"] == 400 and did["partner_steps"] > 0
     assert did["partner_items_evaluated"] == 2 * len(partners)  # both models' twin on each partner item
+    (line,) = [x for x in _control_lines(result) if x]
+    assert f"{2 * len(partners):,} partner model evaluations of the twins, first from the 400 items beyond" in line
     free = [c for c in result.claims if c.config_id == FREE]
     assert free[0].claim == "a_better" and free[0].n_full == 200  # partners cost the costly stream no item
 
