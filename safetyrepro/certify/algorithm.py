@@ -282,11 +282,12 @@ def pair_decision(claims: Sequence[str]) -> str:
     return "equivalent"
 
 
+MIN_AUTO_BATCH = 4  # items a round at least, automatic batches (a call's overhead is worth a few items)
 MAX_AUTO_BATCH = 50  # N / 30 is 667 items a round on a 20,000-item pool, far past where most claims end
 
 
 def _batch(options: CertifyOptions, n: int) -> int:
-    return options.batch if options.batch > 0 else min(max(4, math.ceil(n / 30)), MAX_AUTO_BATCH)
+    return options.batch if options.batch > 0 else min(max(MIN_AUTO_BATCH, math.ceil(n / 30)), MAX_AUTO_BATCH)
 
 
 def family_size(problems: Sequence[BenchmarkProblem]) -> int:
@@ -495,17 +496,18 @@ def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
             per_item, _ = _stream_cost(b, s, 1, cost_of, None)
             if b.control is not None and b.control.controls(s.config_id):  # priced after the control (issue 45)
                 per_item, _, variance = _control_price(b, s, t + 1, per_item, 0.0, variance, cost_of)
-            decide = per_item * max(items_to_decide(t, mean, variance, n, log_inv_alpha, options.delta) - t, 1.0)
+            need = max(items_to_decide(t, mean, variance, n, log_inv_alpha, options.delta) - t, 1.0)
+            decide = per_item * need
             exact = options.target == "subset"
             odds = {d: win_odds(t, mean, variance, n, log_inv_alpha, d, exact) for d in needed}
             # a stream is fed a batch at a time: a win expected in fewer items still costs one batch
             least = min(size[bi], n - t)
             hunt = {d: per_item * max(items - t, least) / max(p, 1e-9) for d, (p, items) in odds.items()}
-            rows.append((s, decide, hunt))
+            rows.append((s, decide, hunt, need))
         if not rows:
             continue
-        stable = sum(decide for _, decide, _ in rows)
-        best = {d: min(hunt[d] for _, _, hunt in rows) for d in needed}
+        stable = sum(decide for _, decide, _, _ in rows)
+        best = {d: min(hunt[d] for _, _, hunt, _ in rows) for d in needed}
         flip = sum(best.values())
         if flip < stable:
             # the minority's win (the dearer one) first, alone: without it the other win buys no flip
@@ -513,10 +515,15 @@ def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
             picks = [(min(rows, key=lambda r: r[2][minority])[0], best[minority])]
             pair_cost = flip
         else:
-            picks = [(s, decide) for s, decide, _ in rows]
+            picks = [(s, decide) for s, decide, _, _ in rows]
             pair_cost = stable
+        needs = {s.index: need for s, _, _, need in rows}
         for s, own in picks:
             k = min(_hunt_batch(size[bi], b.t(s), hunting=flip < stable), b.n(s) - b.t(s))
+            if options.batch == 0 and flip >= stable:
+                # an automatic batch plans no further than the claim the stream expects (optimistic while few
+                # items are in): at 50 items a round, claims of 100-300 items overshot by a quarter (issue 56)
+                k = min(k, max(MIN_AUTO_BATCH, math.ceil(needs[s.index])))
             _, now = _stream_cost(b, s, k, cost_of, held_of)
             if b.control is not None and b.control.controls(s.config_id):  # the cheap twin's items too
                 _, now, _ = _control_price(b, s, b.t(s) + k, 0.0, now, 0.0, cost_of)
