@@ -512,18 +512,18 @@ def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
         if flip < stable:
             # the minority's win (the dearer one) first, alone: without it the other win buys no flip
             minority = max(needed, key=lambda d: best[d])
-            picks = [(min(rows, key=lambda r: r[2][minority])[0], best[minority])]
+            row = min(rows, key=lambda r: r[2][minority])
+            picks = [(row[0], best[minority], row[3])]
             pair_cost = flip
         else:
-            picks = [(s, decide) for s, decide, _, _ in rows]
+            picks = [(s, decide, need) for s, decide, _, need in rows]
             pair_cost = stable
-        needs = {s.index: need for s, _, _, need in rows}
-        for s, own in picks:
+        for s, own, need in picks:
             k = min(_hunt_batch(size[bi], b.t(s), hunting=flip < stable), b.n(s) - b.t(s))
             if options.batch == 0 and flip >= stable:
                 # an automatic batch plans no further than the claim the stream expects (optimistic while few
                 # items are in): at 50 items a round, claims of 100-300 items overshot by a quarter (issue 56)
-                k = min(k, max(MIN_AUTO_BATCH, math.ceil(needs[s.index])))
+                k = min(k, max(MIN_AUTO_BATCH, math.ceil(need)))
             _, now = _stream_cost(b, s, k, cost_of, held_of)
             if b.control is not None and b.control.controls(s.config_id):  # the cheap twin's items too
                 _, now, _ = _control_price(b, s, b.t(s) + k, 0.0, now, 0.0, cost_of)
