@@ -4,6 +4,7 @@ and seed, a cell's score the mean of its seeds' shares; imported by name."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -287,3 +288,15 @@ def twin_correlation(problem, oracle) -> dict[str, float]:
         c = oracle(problem.benchmark, twin, a, ids) - oracle(problem.benchmark, twin, b, ids)
         out[cid] = float(np.corrcoef(d, c)[0, 1])
     return out
+
+
+@dataclass(frozen=True)
+class StandInRecord:
+    """What a stand-in driver's run_cell returns per item and seed (the live oracle reads these fields)."""
+
+    item_id: str
+    seed: int
+    item_score: float
+
+    def to_dict(self):
+        return {"item_id": self.item_id, "seed": self.seed, "item_score": self.item_score}

@@ -5,10 +5,10 @@ partner records, and items that chose the configurations are not partners. A sta
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
+from certify_grids import StandInRecord
 
 from safetyrepro.certify.algorithm import CertifyOptions, certify
 from safetyrepro.certify.live import LiveOracle, chosen_validly
@@ -17,16 +17,6 @@ from safetyrepro.sweep.plan import Cell
 
 FREE, TWIN = "truthfulqa/T1/greedy/0shot/free_form", "truthfulqa/T1/greedy/0shot/logprob"
 ACCURACY = {"a": 0.75, "b": 0.45}
-
-
-@dataclass
-class _Record:
-    item_id: str
-    seed: int
-    item_score: float
-
-    def to_dict(self):
-        return {"item_id": self.item_id, "seed": self.seed, "item_score": self.item_score}
 
 
 def _uniform(*key: str) -> float:
@@ -50,7 +40,7 @@ class _Driver:
 
     def run_cell(self, cfg, seeds, ids):
         self.log.append((self.model, cfg.config_id, tuple(ids)))
-        return [_Record(i, s, self.answer(cfg.scoring, i)) for i in ids for s in seeds]
+        return [StandInRecord(i, s, self.answer(cfg.scoring, i)) for i in ids for s in seeds]
 
 
 def _live(limit: int, n: int = 600):

@@ -15,13 +15,13 @@ import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
+from certify_grids import StandInRecord
 
 from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, certify
 from safetyrepro.certify.live import LiveOracle
@@ -171,16 +171,6 @@ def test_a_rerun_of_another_command_is_refused_and_a_narrower_rerun_keeps_every_
 # -- the live oracle's batching and budget, with a stand-in driver ------------------------------------
 
 
-@dataclass(frozen=True)
-class _Record:
-    item_id: str
-    seed: int
-    item_score: float
-
-    def to_dict(self):
-        return {"item_id": self.item_id, "seed": self.seed, "item_score": self.item_score}
-
-
 def _burn(units: int) -> int:
     """A fixed amount of CPU work, as a model's forward pass is: the same instructions whatever runs beside it."""
     x = 0
@@ -207,7 +197,7 @@ class _Driver:
         while time.process_time() < until:
             pass
         want = 0 if self.model == "a" else 1
-        return [_Record(i, s, float(int(i[1:]) % 2 == want)) for i in ids for s in seeds]
+        return [StandInRecord(i, s, float(int(i[1:]) % 2 == want)) for i in ids for s in seeds]
 
 
 def _stand_in(per_item: float, n: int = 60, work: int = 0):
