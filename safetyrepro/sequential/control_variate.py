@@ -54,7 +54,7 @@ import numpy as np
 from .confidence_sequence import GROWTH_TRUNCATION, GridEProcesses, growth_stakes
 
 K_PARTNERS = 2  # partner items a step from the costly subset's back: the variance factor is 1 - r^2 k / (k + 1)
-MAX_PARTNERS = 16  # ... from the pool beyond it: 1 - r^2 16/17 is within 6 % of PPI's known-mean 1 - r^2 at r = 0.8
+MAX_PARTNERS = 16  # ... from the pool beyond it: at r = 0.8, 1 - r^2 16/17 is 10 % over PPI's known-mean 1 - r^2
 WARM_UP = 10  # plain steps before partners are first asked for (r and gamma need a few items)
 MIN_R2 = 0.2  # partners only while the running r^2 of D and C is at least this
 CHANCE_R2 = 6.0  # ... and at least this / steps: n r^2 is about chi-square(1) without correlation (P > 6: 1.4 %)
