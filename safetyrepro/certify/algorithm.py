@@ -509,7 +509,8 @@ def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
         stable = sum(decide for _, decide, _, _ in rows)
         best = {d: min(hunt[d] for _, _, hunt, _ in rows) for d in needed}
         flip = sum(best.values())
-        if flip < stable:
+        hunting = flip < stable
+        if hunting:
             # the minority's win (the dearer one) first, alone: without it the other win buys no flip
             minority = max(needed, key=lambda d: best[d])
             row = min(rows, key=lambda r: r[2][minority])
@@ -519,8 +520,8 @@ def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
             picks = [(s, decide, need) for s, decide, _, need in rows]
             pair_cost = stable
         for s, own, need in picks:
-            k = min(_hunt_batch(size[bi], b.t(s), hunting=flip < stable), b.n(s) - b.t(s))
-            if options.batch == 0 and flip >= stable:
+            k = min(_hunt_batch(size[bi], b.t(s), hunting=hunting), b.n(s) - b.t(s))
+            if options.batch == 0 and not hunting:
                 # an automatic batch plans no further than the claim the stream expects (optimistic while few
                 # items are in): at 50 items a round, claims of 100-300 items overshot by a quarter (issue 56)
                 k = min(k, max(MIN_AUTO_BATCH, math.ceil(need)))

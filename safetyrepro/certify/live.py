@@ -141,7 +141,7 @@ class LiveRun:
             earlier.insert(0, (own, previous))
             self.oracle.costs.earlier_pieces = previous
             self.resumed = True
-        items = {str(i) for q in self.problems for i in (*q.item_ids, *q.pool)}  # a rerun keeps its partner items
+        items = evaluable_items(self.problems)  # a rerun keeps its partner items
         for path, made in earlier:
             frame = read_records(path)
             if path != own:
@@ -209,9 +209,9 @@ def chosen_validly(
     if selection == "records":
         out = []
         for p in problems:
-            seen = set().union(*(looked_at.get(cid, ()) for cid in p.config_ids))
             excluded = {cid: frozenset(looked_at[cid]) for cid in p.config_ids if looked_at.get(cid)}
             # an item whose scores chose the configurations would bias the twin's partner scores too
+            seen = frozenset().union(*excluded.values())
             pool = tuple(i for i in p.pool if i not in seen)
             out.append(dataclasses.replace(p, excluded=excluded, pool=pool))
         return tuple(out)
@@ -237,6 +237,11 @@ SELECTION_VALUES = (
 )
 
 
+def evaluable_items(problems: tuple[BenchmarkProblem, ...]) -> set[str]:
+    """Every item a run may evaluate: its subsets' and the pools beyond them that its twins score as partners."""
+    return {str(i) for p in problems for i in (*p.item_ids, *p.pool)}
+
+
 def seen_in_cache(
     cache: OutputsCache,
     cells: Iterable[tuple[str, str]],
@@ -246,7 +251,7 @@ def seen_in_cache(
     """config -> the items of this run's subset and of its pool beyond it (the twins' partner items) that the
     outputs cache says some sweep or certify run evaluated on it (for any of this run's models), less the folder's
     own records `own`. Items outside both are left out: looking at them biases no evidence."""
-    items = {str(i) for p in problems for i in (*p.item_ids, *p.pool)}
+    items = evaluable_items(problems)
     seen: dict[str, set[str]] = {}
     for model, cid in cells:
         found = {i for i in cache.items_noted(model, cid) & items if (model, cid, i) not in own}

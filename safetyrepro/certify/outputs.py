@@ -384,8 +384,9 @@ def _control_lines(result: CertifyResult) -> list[str]:
             how = f"{did['controlled_steps']:,} of them with the control, the twins scored on their whole subsets"
         else:
             pool = did.get("pool_beyond_subset", 0)
-            beyond = f", first from the {pool:,} items beyond the costly subset that only the twins score"
-            beyond = beyond if pool else ""
+            beyond = (
+                f", first from the {pool:,} items beyond the costly subset that only the twins score" if pool else ""
+            )
             how = (
                 f"{did['partner_steps']:,} of them with partner items; {did['partner_items_evaluated']:,} partner "
                 f"model evaluations of the twins{beyond}"
