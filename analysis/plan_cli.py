@@ -70,13 +70,37 @@ def register(subparsers) -> None:
         metavar="M",
         help="with --certify: the items to claim 'within +-M' when the true difference is --effect (e.g. 0)",
     )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="S",
+        help="with --certify: each model's item score is the mean of S seeds' 0/1 answers (a sampled "
+        "configuration's; discordance and effect are per seed), default 1 (greedy decoding)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=run)
+
+
+def _refuse_unused(args: argparse.Namespace) -> None:
+    """Flags that would change nothing in the form asked for are refused rather than ignored."""
+    from safetyrepro.errors import UserError
+
+    given = [f for f, on in (("--margin", args.margin is not None), ("--seeds", args.seeds != 1)) if on]
+    if args.grid and (args.certify or given):
+        raise UserError(
+            f"plan GRID does not plan certify's sequences ({', '.join(['--certify'] * args.certify + given)}): "
+            f"they are planned from numbers, e.g. safetyrepro plan --certify --discordance 0.3 --configs 48 "
+            f"--effect 0.15"
+        )
+    if given and not args.certify:
+        raise UserError(f"{', '.join(given)}: used only with --certify (what certify's sequences need); add --certify")
 
 
 def run(args: argparse.Namespace) -> int:
     import json
 
+    _refuse_unused(args)
     if args.grid:
         rows = plan_from_grid(args)
         print(json.dumps(rows, indent=2) if args.json else "\n".join(grid_lines(rows, args)))
@@ -207,6 +231,7 @@ def number_lines(r: dict) -> list[str]:
 # -- certify's sequences ---------------------------------------------------------------------------
 CERTIFY_RUNS = 400  # simulated runs: the median and 80th percentile to a few items
 CERTIFY_MAX_ITEMS = 3000  # a run not decided by then counts as never (BBQ's subset is 300, its pool 58,492)
+MAX_SEEDS = 100  # sweeps run 1 (greedy) or 5 (sampled); each simulated item draws S uniforms per run
 
 
 def plan_certify(args: argparse.Namespace) -> dict:
@@ -216,14 +241,19 @@ def plan_certify(args: argparse.Namespace) -> dict:
     import numpy as np
 
     from safetyrepro.errors import UserError
-    from safetyrepro.sequential.planning import ItemsToDecide, items_to_decide
+    from safetyrepro.sequential.planning import ItemsToDecide, items_to_decide, z_items_needed
 
     if args.margin is not None and not 0 < args.margin < 1:
         raise UserError(f"--margin {args.margin}: must be in (0, 1)")
     if args.effect <= 0 and args.margin is None:
         raise UserError("plan --certify: a lead to claim needs --effect > 0 (or give --margin for 'within')")
-    k, common = args.configs, {"family": args.configs, "alpha": args.alpha, "max_items": CERTIFY_MAX_ITEMS}
-    out: dict[str, object] = {"runs": CERTIFY_RUNS, "max_items": CERTIFY_MAX_ITEMS, "family": k}
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise UserError(f"--seeds {args.seeds}: a whole number of seeds from 1 to {MAX_SEEDS}")
+    k = args.configs
+    common = {"family": k, "alpha": args.alpha, "max_items": CERTIFY_MAX_ITEMS, "seeds": args.seeds}
+    out: dict[str, object] = {"runs": CERTIFY_RUNS, "max_items": CERTIFY_MAX_ITEMS, "family": k, "seeds": args.seeds}
+    if args.seeds > 1 and args.effect > 0:  # the exact sign test above is for 0/1 answers; means take the z-test
+        out["z_items_needed"] = z_items_needed(args.discordance, args.effect, args.seeds, k, args.alpha, args.power)
     if args.effect > 0:
         lead = items_to_decide(args.discordance, args.effect, runs=2 * CERTIFY_RUNS, **common)
         one, other = lead.items[:CERTIFY_RUNS], lead.items[CERTIFY_RUNS:]
@@ -256,15 +286,22 @@ def _when(r: dict) -> str:
 
 def certify_lines(r: dict) -> list[str]:
     c = r["certify"]
+    scores = "0/1 answers" if c["seeds"] == 1 else f"item scores the mean of {c['seeds']} seeds"
     lines = [
         f"certify (population target, one pair over {c['family']} configuration{'s' if c['family'] != 1 else ''}, "
-        f"alpha {r['alpha']:g}; its own sequences on {c['runs']} simulated runs, items drawn one at a time):"
+        f"alpha {r['alpha']:g}, {scores}; its own sequences on {c['runs']} simulated runs, items drawn one at a "
+        f"time):"
     ]
     if "lead" in c:
-        fixed = f"{r['items_needed']:,}" if r["items_needed"] is not None else "not reachable"
+        if c["seeds"] > 1:
+            z = c["z_items_needed"]
+            fixed = f"the fixed-n paired z-test on {c['seeds']}-seed means (Holm's first step) needs {z:,}"
+        else:
+            need = f"{r['items_needed']:,}" if r["items_needed"] is not None else "not reachable"
+            fixed = f"the fixed-n test above needs {need}"
         lines.append(
-            f"- a {_points(r['effect'])}-point lead is claimed after {_when(c['lead'])}; the fixed-n test above "
-            f"needs {fixed} items for {_percent(r['power'])} power, but must fix n first and cannot stop early"
+            f"- a {_points(r['effect'])}-point lead is claimed after {_when(c['lead'])}; {fixed} items for "
+            f"{_percent(r['power'])} power, but must fix n first and cannot stop early"
         )
         each_way = f"two configurations with leads of {_points(r['effect'])} points each way"
         lines.append(f"- a flip ({each_way}): {_when(c['flip'])}")

@@ -23,10 +23,9 @@ import argparse
 
 import numpy as np
 from scipy.optimize import minimize_scalar
-from scipy.stats import norm
 
 from safetyrepro.analysis.paired.power import items_needed
-from safetyrepro.sequential.planning import items_to_decide
+from safetyrepro.sequential.planning import items_to_decide, seed_mean_law, z_items_needed
 
 LEADS = (0.35, 0.25, 0.15)
 MARGIN = 0.05
@@ -38,19 +37,9 @@ def _n(x: float) -> str:
     return "never" if x == float("inf") else f"{int(x):,}"
 
 
-def _law(d: float, e: float, seeds: int) -> tuple[np.ndarray, np.ndarray]:
-    """The paired difference's values and chances: the mean of `seeds` independent draws of -1, 0, 1."""
-    values, probs = np.array([0.0]), np.array([1.0])
-    step = np.array([-1.0, 0.0, 1.0]), np.array([(d - e) / 2, 1 - d, (d + e) / 2])
-    for _ in range(seeds):
-        values = (values[:, None] + step[0][None, :]).ravel()
-        probs = (probs[:, None] * step[1][None, :]).ravel()
-    return values / seeds, probs
-
-
 def kelly_median(d: float, e: float, seeds: int, threshold: float, runs: int, seed: int = 0) -> float:
     """Median items to a log capital of `threshold` for the bettor that knows the law (constant Kelly stake)."""
-    values, probs = _law(d, e, seeds)
+    values, probs = seed_mean_law(d, e, seeds)
     lam = minimize_scalar(lambda x: -probs @ np.log1p(x * values), bounds=(0, 0.999), method="bounded").x
     rng = np.random.default_rng(seed)
     steps = np.log1p(lam * rng.choice(values, size=(runs, MAX_ITEMS), p=probs)).cumsum(axis=1)
@@ -61,9 +50,7 @@ def kelly_median(d: float, e: float, seeds: int, threshold: float, runs: int, se
 def fixed_n(d: float, e: float, seeds: int, k: int) -> int | None:
     if seeds == 1:
         return items_needed(d, e, k, 0.05, 0.8).n_items
-    values, probs = _law(d, e, seeds)
-    sd = float(np.sqrt(probs @ values**2 - (probs @ values) ** 2))
-    return int(np.ceil(((norm.ppf(1 - 0.05 / (2 * k)) + norm.ppf(0.8)) * sd / e) ** 2))
+    return z_items_needed(d, e, seeds, k, 0.05, 0.8)
 
 
 def main() -> None:

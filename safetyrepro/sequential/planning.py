@@ -35,6 +35,27 @@ class ItemsToDecide:
         return float(np.mean(self.items <= n))
 
 
+def seed_mean_law(discordance: float, effect: float, seeds: int) -> tuple[np.ndarray, np.ndarray]:
+    """The paired item difference's values and chances when each model's item score is the mean of `seeds` 0/1
+    answers (each seed's difference -1, 0 or 1 with chances (D - E) / 2, 1 - D, (D + E) / 2, seeds independent)."""
+    step = np.array([(discordance - effect) / 2, 1 - discordance, (discordance + effect) / 2])  # -1, 0, 1
+    probs = np.array([1.0])
+    for _ in range(seeds):  # the sum's law over -seeds..seeds, one seed at a time
+        probs = np.convolve(probs, step)
+    return np.arange(-seeds, seeds + 1) / seeds, probs
+
+
+def z_items_needed(discordance: float, effect: float, seeds: int, family: int, alpha: float, power: float) -> int:
+    """The fixed-n paired z-test's items for `power` against a lead of `effect` on `seeds`-seed means, Bonferroni
+    over `family` configurations (Holm's first step), with the lead's own spread:
+    n = ((z_{1 - alpha / 2K} + z_power) sd / effect)^2."""
+    from scipy.stats import norm
+
+    values, probs = seed_mean_law(discordance, effect, seeds)
+    sd = float(np.sqrt(probs @ values**2 - (probs @ values) ** 2))
+    return int(np.ceil(((norm.ppf(1 - alpha / (2 * family)) + norm.ppf(power)) * sd / effect) ** 2))
+
+
 def _first_crossing(log_e: np.ndarray, threshold: float, found: np.ndarray, t: int) -> None:
     newly = (found == NEVER) & (log_e >= threshold)
     found[newly] = t

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from refusals import refused
 
 from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, certify
 from safetyrepro.cli import main
-from safetyrepro.sequential.planning import items_to_decide
+from safetyrepro.sequential.planning import items_to_decide, seed_mean_law, z_items_needed
 
 D, E, POOL, RUNS = 0.6, 0.35, 1000, 60
 
@@ -50,3 +51,35 @@ def test_plan_certify_prints_its_items_beside_the_fixed_n_test(capsys):
     assert flip["median"] > lead["median"] and 0 < lead["share_within_items"] <= 1
     assert main(argv) == 0
     assert "the fixed-n test above needs 164 items for 80 % power" in capsys.readouterr().out
+
+
+def test_the_seed_mean_law_is_worked_out_by_hand_for_two_seeds():
+    # per seed: -1, 0, 1 with chances 0.1, 0.6, 0.3 (D 0.4, E 0.2); the mean of two seeds takes -1, -1/2, 0, 1/2, 1
+    values, probs = seed_mean_law(0.4, 0.2, 2)
+    assert values.tolist() == [-1.0, -0.5, 0.0, 0.5, 1.0]
+    assert np.allclose(probs, [0.01, 0.12, 0.42, 0.36, 0.09])
+    # the z-test's items: sd of the 2-seed mean is sqrt(0.2 / 2 - 0) ... computed: var = E[x^2] - E[x]^2
+    var = probs @ values**2 - (probs @ values) ** 2
+    assert np.isclose(var, (0.4 - 0.2**2) / 2)  # a seed's variance D - E^2, halved by two independent seeds
+    # one configuration: z_{0.975} = 1.95996, z_{0.8} = 0.84162; n = ((1.95996 + 0.84162) * sqrt(0.18) / 0.2)^2
+    assert z_items_needed(0.4, 0.2, 2, 1, 0.05, 0.8) == 36  # 35.3, rounded up
+
+
+def test_plan_certify_for_five_seed_means_beside_the_z_test(capsys):
+    argv = ["plan", "--certify", "--discordance", "0.5", "--configs", "48", "--effect", "0.15", "--items", "300"]
+    assert main([*argv, "--seeds", "5", "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)["certify"]
+    assert c["seeds"] == 5 and c["z_items_needed"] == 73  # perf/certify_items_to_decision.md's fixed-n column
+    # the table's certify cell for five-seed means at a 0.15 lead: a median of 91 items, every run within 300
+    assert 75 <= c["lead"]["median"] <= 110 and c["lead"]["share_within_items"] == 1.0
+    assert main([*argv, "--seeds", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "item scores the mean of 5 seeds" in out and "z-test on 5-seed means (Holm's first step) needs 73" in out
+
+
+def test_plan_refuses_flags_it_would_ignore(capsys):
+    numbers = ["--discordance", "0.5", "--configs", "48"]
+    refused(["plan", *numbers, "--margin", "0.05"], capsys, "--margin", "add --certify")
+    refused(["plan", *numbers, "--seeds", "5"], capsys, "--seeds", "add --certify")
+    refused(["plan", "--certify", *numbers, "--seeds", "0"], capsys, "--seeds 0", "from 1 to")
+    refused(["plan", "study/grid.csv", "--certify"], capsys, "plan GRID does not plan certify", "--certify")
