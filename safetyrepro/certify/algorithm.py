@@ -85,7 +85,7 @@ import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -457,6 +457,26 @@ def _stream_cost(b: _Bench, st: _Stream, k: int, cost_of, held_of) -> tuple[floa
     return per_item, now
 
 
+class _Route(NamedTuple):
+    """One open stream's prices in _hunt: to its own verdict, and to each win a flip still needs."""
+
+    stream: _Stream
+    decide: float  # expected cost to the stream's claim
+    hunt: dict[int, float]  # direction -> expected cost to that win (a batch at least, over its odds)
+    need: float  # expected items still to its claim
+
+
+class _Ranked(NamedTuple):
+    """A stream planned this round, in the order rounds serve them."""
+
+    pair_cost: float  # its pair's expected cost to a verdict
+    own: float  # the stream's own share of it
+    position: int  # ties keep the planning order
+    now: float  # this round's seconds for it
+    key: tuple[int, int]  # (benchmark, stream)
+    k: int  # its items this round
+
+
 def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[int, int], int]:
     """Flip hunting (module docstring): free items first, in a round of their own; then, per open pair, the
     cheaper of its two routes to a verdict: the configuration likeliest to give the minority's win (then
@@ -480,11 +500,11 @@ def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
     if free or options.held_only:  # plan what was learnt from them before paying for anything
         return free
     log_inv_alpha = _log_inv_alpha(benches, options)
-    ranked: list[tuple[float, float, int, float, tuple[int, int], int]] = []  # (pair's cost, own, position, ...)
+    ranked: list[_Ranked] = []
     for bi, mine in open_pairs:
         b = benches[bi]
         needed = [d for d, claim in ((1, "a_better"), (-1, "b_better")) if claim not in {s.claim for s in mine}]
-        rows = []
+        rows: list[_Route] = []
         for s in mine:
             t, n = b.t(s), b.n(s)
             if s.claim != "undecided" or t >= n:
@@ -503,21 +523,21 @@ def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
             # a stream is fed a batch at a time: a win expected in fewer items still costs one batch
             least = min(size[bi], n - t)
             hunt = {d: per_item * max(items - t, least) / max(p, 1e-9) for d, (p, items) in odds.items()}
-            rows.append((s, decide, hunt, need))
+            rows.append(_Route(s, decide, hunt, need))
         if not rows:
             continue
-        stable = sum(decide for _, decide, _, _ in rows)
-        best = {d: min(hunt[d] for _, _, hunt, _ in rows) for d in needed}
+        stable = sum(r.decide for r in rows)
+        best = {d: min(r.hunt[d] for r in rows) for d in needed}
         flip = sum(best.values())
         hunting = flip < stable
         if hunting:
             # the minority's win (the dearer one) first, alone: without it the other win buys no flip
             minority = max(needed, key=lambda d: best[d])
-            row = min(rows, key=lambda r: r[2][minority])
-            picks = [(row[0], best[minority], row[3])]
+            row = min(rows, key=lambda r: r.hunt[minority])
+            picks = [(row.stream, best[minority], row.need)]
             pair_cost = flip
         else:
-            picks = [(s, decide, need) for s, decide, _, need in rows]
+            picks = [(r.stream, r.decide, r.need) for r in rows]
             pair_cost = stable
         for s, own, need in picks:
             k = min(_hunt_batch(size[bi], b.t(s), hunting=hunting), b.n(s) - b.t(s))
@@ -528,12 +548,12 @@ def _hunt(benches: list[_Bench], options: CertifyOptions, oracle) -> dict[tuple[
             _, now = _stream_cost(b, s, k, cost_of, held_of)
             if b.control is not None and b.control.controls(s.config_id):  # the cheap twin's items too
                 _, now, _ = _control_price(b, s, b.t(s) + k, 0.0, now, 0.0, cost_of)
-            ranked.append((pair_cost, own, len(ranked), now, (bi, s.index), k))
-    ranked.sort(key=lambda r: r[:3])
+            ranked.append(_Ranked(pair_cost, own, len(ranked), now, (bi, s.index), k))
+    ranked.sort(key=lambda r: (r.pair_cost, r.own, r.position))
     # pairs far dearer than the cheapest open one wait: what is learnt may end the cheap ones first
-    cheapest = ranked[0][0] if ranked else 0.0
-    ranked = [r for r in ranked if r[0] <= PAIR_RANGE * cheapest]
-    return _fill([(now, key, k) for _, _, _, now, key, k in ranked], options.round_seconds)
+    cheapest = ranked[0].pair_cost if ranked else 0.0
+    ranked = [r for r in ranked if r.pair_cost <= PAIR_RANGE * cheapest]
+    return _fill([(r.now, r.key, r.k) for r in ranked], options.round_seconds)
 
 
 def _hunt_batch(size: int, t: int, hunting: bool) -> int:
