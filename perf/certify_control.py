@@ -4,6 +4,7 @@
     python perf/certify_control.py --grids 4 --skip-published --figure /tmp/control.png
     python perf/certify_control.py --grids 5 --only subset   # the subset target's table and figure only
     python perf/certify_control.py --grids 5 --only pools    # the population target on large pools only
+    python perf/certify_control.py --grids 16 --only greedy  # those pools' greedy configurations alone
     python perf/certify_control.py --only stakes             # how much of the saving is the stake (streams)
 
 0. The subset target (`--target subset`, certify/control.py SubsetControl): 300- to 2,000-item grids of
@@ -147,6 +148,16 @@ POOL_SCENARIOS = {  # the population target: a 2,000-item subset whose twins sco
 }
 
 
+GREEDY_SCENARIOS = {k: v for k, v in POOL_SCENARIOS.items() if "no pool" not in k}
+
+
+def _greedy(problem):
+    """_short's greedy configurations only (4 free-form, 4 twins): each item's score a 0/1 answer, where a twin
+    can save the most (their ceilings are below half from the 0.15 lead down; five-seed means' are not)."""
+    short = _short(problem)
+    return dataclasses.replace(short, config_ids=tuple(c for c in short.config_ids if c.split("/")[2] == "greedy"))
+
+
 def subset(grids: int) -> tuple[list[str], list[dict]]:
     """The subset target (SubsetControl: the twin's whole subset, no partners), cost-aware rounds as above."""
     return by_pool(grids, SUBSET_SCENARIOS, "subset")
@@ -155,6 +166,11 @@ def subset(grids: int) -> tuple[list[str], list[dict]]:
 def population_pools(grids: int) -> tuple[list[str], list[dict]]:
     """The population target (partners) on large pools, the same configurations and rounds as subset()."""
     return by_pool(grids, POOL_SCENARIOS, "population")
+
+
+def greedy_pools(grids: int) -> tuple[list[str], list[dict]]:
+    """population_pools on the greedy configurations alone."""
+    return by_pool(grids, GREEDY_SCENARIOS, "population", keep=_greedy)
 
 
 def grid_ceiling(problem, oracle, plain) -> float:
@@ -179,7 +195,7 @@ def grid_ceiling(problem, oracle, plain) -> float:
     return shares / total if total else 1.0
 
 
-def by_pool(grids: int, scenarios: dict, target: str) -> tuple[list[str], list[dict]]:
+def by_pool(grids: int, scenarios: dict, target: str, keep=_short) -> tuple[list[str], list[dict]]:
     lines = [
         f"{'scenario':<26} {'items':>5} {'r':>4} {'control':<7} {'verdicts':<26} {'same':>4} {'claims':>6} "
         f"{'costly':>8} {'share':>6} {'cheap':>8} {'model time':>10} {'share':>6}"
@@ -195,7 +211,7 @@ def by_pool(grids: int, scenarios: dict, target: str) -> tuple[list[str], list[d
                 )
                 for g in range(grids)
             ]
-            measured = np.mean([np.mean(list(twin_correlation(_short(p), o).values())) for p, o, _ in worlds])
+            measured = np.mean([np.mean(list(twin_correlation(keep(p), o).values())) for p, o, _ in worlds])
             base: dict[str, float] = {}
             verdicts: dict[str, list[str]] = {}
             ceiling: list[tuple[float, int]] = []  # per grid: its ceiling share, the plain run's costly evaluations
@@ -205,10 +221,10 @@ def by_pool(grids: int, scenarios: dict, target: str) -> tuple[list[str], list[d
                 for g, (problem, oracle, _) in enumerate(worlds):
                     costed = CostedOracle(oracle, known=True)
                     options = CertifyOptions(seed=g, round_seconds=60.0, control=control, target=target)
-                    result = certify([_short(problem)], costed, options)
+                    result = certify([keep(problem)], costed, options)
                     c, k = costly_and_cheap(result)
                     if control == "none" and target == "population":
-                        ceiling.append((grid_ceiling(_short(problem), oracle, result), c))
+                        ceiling.append((grid_ceiling(keep(problem), oracle, result), c))
                     costly, cheap, spent = costly + c, cheap + k, spent + costed.spent()
                     claims += sum(x.claim != "undecided" for x in result.claims)
                     said.append(result.pairs[0].verdict)
@@ -538,9 +554,9 @@ def main() -> None:
     ap.add_argument("--skip-published", action="store_true")
     ap.add_argument(
         "--only",
-        choices=("population", "pools", "subset", "published", "stakes"),
-        help="one part: the population target's 300-item table and ceilings, its large pools, the subset "
-        "target's table, or the published records' lines",
+        choices=("population", "pools", "greedy", "subset", "published", "stakes"),
+        help="one part: the population target's 300-item table and ceilings, its large pools (all configurations, "
+        "or the greedy ones alone), the subset target's table, or the published records' lines",
     )
     ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "figures" / "certify_control.png")
     ap.add_argument("--subset-figure", type=Path, default=ROOT / "docs" / "figures" / "certify_control_subset.png")
@@ -552,6 +568,9 @@ def main() -> None:
             print(line, flush=True)
     if a.only in (None, "pools"):
         _show(*population_pools(a.grids), subset_figure, a.pool_figure)
+    if a.only in (None, "greedy"):
+        for line in greedy_pools(a.grids)[0]:
+            print(line, flush=True)
     if a.only in (None, "subset"):
         _show(*subset(a.grids), subset_figure, a.subset_figure)
     if a.only in (None, "stakes"):
