@@ -215,7 +215,7 @@ def by_pool(grids: int, scenarios: dict, target: str, keep=_short) -> tuple[list
             base: dict[str, float] = {}
             verdicts: dict[str, list[str]] = {}
             ceiling: list[tuple[float, int]] = []  # per grid: its ceiling share, the plain run's costly evaluations
-            for control in ("none", "auto"):
+            for control in ("none", "auto", "time") if target == "population" else ("none", "auto"):
                 costly = cheap = claims = 0
                 spent, said = 0.0, []
                 for g, (problem, oracle, _) in enumerate(worlds):

@@ -102,7 +102,7 @@ from safetyrepro.sequential.evidence import (
     population_candidates,
 )
 
-from .control import CONTROLS, Control, SubsetControl, pairings
+from .control import CONTROLS, Control, SubsetControl, pairings, uses_twins
 from .oracle import Oracle, Scores, as_oracle
 
 CLAIMS = ("a_better", "b_better", "within_delta", "undecided")
@@ -173,7 +173,8 @@ class CertifyOptions:
     target: str = "population"  # "population" (the models) or "subset" (the fixed subset's realised numbers)
     held_only: bool = False  # read only what costs nothing (earlier records): re-read a run, evaluate nothing
     familywise: str = "closed"  # population: "closed" (the closed test) or "bonferroni" (for comparison)
-    control: str = "none"  # "auto" (cheap twins help costly configurations: control.py) or "none"
+    control: str = "none"  # "auto" (cheap twins help costly configurations: control.py), "time" (so, for the least
+    # model time rather than the fewest costly evaluations) or "none"
     reading: str = "strict"  # "strict" (an unread reply counts as wrong) or "content" (evidence.READINGS)
     fewshot_draw: str = "fixed"  # how the records' demonstrations were drawn (subsets.FewshotDraw): words only
 
@@ -295,7 +296,7 @@ def family_size(problems: Sequence[BenchmarkProblem]) -> int:
     return sum(len(model_pairs(p.models)) * (len(p.config_ids) + len(p.family_configs)) for p in problems)
 
 
-def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tuple[list[_Bench], float]:
+def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions, cost_of=None) -> tuple[list[_Bench], float]:
     family = max(family_size(problems), 1)
     alpha_each = options.alpha / family  # subset: each two-sided sequence; population: a two-sided claim's first step
     benches = []
@@ -333,10 +334,19 @@ def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions) -> tup
         ]
         bench = _Bench(p, orders, evidence, streams, pairs, {pair: "undecided" for pair in pairs})
         bench.content = options.reading == "content"
-        twins = pairings(p.closer_to, p.config_ids, p.excluded) if options.control == "auto" else {}
+        twins = pairings(p.closer_to, p.config_ids, p.excluded) if uses_twins(options.control) else {}
         if twins and not options.held_only:  # issue 45
             bench.control = (
-                Control(p.benchmark, twins, order, pairs, alpha_each / 2, options.delta, _pool_order(p, options))
+                Control(
+                    p.benchmark,
+                    twins,
+                    order,
+                    pairs,
+                    alpha_each / 2,
+                    options.delta,
+                    _pool_order(p, options),
+                    cost_of if options.control == "time" else None,
+                )
                 if options.target == "population"
                 else SubsetControl(p.benchmark, twins, order, pairs, alpha_each / 2, p.lattice)
             )
@@ -654,13 +664,13 @@ def certify(
         raise ValueError(f"control {options.control!r}: one of {', '.join(CONTROLS)}")
     if options.reading not in READINGS:
         raise ValueError(f"reading {options.reading!r}: one of {', '.join(READINGS)}")
-    if options.reading == "content" and options.control == "auto":
+    if options.reading == "content" and uses_twins(options.control):
         raise ValueError("the content reading certifies every configuration on its own items: no control variate")
-    if options.control == "auto" and options.order == "subset" and not options.held_only:
+    if uses_twins(options.control) and options.order == "subset" and not options.held_only:
         # partner items come from the back of the order: a fixed order along which a twin drifts makes them
         # unlike the front, and the control's claims false (issue 53); only a random order keeps them alike
         raise ValueError("the control variate's partner items need a random item order: order 'seeded', not 'subset'")
-    benches, alpha_each = _setup(problems, options)
+    benches, alpha_each = _setup(problems, options, oracle.cost)
     cache: dict[tuple[str, str, str], dict[str, float]] = {}
     run = _RunState(saved=time.monotonic())
     start = time.monotonic()

@@ -139,12 +139,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the seeded item order (default 0)")
     p.add_argument(
         "--control",
-        choices=("auto", "none"),
+        choices=("auto", "time", "none"),  # control.CONTROLS (the CLI stays light)
         default="none",
         help="auto lets each free-form configuration's log-probability twin (same template and shots) help "
         "certify it, a control variate: on partner items only the twin scores (population target), or on the "
-        "twin's whole subset (subset target) (docs/methods/certify.md, 'Cheap twins'); none (default) certifies "
-        "every configuration on its own items",
+        "twin's whole subset (subset target) (docs/methods/certify.md, 'Cheap twins'), for the fewest free-form "
+        "evaluations; time does the same with no more partner items a step than pay for their model time (the "
+        "run's measured seconds per item); none (default) certifies every configuration on its own items",
     )
     p.add_argument(
         "--budget",
@@ -215,12 +216,12 @@ def options_from(args: argparse.Namespace):
     live = args.certify_mode == "live"
     # the control's partner items come from the back of the order: only a random order makes them like the
     # front (a twin drifting along the subset's order gave false claims in 3 of 3 grids, issue 53)
-    partners = args.control == "auto" and not args.held_only  # a re-read takes no partner items
+    partners = args.control != "none" and not args.held_only  # a re-read takes no partner items
     order = args.order or ("subset" if live and not partners else "seeded")
     if order == "subset" and partners:
         raise UserError(
-            "--control auto takes its partner items from the back of the draw order, which needs a random order: "
-            "leave out --order subset (--order seeded, the default with --control auto)"
+            f"--control {args.control} takes its partner items from the back of the draw order, which needs a "
+            f"random order: leave out --order subset (--order seeded, the default with --control {args.control})"
         )
     from safetyrepro.tasks.subsets import DEFAULT_FEWSHOT_DRAW
 
@@ -252,16 +253,20 @@ def run(args: argparse.Namespace) -> int:
     options = options_from(args)
     live = args.certify_mode == "live"
     say = None if args.quiet else (lambda line: print(f"certify: {line}", file=sys.stderr, flush=True))
-    if args.control == "auto" and args.held_only:
+    control = f"--control {args.control}"
+    if args.control != "none" and args.held_only:
         print(
-            "certify: --control auto does nothing with --held-only (docs/methods/certify.md, 'Cheap twins'); every "
+            f"certify: {control} does nothing with --held-only (docs/methods/certify.md, 'Cheap twins'); every "
             "configuration is certified on its own items",
             file=sys.stderr,
         )
-    if args.reading == "content" and args.control == "auto":
-        raise UserError("--reading content certifies every configuration on its own items: leave out --control auto")
+    elif args.control == "time" and (not live or args.target == "subset"):
+        why = "a replay knows no item costs" if not live else "--target subset takes no partner items"
+        print(f"certify: --control time acts as --control auto here: {why}", file=sys.stderr)
+    if args.reading == "content" and args.control != "none":
+        raise UserError(f"--reading content certifies every configuration on its own items: leave out {control}")
     if args.cluster is not None:
-        given = {"--target subset": args.target == "subset", "--control auto": args.control == "auto"}
+        given = {"--target subset": args.target == "subset", control: args.control != "none"}
         given["--reading content"] = args.reading == "content"
         clash = next((name for name, on in given.items() if on), None)
         if clash:

@@ -29,7 +29,7 @@ in `extra` (they are in the run's items.parquet, and its own stream takes them f
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -47,7 +47,13 @@ from safetyrepro.sequential.control_variate import (
 from safetyrepro.sequential.evidence import PairedEvidence, Reading, population_candidates
 from safetyrepro.tasks.envelope import Config
 
-CONTROLS = ("auto", "none")
+CONTROLS = ("auto", "time", "none")  # auto: the fewest costly evaluations; time: the least model time; none
+
+
+def uses_twins(control: str) -> bool:
+    return control != "none"
+
+
 GIVE_UP = 30  # steps after which a path whose r^2 is under MIN_R2 is plain for good (no more cheap scores asked)
 
 
@@ -150,9 +156,12 @@ class Control(_Paths):
         alpha_side: float,
         delta: float,
         pool: Sequence[str] = (),
+        cost_of: Callable[[str, str, str], float | None] | None = None,
     ):
         super().__init__(benchmark, twins, order, pairs)
         self.delta = float(delta)
+        # `--control time`: the oracle's seconds per item (benchmark, configuration, model), None while unknown
+        self.cost_of = cost_of
         n = len(self.row)
         self.P = len(pool)  # items beyond the subset, scored by the twins only: partners first come from them
         self.source = [str(i) for i in pool] + self.items[::-1]  # where partners come from, in the order taken
@@ -173,7 +182,20 @@ class Control(_Paths):
         """Each row's choice for its next step (partners or not), from its own past: kept until it steps."""
         fresh = self.N - np.maximum(self.back[rows] - self.P, 0) - self.pos[rows]
         beyond = np.maximum(self.P - self.back[rows], 0)
-        self.want[rows] = np.where(self.plain[rows], 0, self.bank.partners_wanted(rows, fresh, beyond))
+        ratio = None if self.cost_of is None else self._cost_ratio(rows)
+        self.want[rows] = np.where(self.plain[rows], 0, self.bank.partners_wanted(rows, fresh, beyond, ratio))
+
+    def _cost_ratio(self, rows: np.ndarray) -> np.ndarray:
+        """Per row, a twin item's cost over a costly item's, both models (NaN until the oracle knows both)."""
+        assert self.cost_of is not None
+        config_of = {row: key for key, row in self.row.items()}
+        out = np.full(len(rows), np.nan)
+        for i, row in enumerate(rows.tolist()):
+            cid, slot = config_of[row]
+            costs = [self.cost_of(self.benchmark, c, m) for c in (cid, self.twins[cid]) for m in self.pairs[slot]]
+            if all(c is not None for c in costs) and costs[0] + costs[1] > 0:
+                out[i] = (costs[2] + costs[3]) / (costs[0] + costs[1])
+        return out
 
     def _from_back(self, taken: int) -> int:
         """Of `taken` partner items, how many came from the subset's back (the pool's come first)."""

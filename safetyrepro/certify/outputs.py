@@ -377,7 +377,7 @@ def report_markdown(
 
 
 def _control_lines(result: CertifyResult) -> list[str]:
-    """With --control auto: which costly configurations their cheap twins helped, and what that took."""
+    """With --control auto or time: which costly configurations their cheap twins helped, and what that took."""
     lines = []
     for benchmark, did in result.control.items():
         if "controlled_steps" in did:  # the subset target: the twins' whole subsets, no partners
@@ -387,9 +387,14 @@ def _control_lines(result: CertifyResult) -> list[str]:
             beyond = (
                 f", first from the {pool:,} items beyond the costly subset that only the twins score" if pool else ""
             )
+            aim = (
+                "as many a step as their model time pays for"
+                if result.options.control == "time"
+                else "for the fewest costly evaluations"
+            )
             how = (
-                f"{did['partner_steps']:,} of them with partner items; {did['partner_items_evaluated']:,} partner "
-                f"model evaluations of the twins{beyond}"
+                f"{did['partner_steps']:,} of them with partner items ({aim}); {did['partner_items_evaluated']:,} "
+                f"partner model evaluations of the twins{beyond}"
             )
         lines += [
             "",

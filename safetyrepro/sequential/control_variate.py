@@ -128,14 +128,17 @@ class ControlledBettingCS(GridEProcesses):
         s = slice(None) if streams is None else np.asarray(streams, dtype=np.int64)
         return r_squared(self.fit_dc[s], np.maximum(self.t[s], 1))
 
-    def partners_wanted(self, streams, fresh_left, beyond_left=0) -> np.ndarray:
+    def partners_wanted(self, streams, fresh_left, beyond_left=0, cost_ratio=None) -> np.ndarray:
         """How many partners each stream's next step takes (0: a plain step), decided from its own past only,
         after WARM_UP steps and while r^2 >= MIN_R2 and beyond chance.
 
         From the pool beyond the costly subset (`beyond_left` items left to the stream): spread over the steps the
         claim is expected to need, up to self.k a step, at least one. Those items cost the costly stream nothing,
         so an optimistic spread loses no claim: where the claim takes longer, its last steps are plain. So spread,
-        the partners give PPI's variance, Var(D - gamma C) + gamma^2 Var(C) / k a step.
+        the partners give PPI's variance, Var(D - gamma C) + gamma^2 Var(C) / k a step. With `cost_ratio` (per
+        stream: a cheap item's cost over a costly step's, NaN where unknown) no more than the k, from 0, that
+        leaves the least model time to the claim, (1 + rho (1 + k)) x the steps still needed with k partners:
+        fewer partners, more costly steps, less time where cheap items are not so cheap.
 
         From the subset's own back (`fresh_left`: the items the stream may still use, a step with k partners uses
         1 + k of them): the k (at most K_PARTNERS, MIN_PARTNER_ITEMS in all) that leaves the costly stream the
@@ -154,6 +157,8 @@ class ControlledBettingCS(GridEProcesses):
 
         spread = np.clip(beyond_left // np.maximum(need(self.k), 1.0).astype(np.int64), 1, self.k)
         spread = np.minimum(spread, beyond_left)
+        if cost_ratio is not None:
+            spread = np.minimum(spread, self._cheapest_k(np.asarray(cost_ratio, dtype=float), need))
         room = np.minimum(fresh_left - 1, MIN_PARTNER_ITEMS - self.partner_items_back[s])
         back = np.zeros(len(s), dtype=np.int64)
         for k in range(1, K_PARTNERS + 1):
@@ -162,6 +167,12 @@ class ControlledBettingCS(GridEProcesses):
         chosen = np.where(beyond_left > 0, spread, back)
         correlated = r2 >= np.maximum(MIN_R2, CHANCE_R2 / n)
         return np.where((self.t[s] >= WARM_UP) & correlated, chosen, 0)
+
+    def _cheapest_k(self, rho: np.ndarray, need) -> np.ndarray:
+        """Per stream, the partners a step (0 to self.k) with the least expected model time to the claim (`need`:
+        k -> the steps still needed), a costly step costing 1 and a cheap item rho (self.k where rho is unknown)."""
+        time = np.stack([(1 + rho * (1 + k)) * need(k) for k in range(self.k + 1)])
+        return np.where(np.isfinite(rho), time.argmin(axis=0), self.k)
 
     def gamma(self, streams, k) -> np.ndarray:
         """The coefficient a step of each stream with k partners would use now (from earlier steps only): the

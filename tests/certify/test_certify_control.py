@@ -170,6 +170,9 @@ def test_the_flag_reaches_cost_json(tmp_path, capsys):
     assert (
         "with the control, the twins scored on their whole subsets" in (tmp_path / "subset" / "report.md").read_text()
     )
+    assert main([*base, "--control", "time", "--out", str(tmp_path / "time")]) == 0
+    assert "--control time acts as --control auto here: a replay knows no item costs" in capsys.readouterr().err
+    assert json.loads((tmp_path / "time" / "cost.json").read_text())["control"] == "time"
     with pytest.raises(SystemExit):
         main([*base, "--control", "sometimes", "--out", str(tmp_path / "bad")])
 

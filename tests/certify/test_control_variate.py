@@ -125,6 +125,28 @@ def test_partners_come_from_the_pool_beyond_the_subset_spread_over_the_claim_and
         cv.ControlledBettingCS(1, 0.05, beyond=-1)
 
 
+def test_with_costs_a_step_takes_the_partners_that_leave_the_least_model_time():
+    """`--control time`: (1 + rho (1 + k)) x the steps still needed with k partners, least over k = 0..16. With the
+    steps at 100 (0.36 + 0.64 / (k + 1)) (r = 0.8, 100 plain steps) and a twin item at a tenth of a costly one:
+    k = 2, 3, 4 cost 1.3 x 57.3 = 74.5, 1.4 x 52 = 72.8 and 1.5 x 48.8 = 73.2, so 3; free twins take all 16,
+    an unknown cost (NaN) leaves the cap where it was, and twins far dearer than the item take none. On streams
+    of a 0.1 lead: free twins 16, a twin 100 times the costly item none (r^2 0.55 there: one partner cuts the
+    steps to 0.62, for twice the cost), an unknown cost 16."""
+    cs = cv.ControlledBettingCS(4, 0.05 / 96, beyond=10_000)
+    need = lambda k: np.full(4, 100 * (0.36 + 0.64 / (k + 1)))  # noqa: E731
+    assert cs._cheapest_k(np.array([0.1, 0.0, np.nan, 10.0]), need).tolist() == [3, 16, 16, 0]
+    rng = np.random.default_rng(1)
+    d, c, _ = correlated(rng, 3, 40, 0.1, 0.9)  # a small lead: hundreds of steps to go
+    cs = cv.ControlledBettingCS(3, 0.05 / 96, beyond=10_000)
+    s = np.arange(3)
+    for t in range(40):
+        cs.update(s, d[:, t], c[:, t])
+    pool = np.full(3, 10_000)
+    assert cs.partners_wanted(s, np.full(3, 300), pool, np.array([0.0, 100.0, np.nan])).tolist() == [16, 0, 16]
+    fewer = cs.partners_wanted(s, np.full(3, 300), pool, np.full(3, 0.1))
+    assert (1 <= fewer).all() and (fewer < 16).all()
+
+
 def test_the_control_decides_sooner_where_d_and_c_correlate_and_never_later_where_they_do_not():
     """Same data both ways, 400 streams, theta = 0.3, at certify's usual first step (0.05 / 96): tied at 0.9 the
     control's e-process crosses sooner on average (streams that cross both ways); independent, it takes plain
