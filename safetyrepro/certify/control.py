@@ -192,9 +192,12 @@ class Control(_Paths):
         out = np.full(len(rows), np.nan)
         for i, row in enumerate(rows.tolist()):
             cid, slot = config_of[row]
-            costs = [self.cost_of(self.benchmark, c, m) for c in (cid, self.twins[cid]) for m in self.pairs[slot]]
-            if all(c is not None for c in costs) and costs[0] + costs[1] > 0:
-                out[i] = (costs[2] + costs[3]) / (costs[0] + costs[1])
+            costly, cheap = (
+                [self.cost_of(self.benchmark, c, m) for m in self.pairs[slot]] for c in (cid, self.twins[cid])
+            )
+            known = [c for c in (*costly, *cheap) if c is not None]
+            if len(known) == 4 and sum(known[:2]) > 0:
+                out[i] = sum(known[2:]) / sum(known[:2])
         return out
 
     def _from_back(self, taken: int) -> int:

@@ -204,3 +204,27 @@ def test_a_replay_whose_twins_hold_more_items_gives_the_control_its_partners_the
     used = pd.read_parquet(tmp_path / "auto" / "items.parquet")
     free_form = used[used["config_id"].str.endswith("/free_form")]
     assert free_form["item_id"].max() < "truthfulqa/0080"
+
+
+def test_control_time_reads_the_costs_and_takes_fewer_partners_for_less_model_time():
+    """`--control time` with the costs known (a live run's): a twin item at a tenth of a greedy free-form one, so a
+    step takes a few partners where auto takes up to 16, for less model time; with the costs unknown (a replay)
+    it is auto, step for step."""
+    from certify_grids import CostedOracle
+
+    problem, oracle, _ = correlated_problem(np.random.default_rng(400), lead_015, tie(0.8), n_items=6000, subset=2000)
+    keep = tuple(c for c in problem.config_ids if c.split("/")[1] == "T1" and c.split("/")[2] == "greedy")
+    problem = dataclasses.replace(problem, config_ids=keep)
+    did, spent = {}, {}
+    for control in ("auto", "time"):
+        for known in (True, False):
+            costed = CostedOracle(oracle, known=known)
+            result = certify([problem], costed, CertifyOptions(seed=0, control=control, round_seconds=60.0))
+            did[(control, known)], spent[(control, known)] = result.control["truthfulqa"], costed.spent()
+
+    def per_step(d):  # both models score each partner item
+        return d["partner_items_evaluated"] / 2 / d["partner_steps"]
+
+    assert 1 <= per_step(did[("time", True)]) <= 6 < per_step(did[("auto", True)]), did
+    assert spent[("time", True)] < spent[("auto", True)]
+    assert did[("time", False)] == did[("auto", False)] and spent[("time", False)] == spent[("auto", False)]
