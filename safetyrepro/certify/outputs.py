@@ -376,6 +376,10 @@ def report_markdown(
     return "\n".join(lines) + "\n"
 
 
+def _configurations(n: int) -> str:
+    return "1 free-form configuration was" if n == 1 else f"{n} free-form configurations were"
+
+
 def _control_lines(result: CertifyResult) -> list[str]:
     """With --control auto or time: which costly configurations their cheap twins helped, and what that took."""
     lines = []
@@ -398,7 +402,7 @@ def _control_lines(result: CertifyResult) -> list[str]:
             )
         lines += [
             "",
-            f"Control variate ({benchmark}): {len(did['pairs'])} free-form configurations were certified with their "
+            f"Control variate ({benchmark}): {_configurations(len(did['pairs']))} certified with their "
             f"log-probability twins' help ({did['costly_steps']:,} costly items used, {how}); "
             "docs/methods/certify.md, 'Cheap twins'.",
         ]
