@@ -296,7 +296,11 @@ def family_size(problems: Sequence[BenchmarkProblem]) -> int:
     return sum(len(model_pairs(p.models)) * (len(p.config_ids) + len(p.family_configs)) for p in problems)
 
 
-def _setup(problems: Sequence[BenchmarkProblem], options: CertifyOptions, cost_of=None) -> tuple[list[_Bench], float]:
+def _setup(
+    problems: Sequence[BenchmarkProblem],
+    options: CertifyOptions,
+    cost_of: Callable[[str, str, str], float | None] | None = None,
+) -> tuple[list[_Bench], float]:
     family = max(family_size(problems), 1)
     alpha_each = options.alpha / family  # subset: each two-sided sequence; population: a two-sided claim's first step
     benches = []

@@ -124,6 +124,7 @@ class _Paths:
         self.row = {
             (cid, slot): k * len(pairs) + slot for k, cid in enumerate(self.twins) for slot in range(len(pairs))
         }
+        self.key_of = {row: key for key, row in self.row.items()}  # row -> (costly configuration, pair slot)
         self.items = [str(i) for i in order]
         self.d_sum = np.zeros(len(self.row))  # sum of the costly differences used (the reported estimate)
 
@@ -188,10 +189,9 @@ class Control(_Paths):
     def _cost_ratio(self, rows: np.ndarray) -> np.ndarray:
         """Per row, a twin item's cost over a costly item's, both models (NaN until the oracle knows both)."""
         assert self.cost_of is not None
-        config_of = {row: key for key, row in self.row.items()}
         out = np.full(len(rows), np.nan)
         for i, row in enumerate(rows.tolist()):
-            cid, slot = config_of[row]
+            cid, slot = self.key_of[row]
             costly, cheap = (
                 [self.cost_of(self.benchmark, c, m) for m in self.pairs[slot]] for c in (cid, self.twins[cid])
             )
