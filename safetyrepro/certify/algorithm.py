@@ -69,13 +69,14 @@ sequence that its log-probability twin's scores help, on the same items and, for
 partner items: first from the benchmark's pool beyond the subset (`BenchmarkProblem.pool`, items only the twin
 scores), then sparingly from the back of the order (the subset target's: on the twin's whole subset, whose mean
 is then known); its next item is priced after the control, with the twin's items it needs, and those are asked
-for in the same round, first.
+for in the same round, first. `control="time"` is the same with a step's partners capped where their model time
+would exceed what they save (the oracle's costs; control.py `Control._cost_ratio`).
 
 Draw order: `seeded` permutes the problem's items with --seed; `subset` keeps the problem's own order,
 which for a live run is the fixed subset's seeded order (tasks/subsets.py): a sweep with --limit N
 scored exactly the first N draws, so its records serve as certify's first rounds. The control's partner
 items need the random order (`seeded`): from the back of a fixed order along which a twin drifts they are
-unlike the front, so `control="auto"` with `order="subset"` is refused (issue 53).
+unlike the front, so `control="auto"` (or "time") with `order="subset"` is refused (issue 53).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ scores on it, and the cheap configuration's), and, when the path's own past asks
 (ControlledBettingCS.partners_wanted), the next k items from the back of the order, o_{N-1}, o_{N-2}, ...,
 scored by the cheap configuration only: first the items of a pool beyond the subset (`BenchmarkProblem.pool`, in a
 seeded order: as many a step as the pool left spreads over the claim's expected steps, up to 16, PPI's use of the
-twin on an unlabelled pool), then at most 2 a step and 50 items in all from the back of the order. Front and back
+twin on an unlabelled pool; with `--control time` no more than leave the least expected model time to the claim,
+from the oracle's costs), then at most 2 a step and 50 items in all from the back of the order. Front and back
 never meet: the front stops where the back's partners begin, so a partner item is never a costly item of its
 path, and the costly configuration's own evaluations (a prefix of the order, as without the control) reach the
 back only when the path is spent. Which items a step uses is fixed by the path's past, so the path is one
