@@ -158,7 +158,14 @@ class ControlledBettingCS(GridEProcesses):
         spread = np.clip(beyond_left // np.maximum(need(self.k), 1.0).astype(np.int64), 1, self.k)
         spread = np.minimum(spread, beyond_left)
         if cost_ratio is not None:
-            spread = np.minimum(spread, self._cheapest_k(np.asarray(cost_ratio, dtype=float), need))
+            # the stakes respect y's range, 1 + |gamma| a side: where claims need few items that, not the
+            # variance, sets their pace, so the time a partner buys is priced with it
+            def paced(k: int) -> np.ndarray:
+                span = 1.0 + np.abs(self.gamma(s, np.full(len(s), k))) if k else 1.0
+                v = var_d * (1 - r2 * k / (k + 1))
+                return _items_to_decide(mean, v, n, self._log_inv_alpha, self.delta, span)
+
+            spread = np.minimum(spread, self._cheapest_k(np.asarray(cost_ratio, dtype=float), paced))
         room = np.minimum(fresh_left - 1, MIN_PARTNER_ITEMS - self.partner_items_back[s])
         back = np.zeros(len(s), dtype=np.int64)
         for k in range(1, K_PARTNERS + 1):
@@ -232,15 +239,16 @@ class ControlledBettingCS(GridEProcesses):
         return self.var_sum / np.maximum(self.t, 1)
 
 
-def _items_to_decide(mean, variance, t, log_inv_alpha: float, delta: float) -> np.ndarray:
+def _items_to_decide(mean, variance, t, log_inv_alpha: float, delta: float, span=1.0) -> np.ndarray:
     """About how many more steps a stream needs before its claim (certify's planning heuristic, algorithm.py
-    items_to_decide, here per stream): optimistic by one standard error while few items are in."""
+    items_to_decide, here per stream): optimistic by one standard error while few items are in. `span`: the
+    observation's range a side over a plain difference's (the range term's factor)."""
     se = np.sqrt(variance / t)
     d_win = np.clip(np.abs(mean) + OPTIMISM * se, 1e-3, 1.0)
-    need = 2 * variance * log_inv_alpha / d_win**2 + log_inv_alpha / d_win
+    need = 2 * variance * log_inv_alpha / d_win**2 + span * log_inv_alpha / d_win
     inside = delta - (np.abs(mean) + se)
     with np.errstate(divide="ignore", invalid="ignore"):
-        near = np.where(inside > 0, 2 * variance * log_inv_alpha / inside**2 + log_inv_alpha / inside, np.inf)
+        near = np.where(inside > 0, 2 * variance * log_inv_alpha / inside**2 + span * log_inv_alpha / inside, np.inf)
     return np.maximum(np.minimum(need, near) - t, 1.0)
 
 

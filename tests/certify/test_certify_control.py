@@ -208,23 +208,30 @@ def test_a_replay_whose_twins_hold_more_items_gives_the_control_its_partners_the
 
 def test_control_time_reads_the_costs_and_takes_fewer_partners_for_less_model_time():
     """`--control time` with the costs known (a live run's): a twin item at a tenth of a greedy free-form one, so a
-    step takes a few partners where auto takes up to 16, for less model time; with the costs unknown (a replay)
-    it is auto, step for step."""
+    step takes a few partners where auto takes up to 16, and over four grids (T1's greedy configurations, a 0.15
+    lead, 2,000 of 6,000 items) less model time than auto and than no control (7,982 against 9,499 and 8,789; a
+    single grid may go either way); with the costs unknown (a replay) it is auto, step for step."""
     from certify_grids import CostedOracle
 
-    problem, oracle, _ = correlated_problem(np.random.default_rng(400), lead_015, tie(0.8), n_items=6000, subset=2000)
-    keep = tuple(c for c in problem.config_ids if c.split("/")[1] == "T1" and c.split("/")[2] == "greedy")
-    problem = dataclasses.replace(problem, config_ids=keep)
-    did, spent = {}, {}
-    for control in ("auto", "time"):
-        for known in (True, False):
-            costed = CostedOracle(oracle, known=known)
-            result = certify([problem], costed, CertifyOptions(seed=0, control=control, round_seconds=60.0))
-            did[(control, known)], spent[(control, known)] = result.control["truthfulqa"], costed.spent()
+    did, spent = {}, {"none": 0.0, "auto": 0.0, "time": 0.0}
+    for seed in range(400, 404):
+        problem, oracle, _ = correlated_problem(
+            np.random.default_rng(seed), lead_015, tie(0.8), n_items=6000, subset=2000
+        )
+        keep = tuple(c for c in problem.config_ids if c.split("/")[1] == "T1" and c.split("/")[2] == "greedy")
+        problem = dataclasses.replace(problem, config_ids=keep)
+        for control in spent:
+            for known in (True, False) if seed == 400 and control != "none" else (True,):
+                costed = CostedOracle(oracle, known=known)
+                result = certify([problem], costed, CertifyOptions(seed=0, control=control, round_seconds=60.0))
+                if known:
+                    spent[control] += costed.spent()
+                if seed == 400:
+                    did[(control, known)] = (result.control.get("truthfulqa"), costed.spent())
 
     def per_step(d):  # both models score each partner item
         return d["partner_items_evaluated"] / 2 / d["partner_steps"]
 
-    assert 1 <= per_step(did[("time", True)]) <= 6 < per_step(did[("auto", True)]), did
-    assert spent[("time", True)] < spent[("auto", True)]
-    assert did[("time", False)] == did[("auto", False)] and spent[("time", False)] == spent[("auto", False)]
+    assert 1 <= per_step(did[("time", True)][0]) <= 6 < per_step(did[("auto", True)][0]), did
+    assert spent["time"] < min(spent["auto"], spent["none"]), spent
+    assert did[("time", False)] == did[("auto", False)]
