@@ -152,19 +152,17 @@ class ControlledBettingCS(GridEProcesses):
         mean = self.fit_dc[s, 0] / n
         var_d = np.maximum(self.fit_dc[s, 2] / n - mean**2, 0.01)
 
-        def need(k: int) -> np.ndarray:
-            return _items_to_decide(mean, var_d * (1 - r2 * k / (k + 1)), n, self._log_inv_alpha, self.delta)
+        def need(k: int, span=1.0) -> np.ndarray:
+            return _items_to_decide(mean, var_d * (1 - r2 * k / (k + 1)), n, self._log_inv_alpha, self.delta, span)
+
+        def paced(k: int) -> np.ndarray:
+            # the stakes respect y's range, 1 + |gamma| a side: where claims need few items that, not the
+            # variance, sets their pace, so the time a partner buys is priced with it
+            return need(k, 1.0 + np.abs(self.gamma(s, np.full(len(s), k)))) if k else need(0)
 
         spread = np.clip(beyond_left // np.maximum(need(self.k), 1.0).astype(np.int64), 1, self.k)
         spread = np.minimum(spread, beyond_left)
         if cost_ratio is not None:
-            # the stakes respect y's range, 1 + |gamma| a side: where claims need few items that, not the
-            # variance, sets their pace, so the time a partner buys is priced with it
-            def paced(k: int) -> np.ndarray:
-                span = 1.0 + np.abs(self.gamma(s, np.full(len(s), k))) if k else 1.0
-                v = var_d * (1 - r2 * k / (k + 1))
-                return _items_to_decide(mean, v, n, self._log_inv_alpha, self.delta, span)
-
             spread = np.minimum(spread, self._cheapest_k(np.asarray(cost_ratio, dtype=float), paced))
         room = np.minimum(fresh_left - 1, MIN_PARTNER_ITEMS - self.partner_items_back[s])
         back = np.zeros(len(s), dtype=np.int64)
