@@ -241,7 +241,7 @@ def plan_certify(args: argparse.Namespace) -> dict:
     import numpy as np
 
     from safetyrepro.errors import UserError
-    from safetyrepro.sequential.planning import ItemsToDecide, items_to_decide, z_items_needed
+    from safetyrepro.sequential.planning import ItemsToDecide, items_to_decide, kelly_items, z_items_needed
 
     if args.margin is not None and not 0 < args.margin < 1:
         raise UserError(f"--margin {args.margin}: must be in (0, 1)")
@@ -260,6 +260,8 @@ def plan_certify(args: argparse.Namespace) -> dict:
         flip = ItemsToDecide(np.maximum(one, other), CERTIFY_MAX_ITEMS)  # both wins: the later of two runs
         out["lead"] = _summary(lead, args.items)
         out["flip"] = _summary(flip, args.items)
+        kelly = kelly_items(args.discordance, args.effect, **common, runs=CERTIFY_RUNS)
+        out["lead_knowing_the_law"] = _summary(kelly, args.items)
     if args.margin is not None:
         within = items_to_decide(args.discordance, args.effect, margin=args.margin, runs=CERTIFY_RUNS, **common)
         out["within"] = _summary(within, args.items) | {"margin": args.margin}
@@ -302,6 +304,10 @@ def certify_lines(r: dict) -> list[str]:
         lines.append(
             f"- a {_points(r['effect'])}-point lead is claimed after {_when(c['lead'])}; {fixed} items for "
             f"{_percent(r['power'])} power, but must fix n first and cannot stop early"
+        )
+        lines.append(
+            f"- no betting sequence claims it sooner on average than one that knows the law (the bound on any stake): "
+            f"{_when(c['lead_knowing_the_law'])}"
         )
         each_way = f"two configurations with leads of {_points(r['effect'])} points each way"
         lines.append(f"- a flip ({each_way}): {_when(c['flip'])}")

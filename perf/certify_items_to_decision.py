@@ -22,10 +22,9 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from safetyrepro.analysis.paired.power import items_needed
-from safetyrepro.sequential.planning import items_to_decide, seed_mean_law, z_items_needed
+from safetyrepro.sequential.planning import items_to_decide, kelly_items, z_items_needed
 
 LEADS = (0.35, 0.25, 0.15)
 MARGIN = 0.05
@@ -37,14 +36,9 @@ def _n(x: float) -> str:
     return "never" if x == float("inf") else f"{int(x):,}"
 
 
-def kelly_median(d: float, e: float, seeds: int, threshold: float, runs: int, seed: int = 0) -> float:
-    """Median items to a log capital of `threshold` for the bettor that knows the law (constant Kelly stake)."""
-    values, probs = seed_mean_law(d, e, seeds)
-    lam = minimize_scalar(lambda x: -probs @ np.log1p(x * values), bounds=(0, 0.999), method="bounded").x
-    rng = np.random.default_rng(seed)
-    steps = np.log1p(lam * rng.choice(values, size=(runs, MAX_ITEMS), p=probs)).cumsum(axis=1)
-    hit = steps >= threshold
-    return float(np.median(np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, np.inf)))
+def kelly_median(d: float, e: float, seeds: int, k: int, runs: int) -> float:
+    """Median items to the claim for the bettor that knows the law (constant Kelly stake)."""
+    return float(np.median(kelly_items(d, e, family=k, seeds=seeds, runs=runs, max_items=MAX_ITEMS).items))
 
 
 def fixed_n(d: float, e: float, seeds: int, k: int) -> int | None:
@@ -60,7 +54,6 @@ def main() -> None:
     ap.add_argument("--discordance", type=float, default=0.5)
     a = ap.parse_args()
     k, d = a.configs, a.discordance
-    threshold = float(np.log(2 * k / 0.05))
     print(f"one pair over K = {k} configurations, alpha 0.05, discordance {d} per seed, {a.runs} simulated runs")
     print("certify: median / 80th percentile of items to the claim, share of runs within 300 items")
     head = f"{'scenario':<13} {'claim':<18} {'before (width)':>20} {'after (growth)':>20}"
@@ -81,7 +74,7 @@ def main() -> None:
             if fixed:  # the 80th percentiles over the fixed-n items: what stopping at any item costs
                 before, after = (f.quantile(0.8) / fixed for f in found.values())
                 ratios = f"{before:.2f} {after:.2f}"
-            kelly = _n(kelly_median(d, e, seeds, threshold, a.runs)) if margin is None else "-"
+            kelly = _n(kelly_median(d, e, seeds, k, a.runs)) if margin is None else "-"
             print(f"{name:<13} {claim:<18} {cells[0]:>20} {cells[1]:>20} {fixed or '-':>12} {ratios:>11} {kelly:>6}")
 
 

@@ -11,7 +11,7 @@ from refusals import refused
 
 from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, certify
 from safetyrepro.cli import main
-from safetyrepro.sequential.planning import items_to_decide, seed_mean_law, z_items_needed
+from safetyrepro.sequential.planning import items_to_decide, kelly_items, seed_mean_law, z_items_needed
 
 D, E, POOL, RUNS = 0.6, 0.35, 1000, 60
 
@@ -59,6 +59,7 @@ def test_plan_certify_prints_its_items_beside_the_fixed_n_test(capsys):
     assert r["items_needed"] == 164  # the fixed-n exact sign test with Holm at 80 % power
     assert 140 <= lead["median"] <= 200 and lead["p80"] > r["items_needed"]  # anytime validity has a price
     assert flip["median"] > lead["median"] and 0 < lead["share_within_items"] <= 1
+    assert r["certify"]["lead_knowing_the_law"]["median"] < lead["median"]  # the bound on any stake
     assert main(argv) == 0
     assert "the fixed-n test above needs 164 items for 80 % power" in capsys.readouterr().out
 
@@ -93,3 +94,13 @@ def test_plan_refuses_flags_it_would_ignore(capsys):
     refused(["plan", *numbers, "--seeds", "5"], capsys, "--seeds", "add --certify")
     refused(["plan", "--certify", *numbers, "--seeds", "0"], capsys, "--seeds 0", "from 1 to")
     refused(["plan", "study/grid.csv", "--certify"], capsys, "plan GRID does not plan certify", "--certify")
+
+
+def test_the_bettor_that_knows_the_law_needs_log_threshold_over_its_growth_rate():
+    """Kelly at D = 0.5, E = 0.15 on 0/1 answers: the stake (p_a - p_b) / (p_a + p_b) = 0.3 grows the log capital
+    0.325 log 1.3 + 0.175 log 0.7 = 0.02285 an item, so by Wald it reaches log(2 x 48 / 0.05) = 7.56 after
+    331 items on average, a little more for the last step's overshoot (340 measured)."""
+    found = kelly_items(0.5, 0.15, family=48, runs=400, max_items=3000)
+    growth = 0.325 * np.log(1.3) + 0.175 * np.log(0.7)
+    assert np.isfinite(found.items).all()
+    assert 1.0 <= found.items.mean() / (np.log(1920) / growth) < 1.05
