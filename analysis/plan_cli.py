@@ -283,7 +283,7 @@ def _when(r: dict) -> str:
     p80 = f"{r['p80']:,}" if r["p80"] is not None else f"over {CERTIFY_MAX_ITEMS:,}"
     share = r.get("share_within_items")
     within = f"; {_percent(round(share, 3))} of runs within --items" if share is not None else ""
-    return f"a median of {r['median']:,} items (80 % of runs by {p80}{within})"
+    return f"after a median of {r['median']:,} items (80 % of runs by {p80}{within})"
 
 
 def certify_lines(r: dict) -> list[str]:
@@ -295,15 +295,17 @@ def certify_lines(r: dict) -> list[str]:
         f"time):"
     ]
     if "lead" in c:
+        power = f"{_percent(r['power'])} power"
         if c["seeds"] > 1:
-            z = c["z_items_needed"]
-            fixed = f"the fixed-n paired z-test on {c['seeds']}-seed means (Holm's first step) needs {z:,}"
+            z, means = c["z_items_needed"], f"{c['seeds']}-seed means"
+            fixed = f"the fixed-n paired z-test on {means} (Holm's first step) needs {z:,} items for {power}"
+        elif r["items_needed"] is not None:
+            fixed = f"the fixed-n test above needs {r['items_needed']:,} items for {power}"
         else:
-            need = f"{r['items_needed']:,}" if r["items_needed"] is not None else "not reachable"
-            fixed = f"the fixed-n test above needs {need}"
+            fixed = f"the fixed-n test above does not reach {power}"
         lines.append(
-            f"- a {_points(r['effect'])}-point lead is claimed after {_when(c['lead'])}; {fixed} items for "
-            f"{_percent(r['power'])} power, but must fix n first and cannot stop early"
+            f"- a {_points(r['effect'])}-point lead is claimed {_when(c['lead'])}; {fixed}, but must fix n "
+            f"first and cannot stop early"
         )
         lines.append(
             f"- no betting sequence claims it sooner on average than one that knows the law (the bound on any stake): "
