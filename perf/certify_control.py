@@ -35,7 +35,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import subprocess
 import sys
@@ -51,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "certify"))
 sys.path.insert(0, str(ROOT / "perf"))
 
-from certify_grids import CostedOracle, correlated_problem, twin_correlation  # noqa: E402
+from certify_grids import CostedOracle, correlated_problem, greedy_short, short, twin_correlation  # noqa: E402
 
 from safetyrepro.certify.algorithm import CertifyOptions, certify, closeness  # noqa: E402
 from safetyrepro.certify.control import pairings  # noqa: E402
@@ -131,13 +130,6 @@ SUBSET_SCENARIOS = {
 }
 
 
-def _short(problem):
-    """Templates T1 and T3 at 0 and 5 shots: 12 free-form configurations and their 4 twins (it keeps 2,000-item
-    grids quick; the control acts per configuration, so the family's size changes little)."""
-    keep = tuple(c for c in problem.config_ids if c.split("/")[1] in ("T1", "T3") and c.split("/")[3] != "3shot")
-    return dataclasses.replace(problem, config_ids=keep)
-
-
 POOL_SCENARIOS = {  # the population target: a 2,000-item subset whose twins score 18,000 more items (issue 56)
     "0.25 lead (0.70 vs 0.45)": ((2000, 18000), lambda cfg, m: 0.70 if m == "a" else 0.45),
     "0.15 lead (0.65 vs 0.50)": ((2000, 18000), lambda cfg, m: 0.65 if m == "a" else 0.50),
@@ -149,13 +141,6 @@ POOL_SCENARIOS = {  # the population target: a 2,000-item subset whose twins sco
 
 
 GREEDY_SCENARIOS = {k: v for k, v in POOL_SCENARIOS.items() if "no pool" not in k}
-
-
-def _greedy(problem):
-    """_short's greedy configurations only (4 free-form, 4 twins): each item's score a 0/1 answer, where a twin
-    can save the most (their ceilings are below half from the 0.15 lead down; five-seed means' are not)."""
-    short = _short(problem)
-    return dataclasses.replace(short, config_ids=tuple(c for c in short.config_ids if c.split("/")[2] == "greedy"))
 
 
 def subset(grids: int) -> tuple[list[str], list[dict]]:
@@ -170,7 +155,7 @@ def population_pools(grids: int) -> tuple[list[str], list[dict]]:
 
 def greedy_pools(grids: int) -> tuple[list[str], list[dict]]:
     """population_pools on the greedy configurations alone."""
-    return by_pool(grids, GREEDY_SCENARIOS, "population", keep=_greedy)
+    return by_pool(grids, GREEDY_SCENARIOS, "population", keep=greedy_short)
 
 
 def grid_ceiling(problem, oracle, plain) -> float:
@@ -195,7 +180,7 @@ def grid_ceiling(problem, oracle, plain) -> float:
     return shares / total if total else 1.0
 
 
-def by_pool(grids: int, scenarios: dict, target: str, keep=_short) -> tuple[list[str], list[dict]]:
+def by_pool(grids: int, scenarios: dict, target: str, keep=short) -> tuple[list[str], list[dict]]:
     lines = [
         f"{'scenario':<26} {'items':>5} {'r':>4} {'control':<7} {'verdicts':<26} {'same':>4} {'claims':>6} "
         f"{'costly':>8} {'share':>6} {'cheap':>8} {'model time':>10} {'share':>6}"

@@ -3,6 +3,7 @@ and seed, a cell's score the mean of its seeds' shares; imported by name."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -300,3 +301,17 @@ class StandInRecord:
 
     def to_dict(self):
         return {"item_id": self.item_id, "seed": self.seed, "item_score": self.item_score}
+
+
+def short(problem):
+    """Templates T1 and T3 at 0 and 5 shots: 12 free-form configurations and their 4 twins (it keeps 2,000-item
+    grids quick; the control acts per configuration, so the family's size changes little)."""
+    keep = tuple(c for c in problem.config_ids if c.split("/")[1] in ("T1", "T3") and c.split("/")[3] != "3shot")
+    return dataclasses.replace(problem, config_ids=keep)
+
+
+def greedy_short(problem):
+    """short's greedy configurations only (4 free-form, 4 twins): each item's score a 0/1 answer, where a twin
+    can save the most (their ceilings are below half from the 0.15 lead down; five-seed means' are not)."""
+    s = short(problem)
+    return dataclasses.replace(s, config_ids=tuple(c for c in s.config_ids if c.split("/")[2] == "greedy"))

@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from certify_grids import correlated_problem
+from certify_grids import correlated_problem, greedy_short, short
 from test_certify_population import RULES, contradicted, half_null, identical, law_mean, upper_share
 
 from safetyrepro.certify.algorithm import CertifyOptions, certify
@@ -42,12 +42,11 @@ def test_claims_against_the_law_with_the_control_are_at_most_alpha_of_200_null_a
         accuracy = identical if seed % 2 == 0 else half_null
         pool = {"n_items": 900, "subset": 300} if seed % 4 >= 2 else {}
         problem, oracle, _ = correlated_problem(np.random.default_rng(3000 + seed), accuracy, tied, **pool)
-        keep = tuple(c for c in problem.config_ids if c.split("/")[1] in ("T1", "T3") and c.split("/")[3] != "3shot")
         law = {
             c.config_id: law_mean(accuracy(c, "a")) - law_mean(accuracy(c, "b")) for c in RULES.configs("truthfulqa")
         }
         options = dataclasses.replace(OPTIONS, control=control)
-        result = certify([dataclasses.replace(problem, config_ids=keep)], CostedOracle(oracle, known=True), options)
+        result = certify([short(problem)], CostedOracle(oracle, known=True), options)
         assert result.control["truthfulqa"]["partner_steps"] > 0
         wrong += any(contradicted(c.claim, law[c.config_id], OPTIONS.delta) for c in result.claims)
         flips += result.pairs[0].verdict == "flip"
@@ -56,11 +55,6 @@ def test_claims_against_the_law_with_the_control_are_at_most_alpha_of_200_null_a
 
 
 SUBSET = CertifyOptions(alpha=0.05, delta=0.05, seed=0, target="subset", control="auto")
-
-
-def _short(problem):
-    keep = tuple(c for c in problem.config_ids if c.split("/")[1] in ("T1", "T3") and c.split("/")[3] != "3shot")
-    return dataclasses.replace(problem, config_ids=keep)
 
 
 @pytest.mark.slow
@@ -73,7 +67,7 @@ def test_subset_claims_with_the_control_are_at_most_alpha_of_200_null_and_half_n
     for seed in range(n):
         accuracy = identical if seed % 2 == 0 else half_null
         problem, oracle, full = correlated_problem(np.random.default_rng(5000 + seed), accuracy, tied)
-        result = certify([_short(problem)], oracle, SUBSET)
+        result = certify([short(problem)], oracle, SUBSET)
         controlled += result.control["truthfulqa"]["controlled_steps"] > 0
         wrong += any(contradicted(c.claim, full[c.config_id], SUBSET.delta) for c in result.claims)
     assert controlled >= 60, controlled
@@ -92,7 +86,7 @@ def free_form_both_ways(
     them); every grid ends stable_a both ways."""
     from certify_grids import CostedOracle
 
-    keep = keep or _short
+    keep = keep or short
     worlds = [
         correlated_problem(np.random.default_rng(400 + g), lead, tie, n_items=n_items, subset=subset)
         for g in range(grids)
@@ -139,12 +133,6 @@ def lead_015(cfg, model):
     return 0.65 if model == "a" else 0.50
 
 
-def greedy(problem):
-    """_short's greedy configurations: 0/1 answers, where a twin at r = 0.8 leaves the most to save."""
-    short = _short(problem)
-    return dataclasses.replace(short, config_ids=tuple(c for c in short.config_ids if c.split("/")[2] == "greedy"))
-
-
 @pytest.mark.slow
 def test_population_control_halves_the_costly_items_of_greedy_configurations_at_a_015_lead():
     """Issue 56 at the 0.15 lead: where the configurations answer 0/1 (greedy decoding; a sampled one's five-seed
@@ -152,7 +140,7 @@ def test_population_control_halves_the_costly_items_of_greedy_configurations_at_
     verdicts for at most half the free-form evaluations (0.473 on these four grids, 0.482 on perf's 16, whose
     ceiling is 0.433); r = 0: at most 10 % more (1.000)."""
     for tie, most in ((tied, 0.5), (lambda cfg: 0.0, 1.1)):
-        costly = free_form_both_ways(OPTIONS, 20_000, 4, tie, subset=2000, lead=lead_015, keep=greedy)
+        costly = free_form_both_ways(OPTIONS, 20_000, 4, tie, subset=2000, lead=lead_015, keep=greedy_short)
         assert costly["auto"] <= most * costly["none"], costly
 
 
@@ -172,7 +160,9 @@ def test_control_time_spends_less_model_time_than_none_where_auto_spends_more():
     for control in ("none", "auto", "time"):
         oracles = [CostedOracle(o, known=True) for _, o, _ in worlds]
         runs = [
-            certify([greedy(p)], oracle, dataclasses.replace(OPTIONS, seed=g, control=control, round_seconds=60.0))
+            certify(
+                [greedy_short(p)], oracle, dataclasses.replace(OPTIONS, seed=g, control=control, round_seconds=60.0)
+            )
             for g, ((p, _, _), oracle) in enumerate(zip(worlds, oracles, strict=True))
         ]
         assert [x.pairs[0].verdict for x in runs] == ["stable_a"] * 4
