@@ -54,6 +54,21 @@ def growth_stakes(mu_hat: np.ndarray, sigma2: np.ndarray, m: np.ndarray) -> tupl
     return np.clip(kelly, 0.0, None), np.clip(-kelly, 0.0, None)
 
 
+def kelly_stake(values, weights, upper: float = 1.0) -> tuple[float, float]:
+    """The growth-optimal constant stake on a law of observations (values, weights; each already less the null's
+    mean) and its growth rate per draw, max over lambda in [0, upper) of E log(1 + lambda x): the KL-inf rate no
+    betting e-process beats on average. `upper`: the stake's bound, 1 over the largest loss an observation can
+    bring."""
+    from scipy.optimize import minimize_scalar
+
+    x, w = np.asarray(values, dtype=float), np.asarray(weights, dtype=float)
+    w = w / w.sum()
+    found = minimize_scalar(
+        lambda lam: -(w @ np.log(np.maximum(1 + lam * x, 1e-300))), bounds=(0, upper * (1 - 1e-9)), method="bounded"
+    )
+    return float(found.x), float(-found.fun)
+
+
 @dataclass(frozen=True)
 class Bounds:
     lower: np.ndarray  # per stream, of the population mean in the caller's units

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .confidence_sequence import GROWTH_TRUNCATION, GridEProcesses, growth_stakes
+from .confidence_sequence import GROWTH_TRUNCATION, GridEProcesses, growth_stakes, kelly_stake
 
 K_PARTNERS = 2  # partner items a step from the costly subset's back: the variance factor is 1 - r^2 k / (k + 1)
 MAX_PARTNERS = 16  # ... from the pool beyond it: at r = 0.8, 1 - r^2 16/17 is 10 % over PPI's known-mean 1 - r^2
@@ -278,7 +278,7 @@ def growth_ceiling(d, c, weights, theta0: float = 0.0) -> tuple[float, float]:
     wherever D in [-1, 1] can fall: the growth-optimal one maximises E log of it (the KL-inf rate), a concave
     problem solved here. Its ratio to the plain rate (h = 0, the bounded-mean KL-inf) is the most a control
     variate can cut the expected items to a claim when both are many; perf/certify_control.py tabulates it."""
-    from scipy.optimize import minimize, minimize_scalar
+    from scipy.optimize import minimize
 
     d, c, w = (np.asarray(x, dtype=float) for x in (d, c, weights))
     w = w / w.sum()
@@ -290,9 +290,7 @@ def growth_ceiling(d, c, weights, theta0: float = 0.0) -> tuple[float, float]:
         g = h[inverse] - p_level @ h
         return float(w @ np.log(np.maximum(1 + lam * (d - theta0) - g, 1e-300)))
 
-    plain = -minimize_scalar(
-        lambda lam: -log_growth(lam, np.zeros(len(levels))), bounds=(0, top * (1 - 1e-9)), method="bounded"
-    ).fun
+    _, plain = kelly_stake(d - theta0, w, top)
 
     def objective(x):
         return -log_growth(x[0], x[1:])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .confidence_sequence import IidBettingCS
+from .confidence_sequence import IidBettingCS, kelly_stake
 
 NEVER = np.inf
 
@@ -70,10 +70,8 @@ def kelly_items(
     """Items to the same claim of a lead for the bettor that knows the law and bets its growth-optimal constant
     stake (Kelly): no betting e-process claims sooner on average, so it bounds what any anytime-valid sequence
     can do on these answers."""
-    from scipy.optimize import minimize_scalar
-
     values, probs = seed_mean_law(discordance, abs(effect), seeds)
-    stake = minimize_scalar(lambda x: -probs @ np.log1p(x * values), bounds=(0, 0.999), method="bounded").x
+    stake, _ = kelly_stake(values, probs)
     rng = np.random.default_rng(seed)
     capital = np.log1p(stake * rng.choice(values, size=(runs, max_items), p=probs)).cumsum(axis=1)
     hit = capital >= np.log(2 * family / alpha)
