@@ -105,10 +105,10 @@ def run(args: argparse.Namespace) -> int:
         rows = plan_from_grid(args)
         print(json.dumps(rows, indent=2) if args.json else "\n".join(grid_lines(rows, args)))
     else:
-        numbers = plan_from_numbers(args)
+        numbers = within_only(args) if _within_only(args) else plan_from_numbers(args)
         if args.certify:
             numbers["certify"] = plan_certify(args)
-        lines = number_lines(numbers) + (certify_lines(numbers) if args.certify else [])
+        lines = ([] if _within_only(args) else number_lines(numbers)) + (certify_lines(numbers) if args.certify else [])
         print(json.dumps(numbers, indent=2) if args.json else "\n".join(lines))
     return 0
 
@@ -142,6 +142,21 @@ def _item_count(text: str | None) -> int | None:
             f"searches); no benchmark subset is larger"
         )
     return n
+
+
+def _within_only(args: argparse.Namespace) -> bool:
+    """`--certify --margin M --effect 0`: two models alike, where there is no difference to find and only the claim
+    "within +-M" to plan."""
+    return bool(args.certify and args.margin is not None and args.effect == 0)
+
+
+def within_only(args: argparse.Namespace) -> dict:
+    """The numbers form's settings, checked, without the fixed-n test's items (it finds differences; there is none)."""
+    from safetyrepro.analysis.paired.power import check_design
+
+    check_design(args.discordance, args.configs, args.alpha)
+    keys = ("discordance", "effect", "configs", "alpha", "power")
+    return {k: getattr(args, k) for k in keys}
 
 
 def plan_from_numbers(args: argparse.Namespace) -> dict:
@@ -314,10 +329,9 @@ def certify_lines(r: dict) -> list[str]:
         each_way = f"two configurations with leads of {_points(r['effect'])} points each way"
         lines.append(f"- a flip ({each_way}): {_when(c['flip'])}")
     if "within" in c:
-        lines.append(
-            f"- 'within +-{_points(c['within']['margin'])} points' when the true difference is "
-            f"{_points(r['effect'])}: {_when(c['within'])}"
-        )
+        m = c["within"]["margin"]
+        when = f"never: the difference is not inside +-{_points(m)}" if r["effect"] >= m else _when(c["within"])
+        lines.append(f"- 'within +-{_points(m)} points' when the true difference is {_points(r['effect'])}: {when}")
     return lines
 
 

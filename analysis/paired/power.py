@@ -131,6 +131,12 @@ def _target(power: float) -> float:
     return _unit("power", power, "the target probability of a correct claim", False)
 
 
+def check_design(discordance: float, n_configs: int, alpha: float) -> None:
+    """Refuse a bad discordance, family or alpha where no difference is to be found (plan --certify's 'within'
+    alone: two models alike)."""
+    _design(discordance, None, n_configs, alpha)
+
+
 def check_settings(effect: float, alpha: float, power: float) -> None:
     """Refuse a bad effect, alpha or target power before any pilot is read (the pilot gives D and K)."""
     _unit("effect", effect, "the true paired difference in accuracy", True)
