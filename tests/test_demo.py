@@ -266,6 +266,10 @@ def test_the_demos_answer_carries_the_parse_rates_of_the_cells_it_rests_on():
     the sentence that names it says so with both parse rates on the items the claim used."""
     lines = _demo_readings()
     assert lines[0].startswith("About the models: bbq: qwen2.5-coder-0.5b vs smollm2 is undecided: 1 of 2 ")
+    assert lines[0].endswith(  # what the items could detect: T2's bounds, -0.6 to 0.2
+        "0 more paired evaluations are available to them; its simultaneous bounds, -0.60 to 0.20, are 0.80 wide, "
+        "so on these items a lead under about 0.40 is not claimed."
+    )
     assert lines[1].startswith("About these items only (--target subset, the paper's reading): bbq: the verdict flips.")
     assert lines[2] == (
         "bbq: on these items the lead flips, as the paper's metric sees it; beyond item noise only "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -277,12 +278,30 @@ def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float, target: s
     close = (
         f"closing them takes at most {left:,} more paired evaluations"
         if target == "subset"
-        else f"{left:,} more paired evaluations are available to them (with every item in, a difference smaller "
-        "than the items can resolve stays open)"
+        else f"{left:,} more paired evaluations are available to them"
     )
     return (
         f"{p.benchmark}: {p.model_a} vs {p.model_b} is undecided: {p.n_open} of {len(mine)} configurations are "
-        f"still open ({len(wins_a)} won by {p.model_a}, {len(wins_b)} by {p.model_b}) {spent}; {close}."
+        f"still open ({len(wins_a)} won by {p.model_a}, {len(wins_b)} by {p.model_b}) {spent}; {close}"
+        f"{_detectable([c for c in mine if c.claim == 'undecided'])}."
+    )
+
+
+def _detectable(open_claims: list[ClaimRow]) -> str:
+    """What the items used could detect: the open claims' simultaneous bounds and their width. A lead is claimed
+    once its lower bound passes 0, so on these items one smaller than about half the width is not."""
+    widths = sorted(c.upper - c.lower for c in open_claims if math.isfinite(c.upper - c.lower))
+    if not widths:
+        return ""
+    if len(widths) == 1:
+        (c,) = open_claims
+        return (
+            f"; its simultaneous bounds, {c.lower:.2f} to {c.upper:.2f}, are {widths[0]:.2f} wide, so on these items "
+            f"a lead under about {widths[0] / 2:.2f} is not claimed"
+        )
+    return (
+        f"; their simultaneous bounds are {widths[0]:.2f} to {widths[-1]:.2f} wide, so on these items a lead under "
+        f"about {widths[0] / 2:.2f} is not claimed in any of them"
     )
 
 

@@ -244,7 +244,13 @@ def test_a_budget_stops_the_run_and_leaves_the_rest_undecided(tmp_path, capsys):
     cost = json.loads((out / "cost.json").read_text())
     assert cost["paired_evaluations"] <= 100 and cost["stopped_by"] == "budget"
     assert pd.read_csv(out / "certificate.csv")["verdict"].iloc[0] == "undecided"
-    assert "is undecided" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    claims = pd.read_csv(out / "claims.csv")
+    open_ = claims[claims["claim"] == "undecided"]
+    width = (open_["upper"] - open_["lower"]).min()
+    assert "is undecided" in report and len(open_) > 1
+    assert f"their simultaneous bounds are {width:.2f} to " in report  # what the items used could detect
+    assert f"so on these items a lead under about {width / 2:.2f} is not claimed in any of them." in report
 
 
 @pytest.mark.parametrize(
