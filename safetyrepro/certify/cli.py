@@ -290,14 +290,27 @@ def run(args: argparse.Namespace) -> int:
         result, paths = _replay(args, options, say)
     import pandas as pd
 
-    from .outputs import target_words
+    from .outputs import detectable, target_words
 
-    # the verdicts as certificate.csv says them, with what each rests on (read from the records the run used)
+    # the verdicts as certificate.csv says them, with what each rests on (read from the records the run used) and,
+    # while undecided, what the items used could detect
+    claims = pd.read_csv(args.out / "claims.csv", keep_default_na=False, dtype=LABELS)
     for r in pd.read_csv(args.out / "certificate.csv", keep_default_na=False, dtype=LABELS).itertuples():
         rests = f"; rests on: {r.rests_on}" if r.rests_on else ""
+        mine = claims[
+            (claims["benchmark"] == r.benchmark)
+            & (claims["model_a"] == r.model_a)
+            & (claims["model_b"] == r.model_b)
+            & (claims["claim"] == "undecided")
+        ]
+        found = (
+            detectable(list(zip(*(pd.to_numeric(mine[k], errors="coerce") for k in ("lower", "upper")), strict=True)))
+            if r.verdict == "undecided"
+            else ""
+        )
         print(
             f"{r.benchmark:<12} {r.model_a} vs {r.model_b}: {r.verdict} ({r.n_evaluations:,} of {r.n_full:,} paired "
-            f"evaluations{rests})"
+            f"evaluations{rests}){'; ' if found else ''}{found}"
         )
     print(f"target {options.target}: the verdicts are {target_words(options.target, options.fewshot_draw)}")
     print(

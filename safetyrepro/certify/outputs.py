@@ -275,6 +275,7 @@ def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float, target: s
             f"{spent}."
         )
     left = sum(c.n_full - c.items_used for c in mine if c.claim == "undecided")
+    found = detectable([(c.lower, c.upper) for c in mine if c.claim == "undecided"])
     close = (
         f"closing them takes at most {left:,} more paired evaluations"
         if target == "subset"
@@ -283,24 +284,26 @@ def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float, target: s
     return (
         f"{p.benchmark}: {p.model_a} vs {p.model_b} is undecided: {p.n_open} of {len(mine)} configurations are "
         f"still open ({len(wins_a)} won by {p.model_a}, {len(wins_b)} by {p.model_b}) {spent}; {close}"
-        f"{_detectable([c for c in mine if c.claim == 'undecided'])}."
+        f"{'; ' if found else ''}{found}."
     )
 
 
-def _detectable(open_claims: list[ClaimRow]) -> str:
-    """What the items used could detect: the open claims' simultaneous bounds and their width. A lead is claimed
-    once its lower bound passes 0, so on these items one smaller than about half the width is not."""
-    widths = sorted(c.upper - c.lower for c in open_claims if math.isfinite(c.upper - c.lower))
-    if not widths:
+def detectable(bounds: list[tuple[float, float]]) -> str:
+    """What the items used could detect, from the open claims' simultaneous bounds (lower, upper): their width,
+    and that a lead under about half the narrowest is not claimed (a lead is claimed once its lower bound passes
+    0). Empty where no bound is finite."""
+    shown = [(lo, hi) for lo, hi in bounds if math.isfinite(hi - lo)]
+    if not shown:
         return ""
-    if len(widths) == 1:
-        (c,) = open_claims
+    widths = sorted(hi - lo for lo, hi in shown)
+    if len(shown) == 1:
+        ((lo, hi),) = shown
         return (
-            f"; its simultaneous bounds, {c.lower:.2f} to {c.upper:.2f}, are {widths[0]:.2f} wide, so on these items "
-            f"a lead under about {widths[0] / 2:.2f} is not claimed"
+            f"its simultaneous bounds, {lo:.2f} to {hi:.2f}, are {widths[0]:.2f} wide, so on these items a lead under "
+            f"about {widths[0] / 2:.2f} is not claimed"
         )
     return (
-        f"; their simultaneous bounds are {widths[0]:.2f} to {widths[-1]:.2f} wide, so on these items a lead under "
+        f"their simultaneous bounds are {widths[0]:.2f} to {widths[-1]:.2f} wide, so on these items a lead under "
         f"about {widths[0] / 2:.2f} is not claimed in any of them"
     )
 

@@ -250,7 +250,13 @@ def test_a_budget_stops_the_run_and_leaves_the_rest_undecided(tmp_path, capsys):
     width = (open_["upper"] - open_["lower"]).min()
     assert "is undecided" in report and len(open_) > 1
     assert f"their simultaneous bounds are {width:.2f} to " in report  # what the items used could detect
-    assert f"so on these items a lead under about {width / 2:.2f} is not claimed in any of them." in report
+    said = f"so on these items a lead under about {width / 2:.2f} is not claimed in any of them"
+    assert f"{said}." in report
+    assert (
+        f": undecided ({cost['paired_evaluations']:,} of 14,400 paired evaluations); their simultaneous bounds are "
+        in (printed := capsys.readouterr().out)
+        and printed.splitlines()[0].endswith(said)
+    )  # the console's verdict line says it too
 
 
 @pytest.mark.parametrize(
