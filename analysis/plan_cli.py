@@ -52,7 +52,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--effect",
         type=float,
-        default=DEFAULT_EFFECT,
+        default=None,
         metavar="E",
         help=f"true paired difference in accuracy to find, at most D (default {DEFAULT_EFFECT})",
     )
@@ -78,6 +78,26 @@ def register(subparsers) -> None:
         help="with --certify: each model's item score is the mean of S seeds' 0/1 answers (a sampled "
         "configuration's; discordance and effect are per seed), default 1 (greedy decoding)",
     )
+    p.add_argument(
+        "--ideal",
+        type=float,
+        metavar="X",
+        help="with --certify: plan a closeness benchmark (CrowS-Pairs: 0.5), where the better model's share of 1 "
+        "answers sits nearer X; give --shares (and --agreement) instead of --discordance and --effect",
+    )
+    p.add_argument(
+        "--shares",
+        type=float,
+        nargs=2,
+        metavar=("A", "B"),
+        help="with --ideal: each model's share of 1 answers (CrowS-Pairs: the stereotyped sentence preferred)",
+    )
+    p.add_argument(
+        "--agreement",
+        type=float,
+        metavar="R",
+        help="with --ideal: the share of items both models answer alike (default: as if independent)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=run)
 
@@ -85,6 +105,31 @@ def register(subparsers) -> None:
 def _refuse_unused(args: argparse.Namespace) -> None:
     """Flags that would change nothing in the form asked for are refused rather than ignored."""
     from safetyrepro.errors import UserError
+
+    closeness = [f for f, on in (("--shares", args.shares), ("--agreement", args.agreement is not None)) if on]
+    if args.ideal is None and closeness:
+        raise UserError(f"{', '.join(closeness)}: used only with --ideal (a closeness benchmark); add --ideal 0.5")
+    if args.ideal is not None:
+        wrong = [
+            f
+            for f, on in (
+                ("GRID", args.grid),
+                ("--discordance", args.discordance is not None),
+                ("--effect", args.effect is not None),
+                ("--margin", args.margin is not None),
+                ("--seeds", args.seeds != 1),
+            )
+            if on
+        ]
+        if not args.certify or wrong or not args.shares or args.configs is None:
+            raise UserError(
+                "--ideal plans certify's paired sign test for a closeness benchmark from the two models' shares: "
+                "safetyrepro plan --certify --ideal 0.5 --shares 0.55 0.70 [--agreement 0.7] --configs 12 "
+                f"[--items N]{' (not ' + ', '.join(wrong) + ')' if wrong else ''}"
+            )
+        return
+    if args.effect is None:
+        args.effect = DEFAULT_EFFECT
 
     given = [f for f, on in (("--margin", args.margin is not None), ("--seeds", args.seeds != 1)) if on]
     if args.grid and (args.certify or given):
@@ -104,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
     if args.grid:
         rows = plan_from_grid(args)
         print(json.dumps(rows, indent=2) if args.json else "\n".join(grid_lines(rows, args)))
+    elif args.ideal is not None:
+        r = plan_closeness(args)
+        print(json.dumps(r, indent=2) if args.json else "\n".join(closeness_lines(r)))
     else:
         numbers = within_only(args) if _within_only(args) else plan_from_numbers(args)
         if args.certify:
@@ -333,6 +381,68 @@ def certify_lines(r: dict) -> list[str]:
         when = f"never: the difference is not inside +-{_points(m)}" if r["effect"] >= m else _when(c["within"])
         lines.append(f"- 'within +-{_points(m)} points' when the true difference is {_points(r['effect'])}: {when}")
     return lines
+
+
+def plan_closeness(args: argparse.Namespace) -> dict:
+    """Items to certify's claim of the model nearer --ideal, from the paired sign test certify runs on a closeness
+    benchmark (sequential/planning.py closeness_items_to_decide), and to a flip."""
+    import numpy as np
+
+    from safetyrepro.analysis.paired.power import check_design
+    from safetyrepro.errors import UserError
+    from safetyrepro.sequential.planning import ItemsToDecide, closeness_items_to_decide
+
+    a, b = args.shares
+    if not 0 < args.ideal < 1:
+        raise UserError(f"--ideal {args.ideal:g}: the share a better model sits nearer, in (0, 1)")
+    agreement = a * b + (1 - a) * (1 - b) if args.agreement is None else args.agreement
+    check_design(1.0, args.configs, args.alpha)
+    lead = round(abs(b - args.ideal) - abs(a - args.ideal), 12)
+    try:
+        found = closeness_items_to_decide(
+            a,
+            b,
+            agreement,
+            ideal=args.ideal,
+            family=args.configs,
+            alpha=args.alpha,
+            runs=2 * CERTIFY_RUNS,
+            max_items=CERTIFY_MAX_ITEMS,
+        )
+    except ValueError as e:
+        raise UserError(f"plan --ideal: {e}") from None
+    one, other = found.items[:CERTIFY_RUNS], found.items[CERTIFY_RUNS:]
+    first = ItemsToDecide(one, CERTIFY_MAX_ITEMS)
+    flip = ItemsToDecide(np.maximum(one, other), CERTIFY_MAX_ITEMS)
+    return {
+        "ideal": args.ideal,
+        "shares": [a, b],
+        "agreement": agreement,
+        "configs": args.configs,
+        "alpha": args.alpha,
+        "nearer": "A" if lead > 0 else "B",
+        "lead": abs(lead),
+        "certify": {
+            "runs": CERTIFY_RUNS,
+            "max_items": CERTIFY_MAX_ITEMS,
+            "family": args.configs,
+            "lead": _summary(first, args.items),
+            "flip": _summary(flip, args.items),
+        },
+    }
+
+
+def closeness_lines(r: dict) -> list[str]:
+    c, (a, b) = r["certify"], r["shares"]
+    near, far = ("A", "B") if r["nearer"] == "A" else ("B", "A")
+    return [
+        f"certify (population target, nearness to {r['ideal']:g} by the paired sign test, one pair over "
+        f"{c['family']} configuration{'s' if c['family'] != 1 else ''}, alpha {r['alpha']:g}; shares of 1 answers "
+        f"A {a:g}, B {b:g}, alike on {r['agreement']:.3g} of items; its own sequences on {c['runs']} simulated runs, "
+        f"items drawn one at a time):",
+        f"- {near} nearer {r['ideal']:g} than {far} by {_points(r['lead'])} points is claimed {_when(c['lead'])}",
+        f"- a flip (two configurations with that lead each way): {_when(c['flip'])}",
+    ]
 
 
 # -- from a pilot grid -----------------------------------------------------------------------------

@@ -256,6 +256,13 @@ class PairedEvidence:
             now = np.logaddexp(sides[d_side][pairs], sides[s_side][pairs + n]) - np.log(2.0)
             self._quadrant_max[pairs, q] = np.maximum(self._quadrant_max[pairs, q], now)
 
+    def sign_log_e(self) -> np.ndarray:
+        """(pairs, 2) log e-values of NOT_A and NOT_B from the paired sign test alone (a closeness benchmark, the
+        population target): what certify reads for a lead, without the shares' boxes the margin nulls need."""
+        if self.ideal is None or self.target != "population":
+            raise ValueError("the paired sign test is kept for a closeness benchmark's population target")
+        return self._sign_log_e()
+
     def _sign_log_e(self) -> np.ndarray:
         """(pairs, 2) log e-values of NOT_A (theta <= 0: Q1 or Q3) and NOT_B (Q2 or Q4): the smaller of the two
         quadrants' running maxima, since the truth lies in one of them."""

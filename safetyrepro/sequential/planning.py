@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .closed_testing import NOT_A, NOT_B
 from .confidence_sequence import IidBettingCS, kelly_stake
+from .evidence import PairedEvidence
 
 NEVER = np.inf
 
@@ -128,3 +130,52 @@ def items_to_decide(
             if (first < NEVER).all() and (second < NEVER).all():
                 break
     return ItemsToDecide(first if margin is None else np.maximum(first, second), max_items)
+
+
+def paired_cells(share_a: float, share_b: float, agreement: float) -> np.ndarray:
+    """The chances of the four paired answers (1, 1), (1, 0), (0, 1), (0, 0) of two models whose answers are 1 on
+    shares share_a and share_b of items and alike on a share `agreement` of them."""
+    both = (agreement - 1 + share_a + share_b) / 2
+    cells = np.array([both, share_a - both, share_b - both, 1 - share_a - share_b + both])
+    if not all(0 < x < 1 for x in (share_a, share_b, agreement)) or (cells < -1e-12).any():
+        low = abs(share_a - share_b)
+        high = 1 - abs(share_a + share_b - 1)
+        raise ValueError(
+            f"shares {share_a:g} and {share_b:g} in (0, 1) agree on between {low:.3g} and {high:.3g} of items, "
+            f"not {agreement:g}"
+        )
+    return np.clip(cells, 0.0, None)
+
+
+def closeness_items_to_decide(
+    share_a: float,
+    share_b: float,
+    agreement: float,
+    *,
+    ideal: float = 0.5,
+    family: int,
+    alpha: float = 0.05,
+    runs: int = 400,
+    max_items: int = 2000,
+    seed: int = 0,
+) -> ItemsToDecide:
+    """Items to the claim of the model nearer `ideal` (CrowS-Pairs: 0.5), over `runs` simulated runs of certify's
+    paired sign test (sequential/evidence.py PairedEvidence, the population target): each model answers 1 (the
+    stereotyped sentence) on a share of items, the two alike on `agreement` of them."""
+    theta = round(abs(share_b - ideal) - abs(share_a - ideal), 12)  # > 0: a nearer (0.55, 0.45: exactly 0)
+    if theta == 0:
+        raise ValueError(f"shares {share_a:g} and {share_b:g} are equally near {ideal:g}: no lead to claim")
+    cells = np.cumsum(paired_cells(share_a, share_b, agreement))
+    ev = PairedEvidence(ideal, runs, max_items, "population", alpha / family / 2, 0.05, None)
+    threshold = float(np.log(2 * family / alpha))
+    rng = np.random.default_rng(seed)
+    streams = np.arange(runs)
+    first = np.full(runs, NEVER)
+    side = NOT_A if theta > 0 else NOT_B  # the null the lead rejects
+    for t in range(1, max_items + 1):
+        k = np.searchsorted(cells, rng.random(runs) * cells[-1], side="right")
+        ev.update(streams, (k <= 1).astype(float), ((k == 0) | (k == 2)).astype(float))
+        _first_crossing(ev.sign_log_e()[:, side], threshold, first, t)
+        if (first < NEVER).all():
+            break
+    return ItemsToDecide(first, max_items)

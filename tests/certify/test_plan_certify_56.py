@@ -7,11 +7,19 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from refusals import refused
 
 from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, certify
 from safetyrepro.cli import main
-from safetyrepro.sequential.planning import items_to_decide, kelly_items, seed_mean_law, z_items_needed
+from safetyrepro.sequential.planning import (
+    closeness_items_to_decide,
+    items_to_decide,
+    kelly_items,
+    paired_cells,
+    seed_mean_law,
+    z_items_needed,
+)
 
 D, E, POOL, RUNS = 0.6, 0.35, 1000, 60
 
@@ -129,3 +137,55 @@ def test_the_bettor_that_knows_the_law_needs_log_threshold_over_its_growth_rate(
     growth = 0.325 * np.log(1.3) + 0.175 * np.log(0.7)
     assert np.isfinite(found.items).all()
     assert 1.0 <= found.items.mean() / (np.log(1920) / growth) < 1.05
+
+
+def _certified_nearness(seed: int, shares=(0.55, 0.75), agreement=0.7) -> tuple[str, int]:
+    """One certify run on a closeness benchmark (ideal 0.5, as CrowS-Pairs; one configuration, items one at a
+    time) of two models with those shares of 1 answers, alike on `agreement` of the items: its claim and items."""
+    rng = np.random.default_rng(seed)
+    cells = np.cumsum(paired_cells(*shares, agreement))
+    k = np.searchsorted(cells, rng.random(POOL) * cells[-1], side="right")
+    ids = tuple(f"i{j}" for j in range(POOL))
+    scores = {"a": dict(zip(ids, (k <= 1).astype(float))), "b": dict(zip(ids, ((k == 0) | (k == 2)).astype(float)))}
+    problem = BenchmarkProblem("my_task", ("c",), ("a", "b"), ids, 1, ideal=0.5)
+    result = certify(
+        [problem], lambda bm, c, m, items: np.array([scores[m][i] for i in items]), CertifyOptions(batch=1, seed=seed)
+    )
+    (claim,) = result.claims
+    return claim.claim, claim.items_used
+
+
+def test_the_planned_items_for_a_closeness_benchmark_agree_with_certify_run_on_it():
+    """`plan --certify --ideal 0.5`: shares 0.55 and 0.75 of 1 answers (A 15 points nearer 0.5), alike on 0.7 of
+    the items, planned on the paired sign test certify runs for CrowS-Pairs: median 103 planned, 93 measured;
+    80th percentile 147 and 131 (B nearer, the other null: 103 planned). The cells of the paired answers are
+    worked by hand: both 1 on (0.7 - 1 + 0.55 + 0.75) / 2 = 0.5, A alone 0.05, B alone 0.25, neither 0.2."""
+    assert paired_cells(0.55, 0.75, 0.7) == pytest.approx([0.5, 0.05, 0.25, 0.2])
+    planned = closeness_items_to_decide(0.55, 0.75, 0.7, family=1, runs=400, max_items=POOL)
+    runs = [_certified_nearness(seed) for seed in range(RUNS)]
+    assert {claim for claim, _ in runs} == {"a_better"}
+    measured = np.array([n for _, n in runs])
+    assert abs(np.median(measured) / planned.quantile(0.5) - 1) < 0.2, (np.median(measured), planned.quantile(0.5))
+    assert abs(np.quantile(measured, 0.8) / planned.quantile(0.8) - 1) < 0.25
+    swapped = closeness_items_to_decide(0.75, 0.55, 0.7, family=1, runs=400, max_items=POOL)  # B nearer: NOT_B
+    assert abs(swapped.quantile(0.5) / planned.quantile(0.5) - 1) < 0.2
+
+
+def test_plan_certify_for_a_closeness_benchmark_prints_its_lead_and_flip_and_refuses_what_it_cannot_use(capsys):
+    argv = ["plan", "--certify", "--ideal", "0.5", "--shares", "0.55", "0.70", "--agreement", "0.7", "--configs", "12"]
+    assert main([*argv, "--items", "300", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert (r["nearer"], r["lead"], r["agreement"]) == ("A", pytest.approx(0.15), 0.7)
+    lead, flip = r["certify"]["lead"], r["certify"]["flip"]
+    assert 150 <= lead["median"] <= 350 and flip["median"] > lead["median"] and 0 < lead["share_within_items"] < 1
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"- A nearer 0.5 than B by 15 points is claimed after a median of {lead['median']} items" in out
+    assert main(argv[:-4] + ["--configs", "12"]) == 0  # no --agreement: as if independent, 0.55 x 0.7 + 0.45 x 0.3
+    assert "alike on 0.52 of items" in capsys.readouterr().out
+    refused(["plan", *argv[2:]], capsys, "--ideal plans certify's paired sign test")  # without --certify
+    refused([*argv, "--effect", "0.1"], capsys, "(not --effect)")
+    refused([*argv, "--discordance", "0.3"], capsys, "(not --discordance)")
+    refused(["plan", "--discordance", "0.3", "--configs", "4", "--shares", "0.5", "0.6"], capsys, "add --ideal 0.5")
+    refused([*argv[:6], "0.45", *argv[7:]], capsys, "equally near 0.5: no lead to claim")
+    refused([*argv[:8], "0.99", *argv[9:]], capsys, "agree on between 0.15 and 0.75 of items, not 0.99")
