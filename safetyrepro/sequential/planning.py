@@ -147,6 +147,12 @@ def paired_cells(share_a: float, share_b: float, agreement: float) -> np.ndarray
     return np.clip(cells, 0.0, None)
 
 
+def draw_paired(rng: np.random.Generator, cells: np.ndarray, size) -> tuple[np.ndarray, np.ndarray]:
+    """Two models' 0/1 answers drawn from paired_cells' four chances, `size` pairs."""
+    k = np.searchsorted(np.cumsum(cells), rng.random(size) * cells.sum(), side="right")
+    return (k <= 1).astype(float), ((k == 0) | (k == 2)).astype(float)
+
+
 def closeness_items_to_decide(
     share_a: float,
     share_b: float,
@@ -165,7 +171,7 @@ def closeness_items_to_decide(
     theta = round(abs(share_b - ideal) - abs(share_a - ideal), 12)  # > 0: a nearer (0.55, 0.45: exactly 0)
     if theta == 0:
         raise ValueError(f"shares {share_a:g} and {share_b:g} are equally near {ideal:g}: no lead to claim")
-    cells = np.cumsum(paired_cells(share_a, share_b, agreement))
+    cells = paired_cells(share_a, share_b, agreement)
     ev = PairedEvidence(ideal, runs, max_items, "population", alpha / family / 2, 0.05, None)
     threshold = float(np.log(2 * family / alpha))
     rng = np.random.default_rng(seed)
@@ -173,8 +179,7 @@ def closeness_items_to_decide(
     first = np.full(runs, NEVER)
     side = NOT_A if theta > 0 else NOT_B  # the null the lead rejects
     for t in range(1, max_items + 1):
-        k = np.searchsorted(cells, rng.random(runs) * cells[-1], side="right")
-        ev.update(streams, (k <= 1).astype(float), ((k == 0) | (k == 2)).astype(float))
+        ev.update(streams, *draw_paired(rng, cells, runs))
         _first_crossing(ev.sign_log_e()[:, side], threshold, first, t)
         if (first < NEVER).all():
             break

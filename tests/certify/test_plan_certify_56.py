@@ -14,6 +14,7 @@ from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, cert
 from safetyrepro.cli import main
 from safetyrepro.sequential.planning import (
     closeness_items_to_decide,
+    draw_paired,
     items_to_decide,
     kelly_items,
     paired_cells,
@@ -142,11 +143,9 @@ def test_the_bettor_that_knows_the_law_needs_log_threshold_over_its_growth_rate(
 def _certified_nearness(seed: int, shares=(0.55, 0.75), agreement=0.7) -> tuple[str, int]:
     """One certify run on a closeness benchmark (ideal 0.5, as CrowS-Pairs; one configuration, items one at a
     time) of two models with those shares of 1 answers, alike on `agreement` of the items: its claim and items."""
-    rng = np.random.default_rng(seed)
-    cells = np.cumsum(paired_cells(*shares, agreement))
-    k = np.searchsorted(cells, rng.random(POOL) * cells[-1], side="right")
+    a, b = draw_paired(np.random.default_rng(seed), paired_cells(*shares, agreement), POOL)
     ids = tuple(f"i{j}" for j in range(POOL))
-    scores = {"a": dict(zip(ids, (k <= 1).astype(float))), "b": dict(zip(ids, ((k == 0) | (k == 2)).astype(float)))}
+    scores = {"a": dict(zip(ids, a)), "b": dict(zip(ids, b))}
     problem = BenchmarkProblem("my_task", ("c",), ("a", "b"), ids, 1, ideal=0.5)
     result = certify(
         [problem], lambda bm, c, m, items: np.array([scores[m][i] for i in items]), CertifyOptions(batch=1, seed=seed)
