@@ -106,31 +106,12 @@ def _refuse_unused(args: argparse.Namespace) -> None:
     """Flags that would change nothing in the form asked for are refused rather than ignored."""
     from safetyrepro.errors import UserError
 
-    closeness = [f for f, on in (("--shares", args.shares), ("--agreement", args.agreement is not None)) if on]
-    if args.ideal is None and closeness:
-        raise UserError(f"{', '.join(closeness)}: used only with --ideal (a closeness benchmark); add --ideal 0.5")
     if args.ideal is not None:
-        wrong = [
-            f
-            for f, on in (
-                ("GRID", args.grid),
-                ("--discordance", args.discordance is not None),
-                ("--effect", args.effect is not None),
-                ("--margin", args.margin is not None),
-                ("--seeds", args.seeds != 1),
-            )
-            if on
-        ]
-        if not args.certify or wrong or not args.shares or args.configs is None:
-            raise UserError(
-                "--ideal plans certify's paired sign test for a closeness benchmark from the two models' shares: "
-                "safetyrepro plan --certify --ideal 0.5 --shares 0.55 0.70 [--agreement 0.7] --configs 12 "
-                f"[--items N]{' (not ' + ', '.join(wrong) + ')' if wrong else ''}"
-            )
+        _refuse_for_closeness(args)
         return
-    if args.effect is None:
-        args.effect = DEFAULT_EFFECT
-
+    closeness = [f for f, on in (("--shares", args.shares), ("--agreement", args.agreement is not None)) if on]
+    if closeness:
+        raise UserError(f"{', '.join(closeness)}: used only with --ideal (a closeness benchmark); add --ideal 0.5")
     given = [f for f, on in (("--margin", args.margin is not None), ("--seeds", args.seeds != 1)) if on]
     if args.grid and (args.certify or given):
         raise UserError(
@@ -142,10 +123,32 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         raise UserError(f"{', '.join(given)}: used only with --certify (what certify's sequences need); add --certify")
 
 
+def _refuse_for_closeness(args: argparse.Namespace) -> None:
+    """--ideal plans from the two shares alone: the flags of the other forms, or a missing one, are one line."""
+    from safetyrepro.errors import UserError
+
+    others = (
+        ("GRID", args.grid),
+        ("--discordance", args.discordance is not None),
+        ("--effect", args.effect is not None),
+        ("--margin", args.margin is not None),
+        ("--seeds", args.seeds != 1),
+    )
+    wrong = [f for f, on in others if on]
+    if not args.certify or wrong or not args.shares or args.configs is None:
+        raise UserError(
+            "--ideal plans certify's paired sign test for a closeness benchmark from the two models' shares: "
+            "safetyrepro plan --certify --ideal 0.5 --shares 0.55 0.70 [--agreement 0.7] --configs 12 "
+            f"[--items N]{' (not ' + ', '.join(wrong) + ')' if wrong else ''}"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     import json
 
     _refuse_unused(args)
+    if args.effect is None:  # None until here: --ideal refuses a given one
+        args.effect = DEFAULT_EFFECT
     if args.grid:
         rows = plan_from_grid(args)
         print(json.dumps(rows, indent=2) if args.json else "\n".join(grid_lines(rows, args)))
