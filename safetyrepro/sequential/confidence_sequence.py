@@ -54,6 +54,12 @@ def growth_stakes(mu_hat: np.ndarray, sigma2: np.ndarray, m: np.ndarray) -> tupl
     return np.clip(kelly, 0.0, None), np.clip(-kelly, 0.0, None)
 
 
+def _rows(s: np.ndarray, n: int):
+    """Every stream in order as a slice: numpy reads and writes a slice in place, where an index array copies
+    (a bank that every stream feeds at once, as plan's simulated runs do, updates about twice as fast)."""
+    return slice(None) if len(s) == n and s[0] == 0 and s[-1] == n - 1 and (np.diff(s) == 1).all() else s
+
+
 def kelly_stake(values, weights, upper: float = 1.0) -> tuple[float, float]:
     """The growth-optimal constant stake on a law of observations (values, weights; each already less the null's
     mean) and its growth rate per draw, max over lambda in [0, upper) of E log(1 + lambda x): the KL-inf rate no
@@ -330,6 +336,7 @@ class IidBettingCS(GridEProcesses):
         s = np.asarray(streams, dtype=np.int64)
         if len(s) == 0:
             return
+        s = _rows(s, len(self.t))
         y = np.clip((np.asarray(values, dtype=float) - self.low) / (self.high - self.low), 0.0, 1.0)
         t = self.t[s] + 1
         mu_hat = self.mu_sum[s] / t
