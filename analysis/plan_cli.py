@@ -159,7 +159,10 @@ def run(args: argparse.Namespace) -> int:
         numbers = within_only(args) if _within_only(args) else plan_from_numbers(args)
         if args.certify:
             numbers["certify"] = plan_certify(args)
-        lines = ([] if _within_only(args) else number_lines(numbers)) + (certify_lines(numbers) if args.certify else [])
+        fixed = [] if _within_only(args) else number_lines(numbers)
+        if args.certify and args.seeds > 1 and fixed:  # the fixed-n lines are the 0/1 sign test's, not the means'
+            fixed[0] = f"On 0/1 answers (one seed; {args.seeds}-seed means below): {fixed[0]}"
+        lines = fixed + (certify_lines(numbers) if args.certify else [])
         print(json.dumps(numbers, indent=2) if args.json else "\n".join(lines))
     return 0
 

@@ -120,6 +120,7 @@ def test_plan_certify_for_five_seed_means_beside_the_z_test(capsys):
     assert main([*argv, "--seeds", "5"]) == 0
     out = capsys.readouterr().out
     assert "item scores the mean of 5 seeds" in out and "z-test on 5-seed means (Holm's first step) needs 73" in out
+    assert out.startswith("On 0/1 answers (one seed; 5-seed means below): To find a 15-point paired difference")
 
 
 def test_plan_refuses_flags_it_would_ignore(capsys):
