@@ -156,10 +156,11 @@ def run(args: argparse.Namespace) -> int:
         r = plan_closeness(args)
         print(json.dumps(r, indent=2) if args.json else "\n".join(closeness_lines(r)))
     else:
-        numbers = within_only(args) if _within_only(args) else plan_from_numbers(args)
+        alike = _within_only(args)
+        numbers = within_only(args) if alike else plan_from_numbers(args)
         if args.certify:
             numbers["certify"] = plan_certify(args)
-        fixed = [] if _within_only(args) else number_lines(numbers)
+        fixed = [] if alike else number_lines(numbers)
         if args.certify and args.seeds > 1 and fixed:  # the fixed-n lines are the 0/1 sign test's, not the means'
             fixed[0] = f"On 0/1 answers (one seed; {args.seeds}-seed means below): {fixed[0]}"
         lines = fixed + (certify_lines(numbers) if args.certify else [])
@@ -307,10 +308,9 @@ def plan_certify(args: argparse.Namespace) -> dict:
     """Items to a decision of certify's population sequences (sequential/planning.py), one pair over
     --configs configurations: the lead of --effect, a flip (two configurations with opposite leads), and with
     --margin the claim "within +-M"."""
-    import numpy as np
 
     from safetyrepro.errors import UserError
-    from safetyrepro.sequential.planning import ItemsToDecide, items_to_decide, kelly_items, z_items_needed
+    from safetyrepro.sequential.planning import items_to_decide, kelly_items, z_items_needed
 
     if args.margin is not None and not 0 < args.margin < 1:
         raise UserError(f"--margin {args.margin}: must be in (0, 1)")
@@ -325,8 +325,7 @@ def plan_certify(args: argparse.Namespace) -> dict:
         out["z_items_needed"] = z_items_needed(args.discordance, args.effect, args.seeds, k, args.alpha, args.power)
     if args.effect > 0:
         lead = items_to_decide(args.discordance, args.effect, runs=2 * CERTIFY_RUNS, **common)
-        one, other = lead.items[:CERTIFY_RUNS], lead.items[CERTIFY_RUNS:]
-        flip = ItemsToDecide(np.maximum(one, other), CERTIFY_MAX_ITEMS)  # both wins: the later of two runs
+        flip = _flip(lead)
         out["lead"] = _summary(lead, args.items)
         out["flip"] = _summary(flip, args.items)
         kelly = kelly_items(args.discordance, args.effect, **common, runs=CERTIFY_RUNS)
@@ -335,6 +334,17 @@ def plan_certify(args: argparse.Namespace) -> dict:
         within = items_to_decide(args.discordance, args.effect, margin=args.margin, runs=CERTIFY_RUNS, **common)
         out["within"] = _summary(within, args.items) | {"margin": args.margin}
     return out
+
+
+def _flip(found):
+    """Items to a flip from 2 x CERTIFY_RUNS runs of one lead: both wins of two configurations with that lead each
+    way, the later of two runs (the first half's against the second's)."""
+    import numpy as np
+
+    from safetyrepro.sequential.planning import ItemsToDecide
+
+    one, other = found.items[:CERTIFY_RUNS], found.items[CERTIFY_RUNS:]
+    return ItemsToDecide(np.maximum(one, other), CERTIFY_MAX_ITEMS)
 
 
 def _summary(found, items: str | None) -> dict:
@@ -392,7 +402,6 @@ def certify_lines(r: dict) -> list[str]:
 def plan_closeness(args: argparse.Namespace) -> dict:
     """Items to certify's claim of the model nearer --ideal, from the paired sign test certify runs on a closeness
     benchmark (sequential/planning.py closeness_items_to_decide), and to a flip."""
-    import numpy as np
 
     from safetyrepro.analysis.paired.power import check_design
     from safetyrepro.errors import UserError
@@ -417,9 +426,8 @@ def plan_closeness(args: argparse.Namespace) -> dict:
         )
     except ValueError as e:
         raise UserError(f"plan --ideal: {e}") from None
-    one, other = found.items[:CERTIFY_RUNS], found.items[CERTIFY_RUNS:]
-    first = ItemsToDecide(one, CERTIFY_MAX_ITEMS)
-    flip = ItemsToDecide(np.maximum(one, other), CERTIFY_MAX_ITEMS)
+    first = ItemsToDecide(found.items[:CERTIFY_RUNS], CERTIFY_MAX_ITEMS)
+    flip = _flip(found)
     return {
         "ideal": args.ideal,
         "shares": [a, b],
