@@ -290,24 +290,14 @@ def run(args: argparse.Namespace) -> int:
         result, paths = _replay(args, options, say)
     import pandas as pd
 
-    from .outputs import detectable, target_words
+    from .outputs import detectable, open_bounds, target_words
 
     # the verdicts as certificate.csv says them, with what each rests on (read from the records the run used) and,
-    # while undecided, what the items used could detect
-    claims = pd.read_csv(args.out / "claims.csv", keep_default_na=False, dtype=LABELS)
+    # while undecided, what the items used could detect (the run's own claims)
     for r in pd.read_csv(args.out / "certificate.csv", keep_default_na=False, dtype=LABELS).itertuples():
         rests = f"; rests on: {r.rests_on}" if r.rests_on else ""
-        mine = claims[
-            (claims["benchmark"] == r.benchmark)
-            & (claims["model_a"] == r.model_a)
-            & (claims["model_b"] == r.model_b)
-            & (claims["claim"] == "undecided")
-        ]
-        found = (
-            detectable(list(zip(*(pd.to_numeric(mine[k], errors="coerce") for k in ("lower", "upper")), strict=True)))
-            if r.verdict == "undecided"
-            else ""
-        )
+        bounds = open_bounds(result.claims, r.benchmark, r.model_a, r.model_b)
+        found = detectable(bounds) if r.verdict == "undecided" else ""
         print(
             f"{r.benchmark:<12} {r.model_a} vs {r.model_b}: {r.verdict} ({r.n_evaluations:,} of {r.n_full:,} paired "
             f"evaluations{rests}){'; ' if found else ''}{found}"

@@ -275,7 +275,7 @@ def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float, target: s
             f"{spent}."
         )
     left = sum(c.n_full - c.items_used for c in mine if c.claim == "undecided")
-    found = detectable([(c.lower, c.upper) for c in mine if c.claim == "undecided"])
+    found = detectable(open_bounds(mine, p.benchmark, p.model_a, p.model_b))
     close = (
         f"closing them takes at most {left:,} more paired evaluations"
         if target == "subset"
@@ -286,6 +286,15 @@ def verdict_sentence(p: PairRow, claims: list[ClaimRow], delta: float, target: s
         f"still open ({len(wins_a)} won by {p.model_a}, {len(wins_b)} by {p.model_b}) {spent}; {close}"
         f"{'; ' if found else ''}{found}."
     )
+
+
+def open_bounds(claims, benchmark: str, model_a: str, model_b: str) -> list[tuple[float, float]]:
+    """The simultaneous bounds (lower, upper) of a pair's undecided claims on one benchmark."""
+    return [
+        (c.lower, c.upper)
+        for c in claims
+        if c.claim == "undecided" and (c.benchmark, c.model_a, c.model_b) == (benchmark, model_a, model_b)
+    ]
 
 
 def detectable(bounds: list[tuple[float, float]]) -> str:
