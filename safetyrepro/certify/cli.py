@@ -290,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
         result, paths = _replay(args, options, say)
     import pandas as pd
 
-    from .outputs import detectable, open_bounds, target_words
+    from .outputs import NO_POOL, detectable, no_pool, open_bounds, target_words
 
     # the verdicts as certificate.csv says them, with what each rests on (read from the records the run used) and,
     # while undecided, what the items used could detect (the run's own claims)
@@ -303,6 +303,8 @@ def run(args: argparse.Namespace) -> int:
             f"evaluations{rests}){'; ' if found else ''}{found}"
         )
     print(f"target {options.target}: the verdicts are {target_words(options.target, options.fewshot_draw)}")
+    for benchmark in no_pool(result):
+        print(f"certify: {benchmark}: {NO_POOL}", file=sys.stderr)
     print(
         f"wrote {len(paths)} files to {args.out} ({result.paired_evaluations:,} of {result.full_paired_evaluations:,} "
         f"paired evaluations, {100 * result.paired_evaluations / max(result.full_paired_evaluations, 1):.0f} %; "

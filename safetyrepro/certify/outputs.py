@@ -411,10 +411,24 @@ def _configurations(n: int) -> str:
     return "1 free-form configuration was" if n == 1 else f"{n} free-form configurations were"
 
 
+NO_POOL = (
+    "The twins held no items beyond the costly subset, so partners came from the subset's own back (at most 50 a "
+    "path), which saves a few per cent at most: twins scored on more items than the free-form configurations (a "
+    "live run's --limit N, or records whose twin cells hold more items) give the control its partners there, and "
+    "--target subset needs none (docs/methods/certify.md, 'The pool beyond the subset')"
+)
+
+
+def no_pool(result: CertifyResult) -> list[str]:
+    """The benchmarks whose population-target control had no pool beyond the costly subset (NO_POOL)."""
+    return [b for b, did in result.control.items() if "controlled_steps" not in did and not did["pool_beyond_subset"]]
+
+
 def _control_lines(result: CertifyResult) -> list[str]:
     """With --control auto or time: which costly configurations their cheap twins helped, and what that took."""
     lines = []
     for benchmark, did in result.control.items():
+        note = ""
         if "controlled_steps" in did:  # the subset target: the twins' whole subsets, no partners
             how = f"{did['controlled_steps']:,} of them with the control, the twins scored on their whole subsets"
         else:
@@ -422,6 +436,7 @@ def _control_lines(result: CertifyResult) -> list[str]:
             beyond = (
                 f", first from the {pool:,} items beyond the costly subset that only the twins score" if pool else ""
             )
+            note = "" if benchmark not in no_pool(result) else f" {NO_POOL}."
             aim = (
                 "as many a step as their model time pays for"
                 if result.options.control == "time"
@@ -435,7 +450,7 @@ def _control_lines(result: CertifyResult) -> list[str]:
             "",
             f"Control variate ({benchmark}): {_configurations(len(did['pairs']))} certified with their "
             f"log-probability twins' help ({did['costly_steps']:,} costly items used, {how}); "
-            "docs/methods/certify.md, 'Cheap twins'.",
+            f"docs/methods/certify.md, 'Cheap twins'.{note}",
         ]
     return lines
 

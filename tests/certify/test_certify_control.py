@@ -156,6 +156,10 @@ def test_the_flag_reaches_cost_json(tmp_path, capsys):
     items.to_parquet(tmp_path / "items.parquet")
     base = ["certify", "--replay", str(tmp_path / "items.parquet"), "--grid", str(tmp_path / "grid.csv"), "--quiet"]
     assert main([*base, "--control", "auto", "--out", str(tmp_path / "auto")]) == 0
+    # no twin item beyond the 40 every configuration holds: the user is told the control can save little, and how
+    no_pool = "truthfulqa: The twins held no items beyond the costly subset, so partners came from the subset's own"
+    assert no_pool in capsys.readouterr().err
+    assert "The twins held no items beyond the costly subset" in (tmp_path / "auto" / "report.md").read_text()
     cost = json.loads((tmp_path / "auto" / "cost.json").read_text())
     assert cost["control"] == "auto" and set(cost["control_did"]["truthfulqa"]["pairs"]) == {
         c for c in grid["config_id"].unique() if c.endswith("/free_form")
@@ -198,6 +202,7 @@ def test_a_replay_whose_twins_hold_more_items_gives_the_control_its_partners_the
     assert main([*argv, "--control", "auto", "--out", str(tmp_path / "auto")]) == 0
     err = capsys.readouterr().err
     assert "the 80 items every model has on every configuration" in err
+    assert "held no items beyond the costly subset" not in err
     assert "the cheap twins hold 40 items beyond those" in err
     did = json.loads((tmp_path / "auto" / "cost.json").read_text())["control_did"]["truthfulqa"]
     assert did["pool_beyond_subset"] == 40
