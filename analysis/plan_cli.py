@@ -403,7 +403,7 @@ def plan_closeness(args: argparse.Namespace) -> dict:
     """Items to certify's claim of the model nearer --ideal, from the paired sign test certify runs on a closeness
     benchmark (sequential/planning.py closeness_items_to_decide), and to a flip."""
 
-    from safetyrepro.analysis.paired.power import check_design
+    from safetyrepro.analysis.paired.power import check_family
     from safetyrepro.errors import UserError
     from safetyrepro.sequential.planning import ItemsToDecide, closeness_items_to_decide
 
@@ -411,7 +411,7 @@ def plan_closeness(args: argparse.Namespace) -> dict:
     if not 0 < args.ideal < 1:
         raise UserError(f"--ideal {args.ideal:g}: the share a better model sits nearer, in (0, 1)")
     agreement = a * b + (1 - a) * (1 - b) if args.agreement is None else args.agreement
-    check_design(1.0, args.configs, args.alpha)
+    check_family(args.configs, args.alpha)
     lead = round(abs(b - args.ideal) - abs(a - args.ideal), 12)
     try:
         found = closeness_items_to_decide(

@@ -137,6 +137,13 @@ def check_design(discordance: float, n_configs: int, alpha: float) -> None:
     _design(discordance, None, n_configs, alpha)
 
 
+def check_family(n_configs: int, alpha: float) -> None:
+    """Refuse a bad family or alpha where neither a discordance nor a difference is asked for (plan --certify
+    --ideal: the shares and their agreement say the rest)."""
+    _whole("configs", n_configs, "the number of configurations Holm adjusts over")
+    _unit("alpha", alpha, "the familywise error level", False)
+
+
 def check_settings(effect: float, alpha: float, power: float) -> None:
     """Refuse a bad effect, alpha or target power before any pilot is read (the pilot gives D and K)."""
     _unit("effect", effect, "the true paired difference in accuracy", True)
