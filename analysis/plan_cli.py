@@ -79,6 +79,14 @@ def register(subparsers) -> None:
         "configuration's; discordance and effect are per seed), default 1 (greedy decoding)",
     )
     p.add_argument(
+        "--twin",
+        type=float,
+        metavar="R",
+        help="with --certify: also the free-form items to the lead with `certify --control auto`, its "
+        "log-probability twin correlated R with the item score's paired difference and scored on items beyond "
+        "the subset (e.g. 0.8)",
+    )
+    p.add_argument(
         "--ideal",
         type=float,
         metavar="X",
@@ -112,7 +120,12 @@ def _refuse_unused(args: argparse.Namespace) -> None:
     closeness = [f for f, on in (("--shares", args.shares), ("--agreement", args.agreement is not None)) if on]
     if closeness:
         raise UserError(f"{', '.join(closeness)}: used only with --ideal (a closeness benchmark); add --ideal 0.5")
-    given = [f for f, on in (("--margin", args.margin is not None), ("--seeds", args.seeds != 1)) if on]
+    certify_only = (
+        ("--margin", args.margin is not None),
+        ("--seeds", args.seeds != 1),
+        ("--twin", args.twin is not None),
+    )
+    given = [f for f, on in certify_only if on]
     if args.grid and (args.certify or given):
         raise UserError(
             f"plan GRID does not plan certify's sequences ({', '.join(['--certify'] * args.certify + given)}): "
@@ -133,6 +146,7 @@ def _refuse_for_closeness(args: argparse.Namespace) -> None:
         ("--effect", args.effect is not None),
         ("--margin", args.margin is not None),
         ("--seeds", args.seeds != 1),
+        ("--twin", args.twin is not None),
     )
     wrong = [f for f, on in others if on]
     if not args.certify or wrong or not args.shares or args.configs is None:
@@ -316,6 +330,11 @@ def plan_certify(args: argparse.Namespace) -> dict:
         raise UserError(f"--margin {args.margin}: must be in (0, 1)")
     if args.effect <= 0 and args.margin is None:
         raise UserError("plan --certify: a lead to claim needs --effect > 0 (or give --margin for 'within')")
+    if args.twin is not None and not (0 <= args.twin < 1 and args.effect > 0):
+        raise UserError(
+            f"--twin {args.twin:g}: the twin's correlation with the paired difference, in [0, 1), and a lead to "
+            "claim (--effect > 0): the control helps claim a lead"
+        )
     if not 1 <= args.seeds <= MAX_SEEDS:
         raise UserError(f"--seeds {args.seeds}: a whole number of seeds from 1 to {MAX_SEEDS}")
     k = args.configs
@@ -330,10 +349,35 @@ def plan_certify(args: argparse.Namespace) -> dict:
         out["flip"] = _summary(flip, args.items)
         kelly = kelly_items(args.discordance, args.effect, **common, runs=CERTIFY_RUNS)
         out["lead_knowing_the_law"] = _summary(kelly, args.items)
+    if args.twin is not None:
+        out["twin"] = _twin(args, common)
     if args.margin is not None:
         within = items_to_decide(args.discordance, args.effect, margin=args.margin, runs=CERTIFY_RUNS, **common)
         out["within"] = _summary(within, args.items) | {"margin": args.margin}
     return out
+
+
+def _twin(args: argparse.Namespace, common: dict) -> dict:
+    """Free-form items to the lead without and with the twin's help (`certify --control auto`, a pool beyond the
+    subset), on the same simulated answers, and the least share any control could leave (the growth-optimal
+    bound, the twin's law known: sequential/control_variate.py growth_ceiling)."""
+    import numpy as np
+
+    from safetyrepro.sequential.control_variate import growth_ceiling
+    from safetyrepro.sequential.planning import controlled_items_to_decide, twin_law
+
+    plain, helped = controlled_items_to_decide(
+        args.discordance, args.effect, args.twin, runs=2 * CERTIFY_RUNS, **common
+    )
+    rate, best = growth_ceiling(*twin_law(args.discordance, args.effect, args.seeds, args.twin))
+    both = np.isfinite(plain.items) & np.isfinite(helped.items)
+    return {
+        "r": args.twin,
+        "without": _summary(plain, args.items),
+        "with": _summary(helped, args.items),
+        "share": float(helped.items[both].sum() / plain.items[both].sum()) if both.any() else None,
+        "least_share": rate / best if best > 0 else 1.0,
+    }
 
 
 def _flip(found):
@@ -392,6 +436,8 @@ def certify_lines(r: dict) -> list[str]:
         )
         each_way = f"two configurations with leads of {_points(r['effect'])} points each way"
         lines.append(f"- a flip ({each_way}): {_when(c['flip'])}")
+    if "twin" in c:
+        lines += _twin_lines(c["twin"], r["effect"], c["seeds"])
     if "within" in c:
         m = c["within"]["margin"]
         when = f"never: the difference is not inside +-{_points(m)}" if r["effect"] >= m else _when(c["within"])
@@ -621,3 +667,19 @@ def grid_lines(rows: list[dict], args: argparse.Namespace) -> list[str]:
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [head, *body]]
     lines += [f"{r['benchmark']} {r['model_a']} vs {r['model_b']}: {r['note']}" for r in rows if r["note"]]
     return lines
+
+
+def _twin_lines(tw: dict, effect: float, seeds: int) -> list[str]:
+    tied = f"; its {seeds} seeds copy one twin answer, so their means vary more than independent seeds'" * (seeds > 1)
+    share = (
+        ""
+        if tw["share"] is None
+        else f"the twin leaves {tw['share']:.2f} of the free-form items (runs that claim both ways); "
+    )
+    return [
+        f"- with a log-probability twin correlated {tw['r']:g}, scored on items beyond the subset (certify --control "
+        f"auto{tied}): the {_points(effect)}-point lead is claimed {_when(tw['with'])} of the free-form "
+        f"configuration, without the twin on the same answers {_when(tw['without'])}",
+        f"- so {share}no control can leave fewer than about {tw['least_share']:.2f} of them (the growth-optimal "
+        "bound, the twin's law known)",
+    ]

@@ -12,11 +12,13 @@ read off. A run that has not decided by `max_items` counts as never deciding.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import comb
 
 import numpy as np
 
 from .closed_testing import NOT_A, NOT_B
 from .confidence_sequence import IidBettingCS, kelly_stake
+from .control_variate import MAX_PARTNERS, ControlledBettingCS
 from .evidence import PairedEvidence
 
 NEVER = np.inf
@@ -80,6 +82,12 @@ def kelly_items(
     return ItemsToDecide(np.where(hit.any(axis=1), hit.argmax(axis=1) + 1.0, NEVER), max_items)
 
 
+def _seed_differences(rng: np.random.Generator, runs: int, seeds: int, p_a: float, p_b: float) -> np.ndarray:
+    """(runs, seeds) paired differences of 0/1 answers: 1 with chance p_a, -1 with p_b, else 0."""
+    u = rng.random((runs, seeds))
+    return np.where(u < p_a, 1.0, np.where(u < p_a + p_b, -1.0, 0.0))
+
+
 def _first_crossing(log_e: np.ndarray, threshold: float, found: np.ndarray, t: int) -> None:
     newly = (found == NEVER) & (log_e >= threshold)
     found[newly] = t
@@ -117,8 +125,7 @@ def items_to_decide(
     first = np.full(runs, NEVER)
     second = np.full(runs, NEVER)
     for t in range(1, max_items + 1):
-        u = rng.random((runs, seeds))
-        d = np.where(u < p_a, 1.0, np.where(u < p_a + p_b, -1.0, 0.0)).mean(axis=1)
+        d = _seed_differences(rng, runs, seeds, p_a, p_b).mean(axis=1)
         cs.update(streams, d)
         if margin is None:
             _first_crossing(cs.log_e_above(0.0) if effect >= 0 else cs.log_e_below(0.0), threshold, first, t)
@@ -130,6 +137,86 @@ def items_to_decide(
             if (first < NEVER).all() and (second < NEVER).all():
                 break
     return ItemsToDecide(first if margin is None else np.maximum(first, second), max_items)
+
+
+def twin_copy(twin_r: float, seeds: int) -> float:
+    """The chance q that a seed's paired difference is the twin's (else a fresh draw from the same law) that gives
+    the item score's difference, the mean of `seeds` of them, correlation `twin_r` with the twin's: r^2 (1 / S +
+    (1 - 1 / S) q^2) = q^2 (copies of one twin tie the seeds together)."""
+    if not 0 <= twin_r < 1:
+        raise ValueError(f"twin correlation {twin_r} must be in [0, 1)")
+    return float(twin_r / np.sqrt(seeds - twin_r**2 * (seeds - 1)))
+
+
+def twin_law(discordance: float, effect: float, seeds: int, twin_r: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The joint law of (D, C) on finitely many points (d, c, chance): C the log-probability twin's paired
+    difference (-1, 0 or 1, the same law as one seed's), D the mean of `seeds` seed differences, each C with
+    chance twin_copy(twin_r, seeds), else a fresh draw (sequential/control_variate.py growth_ceiling reads it)."""
+    q = twin_copy(twin_r, seeds)
+    step = np.array([(discordance - effect) / 2, 1 - discordance, (discordance + effect) / 2])  # -1, 0, 1
+    d, c, w = [], [], []
+    for ci, pc in zip((-1, 0, 1), step, strict=True):
+        for copies in range(seeds + 1):
+            fresh = np.array([1.0])
+            for _ in range(seeds - copies):  # the fresh seeds' sum over -(S - m)..S - m
+                fresh = np.convolve(fresh, step)
+            total = copies * ci + np.arange(-(seeds - copies), seeds - copies + 1)
+            d += list(total / seeds)
+            c += [ci] * len(total)
+            w += list(pc * comb(seeds, copies) * q**copies * (1 - q) ** (seeds - copies) * fresh)
+    return np.array(d), np.array(c, dtype=float), np.array(w)
+
+
+def controlled_items_to_decide(
+    discordance: float,
+    effect: float,
+    twin_r: float,
+    *,
+    family: int,
+    alpha: float = 0.05,
+    seeds: int = 1,
+    runs: int = 400,
+    max_items: int = 2000,
+    seed: int = 0,
+) -> tuple[ItemsToDecide, ItemsToDecide]:
+    """Free-form items to the claim of a lead of `effect`, (without the twin, with it: `certify --control auto`), on
+    the same simulated answers: the log-probability twin correlated `twin_r` with the item score's difference
+    (twin_law: with seeds > 1 they copy one twin answer, so their mean varies more than independent seeds') and
+    scored on a pool beyond the subset large enough for every partner asked for. Both are ControlledBettingCS
+    (sequential/control_variate.py), whose plain steps are the plain sequence's: without the twin no partner is
+    ever asked for."""
+    if not 0 < effect <= discordance <= 1:
+        raise ValueError(f"discordance {discordance} in (0, 1] and effect {effect} in (0, discordance]")
+    q = twin_copy(twin_r, seeds)
+    banks = [ControlledBettingCS(runs, alpha / family / 2, beyond=max_items * MAX_PARTNERS) for _ in range(2)]
+    threshold = float(np.log(2 * family / alpha))
+    # the free-form answers from items_to_decide's draws (with one seed, the very differences its runs see), the
+    # twin's and the partners' from a second stream
+    rng, twin_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
+    p_a, p_b = (discordance + effect) / 2, (discordance - effect) / 2
+    streams = np.arange(runs)
+    found = [np.full(runs, NEVER), np.full(runs, NEVER)]
+    plenty = np.full(runs, 10**9)
+    for t in range(1, max_items + 1):
+        fresh = _seed_differences(rng, runs, seeds, p_a, p_b)
+        other = _seed_differences(twin_rng, runs, 1, p_a, p_b)[:, 0]
+        if seeds == 1:  # the law of (D, C) is symmetric: C is D with chance q, else a fresh draw
+            d = fresh[:, 0]
+            c = np.where(twin_rng.random(runs) < q, d, other)
+        else:  # each seed is the twin's difference with chance q, else a fresh draw
+            c = other
+            d = np.where(twin_rng.random((runs, seeds)) < q, c[:, None], fresh).mean(axis=1)
+        partners = _seed_differences(twin_rng, runs, MAX_PARTNERS, p_a, p_b)
+        for bank, first, twin in zip(banks, found, (False, True), strict=True):
+            live = streams[first == NEVER]
+            k = bank.partners_wanted(live, plenty[live], plenty[live]) if twin else np.zeros(len(live), dtype=int)
+            asked = np.where(np.arange(bank.k)[None, :] < k[:, None], partners[live, : bank.k], np.nan)
+            bank.update(live, d[live], c[live], asked)
+            _first_crossing(bank.log_e_above(0.0), threshold, first, t)
+        if all((first < NEVER).all() for first in found):
+            break
+    plain, controlled = (ItemsToDecide(first, max_items) for first in found)
+    return plain, controlled
 
 
 def paired_cells(share_a: float, share_b: float, agreement: float) -> np.ndarray:

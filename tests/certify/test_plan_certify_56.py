@@ -14,11 +14,14 @@ from safetyrepro.certify.algorithm import BenchmarkProblem, CertifyOptions, cert
 from safetyrepro.cli import main
 from safetyrepro.sequential.planning import (
     closeness_items_to_decide,
+    controlled_items_to_decide,
     draw_paired,
     items_to_decide,
     kelly_items,
     paired_cells,
     seed_mean_law,
+    twin_copy,
+    twin_law,
     z_items_needed,
 )
 
@@ -189,3 +192,115 @@ def test_plan_certify_for_a_closeness_benchmark_prints_its_lead_and_flip_and_ref
     refused(["plan", "--discordance", "0.3", "--configs", "4", "--shares", "0.5", "0.6"], capsys, "add --ideal 0.5")
     refused([*argv[:6], "0.45", *argv[7:]], capsys, "equally near 0.5: no lead to claim")
     refused([*argv[:8], "0.99", *argv[9:]], capsys, "agree on between 0.15 and 0.75 of items, not 0.99")
+
+
+# -- plan --certify --twin R: the free-form items with certify --control auto --------------------------------------
+FREE, TWIN = "my_task/T1/greedy/0shot/free_form", "my_task/T1/greedy/0shot/logprob"
+
+
+def _answers(rng, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two models' 0/1 answers whose paired differences are d (0: both right or both wrong, evenly)."""
+    same = (rng.random(len(d)) < 0.5).astype(float)
+    return np.where(d == 0, same, (d > 0).astype(float)), np.where(d == 0, same, (d < 0).astype(float))
+
+
+def _free_form_items(seed: int, control: str, effect: float = 0.25, r: float = 0.8) -> float:
+    """One certify run on a free-form configuration and its log-probability twin, scored on 4,000 items beyond the
+    1,000-item subset: each item's free-form paired difference is the twin's with chance r, else a fresh draw of
+    the same law (discordance D, A's way on (D + effect) / 2): the free-form items it used to claim A's lead."""
+    rng = np.random.default_rng(seed)
+    subset, n = 1000, 5000
+
+    def draw():
+        u = rng.random(n)
+        return np.where(u < (D + effect) / 2, 1.0, np.where(u < D, -1.0, 0.0))
+
+    c, fresh = draw(), draw()
+    d = np.where(rng.random(n) < r, c, fresh)
+    (fa, fb), (la, lb) = _answers(rng, d), _answers(rng, c)
+    scores = {(FREE, "a"): fa, (FREE, "b"): fb, (TWIN, "a"): la, (TWIN, "b"): lb}
+    ids = [f"i{k}" for k in range(n)]
+    at = {i: k for k, i in enumerate(ids)}
+    problem = BenchmarkProblem(
+        "my_task", (FREE, TWIN), ("a", "b"), tuple(ids[:subset]), 1, ideal=None, pool=tuple(ids[subset:])
+    )
+    result = certify(
+        [problem],
+        lambda bm, cid, m, items: scores[(cid, m)][[at[i] for i in items]],
+        CertifyOptions(batch=1, seed=seed, control=control),
+    )
+    (claim,) = [x for x in result.claims if x.config_id == FREE]
+    assert claim.claim == "a_better"
+    return claim.items_used
+
+
+def test_the_twins_law_has_the_lead_and_the_correlation_asked():
+    """One seed copies the twin's difference with chance r; five seeds copy it with the q that gives their mean
+    correlation r: r^2 (1/5 + 4/5 q^2) = q^2, q = 0.8 / sqrt(5 - 0.64 x 4) = 0.51215 (the synthetic grids' 0.51)."""
+    assert twin_copy(0.8, 1) == pytest.approx(0.8) and twin_copy(0.8, 5) == pytest.approx(0.8 / np.sqrt(2.44))
+    for seeds in (1, 5):
+        d, c, w = twin_law(0.5, 0.15, seeds, 0.8)
+        assert w.sum() == pytest.approx(1) and w @ d == pytest.approx(0.15) and w @ c == pytest.approx(0.15)
+        cov = w @ ((d - 0.15) * (c - 0.15))
+        assert cov / np.sqrt((w @ (d - 0.15) ** 2) * (w @ (c - 0.15) ** 2)) == pytest.approx(0.8)
+
+
+def test_the_planned_free_form_items_with_a_twin_agree_with_certify_run_with_control_auto():
+    """D = 0.6, a 0.25 lead, r = 0.8, one configuration and its twin (a family of 2): planned medians 102 without
+    and 63 with the twin (80th percentiles 157 and 90); certify measured 103 and 68 (163 and 97) on 200 runs."""
+    plain, helped = controlled_items_to_decide(D, 0.25, 0.8, family=2, runs=800, max_items=1000)
+    for planned, control in ((plain, "none"), (helped, "auto")):
+        measured = np.array([_free_form_items(seed, control) for seed in range(RUNS)])
+        assert abs(np.median(measured) / planned.quantile(0.5) - 1) < 0.2, (control, np.median(measured), planned)
+        assert abs(np.quantile(measured, 0.8) / planned.quantile(0.8) - 1) < 0.25
+    assert helped.quantile(0.5) < 0.75 * plain.quantile(0.5)
+
+
+def test_plan_certify_with_a_twin_prints_both_and_the_least_share_and_refuses_what_it_cannot_use(capsys):
+    argv = ["plan", "--certify", "--discordance", "0.5", "--configs", "48", "--effect", "0.25", "--items", "120"]
+    assert main([*argv, "--twin", "0.8", "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)["certify"]
+    tw = c["twin"]
+    assert tw["without"] == c["lead"]  # one seed: the same simulated answers as the plain lead's runs
+    # growth_ceiling of twin_law(0.5, 0.25, 1, 0.8): 0.589 (no control leaves fewer); the twin leaves 0.65
+    assert tw["least_share"] == pytest.approx(0.589, abs=0.005) and tw["least_share"] < tw["share"] < 0.75
+    assert tw["with"]["share_within_items"] > 0.7 > 0.5 > c["lead"]["share_within_items"]
+    assert main([*argv, "--twin", "0.8"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "with a log-probability twin correlated 0.8, scored on items beyond the subset (certify --control auto)" in out
+    )
+    assert f"no control can leave fewer than about {tw['least_share']:.2f} of them" in out
+    assert main([*argv, "--twin", "0", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["certify"]["twin"]["share"] == pytest.approx(1, abs=0.03)
+    refused(["plan", *argv[2:], "--twin", "0.8"], capsys, "--twin", "add --certify")
+    refused([*argv, "--twin", "1"], capsys, "--twin 1", "in [0, 1)")
+    refused(
+        [
+            "plan",
+            "--certify",
+            "--discordance",
+            "0.5",
+            "--configs",
+            "4",
+            "--effect",
+            "0",
+            "--margin",
+            "0.1",
+            "--twin",
+            "0.5",
+        ],
+        capsys,
+        "--twin 0.5",
+        "--effect > 0",
+    )
+
+
+def test_docs_certify_quotes_what_plan_certify_twin_prints(capsys):
+    """docs/certify.md's `plan --certify --twin` block: its quoted lines are the command's last two, as printed."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "certify.md").read_text(encoding="utf-8")
+    block = page.split("$ safetyrepro plan --certify ", 1)[1].split("```", 1)[0].splitlines()
+    assert main(["plan", "--certify", *block[0].split()]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == block[2:4] and block[1] == "..."
