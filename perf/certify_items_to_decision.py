@@ -14,7 +14,11 @@ against certify itself by tests/certify/test_plan_certify_56.py). "Kelly" is the
 the law and bets the growth-optimal constant stake: no betting e-process claims sooner on average, so where its
 median is above 300 items, no stake decides the lead by 300 items in half the runs.
 
-    python perf/certify_items_to_decision.py [--runs 400] [--configs 48] [--discordance 0.5]
+A second table gives the free-form items to the same leads with a log-probability twin correlated R (--twin,
+default 0.8) and scored on items beyond the subset (`certify --control auto`), beside the same answers without it
+and the least share any control could leave (plan --certify --twin R prints one row of it).
+
+    python perf/certify_items_to_decision.py [--runs 400] [--configs 48] [--discordance 0.5] [--twin 0.8]
 """
 
 from __future__ import annotations
@@ -24,7 +28,14 @@ import argparse
 import numpy as np
 
 from safetyrepro.analysis.paired.power import items_needed
-from safetyrepro.sequential.planning import items_to_decide, kelly_items, z_items_needed
+from safetyrepro.sequential.control_variate import growth_ceiling
+from safetyrepro.sequential.planning import (
+    controlled_items_to_decide,
+    items_to_decide,
+    kelly_items,
+    twin_law,
+    z_items_needed,
+)
 
 LEADS = (0.35, 0.25, 0.15)
 MARGIN = 0.05
@@ -52,6 +63,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=400)
     ap.add_argument("--configs", type=int, default=48)
     ap.add_argument("--discordance", type=float, default=0.5)
+    ap.add_argument("--twin", type=float, default=0.8)
     a = ap.parse_args()
     k, d = a.configs, a.discordance
     print(f"one pair over K = {k} configurations, alpha 0.05, discordance {d} per seed, {a.runs} simulated runs")
@@ -76,6 +88,28 @@ def main() -> None:
                 ratios = f"{before:.2f} {after:.2f}"
             kelly = _n(kelly_median(d, e, seeds, k, a.runs)) if margin is None else "-"
             print(f"{name:<13} {claim:<18} {cells[0]:>20} {cells[1]:>20} {fixed or '-':>12} {ratios:>11} {kelly:>6}")
+    twin_table(d, k, a.runs, a.twin)
+
+
+def twin_table(d: float, k: int, runs: int, r: float) -> None:
+    """Free-form items to each lead without and with a twin correlated r (the same simulated answers), the share
+    (summed over runs that claim both ways) and the least share (growth_ceiling of the twin's law)."""
+    print()
+    print(f"with a log-probability twin correlated {r} and scored beyond the subset (certify --control auto):")
+    print("free-form items, median / 80th percentile / share of runs within 300 items")
+    print(f"{'scenario':<13} {'claim':<18} {'without the twin':>20} {'with the twin':>20} {'share':>6} {'least':>6}")
+    for name, seeds in SCENARIOS:
+        for e in LEADS:
+            if e > d:
+                continue
+            found = controlled_items_to_decide(d, e, r, family=k, seeds=seeds, runs=runs, max_items=MAX_ITEMS)
+            cells = [f"{_n(f.quantile(0.5))} / {_n(f.quantile(0.8))} / {f.share_within(300):.2f}" for f in found]
+            both = np.isfinite(found[0].items) & np.isfinite(found[1].items)
+            share = found[1].items[both].sum() / found[0].items[both].sum()
+            rate, best = growth_ceiling(*twin_law(d, e, seeds, r))
+            print(
+                f"{name:<13} {'lead ' + f'{e:.2f}':<18} {cells[0]:>20} {cells[1]:>20} {share:>6.2f} {rate / best:>6.2f}"
+            )
 
 
 if __name__ == "__main__":
