@@ -39,10 +39,15 @@ class ItemsToDecide:
         return float(np.mean(self.items <= n))
 
 
+def seed_step(discordance: float, effect: float) -> np.ndarray:
+    """One seed's paired difference's chances of -1, 0 and 1: (D - E) / 2, 1 - D, (D + E) / 2."""
+    return np.array([(discordance - effect) / 2, 1 - discordance, (discordance + effect) / 2])
+
+
 def seed_mean_law(discordance: float, effect: float, seeds: int) -> tuple[np.ndarray, np.ndarray]:
     """The paired item difference's values and chances when each model's item score is the mean of `seeds` 0/1
     answers (each seed's difference -1, 0 or 1 with chances (D - E) / 2, 1 - D, (D + E) / 2, seeds independent)."""
-    step = np.array([(discordance - effect) / 2, 1 - discordance, (discordance + effect) / 2])  # -1, 0, 1
+    step = seed_step(discordance, effect)
     probs = np.array([1.0])
     for _ in range(seeds):  # the sum's law over -seeds..seeds, one seed at a time
         probs = np.convolve(probs, step)
@@ -120,7 +125,7 @@ def items_to_decide(
     extra = (0.0,) if margin is None else (0.0, margin, -margin)
     cs = IidBettingCS(runs, alpha_side, -1.0, 1.0, extra=extra, stakes=stakes)
     rng = np.random.default_rng(seed)
-    p_a, p_b = (discordance + effect) / 2, (discordance - effect) / 2
+    p_b, _, p_a = seed_step(discordance, effect)
     streams = np.arange(runs)
     first = np.full(runs, NEVER)
     second = np.full(runs, NEVER)
@@ -153,7 +158,7 @@ def twin_law(discordance: float, effect: float, seeds: int, twin_r: float) -> tu
     difference (-1, 0 or 1, the same law as one seed's), D the mean of `seeds` seed differences, each C with
     chance twin_copy(twin_r, seeds), else a fresh draw (sequential/control_variate.py growth_ceiling reads it)."""
     q = twin_copy(twin_r, seeds)
-    step = np.array([(discordance - effect) / 2, 1 - discordance, (discordance + effect) / 2])  # -1, 0, 1
+    step = seed_step(discordance, effect)
     d, c, w = [], [], []
     for ci, pc in zip((-1, 0, 1), step, strict=True):
         for copies in range(seeds + 1):
@@ -193,7 +198,7 @@ def controlled_items_to_decide(
     # the free-form answers from items_to_decide's draws (with one seed, the very differences its runs see), the
     # twin's and the partners' from a second stream
     rng, twin_rng = np.random.default_rng(seed), np.random.default_rng([seed, 1])
-    p_a, p_b = (discordance + effect) / 2, (discordance - effect) / 2
+    p_b, _, p_a = seed_step(discordance, effect)
     streams = np.arange(runs)
     found = [np.full(runs, NEVER), np.full(runs, NEVER)]
     plenty = np.full(runs, 10**9)
