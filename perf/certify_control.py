@@ -54,6 +54,7 @@ from certify_grids import CostedOracle, correlated_problem, greedy_short, short,
 
 from safetyrepro.certify.algorithm import CertifyOptions, certify, closeness  # noqa: E402
 from safetyrepro.certify.control import pairings  # noqa: E402
+from safetyrepro.certify.outputs import by_scoring  # noqa: E402
 from safetyrepro.sequential.control_variate import growth_ceiling, partners_per_step, slope  # noqa: E402
 
 SCENARIOS = {
@@ -80,9 +81,8 @@ def copy_for(r: float):
 
 
 def costly_and_cheap(result) -> tuple[int, int]:
-    costly = sum(len(v) for (_, cid, _), v in result.evaluated.items() if cid.endswith("/free_form"))
-    cheap = sum(len(v) for (_, cid, _), v in result.evaluated.items() if cid.endswith("/logprob"))
-    return costly, cheap
+    split = by_scoring(result.evaluated)  # what cost.json's model_evaluations_by_scoring says
+    return split["free_form"], split["logprob"]
 
 
 def synthetic(grids: int) -> tuple[list[str], list[dict]]:

@@ -179,6 +179,7 @@ def cost(result: CertifyResult, seconds_per_evaluation: dict[str, float] | None 
         "model_evaluations": result.model_evaluations,
         "full_model_evaluations": result.full_model_evaluations,
         "share_of_full_model": result.model_evaluations / max(result.full_model_evaluations, 1),
+        "model_evaluations_by_scoring": by_scoring(result.evaluated),
         "seconds_evaluating": round(result.seconds, 3),
         "stopped_by": result.stopped_by,
         "target": result.options.target,
@@ -205,6 +206,16 @@ def cost(result: CertifyResult, seconds_per_evaluation: dict[str, float] | None 
         full = sum(_full_models(result, b) * seconds_per_evaluation[b] for b in benchmarks)
         out["measured_seconds_used_estimate"] = round(used, 1)
         out["measured_seconds_full_grid"] = round(full, 1)
+    return out
+
+
+def by_scoring(evaluated) -> dict[str, int]:
+    """Model evaluations (model x configuration x item) by how the configuration scores: free_form (the costly
+    ones a control variate saves), logprob, or other (an id that does not say)."""
+    out = {"free_form": 0, "logprob": 0, "other": 0}
+    for (_, cid, _), items in evaluated.items():
+        scoring = str(cid).rsplit("/", 1)[-1]
+        out[scoring if scoring in out else "other"] += len(items)
     return out
 
 

@@ -161,6 +161,9 @@ def test_the_flag_reaches_cost_json(tmp_path, capsys):
     assert no_pool in capsys.readouterr().err
     assert "The twins held no items beyond the costly subset" in (tmp_path / "auto" / "report.md").read_text()
     cost = json.loads((tmp_path / "auto" / "cost.json").read_text())
+    split = cost["model_evaluations_by_scoring"]  # the free-form (costly) evaluations a control saves, apart
+    assert split["free_form"] > 0 and split["other"] == 0
+    assert split["free_form"] + split["logprob"] == cost["model_evaluations"]
     assert cost["control"] == "auto" and set(cost["control_did"]["truthfulqa"]["pairs"]) == {
         c for c in grid["config_id"].unique() if c.endswith("/free_form")
     }
