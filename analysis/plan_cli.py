@@ -376,6 +376,8 @@ def _twin(args: argparse.Namespace, common: dict) -> dict:
         "without": _summary(plain, args.items),
         "with": _summary(helped, args.items),
         "share": float(helped.items[both].sum() / plain.items[both].sum()) if both.any() else None,
+        "runs_both": int(both.sum()),
+        "runs": len(both),
         "least_share": rate / best if best > 0 else 1.0,
     }
 
@@ -674,12 +676,13 @@ def _twin_lines(tw: dict, effect: float, seeds: int) -> list[str]:
     share = (
         ""
         if tw["share"] is None
-        else f"the twin leaves {tw['share']:.2f} of the free-form items (runs that claim both ways); "
+        else f"with the twin certify takes {tw['share']:.2f} of the free-form items it takes without (summed over "
+        f"the {tw['runs_both']} of {tw['runs']} runs that claim both ways); "
     )
     return [
         f"- with a log-probability twin correlated {tw['r']:g}, scored on items beyond the subset (certify --control "
         f"auto{tied}): the {_points(effect)}-point lead is claimed {_when(tw['with'])} of the free-form "
         f"configuration, without the twin on the same answers {_when(tw['without'])}",
-        f"- so {share}no control can leave fewer than about {tw['least_share']:.2f} of them (the growth-optimal "
+        f"- so {share}no control can take fewer than about {tw['least_share']:.2f} of them (the growth-optimal "
         "bound, the twin's law known)",
     ]

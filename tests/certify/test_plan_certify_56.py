@@ -270,7 +270,7 @@ def test_plan_certify_with_a_twin_prints_both_and_the_least_share_and_refuses_wh
     assert (
         "with a log-probability twin correlated 0.8, scored on items beyond the subset (certify --control auto)" in out
     )
-    assert f"no control can leave fewer than about {tw['least_share']:.2f} of them" in out
+    assert f"no control can take fewer than about {tw['least_share']:.2f} of them" in out
     assert main([*argv, "--twin", "0", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["certify"]["twin"]["share"] == pytest.approx(1, abs=0.03)
     refused(["plan", *argv[2:], "--twin", "0.8"], capsys, "--twin", "add --certify")
