@@ -126,11 +126,11 @@ def _refuse_unused(args: argparse.Namespace) -> None:
         ("--twin", args.twin is not None),
     )
     given = [f for f, on in certify_only if on]
-    if args.grid and (args.certify or given):
+    if args.grid and given:
         raise UserError(
-            f"plan GRID does not plan certify's sequences ({', '.join(['--certify'] * args.certify + given)}): "
-            f"they are planned from numbers, e.g. safetyrepro plan --certify --discordance 0.3 --configs 48 "
-            f"--effect 0.15"
+            f"plan GRID --certify reads the discordance and the twins' correlation off the pilot ({', '.join(given)} "
+            f"are the numbers form's), e.g. safetyrepro plan --certify --discordance 0.3 --configs 48 --effect 0.15 "
+            f"--twin 0.8"
         )
     if given and not args.certify:
         raise UserError(f"{', '.join(given)}: used only with --certify (what certify's sequences need); add --certify")
@@ -573,12 +573,55 @@ def plan_from_grid(args: argparse.Namespace) -> list[dict]:
     cells = set(zip(grid["model"].astype(str), grid["config_id"].astype(str), strict=True))
     timing = seconds_per_item(grid_path.parent, cells)
     typical = pilot_differences(items)
-    return [
+    rows = [
         _pair_plan(
             r, args, timing, typical[(r.benchmark, r.model_a, r.model_b)], detectable_from_differences, items_needed
         )
         for r in pilot.itertuples()
     ]
+    if args.certify:
+        _pilot_certify(rows, items, args)
+    return rows
+
+
+GRID_CERTIFY_RUNS = 200  # simulated runs a pair under plan GRID --certify: medians to within a few per cent
+
+
+def _pilot_certify(rows: list[dict], items, args: argparse.Namespace) -> None:
+    """certify's items to the lead of --effect for each pair at its pilot discordance and K (sequential/planning.py),
+    and, where the pilot holds free-form configurations beside their log-probability twins, with `--control auto`
+    at the pilot's median twin correlation (certify/twins.py): columns certify_median, twin_r, twin_median."""
+    import numpy as np
+
+    from safetyrepro.analysis.paired.power import ASSUMED_DISCORDANCE
+    from safetyrepro.certify.algorithm import closeness
+    from safetyrepro.certify.twins import twin_correlations
+    from safetyrepro.sequential.planning import controlled_items_to_decide, items_to_decide
+    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
+
+    twins = twin_correlations(items)
+    r_of = {
+        (b, frozenset((a, m))): float(np.median(g["r"]))
+        for (b, a, m), g in twins.groupby(["benchmark", "model_a", "model_b"])
+    }
+    for i, row in enumerate(rows, 1):
+        row |= {"certify_median": None, "certify_p80": None, "twin_r": None, "twin_median": None}
+        note = []
+        if row["benchmark"] in BENCHMARKS and closeness(row["benchmark"]) is not None:
+            note.append(f"certify: plan --certify --ideal {closeness(row['benchmark']):g} --shares A B (closeness)")
+        elif args.effect <= (row["discordance"] or ASSUMED_DISCORDANCE):
+            pair = f"{row['benchmark']} {row['model_a']} vs {row['model_b']}"
+            print(f"plan: certify's sequences for {pair} ({i} of {len(rows)})", file=sys.stderr)
+            d = row["discordance"] or ASSUMED_DISCORDANCE
+            common = dict(family=row["configs"], alpha=args.alpha, runs=GRID_CERTIFY_RUNS, max_items=CERTIFY_MAX_ITEMS)
+            found = items_to_decide(d, args.effect, **common)
+            row["certify_median"], row["certify_p80"] = (_summary(found, None)[k] for k in ("median", "p80"))
+            r = r_of.get((row["benchmark"], frozenset((row["model_a"], row["model_b"]))))
+            if r is not None:
+                row["twin_r"] = r
+                helped = controlled_items_to_decide(d, args.effect, max(r, 0.0), **common)[1]
+                row["twin_median"] = _summary(helped, None)["median"]
+        row["note"] = "; ".join(x for x in (row["note"], *note) if x)
 
 
 def _pair_plan(r, args, timing, differences, detectable_from_differences, items_needed) -> dict:
@@ -646,6 +689,7 @@ def grid_lines(rows: list[dict], args: argparse.Namespace) -> list[str]:
         "detectable at pilot",
         f"items for {args.effect:g}",
         "wall time",
+        *([f"certify for {args.effect:g}", "with twin (r)"] if args.certify else []),
     ]
     body = [
         [
@@ -657,6 +701,7 @@ def grid_lines(rows: list[dict], args: argparse.Namespace) -> list[str]:
             "none" if r["detectable_difference"] is None else f"{r['detectable_difference']:.3f}",
             "n/a" if r["items_needed"] is None else f"{r['items_needed']:,}",
             "unknown" if r["wall_s"] is None else duration(r["wall_s"]),
+            *(_certify_cells(r) if args.certify else []),
         ]
         for r in rows
     ]
@@ -666,9 +711,26 @@ def grid_lines(rows: list[dict], args: argparse.Namespace) -> list[str]:
         f"paired sign test; wall time = the pilot's seconds per item x items needed, all models and "
         f"configurations of the benchmark."
     ]
+    if args.certify:
+        lines.append(
+            f"certify: its population sequences' median items to claim the lead on 0/1 answers at the pilot's "
+            f"discordance ({GRID_CERTIFY_RUNS} simulated runs, 'over {CERTIFY_MAX_ITEMS:,}' where half do not by "
+            f"then); with twin: --control auto, the free-form configurations' log-probability twins correlated r (the "
+            f"pilot's median) and scored beyond the subset."
+        )
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [head, *body]]
     lines += [f"{r['benchmark']} {r['model_a']} vs {r['model_b']}: {r['note']}" for r in rows if r["note"]]
     return lines
+
+
+def _certify_cells(r: dict) -> list[str]:
+    def items(n):
+        return f"over {CERTIFY_MAX_ITEMS:,}" if n is None else f"{n:,}"
+
+    if r["certify_median"] is None and r["certify_p80"] is None and r["twin_r"] is None:
+        return ["-", "-"]
+    twin = "-" if r["twin_r"] is None else f"{items(r['twin_median'])} ({r['twin_r']:.2f})"
+    return [items(r["certify_median"]), twin]
 
 
 def _twin_lines(tw: dict, effect: float, seeds: int) -> list[str]:

@@ -52,9 +52,10 @@ sys.path.insert(0, str(ROOT / "perf"))
 
 from certify_grids import CostedOracle, correlated_problem, greedy_short, short, twin_correlation  # noqa: E402
 
-from safetyrepro.certify.algorithm import CertifyOptions, certify, closeness  # noqa: E402
+from safetyrepro.certify.algorithm import CertifyOptions, certify  # noqa: E402
 from safetyrepro.certify.control import pairings  # noqa: E402
 from safetyrepro.certify.outputs import by_scoring  # noqa: E402
+from safetyrepro.certify.twins import twin_correlations  # noqa: E402
 from safetyrepro.sequential.control_variate import growth_ceiling, partners_per_step, slope  # noqa: E402
 
 SCENARIOS = {
@@ -412,38 +413,12 @@ def published() -> list[str]:
         ("24-item study", "study/items.parquet"),
         ("certified study", "study/certified/items.parquet"),
     ):
-        r = records_correlation(pd.read_parquet(ROOT / path))
+        r = twin_correlations(pd.read_parquet(ROOT / path))
         summary = r.groupby("benchmark")["r"].agg(["count", "median"])
         said = "; ".join(f"{b} median r {row['median']:.2f} over {int(row['count'])}" for b, row in summary.iterrows())
         n = r["items"].median()
         lines.append(f"{name}: twin correlation (median {n:.0f} common items a pair): {said}")
     return lines
-
-
-def records_correlation(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (free-form configuration, pair of models) with a twin: the correlation of the paired differences
-    (seed means) with the twin's, on the items all four cells hold; degenerate cells left out."""
-    means = frame.groupby(["config_id", "model", "item_id"])["item_score"].mean()
-    models = sorted(frame["model"].unique())
-    config_ids = sorted(frame["config_id"].unique())
-    out = []
-    for benchmark in sorted({c.split("/")[0] for c in config_ids}):
-        mine = [c for c in config_ids if c.startswith(benchmark + "/")]
-        for cid, twin in pairings(closeness(benchmark), mine).items():
-            for i, a in enumerate(models):
-                for b in models[i + 1 :]:
-                    try:
-                        cells = [means.loc[(x, m)] for x in (cid, twin) for m in (a, b)]
-                    except KeyError:
-                        continue
-                    items = sorted(set.intersection(*(set(s.index) for s in cells)))
-                    d = cells[0].loc[items].to_numpy() - cells[1].loc[items].to_numpy()
-                    c = cells[2].loc[items].to_numpy() - cells[3].loc[items].to_numpy()
-                    if len(items) >= 10 and d.std() > 0 and c.std() > 0:
-                        out.append(
-                            dict(benchmark=benchmark, config_id=cid, r=float(np.corrcoef(d, c)[0, 1]), items=len(items))
-                        )
-    return pd.DataFrame(out, columns=["benchmark", "config_id", "r", "items"])
 
 
 def figure(rows: list[dict], path: Path) -> None:

@@ -131,7 +131,7 @@ def test_plan_refuses_flags_it_would_ignore(capsys):
     refused(["plan", *numbers, "--margin", "0.05"], capsys, "--margin", "add --certify")
     refused(["plan", *numbers, "--seeds", "5"], capsys, "--seeds", "add --certify")
     refused(["plan", "--certify", *numbers, "--seeds", "0"], capsys, "--seeds 0", "from 1 to")
-    refused(["plan", "study/grid.csv", "--certify"], capsys, "plan GRID does not plan certify", "--certify")
+    refused(["plan", "study/grid.csv", "--certify", "--twin", "0.8"], capsys, "plan GRID --certify reads", "--twin")
 
 
 def test_the_bettor_that_knows_the_law_needs_log_threshold_over_its_growth_rate():
@@ -304,3 +304,37 @@ def test_docs_certify_quotes_what_plan_certify_twin_prints(capsys):
     block = page.split("$ safetyrepro plan --certify ", 1)[1].split("```", 1)[0].splitlines()
     assert main(["plan", "--certify", *block[0].split()]) == 0
     assert capsys.readouterr().out.splitlines()[-2:] == block[2:4] and block[1] == "..."
+
+
+def test_plan_grid_certify_reads_the_pilots_discordance_and_twin_correlation(capsys, monkeypatch):
+    """`plan study/grid.csv --certify --effect 0.25`: per pair, certify's median items at the pilot's discordance
+    and K, and with --control auto at the pilot's median twin correlation (the 24-item study: bbq 0.63-0.82,
+    toxigen 0.94-0.97); CrowS-Pairs is pointed to --ideal, and a pair whose discordance is under the lead gets none."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from safetyrepro.certify.twins import twin_correlations
+
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(repo)
+    assert main(["plan", "study/grid.csv", "--certify", "--effect", "0.25", "--json"]) == 0
+    rows = {(r["benchmark"], r["model_a"], r["model_b"]): r for r in json.loads(capsys.readouterr().out)}
+    twins = twin_correlations(pd.read_parquet(repo / "study/items.parquet"))
+    for (benchmark, a, b), r in rows.items():
+        if benchmark == "crows_pairs":
+            assert r["certify_median"] is None and "plan --certify --ideal 0.5 --shares A B" in r["note"]
+            continue
+        if r["discordance"] < 0.25:  # toxigen's Qwen vs SmolLM2, 0.178: a 0.25 lead cannot happen
+            assert r["certify_median"] is None and r["twin_r"] is None
+            continue
+        planned = items_to_decide(r["discordance"], 0.25, family=r["configs"], runs=200, max_items=3000)
+        assert r["certify_median"] == planned.quantile(0.5)  # the pilot's D and K reach the simulation
+        mine = twins[(twins["benchmark"] == benchmark) & (twins["model_a"] == min(a, b))]
+        assert r["twin_r"] == pytest.approx(mine[mine["model_b"] == max(a, b)]["r"].median())
+        assert 40 <= r["twin_median"] <= 2 * r["certify_median"]
+    assert min(r["twin_r"] for (bm, *_), r in rows.items() if bm == "toxigen" and r["twin_r"] is not None) > 0.9
+    assert main(["plan", "study/grid.csv", "--certify", "--effect", "0.25"]) == 0
+    out = capsys.readouterr().out
+    assert "certify for 0.25  with twin (r)" in out
+    assert "crows_pairs qwen2.5-coder-0.5b vs smollm2: certify: plan --certify --ideal 0.5 --shares A B" in out

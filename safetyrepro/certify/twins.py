@@ -1,0 +1,44 @@
+"""How well each free-form configuration's log-probability twin tracks it in a run's item records: the correlation
+of the two configurations' paired differences, what `certify --control auto` can use (plan GRID --certify reads
+it from a pilot, perf/certify_control.py from the published records)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
+
+from .algorithm import closeness
+from .control import pairings
+
+MIN_ITEMS = 10  # a correlation on fewer common items says little
+
+COLUMNS = ["benchmark", "config_id", "model_a", "model_b", "r", "items"]
+
+
+def twin_correlations(records: pd.DataFrame) -> pd.DataFrame:
+    """Per (free-form configuration with a twin, pair of models): the correlation r of the paired differences
+    (seed means) with the twin's on the items all four cells hold, and how many. Pairs with fewer than MIN_ITEMS
+    common items, or whose differences never vary, are left out; so are closeness benchmarks (CrowS-Pairs: no
+    paired difference to control)."""
+    means = records.groupby(["config_id", "model", "item_id"])["item_score"].mean()
+    models = sorted(records["model"].astype(str).unique())
+    config_ids = sorted(records["config_id"].astype(str).unique())
+    out = []
+    for benchmark in sorted({c.split("/")[0] for c in config_ids}):
+        mine = [c for c in config_ids if c.startswith(benchmark + "/")]
+        for cid, twin in pairings(closeness(benchmark) if benchmark in BENCHMARKS else None, mine).items():
+            for i, a in enumerate(models):
+                for b in models[i + 1 :]:
+                    try:
+                        cells = [means.loc[(x, m)] for x in (cid, twin) for m in (a, b)]
+                    except KeyError:
+                        continue
+                    items = sorted(set.intersection(*(set(s.index) for s in cells)))
+                    d = cells[0].loc[items].to_numpy() - cells[1].loc[items].to_numpy()
+                    c = cells[2].loc[items].to_numpy() - cells[3].loc[items].to_numpy()
+                    if len(items) >= MIN_ITEMS and d.std() > 0 and c.std() > 0:
+                        r = float(np.corrcoef(d, c)[0, 1])
+                        out.append(dict(zip(COLUMNS, (benchmark, cid, a, b, r, len(items)), strict=True)))
+    return pd.DataFrame(out, columns=COLUMNS)
