@@ -590,14 +590,12 @@ GRID_CERTIFY_RUNS = 200  # simulated runs a pair under plan GRID --certify: medi
 def _pilot_certify(rows: list[dict], items, args: argparse.Namespace) -> None:
     """certify's items to the lead of --effect for each pair at its pilot discordance and K (sequential/planning.py),
     and, where the pilot holds free-form configurations beside their log-probability twins, with `--control auto`
-    at the pilot's median twin correlation (certify/twins.py): columns certify_median, twin_r, twin_median."""
+    at the pilot's median twin correlation (grid/twins.py): columns certify_median, twin_r, twin_median."""
     import numpy as np
 
     from safetyrepro.analysis.paired.power import ASSUMED_DISCORDANCE
-    from safetyrepro.certify.algorithm import closeness
-    from safetyrepro.certify.twins import twin_correlations
+    from safetyrepro.grid.twins import closer_to, twin_correlations
     from safetyrepro.sequential.planning import controlled_items_to_decide, items_to_decide
-    from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
 
     twins = twin_correlations(items)
     r_of = {
@@ -607,8 +605,9 @@ def _pilot_certify(rows: list[dict], items, args: argparse.Namespace) -> None:
     for i, row in enumerate(rows, 1):
         row |= {"certify_median": None, "certify_p80": None, "twin_r": None, "twin_median": None}
         note = []
-        if row["benchmark"] in BENCHMARKS and closeness(row["benchmark"]) is not None:
-            note.append(f"certify: plan --certify --ideal {closeness(row['benchmark']):g} --shares A B (closeness)")
+        ideal = closer_to(row["benchmark"])
+        if ideal is not None:
+            note.append(f"certify: plan --certify --ideal {ideal:g} --shares A B (closeness)")
         elif args.effect <= (row["discordance"] or ASSUMED_DISCORDANCE):
             pair = f"{row['benchmark']} {row['model_a']} vs {row['model_b']}"
             print(f"plan: certify's sequences for {pair} ({i} of {len(rows)})", file=sys.stderr)

@@ -55,7 +55,7 @@ from certify_grids import CostedOracle, correlated_problem, greedy_short, short,
 from safetyrepro.certify.algorithm import CertifyOptions, certify  # noqa: E402
 from safetyrepro.certify.control import pairings  # noqa: E402
 from safetyrepro.certify.outputs import by_scoring  # noqa: E402
-from safetyrepro.certify.twins import twin_correlations  # noqa: E402
+from safetyrepro.grid.twins import twin_correlations  # noqa: E402
 from safetyrepro.sequential.control_variate import growth_ceiling, partners_per_step, slope  # noqa: E402
 
 SCENARIOS = {

@@ -29,12 +29,11 @@ in `extra` (they are in the run's items.parquet, and its own stream takes them f
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from safetyrepro.errors import UserError
+from safetyrepro.grid.twins import cheap_twin
 from safetyrepro.sequential.confidence_sequence import WorBettingCS
 from safetyrepro.sequential.control_variate import (
     CHANCE_R2,
@@ -46,7 +45,6 @@ from safetyrepro.sequential.control_variate import (
     slope,
 )
 from safetyrepro.sequential.evidence import PairedEvidence, Reading, population_candidates
-from safetyrepro.tasks.envelope import Config
 
 CONTROLS = ("auto", "time", "none")  # auto: the fewest costly evaluations; time: the least model time; none
 
@@ -56,19 +54,6 @@ def uses_twins(control: str) -> bool:
 
 
 GIVE_UP = 30  # steps after which a path whose r^2 is under MIN_R2 is plain for good (no more cheap scores asked)
-
-
-def cheap_twin(config_id: str, config_ids: Sequence[str]) -> str | None:
-    """The log-probability configuration of the same benchmark, template and shots, if the run has it (none for
-    an id that is not benchmark/template/decoding/<k>shot/scoring)."""
-    try:
-        cfg = Config.from_id(config_id)
-    except UserError:
-        return None
-    if cfg.scoring != "free_form":
-        return None
-    twin = dataclasses.replace(cfg, decoding="greedy", scoring="logprob").config_id
-    return twin if twin in config_ids else None
 
 
 def pairings(

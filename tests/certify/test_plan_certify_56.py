@@ -314,7 +314,7 @@ def test_plan_grid_certify_reads_the_pilots_discordance_and_twin_correlation(cap
 
     import pandas as pd
 
-    from safetyrepro.certify.twins import twin_correlations
+    from safetyrepro.grid.twins import twin_correlations
 
     repo = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(repo)

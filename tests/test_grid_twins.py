@@ -1,11 +1,11 @@
-"""certify/twins.py: how well a free-form configuration's log-probability twin tracks it in item records."""
+"""grid/twins.py: how well a free-form configuration's log-probability twin tracks it in item records."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from safetyrepro.certify.twins import twin_correlations
+from safetyrepro.grid.twins import twin_correlations
 
 FREE, TWIN = "bbq/T1/greedy/0shot/free_form", "bbq/T1/greedy/0shot/logprob"
 
