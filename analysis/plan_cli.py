@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from safetyrepro.analysis.plan_words import percent, points
 from safetyrepro.console import duration
 from safetyrepro.grid.cell_timing import seconds_per_item  # no imports of its own: start-up stays light
 
@@ -160,6 +161,9 @@ def _refuse_for_closeness(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    # lazy: numpy, scipy and the sequences load only once plan runs (the CLI's start-up stays light)
+    from safetyrepro.analysis.plan_certify import certify_lines, closeness_lines, plan_certify, plan_closeness
+
     _refuse_unused(args)
     if args.effect is None:  # None until here: --ideal refuses a given one
         args.effect = DEFAULT_EFFECT
@@ -167,13 +171,13 @@ def run(args: argparse.Namespace) -> int:
         rows = plan_from_grid(args)
         print(json.dumps(rows, indent=2) if args.json else "\n".join(grid_lines(rows, args)))
     elif args.ideal is not None:
-        r = plan_closeness(args)
+        r = plan_closeness(args, _item_count(args.items))
         print(json.dumps(r, indent=2) if args.json else "\n".join(closeness_lines(r)))
     else:
         alike = _within_only(args)
         numbers = within_only(args) if alike else plan_from_numbers(args)
         if args.certify:
-            numbers["certify"] = plan_certify(args)
+            numbers["certify"] = plan_certify(args, _item_count(args.items))
         fixed = [] if alike else number_lines(numbers)
         if args.certify and args.seeds > 1 and fixed:  # the fixed-n lines are the 0/1 sign test's, not the means'
             fixed[0] = f"On 0/1 answers (one seed; {args.seeds}-seed means below): {fixed[0]}"
@@ -267,14 +271,6 @@ def plan_from_numbers(args: argparse.Namespace) -> dict:
     return out | {"test": TEST, "model": MODEL}
 
 
-def _points(e: float) -> str:
-    return f"{e * 100:.3g}"
-
-
-def _percent(p: float) -> str:
-    return f"{p * 100:g} %"
-
-
 def _prob(p: float) -> str:
     """0.423, but 0.00072 rather than 0.001: a small power is still a number, not a rounding."""
     return f"{p:.3f}" if p == 0 or p >= 0.01 else f"{p:.2g}"
@@ -287,7 +283,7 @@ def _two(x: float) -> str:
 
 def number_lines(r: dict) -> list[str]:
     setting = (
-        f"To find a {_points(r['effect'])}-point paired difference at {_percent(r['power'])} power with "
+        f"To find a {points(r['effect'])}-point paired difference at {percent(r['power'])} power with "
         f"discordance {_two(r['discordance'])} under Holm over {r['configs']} configuration"
         f"{'s' if r['configs'] != 1 else ''} (alpha {r['alpha']:g}, exact paired sign test): "
     )
@@ -300,211 +296,16 @@ def number_lines(r: dict) -> list[str]:
     if "items" in r:
         dd = r["detectable_difference_at_items"]
         found = (
-            f"the smallest difference found at {_percent(r['power'])} power is {dd:.3f} ({_points(dd)} points)"
+            f"the smallest difference found at {percent(r['power'])} power is {dd:.3f} ({points(dd)} points)"
             if dd is not None
             else r["detectable_difference_note"]
         )
         lines.append(
             f"At {r['items']:,} items per configuration: power {_prob(r['power_at_items'])} for a "
-            f"{_points(r['effect'])}-point difference ({_prob(r['power_at_items_two_sided'])} counting a claim "
+            f"{points(r['effect'])}-point difference ({_prob(r['power_at_items_two_sided'])} counting a claim "
             f"in either direction); {found}."
         )
     return lines
-
-
-# -- certify's sequences ---------------------------------------------------------------------------
-CERTIFY_RUNS = 400  # simulated runs: the median and 80th percentile to a few items
-CERTIFY_MAX_ITEMS = 3000  # a run not decided by then counts as never (BBQ's subset is 300, its pool 58,492)
-MAX_SEEDS = 100  # sweeps run 1 (greedy) or 5 (sampled); each simulated item draws S uniforms per run
-
-
-def plan_certify(args: argparse.Namespace) -> dict:
-    """Items to a decision of certify's population sequences (sequential/planning.py), one pair over
-    --configs configurations: the lead of --effect, a flip (two configurations with opposite leads), and with
-    --margin the claim "within +-M"."""
-
-    from safetyrepro.errors import UserError
-    from safetyrepro.sequential.planning import items_to_decide, kelly_items, z_items_needed
-
-    if args.margin is not None and not 0 < args.margin < 1:
-        raise UserError(f"--margin {args.margin}: must be in (0, 1)")
-    if args.effect <= 0 and args.margin is None:
-        raise UserError("plan --certify: a lead to claim needs --effect > 0 (or give --margin for 'within')")
-    if args.twin is not None and not (0 <= args.twin < 1 and args.effect > 0):
-        raise UserError(
-            f"--twin {args.twin:g}: the twin's correlation with the paired difference, in [0, 1), and a lead to "
-            "claim (--effect > 0): the control helps claim a lead"
-        )
-    if not 1 <= args.seeds <= MAX_SEEDS:
-        raise UserError(f"--seeds {args.seeds}: a whole number of seeds from 1 to {MAX_SEEDS}")
-    k = args.configs
-    common = {"family": k, "alpha": args.alpha, "max_items": CERTIFY_MAX_ITEMS, "seeds": args.seeds}
-    out: dict[str, object] = {"runs": CERTIFY_RUNS, "max_items": CERTIFY_MAX_ITEMS, "family": k, "seeds": args.seeds}
-    if args.seeds > 1 and args.effect > 0:  # the exact sign test above is for 0/1 answers; means take the z-test
-        out["z_items_needed"] = z_items_needed(args.discordance, args.effect, args.seeds, k, args.alpha, args.power)
-    if args.effect > 0:
-        lead = items_to_decide(args.discordance, args.effect, runs=2 * CERTIFY_RUNS, **common)
-        flip = _flip(lead)
-        out["lead"] = _summary(lead, args.items)
-        out["flip"] = _summary(flip, args.items)
-        kelly = kelly_items(args.discordance, args.effect, **common, runs=CERTIFY_RUNS)
-        out["lead_knowing_the_law"] = _summary(kelly, args.items)
-    if args.twin is not None:
-        out["twin"] = _twin(args, common)
-    if args.margin is not None:
-        within = items_to_decide(args.discordance, args.effect, margin=args.margin, runs=CERTIFY_RUNS, **common)
-        out["within"] = _summary(within, args.items) | {"margin": args.margin}
-    return out
-
-
-def _twin(args: argparse.Namespace, common: dict) -> dict:
-    """Free-form items to the lead without and with the twin's help (`certify --control auto`, a pool beyond the
-    subset), on the same simulated answers, and the least share any control could leave (the growth-optimal
-    bound, the twin's law known: sequential/control_variate.py growth_ceiling)."""
-    import numpy as np
-
-    from safetyrepro.sequential.control_variate import growth_ceiling
-    from safetyrepro.sequential.planning import controlled_items_to_decide, twin_law
-
-    plain, helped = controlled_items_to_decide(
-        args.discordance, args.effect, args.twin, runs=2 * CERTIFY_RUNS, **common
-    )
-    rate, best = growth_ceiling(*twin_law(args.discordance, args.effect, args.seeds, args.twin))
-    both = np.isfinite(plain.items) & np.isfinite(helped.items)
-    return {
-        "r": args.twin,
-        "without": _summary(plain, args.items),
-        "with": _summary(helped, args.items),
-        "share": float(helped.items[both].sum() / plain.items[both].sum()) if both.any() else None,
-        "runs_both": int(both.sum()),
-        "runs": len(both),
-        "least_share": rate / best if best > 0 else 1.0,
-    }
-
-
-def _flip(found):
-    """Items to a flip from 2 x CERTIFY_RUNS runs of one lead: both wins of two configurations with that lead each
-    way, the later of two runs (the first half's against the second's)."""
-    import numpy as np
-
-    from safetyrepro.sequential.planning import ItemsToDecide
-
-    one, other = found.items[:CERTIFY_RUNS], found.items[CERTIFY_RUNS:]
-    return ItemsToDecide(np.maximum(one, other), CERTIFY_MAX_ITEMS)
-
-
-def _summary(found, items: str | None) -> dict:
-    n = _item_count(items)
-    q = {"median": found.quantile(0.5), "p80": found.quantile(0.8)}
-    out: dict[str, object] = {k: (None if v == float("inf") else int(v)) for k, v in q.items()}
-    if n is not None:
-        out["share_within_items"] = found.share_within(n)
-    return out
-
-
-def _when(r: dict) -> str:
-    if r["median"] is None:
-        return f"not within {CERTIFY_MAX_ITEMS:,} items in half the runs"
-    p80 = f"{r['p80']:,}" if r["p80"] is not None else f"over {CERTIFY_MAX_ITEMS:,}"
-    share = r.get("share_within_items")
-    within = f"; {_percent(round(share, 3))} of runs within --items" if share is not None else ""
-    return f"after a median of {r['median']:,} items (80 % of runs by {p80}{within})"
-
-
-def certify_lines(r: dict) -> list[str]:
-    c = r["certify"]
-    scores = "0/1 answers" if c["seeds"] == 1 else f"item scores the mean of {c['seeds']} seeds"
-    lines = [
-        f"certify (population target, one pair over {c['family']} configuration{'s' if c['family'] != 1 else ''}, "
-        f"alpha {r['alpha']:g}, {scores}; its own sequences on {c['runs']} simulated runs, items drawn one at a "
-        f"time):"
-    ]
-    if "lead" in c:
-        power = f"{_percent(r['power'])} power"
-        if c["seeds"] > 1:
-            z, means = c["z_items_needed"], f"{c['seeds']}-seed means"
-            fixed = f"the fixed-n paired z-test on {means} (Holm's first step) needs {z:,} items for {power}"
-        elif r["items_needed"] is not None:
-            fixed = f"the fixed-n test above needs {r['items_needed']:,} items for {power}"
-        else:
-            fixed = f"the fixed-n test above does not reach {power}"
-        lines.append(
-            f"- a {_points(r['effect'])}-point lead is claimed {_when(c['lead'])}; {fixed}, but must fix n "
-            f"first and cannot stop early"
-        )
-        lines.append(
-            f"- no betting sequence claims it sooner on average than one that knows the law (the bound on any stake): "
-            f"{_when(c['lead_knowing_the_law'])}"
-        )
-        each_way = f"two configurations with leads of {_points(r['effect'])} points each way"
-        lines.append(f"- a flip ({each_way}): {_when(c['flip'])}")
-    if "twin" in c:
-        lines += _twin_lines(c["twin"], r["effect"], c["seeds"])
-    if "within" in c:
-        m = c["within"]["margin"]
-        when = f"never: the difference is not inside +-{_points(m)}" if r["effect"] >= m else _when(c["within"])
-        lines.append(f"- 'within +-{_points(m)} points' when the true difference is {_points(r['effect'])}: {when}")
-    return lines
-
-
-def plan_closeness(args: argparse.Namespace) -> dict:
-    """Items to certify's claim of the model nearer --ideal, from the paired sign test certify runs on a closeness
-    benchmark (sequential/planning.py closeness_items_to_decide), and to a flip."""
-
-    from safetyrepro.analysis.paired.power import check_family
-    from safetyrepro.errors import UserError
-    from safetyrepro.sequential.planning import ItemsToDecide, closeness_items_to_decide
-
-    a, b = args.shares
-    if not 0 < args.ideal < 1:
-        raise UserError(f"--ideal {args.ideal:g}: the share a better model sits nearer, in (0, 1)")
-    agreement = a * b + (1 - a) * (1 - b) if args.agreement is None else args.agreement
-    check_family(args.configs, args.alpha)
-    lead = round(abs(b - args.ideal) - abs(a - args.ideal), 12)
-    try:
-        found = closeness_items_to_decide(
-            a,
-            b,
-            agreement,
-            ideal=args.ideal,
-            family=args.configs,
-            alpha=args.alpha,
-            runs=2 * CERTIFY_RUNS,
-            max_items=CERTIFY_MAX_ITEMS,
-        )
-    except ValueError as e:
-        raise UserError(f"plan --ideal: {e}") from None
-    first = ItemsToDecide(found.items[:CERTIFY_RUNS], CERTIFY_MAX_ITEMS)
-    flip = _flip(found)
-    return {
-        "ideal": args.ideal,
-        "shares": [a, b],
-        "agreement": agreement,
-        "configs": args.configs,
-        "alpha": args.alpha,
-        "nearer": "A" if lead > 0 else "B",
-        "lead": abs(lead),
-        "certify": {
-            "runs": CERTIFY_RUNS,
-            "max_items": CERTIFY_MAX_ITEMS,
-            "family": args.configs,
-            "lead": _summary(first, args.items),
-            "flip": _summary(flip, args.items),
-        },
-    }
-
-
-def closeness_lines(r: dict) -> list[str]:
-    c, (a, b) = r["certify"], r["shares"]
-    near, far = ("A", "B") if r["nearer"] == "A" else ("B", "A")
-    return [
-        f"certify (population target, nearness to {r['ideal']:g} by the paired sign test, one pair over "
-        f"{c['family']} configuration{'s' if c['family'] != 1 else ''}, alpha {r['alpha']:g}; shares of 1 answers "
-        f"A {a:g}, B {b:g}, alike on {r['agreement']:.3g} of items; its own sequences on {c['runs']} simulated runs, "
-        f"items drawn one at a time):",
-        f"- {near} nearer {r['ideal']:g} than {far} by {_points(r['lead'])} points is claimed {_when(c['lead'])}",
-        f"- a flip (two configurations with that lead each way): {_when(c['flip'])}",
-    ]
 
 
 # -- from a pilot grid -----------------------------------------------------------------------------
@@ -580,47 +381,10 @@ def plan_from_grid(args: argparse.Namespace) -> list[dict]:
         for r in pilot.itertuples()
     ]
     if args.certify:
-        _pilot_certify(rows, items, args)
+        from safetyrepro.analysis.plan_certify import pilot_certify  # lazy: as run()'s
+
+        pilot_certify(rows, items, args)
     return rows
-
-
-GRID_CERTIFY_RUNS = 200  # simulated runs a pair under plan GRID --certify: medians to within a few per cent
-
-
-def _pilot_certify(rows: list[dict], items, args: argparse.Namespace) -> None:
-    """certify's items to the lead of --effect for each pair at its pilot discordance and K (sequential/planning.py),
-    and, where the pilot holds free-form configurations beside their log-probability twins, with `--control auto`
-    at the pilot's median twin correlation (grid/twins.py): columns certify_median, twin_r, twin_median."""
-    import numpy as np
-
-    from safetyrepro.analysis.paired.power import ASSUMED_DISCORDANCE
-    from safetyrepro.grid.twins import closer_to, twin_correlations
-    from safetyrepro.sequential.planning import controlled_items_to_decide, items_to_decide
-
-    twins = twin_correlations(items)
-    r_of = {
-        (b, frozenset((a, m))): float(np.median(g["r"]))
-        for (b, a, m), g in twins.groupby(["benchmark", "model_a", "model_b"])
-    }
-    for i, row in enumerate(rows, 1):
-        row |= {"certify_median": None, "certify_p80": None, "twin_r": None, "twin_median": None}
-        note = []
-        ideal = closer_to(row["benchmark"])
-        if ideal is not None:
-            note.append(f"certify: plan --certify --ideal {ideal:g} --shares A B (closeness)")
-        elif args.effect <= (row["discordance"] or ASSUMED_DISCORDANCE):
-            pair = f"{row['benchmark']} {row['model_a']} vs {row['model_b']}"
-            print(f"plan: certify's sequences for {pair} ({i} of {len(rows)})", file=sys.stderr)
-            d = row["discordance"] or ASSUMED_DISCORDANCE
-            common = dict(family=row["configs"], alpha=args.alpha, runs=GRID_CERTIFY_RUNS, max_items=CERTIFY_MAX_ITEMS)
-            found = items_to_decide(d, args.effect, **common)
-            row["certify_median"], row["certify_p80"] = (_summary(found, None)[k] for k in ("median", "p80"))
-            r = r_of.get((row["benchmark"], frozenset((row["model_a"], row["model_b"]))))
-            if r is not None:
-                row["twin_r"] = r
-                helped = controlled_items_to_decide(d, args.effect, max(r, 0.0), **common)[1]
-                row["twin_median"] = _summary(helped, None)["median"]
-        row["note"] = "; ".join(x for x in (row["note"], *note) if x)
 
 
 def _pair_plan(r, args, timing, differences, detectable_from_differences, items_needed) -> dict:
@@ -679,6 +443,8 @@ def _pair_plan(r, args, timing, differences, detectable_from_differences, items_
 
 def grid_lines(rows: list[dict], args: argparse.Namespace) -> list[str]:
     """A plain aligned table (it pipes and greps), then one line per note."""
+    if args.certify:
+        from safetyrepro.analysis.plan_certify import certify_cells, certify_note  # lazy: as run()'s
     head = [
         "benchmark",
         "pair",
@@ -700,50 +466,18 @@ def grid_lines(rows: list[dict], args: argparse.Namespace) -> list[str]:
             "none" if r["detectable_difference"] is None else f"{r['detectable_difference']:.3f}",
             "n/a" if r["items_needed"] is None else f"{r['items_needed']:,}",
             "unknown" if r["wall_s"] is None else duration(r["wall_s"]),
-            *(_certify_cells(r) if args.certify else []),
+            *(certify_cells(r) if args.certify else []),
         ]
         for r in rows
     ]
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
     lines = [
-        f"Power {_percent(args.power)}, alpha {args.alpha:g}, Holm over each benchmark's K configurations, exact "
+        f"Power {percent(args.power)}, alpha {args.alpha:g}, Holm over each benchmark's K configurations, exact "
         f"paired sign test; wall time = the pilot's seconds per item x items needed, all models and "
         f"configurations of the benchmark."
     ]
     if args.certify:
-        lines.append(
-            f"certify: its population sequences' median items to claim the lead on 0/1 answers at the pilot's "
-            f"discordance ({GRID_CERTIFY_RUNS} simulated runs, 'over {CERTIFY_MAX_ITEMS:,}' where half do not by "
-            f"then); with twin: --control auto, the free-form configurations' log-probability twins correlated r (the "
-            f"pilot's median) and scored beyond the subset."
-        )
+        lines.append(certify_note())
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [head, *body]]
     lines += [f"{r['benchmark']} {r['model_a']} vs {r['model_b']}: {r['note']}" for r in rows if r["note"]]
     return lines
-
-
-def _certify_cells(r: dict) -> list[str]:
-    def items(n):
-        return f"over {CERTIFY_MAX_ITEMS:,}" if n is None else f"{n:,}"
-
-    if r["certify_median"] is None and r["certify_p80"] is None and r["twin_r"] is None:
-        return ["-", "-"]
-    twin = "-" if r["twin_r"] is None else f"{items(r['twin_median'])} ({r['twin_r']:.2f})"
-    return [items(r["certify_median"]), twin]
-
-
-def _twin_lines(tw: dict, effect: float, seeds: int) -> list[str]:
-    tied = f"; its {seeds} seeds copy one twin answer, so their means vary more than independent seeds'" * (seeds > 1)
-    share = (
-        ""
-        if tw["share"] is None
-        else f"with the twin certify takes {tw['share']:.2f} of the free-form items it takes without (summed over "
-        f"the {tw['runs_both']} of {tw['runs']} runs that claim both ways); "
-    )
-    return [
-        f"- with a log-probability twin correlated {tw['r']:g}, scored on items beyond the subset (certify --control "
-        f"auto{tied}): the {_points(effect)}-point lead is claimed {_when(tw['with'])} of the free-form "
-        f"configuration, without the twin on the same answers {_when(tw['without'])}",
-        f"- so {share}no control can take fewer than about {tw['least_share']:.2f} of them (the growth-optimal "
-        "bound, the twin's law known)",
-    ]
