@@ -13,7 +13,7 @@ import numpy as np
 from safetyrepro.analysis.paired.power import ASSUMED_DISCORDANCE, check_family
 from safetyrepro.analysis.plan_words import percent, points
 from safetyrepro.errors import UserError
-from safetyrepro.grid.twins import closer_to, twin_correlations
+from safetyrepro.grid.twins import MIN_ITEMS, closer_to, twin_correlations
 from safetyrepro.sequential.control_variate import growth_ceiling
 from safetyrepro.sequential.planning import (
     ItemsToDecide,
@@ -245,6 +245,11 @@ def pilot_certify(rows: list[dict], items, args: argparse.Namespace) -> None:
                 row["twin_r"] = r
                 helped = controlled_items_to_decide(d, args.effect, max(r, 0.0), **common)[1]
                 row["twin_median"] = _summary(helped, None)["median"]
+            else:
+                note.append(
+                    f"no twin: the pilot has no free-form configuration beside its log-probability twin on "
+                    f"{MIN_ITEMS}+ common items for this pair"
+                )
         row["note"] = "; ".join(x for x in (row["note"], *note) if x)
 
 

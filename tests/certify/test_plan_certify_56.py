@@ -338,3 +338,23 @@ def test_plan_grid_certify_reads_the_pilots_discordance_and_twin_correlation(cap
     out = capsys.readouterr().out
     assert "certify for 0.25  with twin (r)" in out
     assert "crows_pairs qwen2.5-coder-0.5b vs smollm2: certify: plan --certify --ideal 0.5 --shares A B" in out
+
+
+def test_plan_grid_certify_says_when_the_pilot_has_no_twin(tmp_path, capsys):
+    """A pilot of log-probability configurations alone: certify's column, no twin column, and a note why."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    repo = Path(__file__).resolve().parents[2]
+    grid = pd.read_csv(repo / "study/grid.csv")
+    grid = grid[(grid["scoring"] == "logprob") & (grid["benchmark"] == "bbq")]
+    items = pd.read_parquet(repo / "study/items.parquet")
+    grid.to_csv(tmp_path / "grid.csv", index=False)
+    items[items["config_id"].isin(set(grid["config_id"]))].to_parquet(tmp_path / "items.parquet")
+    assert main(["plan", str(tmp_path / "grid.csv"), "--certify", "--effect", "0.3", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 3 and all(r["certify_median"] and r["twin_r"] is None for r in rows)
+    assert all(
+        "no twin: the pilot has no free-form configuration beside its log-probability twin" in r["note"] for r in rows
+    )
