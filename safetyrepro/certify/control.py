@@ -41,6 +41,7 @@ from safetyrepro.sequential.control_variate import (
     MIN_R2,
     WARM_UP,
     ControlledBettingCS,
+    correlation,
     r_squared,
     slope,
 )
@@ -123,11 +124,18 @@ class _Paths:
         taken = steps[rows]
         return rows, np.where(taken > 0, self.d_sum[rows] / np.maximum(taken, 1), 0.0)
 
-    def _summary(self, steps: np.ndarray) -> dict:
+    def _summary(self, steps: np.ndarray, fit: np.ndarray, plain: np.ndarray) -> dict:
+        """`fit`: per row the sums of d, c, d^2, c^2 and dc over its steps; `plain`: the rows that stopped reading
+        the twin (no correlation found), whose later steps enter the sums with c = 0."""
         rows = np.array(sorted(self.row.values()), dtype=np.int64)
+        kept = rows[(steps[rows] >= WARM_UP) & ~plain[rows]]  # a correlation on a few items says little
+        r = correlation(fit[kept], steps[kept]) if len(kept) else np.array([])
         return {
             "pairs": {cid: twin for cid, twin in self.twins.items()},
             "costly_steps": int(steps[rows].sum()) if len(rows) else 0,
+            "twin_r_median": round(float(np.median(r)), 3) if len(r) else None,  # over the paths that kept the twin
+            "twin_kept_paths": len(kept),
+            "twin_dropped_paths": int(plain[rows].sum()),
         }
 
 
@@ -297,7 +305,7 @@ class Control(_Paths):
     def summary(self) -> dict:
         """For cost.json: what the control did."""
         return {
-            **self._summary(self.bank.t),
+            **self._summary(self.bank.t, self.bank.fit_dc, self.plain),
             "partner_steps": int(self.bank.partner_steps.sum()),
             "pool_beyond_subset": self.P,  # items beyond the costly subset the twins could score as partners
             "partner_items_evaluated": sum(len(v) for v in self.extra.values()),
@@ -441,4 +449,5 @@ class SubsetControl(_Paths):
 
     def summary(self) -> dict:
         """For cost.json: what the control did."""
-        return {**self._summary(self.bank.t), "controlled_steps": int(self.controlled_steps.sum())}
+        steps = int(self.controlled_steps.sum())
+        return {**self._summary(self.bank.t, self.fit, self.plain), "controlled_steps": steps}

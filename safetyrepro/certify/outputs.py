@@ -461,9 +461,22 @@ def _control_lines(result: CertifyResult) -> list[str]:
             "",
             f"Control variate ({benchmark}): {_configurations(len(did['pairs']))} certified with their "
             f"log-probability twins' help ({did['costly_steps']:,} costly items used, {how}); "
-            f"docs/methods/certify.md, 'Cheap twins'.{note}",
+            f"{_tracked(did)}docs/methods/certify.md, 'Cheap twins'.{note}",
         ]
     return lines
+
+
+def _tracked(did: dict) -> str:
+    """How well the twins tracked the free-form differences on the items used: what the control's saving rests on."""
+    kept, dropped = did.get("twin_kept_paths", 0), did.get("twin_dropped_paths", 0)
+    none = f"{dropped} found no correlation with their twins and went on without them" if dropped else ""
+    if did.get("twin_r_median") is None:
+        return f"{none}; " if none else ""
+    r = did["twin_r_median"]
+    return (
+        f"the twins tracked the free-form differences at a median r = {r:.2f} over the {kept} paths that used them"
+        + (f"; {none}; " if none else "; ")
+    )
 
 
 def write_outputs(

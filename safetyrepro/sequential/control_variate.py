@@ -269,6 +269,12 @@ def r_squared(sums: np.ndarray, n: np.ndarray) -> np.ndarray:
     return np.where(ok, cov**2 / np.maximum(vx * vy, 1e-18), 0.0)
 
 
+def correlation(sums: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The signed correlation of the two variables (0 where either does not vary): r_squared's root, cov's sign."""
+    _, _, cov = _moments(sums, n)
+    return np.sign(cov) * np.sqrt(r_squared(sums, n))
+
+
 def growth_ceiling(d, c, weights, theta0: float = 0.0) -> tuple[float, float]:
     """What any e-process against "E[D] <= theta0" can grow by per item, without and with the cheap score C on
     the same item, C's law known exactly (more than partners tell): (plain, with C).

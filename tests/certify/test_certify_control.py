@@ -243,3 +243,25 @@ def test_control_time_reads_the_costs_and_takes_fewer_partners_for_less_model_ti
     assert 1 <= per_step(did[("time", True)][0]) <= 6 < per_step(did[("auto", True)][0]), did
     assert spent["time"] < min(spent["auto"], spent["none"]), spent
     assert did[("time", False)] == did[("auto", False)]
+
+
+def test_the_control_says_how_well_the_twins_tracked_the_free_form_differences():
+    """cost.json's twin_r_median and report.md's words: at r = 0.8 (greedy configurations, a 0.15 lead, a pool)
+    the paths read about 0.8; at r = 0 every path finds no correlation and goes on without its twin."""
+    from certify_grids import greedy_short
+
+    from safetyrepro.certify.outputs import _control_lines
+
+    def lead_015(cfg, model):
+        return 0.65 if model == "a" else 0.50
+
+    for r in (0.8, 0.0):
+        problem, oracle, _ = correlated_problem(np.random.default_rng(400), lead_015, tie(r), n_items=6000, subset=2000)
+        result = certify([greedy_short(problem)], oracle, CertifyOptions(seed=0, control="auto"))
+        did, line = result.control["truthfulqa"], _control_lines(result)[1]
+        if r:
+            assert 0.7 < did["twin_r_median"] < 0.9 and did["twin_kept_paths"] == 4 and did["twin_dropped_paths"] == 0
+            assert f"the twins tracked the free-form differences at a median r = {did['twin_r_median']:.2f}" in line
+        else:
+            assert did["twin_r_median"] is None and did["twin_dropped_paths"] == 4
+            assert "4 found no correlation with their twins and went on without them" in line
