@@ -128,10 +128,11 @@ def _refuse_unused(args: argparse.Namespace) -> None:
     )
     given = [f for f, on in certify_only if on]
     if args.grid and given:
+        verb = "is" if len(given) == 1 else "are"
         raise UserError(
             f"plan GRID --certify reads the discordance and the twins' correlation off the pilot ({', '.join(given)} "
-            f"are the numbers form's), e.g. safetyrepro plan --certify --discordance 0.3 --configs 48 --effect 0.15 "
-            f"--twin 0.8"
+            f"{verb} the numbers form's), e.g. safetyrepro plan --certify --discordance 0.3 --configs 48 --effect "
+            f"0.15 --twin 0.8"
         )
     if given and not args.certify:
         raise UserError(f"{', '.join(given)}: used only with --certify (what certify's sequences need); add --certify")
