@@ -14,14 +14,14 @@ from safetyrepro.analysis.paired.power import ASSUMED_DISCORDANCE, check_family
 from safetyrepro.analysis.plan_words import percent, points
 from safetyrepro.errors import UserError
 from safetyrepro.grid.twins import MIN_ITEMS, closer_to, twin_correlations
-from safetyrepro.sequential.control_variate import growth_ceiling
 from safetyrepro.sequential.planning import (
     ItemsToDecide,
     closeness_items_to_decide,
     controlled_items_to_decide,
     items_to_decide,
     kelly_items,
-    twin_law,
+    least_twin_share,
+    twin_share,
     z_items_needed,
 )
 
@@ -73,16 +73,15 @@ def _twin(args: argparse.Namespace, common: dict, n: int | None) -> dict:
     plain, helped = controlled_items_to_decide(
         args.discordance, args.effect, args.twin, runs=2 * CERTIFY_RUNS, **common
     )
-    rate, best = growth_ceiling(*twin_law(args.discordance, args.effect, args.seeds, args.twin))
-    both = np.isfinite(plain.items) & np.isfinite(helped.items)
+    share, runs_both = twin_share(plain, helped)
     return {
         "r": args.twin,
         "without": _summary(plain, n),
         "with": _summary(helped, n),
-        "share": float(helped.items[both].sum() / plain.items[both].sum()) if both.any() else None,
-        "runs_both": int(both.sum()),
-        "runs": len(both),
-        "least_share": rate / best if best > 0 else 1.0,
+        "share": share,
+        "runs_both": runs_both,
+        "runs": len(plain.items),
+        "least_share": least_twin_share(args.discordance, args.effect, args.seeds, args.twin),
     }
 
 
@@ -239,7 +238,8 @@ def pilot_certify(rows: list[dict], items, args: argparse.Namespace) -> None:
             d = row["discordance"] or ASSUMED_DISCORDANCE
             common = dict(family=row["configs"], alpha=args.alpha, runs=GRID_CERTIFY_RUNS, max_items=CERTIFY_MAX_ITEMS)
             found = items_to_decide(d, args.effect, **common)
-            row["certify_median"], row["certify_p80"] = (_summary(found, None)[k] for k in ("median", "p80"))
+            summary = _summary(found, None)
+            row["certify_median"], row["certify_p80"] = summary["median"], summary["p80"]
             r = r_of.get((row["benchmark"], frozenset((row["model_a"], row["model_b"]))))
             if r is not None:
                 row["twin_r"] = r

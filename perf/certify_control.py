@@ -53,9 +53,8 @@ sys.path.insert(0, str(ROOT / "perf"))
 from certify_grids import CostedOracle, correlated_problem, greedy_short, short, twin_correlation  # noqa: E402
 
 from safetyrepro.certify.algorithm import CertifyOptions, certify  # noqa: E402
-from safetyrepro.certify.control import pairings  # noqa: E402
 from safetyrepro.certify.outputs import by_scoring  # noqa: E402
-from safetyrepro.grid.twins import twin_correlations  # noqa: E402
+from safetyrepro.grid.twins import pairings, twin_correlations  # noqa: E402
 from safetyrepro.sequential.control_variate import growth_ceiling, partners_per_step, slope  # noqa: E402
 
 SCENARIOS = {

@@ -28,12 +28,12 @@ import argparse
 import numpy as np
 
 from safetyrepro.analysis.paired.power import items_needed
-from safetyrepro.sequential.control_variate import growth_ceiling
 from safetyrepro.sequential.planning import (
     controlled_items_to_decide,
     items_to_decide,
     kelly_items,
-    twin_law,
+    least_twin_share,
+    twin_share,
     z_items_needed,
 )
 
@@ -104,12 +104,10 @@ def twin_table(d: float, k: int, runs: int, r: float) -> None:
                 continue
             found = controlled_items_to_decide(d, e, r, family=k, seeds=seeds, runs=runs, max_items=MAX_ITEMS)
             cells = [f"{_n(f.quantile(0.5))} / {_n(f.quantile(0.8))} / {f.share_within(300):.2f}" for f in found]
-            both = np.isfinite(found[0].items) & np.isfinite(found[1].items)
-            share = found[1].items[both].sum() / found[0].items[both].sum()
-            rate, best = growth_ceiling(*twin_law(d, e, seeds, r))
-            print(
-                f"{name:<13} {'lead ' + f'{e:.2f}':<18} {cells[0]:>20} {cells[1]:>20} {share:>6.2f} {rate / best:>6.2f}"
-            )
+            share, _ = twin_share(*found)
+            shown = "-" if share is None else f"{share:.2f}"
+            least = least_twin_share(d, e, seeds, r)
+            print(f"{name:<13} {'lead ' + f'{e:.2f}':<18} {cells[0]:>20} {cells[1]:>20} {shown:>6} {least:>6.2f}")
 
 
 if __name__ == "__main__":

@@ -92,6 +92,7 @@ import numpy as np
 
 from safetyrepro.grid.direction import declared_direction
 from safetyrepro.grid.grid_io import model_pairs
+from safetyrepro.grid.twins import pairings
 from safetyrepro.sequential.closed_testing import closed_test
 from safetyrepro.sequential.confidence_sequence import IidBettingCS
 from safetyrepro.sequential.evidence import (
@@ -103,7 +104,7 @@ from safetyrepro.sequential.evidence import (
     population_candidates,
 )
 
-from .control import CONTROLS, Control, SubsetControl, pairings, uses_twins
+from .control import CONTROLS, Control, SubsetControl, uses_twins
 from .oracle import Oracle, Scores, as_oracle
 
 CLAIMS = ("a_better", "b_better", "within_delta", "undecided")

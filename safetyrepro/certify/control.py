@@ -33,7 +33,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from safetyrepro.grid.twins import cheap_twin
 from safetyrepro.sequential.confidence_sequence import WorBettingCS
 from safetyrepro.sequential.control_variate import (
     CHANCE_R2,
@@ -55,22 +54,6 @@ def uses_twins(control: str) -> bool:
 
 
 GIVE_UP = 30  # steps after which a path whose r^2 is under MIN_R2 is plain for good (no more cheap scores asked)
-
-
-def pairings(
-    ideal: float | None, config_ids: Sequence[str], excluded: Mapping[str, frozenset[str]] | None = None
-) -> dict[str, str]:
-    """costly configuration -> its cheap twin, for the configurations the control can help (none where better
-    means closer to an `ideal` score: its two shares' sequences have no paired difference to control)."""
-    if ideal is not None:
-        return {}
-    excluded = excluded or {}
-    out = {}
-    for cid in config_ids:
-        twin = cheap_twin(cid, config_ids)
-        if twin is not None and not excluded.get(cid) and not excluded.get(twin):
-            out[cid] = twin
-    return out
 
 
 Store = tuple[Mapping[str, float], Mapping[str, float], Mapping[str, float], Mapping[str, float]]

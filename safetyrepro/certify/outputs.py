@@ -438,6 +438,7 @@ def no_pool(result: CertifyResult) -> list[str]:
 def _control_lines(result: CertifyResult) -> list[str]:
     """With --control auto or time: which costly configurations their cheap twins helped, and what that took."""
     lines = []
+    poolless = no_pool(result)
     for benchmark, did in result.control.items():
         note = ""
         if "controlled_steps" in did:  # the subset target: the twins' whole subsets, no partners
@@ -447,7 +448,7 @@ def _control_lines(result: CertifyResult) -> list[str]:
             beyond = (
                 f", first from the {pool:,} items beyond the costly subset that only the twins score" if pool else ""
             )
-            note = "" if benchmark not in no_pool(result) else f" {NO_POOL}."
+            note = f" {NO_POOL}." if benchmark in poolless else ""
             aim = (
                 "as many a step as their model time pays for"
                 if result.options.control == "time"

@@ -18,11 +18,11 @@ from safetyrepro.grid.cell_timing import seconds_per_item
 from safetyrepro.grid.exact import lattice_of
 from safetyrepro.grid.grid_io import Grid, read_table
 from safetyrepro.grid.item_validation import ITEM_COLUMNS, checked_records
+from safetyrepro.grid.twins import pairings
 from safetyrepro.sequential.evidence import both_read
 from safetyrepro.tasks.benchmarks.registry import BENCHMARKS
 
 from .algorithm import BenchmarkProblem, closeness
-from .control import pairings
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -36,6 +36,22 @@ def cheap_twin(config_id: str, config_ids: Sequence[str]) -> str | None:
     return twin if twin in config_ids else None
 
 
+def pairings(
+    ideal: float | None, config_ids: Sequence[str], excluded: Mapping[str, frozenset[str]] | None = None
+) -> dict[str, str]:
+    """costly configuration -> its cheap twin, for the configurations the control can help (none where better
+    means closer to an `ideal` score: its two shares' sequences have no paired difference to control)."""
+    if ideal is not None:
+        return {}
+    excluded = excluded or {}
+    out = {}
+    for cid in config_ids:
+        twin = cheap_twin(cid, config_ids)
+        if twin is not None and not excluded.get(cid) and not excluded.get(twin):
+            out[cid] = twin
+    return out
+
+
 def closer_to(benchmark: str) -> float | None:
     """The score a better model sits closer to (CrowS-Pairs: 0.5) for a benchmark SafetyRepro defines, else None."""
     return declared_direction(benchmark).target if benchmark in BENCHMARKS else None
@@ -51,10 +67,8 @@ def twin_correlations(records: pd.DataFrame) -> pd.DataFrame:
     config_ids = sorted(records["config_id"].astype(str).unique())
     out = []
     for benchmark in sorted({c.split("/")[0] for c in config_ids}):
-        if closer_to(benchmark) is not None:
-            continue
         mine = [c for c in config_ids if c.startswith(benchmark + "/")]
-        twins = {c: t for c in mine if (t := cheap_twin(c, mine)) is not None}
+        twins = pairings(closer_to(benchmark), mine)
         for (cid, twin), (a, b) in itertools.product(twins.items(), itertools.combinations(models, 2)):
             try:
                 cells = [means.loc[(x, m)] for x in (cid, twin) for m in (a, b)]

@@ -18,7 +18,7 @@ import numpy as np
 
 from .closed_testing import NOT_A, NOT_B
 from .confidence_sequence import IidBettingCS, kelly_stake
-from .control_variate import MAX_PARTNERS, ControlledBettingCS
+from .control_variate import MAX_PARTNERS, ControlledBettingCS, growth_ceiling
 from .evidence import PairedEvidence
 
 NEVER = np.inf
@@ -222,6 +222,20 @@ def controlled_items_to_decide(
             break
     plain, controlled = (ItemsToDecide(first, max_items) for first in found)
     return plain, controlled
+
+
+def twin_share(plain: ItemsToDecide, helped: ItemsToDecide) -> tuple[float | None, int]:
+    """(the items with the twin over without, summed over the runs that claim both ways; how many runs those are)."""
+    both = np.isfinite(plain.items) & np.isfinite(helped.items)
+    share = float(helped.items[both].sum() / plain.items[both].sum()) if both.any() else None
+    return share, int(both.sum())
+
+
+def least_twin_share(discordance: float, effect: float, seeds: int, twin_r: float) -> float:
+    """The least share of the items any control variate could leave (growth_ceiling of twin_law: the twin's law
+    known exactly), where claims need many items."""
+    rate, best = growth_ceiling(*twin_law(discordance, effect, seeds, twin_r))
+    return rate / best if best > 0 else 1.0
 
 
 def paired_cells(share_a: float, share_b: float, agreement: float) -> np.ndarray:

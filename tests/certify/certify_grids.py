@@ -234,7 +234,7 @@ def correlated_problem(
     its pool beyond the subset (the twins' partner items, issue 56). Returns (problem, oracle, full-subset
     differences)."""
     from safetyrepro.certify.algorithm import BenchmarkProblem
-    from safetyrepro.certify.control import cheap_twin
+    from safetyrepro.grid.twins import cheap_twin
 
     rules = default_rules()
     difficulty = rng.normal(0, 1, n_items)
@@ -279,7 +279,7 @@ def correlated_problem(
 
 def twin_correlation(problem, oracle) -> dict[str, float]:
     """Per free-form configuration, the correlation of its paired differences with its twin's on the items."""
-    from safetyrepro.certify.control import pairings
+    from safetyrepro.grid.twins import pairings
 
     a, b = problem.models[:2]
     ids = list(problem.item_ids)

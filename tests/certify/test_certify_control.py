@@ -13,8 +13,9 @@ import pytest
 from certify_grids import correlated_problem, synthetic_problem, twin_correlation
 
 from safetyrepro.certify.algorithm import CertifyOptions, certify
-from safetyrepro.certify.control import Control, cheap_twin, pairings
+from safetyrepro.certify.control import Control
 from safetyrepro.cli import main
+from safetyrepro.grid.twins import cheap_twin, pairings
 
 
 def far_ahead(cfg, model):
