@@ -125,6 +125,29 @@ def test_partners_come_from_the_pool_beyond_the_subset_spread_over_the_claim_and
         cv.ControlledBettingCS(1, 0.05, beyond=-1)
 
 
+def test_partners_are_not_asked_for_where_a_plain_step_grows_faster():
+    """_partners_pay, worked by hand at 100 steps, r^2 0.64, 16 partners, gamma 0.75 (range 1.75 a side, cap
+    0.9 / 1.75 = 0.514). A 0.35 lead with variance 0.1 (five-seed means): theta = 0.35 - sqrt(0.001) = 0.318; the
+    plain Kelly stake 0.318 / 0.201 = 1.58 is capped at 0.9, growth 0.9 x 0.318 - 0.81 x 0.201 / 2 = 0.205; with
+    partners the variance is 0.1 (1 - 0.64 x 16 / 17) = 0.040, the stake 2.26 capped at 0.514, growth 0.164 -
+    0.264 x 0.141 / 2 = 0.145: plain. A 0.15 lead with variance 0.5 (0/1 answers): theta = 0.079, neither stake
+    capped (0.157 and 0.387), growth theta^2 / 2 (V + theta^2) = 0.0062 plain against 0.0153: partners. With no
+    partner (k = 0) the partners' step is the plain one and never pays."""
+    pays = cv._partners_pay(
+        np.array([0.35, 0.15, 0.15]), np.array([0.1, 0.5, 0.5]), 0.64, 100, np.array([16, 16, 0]), 0.75
+    )
+    assert pays.tolist() == [False, True, False]
+    rng = np.random.default_rng(2)
+    d, c, _ = correlated(rng, 2, 60, 0.0, 0.9)
+    d[0] = np.where(rng.random(60) < 0.7, 0.6, np.where(rng.random(60) < 0.5, 0.0, -0.2))  # five-seed means, far ahead
+    c[0] = np.where(d[0] > 0, 1.0, np.where(rng.random(60) < 0.5, 0.0, -1.0))
+    cs = cv.ControlledBettingCS(2, 0.05 / 96, beyond=10_000)
+    for t in range(60):
+        cs.update(np.arange(2), d[:, t], c[:, t])
+    assert cs.r2([0])[0] > cv.MIN_R2
+    assert cs.partners_wanted(np.arange(2), np.full(2, 300), np.full(2, 10_000)).tolist() == [0, 16]
+
+
 def test_with_costs_a_step_takes_the_partners_that_leave_the_least_model_time():
     """`--control time`: (1 + rho (1 + k)) x the steps still needed with k partners, least over k = 0..16. With the
     steps at 100 (0.36 + 0.64 / (k + 1)) (r = 0.8, 100 plain steps) and a twin item at a tenth of a costly one:
