@@ -14,13 +14,13 @@ scores on it, and the cheap configuration's), and, when the path's own past asks
 scored by the cheap configuration only: first the items of a pool beyond the subset (`BenchmarkProblem.pool`, in a
 seeded order: as many a step as the pool left spreads over the claim's expected steps, up to 16, PPI's use of the
 twin on an unlabelled pool; with `--control time` no more than leave the least expected model time to the claim,
-from the oracle's costs), then at most 2 a step and 50 items in all from the back of the order. Front and back
-never meet: the front stops where the back's partners begin, so a partner item is never a costly item of its
-path, and the costly configuration's own evaluations (a prefix of the order, as without the control) reach the
-back only when the path is spent. Which items a step uses is fixed by the path's past, so the path is one
-sequence in a fixed order whatever the rounds did, and it reads only what is already scored: a step waits for
-its items, it never decides otherwise because they are missing. Paths whose r^2 stays under MIN_R2 after
-GIVE_UP steps take plain steps for good and stop asking for the cheap scores.
+from the oracle's costs), then at most 2 a step and 50 items in all (2.5 % of the subset where that is fewer)
+from the back of the order. Front and back never meet: the front stops where the back's partners begin, so a
+partner item is never a costly item of its path, and the costly configuration's own evaluations (a prefix of
+the order, as without the control) reach the back only when the path is spent. Which items a step uses is fixed
+by the path's past, so the path is one sequence in a fixed order whatever the rounds did, and it reads only what
+is already scored: a step waits for its items, it never decides otherwise because they are missing. Paths whose
+r^2 stays under MIN_R2 after GIVE_UP steps take plain steps for good and stop asking for the cheap scores.
 
 The cheap configuration's items on the front are its own prefix (it needs them for its own claims too); the
 back's partners are extra items of it, evaluated when a planned costly step asks for them (`needs`) and kept
@@ -143,7 +143,9 @@ class Control(_Paths):
         n = len(self.row)
         self.P = len(pool)  # items beyond the subset, scored by the twins only: partners first come from them
         self.source = [str(i) for i in pool] + self.items[::-1]  # where partners come from, in the order taken
-        self.bank = ControlledBettingCS(n, alpha_side, extra=population_candidates(delta), delta=delta, beyond=self.P)
+        self.bank = ControlledBettingCS(
+            n, alpha_side, extra=population_candidates(delta), delta=delta, beyond=self.P, subset=self.N
+        )
         self.k = self.bank.k  # the most partners a step takes
         self.pos = np.zeros(n, dtype=np.int64)  # the next costly item, from the front
         self.back = np.zeros(n, dtype=np.int64)  # partner items taken from the source (the pool, then the back)

@@ -99,6 +99,7 @@ def test_a_twin_drifting_along_the_subset_order_makes_no_false_claims_in_the_ord
     many partners come from)."""
     monkeypatch.setattr(control_variate, "FIT_MARGIN", 0.0)
     monkeypatch.setattr(control_variate, "MIN_PARTNER_ITEMS", N_ITEMS // 3)
+    monkeypatch.setattr(control_variate, "BACK_SHARE", 1 / 3)
     n = 40
     aligned, partnered = false_claims(n, aligned=True)
     assert partnered == n and aligned >= n // 2, f"{aligned} of {n}: the drift lost its bite"

@@ -107,7 +107,8 @@ def test_null_streams_that_take_partners_cross_at_most_alpha_of_the_time(beyond)
 def test_partners_come_from_the_pool_beyond_the_subset_spread_over_the_claim_and_sparingly_from_its_back():
     """With a pool beyond the subset a step takes up to 16 partners, spread over the steps the claim is expected to
     need (fewer when the pool left is short, never more than it holds); from the subset's own back at most 2 a
-    step and 50 items in all, and only where the steps fit the items left."""
+    step and 50 items in all (2.5 % of the subset where that is fewer), and only where the steps fit the items
+    left."""
     assert [cv.partners_per_step(n) for n in (0, 1, 20_000)] == [2, 16, 16]
     rng = np.random.default_rng(1)
     d, c, _ = correlated(rng, 3, 40, 0.4, 0.9)
@@ -121,6 +122,13 @@ def test_partners_come_from_the_pool_beyond_the_subset_spread_over_the_claim_and
     assert 1 <= short[0] <= 10 and 1 <= short[1] <= 3 and short[2] in (0, 1, 2)  # the third: the subset's back
     cs.partner_items_back[:] = cv.MIN_PARTNER_ITEMS - 1
     assert (cs.partners_wanted(s, np.full(3, 300)) <= 1).all()  # the back's 50 items are nearly spent
+    assert [cv.ControlledBettingCS(1, 0.05, subset=n).back_cap for n in (300, 1000, 2000, 20_000)] == [7, 25, 50, 50]
+    small = cv.ControlledBettingCS(3, 0.05 / 96, subset=300)  # 2.5 % of a 300-item subset: 7 back items
+    for t in range(40):
+        small.update(s, d[:, t], c[:, t])
+    assert (small.partners_wanted(s, np.full(3, 300)) > 0).any()
+    small.partner_items_back[:] = 7
+    assert not (small.partners_wanted(s, np.full(3, 300)) > 0).any()
     with pytest.raises(ValueError, match="items beyond the subset"):
         cv.ControlledBettingCS(1, 0.05, beyond=-1)
 
