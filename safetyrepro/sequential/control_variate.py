@@ -259,7 +259,7 @@ def _partners_pay(mean, var_d, r2, n, k, gamma) -> np.ndarray:
     helped = var_d * (1 - r2 * k / (k + 1))
 
     def growth(variance, cap):
-        lam = np.minimum(theta / (variance + theta**2), cap)
+        lam = np.minimum(growth_stakes(theta, variance, np.zeros(1))[0][:, 0], cap)  # the stake the e-process bets
         return lam * theta - lam**2 * (variance + theta**2) / 2
 
     return growth(helped, GROWTH_TRUNCATION / (1 + gamma * CLIP)) > growth(var_d, GROWTH_TRUNCATION)
